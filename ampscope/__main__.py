@@ -1,0 +1,5 @@
+import sys
+
+from ampscope.cli import main
+
+sys.exit(main())

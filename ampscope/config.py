@@ -1,0 +1,386 @@
+"""Presets: TOML files that each describe one training configuration.
+
+A preset is looked up by name (shipped presets, then ``~/.config/ampscope/presets/``) or
+by path, fields are overridden with ``--set key=value``, and the result is validated into
+a :class:`Preset`. Every problem becomes a :class:`ConfigError` whose message names the
+file, the key and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp64"]
+ScalerMode = Literal["auto", "on", "off"]
+CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+WorkloadKind = Literal["gpt", "mlp", "cnn"]
+WorkloadSize = Literal["auto", "small", "large"]
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+
+
+class ScalerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """torch.amp.GradScaler's knobs."""
+
+    init_scale: Annotated[float, Meta(gt=0)] = 65536.0
+    growth_factor: Annotated[float, Meta(gt=1)] = 2.0
+    backoff_factor: Annotated[float, Meta(gt=0, lt=1)] = 0.5
+    growth_interval: PositiveInt = 2000
+
+
+class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The model and its synthetic data. Unset dimensions come from ``size``."""
+
+    kind: WorkloadKind = "gpt"
+    size: WorkloadSize = "auto"
+    layers: PositiveInt | None = None
+    width: PositiveInt | None = None
+    heads: PositiveInt | None = None  # gpt only
+    seq_len: PositiveInt | None = None  # gpt only
+    vocab: Annotated[int, Meta(ge=2)] | None = None  # gpt only
+    image_size: Annotated[int, Meta(ge=8)] | None = None  # cnn only
+    classes: Annotated[int, Meta(ge=2)] | None = None  # mlp and cnn
+
+
+class Debug(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Fault injection, for demonstrations and tests. 0 means never."""
+
+    inf_loss_at_step: Annotated[int, Meta(ge=0)] = 0
+    raise_at_step: Annotated[int, Meta(ge=0)] = 0
+
+
+class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    description: str = ""
+    precision: Precision = "fp32"
+    grad_scaler: ScalerMode = "auto"
+    compile: CompileMode = "off"
+    fullgraph: bool = False
+    dynamic: bool = False
+    steps: PositiveInt = 200
+    warmup_steps: Annotated[int, Meta(ge=0)] = 5
+    batch_size: PositiveInt | Literal["auto"] = "auto"
+    lr: Annotated[float, Meta(gt=0, le=10)] = 3e-3
+    grad_clip: Annotated[float, Meta(ge=0)] = 1.0
+    seed: Annotated[int, Meta(ge=0)] = 0
+    device: str = "auto"
+    grad_zero_every: Annotated[int, Meta(ge=0)] = 10
+    peak_tflops: Annotated[float, Meta(gt=0)] | None = None
+    scaler: ScalerOptions = msgspec.field(default_factory=ScalerOptions)
+    workload: Workload = msgspec.field(default_factory=Workload)
+    debug: Debug = msgspec.field(default_factory=Debug)
+
+    @property
+    def uses_scaler(self) -> bool:
+        if self.grad_scaler == "auto":
+            return self.precision == "amp-fp16"
+        return self.grad_scaler == "on"
+
+
+# Dimensions picked by workload.size. "auto" means small on CPU, large on CUDA: small keeps a
+# step well under a second on two CPU cores, large keeps a modern GPU busy (gpt ~110M params).
+WORKLOAD_SIZES: dict[str, dict[str, dict[str, int]]] = {
+    "gpt": {
+        "small": {"layers": 2, "width": 64, "heads": 4, "seq_len": 64, "vocab": 1024, "batch_size": 32},
+        "large": {"layers": 12, "width": 768, "heads": 12, "seq_len": 1024, "vocab": 32768,
+                  "batch_size": 16},
+    },
+    "mlp": {
+        "small": {"layers": 4, "width": 256, "classes": 16, "batch_size": 256},
+        "large": {"layers": 8, "width": 4096, "classes": 64, "batch_size": 8192},
+    },
+    "cnn": {
+        "small": {"layers": 3, "width": 16, "image_size": 32, "classes": 10, "batch_size": 32},
+        "large": {"layers": 5, "width": 128, "image_size": 64, "classes": 100, "batch_size": 256},
+    },
+}
+
+WORKLOAD_FIELDS: dict[str, tuple[str, ...]] = {
+    kind: tuple(k for k in sizes["small"] if k != "batch_size") for kind, sizes in WORKLOAD_SIZES.items()
+}
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+class ConfigError(Exception):
+    """A user error in a preset or an override: the message is meant to be shown as is."""
+
+
+@dataclass(frozen=True)
+class PresetInfo:
+    name: str
+    description: str
+    path: Path
+    source: Literal["shipped", "user", "path"]
+
+
+def shipped_presets_dir() -> Path:
+    installed = Path(__file__).parent / "presets"
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parent.parent / "presets"
+
+
+def user_presets_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "ampscope" / "presets"
+
+
+def list_presets() -> list[PresetInfo]:
+    """Shipped presets, then user presets (a user preset of the same name wins)."""
+    found: dict[str, PresetInfo] = {}
+    for source, folder in (("shipped", shipped_presets_dir()), ("user", user_presets_dir())):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.toml")):
+            try:
+                raw = _read_toml(path)
+            except ConfigError:
+                continue
+            name = str(raw.get("name", path.stem))
+            found[name] = PresetInfo(name, str(raw.get("description", "")), path, source)  # type: ignore[arg-type]
+    return list(found.values())
+
+
+def find_preset(name_or_path: str) -> PresetInfo:
+    path = Path(name_or_path).expanduser()
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        if not path.is_file():
+            raise ConfigError(f"Preset file {name_or_path} does not exist.")
+        raw = _read_toml(path)
+        return PresetInfo(str(raw.get("name", path.stem)), str(raw.get("description", "")), path, "path")
+    presets = list_presets()
+    for info in presets:
+        if info.name == name_or_path:
+            return info
+    names = ", ".join(p.name for p in presets) or "(none found)"
+    raise ConfigError(
+        f"Unknown preset '{name_or_path}'. Available presets: {names}. A preset can also be given "
+        f"as a path to a .toml file, or saved in {user_presets_dir()}."
+    )
+
+
+def load_preset(name_or_path: str, overrides: typing.Sequence[str] = ()) -> Preset:
+    """Find, override and validate a preset. Raises ConfigError with a user-facing message."""
+    info = find_preset(name_or_path)
+    raw = _read_toml(info.path)
+    raw.setdefault("name", info.path.stem)
+    for item in overrides:
+        apply_override(raw, item)
+    return validate(raw, source=str(info.path))
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(
+            f"Override '{item}' is not of the form key=value (for example steps=50 or workload.layers=4)."
+        )
+    return key.split("."), parse_value(text.strip())
+
+
+def parse_value(text: str) -> Any:
+    """A value as TOML reads it (50, 1e-3, true, [1, 2]); anything else is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    path, value = parse_override(item)
+    node = raw
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"Override '{item}': '{part}' is not a table, so it has no fields.")
+        node = child
+    node[path[-1]] = value
+
+
+def validate(raw: dict[str, Any], source: str = "preset") -> Preset:
+    try:
+        preset = msgspec.convert(raw, Preset, str_keys=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {describe_validation_error(str(exc))}") from None
+    problems = check_combinations(preset)
+    if problems:
+        raise ConfigError(f"{source}: {problems[0]}")
+    return preset
+
+
+def check_combinations(preset: Preset) -> list[str]:
+    """Rules that span fields and need no device to check."""
+    problems = []
+    if preset.precision in ("fp16", "bf16", "fp64") and preset.grad_scaler == "on":
+        problems.append(
+            f"grad_scaler = 'on' cannot be used with precision = '{preset.precision}': GradScaler "
+            "unscales fp32 master gradients, and a pure-cast model has none. Use precision = "
+            "'amp-fp16' for loss scaling, or set grad_scaler = 'off'."
+        )
+    if preset.warmup_steps >= preset.steps:
+        problems.append(
+            f"warmup_steps = {preset.warmup_steps} leaves no measured steps out of steps = "
+            f"{preset.steps}. Accepted: warmup_steps below steps."
+        )
+    if not DEVICE_PATTERN.match(preset.device):
+        problems.append(
+            f"device = '{preset.device}' is not a device. Accepted: auto, cpu, cuda, or cuda:N."
+        )
+    allowed = WORKLOAD_FIELDS[preset.workload.kind]
+    for field_name in ("layers", "width", "heads", "seq_len", "vocab", "image_size", "classes"):
+        if getattr(preset.workload, field_name) is not None and field_name not in allowed:
+            problems.append(
+                f"workload.{field_name} does not apply to workload.kind = '{preset.workload.kind}'. "
+                f"Its fields: {', '.join(allowed)}."
+            )
+    w = preset.workload
+    if w.kind == "gpt" and w.width is not None and w.heads is not None and w.width % w.heads:
+        problems.append(
+            f"workload.width = {w.width} is not divisible by workload.heads = {w.heads}."
+        )
+    return problems
+
+
+def resolve_workload(preset: Preset, on_cuda: bool) -> tuple[dict[str, int], int]:
+    """The workload's dimensions and the batch size once ``auto`` sizes are decided."""
+    size = preset.workload.size
+    if size == "auto":
+        size = "large" if on_cuda else "small"
+    base = dict(WORKLOAD_SIZES[preset.workload.kind][size])
+    batch = base.pop("batch_size")
+    for name in base:
+        value = getattr(preset.workload, name)
+        if value is not None:
+            base[name] = value
+    if preset.batch_size != "auto":
+        batch = preset.batch_size
+    if preset.workload.kind == "gpt" and base["width"] % base["heads"]:
+        raise ConfigError(
+            f"workload.width = {base['width']} is not divisible by workload.heads = {base['heads']}."
+        )
+    return base, batch
+
+
+def to_dict(preset: Preset) -> dict[str, Any]:
+    return msgspec.to_builtins(preset)
+
+
+def to_toml(preset: Preset) -> str:
+    """A preset as a TOML file, for saving an edited preset."""
+    data = to_dict(preset)
+    lines = []
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    for key, value in data.items():
+        if key not in tables and value is not None:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for table, fields in tables.items():
+        defaults = to_dict(getattr(Preset(name="_"), table))
+        changed = {k: v for k, v in fields.items() if v is not None and v != defaults.get(k)}
+        if table == "workload" or changed:
+            lines.append(f"\n[{table}]")
+            for key, value in (fields if table == "workload" else changed).items():
+                if value is not None:
+                    lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}).") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}).") from None
+
+
+_AT = re.compile(r"\s*-\s*at\s*`\$(?P<path>[^`]*)`\s*$")
+
+
+def describe_validation_error(message: str) -> str:
+    """Turn msgspec's message into one naming the key and what would be accepted."""
+    match = _AT.search(message)
+    path = match.group("path") if match else ""
+    body = message[: match.start()] if match else message
+    key = re.sub(r"\[(\d+)\]", r".\1", path).lstrip(".")
+    unknown = re.match(r"Object contains unknown field `(?P<field>[^`]+)`", body)
+    if unknown:
+        field = f"{key}.{unknown['field']}" if key else unknown["field"]
+        accepted = ", ".join(_fields_at(key))
+        return f"unknown field '{field}'. Accepted fields here: {accepted}."
+    missing = re.match(r"Object missing required field `(?P<field>[^`]+)`", body)
+    if missing:
+        field = f"{key}.{missing['field']}" if key else missing["field"]
+        return f"missing required field '{field}'."
+    accepted = _accepted_at(key)
+    body = body.replace("Expected `", "expected `").replace("Invalid enum value", "invalid value")
+    return f"'{key}': {body}." + (f" Accepted: {accepted}." if accepted else "")
+
+
+def _struct_at(key: str) -> type[msgspec.Struct]:
+    struct: type[msgspec.Struct] = Preset
+    for part in [p for p in key.split(".") if p]:
+        hint = typing.get_type_hints(struct).get(part)
+        if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
+            struct = hint
+    return struct
+
+
+def _fields_at(key: str) -> list[str]:
+    return list(_struct_at(key).__struct_fields__)
+
+
+def _accepted_at(key: str) -> str:
+    parts = [p for p in key.split(".") if p]
+    if not parts:
+        return ""
+    struct = _struct_at(".".join(parts[:-1]))
+    hint = typing.get_type_hints(struct, include_extras=True).get(parts[-1])
+    return _describe_type(hint) if hint is not None else ""
+
+
+def _describe_type(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return " | ".join(repr(v) for v in typing.get_args(hint))
+    if origin is Annotated:
+        base, *metas = typing.get_args(hint)
+        bounds = []
+        for meta in metas:
+            for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+                if getattr(meta, attr, None) is not None:
+                    bounds.append(f"{sign} {getattr(meta, attr)}")
+        return f"{_describe_type(base)} {' and '.join(bounds)}".strip()
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        parts = [_describe_type(a) for a in typing.get_args(hint) if a is not type(None)]
+        text = " or ".join(parts)
+        return text + (" (or leave unset)" if type(None) in typing.get_args(hint) else "")
+    if isinstance(hint, type):
+        return {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
+            hint.__name__, hint.__name__
+        )
+    return str(hint)

@@ -1,0 +1,112 @@
+"""What ``ampscope run`` prints on a terminal: a live progress line and a summary table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from ampscope import events as ev
+from ampscope.units import fmt_bytes, fmt_ms, fmt_num
+
+REDRAW_S = 0.1
+
+
+class ConsoleReporter:
+    """An ``on_event`` callback. Redraws the progress line at most 10 times a second."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty()
+        self.steps = 0
+        self.last_draw = 0.0
+        self.last_step: ev.StepEvent | None = None
+        self.phase = "starting"
+        self.hello: ev.HelloEvent | None = None
+
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.StepEvent):
+            self.last_step = event
+            now = time.monotonic()
+            if now - self.last_draw >= (REDRAW_S if self.tty else 5.0):
+                self.last_draw = now
+                self._progress()
+            return
+        if isinstance(event, ev.HelloEvent):
+            self.hello = event
+            self.steps = int(event.config.get("steps", 0))
+            peak = f"{event.peak_tflops:g} TFLOP/s peak" if event.peak_tflops else "no MFU peak"
+            self._line(f"{event.preset}: {event.config['precision']} on {event.device} "
+                       f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
+                       f"{event.config['workload']['kind']} workload, {peak}")
+        elif isinstance(event, ev.PhaseEvent):
+            if event.phase == "compile" and event.state == "start":
+                self._line("compiling (torch.compile) ...")
+            elif event.phase == "compile" and event.state == "end":
+                self._line(f"compiled in {event.seconds:.1f} s")
+        elif isinstance(event, ev.WarningEvent):
+            where = f" (step {event.step})" if event.step is not None else ""
+            self._line(f"warning{where}: {event.message}")
+        elif isinstance(event, ev.ErrorEvent):
+            where = f" at step {event.step}" if event.step is not None else ""
+            self._line(f"error ({event.kind}){where}: {event.message}")
+            if event.hint:
+                self._line(f"hint: {event.hint}")
+            if event.traceback:
+                self._line(event.traceback.rstrip())
+        elif isinstance(event, ev.DoneEvent):
+            if self.last_step is not None:
+                self._progress()
+            self._clear()
+            self.out.write(summary_table(event) + "\n")
+            self.out.flush()
+
+    def _progress(self) -> None:
+        s = self.last_step
+        if s is None:
+            return
+        total = max(self.steps, 1)
+        width = 24
+        filled = int(width * min(1.0, (s.step + 1) / total))
+        bar = "#" * filled + "-" * (width - filled)
+        scale = f"  scale {s.loss_scale:g}" if s.loss_scale is not None else ""
+        text = (f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {s.loss:.4f}"
+                f"  {fmt_num(s.samples_per_s)} samples/s{scale}")
+        if self.tty:
+            self.out.write("\r\x1b[2K" + text)
+        else:
+            self.out.write(text + "\n")
+        self.out.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.out.write("\r\x1b[2K")
+
+    def _line(self, text: str) -> None:
+        self._clear()
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def summary_table(done: ev.DoneEvent) -> str:
+    rows = [
+        ("status", done.status + (f" ({done.error})" if done.error else "")),
+        ("steps", str(done.steps_done)),
+        ("step time (median)", fmt_ms(done.step_ms_median)),
+        ("step time p10-p90", f"{fmt_ms(done.step_ms_p10)} - {fmt_ms(done.step_ms_p90)}"),
+        ("throughput", f"{fmt_num(done.samples_per_s)} samples/s"
+         + (f", {fmt_num(done.tokens_per_s)} tokens/s" if done.tokens_per_s else "")),
+        ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
+        ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
+        ("peak memory", fmt_bytes(done.mem_peak)),
+        ("loss first -> final", f"{_f(done.loss_first)} -> {_f(done.loss_final)}"),
+        ("skipped steps", str(done.skipped_steps)),
+        ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),
+        ("wall time", f"{done.wall_s:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"

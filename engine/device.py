@@ -1,0 +1,90 @@
+"""Which device a run uses and what it can do. The only module that asks CUDA about hardware."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ampscope.config import ConfigError
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    device: torch.device
+    name: str
+    capability: tuple[int, int] | None
+    total_memory: int | None
+    power_limit_w: float | None
+    uuid: str | None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def resolve_device(spec: str) -> DeviceInfo:
+    if spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cpu":
+        return DeviceInfo(torch.device("cpu"), cpu_name(), None, None, None, None)
+    if not torch.cuda.is_available():
+        build = torch.__version__ + ("" if torch.version.cuda else " (a CPU-only build)")
+        raise ConfigError(
+            f"device = '{spec}', but torch {build} sees no CUDA GPU. Accepted here: device = 'cpu' "
+            "or 'auto'. On a GPU machine, check nvidia-smi and install a CUDA build of torch."
+        )
+    device = torch.device(spec)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise ConfigError(
+            f"device = '{spec}', but only {torch.cuda.device_count()} CUDA device(s) are visible. "
+            f"Accepted: cuda:0 to cuda:{torch.cuda.device_count() - 1}."
+        )
+    device = torch.device("cuda", index)
+    props = torch.cuda.get_device_properties(index)
+    uuid = str(getattr(props, "uuid", "")) or None
+    return DeviceInfo(device, props.name, (props.major, props.minor), props.total_memory,
+                      nvml_power_limit_w(uuid), uuid)
+
+
+def nvml_power_limit_w(uuid: str | None) -> float | None:
+    """The board power limit, which tells SXM from PCIe parts. None when NVML cannot say."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}" if uuid and not uuid.startswith("GPU-") else uuid)
+        return pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
+    except Exception:  # noqa: BLE001 - any NVML failure means "unknown", never a crash
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_fast_bf16() -> bool:
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def cpu_has_fast_fp16() -> bool:
+    return bool({"avx512_fp16", "amx_fp16"} & cpu_flags())

@@ -1,0 +1,74 @@
+"""What a preset's `precision` means in torch terms, and the device checks that go with it."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from ampscope.config import ConfigError, Preset
+from engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Where the weights live, what autocast computes in, and which peak MFU is measured against."""
+
+    name: str
+    param_dtype: torch.dtype
+    autocast_dtype: torch.dtype | None
+    tf32: bool
+    compute_dtype: str
+    use_scaler: bool
+
+    def autocast(self, device_type: str) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
+
+
+def precision_policy(preset: Preset) -> PrecisionPolicy:
+    p = preset.precision
+    if p.startswith("amp-"):
+        short = p.removeprefix("amp-")
+        return PrecisionPolicy(p, torch.float32, DTYPES[short], False, short, preset.uses_scaler)
+    if p in DTYPES:
+        return PrecisionPolicy(p, DTYPES[p], None, False, p, False)
+    return PrecisionPolicy(p, torch.float32, None, p == "tf32", p, preset.uses_scaler)
+
+
+def set_matmul_precision(tf32: bool) -> None:
+    """TF32 for fp32 matmuls and convolutions, through the one (new) API, both ways explicit."""
+    mode = "tf32" if tf32 else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
+
+
+def check_device_support(policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:
+    """Refuse what the device cannot do; return (code, message) warnings for what it does slowly."""
+    warnings: list[tuple[str, str]] = []
+    uses = policy.compute_dtype
+    if info.is_cuda:
+        major, minor = info.capability or (0, 0)
+        if uses == "bf16" and major < 8:
+            raise ConfigError(
+                f"precision = '{policy.name}' needs bf16 Tensor Cores (compute capability 8.0, "
+                f"Ampere, or newer), but {info.name} is {major}.{minor}; torch would emulate it "
+                "slowly. Use precision = 'amp-fp16' (with its GradScaler) on this GPU."
+            )
+        if uses == "tf32" and major < 8:
+            warnings.append(("tf32-unsupported", f"{info.name} ({major}.{minor}) has no TF32 "
+                             "Tensor Cores: this run is plain fp32."))
+        return warnings
+    if uses == "tf32":
+        warnings.append(("tf32-on-cpu", "TF32 is a GPU Tensor Core mode: on the CPU this run is plain fp32."))
+    if uses == "fp16" and not cpu_has_fast_fp16():
+        warnings.append(("slow-fp16-cpu", f"{info.name} has no fp16 arithmetic units (AVX512-FP16 or "
+                         "AMX-FP16): fp16 runs are emulated and much slower than fp32 here."))
+    if uses == "bf16" and not cpu_has_fast_bf16():
+        warnings.append(("slow-bf16-cpu", f"{info.name} has no bf16 arithmetic units (AVX512-BF16 or "
+                         "AMX): bf16 runs are converted and likely slower than fp32 here."))
+    return warnings

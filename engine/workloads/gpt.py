@@ -1,0 +1,95 @@
+"""A small decoder-only transformer on a synthetic next-token task.
+
+The data is a fixed random Markov chain: each token is followed by a fixed successor most of
+the time and by a uniformly random token otherwise, with occasional repeats of an earlier
+span. A model that learns the successor table (and to copy) cuts the loss from ln(vocab)
+towards the chain's entropy, so numerical damage shows as a worse curve, not as noise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from engine.workloads import BatchPool, linear_params
+
+POOL_BATCHES = 32
+FOLLOW_PROB = 0.97
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.proj = nn.Linear(width, width, bias=False)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width, bias=False)
+        self.out = nn.Linear(4 * width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab: int, seq_len: int, width: int, layers: int, heads: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(seq_len, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def markov_sequences(count: int, length: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    successor = torch.randperm(vocab, generator=generator)
+    seqs = torch.empty(count, length, dtype=torch.long)
+    seqs[:, 0] = torch.randint(vocab, (count,), generator=generator)
+    follow = torch.rand(count, length, generator=generator) < FOLLOW_PROB
+    noise = torch.randint(vocab, (count, length), generator=generator)
+    for i in range(1, length):
+        seqs[:, i] = torch.where(follow[:, i], successor[seqs[:, i - 1]], noise[:, i])
+    return seqs
+
+
+class GptWorkload:
+    def __init__(self, dims: dict[str, int], batch_size: int, device: torch.device,
+                 generator: torch.Generator) -> None:
+        vocab, seq_len, width = dims["vocab"], dims["seq_len"], dims["width"]
+        layers, heads = dims["layers"], dims["heads"]
+        self.model = Gpt(vocab, seq_len, width, layers, heads).to(device)
+        seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
+        self.pool = BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
+        self.samples_per_step = batch_size
+        self.tokens_per_step = batch_size * seq_len
+        # 6N per token for the matmul weights, plus attention scores and values (PaLM, appendix B).
+        self.flops_per_step = float(
+            6 * linear_params(self.model) * self.tokens_per_step
+            + 12 * layers * width * seq_len * self.tokens_per_step
+        )
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pool.get(step)
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(output.view(-1, output.shape[-1]).float(), target.view(-1))
