@@ -20,13 +20,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("preset", help="a preset name (see 'ampscope presets') or a path to a .toml file")
+    p.add_argument(
+        "preset", help="a preset name (see 'ampscope presets') or a path to a .toml file"
+    )
     p.add_argument("--steps", type=int, help="number of optimizer steps (same as --set steps=N)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a preset field, dotted for tables: --set workload.layers=4")
-    p.add_argument("--json", action="store_true", help="print the event stream (one JSON object a line)")
-    p.add_argument("--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset field, dotted for tables: --set workload.layers=4",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the event stream (one JSON object a line)"
+    )
+    p.add_argument(
+        "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
+    )
     p.add_argument("--no-record", action="store_true", help="do not write a run record")
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
 
@@ -41,19 +53,30 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ampscope", description=(
-        "Watch how number formats, mixed precision and torch.compile change a training run. "
-        "With no command, opens the dashboard."))
+    parser = _Parser(
+        prog="ampscope",
+        description=(
+            "Watch how number formats, mixed precision and torch.compile change a training run. "
+            "With no command, opens the dashboard."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"ampscope {__version__}")
     parser.add_argument("--runs-dir", type=Path, help="where run records go (default ./runs)")
-    parser.add_argument("--refresh", type=float, default=None, metavar="HZ",
-                        help="dashboard plot redraw rate, 0.5 to 4 (lower it on slow SSH links)")
+    parser.add_argument(
+        "--refresh",
+        type=float,
+        default=None,
+        metavar="HZ",
+        help="dashboard plot redraw rate, 0.5 to 4 (lower it on slow SSH links)",
+    )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
     presets.add_argument("--json", action="store_true")
-    doctor = sub.add_parser("doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML")
+    doctor = sub.add_parser(
+        "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
+    )
     doctor.add_argument("--json", action="store_true")
     return parser
 
@@ -76,15 +99,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     from engine.run import run
 
     reporter = None if args.json else ConsoleReporter()
-    return run(args.preset, run_overrides(args), json_out=args.json, runs_dir=args.runs_dir,
-               record=not args.no_record, on_event=reporter, exit_with_parent=args.exit_with_parent)
+    return run(
+        args.preset,
+        run_overrides(args),
+        json_out=args.json,
+        runs_dir=args.runs_dir,
+        record=not args.no_record,
+        on_event=reporter,
+        exit_with_parent=args.exit_with_parent,
+    )
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
     found = cfg.list_presets()
     if args.json:
-        print(json.dumps([{"name": p.name, "description": p.description, "path": str(p.path),
-                           "source": p.source} for p in found], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": p.name,
+                        "description": p.description,
+                        "path": str(p.path),
+                        "source": p.source,
+                    }
+                    for p in found
+                ],
+                indent=2,
+            )
+        )
         return 0
     width = max((len(p.name) for p in found), default=0)
     for p in found:
@@ -97,14 +139,18 @@ def cmd_presets(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     refresh = args.refresh
     if refresh is not None and not 0.5 <= refresh <= 4:
-        print(f"ampscope: --refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.",
-              file=sys.stderr)
+        print(
+            f"ampscope: --refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.",
+            file=sys.stderr,
+        )
         return 2
     try:
         from tui.app import run_dashboard
     except ImportError as exc:  # pragma: no cover - a broken install
-        print(f"ampscope: the dashboard cannot start ({exc}). Reinstall with 'pip install ampscope'.",
-              file=sys.stderr)
+        print(
+            f"ampscope: the dashboard cannot start ({exc}). Reinstall with 'pip install ampscope'.",
+            file=sys.stderr,
+        )
         return 1
     return run_dashboard(runs_dir=args.runs_dir, refresh_hz=refresh)
 

@@ -26,7 +26,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp64"]
 ScalerMode = Literal["auto", "on", "off"]
-CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+CompileMode = Literal[
+    "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+]
 WorkloadKind = Literal["gpt", "mlp", "cnn"]
 WorkloadSize = Literal["auto", "small", "large"]
 
@@ -95,9 +97,22 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 # step well under a second on two CPU cores, large keeps a modern GPU busy (gpt ~110M params).
 WORKLOAD_SIZES: dict[str, dict[str, dict[str, int]]] = {
     "gpt": {
-        "small": {"layers": 2, "width": 64, "heads": 4, "seq_len": 64, "vocab": 1024, "batch_size": 32},
-        "large": {"layers": 12, "width": 768, "heads": 12, "seq_len": 1024, "vocab": 32768,
-                  "batch_size": 16},
+        "small": {
+            "layers": 2,
+            "width": 64,
+            "heads": 4,
+            "seq_len": 64,
+            "vocab": 1024,
+            "batch_size": 32,
+        },
+        "large": {
+            "layers": 12,
+            "width": 768,
+            "heads": 12,
+            "seq_len": 1024,
+            "vocab": 32768,
+            "batch_size": 16,
+        },
     },
     "mlp": {
         "small": {"layers": 4, "width": 256, "classes": 16, "batch_size": 256},
@@ -110,7 +125,8 @@ WORKLOAD_SIZES: dict[str, dict[str, dict[str, int]]] = {
 }
 
 WORKLOAD_FIELDS: dict[str, tuple[str, ...]] = {
-    kind: tuple(k for k in sizes["small"] if k != "batch_size") for kind, sizes in WORKLOAD_SIZES.items()
+    kind: tuple(k for k in sizes["small"] if k != "batch_size")
+    for kind, sizes in WORKLOAD_SIZES.items()
 }
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
@@ -162,7 +178,9 @@ def find_preset(name_or_path: str) -> PresetInfo:
         if not path.is_file():
             raise ConfigError(f"Preset file {name_or_path} does not exist.")
         raw = _read_toml(path)
-        return PresetInfo(str(raw.get("name", path.stem)), str(raw.get("description", "")), path, "path")
+        return PresetInfo(
+            str(raw.get("name", path.stem)), str(raw.get("description", "")), path, "path"
+        )
     presets = list_presets()
     for info in presets:
         if info.name == name_or_path:
@@ -181,7 +199,19 @@ def load_preset(name_or_path: str, overrides: typing.Sequence[str] = ()) -> Pres
     raw.setdefault("name", info.path.stem)
     for item in overrides:
         apply_override(raw, item)
-    return validate(raw, source=str(info.path))
+    try:
+        return validate(raw, source=str(info.path))
+    except ConfigError as exc:
+        raise ConfigError(_blame_override(str(exc), str(info.path), overrides)) from None
+
+
+def _blame_override(message: str, source: str, overrides: typing.Sequence[str]) -> str:
+    """Name the --set that caused an error rather than the file it overrode."""
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if f"'{key}'" in message or f"{key} " in message.split(": ", 1)[-1][: len(key) + 1]:
+            return message.replace(f"{source}:", f"--set {item}:", 1)
+    return message
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -380,7 +410,10 @@ def _describe_type(hint: Any) -> str:
         text = " or ".join(parts)
         return text + (" (or leave unset)" if type(None) in typing.get_args(hint) else "")
     if isinstance(hint, type):
-        return {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
-            hint.__name__, hint.__name__
-        )
+        return {
+            "int": "an integer",
+            "float": "a number",
+            "str": "a string",
+            "bool": "true or false",
+        }.get(hint.__name__, hint.__name__)
     return str(hint)

@@ -36,9 +36,11 @@ class ConsoleReporter:
             self.hello = event
             self.steps = int(event.config.get("steps", 0))
             peak = f"{event.peak_tflops:g} TFLOP/s peak" if event.peak_tflops else "no MFU peak"
-            self._line(f"{event.preset}: {event.config['precision']} on {event.device} "
-                       f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
-                       f"{event.config['workload']['kind']} workload, {peak}")
+            self._line(
+                f"{event.preset}: {event.config['precision']} on {event.device} "
+                f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
+                f"{event.config['workload']['kind']} workload, {peak}"
+            )
         elif isinstance(event, ev.PhaseEvent):
             if event.phase == "compile" and event.state == "start":
                 self._line("compiling (torch.compile) ...")
@@ -70,8 +72,10 @@ class ConsoleReporter:
         filled = int(width * min(1.0, (s.step + 1) / total))
         bar = "#" * filled + "-" * (width - filled)
         scale = f"  scale {s.loss_scale:g}" if s.loss_scale is not None else ""
-        text = (f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {s.loss:.4f}"
-                f"  {fmt_num(s.samples_per_s)} samples/s{scale}")
+        text = (
+            f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {_f(s.loss)}"
+            f"  {fmt_num(s.samples_per_s)} samples/s{scale}"
+        )
         if self.tty:
             self.out.write("\r\x1b[2K" + text)
         else:
@@ -94,8 +98,11 @@ def summary_table(done: ev.DoneEvent) -> str:
         ("steps", str(done.steps_done)),
         ("step time (median)", fmt_ms(done.step_ms_median)),
         ("step time p10-p90", f"{fmt_ms(done.step_ms_p10)} - {fmt_ms(done.step_ms_p90)}"),
-        ("throughput", f"{fmt_num(done.samples_per_s)} samples/s"
-         + (f", {fmt_num(done.tokens_per_s)} tokens/s" if done.tokens_per_s else "")),
+        (
+            "throughput",
+            f"{fmt_num(done.samples_per_s)} samples/s"
+            + (f", {fmt_num(done.tokens_per_s)} tokens/s" if done.tokens_per_s else ""),
+        ),
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
         ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
         ("peak memory", fmt_bytes(done.mem_peak)),

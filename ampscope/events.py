@@ -54,9 +54,11 @@ class PhaseEvent(Event, tag="phase"):
 
 
 class StepEvent(Event, tag="step"):
+    """One optimizer step. ``loss`` and ``grad_norm`` are null when not finite (inf or NaN)."""
+
     step: int
     step_ms: float
-    loss: float
+    loss: float | None
     loss_scale: float | None
     skipped: bool
     grad_norm: float | None

@@ -73,7 +73,9 @@ def _entry(model: str) -> GpuPeaks:
     return next(p for p in PEAKS if p.model == model)
 
 
-def peak_tflops(device_name: str, dtype: str, power_limit_w: float | None = None) -> tuple[float | None, str]:
+def peak_tflops(
+    device_name: str, dtype: str, power_limit_w: float | None = None
+) -> tuple[float | None, str]:
     """Peak dense TFLOP/s for MFU and a note saying where it came from or why there is none."""
     entry = identify(device_name, power_limit_w)
     if entry is None:

@@ -46,8 +46,14 @@ def resolve_device(spec: str) -> DeviceInfo:
     device = torch.device("cuda", index)
     props = torch.cuda.get_device_properties(index)
     uuid = str(getattr(props, "uuid", "")) or None
-    return DeviceInfo(device, props.name, (props.major, props.minor), props.total_memory,
-                      nvml_power_limit_w(uuid), uuid)
+    return DeviceInfo(
+        device,
+        props.name,
+        (props.major, props.minor),
+        props.total_memory,
+        nvml_power_limit_w(uuid),
+        uuid,
+    )
 
 
 def nvml_power_limit_w(uuid: str | None) -> float | None:
@@ -56,7 +62,9 @@ def nvml_power_limit_w(uuid: str | None) -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}" if uuid and not uuid.startswith("GPU-") else uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(
+            f"GPU-{uuid}" if uuid and not uuid.startswith("GPU-") else uuid
+        )
         return pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
     except Exception:  # noqa: BLE001 - any NVML failure means "unknown", never a crash
         return None

@@ -19,8 +19,12 @@ FLUSH_INTERVAL_S = 0.1
 
 
 class EventWriter:
-    def __init__(self, streams: list[BinaryIO], on_event: Callable[[ev.Event], None] | None = None,
-                 flush_interval: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        streams: list[BinaryIO],
+        on_event: Callable[[ev.Event], None] | None = None,
+        flush_interval: float = FLUSH_INTERVAL_S,
+    ) -> None:
         self.streams = streams
         self.on_event = on_event
         self.flush_interval = flush_interval
@@ -30,7 +34,9 @@ class EventWriter:
         self._last_flush = self.started
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._flush_periodically, name="ampscope-flush", daemon=True)
+        self._thread = threading.Thread(
+            target=self._flush_periodically, name="ampscope-flush", daemon=True
+        )
         self._thread.start()
 
     def emit(self, event: ev.Event, urgent: bool = False) -> None:

@@ -60,15 +60,32 @@ def check_device_support(policy: PrecisionPolicy, info: DeviceInfo) -> list[tupl
                 "slowly. Use precision = 'amp-fp16' (with its GradScaler) on this GPU."
             )
         if uses == "tf32" and major < 8:
-            warnings.append(("tf32-unsupported", f"{info.name} ({major}.{minor}) has no TF32 "
-                             "Tensor Cores: this run is plain fp32."))
+            warnings.append(
+                (
+                    "tf32-unsupported",
+                    f"{info.name} ({major}.{minor}) has no TF32 "
+                    "Tensor Cores: this run is plain fp32.",
+                )
+            )
         return warnings
     if uses == "tf32":
-        warnings.append(("tf32-on-cpu", "TF32 is a GPU Tensor Core mode: on the CPU this run is plain fp32."))
+        warnings.append(
+            ("tf32-on-cpu", "TF32 is a GPU Tensor Core mode: on the CPU this run is plain fp32.")
+        )
     if uses == "fp16" and not cpu_has_fast_fp16():
-        warnings.append(("slow-fp16-cpu", f"{info.name} has no fp16 arithmetic units (AVX512-FP16 or "
-                         "AMX-FP16): fp16 runs are emulated and much slower than fp32 here."))
+        warnings.append(
+            (
+                "slow-fp16-cpu",
+                f"{info.name} has no fp16 arithmetic units (AVX512-FP16 or "
+                "AMX-FP16): fp16 runs are emulated and much slower than fp32 here.",
+            )
+        )
     if uses == "bf16" and not cpu_has_fast_bf16():
-        warnings.append(("slow-bf16-cpu", f"{info.name} has no bf16 arithmetic units (AVX512-BF16 or "
-                         "AMX): bf16 runs are converted and likely slower than fp32 here."))
+        warnings.append(
+            (
+                "slow-bf16-cpu",
+                f"{info.name} has no bf16 arithmetic units (AVX512-BF16 or "
+                "AMX): bf16 runs are converted and likely slower than fp32 here.",
+            )
+        )
     return warnings

@@ -55,7 +55,9 @@ class _InFlight:
 
 class CudaProbe:
     def __init__(self, width: int) -> None:
-        self._pinned = [torch.empty(width, dtype=torch.float32, pin_memory=True) for _ in range(RING)]
+        self._pinned = [
+            torch.empty(width, dtype=torch.float32, pin_memory=True) for _ in range(RING)
+        ]
         self._next = 0
         self._start: torch.cuda.Event | None = None
         self._inflight: deque[_InFlight] = deque()

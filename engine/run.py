@@ -25,19 +25,30 @@ from ampscope import records
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 PARENT_GRACE_S = 5.0
 
-OOM_HINT = ("Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
-            "weights), or recompute activations (activation checkpointing).")
+OOM_HINT = (
+    "Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
+    "weights), or recompute activations (activation checkpointing)."
+)
 
 
-def run(preset_name: str, overrides: Sequence[str] = (), *, json_out: bool = False,
-        runs_dir: Path | None = None, record: bool = True,
-        on_event: Callable[[ev.Event], None] | None = None, exit_with_parent: bool = False) -> int:
+def run(
+    preset_name: str,
+    overrides: Sequence[str] = (),
+    *,
+    json_out: bool = False,
+    runs_dir: Path | None = None,
+    record: bool = True,
+    on_event: Callable[[ev.Event], None] | None = None,
+    exit_with_parent: bool = False,
+) -> int:
     try:
         preset = cfg.load_preset(preset_name, overrides)
     except cfg.ConfigError as exc:
         return _refuse(str(exc), json_out, on_event)
 
-    run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), preset.name) if record else None
+    run_dir = (
+        records.new_run_dir(runs_dir or records.default_runs_dir(), preset.name) if record else None
+    )
     streams: list[BinaryIO] = [sys.stdout.buffer] if json_out else []
     record_file = (run_dir / records.EVENTS_FILE).open("ab") if run_dir else None
     if record_file:
@@ -64,8 +75,9 @@ def run(preset_name: str, overrides: Sequence[str] = (), *, json_out: bool = Fal
     return code
 
 
-def _train(preset: cfg.Preset, run_dir: Path | None, writer, stop: threading.Event
-           ) -> tuple[int, ev.HelloEvent | None]:
+def _train(
+    preset: cfg.Preset, run_dir: Path | None, writer, stop: threading.Event
+) -> tuple[int, ev.HelloEvent | None]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
@@ -79,7 +91,9 @@ def _train(preset: cfg.Preset, run_dir: Path | None, writer, stop: threading.Eve
     peak: float | None = None
     samples, tokens, flops = 0, None, 0.0
 
-    def finish(status: str, code: int, error: str | None = None) -> tuple[int, ev.HelloEvent | None]:
+    def finish(
+        status: str, code: int, error: str | None = None
+    ) -> tuple[int, ev.HelloEvent | None]:
         writer.emit(stats.done(status, samples, tokens, flops, peak, error), urgent=True)
         return code, hello
 
@@ -102,22 +116,40 @@ def _train(preset: cfg.Preset, run_dir: Path | None, writer, stop: threading.Eve
         resolved["workload"].update(setup.dims)
         hello = ev.HelloEvent(
             run_id=run_dir.name if run_dir else f"{preset.name}-{os.getpid()}",
-            run_dir=str(run_dir.resolve()) if run_dir else None, preset=preset.name, config=resolved,
-            pid=os.getpid(), host=socket.gethostname(), started_at=time.time(),
-            python_version=sys.version.split()[0], torch_version=str(torch.__version__),
-            cuda_version=torch.version.cuda, device=str(info.device), device_name=info.name,
+            run_dir=str(run_dir.resolve()) if run_dir else None,
+            preset=preset.name,
+            config=resolved,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=time.time(),
+            python_version=sys.version.split()[0],
+            torch_version=str(torch.__version__),
+            cuda_version=torch.version.cuda,
+            device=str(info.device),
+            device_name=info.name,
             compute_capability=list(info.capability) if info.capability else None,
-            compute_dtype=policy.compute_dtype, peak_tflops=peak, peak_tflops_note=note,
+            compute_dtype=policy.compute_dtype,
+            peak_tflops=peak,
+            peak_tflops_note=note,
             param_count=sum(p.numel() for p in setup.model.parameters()),
-            flops_per_step=flops, samples_per_step=samples, tokens_per_step=tokens,
+            flops_per_step=flops,
+            samples_per_step=samples,
+            tokens_per_step=tokens,
         )
         writer.emit(hello, urgent=True)
         for code, message in device_warnings:
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         if preset.compile == "reduce-overhead" and not info.is_cuda:
-            writer.emit(ev.WarningEvent(code="cudagraphs-cpu", message=(
-                "compile = 'reduce-overhead' relies on CUDA graphs; on the CPU it compiles like "
-                "'default'.")), urgent=True)
+            writer.emit(
+                ev.WarningEvent(
+                    code="cudagraphs-cpu",
+                    message=(
+                        "compile = 'reduce-overhead' relies on CUDA graphs; on the CPU it compiles like "
+                        "'default'."
+                    ),
+                ),
+                urgent=True,
+            )
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         status = train(setup, writer, stats, peak, stop)
         if status == "stopped":
@@ -128,9 +160,14 @@ def _train(preset: cfg.Preset, run_dir: Path | None, writer, stop: threading.Eve
         _print_error(str(exc), writer)
         return finish("failed", EXIT_USAGE, str(exc))
     except NonFiniteLoss as exc:
-        message = (f"Loss became {exc.loss} at step {exc.step}: the numbers left the format's range. "
-                   + ("Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
-                      if preset.precision == "fp16" else "Lower the learning rate or use a wider format."))
+        message = (
+            f"Loss became {exc.loss} at step {exc.step}: the numbers left the format's range. "
+            + (
+                "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
+                if preset.precision == "fp16"
+                else "Lower the learning rate or use a wider format."
+            )
+        )
         writer.emit(ev.ErrorEvent(kind="nan", message=message, step=exc.step), urgent=True)
         return finish("failed", EXIT_FAILED, message)
     except torch.OutOfMemoryError as exc:
@@ -138,15 +175,31 @@ def _train(preset: cfg.Preset, run_dir: Path | None, writer, stop: threading.Eve
         allocated = torch.cuda.memory_allocated(device) if torch.cuda.is_available() else None
         reserved = torch.cuda.memory_reserved(device) if torch.cuda.is_available() else None
         message = f"Out of memory at step {stats.steps_done}: {str(exc).splitlines()[0]}"
-        writer.emit(ev.ErrorEvent(kind="oom", message=message, step=stats.steps_done, hint=OOM_HINT,
-                                  mem_allocated=allocated, mem_reserved=reserved), urgent=True)
+        writer.emit(
+            ev.ErrorEvent(
+                kind="oom",
+                message=message,
+                step=stats.steps_done,
+                hint=OOM_HINT,
+                mem_allocated=allocated,
+                mem_reserved=reserved,
+            ),
+            urgent=True,
+        )
         return finish("failed", EXIT_FAILED, message)
     except KeyboardInterrupt:
         return finish("stopped", EXIT_STOPPED)
     except Exception as exc:  # noqa: BLE001 - every fault must reach the watcher as an event
         message = f"{type(exc).__name__}: {exc}"
-        writer.emit(ev.ErrorEvent(kind="exception", message=message, step=stats.steps_done or step,
-                                  traceback=traceback.format_exc()), urgent=True)
+        writer.emit(
+            ev.ErrorEvent(
+                kind="exception",
+                message=message,
+                step=stats.steps_done or step,
+                traceback=traceback.format_exc(),
+            ),
+            urgent=True,
+        )
         return finish("failed", EXIT_FAILED, message)
 
 
@@ -171,8 +224,10 @@ def _print_error(message: str, writer) -> None:
 def _write_summary(run_dir: Path, hello: ev.HelloEvent) -> None:
     recs, _ = records.read_events(run_dir / records.EVENTS_FILE)
     done = next((e for e in reversed(recs) if isinstance(e, ev.DoneEvent)), None)
-    records.write_json(run_dir / records.SUMMARY_FILE,
-                       {"hello": ev.to_dict(hello), "done": ev.to_dict(done) if done else None})
+    records.write_json(
+        run_dir / records.SUMMARY_FILE,
+        {"hello": ev.to_dict(hello), "done": ev.to_dict(done) if done else None},
+    )
 
 
 def _install_signal_handlers(stop: threading.Event) -> None:

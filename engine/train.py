@@ -56,23 +56,37 @@ class RunStats:
     started: float = field(default_factory=time.monotonic)
 
     def timed(self) -> list[float]:
-        return self.step_ms[self.warmup_steps:] or self.step_ms[1:] or self.step_ms
+        return self.step_ms[self.warmup_steps :] or self.step_ms[1:] or self.step_ms
 
-    def done(self, status: str, samples: int, tokens: int | None, flops: float,
-             peak: float | None, error: str | None = None) -> ev.DoneEvent:
+    def done(
+        self,
+        status: str,
+        samples: int,
+        tokens: int | None,
+        flops: float,
+        peak: float | None,
+        error: str | None = None,
+    ) -> ev.DoneEvent:
         times = sorted(self.timed())
         median = statistics.median(times) if times else None
         per_s = 1000.0 / median if median else None
         return ev.DoneEvent(
-            status=status, steps_done=self.steps_done,
-            step_ms_median=median, step_ms_p10=_quantile(times, 0.1), step_ms_p90=_quantile(times, 0.9),
+            status=status,
+            steps_done=self.steps_done,
+            step_ms_median=median,
+            step_ms_p10=_quantile(times, 0.1),
+            step_ms_p90=_quantile(times, 0.9),
             samples_per_s=samples * per_s if per_s else None,
             tokens_per_s=tokens * per_s if per_s and tokens else None,
             tflops=flops * per_s / 1e12 if per_s else None,
             mfu=flops * per_s / 1e12 / peak if per_s and peak else None,
-            mem_peak=self.mem_peak, loss_first=self.loss_first, loss_final=self.loss_final,
-            skipped_steps=self.skipped, compile_s=self.compile_s,
-            wall_s=round(time.monotonic() - self.started, 3), error=error,
+            mem_peak=self.mem_peak,
+            loss_first=self.loss_first,
+            loss_final=self.loss_final,
+            skipped_steps=self.skipped,
+            compile_s=self.compile_s,
+            wall_s=round(time.monotonic() - self.started, 3),
+            error=error,
         )
 
 
@@ -104,19 +118,29 @@ def build(preset: Preset, info: DeviceInfo) -> Setup:
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
     model = workload.model
-    if policy.param_dtype != torch.float32:  # pure casts: weights, grads and AdamW state in one dtype
+    if (
+        policy.param_dtype != torch.float32
+    ):  # pure casts: weights, grads and AdamW state in one dtype
         model.to(policy.param_dtype)
         pool = workload.pool  # type: ignore[attr-defined]
         if pool.inputs.is_floating_point():
             pool.inputs = pool.inputs.to(policy.param_dtype)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, weight_decay=0.0,
-                                  fused=True if info.is_cuda else None)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=preset.lr, weight_decay=0.0, fused=True if info.is_cuda else None
+    )
     s = preset.scaler
-    scaler = torch.amp.GradScaler(info.device.type, enabled=policy.use_scaler, init_scale=s.init_scale,
-                                  growth_factor=s.growth_factor, backoff_factor=s.backoff_factor,
-                                  growth_interval=s.growth_interval)
+    scaler = torch.amp.GradScaler(
+        info.device.type,
+        enabled=policy.use_scaler,
+        init_scale=s.init_scale,
+        growth_factor=s.growth_factor,
+        backoff_factor=s.backoff_factor,
+        growth_interval=s.growth_interval,
+    )
     if preset.compile != "off":
-        model = torch.compile(model, mode=preset.compile, fullgraph=preset.fullgraph, dynamic=preset.dynamic)
+        model = torch.compile(
+            model, mode=preset.compile, fullgraph=preset.fullgraph, dynamic=preset.dynamic
+        )
     return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size)
 
 
@@ -138,9 +162,15 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
     s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
     s.scaler.update()  # halves the scale after a skip, grows it after growth_interval good steps
     s.optimizer.zero_grad(set_to_none=True)
-    return torch.stack([loss.detach().float(), grad_norm.float(), scale_before,
-                        scaler_scale(s.scaler, loss.device),
-                        zeros.fraction if zeros else torch.full((), NAN, device=loss.device)])
+    return torch.stack(
+        [
+            loss.detach().float(),
+            grad_norm.float(),
+            scale_before,
+            scaler_scale(s.scaler, loss.device),
+            zeros.fraction if zeros else torch.full((), NAN, device=loss.device),
+        ]
+    )
 
 
 class ZeroGradCounter:
@@ -162,7 +192,11 @@ class ZeroGradCounter:
 def scaler_scale(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Tensor:
     """The current loss scale as a device tensor (``get_scale()`` would sync)."""
     scale = getattr(scaler, "_scale", None) if scaler.is_enabled() else None
-    return scale.detach().clone().float().reshape(()) if scale is not None else torch.full((), NAN, device=device)
+    return (
+        scale.detach().clone().float().reshape(())
+        if scale is not None
+        else torch.full((), NAN, device=device)
+    )
 
 
 class StepReporter:
@@ -193,45 +227,79 @@ class StepReporter:
         stats.mem_peak = max(stats.mem_peak or 0, peak_mem or allocated or 0) or None
         seconds = item.step_ms / 1000.0
         tflops = s.workload.flops_per_step / seconds / 1e12
-        self.writer.emit(ev.StepEvent(
-            step=item.step, step_ms=round(item.step_ms, 4), loss=loss,
-            loss_scale=after if scaled else None, skipped=skipped,
-            grad_norm=grad_norm if math.isfinite(grad_norm) else None,
-            samples_per_s=s.workload.samples_per_step / seconds,
-            tokens_per_s=s.workload.tokens_per_step / seconds if s.workload.tokens_per_step else None,
-            tflops=tflops, mfu=tflops / self.peak if self.peak else None,
-            mem_allocated=allocated, mem_reserved=reserved, mem_peak=peak_mem,
-            grad_zero_frac=None if math.isnan(zeros) else zeros, lr=s.preset.lr,
-        ))
+        self.writer.emit(
+            ev.StepEvent(
+                step=item.step,
+                step_ms=round(item.step_ms, 4),
+                loss=loss if math.isfinite(loss) else None,
+                loss_scale=after if scaled else None,
+                skipped=skipped,
+                grad_norm=grad_norm if math.isfinite(grad_norm) else None,
+                samples_per_s=s.workload.samples_per_step / seconds,
+                tokens_per_s=s.workload.tokens_per_step / seconds
+                if s.workload.tokens_per_step
+                else None,
+                tflops=tflops,
+                mfu=tflops / self.peak if self.peak else None,
+                mem_allocated=allocated,
+                mem_reserved=reserved,
+                mem_peak=peak_mem,
+                grad_zero_frac=None if math.isnan(zeros) else zeros,
+                lr=s.preset.lr,
+            )
+        )
         if skipped and not self.warned_skip:
             self.warned_skip = True
-            self.writer.emit(ev.WarningEvent(code="skipped-step", step=item.step, message=(
-                f"GradScaler skipped step {item.step}: gradients held inf/NaN; loss scale "
-                f"{before:g} -> {after:g}. A few early skips are normal while the scale settles.")),
-                urgent=True)
+            self.writer.emit(
+                ev.WarningEvent(
+                    code="skipped-step",
+                    step=item.step,
+                    message=(
+                        f"GradScaler skipped step {item.step}: gradients held inf/NaN; loss scale "
+                        f"{before:g} -> {after:g}. A few early skips are normal while the scale settles."
+                    ),
+                ),
+                urgent=True,
+            )
         if scaled and after < 1.0 and before >= 1.0:
-            self.writer.emit(ev.WarningEvent(code="scale-collapse", step=item.step, message=(
-                f"Loss scale fell below 1 ({after:g}) at step {item.step}: gradients overflow even "
-                "unscaled. Look for inf/NaN in the forward pass or lower the learning rate.")), urgent=True)
-        if not math.isfinite(loss) and (not scaled or stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER):
+            self.writer.emit(
+                ev.WarningEvent(
+                    code="scale-collapse",
+                    step=item.step,
+                    message=(
+                        f"Loss scale fell below 1 ({after:g}) at step {item.step}: gradients overflow even "
+                        "unscaled. Look for inf/NaN in the forward pass or lower the learning rate."
+                    ),
+                ),
+                urgent=True,
+            )
+        if not math.isfinite(loss) and (
+            not scaled or stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
+        ):
             raise NonFiniteLoss(item.step, loss)
 
     def memory(self) -> tuple[int | None, int | None, int | None]:
         if self.s.info.is_cuda:
             d = self.s.info.device
-            return (torch.cuda.memory_allocated(d), torch.cuda.memory_reserved(d),
-                    torch.cuda.max_memory_allocated(d))
+            return (
+                torch.cuda.memory_allocated(d),
+                torch.cuda.memory_reserved(d),
+                torch.cuda.max_memory_allocated(d),
+            )
         return self.process.memory_info().rss, None, None
 
 
-def train(s: Setup, writer: EventWriter, stats: RunStats, peak: float | None,
-          stop: threading.Event) -> str:
+def train(
+    s: Setup, writer: EventWriter, stats: RunStats, peak: float | None, stop: threading.Event
+) -> str:
     """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions."""
     preset = s.preset
     reporter = StepReporter(s, writer, stats, peak)
     probe = make_probe(s.info.device, width=5)
     compiled = preset.compile != "off"
-    writer.emit(ev.PhaseEvent(phase="compile" if compiled else "train", state="start", step=0), urgent=True)
+    writer.emit(
+        ev.PhaseEvent(phase="compile" if compiled else "train", state="start", step=0), urgent=True
+    )
     status = "ok"
     for step in range(preset.steps):
         if stop.is_set() or writer.broken:
@@ -244,8 +312,10 @@ def train(s: Setup, writer: EventWriter, stats: RunStats, peak: float | None,
         probe.end(step, metrics)
         if compiled and step == 0:
             stats.compile_s = round(time.perf_counter() - t0, 3)
-            writer.emit(ev.PhaseEvent(phase="compile", state="end", seconds=stats.compile_s, step=0),
-                        urgent=True)
+            writer.emit(
+                ev.PhaseEvent(phase="compile", state="end", seconds=stats.compile_s, step=0),
+                urgent=True,
+            )
             writer.emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)
         if compiled:
             compile_stats.report_changes(writer, step, stats.compile_s)

@@ -49,8 +49,9 @@ def linear_params(model: nn.Module) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
-def build_workload(kind: str, dims: dict[str, int], batch_size: int, device: torch.device,
-                   seed: int) -> Workload:
+def build_workload(
+    kind: str, dims: dict[str, int], batch_size: int, device: torch.device, seed: int
+) -> Workload:
     from engine.workloads import cnn, gpt, mlp
 
     builders = {"gpt": gpt.GptWorkload, "mlp": mlp.MlpWorkload, "cnn": cnn.CnnWorkload}

@@ -33,8 +33,13 @@ class Cnn(nn.Module):
 
 
 class CnnWorkload:
-    def __init__(self, dims: dict[str, int], batch_size: int, device: torch.device,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self,
+        dims: dict[str, int],
+        batch_size: int,
+        device: torch.device,
+        generator: torch.Generator,
+    ) -> None:
         size, classes = dims["image_size"], dims["classes"]
         self.model = Cnn(dims["width"], dims["layers"], classes, size).to(device)
         templates = torch.randn(classes, 3, size, size, generator=generator)

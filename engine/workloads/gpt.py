@@ -50,7 +50,11 @@ class Gpt(nn.Module):
         self.head = nn.Linear(width, vocab, bias=False)
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                std = (
+                    0.02 / math.sqrt(2 * layers)
+                    if name.endswith(("proj.weight", "out.weight"))
+                    else 0.02
+                )
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -61,7 +65,9 @@ class Gpt(nn.Module):
         return self.head(self.ln(x))
 
 
-def markov_sequences(count: int, length: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+def markov_sequences(
+    count: int, length: int, vocab: int, generator: torch.Generator
+) -> torch.Tensor:
     successor = torch.randperm(vocab, generator=generator)
     seqs = torch.empty(count, length, dtype=torch.long)
     seqs[:, 0] = torch.randint(vocab, (count,), generator=generator)
@@ -73,13 +79,20 @@ def markov_sequences(count: int, length: int, vocab: int, generator: torch.Gener
 
 
 class GptWorkload:
-    def __init__(self, dims: dict[str, int], batch_size: int, device: torch.device,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self,
+        dims: dict[str, int],
+        batch_size: int,
+        device: torch.device,
+        generator: torch.Generator,
+    ) -> None:
         vocab, seq_len, width = dims["vocab"], dims["seq_len"], dims["width"]
         layers, heads = dims["layers"], dims["heads"]
         self.model = Gpt(vocab, seq_len, width, layers, heads).to(device)
         seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
-        self.pool = BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
+        self.pool = BatchPool(
+            seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator
+        )
         self.samples_per_step = batch_size
         self.tokens_per_step = batch_size * seq_len
         # 6N per token for the matmul weights, plus attention scores and values (PaLM, appendix B).

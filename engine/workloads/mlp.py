@@ -20,8 +20,13 @@ def mlp(width: int, layers: int, classes: int) -> nn.Sequential:
 
 
 class MlpWorkload:
-    def __init__(self, dims: dict[str, int], batch_size: int, device: torch.device,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self,
+        dims: dict[str, int],
+        batch_size: int,
+        device: torch.device,
+        generator: torch.Generator,
+    ) -> None:
         width, layers, classes = dims["width"], dims["layers"], dims["classes"]
         self.model = mlp(width, layers, classes).to(device)
         teacher = torch.randn(width, classes, generator=generator)

@@ -1,0 +1,157 @@
+"""Presets: every shipped one resolves, and every kind of bad input gets a message naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampscope import cli
+from ampscope import config as cfg
+
+SHIPPED = [p.name for p in cfg.list_presets() if p.source == "shipped"]
+REQUIRED = [
+    "fp32",
+    "tf32",
+    "amp-bf16",
+    "amp-fp16",
+    "amp-fp16-noscale",
+    "bf16",
+    "fp16",
+    "compile-default",
+    "compile-reduce-overhead",
+    "compile-max-autotune",
+]
+
+
+def test_required_presets_are_shipped() -> None:
+    assert set(REQUIRED) <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_preset_resolves(name: str) -> None:
+    preset = cfg.load_preset(name)
+    assert preset.name == name
+    assert preset.description, "every preset needs a one-line description"
+    for on_cuda in (False, True):
+        dims, batch = cfg.resolve_workload(preset, on_cuda)
+        assert batch >= 1 and all(v >= 1 for v in dims.values())
+
+
+def test_presets_mean_what_their_names_say() -> None:
+    assert cfg.load_preset("amp-fp16").uses_scaler
+    assert not cfg.load_preset("amp-fp16-noscale").uses_scaler
+    assert not cfg.load_preset("amp-bf16").uses_scaler
+    for mode in ("default", "reduce-overhead", "max-autotune"):
+        preset = cfg.load_preset(f"compile-{mode}")
+        assert (preset.compile, preset.precision) == (mode, "amp-bf16")
+
+
+def test_auto_size_is_small_on_cpu_and_about_100m_params_on_cuda() -> None:
+    preset = cfg.load_preset("fp32")
+    small, _ = cfg.resolve_workload(preset, on_cuda=False)
+    large, _ = cfg.resolve_workload(preset, on_cuda=True)
+    params = 12 * large["layers"] * large["width"] ** 2 + 2 * large["vocab"] * large["width"]
+    assert 80e6 < params < 200e6
+    assert small["width"] < large["width"]
+    assert large["width"] % 64 == 0 and large["vocab"] % 64 == 0
+
+
+def test_overrides_are_parsed_as_toml_values() -> None:
+    preset = cfg.load_preset(
+        "fp32",
+        [
+            "steps=7",
+            "lr=1e-2",
+            "workload.layers=3",
+            "fullgraph=true",
+            "device=cpu",
+            "batch_size=auto",
+        ],
+    )
+    assert (preset.steps, preset.lr, preset.workload.layers, preset.fullgraph) == (7, 0.01, 3, True)
+    assert preset.device == "cpu" and preset.batch_size == "auto"
+
+
+def test_explicit_sizes_override_auto() -> None:
+    preset = cfg.load_preset("fp32", ["workload.width=96", "batch_size=3"])
+    dims, batch = cfg.resolve_workload(preset, on_cuda=True)
+    assert dims["width"] == 96 and batch == 3
+
+
+def test_user_preset_directory_and_save_roundtrip(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    edited = cfg.load_preset(
+        "amp-fp16", ["steps=42", "scaler.init_scale=1024", "workload.kind=mlp"]
+    )
+    edited.name = "my-fp16"
+    cfg.user_presets_dir().mkdir(parents=True)
+    (cfg.user_presets_dir() / "my-fp16.toml").write_text(cfg.to_toml(edited))
+    assert "my-fp16" in [p.name for p in cfg.list_presets()]
+    assert cfg.load_preset("my-fp16") == edited
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str]:
+    code = cli.main(args)
+    captured = capsys.readouterr()
+    return code, captured.err + captured.out
+
+
+BAD_FILES = {
+    "unknown key": (
+        'name = "x"\nprecison = "fp32"\n',
+        ["precison", "Accepted fields", "precision"],
+    ),
+    "wrong type": ('name = "x"\nsteps = "many"\n', ["steps", "integer"]),
+    "unknown precision": ('name = "x"\nprecision = "fp8"\n', ["precision", "'fp8'", "'amp-bf16'"]),
+    "out of range": (
+        'name = "x"\n[scaler]\nbackoff_factor = 1.5\n',
+        ["scaler.backoff_factor", "< 1"],
+    ),
+    "negative lr": ('name = "x"\nlr = -0.1\n', ["lr", "> 0"]),
+    "malformed toml": ('name = "x\nsteps = 3\n', ["not valid TOML"]),
+    "nested unknown": ('name = "x"\n[workload]\nlayer = 2\n', ["workload.layer", "layers"]),
+    "wrong workload field": (
+        'name = "x"\n[workload]\nkind = "mlp"\nheads = 2\n',
+        ["workload.heads", "mlp"],
+    ),
+    "impossible scaler": (
+        'name = "x"\nprecision = "fp16"\ngrad_scaler = "on"\n',
+        ["grad_scaler", "amp-fp16"],
+    ),
+    "bad device": ('name = "x"\ndevice = "gpu"\n', ["device", "cuda:N"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_preset_file_exits_2_naming_the_key(case: str, tmp_path: Path, capsys) -> None:
+    text, expected = BAD_FILES[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    code, output = run_cli(["run", str(path), "--no-record"], capsys)
+    assert code == 2
+    assert str(path) in output
+    for fragment in expected:
+        assert fragment in output
+    assert "Traceback" not in output
+
+
+def test_unknown_preset_lists_the_available_ones(capsys) -> None:
+    code, output = run_cli(["run", "fp33", "--no-record"], capsys)
+    assert code == 2
+    assert "Unknown preset 'fp33'" in output and "fp32" in output and "amp-bf16" in output
+
+
+def test_bad_override_is_blamed_on_the_override(capsys) -> None:
+    code, output = run_cli(["run", "fp32", "--set", "steps=0", "--no-record"], capsys)
+    assert code == 2
+    assert "--set steps=0" in output and ">= 1" in output
+    code, output = run_cli(["run", "fp32", "--set", "nonsense", "--no-record"], capsys)
+    assert code == 2 and "key=value" in output
+
+
+def test_presets_command_lists_shipped_presets(capsys) -> None:
+    code, output = run_cli(["presets"], capsys)
+    assert code == 0
+    for name in REQUIRED:
+        assert name in output

@@ -1,0 +1,236 @@
+"""The engine on the CPU: real training, a well-formed stream, and every way a run can end."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ampscope import events as ev
+from ampscope import records
+from engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, run
+from tests.conftest import ROOT, engine_env
+
+FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds per step on a CPU
+
+
+def run_preset(
+    name: str, *overrides: str, runs_dir: Path | None = None
+) -> tuple[int, list[ev.Event]]:
+    seen: list[ev.Event] = []
+    code = run(
+        name,
+        [*FAST, *overrides],
+        runs_dir=runs_dir,
+        record=runs_dir is not None,
+        on_event=seen.append,
+    )
+    return code, seen
+
+
+def of(events: list[ev.Event], kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fp32",
+        "tf32",
+        "amp-bf16",
+        "amp-fp16",
+        "amp-fp16-noscale",
+        "bf16",
+        "fp16",
+        "mlp-demo",
+        "cnn-amp-bf16",
+    ],
+)
+def test_preset_runs_and_emits_a_well_formed_stream(name: str, tmp_path: Path) -> None:
+    overrides = ["steps=3", "warmup_steps=1"]
+    if name == "cnn-amp-bf16":
+        code = run(name, [*overrides, "device='cpu'"], runs_dir=tmp_path, on_event=None)
+    else:
+        code, _ = run_preset(name, *overrides, runs_dir=tmp_path)
+    (record_dir,) = tmp_path.iterdir()
+    lines = (record_dir / records.EVENTS_FILE).read_bytes().splitlines()
+    decoded = [ev.decode(line) for line in lines]
+    assert not [d for d in decoded if isinstance(d, ev.UnknownEvent)]
+    assert all(json.loads(line)["v"] == ev.SCHEMA_VERSION for line in lines)
+    assert isinstance(decoded[0], ev.PhaseEvent) and decoded[0].phase == "setup"
+    hello = of(decoded, ev.HelloEvent)[0]
+    assert hello.preset == name and hello.device == "cpu" and hello.flops_per_step > 0
+    assert isinstance(decoded[-1], ev.DoneEvent)
+    steps = of(decoded, ev.StepEvent)
+    if name == "fp16":  # pure fp16 runs out of range: a nan error, not a hang
+        assert code == EXIT_FAILED and decoded[-1].status == "failed"
+        assert of(decoded, ev.ErrorEvent)[0].kind == "nan"
+    else:
+        assert code == EXIT_OK and decoded[-1].status == "ok"
+        assert [s.step for s in steps] == [0, 1, 2]
+    assert all(s.step_ms > 0 and s.samples_per_s > 0 and s.tflops > 0 for s in steps)
+    summary = json.loads((record_dir / records.SUMMARY_FILE).read_text())
+    assert summary["done"]["status"] == decoded[-1].status
+    assert json.loads((record_dir / records.CONFIG_FILE).read_text())["name"] == name
+
+
+@pytest.mark.parametrize("name", ["fp32", "amp-bf16"])
+def test_loss_falls(name: str) -> None:
+    code, seen = run_preset(name, "steps=60", "lr=3e-3")
+    losses = [s.loss for s in of(seen, ev.StepEvent)]
+    assert code == EXIT_OK
+    assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
+
+
+def test_gpt_loss_falls_in_fp32() -> None:
+    code = run("fp32", ["device='cpu'", "steps=40"], record=False, on_event=(seen := []).append)
+    losses = [s.loss for s in of(seen, ev.StepEvent)]
+    assert code == EXIT_OK and losses[-1] < 0.5 * losses[0]
+    hello = of(seen, ev.HelloEvent)[0]
+    assert hello.tokens_per_step == hello.config["batch_size"] * hello.config["workload"]["seq_len"]
+
+
+def test_scaler_skips_the_step_with_an_inf_and_halves_the_scale() -> None:
+    code, seen = run_preset("amp-fp16", "steps=8", "debug.inf_loss_at_step=4")
+    steps = {s.step: s for s in of(seen, ev.StepEvent)}
+    assert code == EXIT_OK
+    assert steps[4].skipped and not steps[3].skipped and not steps[5].skipped
+    assert steps[4].loss_scale == steps[3].loss_scale / 2
+    assert steps[4].loss is None  # not finite
+    assert of(seen, ev.DoneEvent)[0].skipped_steps == 1
+    assert any(w.code == "skipped-step" and w.step == 4 for w in of(seen, ev.WarningEvent))
+
+
+def test_without_scaler_an_inf_loss_fails_the_run_with_a_nan_error() -> None:
+    code, seen = run_preset("amp-bf16", "steps=8", "debug.inf_loss_at_step=3")
+    error = of(seen, ev.ErrorEvent)[0]
+    assert code == EXIT_FAILED and error.kind == "nan" and error.step == 3
+    assert of(seen, ev.DoneEvent)[0].status == "failed"
+
+
+# A GPT whose output gradients are small enough (2048 tokens per batch, 1024-token vocabulary)
+# to fall below fp16's smallest subnormal once the model becomes confident.
+UNDERFLOW = [
+    "device='cpu'",
+    "steps=24",
+    "lr=1e-2",
+    "grad_zero_every=23",
+    "batch_size=32",
+    "workload.width=32",
+    "workload.layers=1",
+    "workload.heads=2",
+    "workload.vocab=1024",
+]
+
+
+def test_fp16_without_scaling_loses_gradients_the_scaled_run_keeps() -> None:
+    zeros = {}
+    for name in ("amp-fp16", "amp-fp16-noscale"):
+        seen: list[ev.Event] = []
+        assert run(name, UNDERFLOW, record=False, on_event=seen.append) == EXIT_OK
+        zeros[name] = of(seen, ev.StepEvent)[23].grad_zero_frac
+    assert zeros["amp-fp16"] < 0.01
+    assert zeros["amp-fp16-noscale"] > 0.05
+
+
+def test_grad_zero_frac_is_measured_only_every_n_steps() -> None:
+    _, seen = run_preset("fp32", "steps=7", "grad_zero_every=3")
+    measured = [s.step for s in of(seen, ev.StepEvent) if s.grad_zero_frac is not None]
+    assert measured == [0, 3, 6]
+
+
+def test_exception_in_the_loop_is_an_error_event_and_the_record_is_kept(tmp_path: Path) -> None:
+    code, seen = run_preset("fp32", "steps=10", "debug.raise_at_step=4", runs_dir=tmp_path)
+    error = of(seen, ev.ErrorEvent)[0]
+    assert code == EXIT_FAILED
+    assert error.kind == "exception" and "debug.raise_at_step" in error.message
+    assert "Traceback" in (error.traceback or "")
+    record = records.load_run(next(tmp_path.iterdir()))
+    assert [s.step for s in of(record.events, ev.StepEvent)] == [0, 1, 2, 3]
+    assert record.status == "failed"
+
+
+def test_records_go_under_the_runs_dir_named_by_time_and_preset(tmp_path: Path) -> None:
+    run_preset("mlp-demo", "steps=2", "warmup_steps=1", runs_dir=tmp_path)
+    (path,) = tmp_path.iterdir()
+    assert path.name.endswith("-mlp-demo") and path.name[:8].isdigit()
+    (run_record,) = records.list_runs(tmp_path)
+    assert run_record.status == "ok" and run_record.hello and run_record.hello.preset == "mlp-demo"
+
+
+def test_sigterm_mid_run_ends_with_done_stopped_and_a_readable_record(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "mlp-demo",
+            "--steps",
+            "100000",
+            "--runs-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=engine_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # lines arrive while the run goes on: flushes are not held to the end
+        if json.loads(line)["type"] == "step" or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read().splitlines()
+    assert proc.wait(timeout=30) == EXIT_STOPPED
+    done = ev.decode(rest[-1])
+    assert isinstance(done, ev.DoneEvent) and done.status == "stopped" and done.steps_done > 0
+    record = records.load_run(next(tmp_path.iterdir()))
+    assert record.status == "stopped"
+    assert len(of(record.events, ev.StepEvent)) == done.steps_done
+
+
+def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -> None:
+    """One cold compile (20-40 s on two cores): phases, counters and timing are reported."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "compile-default",
+            "--no-record",
+            "--device",
+            "cpu",
+            "--set",
+            "workload.kind='mlp'",
+            "--set",
+            "workload.layers=2",
+            "--set",
+            "workload.width=32",
+            "--set",
+            "precision='fp32'",
+            "--steps",
+            "6",
+            "--set",
+            "warmup_steps=2",
+        ],
+        cwd=ROOT,
+        env=engine_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")),
+        capture_output=True,
+        timeout=600,
+    )
+    assert proc.returncode == EXIT_OK, proc.stderr.decode()[-2000:]
+    events = [ev.decode(line) for line in proc.stdout.splitlines()]
+    phases = [(e.phase, e.state) for e in of(events, ev.PhaseEvent)]
+    assert ("compile", "start") in phases and ("compile", "end") in phases
+    assert phases.index(("compile", "end")) < phases.index(("train", "end"))
+    compiled = of(events, ev.CompileEvent)[0]
+    assert compiled.graphs >= 1 and compiled.compile_s and compiled.compile_s > 0
+    done = of(events, ev.DoneEvent)[0]
+    assert done.status == "ok" and done.compile_s == compiled.compile_s
+    assert done.step_ms_median is not None and done.step_ms_median < 1000 * done.compile_s
