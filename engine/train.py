@@ -29,6 +29,7 @@ from engine.workloads import Workload, build_workload
 # The per-step metric vector, read back from the device together.
 LOSS, GRAD_NORM, SCALE_BEFORE, SCALE_AFTER, GRAD_ZEROS = range(5)
 NAN = float("nan")
+RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps
 MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
 
 
@@ -109,6 +110,7 @@ class Setup:
     scaler: torch.amp.GradScaler
     dims: dict[str, int]
     batch_size: int
+    nan: torch.Tensor  # a device scalar for "not measured", made once
 
 
 def build(preset: Preset, info: DeviceInfo) -> Setup:
@@ -141,7 +143,8 @@ def build(preset: Preset, info: DeviceInfo) -> Setup:
         model = torch.compile(
             model, mode=preset.compile, fullgraph=preset.fullgraph, dynamic=preset.dynamic
         )
-    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size)
+    nan = torch.full((), NAN, device=info.device)
+    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
 
 
 def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
@@ -150,7 +153,7 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
     with s.policy.autocast(s.info.device.type):
         output = s.model(x)
         loss = s.workload.loss(output, y)
-    zeros = ZeroGradCounter(output) if measure_zeros else None
+    zeros = ZeroGradCounter(output, s.nan) if measure_zeros else None
     if step == s.preset.debug.inf_loss_at_step > 0:
         loss = loss * math.inf
     if step == s.preset.debug.raise_at_step > 0:
@@ -158,7 +161,7 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
     s.scaler.scale(loss).backward()
     s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
     grad_norm = clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf)
-    scale_before = scaler_scale(s.scaler, loss.device)
+    scale_before = scaler_scale(s.scaler, s.nan)
     s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
     s.scaler.update()  # halves the scale after a skip, grows it after growth_interval good steps
     s.optimizer.zero_grad(set_to_none=True)
@@ -167,8 +170,8 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
             loss.detach().float(),
             grad_norm.float(),
             scale_before,
-            scaler_scale(s.scaler, loss.device),
-            zeros.fraction if zeros else torch.full((), NAN, device=loss.device),
+            scaler_scale(s.scaler, s.nan),
+            zeros.fraction if zeros else s.nan,
         ]
     )
 
@@ -181,22 +184,18 @@ class ZeroGradCounter:
     lifts it back into range; without one, the zeros are gradient signal lost for good.
     """
 
-    def __init__(self, output: torch.Tensor) -> None:
-        self.fraction = torch.full((), NAN, device=output.device)
+    def __init__(self, output: torch.Tensor, nan: torch.Tensor) -> None:
+        self.fraction = nan
         output.register_hook(self._count)
 
     def _count(self, grad: torch.Tensor) -> None:
         self.fraction = (grad == 0).float().mean()
 
 
-def scaler_scale(scaler: torch.amp.GradScaler, device: torch.device) -> torch.Tensor:
+def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tensor:
     """The current loss scale as a device tensor (``get_scale()`` would sync)."""
     scale = getattr(scaler, "_scale", None) if scaler.is_enabled() else None
-    return (
-        scale.detach().clone().float().reshape(())
-        if scale is not None
-        else torch.full((), NAN, device=device)
-    )
+    return scale.detach().clone().float().reshape(()) if scale is not None else nan
 
 
 class StepReporter:
@@ -206,6 +205,7 @@ class StepReporter:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.process = psutil.Process()
         self.warned_skip = False
+        self.rss: int | None = None
 
     def report(self, item: FinishedStep) -> None:
         s, stats = self.s, self.stats
@@ -286,7 +286,9 @@ class StepReporter:
                 torch.cuda.memory_reserved(d),
                 torch.cuda.max_memory_allocated(d),
             )
-        return self.process.memory_info().rss, None, None
+        if self.stats.steps_done % RSS_EVERY == 1 or self.rss is None:  # ~30 us a read
+            self.rss = self.process.memory_info().rss
+        return self.rss, None, None
 
 
 def train(

@@ -1,0 +1,124 @@
+"""What the engine's instrumentation costs: instrumented vs bare training loop, side by side.
+
+Runs one preset's setup twice over (same model, same data) and alternates blocks of steps
+between a bare loop (forward, backward, optimizer; nothing read back) and the engine's loop
+(metric vector, probe, step event written to a file), ABAB, then prints the step-time ratio.
+It also times one step event's emission against json.dumps + write + flush.
+
+    python benchmarks/overhead.py [PRESET] [--set key=value ...] [--blocks 12] [--block-steps 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from ampscope import config as cfg  # noqa: E402
+from ampscope import events as ev  # noqa: E402
+from engine.device import resolve_device  # noqa: E402
+from engine.emitter import EventWriter  # noqa: E402
+from engine.probe import make_probe  # noqa: E402
+from engine.train import RunStats, StepReporter, build, train_step  # noqa: E402
+
+
+def bare_step(s, step: int) -> None:
+    x, y = s.workload.batch(step)
+    with s.policy.autocast(s.info.device.type):
+        loss = s.workload.loss(s.model(x), y)
+    s.scaler.scale(loss).backward()
+    s.scaler.unscale_(s.optimizer)
+    torch.nn.utils.clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or float("inf"))
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    s.optimizer.zero_grad(set_to_none=True)
+
+
+def sync(s) -> None:
+    if s.info.is_cuda:
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("preset", nargs="?", default="mlp-demo")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--block-steps", type=int, default=25)
+    args = parser.parse_args()
+
+    preset = cfg.load_preset(args.preset, args.overrides)
+    info = resolve_device(preset.device)
+    setup = build(preset, info)
+    sink = open(os.devnull, "wb")  # noqa: SIM115
+    writer = EventWriter([sink])
+    stats = RunStats(warmup_steps=0)
+    reporter = StepReporter(setup, writer, stats, peak=None)
+    probe = make_probe(info.device, width=5)
+    stop = threading.Event()
+    assert not stop.is_set()
+
+    def instrumented(step: int) -> None:
+        measure = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
+        probe.begin()
+        probe.end(step, train_step(setup, step, measure))
+        for item in probe.poll():
+            reporter.report(item)
+
+    for step in range(10):  # warm-up both paths
+        bare_step(setup, step)
+        instrumented(step)
+    sync(setup)
+    per_step: dict[str, list[float]] = {"bare": [], "instrumented": []}
+    step = 10
+    for _ in range(args.blocks):
+        for name, fn in (("bare", bare_step), ("instrumented", instrumented)):
+            sync(setup)
+            t0 = time.perf_counter()
+            for _ in range(args.block_steps):
+                fn(setup, step) if name == "bare" else fn(step)
+                step += 1
+            sync(setup)
+            per_step[name].append((time.perf_counter() - t0) / args.block_steps * 1e3)
+    for item in probe.drain():
+        reporter.report(item)
+
+    bare = statistics.median(per_step["bare"])
+    inst = statistics.median(per_step["instrumented"])
+    print(f"preset {preset.name} on {info.name} ({info.device}), {args.blocks} blocks x "
+          f"{args.block_steps} steps each way, interleaved")
+    print(f"  bare loop           {bare:8.3f} ms/step (median of blocks)")
+    print(f"  engine loop         {inst:8.3f} ms/step")
+    print(f"  ratio               {inst / bare:8.4f}  (target <= 1.01)")
+
+    event = ev.StepEvent(step=1, step_ms=12.5, loss=2.3, loss_scale=65536.0, skipped=False,
+                         grad_norm=0.9, samples_per_s=1000.0, tokens_per_s=64000.0, tflops=1.5,
+                         mfu=0.3, mem_allocated=1 << 30, mem_reserved=2 << 30, mem_peak=3 << 30,
+                         grad_zero_frac=None, lr=3e-4)
+    as_dict = ev.to_dict(event)
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        writer.emit(event)
+    ours = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(n):
+        sink.write((json.dumps(as_dict) + "\n").encode())
+        sink.flush()
+    naive = (time.perf_counter() - t0) / n * 1e6
+    print(f"  step event emission {ours:8.2f} us (msgspec, coalesced flushes)")
+    print(f"  json.dumps + write  {naive:8.2f} us (flush every line)  ratio {ours / naive:.2f}")
+    writer.close()
+
+
+if __name__ == "__main__":
+    main()
