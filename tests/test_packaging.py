@@ -1,0 +1,36 @@
+"""An installed (non-editable) wheel carries the presets, the engine and the UI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("ampscope-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {p.name for p in (ROOT / "presets").glob("*.toml")}
+    assert {f"ampscope/presets/{n}" for n in shipped} <= names
+    assert {"engine/train.py", "tui/app.py", "ampscope/events.py"} <= names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "ampscope = ampscope.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
