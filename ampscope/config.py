@@ -82,6 +82,7 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     device: str = "auto"
     grad_zero_every: Annotated[int, Meta(ge=0)] = 10
     peak_tflops: Annotated[float, Meta(gt=0)] | None = None
+    telemetry_hz: Annotated[float, Meta(ge=0.25, le=10)] = 2.0  # sys samples a second
     scaler: ScalerOptions = msgspec.field(default_factory=ScalerOptions)
     workload: Workload = msgspec.field(default_factory=Workload)
     debug: Debug = msgspec.field(default_factory=Debug)

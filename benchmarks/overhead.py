@@ -28,6 +28,7 @@ from ampscope import events as ev  # noqa: E402
 from engine.device import resolve_device  # noqa: E402
 from engine.emitter import EventWriter  # noqa: E402
 from engine.probe import make_probe  # noqa: E402
+from engine.telemetry import TelemetrySampler  # noqa: E402
 from engine.train import RunStats, StepReporter, build, train_step  # noqa: E402
 
 
@@ -78,10 +79,17 @@ def main() -> None:
         bare_step(setup, step)
         instrumented(step)
     sync(setup)
-    per_step: dict[str, list[float]] = {"bare": [], "instrumented": []}
+    sampler = TelemetrySampler(writer.emit, uuid=info.uuid, cuda=info.is_cuda)
+    per_step: dict[str, list[float]] = {"bare": [], "instrumented": [], "sampler": []}
     step = 10
     for _ in range(args.blocks):
-        for name, fn in (("bare", bare_step), ("instrumented", instrumented)):
+        for name, fn in (
+            ("bare", bare_step),
+            ("instrumented", instrumented),
+            ("sampler", instrumented),
+        ):
+            if name == "sampler":
+                sampler.start()
             sync(setup)
             t0 = time.perf_counter()
             for _ in range(args.block_steps):
@@ -89,21 +97,43 @@ def main() -> None:
                 step += 1
             sync(setup)
             per_step[name].append((time.perf_counter() - t0) / args.block_steps * 1e3)
+            if name == "sampler":
+                sampler.stop()
+                sampler = TelemetrySampler(writer.emit, uuid=info.uuid, cuda=info.is_cuda)
     for item in probe.drain():
         reporter.report(item)
 
     bare = statistics.median(per_step["bare"])
     inst = statistics.median(per_step["instrumented"])
-    print(f"preset {preset.name} on {info.name} ({info.device}), {args.blocks} blocks x "
-          f"{args.block_steps} steps each way, interleaved")
+    print(
+        f"preset {preset.name} on {info.name} ({info.device}), {args.blocks} blocks x "
+        f"{args.block_steps} steps each way, interleaved"
+    )
     print(f"  bare loop           {bare:8.3f} ms/step (median of blocks)")
     print(f"  engine loop         {inst:8.3f} ms/step")
+    with_sampler = statistics.median(per_step["sampler"])
     print(f"  ratio               {inst / bare:8.4f}  (target <= 1.01)")
+    print(
+        f"  engine + 2 Hz sys   {with_sampler:8.3f} ms/step  ratio to bare {with_sampler / bare:.4f}"
+    )
 
-    event = ev.StepEvent(step=1, step_ms=12.5, loss=2.3, loss_scale=65536.0, skipped=False,
-                         grad_norm=0.9, samples_per_s=1000.0, tokens_per_s=64000.0, tflops=1.5,
-                         mfu=0.3, mem_allocated=1 << 30, mem_reserved=2 << 30, mem_peak=3 << 30,
-                         grad_zero_frac=None, lr=3e-4)
+    event = ev.StepEvent(
+        step=1,
+        step_ms=12.5,
+        loss=2.3,
+        loss_scale=65536.0,
+        skipped=False,
+        grad_norm=0.9,
+        samples_per_s=1000.0,
+        tokens_per_s=64000.0,
+        tflops=1.5,
+        mfu=0.3,
+        mem_allocated=1 << 30,
+        mem_reserved=2 << 30,
+        mem_peak=3 << 30,
+        grad_zero_frac=None,
+        lr=3e-4,
+    )
     as_dict = ev.to_dict(event)
     n = 20000
     t0 = time.perf_counter()

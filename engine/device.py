@@ -57,17 +57,20 @@ def resolve_device(spec: str) -> DeviceInfo:
 
 
 def nvml_power_limit_w(uuid: str | None) -> float | None:
-    """The board power limit, which tells SXM from PCIe parts. None when NVML cannot say."""
-    try:
-        import pynvml
+    """The enforced board power limit, which tells SXM from PCIe parts. None when NVML cannot say."""
+    from engine.telemetry.nvml import find_gpu_handle, load_nvml, nvml_call, nvml_init
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByUUID(
-            f"GPU-{uuid}" if uuid and not uuid.startswith("GPU-") else uuid
-        )
-        return pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0
-    except Exception:  # noqa: BLE001 - any NVML failure means "unknown", never a crash
+    nvml, _ = load_nvml()
+    if nvml is None or nvml_init(nvml) is not None:
         return None
+    try:
+        handle, _ = find_gpu_handle(nvml, uuid)
+        milliwatts, _ = (
+            nvml_call(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle) if handle else (None, None)
+        )
+        return milliwatts / 1000.0 if milliwatts else None
+    finally:
+        nvml_call(nvml, "nvmlShutdown")
 
 
 def cpu_name() -> str:

@@ -47,8 +47,8 @@ class EventWriter:
             self._buffer += line
             if urgent or now - self._last_flush >= self.flush_interval:
                 self._flush_locked(now)
-        if self.on_event is not None:
-            self.on_event(event)
+            if self.on_event is not None:  # under the lock: the telemetry thread emits too
+                self.on_event(event)
 
     def flush(self) -> None:
         with self._lock:

@@ -84,16 +84,20 @@ def _train(
     from ampscope.peaks import peak_tflops
     from engine.device import resolve_device
     from engine.precision import check_device_support, precision_policy
+    from engine.telemetry import TelemetrySampler, start_for_run
     from engine.train import NonFiniteLoss, RunStats, build, train
 
     stats = RunStats(warmup_steps=preset.warmup_steps)
     hello: ev.HelloEvent | None = None
     peak: float | None = None
     samples, tokens, flops = 0, None, 0.0
+    sampler: TelemetrySampler | None = None
 
     def finish(
         status: str, code: int, error: str | None = None
     ) -> tuple[int, ev.HelloEvent | None]:
+        if sampler is not None:
+            sampler.stop()
         writer.emit(stats.done(status, samples, tokens, flops, peak, error), urgent=True)
         return code, hello
 
@@ -137,6 +141,7 @@ def _train(
             tokens_per_step=tokens,
         )
         writer.emit(hello, urgent=True)
+        sampler = start_for_run(writer, info, hz=preset.telemetry_hz)
         for code, message in device_warnings:
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         if preset.compile == "reduce-overhead" and not info.is_cuda:

@@ -234,3 +234,24 @@ def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -
     done = of(events, ev.DoneEvent)[0]
     assert done.status == "ok" and done.compile_s == compiled.compile_s
     assert done.step_ms_median is not None and done.step_ms_median < 1000 * done.compile_s
+
+
+def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) -> None:
+    import torch
+
+    import engine.train
+
+    real_step = engine.train.train_step
+
+    def step_that_runs_out(s, step: int, measure_zeros: bool):
+        if step == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_step(s, step, measure_zeros)
+
+    monkeypatch.setattr(engine.train, "train_step", step_that_runs_out)
+    code, seen = run_preset("fp32", "steps=6", runs_dir=tmp_path)
+    error = of(seen, ev.ErrorEvent)[0]
+    assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
+    assert "Tried to allocate 20.00 GiB" in error.message
+    assert error.hint and "batch_size" in error.hint
+    assert records.load_run(next(tmp_path.iterdir())).status == "failed"
