@@ -43,6 +43,27 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
 
 
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("presets", nargs="*", help="presets to compare (default: the lecture's sweep)")
+    p.add_argument("--steps", type=int, help="steps for every preset")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field in every preset",
+    )
+    p.add_argument("--baseline", help="the preset others are compared with (default: fp32)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per preset, interleaved ABAB")
+    p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    fmt.add_argument("--csv", action="store_true", help="print the table as CSV")
+    fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
 def run_overrides(args: argparse.Namespace) -> list[str]:
     overrides = list(args.overrides)
     if args.steps is not None:
@@ -74,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
     presets.add_argument("--json", action="store_true")
+    bench = sub.add_parser(
+        "bench", help="run presets one after another and compare them in one table"
+    )
+    add_bench_arguments(bench)
+    # (number-format and memory-planner commands are added here)
     doctor = sub.add_parser(
         "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
     )
@@ -87,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "presets":
         return cmd_presets(args)
+    if args.command == "bench":
+        from ampscope.bench import cmd_bench
+
+        return cmd_bench(args)
     if args.command == "doctor":
         from engine.doctor import doctor
 

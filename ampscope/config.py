@@ -264,11 +264,6 @@ def check_combinations(preset: Preset) -> list[str]:
             "unscales fp32 master gradients, and a pure-cast model has none. Use precision = "
             "'amp-fp16' for loss scaling, or set grad_scaler = 'off'."
         )
-    if preset.warmup_steps >= preset.steps:
-        problems.append(
-            f"warmup_steps = {preset.warmup_steps} leaves no measured steps out of steps = "
-            f"{preset.steps}. Accepted: warmup_steps below steps."
-        )
     if not DEVICE_PATTERN.match(preset.device):
         problems.append(
             f"device = '{preset.device}' is not a device. Accepted: auto, cpu, cuda, or cuda:N."

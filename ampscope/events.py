@@ -143,6 +143,28 @@ class DoneEvent(Event, tag="done"):
     error: str | None = None
 
 
+def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> DoneEvent:
+    """A ``done`` for a run that ended before any step (stopped during setup, never started)."""
+    return DoneEvent(
+        status=status,  # type: ignore[arg-type]
+        steps_done=0,
+        step_ms_median=None,
+        step_ms_p10=None,
+        step_ms_p90=None,
+        samples_per_s=None,
+        tokens_per_s=None,
+        tflops=None,
+        mfu=None,
+        mem_peak=None,
+        loss_first=None,
+        loss_final=None,
+        skipped_steps=0,
+        compile_s=None,
+        wall_s=wall_s,
+        error=error,
+    )
+
+
 AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union object here
     HelloEvent,
     PhaseEvent,

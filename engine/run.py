@@ -66,6 +66,9 @@ def run(
     writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)  # before torch's import
     try:
         code, hello = _train(preset, run_dir, writer, stop)
+    except KeyboardInterrupt:  # stopped while torch was still importing
+        writer.emit(ev.empty_done("stopped"), urgent=True)
+        code = EXIT_STOPPED
     finally:
         writer.close()
         if record_file:
@@ -156,6 +159,7 @@ def _train(
                 urgent=True,
             )
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
+        _in_loop.set()
         status = train(setup, writer, stats, peak, stop)
         if status == "stopped":
             return finish("stopped", EXIT_STOPPED)
@@ -235,13 +239,21 @@ def _write_summary(run_dir: Path, hello: ev.HelloEvent) -> None:
     )
 
 
+_in_loop = threading.Event()  # set once setup is over and steps run
+
+
 def _install_signal_handlers(stop: threading.Event) -> None:
-    """First SIGTERM/SIGINT: finish the current step and write ``done``. Second: interrupt now."""
+    """SIGTERM/SIGINT in the loop: finish the current step and write ``done``.
+
+    During setup (importing torch, building the model), or on a second signal, interrupt at
+    once: setup can take seconds and a stop must not wait for it.
+    """
 
     def handler(signum: int, frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
+        first = not stop.is_set()
         stop.set()
+        if not first or not _in_loop.is_set():
+            raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)

@@ -1,0 +1,404 @@
+"""``ampscope bench``: the same workload under several presets, one table, honest about noise.
+
+Each preset runs in a fresh engine process (clean memory statistics, its own compile cache
+unless the environment shares one). With ``--repeats K`` the presets are interleaved
+(ABAB, not AABB) so that a machine getting slower or faster over time hits them all alike,
+and the spread across repeats decides whether a difference is called at all.
+
+Rows are computed from run records, so the dashboard's Compare screen builds the same
+table from any runs in the history.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from ampscope import config as cfg
+from ampscope import events as ev
+from ampscope import records
+from ampscope.units import fmt_bytes, fmt_ms, fmt_num
+
+LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
+DEFAULT_BASELINE = "fp32"
+SWEEP_FILE = "sweep.json"
+
+
+class Row(msgspec.Struct, kw_only=True):
+    """One preset's line in the comparison (several runs of it when repeated)."""
+
+    preset: str
+    status: str  # ok | failed | stopped | mixed
+    runs: int
+    reason: str | None = None
+    step_ms: float | None = None
+    spread_lo: float | None = None  # p10 of one run, or the lowest repeat's median
+    spread_hi: float | None = None
+    speedup: float | None = None
+    significant: bool | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    tflops: float | None = None
+    mfu: float | None = None
+    mem_peak: int | None = None
+    mem_change: float | None = None  # fraction vs the baseline: -0.38 is 38 % less
+    loss_final: float | None = None
+    loss_change: float | None = None  # relative difference from the baseline's final loss
+    skipped_steps: int = 0
+    grad_zero_frac: float | None = None  # the largest measured in the run(s)
+    compile_s: float | None = None
+    run_dirs: list[str] = msgspec.field(default_factory=list)
+
+
+def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
+    """ABAB order: every preset once, then every preset again."""
+    return [p for _ in range(repeats) for p in presets]
+
+
+def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
+    dones = [r.done for r in runs if r.done is not None]
+    ok = [d for d in dones if d.status == "ok"]
+    statuses = {r.status for r in runs}
+    status = statuses.pop() if len(statuses) == 1 else "mixed"
+    row = Row(preset=preset, status=status, runs=len(runs), run_dirs=[str(r.path) for r in runs])
+    failures = [_reason(r) for r in runs if r.status != "ok"]
+    row.reason = next((f for f in failures if f), None)
+    zeros = [
+        e.grad_zero_frac
+        for r in runs
+        for e in r.events
+        if isinstance(e, ev.StepEvent) and e.grad_zero_frac is not None
+    ]
+    row.grad_zero_frac = max(zeros) if zeros else None
+    row.skipped_steps = sum(d.skipped_steps for d in dones)
+    if not ok:
+        return row
+    medians = [d.step_ms_median for d in ok if d.step_ms_median is not None]
+    if medians:
+        row.step_ms = statistics.median(medians)
+        if len(medians) > 1:
+            row.spread_lo, row.spread_hi = min(medians), max(medians)
+        else:
+            row.spread_lo, row.spread_hi = ok[0].step_ms_p10, ok[0].step_ms_p90
+    row.samples_per_s = _median([d.samples_per_s for d in ok])
+    row.tokens_per_s = _median([d.tokens_per_s for d in ok])
+    row.tflops = _median([d.tflops for d in ok])
+    row.mfu = _median([d.mfu for d in ok])
+    peaks = [d.mem_peak for d in ok if d.mem_peak is not None]
+    row.mem_peak = max(peaks) if peaks else None
+    row.loss_final = _median([d.loss_final for d in ok])
+    compiles = [d.compile_s for d in ok if d.compile_s is not None]
+    row.compile_s = statistics.median(compiles) if compiles else None
+    return row
+
+
+def compare(rows: list[Row], baseline: str) -> list[Row]:
+    """Fill speedup, memory and loss changes relative to the baseline row."""
+    base = next((r for r in rows if r.preset == baseline), None)
+    for row in rows:
+        if base is None or row.step_ms is None or base.step_ms is None:
+            continue
+        row.speedup = base.step_ms / row.step_ms
+        row.significant = abs(row.step_ms - base.step_ms) > max(_spread(row), _spread(base))
+        if row.mem_peak and base.mem_peak:
+            row.mem_change = row.mem_peak / base.mem_peak - 1
+        if row.loss_final is not None and base.loss_final:
+            row.loss_change = row.loss_final / base.loss_final - 1
+    return rows
+
+
+def verdicts(rows: list[Row], baseline: str) -> list[str]:
+    """Sentences a lecturer can read aloud, derived from the numbers only."""
+    lines = []
+    for row in rows:
+        if row.preset == baseline:
+            continue
+        if row.status != "ok":
+            lines.append(
+                f"{row.preset} {row.status}: {(row.reason or 'see its run record').rstrip('.')}."
+            )
+            continue
+        parts = []
+        if row.speedup is not None:
+            if not row.significant:
+                parts.append(f"no significant speed difference from {baseline} (within noise)")
+            elif row.speedup >= 1:
+                parts.append(f"{row.speedup:.2g}x faster than {baseline}")
+            else:
+                parts.append(f"{1 / row.speedup:.2g}x slower than {baseline}")
+        if row.mem_change is not None and abs(row.mem_change) >= 0.01:
+            more_less = "less" if row.mem_change < 0 else "more"
+            parts.append(f"{abs(row.mem_change):.0%} {more_less} peak memory")
+        if row.loss_change is not None:
+            if abs(row.loss_change) < 0.005:
+                parts.append(f"final loss within {max(abs(row.loss_change), 0.001):.1%}")
+            else:
+                worse = "higher" if row.loss_change > 0 else "lower"
+                parts.append(f"final loss {abs(row.loss_change):.1%} {worse}")
+        sentence = f"{row.preset}: " + ", ".join(parts) if parts else f"{row.preset}: no baseline"
+        lines.append(sentence + ".")
+        if row.grad_zero_frac is not None and row.grad_zero_frac >= 0.01:
+            lines.append(
+                f"{row.preset} lost {row.grad_zero_frac:.0%} of its output-gradient values to "
+                "underflow (exact zeros)."
+            )
+        if row.skipped_steps:
+            lines.append(f"{row.preset}: the loss scaler skipped {row.skipped_steps} step(s).")
+    return lines
+
+
+COLUMNS = [
+    ("preset", "preset"),
+    ("step time", "step"),
+    ("speedup", "speedup"),
+    ("samples/s", "samples"),
+    ("tokens/s", "tokens"),
+    ("TFLOP/s", "tflops"),
+    ("MFU", "mfu"),
+    ("peak mem", "mem"),
+    ("mem vs base", "mem_change"),
+    ("final loss", "loss"),
+    ("loss vs base", "loss_change"),
+    ("skipped", "skipped"),
+    ("grad zeros", "zeros"),
+    ("compile", "compile"),
+    ("status", "status"),
+]
+
+
+def cells(row: Row) -> dict[str, str]:
+    spread = ""
+    if row.spread_lo is not None and row.spread_hi is not None:
+        spread = f" ({fmt_ms(row.spread_lo)}-{fmt_ms(row.spread_hi)})"
+    speedup = "-"
+    if row.speedup is not None:
+        speedup = f"{row.speedup:.2f}x" + ("" if row.significant or row.speedup == 1 else " ~")
+    return {
+        "preset": row.preset,
+        "step": (fmt_ms(row.step_ms) + spread) if row.step_ms is not None else "-",
+        "speedup": speedup,
+        "samples": fmt_num(row.samples_per_s),
+        "tokens": fmt_num(row.tokens_per_s),
+        "tflops": f"{row.tflops:.3g}" if row.tflops is not None else "-",
+        "mfu": f"{row.mfu:.1%}" if row.mfu is not None else "-",
+        "mem": fmt_bytes(row.mem_peak),
+        "mem_change": f"{row.mem_change:+.0%}" if row.mem_change is not None else "-",
+        "loss": f"{row.loss_final:.4f}" if row.loss_final is not None else "-",
+        "loss_change": f"{row.loss_change:+.1%}" if row.loss_change is not None else "-",
+        "skipped": str(row.skipped_steps),
+        "zeros": f"{row.grad_zero_frac:.1%}" if row.grad_zero_frac is not None else "-",
+        "compile": f"{row.compile_s:.1f} s" if row.compile_s is not None else "-",
+        "status": row.status if row.status == "ok" else f"{row.status}: {row.reason or '?'}",
+    }
+
+
+def render(rows: list[Row], baseline: str, fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps(
+            {
+                "baseline": baseline,
+                "rows": msgspec.to_builtins(rows),
+                "verdict": verdicts(rows, baseline),
+            },
+            indent=2,
+        )
+    table = [cells(r) for r in rows]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        fields = [f for f in Row.__struct_fields__ if f != "run_dirs"]
+        writer.writerow(fields)
+        for row in rows:
+            writer.writerow(["" if getattr(row, f) is None else getattr(row, f) for f in fields])
+        return out.getvalue()
+    heads = [h for h, _ in COLUMNS]
+    body = [[c[k] for _, k in COLUMNS] for c in table]
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+    else:
+        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(heads)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    notes = verdicts(rows, baseline)
+    if any(r.significant is False and r.preset != baseline for r in rows):
+        notes.append(
+            "~ marks a speed difference smaller than the step-time spread: not significant."
+        )
+    return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def run_one(
+    preset: str,
+    overrides: Sequence[str],
+    runs_dir: Path,
+    on_line: Callable[[ev.Event], None] | None = None,
+) -> records.RunRecord:
+    """Run one preset in a fresh engine process and read back its record."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine",
+        preset,
+        "--runs-dir",
+        str(runs_dir),
+        "--exit-with-parent",
+    ]
+    for item in overrides:
+        cmd += ["--set", item]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    run_dir: Path | None = None
+    reason: str | None = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            event = ev.decode(line)
+            if isinstance(event, ev.HelloEvent) and event.run_dir:
+                run_dir = Path(event.run_dir)
+            elif isinstance(event, ev.ErrorEvent):
+                reason = event.message
+            if on_line is not None:
+                on_line(event)
+        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        proc.wait()
+    except BaseException:
+        _stop(proc)
+        raise
+    if run_dir is not None and run_dir.is_dir():
+        return records.load_run(run_dir)
+    record = records.RunRecord(path=runs_dir / f"(not started: {preset})")
+    error = reason or (stderr.strip().splitlines() or ["the engine exited at once"])[-1]
+    record.done = ev.empty_done("failed", error)
+    return record
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]) -> Path:
+    path = records.new_run_dir(runs_dir, "sweep")
+    records.write_json(
+        path / SWEEP_FILE,
+        {
+            "baseline": baseline,
+            "order": order,
+            "rows": msgspec.to_builtins(rows),
+            "verdict": verdicts(rows, baseline),
+        },
+    )
+    return path
+
+
+def cmd_bench(args) -> int:
+    presets = list(args.presets) or list(LECTURE_SWEEP)
+    baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in presets else presets[0])
+    if baseline not in presets:
+        presets.insert(0, baseline)
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"steps={args.steps}")
+    if args.device is not None:
+        overrides.append(f"device='{args.device}'")
+    if args.repeats < 1:
+        print(f"ampscope: --repeats {args.repeats}: accepted a whole number >= 1.", file=sys.stderr)
+        return 2
+    try:
+        for name in presets:
+            cfg.load_preset(name, overrides)
+    except cfg.ConfigError as exc:
+        print(f"ampscope: {exc}", file=sys.stderr)
+        return 2
+    runs_dir = args.runs_dir or records.default_runs_dir()
+    order = interleaved(presets, args.repeats)
+    results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
+    interrupted = False
+    for i, name in enumerate(order, 1):
+        progress = _Progress(f"[{i}/{len(order)}] {name}")
+        try:
+            results[name].append(run_one(name, overrides, runs_dir, progress))
+        except KeyboardInterrupt:
+            interrupted = True
+            break
+        finally:
+            progress.close()
+    rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
+    fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
+    print(render(rows, baseline, fmt))
+    sweep = write_sweep(runs_dir, rows, baseline, order)
+    print(f"\nsweep record: {sweep}", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
+class _Progress:
+    """One status line per engine run on stderr: compile and step progress."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.tty = sys.stderr.isatty()
+        self.steps = 0
+        self.last = 0.0
+        self._show("starting")
+
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.HelloEvent):
+            self.steps = int(event.config.get("steps", 0))
+        elif (
+            isinstance(event, ev.PhaseEvent) and event.phase == "compile" and event.state == "start"
+        ):
+            self._show("compiling")
+        elif isinstance(event, ev.StepEvent) and time.monotonic() - self.last > 0.2:
+            self.last = time.monotonic()
+            self._show(f"step {event.step + 1}/{self.steps}  {fmt_ms(event.step_ms)}/step")
+        elif isinstance(event, ev.DoneEvent):
+            self._show(event.status)
+
+    def _show(self, text: str) -> None:
+        if self.tty:
+            sys.stderr.write(f"\r\x1b[2K{self.label}: {text}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+        else:
+            sys.stderr.write(f"{self.label}: done\n")
+        sys.stderr.flush()
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _spread(row: Row) -> float:
+    if row.spread_lo is None or row.spread_hi is None:
+        return 0.0
+    return (row.spread_hi - row.spread_lo) / 2 if row.runs == 1 else row.spread_hi - row.spread_lo
+
+
+def _reason(run: records.RunRecord) -> str | None:
+    errors = [e for e in run.events if isinstance(e, ev.ErrorEvent)]
+    if errors:
+        return errors[-1].message
+    return run.done.error if run.done else "no done event (the engine died)"

@@ -1,0 +1,169 @@
+"""How much CPU the dashboard spends on a fast event stream, and how far its display lags.
+
+A fake source (no engine, no torch) feeds step events into the Run view at N steps/s,
+headless with ``run_test``, for a few seconds per rate. Prints the UI process's CPU share
+(process_time / wall time) and the lag between the stream's latest step and the step the
+Run view last displayed.
+
+    python benchmarks/ui_stream.py [--seconds 10] [--rates 100 1000] [--refresh 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ampscope import events as ev  # noqa: E402
+from tui.app import AmpscopeApp  # noqa: E402
+from tui.run_state import RunState  # noqa: E402
+from tui.widgets.plots import RunPlot  # noqa: E402
+
+TICK_S = 0.01
+
+
+def fake_hello() -> ev.HelloEvent:
+    return ev.HelloEvent(
+        run_id="bench",
+        run_dir=None,
+        preset="bench",
+        config={
+            "name": "bench",
+            "precision": "amp-fp16",
+            "compile": "off",
+            "steps": 10**9,
+            "device": "cuda",
+        },
+        pid=0,
+        host="bench",
+        started_at=time.time(),
+        python_version="3",
+        torch_version="-",
+        cuda_version=None,
+        device="cuda:0",
+        device_name="fake GPU",
+        compute_capability=None,
+        compute_dtype="float16",
+        peak_tflops=100.0,
+        peak_tflops_note="",
+        param_count=10**8,
+        flops_per_step=1e12,
+        samples_per_step=16,
+        tokens_per_step=16384,
+    )
+
+
+def fake_step(i: int, t: float) -> ev.StepEvent:
+    ms = 10.0 + (i % 17) * 0.3 + (40.0 if i % 500 == 0 else 0.0)
+    scale = 2.0 ** (16 - (i // 2000) % 4)
+    return ev.StepEvent(
+        step=i,
+        step_ms=ms,
+        loss=5.0 / (1 + i / 1000),
+        loss_scale=scale,
+        skipped=i % 997 == 0,
+        grad_norm=1.0,
+        samples_per_s=1600.0,
+        tokens_per_s=1.6e6,
+        tflops=95.0,
+        mfu=0.5,
+        mem_allocated=(20 << 30) + i,
+        mem_reserved=24 << 30,
+        mem_peak=22 << 30,
+        grad_zero_frac=None,
+        lr=1e-3,
+        t=t,
+    )
+
+
+async def measure(rate: int, seconds: float, refresh_hz: float) -> dict[str, float]:
+    app = AmpscopeApp(runs_dir=Path("/nonexistent-ampscope-bench"), refresh_hz=refresh_hz)
+    lags: list[int] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.3)
+        state = RunState(label="bench")
+        app.state = state
+        app.show_run_screen()
+        await pilot.pause(0.3)
+        screen = app.run_screen
+        assert screen is not None
+        state.ingest(fake_hello())
+        state.ingest(ev.PhaseEvent(phase="train", state="start", step=0))
+        sent = 0
+        redraws0 = screen.redraws
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        next_sys = 0.0
+        next_lag = 0.0
+        while True:
+            elapsed = time.monotonic() - wall0
+            if elapsed >= seconds:
+                break
+            due = int(elapsed * rate)
+            while sent < due:
+                state.ingest(fake_step(sent, elapsed))
+                sent += 1
+            if elapsed >= next_sys:
+                state.ingest(
+                    ev.SysEvent(
+                        t=elapsed,
+                        gpu_util=97.0,
+                        cpu_util=20.0,
+                        proc_cpu=100.0,
+                        gpu_mem_used=30 << 30,
+                        gpu_mem_total=80 << 30,
+                    )
+                )
+                next_sys += 1.0
+            if elapsed >= next_lag and screen.displayed_step is not None:
+                lags.append(sent - 1 - screen.displayed_step)
+                next_lag += 0.1
+            await asyncio.sleep(TICK_S)
+        cpu = time.process_time() - cpu0
+        wall = time.monotonic() - wall0
+        points = max(p.points_drawn for p in screen.query(RunPlot))
+        redraws = screen.redraws - redraws0
+    return {
+        "rate": rate,
+        "steps": sent,
+        "wall": wall,
+        "cpu": cpu,
+        "share": cpu / wall,
+        "lag_mean": statistics.mean(lags) if lags else float("nan"),
+        "lag_max": max(lags) if lags else float("nan"),
+        "redraws": redraws / wall,
+        "points": points,
+        "kept": len(state.steps),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rates", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--refresh", type=float, default=4.0, help="redraws a second")
+    args = parser.parse_args()
+    rows = [asyncio.run(measure(rate, args.seconds, args.refresh)) for rate in args.rates]
+    print(f"refresh {args.refresh:g} Hz, {args.seconds:g} s per rate, 120x40, headless")
+    print(
+        f"{'steps/s':>8} {'steps':>7} {'UI CPU':>7} {'redraw/s':>9} {'lag mean':>9} "
+        f"{'lag max':>8} {'pts/plot':>9} {'kept':>6}"
+    )
+    for r in rows:
+        print(
+            f"{r['rate']:>8} {r['steps']:>7} {r['share']:>6.0%} {r['redraws']:>9.1f} "
+            f"{r['lag_mean']:>9.1f} {r['lag_max']:>8} {r['points']:>9} {r['kept']:>6}"
+        )
+    print(
+        "lag: stream's latest step minus the step the Run view last displayed, sampled "
+        "every 0.1 s (at N steps/s one redraw period is N/refresh steps)."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ampscope dashboard (Textual). Never imports torch or the engine package."""

@@ -1,0 +1,216 @@
+"""The engine as a child process: started in its own process group, read line by line.
+
+``EngineProcess.run()`` is a coroutine for a Textual async worker. ``stop()`` sends SIGTERM to
+the group (the engine finishes its step and emits ``done``), then SIGKILL after a grace
+period. ``kill_all_now()`` is for signal handlers: no asyncio, no tty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ampscope import events as ev
+
+STOP_GRACE_S = 3.0
+STDERR_LINES = 50
+LINE_LIMIT = 16 * 1024 * 1024  # a hello line carries the config; keep room
+
+_LIVE: dict[int, int] = {}
+"""pid -> process group of every engine this process has started and not yet reaped."""
+
+
+def engine_command(preset: str, overrides: Sequence[str], runs_dir: Path | None) -> list[str]:
+    cmd = [sys.executable, "-m", "engine", preset, "--exit-with-parent"]
+    if runs_dir is not None:
+        cmd += ["--runs-dir", str(runs_dir)]
+    for item in overrides:
+        cmd += ["--set", item]
+    return cmd
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+class EngineProcess:
+    """One engine run. Call ``run()`` once (in a worker); ``stop()`` from anywhere in the loop."""
+
+    def __init__(
+        self,
+        preset: str,
+        overrides: Sequence[str] = (),
+        runs_dir: Path | None = None,
+        on_event: Callable[[ev.Event | ev.UnknownEvent], None] | None = None,
+        command: Sequence[str] | None = None,
+        grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.command = list(command) if command else engine_command(preset, overrides, runs_dir)
+        self.on_event = on_event
+        self.grace_s = grace_s
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
+        self.process: asyncio.subprocess.Process | None = None
+        self.returncode: int | None = None
+        self.stop_requested = False
+        self._started = asyncio.Event()
+        self._exited = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.returncode is None
+
+    async def wait_started(self) -> None:
+        await self._started.wait()
+
+    async def run(self) -> int:
+        """Start the engine, feed every line to ``on_event`` and return its exit code."""
+        env = dict(os.environ)
+        root = str(_project_root())
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                env=env,
+                limit=LINE_LIMIT,
+            )
+        except OSError as exc:
+            self.returncode = 127
+            self.stderr_tail.append(f"cannot start the engine: {exc}")
+            self._started.set()
+            self._exited.set()
+            return 127
+        _LIVE[self.process.pid] = self.process.pid  # start_new_session: pgid == pid
+        self._started.set()
+        stderr_task = asyncio.ensure_future(self._read_stderr())
+        try:
+            assert self.process.stdout is not None
+            while True:
+                try:
+                    line = await self.process.stdout.readline()
+                except ValueError:  # a line over LINE_LIMIT: skip it
+                    continue
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                if self.on_event is not None:
+                    self.on_event(ev.decode(line))
+            code = await self.process.wait()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stderr_task, 1.0)
+        except asyncio.CancelledError:
+            # The worker was cancelled (the app is closing): never leave the engine behind.
+            self.kill_now()
+            raise
+        finally:
+            if not stderr_task.done():
+                stderr_task.cancel()
+        self.returncode = code
+        _LIVE.pop(self.process.pid, None)
+        self._exited.set()
+        return code
+
+    async def _read_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        while True:
+            try:
+                line = await self.process.stderr.readline()
+            except ValueError:
+                continue
+            if not line:
+                return
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                self.stderr_tail.append(text)
+
+    async def stop(self) -> int | None:
+        """SIGTERM the group, wait up to the grace period, then SIGKILL. Returns the exit code."""
+        if self.process is None:
+            return self.returncode
+        self.stop_requested = True
+        if self.returncode is None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self._wait_exit(), self.grace_s)
+            except asyncio.TimeoutError:
+                _signal_group(self.process.pid, signal.SIGKILL)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wait_exit(), 2.0)
+        # Anything the engine left in its group (compile workers) goes too.
+        _signal_group(self.process.pid, signal.SIGKILL)
+        _LIVE.pop(self.process.pid, None)
+        return self.returncode if self.returncode is not None else self.process.returncode
+
+    async def _wait_exit(self) -> None:
+        assert self.process is not None
+        await self.process.wait()
+
+    def kill_now(self) -> None:
+        if self.process is not None:
+            _signal_group(self.process.pid, signal.SIGKILL)
+            _LIVE.pop(self.process.pid, None)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def live_engines() -> list[int]:
+    return list(_LIVE)
+
+
+def kill_all_now(grace_s: float = 1.0) -> None:
+    """For signal handlers: SIGTERM every engine group, wait briefly, then SIGKILL.
+
+    Uses only os calls: no asyncio, no tty, safe when the terminal is gone.
+    """
+    groups = list(_LIVE.values())
+    if not groups:
+        return
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    pending = set(groups)
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            if _gone(pid):
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.05)
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+    _LIVE.clear()
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (reaped here, or a zombie)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        return True
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+    except OSError:
+        return True

@@ -1,0 +1,94 @@
+"""Past runs, from their records. Enter replays one in the Run view."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from ampscope import records
+from ampscope.units import fmt_ms, fmt_num
+
+if TYPE_CHECKING:
+    from tui.app import AmpscopeApp
+
+
+class HistoryScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("f5", "reload", "Reload"),
+        Binding("escape", "back", "Back"),
+        Binding("b", "back", "Back", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, runs_dir: Path) -> None:
+        super().__init__()
+        self.runs_dir = runs_dir
+        self.paths: dict[str, Path] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Runs in {self.runs_dir}", id="history-title")
+        yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="history-empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("preset", "status", "steps", "median step", "final loss", "started")
+        self.action_reload()
+        table.focus()
+
+    def action_reload(self) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        self.paths.clear()
+        runs = records.list_runs(self.runs_dir)
+        for run in runs:
+            done = run.done
+            started = (
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.hello.started_at))
+                if run.hello
+                else run.name.split("-", 1)[0]
+            )
+            table.add_row(
+                run.preset,
+                run.status,
+                "-" if done is None else str(done.steps_done),
+                fmt_ms(done.step_ms_median if done else None),
+                fmt_num(done.loss_final if done else None),
+                started,
+                key=run.name,
+            )
+            self.paths[run.name] = run.path
+        self.query_one("#history-empty", Static).update(
+            "" if runs else "No runs recorded yet. Start one from the presets (enter)."
+        )
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self._open(str(event.row_key.value))
+
+    def action_open(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        self._open(str(key.value))
+
+    def _open(self, name: str) -> None:
+        path = self.paths.get(name)
+        if path is not None:
+            app: AmpscopeApp = self.app  # type: ignore[assignment]
+            app.open_record(path)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    async def action_quit(self) -> None:
+        await self.app.action_quit()

@@ -1,0 +1,316 @@
+"""Pick a preset, edit its main fields (validated as you type), run it or save it."""
+
+from __future__ import annotations
+
+import copy
+import re
+import typing
+from typing import TYPE_CHECKING, Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
+
+from ampscope import config as cfg
+
+if TYPE_CHECKING:
+    from tui.app import AmpscopeApp
+
+# (key in the preset, label, choices or None for a free input)
+FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
+    ("precision", "precision", typing.get_args(cfg.Precision)),
+    ("grad_scaler", "grad scaler", typing.get_args(cfg.ScalerMode)),
+    ("compile", "compile", typing.get_args(cfg.CompileMode)),
+    ("steps", "steps", None),
+    ("batch_size", "batch size", None),
+    ("lr", "lr", None),
+    ("device", "device", None),
+    ("workload.kind", "workload", typing.get_args(cfg.WorkloadKind)),
+    ("workload.size", "size", typing.get_args(cfg.WorkloadSize)),
+]
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def field_id(key: str) -> str:
+    return "field-" + key.replace(".", "-").replace("_", "-")
+
+
+def get_path(data: dict[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def parse_field(key: str, text: str) -> Any:
+    text = text.strip()
+    if key == "device":
+        return text
+    return cfg.parse_value(text)
+
+
+class SaveDialog(ModalScreen[str | None]):
+    """Ask for the name of a new user preset."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, suggestion: str) -> None:
+        super().__init__()
+        self.suggestion = suggestion
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="save-dialog"):
+            yield Label(f"Save as a user preset in {cfg.user_presets_dir()}")
+            yield Input(value=self.suggestion, placeholder="name", id="save-name")
+            yield Label("", id="save-error", classes="error")
+            with Horizontal(id="save-buttons"):
+                yield Button("Save", variant="primary", id="save-ok")
+                yield Button("Cancel", id="save-cancel")
+
+    @on(Input.Submitted, "#save-name")
+    @on(Button.Pressed, "#save-ok")
+    def _save(self) -> None:
+        name = self.query_one("#save-name", Input).value.strip()
+        if not NAME_PATTERN.match(name):
+            self.query_one("#save-error", Label).update(
+                "A name is letters, digits, '-', '_' or '.', starting with a letter or digit."
+            )
+            return
+        self.dismiss(name)
+
+    @on(Button.Pressed, "#save-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class PresetsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "run", "Run", show=False),
+        Binding("r", "run", "Run"),
+        Binding("s", "save", "Save as"),
+        Binding("h", "history", "History"),
+        Binding("v", "view_run", "Live run"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.presets: list[cfg.PresetInfo] = []
+        self.current: cfg.PresetInfo | None = None
+        self.base: dict[str, Any] = {}
+        self.edited: dict[str, Any] = {}
+        self.preset: cfg.Preset | None = None
+        self.problem: str | None = None
+
+    @property
+    def ampscope(self) -> AmpscopeApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="presets-main"):
+            yield OptionList(id="preset-list")
+            with VerticalScroll(id="preset-form"):
+                yield Static("", id="preset-description")
+                for key, label, choices in FIELDS:
+                    with Horizontal(classes="form-row"):
+                        yield Label(label, classes="form-label")
+                        if choices is None:
+                            yield Input(id=field_id(key), compact=True, classes="form-input")
+                        else:
+                            yield Select(
+                                [(c, c) for c in choices],
+                                id=field_id(key),
+                                allow_blank=False,
+                                compact=True,
+                                classes="form-input",
+                            )
+                yield Label("", id="preset-error", classes="error")
+                yield Static("", id="preset-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.reload()
+        self.query_one("#preset-list", OptionList).focus()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_bindings()
+
+    def reload(self, select: str | None = None) -> None:
+        self.presets = cfg.list_presets()
+        options = self.query_one("#preset-list", OptionList)
+        options.clear_options()
+        options.add_options(
+            [
+                Option(p.name + ("  (user)" if p.source == "user" else ""), id=p.name)
+                for p in self.presets
+            ]
+        )
+        if not self.presets:
+            self.query_one("#preset-error", Label).update(
+                f"No presets found. Add .toml files to {cfg.user_presets_dir()}."
+            )
+            return
+        names = [p.name for p in self.presets]
+        index = names.index(select) if select in names else 0
+        options.highlighted = index
+        self.load(self.presets[index])
+
+    @on(OptionList.OptionHighlighted, "#preset-list")
+    def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        info = next((p for p in self.presets if p.name == event.option_id), None)
+        if info is not None and info is not self.current:
+            self.load(info)
+
+    @on(OptionList.OptionSelected, "#preset-list")
+    async def _selected(self, event: OptionList.OptionSelected) -> None:
+        await self.action_run()
+
+    def load(self, info: cfg.PresetInfo) -> None:
+        self.current = info
+        try:
+            preset = cfg.load_preset(str(info.path))
+        except cfg.ConfigError as exc:
+            self.base, self.edited, self.preset = {}, {}, None
+            self.show_problem(str(exc))
+            return
+        self.base = cfg.to_dict(preset)
+        self.edited = copy.deepcopy(self.base)
+        self.preset = preset
+        self.query_one("#preset-description", Static).update(
+            f"[b]{info.name}[/b]  [dim]{info.source}: {info.path}[/dim]\n{preset.description}"
+        )
+        for key, _label, choices in FIELDS:
+            value = get_path(self.base, key)
+            widget = self.query_one("#" + field_id(key))
+            if choices is None:
+                assert isinstance(widget, Input)
+                widget.value = "" if value is None else str(value)
+            else:
+                assert isinstance(widget, Select)
+                widget.value = value
+        self.show_problem(None)
+
+    def form_values(self) -> dict[str, Any]:
+        """The loaded preset with the form's fields applied (not yet validated)."""
+        data = copy.deepcopy(self.base)
+        for key, _label, choices in FIELDS:
+            widget = self.query_one("#" + field_id(key))
+            if choices is None:
+                assert isinstance(widget, Input)
+                set_path(data, key, parse_field(key, widget.value))
+            else:
+                assert isinstance(widget, Select)
+                if widget.value is not Select.NULL:
+                    set_path(data, key, widget.value)
+        return data
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self, event: Input.Changed | Select.Changed) -> None:
+        if not self.base or event.control.id in (None, "save-name"):
+            return
+        self.revalidate()
+
+    @on(Input.Submitted, ".form-input")
+    async def _submitted(self, event: Input.Submitted) -> None:
+        await self.action_run()
+
+    def revalidate(self) -> bool:
+        data = self.form_values()
+        for key, _label, choices in FIELDS:
+            if choices is None and str(get_path(data, key)).strip() == "":
+                self.preset = None
+                self.show_problem(f"'{key}' is empty.", key)
+                return False
+        try:
+            self.preset = cfg.validate(data, source="edited preset")
+        except cfg.ConfigError as exc:
+            self.preset = None
+            self.show_problem(str(exc), _blamed_key(str(exc)))
+            return False
+        self.edited = data
+        self.show_problem(None)
+        return True
+
+    @property
+    def is_edited(self) -> bool:
+        return self.edited != self.base
+
+    def show_problem(self, message: str | None, key: str | None = None) -> None:
+        self.problem = message
+        self.query_one("#preset-error", Label).update(message or "")
+        for fkey, _label, _choices in FIELDS:
+            self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
+        status = "" if message else ("edited: runs as a temporary copy" if self.is_edited else "")
+        self.query_one("#preset-status", Static).update(status)
+
+    async def action_run(self) -> None:
+        if self.current is None:
+            return
+        if not self.base or not self.revalidate() or self.preset is None:
+            self.app.notify(
+                self.problem or "This preset cannot run.", severity="error", title="Not valid"
+            )
+            return
+        if self.is_edited:
+            await self.ampscope.start_edited_run(self.preset)
+        else:
+            await self.ampscope.start_run(self.current.name)
+
+    def action_save(self) -> None:
+        if self.preset is None or not self.revalidate():
+            self.app.notify(self.problem or "Nothing to save.", severity="error")
+            return
+        preset = self.preset
+        suggestion = (
+            f"{preset.name}-custom"
+            if self.current and self.current.source != "user"
+            else preset.name
+        )
+
+        def saved(name: str | None) -> None:
+            if not name:
+                return
+            try:
+                path = self.ampscope.save_user_preset(preset, name)
+            except OSError as exc:
+                self.app.notify(f"Cannot save: {exc}", severity="error")
+                return
+            self.app.notify(f"Saved {path}", title="Preset saved")
+            self.reload(select=name)
+
+        self.app.push_screen(SaveDialog(suggestion), saved)
+
+    def action_history(self) -> None:
+        self.ampscope.show_history()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "view_run":
+            return self.ampscope.run_screen is not None
+        return True
+
+    def action_view_run(self) -> None:
+        self.ampscope.show_run_screen()
+
+    async def action_quit(self) -> None:
+        await self.ampscope.action_quit()
+
+
+def _blamed_key(message: str) -> str | None:
+    """The form field a ConfigError names, to mark it."""
+    for key, _label, _choices in FIELDS:
+        if f"'{key}'" in message or f"{key} =" in message or f"{key} " in message:
+            return key
+    return None

@@ -1,0 +1,107 @@
+"""The live dashboard: header, stat cards, four plots and the event log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from tui.run_state import RunState
+from tui.widgets.event_log import EventLog
+from tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
+from tui.widgets.stat_cards import StatCards
+
+if TYPE_CHECKING:
+    from tui.app import AmpscopeApp
+
+SHORT_HEIGHT = 32  # rows below which the view packs tighter
+
+
+class RunScreen(Screen):
+    """Shows one RunState. Live runs can be stopped and restarted; replays are read-only."""
+
+    BINDINGS = [
+        Binding("s", "stop", "Stop"),
+        Binding("r", "restart", "Restart"),
+        Binding("escape", "back", "Back"),
+        Binding("b", "back", "Back", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, state: RunState, refresh_hz: float = 4.0) -> None:
+        super().__init__()
+        self.state = state
+        self.refresh_hz = refresh_hz
+        self.redraws = 0
+        self.displayed_step: int | None = None
+
+    @property
+    def ampscope(self) -> AmpscopeApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="run-top"):
+            yield Static("", id="run-header")
+            yield Static("", id="run-error")
+        yield StatCards(id="cards")
+        with Grid(id="plots"):
+            yield StepTimePlot(id="plot-step")
+            yield LossPlot(id="plot-loss")
+            yield MemoryPlot(id="plot-mem")
+            yield UtilPlot(id="plot-util")
+        yield EventLog(id="event-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+        self.set_interval(1.0 / self.refresh_hz, self.refresh_view, name="redraw")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.height < SHORT_HEIGHT, "-short")
+
+    def show_state(self, state: RunState) -> None:
+        self.state = state
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        if not self.is_attached:
+            return
+        state = self.state
+        self.displayed_step = state.step
+        self.query_one("#run-header", Static).update(state.header())
+        error = self.query_one("#run-error", Static)
+        error.update(state.error or "")
+        error.display = bool(state.error)
+        self.query_one(StatCards).show(state.cards())
+        for plot in self.query(RunPlot):
+            plot.draw(state)
+        self.query_one(EventLog).sync(state)
+        self.redraws += 1
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("stop", "restart") and self.state.read_only:
+            return None  # shown disabled: a replay has no engine
+        if action == "stop" and self.state.finished:
+            return None
+        return True
+
+    def on_screen_resume(self) -> None:
+        self.refresh_bindings()
+
+    async def action_stop(self) -> None:
+        await self.ampscope.stop_run()
+        self.refresh_view()
+
+    async def action_restart(self) -> None:
+        await self.ampscope.restart_run()
+
+    def action_back(self) -> None:
+        self.ampscope.pop_to_presets()
+
+    async def action_quit(self) -> None:
+        await self.ampscope.action_quit()

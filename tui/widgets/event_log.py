@@ -1,0 +1,45 @@
+"""Warnings, errors and skipped steps, with the step they happened at."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from tui.run_state import RunState
+
+STYLES = {
+    "error": "bold red",
+    "warning": "yellow",
+    "skipped": "magenta",
+    "stderr": "red",
+    "info": "dim",
+}
+
+
+class EventLog(RichLog):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_lines=1000, wrap=True, markup=False, highlight=False, **kwargs)
+        self._seq = 0
+        self._state_id: int | None = None
+        self.texts: list[str] = []  # plain text of what was written, for tests and copy
+        self._max_texts = 1000
+
+    def sync(self, state: RunState) -> None:
+        if id(state) != self._state_id:
+            self._state_id = id(state)
+            self._seq = 0
+            self.clear()
+            self.texts.clear()
+        for entry in state.log_since(self._seq):
+            self._seq = entry.seq
+            where = f"step {entry.step:>6}" if entry.step is not None else " " * 11
+            line = Text(no_wrap=False)
+            line.append(f"{where}  ", style="dim")
+            line.append(f"{entry.level:<8} ", style=STYLES.get(entry.level, ""))
+            line.append(
+                entry.text, style=STYLES.get(entry.level, "") if entry.level == "error" else ""
+            )
+            self.write(line)
+            self.texts.append(f"{where.strip()} {entry.level} {entry.text}")
+            if len(self.texts) > self._max_texts:
+                del self.texts[: len(self.texts) - self._max_texts]
