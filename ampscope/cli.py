@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     # (number-format and memory-planner commands are added here)
+    from ampscope.formats_cli import add_dtypes_parser, add_memory_parser
+
+    add_dtypes_parser(sub)
+    add_memory_parser(sub)
     doctor = sub.add_parser(
         "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
     )
@@ -117,6 +121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ampscope.bench import cmd_bench
 
         return cmd_bench(args)
+    if args.command == "dtypes":
+        from ampscope.formats_cli import cmd_dtypes
+
+        return cmd_dtypes(args)
+    if args.command == "memory":
+        from ampscope.formats_cli import cmd_memory
+
+        return cmd_memory(args)
     if args.command == "doctor":
         from engine.doctor import doctor
 

@@ -157,8 +157,24 @@ def user_presets_dir() -> Path:
     return Path(base) / "ampscope" / "presets"
 
 
+# The order presets are listed in: the lecture's story, from the baseline to compile modes.
+PRESET_ORDER = (
+    "fp32",
+    "tf32",
+    "amp-bf16",
+    "amp-fp16",
+    "amp-fp16-noscale",
+    "bf16",
+    "fp16",
+    "compile-default",
+    "compile-reduce-overhead",
+    "compile-max-autotune",
+)
+
+
 def list_presets() -> list[PresetInfo]:
-    """Shipped presets, then user presets (a user preset of the same name wins)."""
+    """Shipped presets in the lecture's order, then the rest by name; a user preset of the
+    same name as a shipped one replaces it."""
     found: dict[str, PresetInfo] = {}
     for source, folder in (("shipped", shipped_presets_dir()), ("user", user_presets_dir())):
         if not folder.is_dir():
@@ -170,7 +186,8 @@ def list_presets() -> list[PresetInfo]:
                 continue
             name = str(raw.get("name", path.stem))
             found[name] = PresetInfo(name, str(raw.get("description", "")), path, source)  # type: ignore[arg-type]
-    return list(found.values())
+    rank = {name: i for i, name in enumerate(PRESET_ORDER)}
+    return sorted(found.values(), key=lambda p: (rank.get(p.name, len(rank)), p.name))
 
 
 def find_preset(name_or_path: str) -> PresetInfo:

@@ -341,6 +341,26 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
     run(go())
 
 
+def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> None:
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[*FAST, "steps=4"])
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            for name in ("fp32", "mlp-demo"):
+                select_preset(app, name)
+                await pilot.press("enter")
+                assert await wait_for(pilot, lambda: app.state.status == "done", 60)
+                await pilot.pause(0.5)
+                assert isinstance(app.screen, RunScreen)
+                header = str(app.screen.query_one("#run-header").render())
+                assert name in header and "done" in header
+                await pilot.press("escape")
+                await pilot.pause(0.2)
+                assert isinstance(app.screen, PresetsScreen)
+
+    run(go())
+
+
 def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=FAST)

@@ -215,7 +215,10 @@ class AmpscopeApp(App):
         if self.state is None:
             return
         if self.run_screen is None:
+            # Installed, so that going back to the presets keeps it alive: Textual removes a
+            # popped screen that is not installed, and a removed screen cannot be shown again.
             self.run_screen = RunScreen(self.state, self.refresh_hz)
+            self.install_screen(self.run_screen, name="live-run")
         else:
             self.run_screen.show_state(self.state)
         if self.screen is not self.run_screen:

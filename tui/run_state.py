@@ -419,7 +419,7 @@ class RunState:
         return thin(xs, ys, max_points)
 
     def loss_series(self, max_points: int) -> tuple[tuple[list, list], tuple[list, list]]:
-        pts = [(s[0], s[3]) for s in self.steps if math.isfinite(s[3])]
+        pts = [(s[0], s[3]) for s in self.steps if s[3] is not None and math.isfinite(s[3])]
         loss = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
         sc = [(s[0], math.log2(s[4])) for s in self.steps if s[4] is not None and s[4] > 0]
         scale = thin([p[0] for p in sc], [p[1] for p in sc], max_points)
@@ -462,9 +462,9 @@ def _median(values: list) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _fmt_loss(x: float) -> str:
-    if not math.isfinite(x):
-        return str(x)
+def _fmt_loss(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "inf/NaN"  # the stream writes a non-finite loss as null
     return f"{x:.4g}"
 
 

@@ -1,0 +1,482 @@
+"""How much memory training takes, per precision regime: a planner for a lecture, not a profiler.
+
+Per parameter, a training step keeps weights, gradients, optimizer state and (in mixed
+precision) fp32 master weights; activations come on top and scale with batch and sequence.
+The facts (REFERENCE.md, "Memory per parameter, AdamW"):
+
+- fp32 / tf32 with AdamW: 4 w + 4 g + 8 (m, v) = 16 bytes/param; inference 4.
+- torch AMP (fp32 weights are the master copy, autocast to bf16/fp16): also 16, plus a
+  transient 16-bit copy of the weights that autocast makes and autograd keeps until backward.
+- classic mixed precision (fp16 weights and grads, fp32 master + m + v): 2+2+4+8 = 16.
+- pure bf16 (torch AdamW keeps m, v in the parameters' dtype): 2+2+4 = 8.
+- activations per transformer layer in 16-bit, no recomputation (Korthikanti et al. 2022):
+  s*b*h*(34 + 5*a*s/h) bytes; flash attention never stores the s^2 scores (drops 5*a*s/h).
+
+Imports neither torch nor textual.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GIB = 1 << 30
+FIT_FRACTION = 0.9  # leave 10% for the CUDA context, the allocator's fragmentation, workspaces
+
+# Nominal memory per GPU in GiB (the datasheet figure).
+GPUS: tuple[tuple[str, float], ...] = (
+    ("T4", 16),
+    ("V100-16", 16),
+    ("V100-32", 32),
+    ("A10", 24),
+    ("L4", 24),
+    ("RTX 3090", 24),
+    ("RTX 4090", 24),
+    ("A100-40", 40),
+    ("L40S", 48),
+    ("A100-80", 80),
+    ("H100", 80),
+    ("H200", 141),
+    ("B200", 192),
+)
+
+OPTIMIZER_STATES = {"adamw": 2, "sgd-momentum": 1, "sgd": 0}
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Bytes per parameter for each kind of state, and the dtype activations are kept in."""
+
+    key: str
+    label: str
+    weight_bytes: int  # the weights the forward pass reads
+    grad_bytes: int
+    master_bytes: int  # a separate fp32 copy (0 when the weights are the master copy)
+    state_bytes: int  # per optimizer state tensor (m, v, momentum)
+    cast_bytes: int  # transient low-precision copies of the weights made each step
+    activation_bytes: int  # bytes per activation value (16-bit: 2)
+    inference_bytes: int  # bytes/param to serve the model in the regime's compute dtype
+    note: str = ""
+
+
+REGIMES: dict[str, Regime] = {
+    r.key: r
+    for r in (
+        Regime("fp32", "fp32", 4, 4, 0, 4, 0, 4, 4, "everything fp32 (TF32 off); activations fp32"),
+        Regime(
+            "tf32",
+            "tf32",
+            4,
+            4,
+            0,
+            4,
+            0,
+            4,
+            4,
+            "as fp32: TF32 only changes how matmuls round their inputs, not storage",
+        ),
+        Regime(
+            "amp-bf16",
+            "AMP bf16 (fp32 master)",
+            4,
+            4,
+            0,
+            4,
+            2,
+            2,
+            2,
+            "torch.autocast: fp32 weights are the master copy; bf16 weight copies live from "
+            "forward to backward; inference assumes the model cast to bf16",
+        ),
+        Regime(
+            "amp-fp16",
+            "AMP fp16 (fp32 master)",
+            4,
+            4,
+            0,
+            4,
+            2,
+            2,
+            2,
+            "as AMP bf16, plus a GradScaler (a few bytes)",
+        ),
+        Regime(
+            "mixed-fp16",
+            "classic mixed fp16",
+            2,
+            2,
+            4,
+            4,
+            0,
+            2,
+            2,
+            "fp16 weights and grads, fp32 master weights and optimizer state (Micikevicius et al.)",
+        ),
+        Regime(
+            "bf16",
+            "pure bf16",
+            2,
+            2,
+            0,
+            2,
+            0,
+            2,
+            2,
+            "model.to(bfloat16): torch AdamW keeps its state in bf16 too",
+        ),
+        Regime("fp16", "pure fp16", 2, 2, 0, 2, 0, 2, 2, "as pure bf16, in fp16 (no loss scaling)"),
+        Regime(
+            "fp8",
+            "fp8 (Float8Linear)",
+            4,
+            4,
+            0,
+            4,
+            1,
+            2,
+            1,
+            "assumed: torchao Float8Linear with fp32 master weights, grads and AdamW state, "
+            "bf16 autocast elsewhere, weights cast to fp8 for each matmul (1 transient byte/param); "
+            "activations counted as bf16; inference assumes fp8 weights",
+        ),
+        Regime("fp64", "fp64", 8, 8, 0, 8, 0, 8, 8, "everything fp64"),
+    )
+}
+DEFAULT_REGIMES = ("fp32", "tf32", "amp-bf16", "amp-fp16", "mixed-fp16", "bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A decoder transformer's shape, for activation memory."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    batch: int
+    vocab: int | None = None
+
+
+@dataclass
+class RegimePlan:
+    """One regime's bytes: per parameter, and in total for the model (and shape, if given)."""
+
+    regime: str
+    label: str
+    optimizer: str
+    params: int
+    weight_bpp: int
+    grad_bpp: int
+    master_bpp: int
+    optimizer_bpp: int
+    cast_bpp: int
+    train_bpp: int  # persistent state per parameter: weights + grads + master + optimizer
+    inference_bpp: int
+    weights: int
+    grads: int
+    master: int
+    optimizer_state: int
+    cast_copies: int
+    activations: int | None  # None: no transformer shape known
+    logits: int | None
+    static: int  # weights + grads + master + optimizer state
+    train_total: int  # static + transient casts + activations (+ logits)
+    inference_total: int  # weights only
+    fits_train: list[str] = field(default_factory=list)
+    fits_inference: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PlanError(ValueError):
+    """A user error in the planner's inputs: the message is meant to be shown as is."""
+
+
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
+
+
+def parse_count(text: str) -> int:
+    """A parameter count: 7e9, 7B, 125M, 1.3b, 350k, 1_000_000 or a plain integer."""
+    match = _COUNT.match(str(text).replace("_", "").replace(",", ""))
+    if not match:
+        raise PlanError(
+            f"'{text}' is not a parameter count. Accepted: a plain integer (125000000), "
+            "scientific notation (7e9), or a number with a suffix k, M, B or T "
+            "(350k, 125M, 1.3B, 7B), in either case."
+        )
+    value = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
+    if not math.isfinite(value) or value < 1:
+        raise PlanError(f"'{text}' is not a parameter count: it must be at least 1.")
+    return round(value)
+
+
+def gpt_params(vocab: int, seq_len: int, width: int, layers: int) -> int:
+    """Parameters of the engine's gpt: token + position embeddings, pre-LN blocks, untied head.
+
+    Each block: 2 LayerNorms (2*h each), qkv (3h^2) and proj (h^2), fc (4h^2) and out (4h^2),
+    all without bias: 12h^2 + 4h. Then a final LayerNorm (2h) and the head (h*vocab).
+    """
+    h = width
+    return vocab * h + seq_len * h + layers * (12 * h * h + 4 * h) + 2 * h + h * vocab
+
+
+def mlp_params(width: int, layers: int, classes: int) -> int:
+    """(layers-1) x Linear(width, width) with bias, then Linear(width, classes) with bias."""
+    return (layers - 1) * (width * width + width) + width * classes + classes
+
+
+def cnn_params(width: int, layers: int, classes: int) -> int:
+    """3x3 convolutions with bias, channels width*2^min(i,3), then a Linear head."""
+    total, channels = 0, 3
+    for i in range(layers):
+        out = width * 2 ** min(i, 3)
+        total += channels * out * 9 + out
+        channels = out
+    return total + channels * classes + classes
+
+
+def transformer_params(layers: int, hidden: int, vocab: int | None = None) -> int:
+    """An estimate for a decoder from its shape alone: 12*L*h^2 (+ 2*V*h for embeddings/head)."""
+    return 12 * layers * hidden * hidden + (2 * vocab * hidden if vocab else 0)
+
+
+def activation_bytes(shape: Shape, bytes_per_value: int = 2, flash: bool = False) -> int:
+    """Korthikanti et al.: s*b*h*(34 + 5*a*s/h) bytes per layer at 2 bytes a value.
+
+    The formula counts 16-bit activations (it includes dropout masks, 1 byte each, which the
+    engine's model does not have). Other dtypes scale it by bytes_per_value / 2. Flash
+    attention recomputes the a*s*s score matrices instead of storing them.
+    """
+    s, b, h, a = shape.seq, shape.batch, shape.hidden, shape.heads
+    per_layer = s * b * h * 34 + (0 if flash else 5 * a * s * s * b)
+    return per_layer * shape.layers * bytes_per_value // 2
+
+
+def logits_bytes(shape: Shape, bytes_per_value: int) -> int | None:
+    """The output logits, plus the fp32 copy the loss makes of them (s*b*V each)."""
+    if not shape.vocab:
+        return None
+    return shape.seq * shape.batch * shape.vocab * (bytes_per_value + 4)
+
+
+def fits(total: int, fraction: float = FIT_FRACTION) -> list[str]:
+    return [name for name, gib in GPUS if total <= fraction * gib * GIB]
+
+
+def plan_regime(
+    params: int,
+    regime: str,
+    optimizer: str = "adamw",
+    shape: Shape | None = None,
+    flash: bool = False,
+) -> RegimePlan:
+    if regime not in REGIMES:
+        raise PlanError(f"unknown regime '{regime}'. Regimes: {', '.join(REGIMES)}.")
+    if optimizer not in OPTIMIZER_STATES:
+        raise PlanError(
+            f"unknown optimizer '{optimizer}'. Optimizers: {', '.join(OPTIMIZER_STATES)}."
+        )
+    r = REGIMES[regime]
+    states = OPTIMIZER_STATES[optimizer]
+    opt_bpp = states * r.state_bytes
+    master_bpp = r.master_bytes
+    train_bpp = r.weight_bytes + r.grad_bytes + master_bpp + opt_bpp
+    acts = activation_bytes(shape, r.activation_bytes, flash) if shape else None
+    logits = logits_bytes(shape, r.activation_bytes) if shape else None
+    static = params * train_bpp
+    total = static + params * r.cast_bytes + (acts or 0) + (logits or 0)
+    inference = params * r.inference_bytes
+    return RegimePlan(
+        regime=r.key,
+        label=r.label,
+        optimizer=optimizer,
+        params=params,
+        weight_bpp=r.weight_bytes,
+        grad_bpp=r.grad_bytes,
+        master_bpp=master_bpp,
+        optimizer_bpp=opt_bpp,
+        cast_bpp=r.cast_bytes,
+        train_bpp=train_bpp,
+        inference_bpp=r.inference_bytes,
+        weights=params * r.weight_bytes,
+        grads=params * r.grad_bytes,
+        master=params * master_bpp,
+        optimizer_state=params * opt_bpp,
+        cast_copies=params * r.cast_bytes,
+        activations=acts,
+        logits=logits,
+        static=static,
+        train_total=total,
+        inference_total=inference,
+        fits_train=fits(total),
+        fits_inference=fits(inference),
+        note=r.note,
+    )
+
+
+def plan(
+    params: int,
+    regimes: Iterable[str] = DEFAULT_REGIMES,
+    optimizer: str = "adamw",
+    shape: Shape | None = None,
+    flash: bool = False,
+) -> list[RegimePlan]:
+    """One :class:`RegimePlan` a regime: the planner's table."""
+    return [plan_regime(params, r, optimizer, shape, flash) for r in regimes]
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets and run records
+
+
+@dataclass
+class Workload:
+    """A preset's (or a run's) model, as the planner sees it."""
+
+    kind: str
+    params: int
+    regime: str
+    shape: Shape | None
+    dims: dict[str, int]
+    batch: int
+
+
+def regime_for_precision(precision: str) -> str:
+    """A preset's ``precision`` as a planner regime (they share names)."""
+    return precision if precision in REGIMES else "fp32"
+
+
+def workload_from(kind: str, dims: dict[str, int], batch: int, precision: str) -> Workload:
+    if kind == "gpt":
+        params = gpt_params(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"])
+        shape = Shape(
+            dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims["vocab"]
+        )
+    elif kind == "mlp":
+        params, shape = mlp_params(dims["width"], dims["layers"], dims["classes"]), None
+    elif kind == "cnn":
+        params, shape = cnn_params(dims["width"], dims["layers"], dims["classes"]), None
+    else:
+        raise PlanError(f"unknown workload kind '{kind}'.")
+    return Workload(kind, params, regime_for_precision(precision), shape, dict(dims), batch)
+
+
+def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
+    """A preset's workload at its GPU size (``on_cuda``) or CPU size; raises ConfigError."""
+    from ampscope import config
+
+    preset = config.load_preset(name)
+    dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
+    return workload_from(preset.workload.kind, dims, batch, preset.precision)
+
+
+@dataclass
+class RunComparison:
+    run: str
+    device: str
+    on_cuda: bool
+    regime: str
+    params: int
+    measured_peak: int | None
+    plan: RegimePlan
+    predicted: int  # what the measurement is compared with
+    predicted_what: str
+    ratio: float | None  # measured / predicted
+    percent: float | None  # (measured - predicted) / predicted * 100
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["plan"] = self.plan.to_dict()
+        return d
+
+
+def compare_run(run_dir: Any, flash: bool = True) -> RunComparison:
+    """The planner's prediction for a recorded run beside its measured peak memory.
+
+    ``flash`` defaults to True: the engine's gpt calls torch's scaled_dot_product_attention,
+    whose flash kernels (CUDA and CPU) never store the s^2 attention scores.
+    """
+    from pathlib import Path
+
+    from ampscope import records
+
+    path = Path(run_dir)
+    if not (path / records.EVENTS_FILE).is_file() and not (path / records.SUMMARY_FILE).is_file():
+        raise PlanError(f"{path} is not a run record (no {records.EVENTS_FILE} in it).")
+    rec = records.load_run(path)
+    if rec.hello is None:
+        raise PlanError(f"{path}: the record has no hello event, so its configuration is unknown.")
+    conf = rec.hello.config or {}
+    wl = conf.get("workload", {}) or {}
+    kind = str(wl.get("kind", "gpt"))
+    batch = int(conf.get("batch_size") or 1)
+    precision = str(conf.get("precision", "fp32"))
+    regime = regime_for_precision(precision)
+    dims = {k: int(v) for k, v in wl.items() if isinstance(v, int) and not isinstance(v, bool)}
+    shape = None
+    if kind == "gpt" and all(k in dims for k in ("layers", "width", "heads", "seq_len")):
+        shape = Shape(
+            dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims.get("vocab")
+        )
+    params = int(rec.hello.param_count or 0)
+    if params <= 0:
+        try:
+            params = workload_from(kind, dims, batch, precision).params
+        except (KeyError, PlanError) as exc:
+            raise PlanError(f"{path}: no parameter count in the record ({exc}).") from None
+    p = plan_regime(params, regime, "adamw", shape, flash)
+    device = str(rec.hello.device or "")
+    on_cuda = device.startswith("cuda")
+    measured = rec.done.mem_peak if rec.done else None
+    if measured is None:
+        steps = [
+            e
+            for e in rec.events
+            if getattr(e, "mem_peak", None) or getattr(e, "mem_allocated", None)
+        ]
+        if steps:
+            measured = max((getattr(e, "mem_peak", None) or e.mem_allocated) for e in steps)  # type: ignore[attr-defined]
+    notes: list[str] = []
+    if on_cuda:
+        notes.append(
+            "measured: torch.cuda.max_memory_allocated (tensors only, not the CUDA context)"
+        )
+    else:
+        notes.append(
+            "measured: process RSS on the CPU, which includes the Python and torch runtime "
+            "(about 300 MB) and the data pool: the comparison is rough"
+        )
+    if p.activations is None:
+        notes.append(f"no transformer shape for a {kind} workload: activations are not predicted")
+    notes.append(
+        "prediction: weights + grads + AdamW state + transient casts"
+        + (" + activations + logits" if p.activations is not None else "")
+    )
+    predicted = p.train_total
+    ratio = measured / predicted if measured and predicted else None
+    percent = (ratio - 1) * 100 if ratio is not None else None
+    return RunComparison(
+        run=path.name,
+        device=device,
+        on_cuda=on_cuda,
+        regime=regime,
+        params=params,
+        measured_peak=measured,
+        plan=p,
+        predicted=predicted,
+        predicted_what="training total",
+        ratio=ratio,
+        percent=percent,
+        notes=notes,
+    )
+
+
+def gpu_names() -> Sequence[str]:
+    return [name for name, _ in GPUS]
