@@ -313,8 +313,7 @@ def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]
 def cmd_bench(args) -> int:
     presets = list(args.presets) or list(LECTURE_SWEEP)
     baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in presets else presets[0])
-    if baseline not in presets:
-        presets.insert(0, baseline)
+    presets = [baseline, *(p for p in dict.fromkeys(presets) if p != baseline)]  # baseline first
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"steps={args.steps}")
