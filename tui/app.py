@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,13 @@ import psutil
 from textual.app import App
 from textual.binding import Binding
 
+from ampscope import bench, records
 from ampscope import config as cfg
 from ampscope import events as ev
-from ampscope import records
 from tui.commands import PresetCommands
 from tui.engine_process import EngineProcess, kill_all_now
 from tui.run_state import RunState, replay
+from tui.screens.compare import CompareScreen
 from tui.screens.history import HistoryScreen
 from tui.screens.presets import PresetsScreen
 from tui.screens.run import RunScreen
@@ -33,6 +35,23 @@ DEFAULT_REFRESH_HZ = 4.0
 AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
 THEME_ENV = "AMPSCOPE_THEME"
 SYS_SAMPLE_S = 1.0
+
+
+@dataclass
+class SweepQueue:
+    """Presets queued from the Presets screen, run one after another."""
+
+    presets: list[str]
+    index: int = 0
+    run_dirs: list[Path] = field(default_factory=list)
+
+    @property
+    def progress(self) -> str:
+        return f"sweep {self.index + 1}/{len(self.presets)}"
+
+    @property
+    def baseline(self) -> str:
+        return "fp32" if "fp32" in self.presets else self.presets[0]
 
 
 class AmpscopeApp(App):
@@ -65,6 +84,7 @@ class AmpscopeApp(App):
         self.engine: EngineProcess | None = None
         self.state: RunState | None = None
         self.run_screen: RunScreen | None = None
+        self.sweep: SweepQueue | None = None
         self.last_launch: tuple[str, list[str], dict[str, Any]] | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="ampscope-")
         self._sys_proc: psutil.Process | None = None
@@ -113,14 +133,23 @@ class AmpscopeApp(App):
         overrides: Sequence[str] = (),
         label: str | None = None,
         launch: dict[str, Any] | None = None,
+        *,
+        queued: bool = False,
     ) -> None:
-        """Stop what runs, then start ``preset`` (a name or a .toml path) and show it."""
+        """Stop what runs, then start ``preset`` (a name or a .toml path) and show it.
+
+        A run the user starts cancels a queued sweep; ``queued`` marks the sweep's own runs.
+        """
+        if not queued:
+            self.sweep = None
         if launch is None:
             launch = _launch_info(preset, [*overrides, *self.extra_overrides])
         self.last_launch = (preset, list(overrides), launch)
         async with self._lock:
             await self.stop_run()
             state = RunState(label=label or launch.get("name", preset), launch=launch)
+            if queued and self.sweep is not None:
+                state.queue_note = self.sweep.progress
             engine = EngineProcess(
                 preset,
                 [*overrides, *self.extra_overrides],
@@ -159,6 +188,41 @@ class AmpscopeApp(App):
         if self.run_screen is not None and self.run_screen.state is state:
             self.run_screen.refresh_view()
             self.run_screen.refresh_bindings()
+        if self.sweep is not None and self.state is state:
+            await self._continue_sweep(state)
+
+    # ------------------------------------------------------------------ sweeps
+
+    async def start_sweep(self, presets: Sequence[str]) -> None:
+        """Run presets one after another; the Run view follows each, Compare opens at the end."""
+        self.sweep = SweepQueue(list(presets))
+        await self._start_next_in_sweep()
+
+    async def _start_next_in_sweep(self) -> None:
+        sweep = self.sweep
+        if sweep is None:
+            return
+        await self.start_run(sweep.presets[sweep.index], queued=True)
+
+    async def _continue_sweep(self, state: RunState) -> None:
+        sweep = self.sweep
+        assert sweep is not None
+        if state.hello is not None and state.hello.run_dir:
+            sweep.run_dirs.append(Path(state.hello.run_dir))
+        if state.stop_requested:  # the user stopped a run: the rest of the queue is cancelled
+            self.sweep = None
+            self.notify(f"Sweep cancelled after {sweep.index + 1} of {len(sweep.presets)}.")
+            return
+        sweep.index += 1
+        if sweep.index < len(sweep.presets):
+            self.call_later(self._start_next_in_sweep)
+            return
+        self.sweep = None
+        runs = [records.load_run(d) for d in sweep.run_dirs if d.is_dir()]
+        rows = bench.compare([bench.row_from_runs(r.preset, [r]) for r in runs], sweep.baseline)
+        bench.write_sweep(self.runs_dir, rows, sweep.baseline, sweep.presets)
+        if len(runs) >= 2:
+            self.push_screen(CompareScreen(runs, baseline=sweep.baseline))
 
     async def stop_run(self) -> None:
         engine, state = self.engine, self.state

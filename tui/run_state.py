@@ -103,6 +103,7 @@ class RunState:
         self.events_seen = 0
         self.unknown_lines = 0
         self.stop_requested = False
+        self.queue_note: str | None = None  # "sweep 2/4" while a queued sweep runs
         self.exit_code: int | None = None
         # (step, t, step_ms, loss, loss_scale, samples/s, tokens/s, tflops, mfu, alloc, reserved)
         self.steps: deque[tuple] = deque(maxlen=maxlen)
@@ -327,6 +328,8 @@ class RunState:
         ]
         if self.read_only:
             parts.append("replay")
+        if self.queue_note:
+            parts.append(self.queue_note)
         return " · ".join(parts)
 
     def cards(self) -> list[Card]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from ampscope import records
 from ampscope.units import fmt_ms, fmt_num
+from tui.screens.compare import CompareScreen
 
 if TYPE_CHECKING:
     from tui.app import AmpscopeApp
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 class HistoryScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
+        Binding("space", "mark", "Mark"),
+        Binding("c", "compare", "Compare"),
         Binding("f5", "reload", "Reload"),
         Binding("escape", "back", "Back"),
         Binding("b", "back", "Back", show=False),
@@ -31,6 +35,7 @@ class HistoryScreen(Screen):
         super().__init__()
         self.runs_dir = runs_dir
         self.paths: dict[str, Path] = {}
+        self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static(f"Runs in {self.runs_dir}", id="history-title")
@@ -41,6 +46,7 @@ class HistoryScreen(Screen):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         table.add_columns("preset", "status", "steps", "median step", "final loss", "started")
+        table.add_column("compare", key="mark")
         self.action_reload()
         table.focus()
 
@@ -63,6 +69,7 @@ class HistoryScreen(Screen):
                 fmt_ms(done.step_ms_median if done else None),
                 fmt_num(done.loss_final if done else None),
                 started,
+                "x" if run.name in self.marked else "",
                 key=run.name,
             )
             self.paths[run.name] = run.path
@@ -87,8 +94,43 @@ class HistoryScreen(Screen):
             app: AmpscopeApp = self.app  # type: ignore[assignment]
             app.open_record(path)
 
+    def action_mark(self) -> None:
+        """Mark or unmark the highlighted run for comparison."""
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return
+        name = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        if name in self.marked:
+            self.marked.remove(name)
+        else:
+            self.marked.append(name)
+        table.update_cell(name, "mark", "x" if name in self.marked else "")
+        table.move_cursor(row=min(table.cursor_row + 1, table.row_count - 1))
+
+    def action_compare(self) -> None:
+        """Compare the marked runs, or, with none marked, the most recent sweep's runs."""
+        paths = [self.paths[n] for n in self.marked if n in self.paths]
+        if not paths:
+            paths = latest_sweep_runs(self.runs_dir)
+        if len(paths) < 2:
+            self.notify("Mark two or more runs with space, then press c.", title="Compare")
+            return
+        self.app.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+
     def action_back(self) -> None:
         self.app.pop_screen()
 
     async def action_quit(self) -> None:
         await self.app.action_quit()
+
+
+def latest_sweep_runs(runs_dir: Path) -> list[Path]:
+    """The run folders of the most recent sweep record, if any."""
+    sweeps = sorted(runs_dir.glob("*-sweep*/sweep.json")) if runs_dir.is_dir() else []
+    if not sweeps:
+        return []
+    try:
+        rows = json.loads(sweeps[-1].read_text()).get("rows", [])
+    except (OSError, ValueError):
+        return []
+    return [Path(d) for row in rows for d in row.get("run_dirs", []) if Path(d).is_dir()]

@@ -100,6 +100,8 @@ class PresetsScreen(Screen):
         Binding("enter", "run", "Run", show=False),
         Binding("r", "run", "Run"),
         Binding("s", "save", "Save as"),
+        Binding("m", "mark", "Mark for sweep"),
+        Binding("w", "sweep", "Run sweep"),
         Binding("h", "history", "History"),
         Binding("v", "view_run", "Live run"),
         Binding("q", "quit", "Quit"),
@@ -113,6 +115,7 @@ class PresetsScreen(Screen):
         self.edited: dict[str, Any] = {}
         self.preset: cfg.Preset | None = None
         self.problem: str | None = None
+        self.marked: list[str] = []
 
     @property
     def ampscope(self) -> AmpscopeApp:
@@ -153,7 +156,12 @@ class PresetsScreen(Screen):
         options.clear_options()
         options.add_options(
             [
-                Option(p.name + ("  (user)" if p.source == "user" else ""), id=p.name)
+                Option(
+                    ("● " if p.name in self.marked else "  ")
+                    + p.name
+                    + ("  (user)" if p.source == "user" else ""),
+                    id=p.name,
+                )
                 for p in self.presets
             ]
         )
@@ -255,6 +263,32 @@ class PresetsScreen(Screen):
             self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
         status = "" if message else ("edited: runs as a temporary copy" if self.is_edited else "")
         self.query_one("#preset-status", Static).update(status)
+
+    def action_mark(self) -> None:
+        """Add the highlighted preset to the sweep queue, or take it out."""
+        if self.current is None:
+            return
+        name = self.current.name
+        if name in self.marked:
+            self.marked.remove(name)
+        else:
+            self.marked.append(name)
+        options = self.query_one("#preset-list", OptionList)
+        index = options.highlighted
+        self.reload(select=name)
+        if index is not None and index + 1 < options.option_count:
+            options.highlighted = index + 1
+        self.query_one("#preset-status", Static).update(
+            f"sweep queue: {', '.join(self.marked)}  (w runs it)" if self.marked else ""
+        )
+
+    async def action_sweep(self) -> None:
+        if len(self.marked) < 2:
+            self.app.notify("Mark two or more presets with m, then press w.", title="Sweep")
+            return
+        queue, self.marked = list(self.marked), []
+        self.reload(select=self.current.name if self.current else None)
+        await self.ampscope.start_sweep(queue)
 
     async def action_run(self) -> None:
         if self.current is None:

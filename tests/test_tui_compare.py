@@ -1,0 +1,76 @@
+"""Sweeps queued from the dashboard and the Compare screen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ampscope import bench, records
+from tests.test_tui import FAST, SIZE, run, select_preset, wait_for
+from tui.app import AmpscopeApp
+from tui.screens.compare import CompareScreen, OverlayPlot
+from tui.screens.history import HistoryScreen
+
+SHORT = [*FAST, "steps=6", "warmup_steps=2"]
+
+
+def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: Path) -> None:
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=SHORT)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            for name in ("fp32", "mlp-demo"):
+                select_preset(app, name)
+                await pilot.press("m")
+            await pilot.press("w")
+            await pilot.pause(0.3)
+            assert app.state is not None and "sweep 1/2" in app.state.header()
+            assert await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 120)
+            await pilot.pause(0.3)
+            screen = app.screen
+            table = screen.query_one("#compare-table")
+            assert table.row_count == 2
+            assert [r.preset for r in screen.rows] == ["fp32", "mlp-demo"]
+            assert screen.rows[0].speedup == 1.0  # fp32 is the baseline
+            await pilot.pause(0.3)
+            plot = screen.query_one("#compare-loss", OverlayPlot)
+            assert [label for label, _, _ in plot.series] == ["fp32", "mlp-demo"]
+            assert all(len(xs) == 6 for _, xs, _ in plot.series)
+            # b makes the highlighted row the baseline
+            table.move_cursor(row=1)
+            await pilot.press("b")
+            assert screen.baseline == "mlp-demo"
+            assert next(r for r in screen.rows if r.preset == "mlp-demo").speedup == 1.0
+            (sweep,) = tmp_path.glob("*-sweep")
+            data = json.loads((sweep / bench.SWEEP_FILE).read_text())
+            assert data["order"] == ["fp32", "mlp-demo"] and len(data["rows"]) == 2
+
+    run(go())
+
+
+def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
+    for steps in ("4", "8"):
+        bench.run_one("mlp-demo", [*SHORT, f"steps={steps}"], tmp_path)
+    assert len(records.list_runs(tmp_path)) == 2
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("h")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, HistoryScreen)
+            await pilot.press("c")  # nothing marked, no sweep: a hint, no screen
+            await pilot.pause(0.2)
+            assert isinstance(app.screen, HistoryScreen)
+            await pilot.press("space", "space", "c")
+            await pilot.pause(0.5)
+            screen = app.screen
+            assert isinstance(screen, CompareScreen)
+            assert [r.preset for r in screen.rows] == ["mlp-demo#1", "mlp-demo#2"]
+            await pilot.press("o")  # sort by step time
+            assert "sorted by step time" in str(screen.query_one("#compare-title").render())
+            times = [r.step_ms for r in screen.rows]
+            assert times == sorted(times)
+
+    run(go())

@@ -1,0 +1,175 @@
+"""Compare runs side by side: the bench table, overlaid step-time and loss curves, a verdict.
+
+Opened from the history (marked runs) or at the end of a sweep. Rows come from
+``ampscope.bench``, so the table reads exactly like ``ampscope bench`` prints it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+from textual_plotext import PlotextPlot
+
+from ampscope import bench, records
+from ampscope import events as ev
+from tui.run_state import points_for_width, thin
+
+if TYPE_CHECKING:
+    from tui.app import AmpscopeApp
+
+COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
+# The columns the sort key cycles through: (title, Row attribute, largest first?)
+SORTS = [
+    ("order", None, False),
+    ("step time", "step_ms", False),
+    ("speedup", "speedup", True),
+    ("samples/s", "samples_per_s", True),
+    ("peak mem", "mem_peak", False),
+    ("final loss", "loss_final", False),
+    ("skipped", "skipped_steps", True),
+    ("preset", "preset", False),
+]
+
+
+class OverlayPlot(PlotextPlot):
+    """One series per run against the step, thinned to about two points a column."""
+
+    def __init__(self, title: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.title = title
+        self.series: list[tuple[str, list[float], list[float]]] = []
+
+    def show(self, series: list[tuple[str, list[float], list[float]]]) -> None:
+        self.series = series
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title(self.title)
+        width = points_for_width(max(1, self.size.width - 10))
+        for i, (label, xs, ys) in enumerate(self.series):
+            if xs:
+                txs, tys = thin(xs, ys, width)
+                plt.plot(txs, tys, marker="hd", color=COLORS[i % len(COLORS)], label=label)
+        self.refresh()
+
+
+def labels_for(runs: list[records.RunRecord]) -> list[str]:
+    """Preset names, numbered where the same preset appears more than once."""
+    counts = Counter(r.preset for r in runs)
+    seen: Counter[str] = Counter()
+    out = []
+    for run in runs:
+        seen[run.preset] += 1
+        out.append(run.preset if counts[run.preset] == 1 else f"{run.preset}#{seen[run.preset]}")
+    return out
+
+
+class CompareScreen(Screen):
+    BINDINGS = [
+        Binding("b", "baseline", "Baseline = this row"),
+        Binding("o", "sort", "Sort"),
+        Binding("escape", "back", "Back"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, runs: list[records.RunRecord], baseline: str | None = None) -> None:
+        super().__init__()
+        self.runs = runs
+        self.labels = labels_for(runs)
+        self.base_rows = [
+            bench.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
+        ]
+        default = next(
+            (lbl for lbl, r in zip(self.labels, runs, strict=True) if r.preset == "fp32"), None
+        )
+        self.baseline = baseline or default or (self.labels[0] if self.labels else "")
+        self.sort_index = 0
+        self.rows: list[bench.Row] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="compare-title")
+        yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="compare-plots"):
+            yield OverlayPlot("step time (ms) / step", id="compare-step")
+            yield OverlayPlot("loss / step", id="compare-loss")
+        yield Static("", id="compare-verdict")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for title, _key in bench.COLUMNS:
+            table.add_column(title, key=title)
+        self.render_table()
+        self.query_one("#compare-step", OverlayPlot).show(self.curves("step_ms"))
+        self.query_one("#compare-loss", OverlayPlot).show(self.curves("loss"))
+        table.focus()
+
+    def curves(self, field: str) -> list[tuple[str, list[float], list[float]]]:
+        out = []
+        for label, run in zip(self.labels, self.runs, strict=True):
+            steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
+            pts = [(e.step, getattr(e, field)) for e in steps if getattr(e, field) is not None]
+            out.append((label, [float(x) for x, _ in pts], [float(y) for _, y in pts]))
+        return out
+
+    def render_table(self) -> None:
+        rows = bench.compare([bench.Row(**_fields(r)) for r in self.base_rows], self.baseline)
+        title, key, largest_first = SORTS[self.sort_index]
+        if key is not None:
+            present = [r for r in rows if getattr(r, key) is not None]
+            missing = [r for r in rows if getattr(r, key) is None]
+            rows = sorted(present, key=lambda r: getattr(r, key), reverse=largest_first) + missing
+        self.rows = rows
+        table = self.query_one(DataTable)
+        table.clear()
+        for row in rows:
+            cells = bench.cells(row)
+            table.add_row(*[cells[k] for _, k in bench.COLUMNS], key=row.preset)
+        self.query_one("#compare-title", Static).update(
+            f"{len(rows)} runs · baseline [b]{self.baseline}[/b] · sorted by {title}"
+            "  (b: make the highlighted row the baseline, o: next sort column)"
+        )
+        self.query_one("#compare-verdict", Static).update(
+            "\n".join(bench.verdicts(rows, self.baseline))
+        )
+
+    def action_baseline(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+            self.baseline = str(key.value)
+            self.render_table()
+
+    def action_sort(self) -> None:
+        self.sort_index = (self.sort_index + 1) % len(SORTS)
+        self.render_table()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        title = str(event.column_key.value)
+        for i, (name, _key, _largest) in enumerate(SORTS):
+            if name == title:
+                self.sort_index = i
+                self.render_table()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    async def action_quit(self) -> None:
+        app: AmpscopeApp = self.app  # type: ignore[assignment]
+        await app.action_quit()
+
+
+def _fields(row: bench.Row) -> dict:
+    return {f: getattr(row, f) for f in row.__struct_fields__}
