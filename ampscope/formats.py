@@ -120,7 +120,7 @@ class Format:
     @property
     def range_decades(self) -> float:
         """log10(largest finite / smallest positive) (smallest subnormal for floats, 1 for ints)."""
-        return math.log10(self.max / self.smallest_subnormal)
+        return math.log10(self.max) - math.log10(self.smallest_subnormal)
 
     def facts(self) -> dict[str, Any]:
         """Every fact as plain data (for JSON and for a dashboard table)."""

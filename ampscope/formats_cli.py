@@ -317,7 +317,7 @@ def format_plan(rows: list[Any], title: str, shape: Any, flash: bool) -> list[st
         for n in names:
             mark = "T" if n in r.fits_train else ("i" if n in r.fits_inference else ".")
             marks.append(f"{mark:^{len(n)}}")
-        lines.append(f"{r.label:<23} " + " ".join(marks))
+        lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
     lines += [
         "",
         "w, g, mst, opt: bytes per parameter for weights, gradients, fp32 master weights and "

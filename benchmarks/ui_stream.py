@@ -145,7 +145,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rates", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--refresh", type=float, default=4.0, help="redraws a second")
+    parser.add_argument("--refresh", type=float, default=2.0, help="plot redraws a second")
     args = parser.parse_args()
     rows = [asyncio.run(measure(rate, args.seconds, args.refresh)) for rate in args.rates]
     print(f"refresh {args.refresh:g} Hz, {args.seconds:g} s per rate, 120x40, headless")

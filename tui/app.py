@@ -10,7 +10,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from tui.screens.history import HistoryScreen
 from tui.screens.presets import PresetsScreen
 from tui.screens.run import RunScreen
 
-DEFAULT_REFRESH_HZ = 4.0
+DEFAULT_REFRESH_HZ = 2.0  # plot redraws a second; --refresh 0.5-4
 AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
 THEME_ENV = "AMPSCOPE_THEME"
 SYS_SAMPLE_S = 1.0
@@ -64,7 +64,12 @@ class AmpscopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "ampscope"
     COMMANDS = App.COMMANDS | {PresetCommands}
-    BINDINGS = [Binding("ctrl+q", "quit", "Quit", show=False, priority=True)]
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        # one of the two shows (check_action): the Presets screen's detach toggle and its state
+        Binding("d", "toggle_detach(True)", "Detached: off"),
+        Binding("d", "toggle_detach(False)", "Detached: ON"),
+    ]
 
     def __init__(
         self,
@@ -74,8 +79,18 @@ class AmpscopeApp(App):
         extra_overrides: Sequence[str] = (),
         autostart: tuple[str, Sequence[str]] | None = None,
         theme: str | None = None,
+        read_only: bool = False,
+        follow_live: bool = False,
+        on_start: Callable[[AmpscopeApp], Any] | None = None,
     ) -> None:
+        """``read_only``: no start, stop or preset edits (a served viewer); ``follow_live``: show
+        the newest live run and move on to the next (tui.viewer); ``on_start(app)`` runs once
+        the app is up (``ampscope attach`` and ``replay`` open their Run view with it)."""
         super().__init__()
+        self.read_only = read_only
+        self.follow_live = follow_live
+        self.on_start = on_start
+        self.detach = False  # runs started from the Presets screen outlive the app
         self.runs_dir = Path(runs_dir) if runs_dir else records.default_runs_dir()
         hz = DEFAULT_REFRESH_HZ if refresh_hz is None else float(refresh_hz)
         self.refresh_hz = min(4.0, max(0.5, hz))
@@ -100,7 +115,14 @@ class AmpscopeApp(App):
             theme = "textual-ansi" if "textual-ansi" in self.available_themes else "ansi-dark"
         if theme and theme in self.available_themes:
             self.theme = theme
-        self.push_screen(PresetsScreen())
+        if self.follow_live:
+            from tui.viewer import start_following
+
+            start_following(self)
+        else:
+            self.push_screen(PresetsScreen())
+        if self.on_start is not None:
+            self.call_after_refresh(self.on_start, self)
         self.set_interval(SYS_SAMPLE_S, self._sample_sys, name="sys-sample")
         if self.autostart:
             preset, overrides = self.autostart
@@ -140,6 +162,8 @@ class AmpscopeApp(App):
 
         A run the user starts cancels a queued sweep; ``queued`` marks the sweep's own runs.
         """
+        if self.read_only:
+            return
         if not queued:
             self.sweep = None
         if launch is None:
@@ -147,6 +171,9 @@ class AmpscopeApp(App):
         self.last_launch = (preset, list(overrides), launch)
         async with self._lock:
             await self.stop_run()
+            if self.detach and not queued:
+                self._start_detached(preset, overrides)
+                return
             state = RunState(label=label or launch.get("name", preset), launch=launch)
             if queued and self.sweep is not None:
                 state.queue_note = self.sweep.progress
@@ -164,6 +191,32 @@ class AmpscopeApp(App):
                 self._run_engine(engine, state), name="engine", group="engine", exit_on_error=False
             )
             await engine.wait_started()
+
+    def _start_detached(self, preset: str, overrides: Sequence[str]) -> None:
+        from ampscope.runs_cli import launch_detached
+        from tui.follow import attach_record
+
+        try:
+            run_dir, pid = launch_detached(
+                preset, [*overrides, *self.extra_overrides], self.runs_dir
+            )
+        except (cfg.ConfigError, OSError) as exc:
+            self.notify(str(exc), severity="error", title="Not started")
+            return
+        self.notify(f"{run_dir.name} runs detached (pid {pid}): quitting leaves it running.")
+        self._pop_above_presets()
+        attach_record(self, run_dir)
+
+    def action_toggle_detach(self, detach: bool) -> None:
+        self.detach = detach
+        self.screen.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_detach":
+            if self.read_only or not isinstance(self.screen, PresetsScreen):
+                return False
+            return parameters[0] != self.detach
+        return True
 
     async def start_edited_run(self, preset: cfg.Preset) -> None:
         """An edited preset runs from a temporary TOML file (``NAME-edited``)."""
@@ -345,7 +398,9 @@ def _install_exit_handlers() -> None:
     signal.signal(signal.SIGHUP, handler)
 
 
-def run_dashboard(runs_dir: Path | None = None, refresh_hz: float | None = None) -> int:
+def run_dashboard(
+    runs_dir: Path | None = None, refresh_hz: float | None = None, **options: Any
+) -> int:
     """Run the dashboard in this terminal and return the exit code.
 
     ``$AMPSCOPE_AUTOSTART`` (``"PRESET [key=value ...]"``) starts a run right away.
@@ -355,7 +410,9 @@ def run_dashboard(runs_dir: Path | None = None, refresh_hz: float | None = None)
     except ValueError as exc:
         print(f"ampscope: ${AUTOSTART_ENV} cannot be read ({exc}).", file=sys.stderr)
         return 2
-    app = AmpscopeApp(runs_dir=runs_dir, refresh_hz=refresh_hz, autostart=autostart)
+    if options.get("on_start") is not None:
+        autostart = None  # attach and replay open their own view
+    app = AmpscopeApp(runs_dir=runs_dir, refresh_hz=refresh_hz, autostart=autostart, **options)
     _install_exit_handlers()
     try:
         result = app.run()

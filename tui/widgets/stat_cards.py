@@ -28,7 +28,7 @@ class StatCard(Static):
         text.append(card.title + "\n", style="dim")
         text.append(card.value + "\n", style="bold")
         text.append(card.sub, style="dim")
-        self.update(text)
+        self.update(text, layout=False)  # fixed-size cells: no relayout per update
 
     @property
     def value(self) -> str:

@@ -1,0 +1,201 @@
+"""The training-memory planner: anchors, parsing, exact parameter counts, and a real measurement."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ampscope import memory_plan as mp
+from ampscope.cli import main
+from tests.conftest import ROOT, engine_env
+
+
+@pytest.mark.parametrize(
+    "regime,optimizer,train,inference",
+    [
+        ("fp32", "adamw", 16, 4),
+        ("tf32", "adamw", 16, 4),
+        ("amp-bf16", "adamw", 16, 2),
+        ("amp-fp16", "adamw", 16, 2),
+        ("mixed-fp16", "adamw", 16, 2),
+        ("bf16", "adamw", 8, 2),
+        ("fp16", "adamw", 8, 2),
+        ("fp8", "adamw", 16, 1),
+        ("fp64", "adamw", 32, 8),
+        ("fp32", "sgd", 8, 4),  # weights + grads, no state
+        ("fp32", "sgd-momentum", 12, 4),
+        ("bf16", "sgd", 4, 2),
+        ("mixed-fp16", "sgd", 8, 2),  # fp16 w + g, fp32 master
+    ],
+)
+def test_bytes_per_parameter_anchors(regime, optimizer, train, inference):
+    p = mp.plan_regime(1_000, regime, optimizer)
+    assert p.train_bpp == train and p.inference_bpp == inference
+    assert p.static == 1_000 * train and p.inference_total == 1_000 * inference
+
+
+def test_amp_adds_transient_casts_only_to_the_total():
+    p = mp.plan_regime(10**9, "amp-bf16")
+    assert p.train_bpp == 16 and p.cast_bpp == 2
+    assert p.train_total == p.static + 2 * 10**9
+
+
+@pytest.mark.parametrize(
+    "text,count",
+    [
+        ("7B", 7_000_000_000),
+        ("7e9", 7_000_000_000),
+        ("125M", 125_000_000),
+        ("1.3b", 1_300_000_000),
+        ("350k", 350_000),
+        ("123456", 123_456),
+        ("1_000", 1_000),
+    ],
+)
+def test_parse_count(text, count):
+    assert mp.parse_count(text) == count
+
+
+@pytest.mark.parametrize("bad", ["banana", "7X", "", "-5", "0"])
+def test_parse_count_rejects(bad):
+    with pytest.raises(mp.PlanError, match="parameter count"):
+        mp.parse_count(bad)
+
+
+def test_activation_formula():
+    shape = mp.Shape(layers=2, hidden=64, heads=4, seq=128, batch=8)
+    s, b, h, a = 128, 8, 64, 4
+    per_layer = s * b * h * (34 + 5 * a * s // h)
+    assert mp.activation_bytes(shape) == 2 * per_layer
+    assert mp.activation_bytes(shape, 4) == 4 * per_layer  # fp32 doubles it
+    assert mp.activation_bytes(shape, flash=True) == 2 * s * b * h * 34
+
+
+def test_fits_uses_ninety_percent():
+    gib = 1 << 30
+    assert "H100" in mp.fits(int(72 * gib)) and "H100" not in mp.fits(int(72.1 * gib))
+
+
+def test_gpt_preset_param_count_matches_the_model():
+    from engine.workloads.gpt import Gpt
+
+    wl = mp.workload_from_preset("fp32", on_cuda=False)
+    d = wl.dims
+    model = Gpt(d["vocab"], d["seq_len"], d["width"], d["layers"], d["heads"])
+    assert wl.params == sum(p.numel() for p in model.parameters())
+    assert wl.shape is not None and wl.shape.batch == wl.batch
+
+
+def test_mlp_and_cnn_param_counts_match_the_models():
+    from engine.workloads.cnn import Cnn
+    from engine.workloads.mlp import mlp
+
+    wl = mp.workload_from_preset("mlp-demo", on_cuda=False)
+    d = wl.dims
+    assert wl.params == sum(
+        p.numel() for p in mlp(d["width"], d["layers"], d["classes"]).parameters()
+    )
+    wl = mp.workload_from_preset("cnn-amp-bf16", on_cuda=True)
+    d = wl.dims
+    model = Cnn(d["width"], d["layers"], d["classes"], d["image_size"])
+    assert wl.params == sum(p.numel() for p in model.parameters())
+
+
+MEASURE = r"""
+import gc, json, psutil, torch
+from engine.workloads.mlp import mlp
+torch.manual_seed(0)
+proc = psutil.Process()
+x, y = torch.randn(8, 2048), torch.randint(0, 16, (8,))
+warm = mlp(64, 2, 16)  # touch the autograd and optimizer code paths first
+o = torch.optim.AdamW(warm.parameters()); torch.nn.functional.cross_entropy(warm(x[:, :64]), y).backward(); o.step()
+del warm, o; gc.collect()
+before = proc.memory_info().rss
+model = mlp(2048, 4, 16)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for _ in range(2):
+    opt.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+grown = proc.memory_info().rss - before  # weights, grads, m and v are all alive here
+print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "grown": grown}))
+"""
+
+
+def test_prediction_matches_a_real_cpu_training_step():
+    """Predicted static memory (fp32 AdamW: weights + grads + m + v) vs a measured CPU process.
+
+    On the CPU the only measure is process RSS, which includes the Python and torch runtime
+    (hundreds of MB). So a fresh process warms up torch on a tiny model, reads RSS, then builds
+    a 12.6M-parameter MLP (width 2048, the model dominates: 16 B/param = 201 MB) and runs two
+    AdamW steps with a batch of 8 (activations: kilobytes). The RSS growth at the moment all
+    four copies are alive must be within 35% of the planner's figure.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=engine_env(),
+        timeout=120,
+        check=True,
+    )
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["params"] == mp.mlp_params(2048, 4, 16)
+    predicted = mp.plan_regime(data["params"], "fp32").static
+    assert data["grown"] == pytest.approx(predicted, rel=0.35), (data, predicted)
+
+
+def test_run_record_comparison(tmp_path, capsys):
+    """--run on a real (tiny) CPU run: a prediction beside the record's measured peak."""
+    runs = tmp_path / "runs"
+    subprocess.run(
+        [sys.executable, "-m", "ampscope", "run", "mlp-demo", "--steps", "6", "--device", "cpu"]
+        + ["--runs-dir", str(runs)],
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        timeout=180,
+        check=True,
+    )
+    run_dir = next(runs.iterdir())
+    c = mp.compare_run(run_dir)
+    assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)
+    assert c.measured_peak and c.ratio and c.ratio > 1  # RSS includes the runtime
+    assert any("RSS" in n for n in c.notes)
+    assert main(["memory", "--run", str(run_dir)]) == 0
+    assert "measured / predicted" in capsys.readouterr().out
+    assert main(["memory", "--run", str(tmp_path)]) == 2
+
+
+def test_cli_params_banana(capsys):
+    assert main(["memory", "--params", "banana"]) == 2
+    err = capsys.readouterr().err
+    assert "banana" in err and "7B" in err and "Traceback" not in err
+
+
+def test_cli_params_banana_subprocess():
+    out = subprocess.run(
+        [sys.executable, "-m", "ampscope", "memory", "--params", "banana"],
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "banana" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_json_and_text(capsys):
+    assert main(["memory", "--params", "7B", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    by = {r["regime"]: r for r in data["regimes"]}
+    assert by["fp32"]["train_bpp"] == 16 and by["bf16"]["train_bpp"] == 8
+    assert "B200" in by["bf16"]["fits_train"] and "T4" not in by["fp32"]["fits_train"]
+    assert main(["memory", "--preset", "amp-bf16", "--device", "cpu", "--flash"]) == 0
+    out = capsys.readouterr().out
+    assert "activ." in out and "KV cache" in out
+    assert main(["memory", "--layers", "2"]) == 2
+    assert main(["memory"]) == 2
