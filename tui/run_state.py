@@ -431,7 +431,9 @@ class RunState:
     def memory_series(self, max_points: int) -> dict[str, tuple[list, list]]:
         """MiB against seconds since the run started."""
         out: dict[str, tuple[list, list]] = {}
-        for name, idx in (("allocated", 9), ("reserved", 10)):
+        on_cpu = self.hello is not None and self.hello.device == "cpu"
+        allocated = "process RSS" if on_cpu else "allocated"  # the engine reports RSS on CPU
+        for name, idx in ((allocated, 9), ("reserved", 10)):
             pts = [(s[1], s[idx] / 2**20) for s in self.steps if s[idx] is not None]
             if pts:
                 out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)

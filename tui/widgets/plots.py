@@ -71,6 +71,7 @@ class MemoryPlot(RunPlot):
     TITLE = "memory (MiB) / s"
     COLORS = {
         "allocated": "cyan",
+        "process RSS": "cyan",
         "reserved": "blue",
         "device used": "yellow",
         "device total": "red",
