@@ -103,6 +103,8 @@ class PresetsScreen(Screen):
         Binding("m", "mark", "Mark for sweep"),
         Binding("w", "sweep", "Run sweep"),
         Binding("h", "history", "History"),
+        Binding("f", "formats", "Formats"),
+        Binding("p", "memory", "Memory plan"),
         Binding("v", "view_run", "Live run"),
         Binding("q", "quit", "Quit"),
     ]
@@ -263,6 +265,16 @@ class PresetsScreen(Screen):
             self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
         status = "" if message else ("edited: runs as a temporary copy" if self.is_edited else "")
         self.query_one("#preset-status", Static).update(status)
+
+    def action_formats(self) -> None:
+        from tui.screens.formats import FormatsScreen  # numpy and ml_dtypes: only when asked
+
+        self.app.push_screen(FormatsScreen())
+
+    def action_memory(self) -> None:
+        from tui.screens.memory import MemoryScreen
+
+        self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
 
     def action_mark(self) -> None:
         """Add the highlighted preset to the sweep queue, or take it out."""

@@ -1,0 +1,134 @@
+"""The number-format explorer: what each format stores for a value, its facts, and the demos."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import (
+    DataTable,
+    Footer,
+    Input,
+    Label,
+    OptionList,
+    Static,
+    TabbedContent,
+    TabPane,
+)
+
+from ampscope import formats as fm
+
+DEFAULT_VALUES = "65504, 65520, 1e-8, 1 + 2**-8, 0.1"
+FIELD_STYLES = ("bold red", "bold cyan", "bold green")  # sign, exponent, mantissa
+
+
+def bits_text(fields: tuple[str, ...]) -> Text:
+    """The bit pattern with sign, exponent and mantissa told apart by colour and a bar."""
+    text = Text()
+    for i, (bits, style) in enumerate(zip(fields, FIELD_STYLES, strict=False)):
+        if i:
+            text.append("|", style="dim")
+        text.append(bits, style=style)
+    return text
+
+
+def split_values(text: str) -> list[str]:
+    return [part.strip() for part in text.replace(";", ",").split(",") if part.strip()]
+
+
+class FormatsScreen(Screen):
+    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+
+    def compose(self) -> ComposeResult:
+        with TabbedContent(id="formats-tabs"):
+            with TabPane("Values", id="tab-values"):
+                yield Label("Values or expressions, separated by commas (e.g. 1 + 2**-9):")
+                yield Input(value=DEFAULT_VALUES, id="formats-input")
+                yield Label("", id="formats-error", classes="error")
+                yield DataTable(id="formats-table", zebra_stripes=True)
+            with TabPane("Formats", id="tab-facts"):
+                yield DataTable(id="facts-table", zebra_stripes=True)
+            with TabPane("Demos", id="tab-demos"):
+                yield OptionList(id="demo-list")
+                yield Static("", id="demo-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#formats-table", DataTable)
+        table.add_columns(
+            "value", "format", "stored", "bits (sign|exponent|mantissa)", "rel. error", "flags"
+        )
+        facts = self.query_one("#facts-table", DataTable)
+        facts.add_columns(
+            "format",
+            "bits",
+            "exp",
+            "man",
+            "max",
+            "smallest normal",
+            "smallest subnormal",
+            "eps",
+            "digits",
+            "decades",
+            "past the range",
+        )
+        for f in fm.facts_table():
+            facts.add_row(
+                f["label"],
+                str(f["bits"]),
+                str(f["exponent_bits"]),
+                str(f["mantissa_bits"]),
+                _g(f["max"]),
+                _g(f["smallest_normal"]),
+                _g(f["smallest_subnormal"]),
+                _g(f["eps"]),
+                _g(f["decimal_digits"]),
+                _g(f["range_decades"]),
+                f["overflow"],
+            )
+        demos = self.query_one("#demo-list", OptionList)
+        for name, (title, _fn) in fm.DEMOS.items():
+            demos.add_option(f"{name}: {title}")
+        self.show_values(DEFAULT_VALUES)
+        self.query_one("#formats-input", Input).focus()
+
+    @on(Input.Submitted, "#formats-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.show_values(event.value)
+
+    def show_values(self, text: str) -> None:
+        table = self.query_one("#formats-table", DataTable)
+        error = self.query_one("#formats-error", Label)
+        try:
+            described = [fm.describe(v) for v in split_values(text)]
+        except (fm.ExpressionError, ValueError, ZeroDivisionError) as exc:
+            error.update(str(exc))
+            return
+        error.update("")
+        table.clear()
+        for d in described:
+            for row in d.rows:
+                flags = Text(", ".join(row.flags), style="bold yellow" if row.flags else "")
+                rel = "-" if row.rel_error is None else f"{row.rel_error:.2e}"
+                table.add_row(d.input, row.format, row.text, flags, rel, bits_text(row.fields))
+
+    @on(OptionList.OptionSelected, "#demo-list")
+    def _demo(self, event: OptionList.OptionSelected) -> None:
+        name = list(fm.DEMOS)[event.option_index]
+        self.query_one("#demo-text", Static).update("\n".join(fm.run_demo(name).lines))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    async def action_quit(self) -> None:
+        await self.app.action_quit()
+
+
+def _g(x: object) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)

@@ -1,0 +1,128 @@
+"""The memory planner: bytes per parameter and totals per precision regime, and which GPUs fit."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Label, Select, Static
+
+from ampscope import config as cfg
+from ampscope import memory_plan as mp
+from ampscope.units import fmt_bytes
+
+OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
+
+
+class MemoryScreen(Screen):
+    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+
+    def __init__(self, preset: str | None = None) -> None:
+        super().__init__()
+        self.preset = preset
+        self.workload: mp.Workload | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="memory-inputs"):
+            yield Label("parameters", classes="form-label")
+            yield Input(value="125M", id="memory-params", compact=True)
+            yield Label("optimizer", classes="form-label")
+            yield Select(
+                [(o, o) for o in OPTIMIZERS],
+                value="adamw",
+                allow_blank=False,
+                id="memory-optimizer",
+                compact=True,
+            )
+        yield Label("", id="memory-error", classes="error")
+        yield Static("", id="memory-title")
+        yield DataTable(id="memory-table", zebra_stripes=True)
+        yield Static("", id="memory-notes")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns(
+            "regime",
+            "B/param",
+            "weights",
+            "grads",
+            "master",
+            "optim.",
+            "activ.",
+            "TRAIN",
+            "INFER",
+            "fits from",
+        )
+        if self.preset:
+            try:
+                workload = mp.workload_from_preset(self.preset, on_cuda=True)
+            except (cfg.ConfigError, mp.PlanError, KeyError) as exc:
+                self.query_one("#memory-error", Label).update(str(exc))
+            else:
+                self.workload = workload
+                self.query_one("#memory-params", Input).value = str(workload.params)
+        self.recompute()
+
+    @on(Input.Submitted, "#memory-params")
+    @on(Select.Changed, "#memory-optimizer")
+    def recompute(self) -> None:
+        text = self.query_one("#memory-params", Input).value
+        try:
+            params = mp.parse_count(text)
+        except mp.PlanError as exc:
+            self.query_one("#memory-error", Label).update(str(exc))
+            return
+        if self.workload is not None and params == self.workload.params:
+            self.show(params, self.workload.shape, f"preset {self.preset} at its GPU size")
+        else:
+            self.show(params, None, f"{text.strip()} parameters")
+
+    def show(self, params: int, shape: mp.Shape | None, title: str) -> None:
+        self.query_one("#memory-error", Label).update("")
+        optimizer = str(self.query_one("#memory-optimizer", Select).value)
+        rows = mp.plan(params, optimizer=optimizer, shape=shape, flash=True)
+        table = self.query_one(DataTable)
+        table.clear()
+        for r in rows:
+            table.add_row(
+                r.label,
+                f"{r.train_bpp}/{r.inference_bpp}",
+                fmt_bytes(r.weights),
+                fmt_bytes(r.grads),
+                fmt_bytes(r.master),
+                fmt_bytes(r.optimizer_state),
+                fmt_bytes(r.activations),
+                fmt_bytes(r.train_total),
+                fmt_bytes(r.inference_total),
+                smallest_fit(r.fits_train),
+                key=r.regime,
+            )
+        self.query_one("#memory-title", Static).update(
+            f"{title}, {optimizer}"
+            + ("" if shape else " · no transformer shape: activations not counted")
+        )
+        self.query_one("#memory-notes", Static).update(
+            f"B/param: bytes per parameter, training/inference. A GPU fits when the total is <= "
+            f"{mp.FIT_FRACTION:.0%} of the GPU's memory. AMP counts its transient 16-bit weight "
+            "copies; inference ignores the KV cache."
+        )
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    async def action_quit(self) -> None:
+        await self.app.action_quit()
+
+
+def smallest_fit(names: list[str]) -> str:
+    """The GPU with the least memory among those that fit (every larger one fits too)."""
+    sizes = dict(mp.GPUS)
+    if not names:
+        return "none listed (shard it, or use a smaller batch)"
+    first = min(names, key=lambda n: sizes.get(n, 0))
+    return f"{first} ({sizes.get(first, 0):g} GiB)" + (
+        f" +{len(names) - 1} more" if len(names) > 1 else ""
+    )
