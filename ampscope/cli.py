@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"ampscope {__version__}")
-    parser.add_argument("--runs-dir", type=Path, help="where run records go (default ./runs)")
+    parser.add_argument(
+        "--runs-dir", dest="top_runs_dir", type=Path, help="where run records go (default ./runs)"
+    )
     parser.add_argument(
         "--refresh",
         type=float,
@@ -93,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
+    from ampscope.runs_cli import add_detach_arguments, add_runs_parsers
+
+    add_detach_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
     presets.add_argument("--json", action="store_true")
     bench = sub.add_parser(
@@ -108,11 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
     )
     doctor.add_argument("--json", action="store_true")
+    add_runs_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # `ampscope --runs-dir X run ...` and `ampscope run ... --runs-dir X` mean the same.
+    args.runs_dir = getattr(args, "runs_dir", None) or args.top_runs_dir
     if args.command == "run":
         return cmd_run(args)
     if args.command == "presets":
@@ -129,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ampscope.formats_cli import cmd_memory
 
         return cmd_memory(args)
+    if args.command in ("runs", "attach", "replay", "serve"):
+        from ampscope import runs_cli
+
+        return runs_cli.main(args)
     if args.command == "doctor":
         from engine.doctor import doctor
 
@@ -137,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "detach", False):
+        from ampscope.runs_cli import cmd_run_detached
+
+        return cmd_run_detached(args)
     from ampscope.console import ConsoleReporter
     from engine.run import run
 
@@ -149,6 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         record=not args.no_record,
         on_event=reporter,
         exit_with_parent=args.exit_with_parent,
+        run_dir=getattr(args, "run_dir", None),
     )
 
 

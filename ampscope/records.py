@@ -8,8 +8,10 @@ exactly as emitted (its first line, ``hello``, names the device and versions), a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +71,11 @@ class RunRecord:
         """ok, failed or stopped from the record's own ``done``; 'incomplete' without one."""
         return self.done.status if self.done else "incomplete"
 
+    @property
+    def state(self) -> str:
+        """live, crashed, or the done status: see ``run_state``."""
+        return run_state(self)
+
 
 def read_events(path: Path) -> tuple[list[ev.Event], int]:
     """All events of an ``events.jsonl``; a torn last line (a crash mid-write) is skipped."""
@@ -124,3 +131,123 @@ def list_runs(root: Path | None = None) -> list[RunRecord]:
         return []
     runs = [load_run(p, with_events=False) for p in root.iterdir() if (p / EVENTS_FILE).is_file()]
     return sorted(runs, key=lambda r: r.name, reverse=True)
+
+
+# --------------------------------------------------------------------------- liveness
+
+LIVE_FILE = "live.json"
+LIVE_STALE_S = 10.0
+"""A heartbeat older than this means the engine is gone (killed, host down)."""
+LIVE_STATES = ("live", "crashed")
+
+
+def write_live(run_dir: Path, pid: int, started_at: float | None = None) -> None:
+    """``live.json``: who runs this record, refreshed by the engine about once a second."""
+    now = time.time()
+    data = {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "heartbeat": now,
+        "started_at": now if started_at is None else started_at,
+    }
+    tmp = run_dir / f".{LIVE_FILE}.{os.getpid()}.tmp"  # engine and launcher may both write
+    tmp.write_text(json.dumps(data) + "\n")
+    tmp.replace(run_dir / LIVE_FILE)
+
+
+def read_live(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((run_dir / LIVE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def clear_live(run_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        (run_dir / LIVE_FILE).unlink()
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs on this host (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): kill(0) said it exists
+
+
+def live_owner(run_dir: Path, now: float | None = None) -> dict[str, Any] | None:
+    """``live.json`` when its engine still runs: fresh heartbeat, and pid alive if on this host."""
+    live = read_live(run_dir)
+    if live is None:
+        return None
+    now = time.time() if now is None else now
+    try:
+        fresh = now - float(live.get("heartbeat", 0)) < LIVE_STALE_S
+        pid = int(live.get("pid", 0))
+    except (TypeError, ValueError):
+        return None
+    if not fresh:
+        return None
+    if live.get("host") == socket.gethostname() and not pid_alive(pid):
+        return None
+    return live
+
+
+def tail_events(path: Path, max_bytes: int = 1 << 16) -> list[ev.Event]:
+    """The complete events in the last ``max_bytes`` of ``events.jsonl`` (cheap on big records)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first one is cut
+    out = []
+    for line in lines:
+        if line.strip():
+            item = ev.decode(line)
+            if not isinstance(item, ev.UnknownEvent):
+                out.append(item)
+    return out
+
+
+def run_state(record: RunRecord, now: float | None = None) -> str:
+    """``live``, ``crashed``, or the ``done`` status (ok, failed, stopped).
+
+    Live: no ``done`` yet, and ``live.json`` names a process that still runs on this host (or,
+    from another host, a heartbeat under ``LIVE_STALE_S`` old). Crashed: no ``done`` and the
+    engine is gone (or its heartbeat is stale, or it left no ``live.json``).
+    """
+    if record.done is not None:
+        return record.done.status
+    if live_owner(record.path, now) is not None:
+        return "live"
+    # The summary may not be written yet (the engine is finishing): the stream says.
+    done = next(
+        (
+            e
+            for e in reversed(tail_events(record.path / EVENTS_FILE))
+            if isinstance(e, ev.DoneEvent)
+        ),
+        None,
+    )
+    if done is not None:
+        record.done = done
+        return done.status
+    return "crashed"

@@ -6,6 +6,7 @@ or for this device, 130 stopped by a signal.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from ampscope import records
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 PARENT_GRACE_S = 5.0
+HEARTBEAT_S = 1.0
 
 OOM_HINT = (
     "Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
@@ -40,15 +42,20 @@ def run(
     record: bool = True,
     on_event: Callable[[ev.Event], None] | None = None,
     exit_with_parent: bool = False,
+    run_dir: Path | None = None,
 ) -> int:
     try:
         preset = cfg.load_preset(preset_name, overrides)
     except cfg.ConfigError as exc:
         return _refuse(str(exc), json_out, on_event)
 
-    run_dir = (
-        records.new_run_dir(runs_dir or records.default_runs_dir(), preset.name) if record else None
-    )
+    if not record:
+        run_dir = None
+    elif run_dir is not None:  # made by the launcher of a detached run
+        run_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), preset.name)
+    heartbeat = _start_heartbeat(run_dir) if run_dir else None
     streams: list[BinaryIO] = [sys.stdout.buffer] if json_out else []
     record_file = (run_dir / records.EVENTS_FILE).open("ab") if run_dir else None
     if record_file:
@@ -75,6 +82,8 @@ def run(
             record_file.close()
         if run_dir and hello is not None:
             _write_summary(run_dir, hello)
+        if heartbeat is not None:
+            heartbeat()
     return code
 
 
@@ -237,6 +246,28 @@ def _write_summary(run_dir: Path, hello: ev.HelloEvent) -> None:
         run_dir / records.SUMMARY_FILE,
         {"hello": ev.to_dict(hello), "done": ev.to_dict(done) if done else None},
     )
+
+
+def _start_heartbeat(run_dir: Path) -> Callable[[], None]:
+    """Write ``live.json`` now and refresh it every HEARTBEAT_S; the returned call removes it."""
+    started = time.time()
+    records.write_live(run_dir, os.getpid(), started)
+    ended = threading.Event()
+
+    def beat() -> None:
+        while not ended.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                records.write_live(run_dir, os.getpid(), started)
+
+    thread = threading.Thread(target=beat, name="ampscope-heartbeat", daemon=True)
+    thread.start()
+
+    def end() -> None:
+        ended.set()
+        thread.join(2.0)
+        records.clear_live(run_dir)
+
+    return end
 
 
 _in_loop = threading.Event()  # set once setup is over and steps run

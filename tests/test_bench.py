@@ -7,9 +7,8 @@ import io
 import json
 from pathlib import Path
 
-from ampscope import bench
+from ampscope import bench, records
 from ampscope import events as ev
-from ampscope import records
 from ampscope.cli import main
 
 

@@ -361,6 +361,8 @@ class AmpscopeApp(App):
             self.pop_screen()
 
     def save_user_preset(self, preset: cfg.Preset, name: str) -> Path:
+        if self.read_only:
+            raise OSError("this dashboard is read-only")
         folder = cfg.user_presets_dir()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{name}.toml"

@@ -35,6 +35,7 @@ class HistoryScreen(Screen):
         super().__init__()
         self.runs_dir = runs_dir
         self.paths: dict[str, Path] = {}
+        self.states: dict[str, str] = {}  # live, crashed, ok, failed, stopped
         self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
@@ -45,7 +46,7 @@ class HistoryScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("preset", "status", "steps", "median step", "final loss", "started")
+        table.add_columns("preset", "state", "steps", "median step", "final loss", "started")
         table.add_column("compare", key="mark")
         self.action_reload()
         table.focus()
@@ -62,9 +63,10 @@ class HistoryScreen(Screen):
                 if run.hello
                 else run.name.split("-", 1)[0]
             )
+            self.states[run.name] = state = run.state
             table.add_row(
                 run.preset,
-                run.status,
+                state,
                 "-" if done is None else str(done.steps_done),
                 fmt_ms(done.step_ms_median if done else None),
                 fmt_num(done.loss_final if done else None),
@@ -92,6 +94,11 @@ class HistoryScreen(Screen):
         path = self.paths.get(name)
         if path is not None:
             app: AmpscopeApp = self.app  # type: ignore[assignment]
+            if self.states.get(name) == "live":  # follow it rather than replay what is there
+                from tui.follow import attach_record
+
+                attach_record(app, path)
+                return
             app.open_record(path)
 
     def action_mark(self) -> None:

@@ -1,0 +1,376 @@
+"""Runs that outlive the terminal: ``run --detach``, ``runs``, ``attach``, ``replay``, ``serve``.
+
+Torch-free and textual-free at import: the dashboard is imported inside the commands that open it.
+A detached engine is ``python -m ampscope run PRESET --run-dir DIR`` in its own session, with
+stdout to /dev/null and stderr (its progress lines and tracebacks) to ``DIR/engine.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ampscope import config as cfg
+from ampscope import events as ev
+from ampscope import records
+
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+ENGINE_LOG = "engine.log"
+PRESET_COPY = "preset.toml"
+FINISHED = ("ok", "failed", "stopped")
+SPEED_RANGE = (0.1, 100.0)
+LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+
+
+# --------------------------------------------------------------------------- argparse
+
+
+def add_detach_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the engine in the background, print its run folder and pid, and return; "
+        "the run survives this terminal ('ampscope attach' watches it)",
+    )
+    p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # set by the launcher
+
+
+def _runs_dir_argument(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: the top-level --runs-dir stays when the subcommand's is not given
+    p.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="where run records are (default ./runs or $AMPSCOPE_RUNS_DIR)",
+    )
+
+
+def add_runs_parsers(sub: Any) -> None:
+    runs = sub.add_parser("runs", help="list run records, newest first: live, crashed or finished")
+    runs.add_argument("--json", action="store_true", help="print the list as JSON")
+    _runs_dir_argument(runs)
+    attach = sub.add_parser(
+        "attach", help="watch a live run (detached or started elsewhere) in the dashboard"
+    )
+    attach.add_argument(
+        "run", nargs="?", help="a run folder or its name under the runs dir (default: newest live)"
+    )
+    _runs_dir_argument(attach)
+    replay = sub.add_parser(
+        "replay", help="play a finished run back at its recorded pace (space pauses, arrows seek)"
+    )
+    replay.add_argument(
+        "run",
+        nargs="?",
+        help="a run folder, its name, or a shipped example (default: newest finished run)",
+    )
+    replay.add_argument(
+        "--speed", type=float, default=1.0, help="times the recorded pace, 0.1 to 100 (default 1)"
+    )
+    _runs_dir_argument(replay)
+    serve = sub.add_parser(
+        "serve", help="serve a read-only dashboard that follows the current run to browsers"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    _runs_dir_argument(serve)
+
+
+def main(args: argparse.Namespace) -> int:
+    command = {"runs": cmd_runs, "attach": cmd_attach, "replay": cmd_replay, "serve": cmd_serve}
+    return command[args.command](args)
+
+
+def _runs_root(args: argparse.Namespace) -> Path:
+    return getattr(args, "runs_dir", None) or records.default_runs_dir()
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"ampscope: {message}", file=sys.stderr)
+    return code
+
+
+# --------------------------------------------------------------------------- detached runs
+
+
+def _project_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child that imports this checkout (installed or not)."""
+    env = dict(os.environ)
+    root = str(_project_root())
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def launch_detached(
+    preset: str, overrides: Sequence[str] = (), runs_dir: Path | None = None
+) -> tuple[Path, int]:
+    """Start an engine that outlives this process; returns its run folder and pid.
+
+    The preset is validated here (``cfg.ConfigError`` on a bad one) and written resolved into
+    the run folder, so the engine never depends on a file this process may delete.
+    """
+    resolved = cfg.load_preset(preset, overrides)
+    run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), resolved.name)
+    (run_dir / PRESET_COPY).write_text(cfg.to_toml(resolved))
+    (run_dir / records.EVENTS_FILE).touch()  # listed (and attachable) from now on
+    command = [
+        sys.executable,
+        "-m",
+        "ampscope",
+        "run",
+        str(run_dir / PRESET_COPY),
+        "--run-dir",
+        str(run_dir),
+    ]
+    with open(run_dir / ENGINE_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            env=child_env(),
+        )
+    # Until the engine writes its own, this one says who runs the record.
+    records.write_live(run_dir, proc.pid)
+    # Reap it if this process lives longer than the run (the dashboard), so no zombie stays.
+    threading.Thread(target=proc.wait, name="ampscope-detached-reaper", daemon=True).start()
+    return run_dir, proc.pid
+
+
+def cmd_run_detached(args: argparse.Namespace) -> int:
+    from ampscope.cli import run_overrides
+
+    if args.no_record:
+        return _fail("--detach needs the run record (drop --no-record): it is how you watch it.")
+    try:
+        run_dir, pid = launch_detached(args.preset, run_overrides(args), args.runs_dir)
+    except cfg.ConfigError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot start the engine: {exc}", 1)
+    if args.json:
+        print(json.dumps({"run_dir": str(run_dir), "pid": pid}))
+    else:
+        print(f"{run_dir}\npid {pid}")
+        print(f"Watch it with: ampscope attach {run_dir}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- finding runs
+
+
+def example_runs() -> list[Path]:
+    if not EXAMPLES_DIR.is_dir():
+        return []
+    return sorted(p for p in EXAMPLES_DIR.iterdir() if (p / records.EVENTS_FILE).is_file())
+
+
+def resolve_run(arg: str, root: Path) -> Path | None:
+    """A run folder from a path, a name under ``root``, or a shipped example's name."""
+    for candidate in (Path(arg), root / arg, EXAMPLES_DIR / arg):
+        if (candidate / records.EVENTS_FILE).is_file():
+            return candidate
+    return None
+
+
+def latest(root: Path, states: Sequence[str]) -> records.RunRecord | None:
+    return next((r for r in records.list_runs(root) if r.state in states), None)
+
+
+def progress(record: records.RunRecord) -> tuple[int | None, float | None, float | None]:
+    """Steps done, median step ms, last loss: from ``done``, else from the stream's tail."""
+    done = record.done
+    if done is not None:
+        return done.steps_done, done.step_ms_median, done.loss_final
+    tail = records.tail_events(record.path / records.EVENTS_FILE)
+    steps = [e for e in tail if isinstance(e, ev.StepEvent)]
+    if not steps:
+        return None, None, None
+    recent = sorted(s.step_ms for s in steps[-20:])
+    return steps[-1].step + 1, recent[len(recent) // 2], steps[-1].loss
+
+
+def run_rows(root: Path) -> list[dict[str, Any]]:
+    rows = []
+    for record in records.list_runs(root):
+        state = record.state
+        steps, median, loss = progress(record)
+        live = records.read_live(record.path) or {}
+        pid = live.get("pid") if state == "live" else None
+        rows.append(
+            {
+                "name": record.name,
+                "state": state,
+                "preset": record.preset,
+                "steps": steps,
+                "step_ms_median": median,
+                "loss_final": loss,
+                "pid": pid or (record.hello.pid if record.hello else None),
+                "started_at": record.hello.started_at if record.hello else live.get("started_at"),
+                "path": str(record.path),
+            }
+        )
+    return rows
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from ampscope.units import fmt_ms, fmt_num
+
+    root = _runs_root(args)
+    rows = run_rows(root)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"No runs in {root}.", file=sys.stderr)
+        return 0
+    table = [("state", "preset", "steps", "median step", "final loss", "path")]
+    for row in rows:
+        table.append(
+            (
+                row["state"],
+                row["preset"],
+                "-" if row["steps"] is None else str(row["steps"]),
+                fmt_ms(row["step_ms_median"]),
+                fmt_num(row["loss_final"]),
+                row["path"],
+            )
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    return 0
+
+
+# --------------------------------------------------------------------------- attach and replay
+
+
+def _dashboard(args: argparse.Namespace, on_start: Any) -> int:
+    refresh = getattr(args, "refresh", None)
+    if refresh is not None and not 0.5 <= refresh <= 4:
+        return _fail(f"--refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.")
+    from tui.app import run_dashboard
+
+    return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, on_start=on_start)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    root = _runs_root(args)
+    if args.run:
+        path = resolve_run(args.run, root)
+        if path is None:
+            return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
+    else:
+        record = latest(root, ("live",))
+        if record is None:
+            return _fail(f"no live run in {root}. 'ampscope runs' lists them all.", 1)
+        path = record.path
+    state = records.run_state(records.load_run(path, with_events=False))
+    if state != "live":
+        print(
+            f"ampscope: {path.name} is not running ({state}); showing its record.", file=sys.stderr
+        )
+
+    def start(app: Any) -> None:
+        from tui.follow import attach_record
+
+        attach_record(app, path)
+
+    return _dashboard(args, start)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    low, high = SPEED_RANGE
+    if not low <= args.speed <= high:
+        return _fail(f"--speed {args.speed:g} is out of range. Accepted: {low:g} to {high:g}.")
+    root = _runs_root(args)
+    if args.run:
+        path = resolve_run(args.run, root)
+        if path is None:
+            names = ", ".join(p.name for p in example_runs())
+            return _fail(f"no run record '{args.run}' in {root} (shipped examples: {names}).")
+    else:
+        record = latest(root, FINISHED)
+        examples = example_runs()
+        if record is not None:
+            path = record.path
+        elif examples:
+            path = examples[0]
+            print(f"ampscope: no finished run in {root}; replaying the example {path.name}.")
+        else:
+            return _fail(f"no finished run in {root} to replay.", 1)
+    speed = args.speed
+
+    def start(app: Any) -> None:
+        from tui.replay import replay_record
+
+        replay_record(app, path, speed)
+
+    return _dashboard(args, start)
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def viewer_command(root: Path, refresh: float | None = None) -> str:
+    words = [sys.executable, "-m", "tui.viewer", "--runs-dir", str(root.resolve())]
+    if refresh is not None:
+        words += ["--refresh", str(refresh)]
+    return shlex.join(words)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        return _fail("'ampscope serve' needs textual-serve: pip install 'ampscope[serve]'", code=2)
+    if not 1 <= args.port <= 65535:
+        return _fail(f"--port {args.port} is out of range (1 to 65535).")
+    if not is_loopback(args.host):
+        print(
+            f"ampscope: warning: serving on {args.host}:{args.port}. The served app has no "
+            "authentication: anyone who can reach this address sees your runs.",
+            file=sys.stderr,
+        )
+    root = _runs_root(args)
+    os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]  # the viewer imports this checkout
+    command = viewer_command(root, getattr(args, "refresh", None))
+    print(
+        f"ampscope: serving a read-only view of the live runs in {root} on "
+        f"http://{args.host}:{args.port} (Ctrl+C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    server = Server(command, host=args.host, port=args.port, title="ampscope")
+    try:
+        server.serve()
+    except OSError as exc:
+        return _fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
+    except KeyboardInterrupt:
+        pass
+    return 0

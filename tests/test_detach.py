@@ -1,0 +1,346 @@
+"""Runs that outlive the terminal: --detach, live.json, runs, attach and stop from a new UI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from ampscope import events as ev
+from ampscope import records, runs_cli
+from ampscope.cli import main as cli_main
+from tests.conftest import ROOT, engine_env
+from tui.app import AmpscopeApp
+from tui.follow import AttachSource, RecordTail, attach_record
+from tui.screens.history import HistoryScreen
+from tui.screens.presets import PresetsScreen
+from tui.screens.run import RunScreen
+
+SIZE = (120, 40)
+LONG = ["--set", "steps=100000", "--set", "workload.kind='mlp'", "--set", "device='cpu'"]
+
+
+def run(coro) -> None:
+    asyncio.run(coro)
+
+
+async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        await pilot.pause(0.2)
+    return cond()
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not gone(pid):
+        time.sleep(0.1)
+    return gone(pid)
+
+
+def kill(pid: int | None) -> None:
+    if pid is None or gone(pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    wait_gone(pid, 5)
+
+
+def step_lines(run_dir: Path) -> int:
+    try:
+        return (run_dir / records.EVENTS_FILE).read_bytes().count(b'"type":"step"')
+    except OSError:
+        return 0
+
+
+def runs_json(capsys, root: Path) -> list[dict]:
+    capsys.readouterr()
+    assert cli_main(["runs", "--json", "--runs-dir", str(root)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# --------------------------------------------------------------------------- a real detached run
+
+
+def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path, capsys) -> None:
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "ampscope", "run", "mlp-demo", "--detach", *LONG]
+        + ["--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    launch_s = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    run_dir, pid = Path(lines[0]), int(lines[1].split()[1])
+    try:
+        assert launch_s < 15, f"--detach took {launch_s:.1f} s to return"
+        assert run_dir.parent == tmp_path and os.getsid(pid) == pid  # its own session
+        assert records.read_live(run_dir)["pid"] == pid
+        deadline = time.monotonic() + 60
+        while step_lines(run_dir) < 3 and time.monotonic() < deadline:
+            assert not gone(pid), (run_dir / runs_cli.ENGINE_LOG).read_text()
+            time.sleep(0.2)
+        assert step_lines(run_dir) >= 3, "no steps in 60 s"
+        size = (run_dir / records.EVENTS_FILE).stat().st_size
+        time.sleep(2.0)
+        assert (run_dir / records.EVENTS_FILE).stat().st_size > size  # it keeps going
+        (row,) = runs_json(capsys, tmp_path)
+        assert row["state"] == "live" and row["pid"] == pid and row["steps"] >= 3
+        assert row["preset"] == "mlp-demo" and row["path"] == str(run_dir)
+
+        async def go() -> None:
+            # a first viewer attaches and quits: the run goes on
+            app = AmpscopeApp(runs_dir=tmp_path)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.pause()
+                screen = attach_record(app, run_dir)
+                await pilot.pause(0.3)
+                assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 20)
+                assert screen.check_action("stop", ()) is True
+                await pilot.press("q")
+            assert not gone(pid)
+            # a second one attaches, catches up, follows, and stops the run
+            app = AmpscopeApp(runs_dir=tmp_path)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.pause()
+                in_file = step_lines(run_dir)
+                screen = attach_record(app, run_dir)
+                assert isinstance(app.screen, RunScreen)
+                assert await wait_for(pilot, lambda: screen.state.step_count >= in_file, 20)
+                seen = screen.state.step_count
+                assert await wait_for(pilot, lambda: screen.state.step_count > seen, 20)
+                await pilot.pause(0.3)
+                header = str(screen.query_one("#run-header").render())
+                assert "attached" in header and "mlp-demo" in header
+                await pilot.press("s")
+                assert await wait_for(pilot, lambda: screen.state.done is not None, 30)
+                assert screen.state.done.status == "stopped"
+                assert await wait_for(pilot, lambda: screen.source.ended, 5)
+                assert screen.check_action("stop", ()) is None  # nothing left to stop
+
+        run(go())
+        assert wait_gone(pid, 15)
+        assert records.load_run(run_dir).state == "stopped"
+        assert not (run_dir / records.LIVE_FILE).exists()
+        assert (run_dir / records.SUMMARY_FILE).is_file()
+    finally:
+        kill(pid)
+
+
+def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: Path) -> None:
+    pids: list[int] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=["steps=100000", "device='cpu'"])
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, PresetsScreen)
+            keys = {b.binding.description for b in screen.active_bindings.values()}
+            assert "Detached: off" in keys
+            await pilot.press("d")
+            await pilot.pause(0.1)
+            assert app.detach
+            keys = {b.binding.description for b in screen.active_bindings.values()}
+            assert "Detached: ON" in keys and "Detached: off" not in keys
+            options = screen.query_one("#preset-list")
+            options.highlighted = [p.name for p in screen.presets].index("mlp-demo")
+            options.focus()
+            await pilot.press("enter")
+            await pilot.pause(0.3)
+            run_screen = app.screen
+            assert isinstance(run_screen, RunScreen) and isinstance(run_screen.source, AttachSource)
+            assert app.engine is None  # not a child of the app
+            (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+            pids.append(int(records.read_live(run_dir)["pid"]))
+            assert os.getsid(pids[0]) == pids[0]
+            await pilot.press("q")
+
+    try:
+        run(go())
+        time.sleep(0.5)
+        assert pids and not gone(pids[0])  # quitting the dashboard left it running
+    finally:
+        for pid in pids:
+            kill(pid)
+
+
+def test_detach_refuses_a_bad_preset_and_no_record(tmp_path: Path, capsys) -> None:
+    assert cli_main(["run", "nope", "--detach", "--runs-dir", str(tmp_path)]) == 2
+    assert "nope" in capsys.readouterr().err
+    code = cli_main(["run", "fp32", "--detach", "--no-record", "--runs-dir", str(tmp_path)])
+    assert code == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- liveness
+
+
+def hello(pid: int) -> ev.HelloEvent:
+    return ev.HelloEvent(
+        run_id="r",
+        run_dir=None,
+        preset="fp32",
+        config={"name": "fp32", "precision": "fp32", "compile": "off", "steps": 100},
+        pid=pid,
+        host=socket.gethostname(),
+        started_at=time.time(),
+        python_version="3",
+        torch_version="2",
+        cuda_version=None,
+        device="cpu",
+        device_name="cpu",
+        compute_capability=None,
+        compute_dtype="float32",
+        peak_tflops=None,
+        peak_tflops_note="",
+        param_count=1000,
+        flops_per_step=1.0,
+        samples_per_step=8,
+        tokens_per_step=None,
+    )
+
+
+def step(i: int) -> ev.StepEvent:
+    return ev.StepEvent(
+        step=i,
+        step_ms=10.0,
+        loss=1.0,
+        loss_scale=None,
+        skipped=False,
+        grad_norm=1.0,
+        samples_per_s=800.0,
+        tokens_per_s=None,
+        tflops=0.5,
+        mfu=None,
+        mem_allocated=None,
+        mem_reserved=None,
+        mem_peak=None,
+        grad_zero_frac=None,
+        lr=1e-3,
+        t=1.0 + i * 0.01,
+    )
+
+
+def make_record(root: Path, name: str, pid: int, steps: int = 5, heartbeat_age: float = 0.0):
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    items = [ev.PhaseEvent(phase="setup", state="start"), hello(pid)]
+    items += [step(i) for i in range(steps)]
+    data = b"".join(ev.encode(e) for e in items)
+    (run_dir / records.EVENTS_FILE).write_bytes(data + b'{"type":"step","st')  # torn last line
+    records.write_live(run_dir, pid)
+    if heartbeat_age:
+        live = records.read_live(run_dir)
+        live["heartbeat"] -= heartbeat_age
+        (run_dir / records.LIVE_FILE).write_text(json.dumps(live))
+    return run_dir
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        make_record(tmp_path, "20260101T000003Z-fp32", sleeper.pid, steps=7)  # live
+        make_record(tmp_path, "20260101T000002Z-fp32", dead_pid())  # died without done
+        make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)  # hung
+        rows = runs_json(capsys, tmp_path)
+        assert [r["state"] for r in rows] == ["live", "crashed", "crashed"]
+        assert rows[0]["steps"] == 7 and rows[0]["pid"] == sleeper.pid
+        capsys.readouterr()
+        assert cli_main(["runs", "--runs-dir", str(tmp_path)]) == 0
+        table = capsys.readouterr().out
+        assert "crashed" in table and "live" in table
+
+        async def go() -> None:
+            app = AmpscopeApp(runs_dir=tmp_path)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.pause()
+                await pilot.press("h")
+                await pilot.pause(0.3)
+                assert isinstance(app.screen, HistoryScreen)
+                table = app.screen.query_one("#history-table")
+                assert [table.get_row_at(i)[1] for i in range(3)] == ["live", "crashed", "crashed"]
+                await pilot.press("enter")  # the live one: attached, not replayed
+                await pilot.pause(0.5)
+                screen = app.screen
+                assert isinstance(screen, RunScreen)
+                assert isinstance(screen.source, AttachSource)
+                assert await wait_for(pilot, lambda: screen.state.step_count == 7, 5)
+                assert not screen.state.read_only
+                # the engine dies without a done: the view says so
+                sleeper.kill()
+                sleeper.wait()
+                assert await wait_for(pilot, lambda: screen.source.ended, 5)
+                assert screen.source.crashed and "crashed" in (screen.state.error or "")
+                await pilot.press("escape")
+                await pilot.pause(0.2)
+                await pilot.press("down", "enter")  # a crashed one: replayed
+                await pilot.pause(0.3)
+                assert isinstance(app.screen, RunScreen) and app.screen.source is None
+                assert app.screen.state.read_only
+
+        run(go())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_state_rules() -> None:
+    assert records.pid_alive(os.getpid()) and not records.pid_alive(dead_pid())
+
+
+def test_state_of_a_finished_record_and_one_without_live_json(tmp_path: Path) -> None:
+    run_dir = make_record(tmp_path, "a", os.getpid())
+    assert records.load_run(run_dir, with_events=False).state == "live"
+    records.clear_live(run_dir)
+    assert records.load_run(run_dir, with_events=False).state == "crashed"
+    with (run_dir / records.EVENTS_FILE).open("ab") as fh:
+        fh.write(b"\n" + ev.encode(ev.empty_done("stopped")))
+    # no summary yet (the engine is finishing): the stream's done counts
+    assert records.load_run(run_dir, with_events=False).state == "stopped"
+
+
+def test_tail_keeps_a_torn_line_until_it_is_complete(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    line = ev.encode(step(3))
+    path.write_bytes(ev.encode(step(1)) + line[:10])
+    tail = RecordTail(path)
+    items, more = tail.read()
+    assert [e.step for e in items] == [1] and not more
+    with path.open("ab") as fh:
+        fh.write(line[10:])
+    items, _ = tail.read()
+    assert [e.step for e in items] == [3]
+    assert tail.read() == ([], False)

@@ -1,0 +1,189 @@
+"""ampscope serve: the read-only viewer that follows live runs, and the HTTP server around it."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ampscope import events as ev
+from ampscope import runs_cli
+from ampscope.cli import main as cli_main
+from tests.conftest import ROOT, engine_env
+from tests.test_detach import make_record
+from tui.app import AmpscopeApp
+from tui.follow import AttachSource
+from tui.screens.presets import PresetsScreen
+from tui.screens.run import RunScreen
+from tui.viewer import WaitingScreen
+
+SIZE = (120, 40)
+HAS_SERVE = importlib.util.find_spec("textual_serve") is not None
+
+
+def run(coro) -> None:
+    asyncio.run(coro)
+
+
+async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        await pilot.pause(0.1)
+    return cond()
+
+
+def alive(proc: subprocess.Popen) -> bool:
+    try:
+        return psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, read_only=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert isinstance(app.screen, PresetsScreen)
+            await pilot.press("enter", "r", "d", "s")
+            await pilot.pause(0.3)
+            await app.start_run("fp32")
+            assert app.engine is None and not app.detach
+            assert not isinstance(app.screen, RunScreen)
+
+    run(go())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> None:
+    first = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    second = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+
+        async def go() -> None:
+            app = AmpscopeApp(runs_dir=tmp_path, read_only=True, follow_live=True)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.pause()
+                assert isinstance(app.screen, WaitingScreen)
+                await pilot.press("s", "r", "enter", "d")
+                assert app.engine is None and list(tmp_path.iterdir()) == []
+                run_a = make_record(tmp_path, "20260101T000001Z-fp32", first.pid, steps=4)
+                assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
+                screen = app.screen
+                assert isinstance(screen.source, AttachSource) and screen.source.run_dir == run_a
+                assert await wait_for(pilot, lambda: screen.state.step_count == 4)
+                active = {b.binding.action for b in screen.active_bindings.values()}
+                assert not active & {"stop", "restart", "pause"}
+                for action in ("stop", "restart"):
+                    assert screen.check_action(action, ()) is False
+                await pilot.press("s", "r", "space")
+                await pilot.pause(0.3)
+                assert alive(first) and not screen.source.stopping
+                # the run ends; the next one starts: the viewer moves on
+                with (run_a / "events.jsonl").open("ab") as fh:
+                    fh.write(b"\n" + ev.encode(ev.empty_done("ok")))
+                assert await wait_for(pilot, lambda: screen.source.ended)
+                assert isinstance(app.screen, RunScreen)  # still shows the finished one
+                run_b = make_record(tmp_path, "20260101T000002Z-fp32", second.pid, steps=2)
+                assert await wait_for(
+                    pilot,
+                    lambda: (
+                        isinstance(app.screen, RunScreen) and app.screen.source.run_dir == run_b
+                    ),
+                )
+                assert len(app.screen_stack) == 3  # default, waiting, the run
+                await pilot.press("escape")
+                await pilot.pause(0.3)
+                assert isinstance(app.screen, WaitingScreen)
+                await pilot.press("enter")  # back to the current run
+                assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
+
+        run(go())
+        assert alive(first) and alive(second)
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+
+
+class FakeServer:
+    made: list[FakeServer] = []
+
+    def __init__(self, command: str, host: str, port: int, title: str) -> None:
+        self.command, self.host, self.port = command, host, port
+        FakeServer.made.append(self)
+
+    def serve(self) -> None:
+        pass
+
+
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatch, capsys):
+    import textual_serve.server
+
+    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    FakeServer.made.clear()
+    assert cli_main(["serve", "--port", "8123", "--runs-dir", str(tmp_path)]) == 0
+    assert "no authentication" not in capsys.readouterr().err
+    assert cli_main(["serve", "--host", "0.0.0.0", "--port", "8124"]) == 0
+    assert "no authentication" in capsys.readouterr().err
+    first = FakeServer.made[0]
+    assert first.host == "127.0.0.1" and first.port == 8123
+    assert "-m tui.viewer" in first.command and str(tmp_path) in first.command
+    assert runs_cli.is_loopback("localhost") and runs_cli.is_loopback("::1")
+    assert not runs_cli.is_loopback("192.168.1.5")
+
+
+def test_serve_without_textual_serve_exits_2(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "textual_serve.server", None)
+    assert cli_main(["serve"]) == 2
+    assert "pip install 'ampscope[serve]'" in capsys.readouterr().err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
+        + ["--runs-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=engine_env(),
+        cwd=ROOT,
+    )
+    try:
+        body = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as resp:
+                    assert resp.status == 200
+                    body = resp.read()
+                    break
+            except OSError:
+                time.sleep(0.2)
+        assert b"<html" in body.lower(), proc.stdout.read() if proc.poll() is not None else ""
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
