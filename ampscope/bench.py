@@ -28,6 +28,7 @@ import msgspec
 from ampscope import config as cfg
 from ampscope import events as ev
 from ampscope import records
+from ampscope.cli import run_overrides
 from ampscope.units import fmt_bytes, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
@@ -314,11 +315,7 @@ def cmd_bench(args) -> int:
     presets = list(args.presets) or list(LECTURE_SWEEP)
     baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in presets else presets[0])
     presets = [baseline, *(p for p in dict.fromkeys(presets) if p != baseline)]  # baseline first
-    overrides = list(args.overrides)
-    if args.steps is not None:
-        overrides.append(f"steps={args.steps}")
-    if args.device is not None:
-        overrides.append(f"device='{args.device}'")
+    overrides = run_overrides(args)
     if args.repeats < 1:
         print(f"ampscope: --repeats {args.repeats}: accepted a whole number >= 1.", file=sys.stderr)
         return 2

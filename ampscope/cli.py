@@ -19,11 +19,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"ampscope: {message}. See '{self.prog} --help'.\n")
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "preset", help="a preset name (see 'ampscope presets') or a path to a .toml file"
-    )
-    p.add_argument("--steps", type=int, help="number of optimizer steps (same as --set steps=N)")
+def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset") -> None:
+    """--steps, --device and --set: the everyday knobs, read back by ``run_overrides``."""
+    p.add_argument("--steps", type=int, help=f"optimizer steps for {which} (same as --set steps=N)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
     p.add_argument(
         "--set",
@@ -31,8 +29,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a preset field, dotted for tables: --set workload.layers=4",
+        help=f"override a field of {which}, dotted for tables: --set workload.layers=4",
     )
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "preset", help="a preset name (see 'ampscope presets') or a path to a .toml file"
+    )
+    add_override_arguments(p)
     p.add_argument(
         "--json", action="store_true", help="print the event stream (one JSON object a line)"
     )
@@ -45,16 +50,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("presets", nargs="*", help="presets to compare (default: the lecture's sweep)")
-    p.add_argument("--steps", type=int, help="steps for every preset")
-    p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a field in every preset",
-    )
+    add_override_arguments(p, "every preset")
     p.add_argument("--baseline", help="the preset others are compared with (default: fp32)")
     p.add_argument("--repeats", type=int, default=1, help="runs per preset, interleaved ABAB")
     p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")

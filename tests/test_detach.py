@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -11,50 +10,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-
-import psutil
 
 from ampscope import events as ev
 from ampscope import records, runs_cli
 from ampscope.cli import main as cli_main
 from tests.conftest import ROOT, engine_env
+from tests.helpers import SIZE, gone, run, wait_for, wait_gone
 from tui.app import AmpscopeApp
 from tui.follow import AttachSource, RecordTail, attach_record
 from tui.screens.history import HistoryScreen
 from tui.screens.presets import PresetsScreen
 from tui.screens.run import RunScreen
 
-SIZE = (120, 40)
 LONG = ["--set", "steps=100000", "--set", "workload.kind='mlp'", "--set", "device='cpu'"]
-
-
-def run(coro) -> None:
-    asyncio.run(coro)
-
-
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        await pilot.pause(0.2)
-    return cond()
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not gone(pid):
-        time.sleep(0.1)
-    return gone(pid)
 
 
 def kill(pid: int | None) -> None:

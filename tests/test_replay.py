@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,26 +14,13 @@ from ampscope import events as ev
 from ampscope import records, runs_cli
 from ampscope.cli import main as cli_main
 from tests.conftest import ROOT
+from tests.helpers import SIZE, run, wait_for
 from tui.app import AmpscopeApp
 from tui.replay import ReplaySource, replay_record
 from tui.screens.run import RunScreen
 from tui.widgets.event_log import EventLog
 
-SIZE = (120, 40)
 EXAMPLE = "amp-fp16-skipped-step"
-
-
-def run(coro) -> None:
-    asyncio.run(coro)
-
-
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        await pilot.pause(0.1)
-    return cond()
 
 
 def example(name: str = EXAMPLE) -> Path:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -19,6 +17,7 @@ from ampscope import events as ev
 from ampscope import runs_cli
 from ampscope.cli import main as cli_main
 from tests.conftest import ROOT, engine_env
+from tests.helpers import SIZE, run, wait_for
 from tests.test_detach import make_record
 from tui.app import AmpscopeApp
 from tui.follow import AttachSource
@@ -26,21 +25,7 @@ from tui.screens.presets import PresetsScreen
 from tui.screens.run import RunScreen
 from tui.viewer import WaitingScreen
 
-SIZE = (120, 40)
 HAS_SERVE = importlib.util.find_spec("textual_serve") is not None
-
-
-def run(coro) -> None:
-    asyncio.run(coro)
-
-
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        await pilot.pause(0.1)
-    return cond()
 
 
 def alive(proc: subprocess.Popen) -> bool:

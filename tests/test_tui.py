@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import math
@@ -14,7 +13,6 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -23,6 +21,7 @@ import pytest
 from ampscope import config as cfg
 from ampscope import events as ev
 from tests.conftest import ROOT, engine_env
+from tests.helpers import FAST, SIZE, gone, run, select_preset, wait_for, wait_gone
 from tui.app import AmpscopeApp, parse_autostart
 from tui.run_state import MAX_POINTS, RunState, points_for_width, replay, thin
 from tui.screens.history import HistoryScreen
@@ -31,38 +30,7 @@ from tui.screens.run import RunScreen
 from tui.widgets.event_log import EventLog
 from tui.widgets.plots import RunPlot
 
-FAST = ["workload.kind='mlp'", "device='cpu'"]
 LONG = [*FAST, "steps=100000"]
-SIZE = (120, 40)
-
-
-def run(coro) -> None:
-    asyncio.run(coro)
-
-
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        await pilot.pause(0.2)
-    return cond()
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if gone(pid):
-            return True
-        time.sleep(0.1)
-    return gone(pid)
 
 
 # --------------------------------------------------------------------------- run state
@@ -239,14 +207,6 @@ def test_parse_autostart() -> None:
 
 
 # --------------------------------------------------------------------------- the app
-
-
-def select_preset(app: AmpscopeApp, name: str) -> None:
-    screen = app.screen
-    assert isinstance(screen, PresetsScreen)
-    options = screen.query_one("#preset-list")
-    options.highlighted = [p.name for p in screen.presets].index(name)
-    options.focus()
 
 
 def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ampscope import bench, records
-from tests.test_tui import FAST, SIZE, run, select_preset, wait_for
+from tests.helpers import FAST, SIZE, run, select_preset, wait_for
 from tui.app import AmpscopeApp
 from tui.screens.compare import CompareScreen, OverlayPlot
 from tui.screens.history import HistoryScreen

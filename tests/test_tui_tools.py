@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_tui import SIZE, run, select_preset
+from tests.helpers import SIZE, run, select_preset
 from tui.app import AmpscopeApp
 from tui.screens.formats import FormatsScreen
 from tui.screens.memory import MemoryScreen
