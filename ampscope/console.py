@@ -51,7 +51,10 @@ class ConsoleReporter:
             self._line(f"warning{where}: {event.message}")
         elif isinstance(event, ev.ErrorEvent):
             where = f" at step {event.step}" if event.step is not None else ""
-            self._line(f"error ({event.kind}){where}: {event.message}")
+            if event.kind == "config":  # a user error: one message, as for any bad input
+                self._line(f"ampscope: {event.message}")
+            else:
+                self._line(f"error ({event.kind}){where}: {event.message}")
             if event.hint:
                 self._line(f"hint: {event.hint}")
             if event.traceback:
@@ -60,6 +63,8 @@ class ConsoleReporter:
             if self.last_step is not None:
                 self._progress()
             self._clear()
+            if event.steps_done == 0 and event.status == "failed":
+                return  # nothing ran: the error said it all
             self.out.write(summary_table(event) + "\n")
             self.out.flush()
 
