@@ -20,6 +20,7 @@ from tests.conftest import ROOT, engine_env
 from tests.helpers import SIZE, run, wait_for
 from tests.test_detach import make_record
 from tui.app import AmpscopeApp
+from tui.commands import PresetCommands
 from tui.follow import AttachSource
 from tui.screens.presets import PresetsScreen
 from tui.screens.run import RunScreen
@@ -46,6 +47,9 @@ def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
             await app.start_run("fp32")
             assert app.engine is None and not app.detach
             assert not isinstance(app.screen, RunScreen)
+            provider = PresetCommands(app.screen)
+            await provider.startup()
+            assert provider.presets == []  # the palette offers no runs either
 
     run(go())
     assert list(tmp_path.iterdir()) == []

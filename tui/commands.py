@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 class PresetCommands(Provider):
     async def startup(self) -> None:
-        self.presets = cfg.list_presets()
+        read_only = getattr(self.app, "read_only", False)  # a served viewer starts nothing
+        self.presets = [] if read_only else cfg.list_presets()
 
     def _command(self, name: str):
         app: AmpscopeApp = self.app  # type: ignore[assignment]
