@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return dispatch(argv)
+    except BrokenPipeError:  # `ampscope presets | head`: the reader left, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def dispatch(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # `ampscope --runs-dir X run ...` and `ampscope run ... --runs-dir X` mean the same.
     args.runs_dir = getattr(args, "runs_dir", None) or args.top_runs_dir

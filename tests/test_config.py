@@ -155,3 +155,21 @@ def test_presets_command_lists_shipped_presets(capsys) -> None:
     assert code == 0
     for name in REQUIRED:
         assert name in output
+
+
+def test_piping_into_head_is_no_error() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, engine_env
+
+    proc = subprocess.run(
+        f"'{sys.executable}' -m ampscope dtypes $(seq 1 300) | head -1",  # > a pipe's buffer
+        shell=True,
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout == "1\n" and "Traceback" not in proc.stderr and "Error" not in proc.stderr
