@@ -7,11 +7,10 @@ from torch._dynamo.utils import counters
 from ampscope import events as ev
 from engine.emitter import EventWriter
 
-_last: tuple[int, int, int, int] | None = None
-_first_graphs = 0
+Snapshot = tuple[int, int, int, int]  # graphs, frames, graph breaks, CUDA-graph skips
 
 
-def snapshot() -> tuple[int, int, int, int]:
+def snapshot() -> Snapshot:
     graphs = int(counters["stats"].get("unique_graphs", 0))
     frames = int(counters["frames"].get("total", 0))
     breaks = int(sum(counters["graph_break"].values()))
@@ -21,39 +20,48 @@ def snapshot() -> tuple[int, int, int, int]:
     return graphs, frames, breaks, skips
 
 
-def report_changes(writer: EventWriter, step: int, compile_s: float | None) -> None:
-    """Emit a compile event when a counter moved; warn on recompiles after the first step."""
-    global _last, _first_graphs
-    now = snapshot()
-    if now == _last:
-        return
-    if _last is None:
-        _first_graphs = now[0]
-    elif now[0] > _last[0]:
-        writer.emit(
-            ev.WarningEvent(
-                code="recompile",
-                step=step,
-                message=(
-                    f"torch.compile compiled {now[0] - _last[0]} new graph(s) at step {step}: a guard failed "
-                    "(changing shapes or Python values). Each recompile costs seconds; after 8, that frame "
-                    "runs eagerly."
+class CompileWatch:
+    """Reads dynamo's counters after each step (dict lookups: cheap) and reports changes.
+
+    Graphs compiled after the first step are recompiles: a guard failed.
+    """
+
+    def __init__(self, writer: EventWriter) -> None:
+        self.writer = writer
+        self.last: Snapshot | None = None
+        self.first_graphs = 0
+
+    def after_step(self, step: int, compile_s: float | None) -> None:
+        now = snapshot()
+        if now == self.last:
+            return
+        if self.last is None:
+            self.first_graphs = now[0]
+        elif now[0] > self.last[0]:
+            self.writer.emit(
+                ev.WarningEvent(
+                    code="recompile",
+                    step=step,
+                    message=(
+                        f"torch.compile compiled {now[0] - self.last[0]} new graph(s) at step "
+                        f"{step}: a guard failed (changing shapes or Python values). Each "
+                        "recompile costs seconds; after 8, that frame runs eagerly."
+                    ),
                 ),
+                urgent=True,
+            )
+        self.last = now
+        graphs, frames, breaks, skips = now
+        self.writer.emit(
+            ev.CompileEvent(
+                step=step,
+                graphs=graphs,
+                frames=frames,
+                recompiles=max(0, graphs - self.first_graphs),
+                graph_breaks=breaks,
+                break_reasons={str(k)[:200]: int(v) for k, v in counters["graph_break"].items()},
+                cudagraph_skips=skips,
+                compile_s=compile_s,
             ),
             urgent=True,
         )
-    _last = now
-    graphs, frames, breaks, skips = now
-    writer.emit(
-        ev.CompileEvent(
-            step=step,
-            graphs=graphs,
-            frames=frames,
-            recompiles=max(0, graphs - _first_graphs),
-            graph_breaks=breaks,
-            break_reasons={str(k)[:200]: int(v) for k, v in counters["graph_break"].items()},
-            cudagraph_skips=skips,
-            compile_s=compile_s,
-        ),
-        urgent=True,
-    )

@@ -19,7 +19,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from ampscope import events as ev
 from ampscope.config import Preset, resolve_workload
-from engine import compile_stats
+from engine.compile_stats import CompileWatch
 from engine.device import DeviceInfo
 from engine.emitter import EventWriter
 from engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
@@ -299,6 +299,7 @@ def train(
     reporter = StepReporter(s, writer, stats, peak)
     probe = make_probe(s.info.device, width=5)
     compiled = preset.compile != "off"
+    compile_watch = CompileWatch(writer) if compiled else None
     writer.emit(
         ev.PhaseEvent(phase="compile" if compiled else "train", state="start", step=0), urgent=True
     )
@@ -319,8 +320,8 @@ def train(
                 urgent=True,
             )
             writer.emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)
-        if compiled:
-            compile_stats.report_changes(writer, step, stats.compile_s)
+        if compile_watch is not None:
+            compile_watch.after_step(step, stats.compile_s)
         for item in probe.poll():
             reporter.report(item)
     for item in probe.drain():
