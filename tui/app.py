@@ -64,12 +64,7 @@ class AmpscopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "ampscope"
     COMMANDS = App.COMMANDS | {PresetCommands}
-    BINDINGS = [
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
-        # one of the two shows (check_action): the Presets screen's detach toggle and its state
-        Binding("d", "toggle_detach(True)", "Detached: off"),
-        Binding("d", "toggle_detach(False)", "Detached: ON"),
-    ]
+    BINDINGS = [Binding("ctrl+q", "quit", "Quit", show=False, priority=True)]
 
     def __init__(
         self,
@@ -206,17 +201,6 @@ class AmpscopeApp(App):
         self.notify(f"{run_dir.name} runs detached (pid {pid}): quitting leaves it running.")
         self._pop_above_presets()
         attach_record(self, run_dir)
-
-    def action_toggle_detach(self, detach: bool) -> None:
-        self.detach = detach
-        self.screen.refresh_bindings()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "toggle_detach":
-            if self.read_only or not isinstance(self.screen, PresetsScreen):
-                return False
-            return parameters[0] != self.detach
-        return True
 
     async def start_edited_run(self, preset: cfg.Preset) -> None:
         """An edited preset runs from a temporary TOML file (``NAME-edited``)."""

@@ -106,6 +106,9 @@ class PresetsScreen(Screen):
         Binding("f", "formats", "Formats"),
         Binding("p", "memory", "Memory plan"),
         Binding("v", "view_run", "Live run"),
+        # one of the two shows (check_action): the toggle names the current state
+        Binding("d", "toggle_detach(True)", "Detached: off"),
+        Binding("d", "toggle_detach(False)", "Detached: ON"),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -345,7 +348,14 @@ class PresetsScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view_run":
             return self.ampscope.run_screen is not None
+        if action == "toggle_detach":
+            return not self.ampscope.read_only and parameters[0] != self.ampscope.detach
         return True
+
+    def action_toggle_detach(self, detach: bool) -> None:
+        """Runs started while on outlive the dashboard ('ampscope attach' finds them)."""
+        self.ampscope.detach = detach
+        self.refresh_bindings()
 
     def action_view_run(self) -> None:
         self.ampscope.show_run_screen()
