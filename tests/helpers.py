@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import psutil
 
+from ampscope import events as ev
 from tui.app import AmpscopeApp
 from tui.screens.presets import PresetsScreen
 
@@ -51,3 +52,56 @@ def select_preset(app: AmpscopeApp, name: str) -> None:
     options = screen.query_one("#preset-list")
     options.highlighted = [p.name for p in screen.presets].index(name)
     options.focus()
+
+
+# Fake events for feeding a RunState or writing a record by hand.
+
+
+def hello(**kw) -> ev.HelloEvent:
+    fields = dict(
+        run_id="r",
+        run_dir=None,
+        preset="fp32",
+        config={"precision": "fp32", "compile": "off", "steps": 100, "device": "cpu"},
+        pid=1,
+        host="h",
+        started_at=0.0,
+        python_version="3",
+        torch_version="2",
+        cuda_version=None,
+        device="cpu",
+        device_name="cpu",
+        compute_capability=None,
+        compute_dtype="float32",
+        peak_tflops=None,
+        peak_tflops_note="",
+        param_count=1000,
+        flops_per_step=1.0,
+        samples_per_step=8,
+        tokens_per_step=None,
+    )
+    fields.update(kw)
+    return ev.HelloEvent(**fields)
+
+
+def step(i: int, ms: float = 10.0, **kw) -> ev.StepEvent:
+    fields = dict(
+        step=i,
+        step_ms=ms,
+        loss=2.0 / (i + 1),
+        loss_scale=None,
+        skipped=False,
+        grad_norm=1.0,
+        samples_per_s=800.0,
+        tokens_per_s=None,
+        tflops=0.5,
+        mfu=None,
+        mem_allocated=100 << 20,
+        mem_reserved=200 << 20,
+        mem_peak=150 << 20,
+        grad_zero_frac=None,
+        lr=1e-3,
+        t=1.0 + i * 0.01,
+    )
+    fields.update(kw)
+    return ev.StepEvent(**fields)

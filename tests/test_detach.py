@@ -16,7 +16,7 @@ from ampscope import events as ev
 from ampscope import records, runs_cli
 from ampscope.cli import main as cli_main
 from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, gone, run, wait_for, wait_gone
+from tests.helpers import SIZE, gone, hello, run, step, wait_for, wait_gone
 from tui.app import AmpscopeApp
 from tui.follow import AttachSource, RecordTail, attach_record
 from tui.screens.history import HistoryScreen
@@ -171,56 +171,13 @@ def test_detach_refuses_a_bad_preset_and_no_record(tmp_path: Path, capsys) -> No
 # --------------------------------------------------------------------------- liveness
 
 
-def hello(pid: int) -> ev.HelloEvent:
-    return ev.HelloEvent(
-        run_id="r",
-        run_dir=None,
-        preset="fp32",
-        config={"name": "fp32", "precision": "fp32", "compile": "off", "steps": 100},
-        pid=pid,
-        host=socket.gethostname(),
-        started_at=time.time(),
-        python_version="3",
-        torch_version="2",
-        cuda_version=None,
-        device="cpu",
-        device_name="cpu",
-        compute_capability=None,
-        compute_dtype="float32",
-        peak_tflops=None,
-        peak_tflops_note="",
-        param_count=1000,
-        flops_per_step=1.0,
-        samples_per_step=8,
-        tokens_per_step=None,
-    )
-
-
-def step(i: int) -> ev.StepEvent:
-    return ev.StepEvent(
-        step=i,
-        step_ms=10.0,
-        loss=1.0,
-        loss_scale=None,
-        skipped=False,
-        grad_norm=1.0,
-        samples_per_s=800.0,
-        tokens_per_s=None,
-        tflops=0.5,
-        mfu=None,
-        mem_allocated=None,
-        mem_reserved=None,
-        mem_peak=None,
-        grad_zero_frac=None,
-        lr=1e-3,
-        t=1.0 + i * 0.01,
-    )
-
-
 def make_record(root: Path, name: str, pid: int, steps: int = 5, heartbeat_age: float = 0.0):
     run_dir = root / name
     run_dir.mkdir(parents=True)
-    items = [ev.PhaseEvent(phase="setup", state="start"), hello(pid)]
+    items = [
+        ev.PhaseEvent(phase="setup", state="start"),
+        hello(pid=pid, host=socket.gethostname(), started_at=time.time()),
+    ]
     items += [step(i) for i in range(steps)]
     data = b"".join(ev.encode(e) for e in items)
     (run_dir / records.EVENTS_FILE).write_bytes(data + b'{"type":"step","st')  # torn last line

@@ -21,7 +21,7 @@ import pytest
 from ampscope import config as cfg
 from ampscope import events as ev
 from tests.conftest import ROOT, engine_env
-from tests.helpers import FAST, SIZE, gone, run, select_preset, wait_for, wait_gone
+from tests.helpers import FAST, SIZE, gone, hello, run, select_preset, step, wait_for, wait_gone
 from tui.app import AmpscopeApp, parse_autostart
 from tui.run_state import MAX_POINTS, RunState, points_for_width, replay, thin
 from tui.screens.history import HistoryScreen
@@ -34,56 +34,6 @@ LONG = [*FAST, "steps=100000"]
 
 
 # --------------------------------------------------------------------------- run state
-
-
-def hello(**kw) -> ev.HelloEvent:
-    fields = dict(
-        run_id="r",
-        run_dir=None,
-        preset="fp32",
-        config={"precision": "fp32", "compile": "off", "steps": 100, "device": "cpu"},
-        pid=1,
-        host="h",
-        started_at=0.0,
-        python_version="3",
-        torch_version="2",
-        cuda_version=None,
-        device="cpu",
-        device_name="cpu",
-        compute_capability=None,
-        compute_dtype="float32",
-        peak_tflops=None,
-        peak_tflops_note="",
-        param_count=1000,
-        flops_per_step=1.0,
-        samples_per_step=8,
-        tokens_per_step=None,
-    )
-    fields.update(kw)
-    return ev.HelloEvent(**fields)
-
-
-def step(i: int, ms: float = 10.0, **kw) -> ev.StepEvent:
-    fields = dict(
-        step=i,
-        step_ms=ms,
-        loss=2.0 / (i + 1),
-        loss_scale=None,
-        skipped=False,
-        grad_norm=1.0,
-        samples_per_s=800.0,
-        tokens_per_s=None,
-        tflops=0.5,
-        mfu=None,
-        mem_allocated=100 << 20,
-        mem_reserved=200 << 20,
-        mem_peak=150 << 20,
-        grad_zero_frac=None,
-        lr=1e-3,
-        t=1.0 + i * 0.01,
-    )
-    fields.update(kw)
-    return ev.StepEvent(**fields)
 
 
 def done(status: str = "ok", steps: int = 30) -> ev.DoneEvent:
