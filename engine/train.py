@@ -47,7 +47,6 @@ class RunStats:
     warmup_steps: int
     step_ms: list[float] = field(default_factory=list)
     steps_done: int = 0
-    last_step: int = -1
     loss_first: float | None = None
     loss_final: float | None = None
     skipped: int = 0
@@ -213,7 +212,6 @@ class StepReporter:
         scaled = s.policy.use_scaler
         skipped = scaled and after < before
         stats.steps_done = item.step + 1
-        stats.last_step = item.step
         stats.step_ms.append(item.step_ms)
         stats.skipped += skipped
         if math.isfinite(loss):
@@ -326,5 +324,6 @@ def train(
             reporter.report(item)
     for item in probe.drain():
         reporter.report(item)
-    writer.emit(ev.PhaseEvent(phase="train", state="end", step=stats.last_step), urgent=True)
+    last_step = stats.steps_done - 1 if stats.steps_done else None
+    writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
     return status

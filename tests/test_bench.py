@@ -10,6 +10,7 @@ from pathlib import Path
 from ampscope import bench, records
 from ampscope import events as ev
 from ampscope.cli import main
+from tests.helpers import step
 
 
 def done(
@@ -32,25 +33,7 @@ def done(
 def record(preset: str, d: ev.DoneEvent, zeros: float | None = None) -> records.RunRecord:
     r = records.RunRecord(path=Path(f"/runs/{preset}"), done=d)
     if zeros is not None:
-        r.events = [
-            ev.StepEvent(
-                step=0,
-                step_ms=1,
-                loss=1,
-                loss_scale=None,
-                skipped=False,
-                grad_norm=1,
-                samples_per_s=1,
-                tokens_per_s=None,
-                tflops=1,
-                mfu=None,
-                mem_allocated=None,
-                mem_reserved=None,
-                mem_peak=None,
-                grad_zero_frac=zeros,
-                lr=1e-3,
-            )
-        ]
+        r.events = [step(0, grad_zero_frac=zeros)]
     return r
 
 
