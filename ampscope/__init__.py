@@ -1,8 +1,12 @@
 """ampscope: watch how a number format and torch.compile mode change a training run.
 
-This package holds what the training engine (``engine/``) and the dashboard (``tui/``)
-both need: preset loading and validation, the event schema and run records. It imports
-neither torch nor textual.
+The package is layered, bottom to top:
+
+- ``ampscope.core``: presets, events, records and analyses; imports neither torch nor textual;
+- ``ampscope.engine`` (trains, torch) and ``ampscope.tui`` (draws, textual), side by side;
+- ``ampscope.cli``: the command lines, the only code that reaches both.
+
+Importing ``ampscope`` loads none of torch and textual.
 """
 
 __version__ = "0.1.0"

@@ -1,5 +1,5 @@
 import sys
 
-from ampscope.cli import main
+from ampscope.cli.main import main
 
 sys.exit(main())

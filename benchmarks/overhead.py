@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from ampscope import config as cfg  # noqa: E402
-from ampscope import events as ev  # noqa: E402
-from engine.device import resolve_device  # noqa: E402
-from engine.emitter import EventWriter  # noqa: E402
-from engine.probe import make_probe  # noqa: E402
-from engine.telemetry import TelemetrySampler  # noqa: E402
-from engine.train import RunStats, StepReporter, build, train_step  # noqa: E402
+from ampscope.core import config as cfg  # noqa: E402
+from ampscope.core import events as ev  # noqa: E402
+from ampscope.engine.device import resolve_device  # noqa: E402
+from ampscope.engine.emitter import EventWriter  # noqa: E402
+from ampscope.engine.probe import make_probe  # noqa: E402
+from ampscope.engine.telemetry import TelemetrySampler  # noqa: E402
+from ampscope.engine.train import RunStats, StepReporter, build, train_step  # noqa: E402
 
 
 def bare_step(s, step: int) -> None:

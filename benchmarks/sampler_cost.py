@@ -20,8 +20,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import telemetry  # noqa: E402
-from engine.telemetry import TelemetrySampler  # noqa: E402
+from ampscope.engine import telemetry  # noqa: E402
+from ampscope.engine.telemetry import TelemetrySampler  # noqa: E402
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ampscope import events as ev  # noqa: E402
-from tui.app import AmpscopeApp  # noqa: E402
-from tui.run_state import RunState  # noqa: E402
-from tui.widgets.plots import RunPlot  # noqa: E402
+from ampscope.core import events as ev  # noqa: E402
+from ampscope.tui.app import AmpscopeApp  # noqa: E402
+from ampscope.tui.run_state import RunState  # noqa: E402
+from ampscope.tui.widgets.plots import RunPlot  # noqa: E402
 
 TICK_S = 0.01
 

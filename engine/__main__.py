@@ -1,11 +1,13 @@
-"""``python -m engine PRESET ...``: the engine alone, printing its event stream (always --json)."""
+"""``python -m ampscope.engine PRESET ...``: the engine alone, printing its event stream (always --json)."""
 
 import sys
 
-from ampscope.cli import _Parser, add_run_arguments, run_overrides
-from engine.run import run
+from ampscope.core.run_args import ArgParser, add_run_arguments, run_overrides
+from ampscope.engine.run import run
 
-parser = _Parser(prog="python -m engine", description="Run one preset and print its event stream.")
+parser = ArgParser(
+    prog="python -m ampscope.engine", description="Run one preset and print its event stream."
+)
 add_run_arguments(parser)
 args = parser.parse_args()
 sys.exit(

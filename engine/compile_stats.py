@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch._dynamo.utils import counters
 
-from ampscope import events as ev
-from engine.emitter import EventWriter
+from ampscope.core import events as ev
+from ampscope.engine.emitter import EventWriter
 
 Snapshot = tuple[int, int, int, int]  # graphs, frames, graph breaks, CUDA-graph skips
 

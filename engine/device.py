@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ampscope.config import ConfigError
+from ampscope.core.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def resolve_device(spec: str) -> DeviceInfo:
 
 def nvml_power_limit_w(uuid: str | None) -> float | None:
     """The enforced board power limit, which tells SXM from PCIe parts. None when NVML cannot say."""
-    from engine.telemetry.nvml import find_gpu_handle, load_nvml, nvml_call, nvml_init
+    from ampscope.engine.telemetry.nvml import find_gpu_handle, load_nvml, nvml_call, nvml_init
 
     nvml, _ = load_nvml()
     if nvml is None or nvml_init(nvml) is not None:

@@ -15,8 +15,8 @@ def machine_report() -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from ampscope.peaks import identify
-    from engine.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
+    from ampscope.core.peaks import identify
+    from ampscope.engine.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
 
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -70,7 +70,7 @@ def machine_report() -> dict[str, Any]:
 
 def _nvml() -> dict[str, Any]:
     try:
-        from engine.telemetry import nvml_report
+        from ampscope.engine.telemetry import nvml_report
     except ImportError:
         return {"available": False, "why": "telemetry module missing"}
     return nvml_report()

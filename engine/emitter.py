@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-from ampscope import events as ev
+from ampscope.core import events as ev
 
 FLUSH_INTERVAL_S = 0.1
 

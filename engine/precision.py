@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ampscope.config import ConfigError, Preset
-from engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
+from ampscope.core.config import ConfigError, Preset
+from ampscope.engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from ampscope import config as cfg
-from ampscope import events as ev
-from ampscope import records
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core import records
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 0, 1, 2, 130
 PARENT_GRACE_S = 5.0
@@ -62,7 +62,7 @@ def run(
         streams.append(record_file)
         records.write_json(run_dir / records.CONFIG_FILE, cfg.to_dict(preset))
 
-    from engine.emitter import EventWriter  # torch-free, but only needed from here on
+    from ampscope.engine.emitter import EventWriter  # torch-free, but only needed from here on
 
     writer = EventWriter(streams, on_event)
     stop = threading.Event()
@@ -93,11 +93,11 @@ def _train(
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from ampscope.peaks import peak_tflops
-    from engine.device import resolve_device
-    from engine.precision import check_device_support, precision_policy
-    from engine.telemetry import TelemetrySampler, start_for_run
-    from engine.train import NonFiniteLoss, RunStats, build, train
+    from ampscope.core.peaks import peak_tflops
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.precision import check_device_support, precision_policy
+    from ampscope.engine.telemetry import TelemetrySampler, start_for_run
+    from ampscope.engine.train import NonFiniteLoss, RunStats, build, train
 
     stats = RunStats(warmup_steps=preset.warmup_steps)
     hello: ev.HelloEvent | None = None

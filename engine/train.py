@@ -17,14 +17,14 @@ import psutil
 import torch
 from torch.nn.utils import clip_grad_norm_
 
-from ampscope import events as ev
-from ampscope.config import Preset, resolve_workload
-from engine.compile_stats import CompileWatch
-from engine.device import DeviceInfo
-from engine.emitter import EventWriter
-from engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
-from engine.probe import FinishedStep, make_probe
-from engine.workloads import Workload, build_workload
+from ampscope.core import events as ev
+from ampscope.core.config import Preset, resolve_workload
+from ampscope.engine.compile_stats import CompileWatch
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.emitter import EventWriter
+from ampscope.engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
+from ampscope.engine.probe import FinishedStep, make_probe
+from ampscope.engine.workloads import Workload, build_workload
 
 # The per-step metric vector, read back from the device together.
 LOSS, GRAD_NORM, SCALE_BEFORE, SCALE_AFTER, GRAD_ZEROS = range(5)

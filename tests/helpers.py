@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import psutil
 
-from ampscope import events as ev
-from tui.app import AmpscopeApp
-from tui.screens.presets import PresetsScreen
+from ampscope.core import events as ev
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.presets import PresetsScreen
 
 FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds a step on a CPU
 SIZE = (120, 40)

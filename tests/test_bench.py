@@ -7,9 +7,9 @@ import io
 import json
 from pathlib import Path
 
-from ampscope import bench, records
-from ampscope import events as ev
-from ampscope.cli import main
+from ampscope.cli.main import main
+from ampscope.core import comparison, records
+from ampscope.core import events as ev
 from tests.helpers import step
 
 
@@ -37,23 +37,23 @@ def record(preset: str, d: ev.DoneEvent, zeros: float | None = None) -> records.
     return r
 
 
-def fixed_rows() -> list[bench.Row]:
+def fixed_rows() -> list[comparison.Row]:
     rows = [
-        bench.row_from_runs("fp32", [record("fp32", done(100.0, 1000, 2.000))]),
-        bench.row_from_runs("amp-bf16", [record("amp-bf16", done(41.7, 620, 2.004))]),
-        bench.row_from_runs("tf32", [record("tf32", done(99.0, 1000, 2.000, 90.0, 110.0))]),
-        bench.row_from_runs(
+        comparison.row_from_runs("fp32", [record("fp32", done(100.0, 1000, 2.000))]),
+        comparison.row_from_runs("amp-bf16", [record("amp-bf16", done(41.7, 620, 2.004))]),
+        comparison.row_from_runs("tf32", [record("tf32", done(99.0, 1000, 2.000, 90.0, 110.0))]),
+        comparison.row_from_runs(
             "amp-fp16-noscale", [record("amp-fp16-noscale", done(45.0, 640, 2.3), 0.41)]
         ),
-        bench.row_from_runs(
+        comparison.row_from_runs(
             "fp16", [record("fp16", ev.empty_done("failed", "Loss became nan at step 3."))]
         ),
     ]
-    return bench.compare(rows, "fp32")
+    return comparison.compare(rows, "fp32")
 
 
 def test_verdict_is_derived_from_the_numbers() -> None:
-    lines = bench.verdicts(fixed_rows(), "fp32")
+    lines = comparison.verdicts(fixed_rows(), "fp32")
     assert "amp-bf16: 2.4x faster than fp32, 38% less peak memory, final loss within 0.2%." in lines
     assert any(line.startswith("tf32: no significant speed difference from fp32") for line in lines)
     assert (
@@ -68,9 +68,9 @@ def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() 
     rows = {r.preset: r for r in fixed_rows()}
     assert rows["fp32"].speedup == 1.0 and rows["fp32"].mem_change == 0.0
     assert rows["fp16"].status == "failed" and "nan" in (rows["fp16"].reason or "")
-    text = bench.render(list(rows.values()), "fp32")
+    text = comparison.render(list(rows.values()), "fp32")
     header = text.splitlines()[0]
-    for title, _ in bench.COLUMNS:
+    for title, _ in comparison.COLUMNS:
         assert title in header
     assert "failed: Loss became nan" in text
     assert "1.00x" in text and "~" in text  # tf32's difference is within its spread
@@ -78,22 +78,22 @@ def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() 
 
 def test_exports_parse() -> None:
     rows = fixed_rows()
-    data = json.loads(bench.render(rows, "fp32", "json"))
+    data = json.loads(comparison.render(rows, "fp32", "json"))
     assert data["baseline"] == "fp32" and len(data["rows"]) == 5 and data["verdict"]
-    table = list(csv.DictReader(io.StringIO(bench.render(rows, "fp32", "csv"))))
+    table = list(csv.DictReader(io.StringIO(comparison.render(rows, "fp32", "csv"))))
     assert [r["preset"] for r in table] == [r.preset for r in rows]
     assert float(table[1]["speedup"]) > 2
-    markdown = bench.render(rows, "fp32", "markdown").splitlines()
+    markdown = comparison.render(rows, "fp32", "markdown").splitlines()
     assert markdown[0].startswith("| preset |") and set(markdown[1]) <= {"|", "-"}
 
 
 def test_repeats_are_interleaved() -> None:
-    assert bench.interleaved(["a", "b", "c"], 2) == ["a", "b", "c", "a", "b", "c"]
+    assert comparison.interleaved(["a", "b", "c"], 2) == ["a", "b", "c", "a", "b", "c"]
 
 
 def test_repeats_use_the_spread_across_runs() -> None:
     runs = [record("x", done(ms, 1, 1.0)) for ms in (40.0, 50.0, 60.0)]
-    row = bench.row_from_runs("x", runs)
+    row = comparison.row_from_runs("x", runs)
     assert (row.step_ms, row.spread_lo, row.spread_hi, row.runs) == (50.0, 40.0, 60.0, 3)
 
 
@@ -125,7 +125,7 @@ def test_a_real_sweep_on_the_cpu(tmp_path: Path, capsys) -> None:
     assert rows["fp32"]["speedup"] == 1.0 and rows["mlp-demo"]["status"] == "ok"
     assert rows["fp16"]["status"] == "failed" and "nan" in rows["fp16"]["reason"].lower()
     (sweep,) = tmp_path.glob("*-sweep")
-    assert json.loads((sweep / bench.SWEEP_FILE).read_text())["order"] == [
+    assert json.loads((sweep / comparison.SWEEP_FILE).read_text())["order"] == [
         "fp32",
         "mlp-demo",
         "fp16",

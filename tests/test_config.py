@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ampscope import cli
-from ampscope import config as cfg
+from ampscope.cli import main as cli
+from ampscope.core import config as cfg
 
 SHIPPED = [p.name for p in cfg.list_presets() if p.source == "shipped"]
 REQUIRED = [

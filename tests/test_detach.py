@@ -12,16 +12,17 @@ import sys
 import time
 from pathlib import Path
 
-from ampscope import events as ev
-from ampscope import records, runs_cli
-from ampscope.cli import main as cli_main
+from ampscope.cli.main import main as cli_main
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.core.launch import ENGINE_LOG
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.follow import AttachSource, RecordTail, attach_record
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import RunScreen
 from tests.conftest import ROOT, engine_env
 from tests.helpers import SIZE, gone, hello, run, step, wait_for, wait_gone
-from tui.app import AmpscopeApp
-from tui.follow import AttachSource, RecordTail, attach_record
-from tui.screens.history import HistoryScreen
-from tui.screens.presets import PresetsScreen
-from tui.screens.run import RunScreen
 
 LONG = ["--set", "steps=100000", "--set", "workload.kind='mlp'", "--set", "device='cpu'"]
 
@@ -73,7 +74,7 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
         assert records.read_live(run_dir)["pid"] == pid
         deadline = time.monotonic() + 60
         while step_lines(run_dir) < 3 and time.monotonic() < deadline:
-            assert not gone(pid), (run_dir / runs_cli.ENGINE_LOG).read_text()
+            assert not gone(pid), (run_dir / ENGINE_LOG).read_text()
             time.sleep(0.2)
         assert step_lines(run_dir) >= 3, "no steps in 60 s"
         size = (run_dir / records.EVENTS_FILE).stat().st_size

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ampscope import events as ev
-from ampscope import records
-from engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, run
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, run
 from tests.conftest import ROOT, engine_env
 
 FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds per step on a CPU
@@ -168,7 +168,7 @@ def test_sigterm_mid_run_ends_with_done_stopped_and_a_readable_record(tmp_path: 
         [
             sys.executable,
             "-m",
-            "engine",
+            "ampscope.engine",
             "mlp-demo",
             "--steps",
             "100000",
@@ -201,7 +201,7 @@ def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -
         [
             sys.executable,
             "-m",
-            "engine",
+            "ampscope.engine",
             "compile-default",
             "--no-record",
             "--device",
@@ -239,16 +239,16 @@ def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -
 def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) -> None:
     import torch
 
-    import engine.train
+    from ampscope.engine import train as engine_train
 
-    real_step = engine.train.train_step
+    real_step = engine_train.train_step
 
     def step_that_runs_out(s, step: int, measure_zeros: bool):
         if step == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return real_step(s, step, measure_zeros)
 
-    monkeypatch.setattr(engine.train, "train_step", step_that_runs_out)
+    monkeypatch.setattr(engine_train, "train_step", step_that_runs_out)
     code, seen = run_preset("fp32", "steps=6", runs_dir=tmp_path)
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2

@@ -28,8 +28,8 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ampscope import formats as fm
-from ampscope.cli import main
+from ampscope.cli.main import main
+from ampscope.core import formats as fm
 from tests.conftest import ROOT, engine_env
 
 TORCH_FLOATS = {
@@ -365,5 +365,5 @@ def test_cli_facts_table(capsys):
 
 
 def test_import_does_not_pull_torch():
-    code = "import ampscope.formats, ampscope.memory_plan, ampscope.formats_cli, sys; assert 'torch' not in sys.modules"
+    code = "import ampscope.core.formats, ampscope.core.memory_plan, ampscope.cli.formats, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=engine_env())

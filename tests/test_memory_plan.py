@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from ampscope import memory_plan as mp
-from ampscope.cli import main
+from ampscope.cli.main import main
+from ampscope.core import memory_plan as mp
 from tests.conftest import ROOT, engine_env
 
 
@@ -80,7 +80,7 @@ def test_fits_uses_ninety_percent():
 
 
 def test_gpt_preset_param_count_matches_the_model():
-    from engine.workloads.gpt import Gpt
+    from ampscope.engine.workloads.gpt import Gpt
 
     wl = mp.workload_from_preset("fp32", on_cuda=False)
     d = wl.dims
@@ -90,8 +90,8 @@ def test_gpt_preset_param_count_matches_the_model():
 
 
 def test_mlp_and_cnn_param_counts_match_the_models():
-    from engine.workloads.cnn import Cnn
-    from engine.workloads.mlp import mlp
+    from ampscope.engine.workloads.cnn import Cnn
+    from ampscope.engine.workloads.mlp import mlp
 
     wl = mp.workload_from_preset("mlp-demo", on_cuda=False)
     d = wl.dims
@@ -106,7 +106,7 @@ def test_mlp_and_cnn_param_counts_match_the_models():
 
 MEASURE = r"""
 import gc, json, psutil, torch
-from engine.workloads.mlp import mlp
+from ampscope.engine.workloads.mlp import mlp
 torch.manual_seed(0)
 proc = psutil.Process()
 x, y = torch.randn(8, 2048), torch.randint(0, 16, (8,))

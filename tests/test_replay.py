@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from ampscope import events as ev
-from ampscope import records, runs_cli
-from ampscope.cli import main as cli_main
+from ampscope.cli import runs as runs_cli
+from ampscope.cli.main import main as cli_main
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.replay import ReplaySource, replay_record
+from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.widgets.event_log import EventLog
 from tests.conftest import ROOT
 from tests.helpers import SIZE, run, wait_for
-from tui.app import AmpscopeApp
-from tui.replay import ReplaySource, replay_record
-from tui.screens.run import RunScreen
-from tui.widgets.event_log import EventLog
 
 EXAMPLE = "amp-fp16-skipped-step"
 
@@ -166,4 +167,9 @@ def test_wheel_ships_the_examples(tmp_path: Path) -> None:
     for path in runs_cli.example_runs():
         for f in ("events.jsonl", "config.json", "summary.json"):
             assert f"ampscope/examples/{path.name}/{f}" in names
-    assert {"ampscope/runs_cli.py", "tui/follow.py", "tui/replay.py", "tui/viewer.py"} <= names
+    assert {
+        "ampscope/cli/runs.py",
+        "ampscope/tui/follow.py",
+        "ampscope/tui/replay.py",
+        "ampscope/cli/viewer.py",
+    } <= names

@@ -13,18 +13,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope import events as ev
-from ampscope import runs_cli
-from ampscope.cli import main as cli_main
+from ampscope.cli import runs as runs_cli
+from ampscope.cli.main import main as cli_main
+from ampscope.core import events as ev
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.commands import PresetCommands
+from ampscope.tui.follow import AttachSource
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.viewer import WaitingScreen
 from tests.conftest import ROOT, engine_env
 from tests.helpers import SIZE, run, wait_for
 from tests.test_detach import make_record
-from tui.app import AmpscopeApp
-from tui.commands import PresetCommands
-from tui.follow import AttachSource
-from tui.screens.presets import PresetsScreen
-from tui.screens.run import RunScreen
-from tui.viewer import WaitingScreen
 
 HAS_SERVE = importlib.util.find_spec("textual_serve") is not None
 
@@ -129,7 +129,7 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     assert "no authentication" in capsys.readouterr().err
     first = FakeServer.made[0]
     assert first.host == "127.0.0.1" and first.port == 8123
-    assert "-m tui.viewer" in first.command and str(tmp_path) in first.command
+    assert "-m ampscope.cli.viewer" in first.command and str(tmp_path) in first.command
     assert runs_cli.is_loopback("localhost") and runs_cli.is_loopback("::1")
     assert not runs_cli.is_loopback("192.168.1.5")
 

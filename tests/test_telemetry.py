@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from ampscope import events as ev
-from ampscope.config import ConfigError
-from engine import telemetry
-from engine.telemetry import TelemetrySampler, nvml_report
+from ampscope.core import events as ev
+from ampscope.core.config import ConfigError
+from ampscope.engine import telemetry
+from ampscope.engine.telemetry import TelemetrySampler, nvml_report
 
 GPU_FIELDS = (
     "gpu_util",
@@ -624,7 +624,7 @@ def test_start_for_run_writes_decodable_sys_lines_through_the_event_writer() -> 
     import io
     from types import SimpleNamespace
 
-    from engine.emitter import EventWriter
+    from ampscope.engine.emitter import EventWriter
 
     buffer = io.BytesIO()
     writer = EventWriter([buffer])

@@ -18,17 +18,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope import config as cfg
-from ampscope import events as ev
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.tui.app import AmpscopeApp, parse_autostart
+from ampscope.tui.run_state import MAX_POINTS, RunState, points_for_width, replay, thin
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen, field_id
+from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.plots import RunPlot
 from tests.conftest import ROOT, engine_env
 from tests.helpers import FAST, SIZE, gone, hello, run, select_preset, step, wait_for, wait_gone
-from tui.app import AmpscopeApp, parse_autostart
-from tui.run_state import MAX_POINTS, RunState, points_for_width, replay, thin
-from tui.screens.history import HistoryScreen
-from tui.screens.presets import PresetsScreen, field_id
-from tui.screens.run import RunScreen
-from tui.widgets.event_log import EventLog
-from tui.widgets.plots import RunPlot
 
 LONG = [*FAST, "steps=100000"]
 
@@ -350,7 +350,7 @@ def test_hangup_kills_dashboard_and_engine(tmp_path: Path) -> None:
         while time.monotonic() < deadline and engine_pid is None:
             with contextlib.suppress(psutil.Error):
                 for child in psutil.Process(proc.pid).children(recursive=True):
-                    if "engine" in child.cmdline():
+                    if "ampscope.engine" in child.cmdline():
                         engine_pid = child.pid
             time.sleep(0.2)
         assert engine_pid is not None, f"no engine started: {bytes(output[-2000:])!r}"

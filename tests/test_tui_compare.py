@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ampscope import bench, records
+from ampscope.cli.bench import run_one
+from ampscope.core import comparison, records
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.compare import CompareScreen, OverlayPlot
+from ampscope.tui.screens.history import HistoryScreen
 from tests.helpers import FAST, SIZE, run, select_preset, wait_for
-from tui.app import AmpscopeApp
-from tui.screens.compare import CompareScreen, OverlayPlot
-from tui.screens.history import HistoryScreen
 
 SHORT = [*FAST, "steps=6", "warmup_steps=2"]
 
@@ -42,7 +43,7 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
             assert screen.baseline == "mlp-demo"
             assert next(r for r in screen.rows if r.preset == "mlp-demo").speedup == 1.0
             (sweep,) = tmp_path.glob("*-sweep")
-            data = json.loads((sweep / bench.SWEEP_FILE).read_text())
+            data = json.loads((sweep / comparison.SWEEP_FILE).read_text())
             assert data["order"] == ["fp32", "mlp-demo"] and len(data["rows"]) == 2
 
     run(go())
@@ -50,7 +51,7 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
 
 def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
     for steps in ("4", "8"):
-        bench.run_one("mlp-demo", [*SHORT, f"steps={steps}"], tmp_path)
+        run_one("mlp-demo", [*SHORT, f"steps={steps}"], tmp_path)
     assert len(records.list_runs(tmp_path)) == 2
 
     async def go() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.formats import FormatsScreen
+from ampscope.tui.screens.memory import MemoryScreen
 from tests.helpers import SIZE, run, select_preset
-from tui.app import AmpscopeApp
-from tui.screens.formats import FormatsScreen
-from tui.screens.memory import MemoryScreen
 
 
 def cells(table, column: int) -> list[str]:

@@ -20,16 +20,17 @@ import psutil
 from textual.app import App
 from textual.binding import Binding
 
-from ampscope import bench, records
-from ampscope import config as cfg
-from ampscope import events as ev
-from tui.commands import PresetCommands
-from tui.engine_process import EngineProcess, kill_all_now
-from tui.run_state import RunState, replay
-from tui.screens.compare import CompareScreen
-from tui.screens.history import HistoryScreen
-from tui.screens.presets import PresetsScreen
-from tui.screens.run import RunScreen
+from ampscope.core import comparison, records
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core.launch import launch_detached
+from ampscope.tui.commands import PresetCommands
+from ampscope.tui.engine_process import EngineProcess, kill_all_now
+from ampscope.tui.run_state import RunState, replay
+from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import RunScreen
 
 DEFAULT_REFRESH_HZ = 2.0  # plot redraws a second; --refresh 0.5-4
 AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
@@ -111,7 +112,7 @@ class AmpscopeApp(App):
         if theme and theme in self.available_themes:
             self.theme = theme
         if self.follow_live:
-            from tui.viewer import start_following
+            from ampscope.tui.viewer import start_following
 
             start_following(self)
         else:
@@ -188,8 +189,7 @@ class AmpscopeApp(App):
             await engine.wait_started()
 
     def _start_detached(self, preset: str, overrides: Sequence[str]) -> None:
-        from ampscope.runs_cli import launch_detached
-        from tui.follow import attach_record
+        from ampscope.tui.follow import attach_record
 
         try:
             run_dir, pid = launch_detached(
@@ -256,8 +256,10 @@ class AmpscopeApp(App):
             return
         self.sweep = None
         runs = [records.load_run(d) for d in sweep.run_dirs if d.is_dir()]
-        rows = bench.compare([bench.row_from_runs(r.preset, [r]) for r in runs], sweep.baseline)
-        bench.write_sweep(self.runs_dir, rows, sweep.baseline, sweep.presets)
+        rows = comparison.compare(
+            [comparison.row_from_runs(r.preset, [r]) for r in runs], sweep.baseline
+        )
+        comparison.write_sweep(self.runs_dir, rows, sweep.baseline, sweep.presets)
         if len(runs) >= 2:
             self.push_screen(CompareScreen(runs, baseline=sweep.baseline))
 

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from ampscope import config as cfg
+from ampscope.core import config as cfg
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
+    from ampscope.tui.app import AmpscopeApp
 
 
 class PresetCommands(Provider):

@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ampscope import events as ev
+from ampscope.core import events as ev
+from ampscope.core.launch import child_env, engine_command
 
 STOP_GRACE_S = 3.0
 STDERR_LINES = 50
@@ -25,19 +25,6 @@ LINE_LIMIT = 16 * 1024 * 1024  # a hello line carries the config; keep room
 
 _LIVE: dict[int, int] = {}
 """pid -> process group of every engine this process has started and not yet reaped."""
-
-
-def engine_command(preset: str, overrides: Sequence[str], runs_dir: Path | None) -> list[str]:
-    cmd = [sys.executable, "-m", "engine", preset, "--exit-with-parent"]
-    if runs_dir is not None:
-        cmd += ["--runs-dir", str(runs_dir)]
-    for item in overrides:
-        cmd += ["--set", item]
-    return cmd
-
-
-def _project_root() -> Path:
-    return Path(__file__).resolve().parent.parent
 
 
 class EngineProcess:
@@ -75,10 +62,7 @@ class EngineProcess:
 
     async def run(self) -> int:
         """Start the engine, feed every line to ``on_event`` and return its exit code."""
-        env = dict(os.environ)
-        root = str(_project_root())
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        env = child_env()
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.command,

@@ -16,13 +16,13 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ampscope import events as ev
-from ampscope import records
-from tui.run_state import RunState
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.tui.run_state import RunState
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
-    from tui.screens.run import RunScreen
+    from ampscope.tui.app import AmpscopeApp
+    from ampscope.tui.screens.run import RunScreen
 
 POLL_S = 0.15
 """How often the file is checked for new lines once caught up."""
@@ -196,7 +196,7 @@ def _signal(pid: int, sig: int) -> None:
 
 def attach_record(app: AmpscopeApp, run_dir: Path) -> RunScreen:
     """Show ``run_dir`` in a Run view that follows its record."""
-    from tui.screens.run import RunScreen
+    from ampscope.tui.screens.run import RunScreen
 
     source = AttachSource(run_dir, allow_stop=not getattr(app, "read_only", False))
     screen = RunScreen(source.state, app.refresh_hz, source=source)

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampscope import events as ev
-from ampscope import records
-from tui.run_state import RunState
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.tui.run_state import RunState
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
-    from tui.screens.run import RunScreen
+    from ampscope.tui.app import AmpscopeApp
+    from ampscope.tui.screens.run import RunScreen
 
 TICK_S = 0.05
 SEEK_STEP = 0.1
@@ -125,7 +125,7 @@ class ReplaySource:
 
 def replay_record(app: AmpscopeApp, run_dir: Path, speed: float = 1.0) -> RunScreen:
     """Play ``run_dir`` back in a Run view."""
-    from tui.screens.run import RunScreen
+    from ampscope.tui.screens.run import RunScreen
 
     record = records.load_run(Path(run_dir))
     source = ReplaySource(record.events, label=record.preset, speed=speed)

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ampscope import events as ev
-from ampscope.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core import events as ev
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""

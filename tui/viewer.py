@@ -1,15 +1,12 @@
 """The read-only viewer ``ampscope serve`` gives each browser tab: it follows the current run.
 
-``python -m tui.viewer --runs-dir DIR`` (textual-serve runs one per tab) opens the dashboard with
+``python -m ampscope.cli.viewer --runs-dir DIR`` (textual-serve runs one per tab) opens the dashboard with
 ``read_only=True, follow_live=True``: no presets, no start, stop or edits. It shows the newest
 live run in DIR, keeps showing it when it ends, and moves to the next live run when one starts.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,12 +15,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from ampscope import records
-from tui.follow import AttachSource, attach_record
+from ampscope.core import records
+from ampscope.tui.follow import AttachSource, attach_record
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
-    from tui.screens.run import RunScreen
+    from ampscope.tui.app import AmpscopeApp
+    from ampscope.tui.screens.run import RunScreen
 
 POLL_S = 1.0
 
@@ -98,21 +95,3 @@ def start_following(app: AmpscopeApp) -> LiveFollower:
     app.call_after_refresh(follower.poll)
     app.set_interval(POLL_S, follower.poll, name="follow-live")
     return follower
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tui.viewer", description=__doc__)
-    parser.add_argument("--runs-dir", type=Path, help="where run records are")
-    parser.add_argument("--refresh", type=float, default=None, help="plot redraws a second")
-    args = parser.parse_args(argv)
-    from tui.app import AmpscopeApp
-
-    app = AmpscopeApp(
-        runs_dir=args.runs_dir, refresh_hz=args.refresh, read_only=True, follow_live=True
-    )
-    app.run()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

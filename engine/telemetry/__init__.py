@@ -5,7 +5,7 @@
 utilization over 1/6 s to 1 s, so sampling faster than about 4 Hz adds nothing.
 """
 
-from engine.telemetry.nvml import (
+from ampscope.engine.telemetry.nvml import (
     _ERR_CODES,
     DEFAULT_HZ,
     PID_MISSES_BEFORE_WARNING,
@@ -18,7 +18,7 @@ from engine.telemetry.nvml import (
     nvml_init,
     nvml_report,
 )
-from engine.telemetry.sampler import TelemetrySampler, start_for_run, validate_hz
+from ampscope.engine.telemetry.sampler import TelemetrySampler, start_for_run, validate_hz
 
 __all__ = [
     "DEFAULT_HZ",

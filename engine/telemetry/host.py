@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from engine.telemetry.nvml import W_HOST
+from ampscope.engine.telemetry.nvml import W_HOST
 
 # --------------------------------------------------------------------------- host reader
 

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ampscope import events as ev
-from ampscope.config import ConfigError
-from engine.telemetry.host import HostReader
-from engine.telemetry.nvml import (
+from ampscope.core import events as ev
+from ampscope.core.config import ConfigError
+from ampscope.engine.telemetry.host import HostReader
+from ampscope.engine.telemetry.nvml import (
     DEFAULT_HZ,
     MAX_HZ,
     MIN_HZ,

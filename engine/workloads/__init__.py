@@ -52,7 +52,7 @@ def linear_params(model: nn.Module) -> int:
 def build_workload(
     kind: str, dims: dict[str, int], batch_size: int, device: torch.device, seed: int
 ) -> Workload:
-    from engine.workloads import cnn, gpt, mlp
+    from ampscope.engine.workloads import cnn, gpt, mlp
 
     builders = {"gpt": gpt.GptWorkload, "mlp": mlp.MlpWorkload, "cnn": cnn.CnnWorkload}
     generator = torch.Generator(device="cpu").manual_seed(seed)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from engine.workloads import BatchPool
+from ampscope.engine.workloads import BatchPool
 
 POOL_BATCHES = 16
 NOISE = 1.0

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from engine.workloads import BatchPool, linear_params
+from ampscope.engine.workloads import BatchPool, linear_params
 
 POOL_BATCHES = 32
 

@@ -1,7 +1,7 @@
 """Compare runs side by side: the bench table, overlaid step-time and loss curves, a verdict.
 
 Opened from the history (marked runs) or at the end of a sweep. Rows come from
-``ampscope.bench``, so the table reads exactly like ``ampscope bench`` prints it.
+``ampscope.core.comparison``, so the table reads exactly like ``ampscope bench`` prints it.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
-from ampscope import bench, records
-from ampscope import events as ev
-from tui.run_state import points_for_width, thin
+from ampscope.core import comparison, records
+from ampscope.core import events as ev
+from ampscope.tui.run_state import points_for_width, thin
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
+    from ampscope.tui.app import AmpscopeApp
 
 COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
 # The columns the sort key cycles through: (title, Row attribute, largest first?)
@@ -89,14 +89,14 @@ class CompareScreen(Screen):
         self.runs = runs
         self.labels = labels_for(runs)
         self.base_rows = [
-            bench.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
+            comparison.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
         ]
         default = next(
             (lbl for lbl, r in zip(self.labels, runs, strict=True) if r.preset == "fp32"), None
         )
         self.baseline = baseline or default or (self.labels[0] if self.labels else "")
         self.sort_index = 0
-        self.rows: list[bench.Row] = []
+        self.rows: list[comparison.Row] = []
 
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-title")
@@ -109,7 +109,7 @@ class CompareScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for title, _key in bench.COLUMNS:
+        for title, _key in comparison.COLUMNS:
             table.add_column(title, key=title)
         self.render_table()
         self.query_one("#compare-step", OverlayPlot).show(self.curves("step_ms"))
@@ -125,7 +125,9 @@ class CompareScreen(Screen):
         return out
 
     def render_table(self) -> None:
-        rows = bench.compare([bench.Row(**_fields(r)) for r in self.base_rows], self.baseline)
+        rows = comparison.compare(
+            [comparison.Row(**_fields(r)) for r in self.base_rows], self.baseline
+        )
         title, key, largest_first = SORTS[self.sort_index]
         if key is not None:
             present = [r for r in rows if getattr(r, key) is not None]
@@ -135,14 +137,14 @@ class CompareScreen(Screen):
         table = self.query_one(DataTable)
         table.clear()
         for row in rows:
-            cells = bench.cells(row)
-            table.add_row(*[cells[k] for _, k in bench.COLUMNS], key=row.preset)
+            cells = comparison.cells(row)
+            table.add_row(*[cells[k] for _, k in comparison.COLUMNS], key=row.preset)
         self.query_one("#compare-title", Static).update(
             f"{len(rows)} runs · baseline [b]{self.baseline}[/b] · sorted by {title}"
             "  (b: make the highlighted row the baseline, o: next sort column)"
         )
         self.query_one("#compare-verdict", Static).update(
-            "\n".join(bench.verdicts(rows, self.baseline))
+            "\n".join(comparison.verdicts(rows, self.baseline))
         )
 
     def action_baseline(self) -> None:
@@ -171,5 +173,5 @@ class CompareScreen(Screen):
         await app.action_quit()
 
 
-def _fields(row: bench.Row) -> dict:
+def _fields(row: comparison.Row) -> dict:
     return {f: getattr(row, f) for f in row.__struct_fields__}

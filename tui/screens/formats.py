@@ -18,7 +18,7 @@ from textual.widgets import (
     TabPane,
 )
 
-from ampscope import formats as fm
+from ampscope.core import formats as fm
 
 DEFAULT_VALUES = "65504, 65520, 1e-8, 1 + 2**-8, 0.1"
 FIELD_STYLES = ("bold red", "bold cyan", "bold green")  # sign, exponent, mantissa

@@ -12,12 +12,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ampscope import records
-from ampscope.units import fmt_ms, fmt_num
-from tui.screens.compare import CompareScreen
+from ampscope.core import records
+from ampscope.core.units import fmt_ms, fmt_num
+from ampscope.tui.screens.compare import CompareScreen
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
+    from ampscope.tui.app import AmpscopeApp
 
 
 class HistoryScreen(Screen):
@@ -95,7 +95,7 @@ class HistoryScreen(Screen):
         if path is not None:
             app: AmpscopeApp = self.app  # type: ignore[assignment]
             if self.states.get(name) == "live":  # follow it rather than replay what is there
-                from tui.follow import attach_record
+                from ampscope.tui.follow import attach_record
 
                 attach_record(app, path)
                 return

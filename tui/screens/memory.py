@@ -9,9 +9,9 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 
-from ampscope import config as cfg
-from ampscope import memory_plan as mp
-from ampscope.units import fmt_bytes
+from ampscope.core import config as cfg
+from ampscope.core import memory_plan as mp
+from ampscope.core.units import fmt_bytes
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 

@@ -15,10 +15,10 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from ampscope import config as cfg
+from ampscope.core import config as cfg
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
+    from ampscope.tui.app import AmpscopeApp
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -37,21 +37,6 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 def field_id(key: str) -> str:
     return "field-" + key.replace(".", "-").replace("_", "-")
-
-
-def get_path(data: dict[str, Any], key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def set_path(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = data
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
 
 
 def parse_field(key: str, text: str) -> Any:
@@ -205,7 +190,7 @@ class PresetsScreen(Screen):
             f"[b]{info.name}[/b]  [dim]{info.source}: {info.path}[/dim]\n{preset.description}"
         )
         for key, _label, choices in FIELDS:
-            value = get_path(self.base, key)
+            value = cfg.get_dotted(self.base, key)
             widget = self.query_one("#" + field_id(key))
             if choices is None:
                 assert isinstance(widget, Input)
@@ -222,11 +207,11 @@ class PresetsScreen(Screen):
             widget = self.query_one("#" + field_id(key))
             if choices is None:
                 assert isinstance(widget, Input)
-                set_path(data, key, parse_field(key, widget.value))
+                cfg.set_dotted(data, key, parse_field(key, widget.value))
             else:
                 assert isinstance(widget, Select)
                 if widget.value is not Select.NULL:
-                    set_path(data, key, widget.value)
+                    cfg.set_dotted(data, key, widget.value)
         return data
 
     @on(Input.Changed)
@@ -243,7 +228,7 @@ class PresetsScreen(Screen):
     def revalidate(self) -> bool:
         data = self.form_values()
         for key, _label, choices in FIELDS:
-            if choices is None and str(get_path(data, key)).strip() == "":
+            if choices is None and str(cfg.get_dotted(data, key)).strip() == "":
                 self.preset = None
                 self.show_problem(f"'{key}' is empty.", key)
                 return False
@@ -251,7 +236,7 @@ class PresetsScreen(Screen):
             self.preset = cfg.validate(data, source="edited preset")
         except cfg.ConfigError as exc:
             self.preset = None
-            self.show_problem(str(exc), _blamed_key(str(exc)))
+            self.show_problem(str(exc), exc.key)
             return False
         self.edited = data
         self.show_problem(None)
@@ -270,12 +255,14 @@ class PresetsScreen(Screen):
         self.query_one("#preset-status", Static).update(status)
 
     def action_formats(self) -> None:
-        from tui.screens.formats import FormatsScreen  # numpy and ml_dtypes: only when asked
+        from ampscope.tui.screens.formats import (
+            FormatsScreen,  # numpy and ml_dtypes: only when asked
+        )
 
         self.app.push_screen(FormatsScreen())
 
     def action_memory(self) -> None:
-        from tui.screens.memory import MemoryScreen
+        from ampscope.tui.screens.memory import MemoryScreen
 
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
 
@@ -362,11 +349,3 @@ class PresetsScreen(Screen):
 
     async def action_quit(self) -> None:
         await self.ampscope.action_quit()
-
-
-def _blamed_key(message: str) -> str | None:
-    """The form field a ConfigError names, to mark it."""
-    for key, _label, _choices in FIELDS:
-        if f"'{key}'" in message or f"{key} =" in message or f"{key} " in message:
-            return key
-    return None

@@ -11,13 +11,13 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tui.run_state import RunState
-from tui.widgets.event_log import EventLog
-from tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
-from tui.widgets.stat_cards import StatCards
+from ampscope.tui.run_state import RunState
+from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
+from ampscope.tui.widgets.stat_cards import StatCards
 
 if TYPE_CHECKING:
-    from tui.app import AmpscopeApp
+    from ampscope.tui.app import AmpscopeApp
 
 SHORT_HEIGHT = 32  # rows below which the view packs tighter
 
@@ -138,7 +138,7 @@ class RunScreen(Screen):
         self.refresh_view()
 
     def action_seek(self, direction: int) -> None:
-        from tui.replay import SEEK_STEP
+        from ampscope.tui.replay import SEEK_STEP
 
         self.source.seek_by(direction * SEEK_STEP)
         self.refresh_view()

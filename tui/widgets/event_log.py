@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
-from tui.run_state import RunState
+from ampscope.tui.run_state import RunState
 
 STYLES = {
     "error": "bold red",

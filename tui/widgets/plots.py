@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from tui.run_state import RunState, points_for_width
+from ampscope.tui.run_state import RunState, points_for_width
 
 MARKER = "hd"  # cheaper than braille, still two points a column
 AXIS_COLUMNS = 10  # what the y axis labels take from the width

@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Any
 
-from ampscope.units import fmt_bytes
+from ampscope.core.units import fmt_bytes
 
 # -------------------------------------------------------------------------------------------
 # Parsers
@@ -46,7 +46,7 @@ def add_dtypes_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from ampscope import memory_plan as mp
+    from ampscope.core import memory_plan as mp
 
     p = subparsers.add_parser(
         "memory",
@@ -146,7 +146,7 @@ def _cut(text: str, width: int) -> str:
 
 
 def format_description(d: Any, colour: bool = False) -> list[str]:
-    from ampscope import formats as fm
+    from ampscope.core import formats as fm
 
     lines = [f"{d.input}", f"  exact value: {_cut(d.exact_text, 70)}"]
     if str(d.fp64) != d.exact_text and fm.shortest_repr(d.fp64, "fp64") != d.exact_text:
@@ -171,7 +171,7 @@ def format_description(d: Any, colour: bool = False) -> list[str]:
 
 
 def format_facts(keys: list[str]) -> list[str]:
-    from ampscope import formats as fm
+    from ampscope.core import formats as fm
 
     lines = [
         f"{'format':<15} {'bits':>4} {'s/e/m':>7} {'bias':>5} {'largest':>10} {'smallest normal':>16} "
@@ -199,7 +199,7 @@ def format_facts(keys: list[str]) -> list[str]:
 
 
 def cmd_dtypes(args: argparse.Namespace) -> int:
-    from ampscope import formats as fm
+    from ampscope.core import formats as fm
 
     try:
         keys = fm.keys_from(args.formats)
@@ -239,7 +239,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
 
 
 def _run_demo(name: str, as_json: bool) -> int:
-    from ampscope import formats as fm
+    from ampscope.core import formats as fm
 
     if name == "list":
         if as_json:
@@ -292,7 +292,7 @@ def _gb(n: int | None) -> str:
 
 
 def format_plan(rows: list[Any], title: str, shape: Any, flash: bool) -> list[str]:
-    from ampscope import memory_plan as mp
+    from ampscope.core import memory_plan as mp
 
     lines = [title, ""]
     lines.append(
@@ -350,8 +350,8 @@ def format_plan(rows: list[Any], title: str, shape: Any, flash: bool) -> list[st
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from ampscope import config
-    from ampscope import memory_plan as mp
+    from ampscope.core import config
+    from ampscope.core import memory_plan as mp
 
     regimes = args.regime or list(mp.DEFAULT_REGIMES)
     if args.run:
@@ -449,7 +449,7 @@ def _count(n: int) -> str:
 
 
 def _memory_run(args: argparse.Namespace) -> int:
-    from ampscope import memory_plan as mp
+    from ampscope.core import memory_plan as mp
 
     try:
         c = mp.compare_run(args.run, flash=args.flash)

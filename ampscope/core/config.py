@@ -134,7 +134,18 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 class ConfigError(Exception):
-    """A user error in a preset or an override: the message is meant to be shown as is."""
+    """A user error in a preset or an override: the message is meant to be shown as is.
+
+    ``key`` is the dotted field at fault (``workload.layers``) when one is, and ``source``
+    where its value came from (a preset file, or ``--set KEY=VALUE``), so that a form can
+    mark the field and a command line can name the flag, without reading the message.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None):
+        super().__init__(f"{source}: {message}" if source else message)
+        self.detail = message
+        self.key = key
+        self.source = source
 
 
 @dataclass(frozen=True)
@@ -146,10 +157,11 @@ class PresetInfo:
 
 
 def shipped_presets_dir() -> Path:
-    installed = Path(__file__).parent / "presets"
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "presets"  # the wheel carries them inside the package
     if installed.is_dir():
         return installed
-    return Path(__file__).resolve().parent.parent / "presets"
+    return package.parent / "presets"  # a source checkout keeps them at the top
 
 
 def user_presets_dir() -> Path:
@@ -220,16 +232,21 @@ def load_preset(name_or_path: str, overrides: typing.Sequence[str] = ()) -> Pres
     try:
         return validate(raw, source=str(info.path))
     except ConfigError as exc:
-        raise ConfigError(_blame_override(str(exc), str(info.path), overrides)) from None
+        blamed = _blame_override(exc, overrides)
+        if blamed is None:
+            raise
+        raise ConfigError(exc.detail, key=exc.key, source=f"--set {blamed}") from None
 
 
-def _blame_override(message: str, source: str, overrides: typing.Sequence[str]) -> str:
-    """Name the --set that caused an error rather than the file it overrode."""
+def _blame_override(exc: ConfigError, overrides: typing.Sequence[str]) -> str | None:
+    """The last --set that gave the field at fault (or a table above it), if one did."""
+    if exc.key is None:
+        return None
     for item in reversed(overrides):
         key = item.partition("=")[0].strip()
-        if f"'{key}'" in message or f"{key} " in message.split(": ", 1)[-1][: len(key) + 1]:
-            return message.replace(f"{source}:", f"--set {item}:", 1)
-    return message
+        if exc.key == key or exc.key.startswith(key + "."):
+            return item
+    return None
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -250,53 +267,75 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def apply_override(raw: dict[str, Any], item: str) -> None:
-    path, value = parse_override(item)
-    node = raw
-    for part in path[:-1]:
+def get_dotted(data: dict[str, Any], key: str) -> Any:
+    """``data["workload"]["layers"]`` for ``"workload.layers"``; None where any part is missing."""
+    node: Any = data
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set a dotted key, creating the tables on the way. Raises ConfigError where a part is not
+    a table."""
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"Override '{item}': '{part}' is not a table, so it has no fields.")
+            raise ConfigError(f"'{part}' is not a table, so it has no fields.", key=key)
         node = child
-    node[path[-1]] = value
+    node[parts[-1]] = value
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    path, value = parse_override(item)
+    try:
+        set_dotted(raw, ".".join(path), value)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, key=exc.key, source=f"Override '{item}'") from None
 
 
 def validate(raw: dict[str, Any], source: str = "preset") -> Preset:
     try:
         preset = msgspec.convert(raw, Preset, str_keys=True)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {describe_validation_error(str(exc))}") from None
+        key, message = describe_validation_error(str(exc))
+        raise ConfigError(message, key=key, source=source) from None
     problems = check_combinations(preset)
     if problems:
-        raise ConfigError(f"{source}: {problems[0]}")
+        key, message = problems[0]
+        raise ConfigError(message, key=key, source=source)
     return preset
 
 
-def check_combinations(preset: Preset) -> list[str]:
-    """Rules that span fields and need no device to check."""
-    problems = []
+def check_combinations(preset: Preset) -> list[tuple[str, str]]:
+    """Rules that span fields and need no device to check: (key at fault, message) pairs."""
+    problems: list[tuple[str, str]] = []
     if preset.precision in ("fp16", "bf16", "fp64") and preset.grad_scaler == "on":
-        problems.append(
+        message = (
             f"grad_scaler = 'on' cannot be used with precision = '{preset.precision}': GradScaler "
             "unscales fp32 master gradients, and a pure-cast model has none. Use precision = "
             "'amp-fp16' for loss scaling, or set grad_scaler = 'off'."
         )
+        problems.append(("grad_scaler", message))
     if not DEVICE_PATTERN.match(preset.device):
-        problems.append(
+        message = (
             f"device = '{preset.device}' is not a device. Accepted: auto, cpu, cuda, or cuda:N."
         )
+        problems.append(("device", message))
     allowed = WORKLOAD_FIELDS[preset.workload.kind]
     for field_name in ("layers", "width", "heads", "seq_len", "vocab", "image_size", "classes"):
         if getattr(preset.workload, field_name) is not None and field_name not in allowed:
-            problems.append(
-                f"workload.{field_name} does not apply to workload.kind = '{preset.workload.kind}'. "
-                f"Its fields: {', '.join(allowed)}."
+            message = (
+                f"workload.{field_name} does not apply to workload.kind = "
+                f"'{preset.workload.kind}'. Its fields: {', '.join(allowed)}."
             )
+            problems.append((f"workload.{field_name}", message))
     w = preset.workload
     if w.kind == "gpt" and w.width is not None and w.heads is not None and w.width % w.heads:
-        problems.append(
-            f"workload.width = {w.width} is not divisible by workload.heads = {w.heads}."
-        )
+        message = f"workload.width = {w.width} is not divisible by workload.heads = {w.heads}."
+        problems.append(("workload.width", message))
     return problems
 
 
@@ -364,8 +403,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
 _AT = re.compile(r"\s*-\s*at\s*`\$(?P<path>[^`]*)`\s*$")
 
 
-def describe_validation_error(message: str) -> str:
-    """Turn msgspec's message into one naming the key and what would be accepted."""
+def describe_validation_error(message: str) -> tuple[str | None, str]:
+    """msgspec's message as (dotted key at fault, a message naming it and what is accepted)."""
     match = _AT.search(message)
     path = match.group("path") if match else ""
     body = message[: match.start()] if match else message
@@ -374,14 +413,14 @@ def describe_validation_error(message: str) -> str:
     if unknown:
         field = f"{key}.{unknown['field']}" if key else unknown["field"]
         accepted = ", ".join(_fields_at(key))
-        return f"unknown field '{field}'. Accepted fields here: {accepted}."
+        return field, f"unknown field '{field}'. Accepted fields here: {accepted}."
     missing = re.match(r"Object missing required field `(?P<field>[^`]+)`", body)
     if missing:
         field = f"{key}.{missing['field']}" if key else missing["field"]
-        return f"missing required field '{field}'."
+        return field, f"missing required field '{field}'."
     accepted = _accepted_at(key)
     body = body.replace("Expected `", "expected `").replace("Invalid enum value", "invalid value")
-    return f"'{key}': {body}." + (f" Accepted: {accepted}." if accepted else "")
+    return key or None, f"'{key}': {body}." + (f" Accepted: {accepted}." if accepted else "")
 
 
 def _struct_at(key: str) -> type[msgspec.Struct]:

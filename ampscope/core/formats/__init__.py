@@ -12,7 +12,7 @@ value wraps or is undefined, which is never what you want to teach.
 This module imports numpy and ml_dtypes but never torch or textual: the dashboard shows it too.
 """
 
-from ampscope.formats.catalog import (
+from ampscope.core.formats.catalog import (
     DEFAULT_KEYS,
     FLOAT_KEYS,
     FORMATS,
@@ -26,8 +26,8 @@ from ampscope.formats.catalog import (
     shortest_repr,
     to_tf32,
 )
-from ampscope.formats.demos import DEMOS, DemoResult, run_demo
-from ampscope.formats.describe import (
+from ampscope.core.formats.demos import DEMOS, DemoResult, run_demo
+from ampscope.core.formats.describe import (
     Description,
     Stored,
     describe,
@@ -35,7 +35,7 @@ from ampscope.formats.describe import (
     facts_table,
     store,
 )
-from ampscope.formats.expression import ExpressionError, evaluate, to_fp64
+from ampscope.core.formats.expression import ExpressionError, evaluate, to_fp64
 
 __all__ = [
     "DEFAULT_KEYS",

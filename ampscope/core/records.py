@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ampscope import events as ev
+from ampscope.core import events as ev
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"

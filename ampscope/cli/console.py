@@ -6,8 +6,8 @@ import sys
 import time
 from typing import TextIO
 
-from ampscope import events as ev
-from ampscope.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core import events as ev
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
 
 REDRAW_S = 0.1
 

@@ -369,7 +369,7 @@ def workload_from(kind: str, dims: dict[str, int], batch: int, precision: str) -
 
 def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
     """A preset's workload at its GPU size (``on_cuda``) or CPU size; raises ConfigError."""
-    from ampscope import config
+    from ampscope.core import config
 
     preset = config.load_preset(name)
     dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
@@ -405,7 +405,7 @@ def compare_run(run_dir: Any, flash: bool = True) -> RunComparison:
     """
     from pathlib import Path
 
-    from ampscope import records
+    from ampscope.core import records
 
     path = Path(run_dir)
     if not (path / records.EVENTS_FILE).is_file() and not (path / records.SUMMARY_FILE).is_file():

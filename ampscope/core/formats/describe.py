@@ -9,7 +9,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ampscope.formats.catalog import (
+from ampscope.core.formats.catalog import (
     DEFAULT_KEYS,
     FORMATS,
     Format,
@@ -20,7 +20,7 @@ from ampscope.formats.catalog import (
     round_half_even,
     shortest_repr,
 )
-from ampscope.formats.expression import evaluate, to_fp64
+from ampscope.core.formats.expression import evaluate, to_fp64
 
 # ---------------------------------------------------------------------------------------------
 # One value in every format

@@ -10,43 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ampscope import __version__
-from ampscope import config as cfg
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but bad usage exits 2 with one line and a pointer to --help."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"ampscope: {message}. See '{self.prog} --help'.\n")
-
-
-def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset") -> None:
-    """--steps, --device and --set: the everyday knobs, read back by ``run_overrides``."""
-    p.add_argument("--steps", type=int, help=f"optimizer steps for {which} (same as --set steps=N)")
-    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"override a field of {which}, dotted for tables: --set workload.layers=4",
-    )
-
-
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "preset", help="a preset name (see 'ampscope presets') or a path to a .toml file"
-    )
-    add_override_arguments(p)
-    p.add_argument(
-        "--json", action="store_true", help="print the event stream (one JSON object a line)"
-    )
-    p.add_argument(
-        "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
-    )
-    p.add_argument("--no-record", action="store_true", help="do not write a run record")
-    p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+from ampscope.core import config as cfg
+from ampscope.core.run_args import (
+    ArgParser,
+    add_override_arguments,
+    add_run_arguments,
+    run_overrides,
+)
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,17 +31,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
-def run_overrides(args: argparse.Namespace) -> list[str]:
-    overrides = list(args.overrides)
-    if args.steps is not None:
-        overrides.append(f"steps={args.steps}")
-    if args.device is not None:
-        overrides.append(f"device='{args.device}'")
-    return overrides
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgParser(
         prog="ampscope",
         description=(
             "Watch how number formats, mixed precision and torch.compile change a training run. "
@@ -89,10 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HZ",
         help="dashboard plot redraw rate, 0.5 to 4 (lower it on slow SSH links)",
     )
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
-    from ampscope.runs_cli import add_detach_arguments, add_runs_parsers
+    from ampscope.cli.runs import add_detach_arguments, add_runs_parsers
 
     add_detach_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
@@ -102,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     # (number-format and memory-planner commands are added here)
-    from ampscope.formats_cli import add_dtypes_parser, add_memory_parser
+    from ampscope.cli.formats import add_dtypes_parser, add_memory_parser
 
     add_dtypes_parser(sub)
     add_memory_parser(sub)
@@ -131,23 +92,23 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
     if args.command == "presets":
         return cmd_presets(args)
     if args.command == "bench":
-        from ampscope.bench import cmd_bench
+        from ampscope.cli.bench import cmd_bench
 
         return cmd_bench(args)
     if args.command == "dtypes":
-        from ampscope.formats_cli import cmd_dtypes
+        from ampscope.cli.formats import cmd_dtypes
 
         return cmd_dtypes(args)
     if args.command == "memory":
-        from ampscope.formats_cli import cmd_memory
+        from ampscope.cli.formats import cmd_memory
 
         return cmd_memory(args)
     if args.command in ("runs", "attach", "replay", "serve"):
-        from ampscope import runs_cli
+        from ampscope.cli import runs
 
-        return runs_cli.main(args)
+        return runs.main(args)
     if args.command == "doctor":
-        from engine.doctor import doctor
+        from ampscope.engine.doctor import doctor
 
         return doctor(as_json=args.json)
     return cmd_dashboard(args)
@@ -155,11 +116,11 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     if getattr(args, "detach", False):
-        from ampscope.runs_cli import cmd_run_detached
+        from ampscope.cli.runs import cmd_run_detached
 
         return cmd_run_detached(args)
-    from ampscope.console import ConsoleReporter
-    from engine.run import run
+    from ampscope.cli.console import ConsoleReporter
+    from ampscope.engine.run import run
 
     reporter = None if args.json else ConsoleReporter()
     return run(
@@ -209,7 +170,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        from tui.app import run_dashboard
+        from ampscope.tui.app import run_dashboard
     except ImportError as exc:  # pragma: no cover - a broken install
         print(
             f"ampscope: the dashboard cannot start ({exc}). Reinstall with 'pip install ampscope'.",

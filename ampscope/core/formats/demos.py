@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ampscope.formats.catalog import FORMATS, convert, shortest_repr
+from ampscope.core.formats.catalog import FORMATS, convert, shortest_repr
 
 # ---------------------------------------------------------------------------------------------
 # Demonstrations a lecturer can read aloud

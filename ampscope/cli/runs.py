@@ -12,20 +12,17 @@ import ipaddress
 import json
 import os
 import shlex
-import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ampscope import config as cfg
-from ampscope import events as ev
-from ampscope import records
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.core.launch import child_env, launch_detached
 
-EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
-ENGINE_LOG = "engine.log"
-PRESET_COPY = "preset.toml"
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 FINISHED = ("ok", "failed", "stopped")
 SPEED_RANGE = (0.1, 100.0)
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
@@ -102,59 +99,8 @@ def _fail(message: str, code: int = 2) -> int:
 # --------------------------------------------------------------------------- detached runs
 
 
-def _project_root() -> Path:
-    return Path(__file__).resolve().parent.parent
-
-
-def child_env() -> dict[str, str]:
-    """The environment for a child that imports this checkout (installed or not)."""
-    env = dict(os.environ)
-    root = str(_project_root())
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def launch_detached(
-    preset: str, overrides: Sequence[str] = (), runs_dir: Path | None = None
-) -> tuple[Path, int]:
-    """Start an engine that outlives this process; returns its run folder and pid.
-
-    The preset is validated here (``cfg.ConfigError`` on a bad one) and written resolved into
-    the run folder, so the engine never depends on a file this process may delete.
-    """
-    resolved = cfg.load_preset(preset, overrides)
-    run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), resolved.name)
-    (run_dir / PRESET_COPY).write_text(cfg.to_toml(resolved))
-    (run_dir / records.EVENTS_FILE).touch()  # listed (and attachable) from now on
-    command = [
-        sys.executable,
-        "-m",
-        "ampscope",
-        "run",
-        str(run_dir / PRESET_COPY),
-        "--run-dir",
-        str(run_dir),
-    ]
-    with open(run_dir / ENGINE_LOG, "ab") as log:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            env=child_env(),
-        )
-    # Until the engine writes its own, this one says who runs the record.
-    records.write_live(run_dir, proc.pid)
-    # Reap it if this process lives longer than the run (the dashboard), so no zombie stays.
-    threading.Thread(target=proc.wait, name="ampscope-detached-reaper", daemon=True).start()
-    return run_dir, proc.pid
-
-
 def cmd_run_detached(args: argparse.Namespace) -> int:
-    from ampscope.cli import run_overrides
+    from ampscope.core.run_args import run_overrides
 
     if args.no_record:
         return _fail("--detach needs the run record (drop --no-record): it is how you watch it.")
@@ -230,7 +176,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ampscope.units import fmt_ms, fmt_num
+    from ampscope.core.units import fmt_ms, fmt_num
 
     root = _runs_root(args)
     rows = run_rows(root)
@@ -265,7 +211,7 @@ def _dashboard(args: argparse.Namespace, on_start: Any) -> int:
     refresh = getattr(args, "refresh", None)
     if refresh is not None and not 0.5 <= refresh <= 4:
         return _fail(f"--refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.")
-    from tui.app import run_dashboard
+    from ampscope.tui.app import run_dashboard
 
     return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, on_start=on_start)
 
@@ -288,7 +234,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         )
 
     def start(app: Any) -> None:
-        from tui.follow import attach_record
+        from ampscope.tui.follow import attach_record
 
         attach_record(app, path)
 
@@ -318,7 +264,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     speed = args.speed
 
     def start(app: Any) -> None:
-        from tui.replay import replay_record
+        from ampscope.tui.replay import replay_record
 
         replay_record(app, path, speed)
 
@@ -338,7 +284,7 @@ def is_loopback(host: str) -> bool:
 
 
 def viewer_command(root: Path, refresh: float | None = None) -> str:
-    words = [sys.executable, "-m", "tui.viewer", "--runs-dir", str(root.resolve())]
+    words = [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(root.resolve())]
     if refresh is not None:
         words += ["--refresh", str(refresh)]
     return shlex.join(words)
@@ -358,7 +304,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     root = _runs_root(args)
-    os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]  # the viewer imports this checkout
+    os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
     command = viewer_command(root, getattr(args, "refresh", None))
     print(
         f"ampscope: serving a read-only view of the live runs in {root} on "

@@ -1,12 +1,7 @@
-"""``ampscope bench``: the same workload under several presets, one table, honest about noise.
+"""Run comparison: bench rows, verdicts and sweep records, built from run records.
 
-Each preset runs in a fresh engine process (clean memory statistics, its own compile cache
-unless the environment shares one). With ``--repeats K`` the presets are interleaved
-(ABAB, not AABB) so that a machine getting slower or faster over time hits them all alike,
-and the spread across repeats decides whether a difference is called at all.
-
-Rows are computed from run records, so the dashboard's Compare screen builds the same
-table from any runs in the history.
+Shared by ``ampscope bench`` and the dashboard's Compare screen, so both show one table.
+Torch- and textual-free.
 """
 
 from __future__ import annotations
@@ -14,22 +9,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 
-from ampscope import config as cfg
-from ampscope import events as ev
-from ampscope import records
-from ampscope.cli import run_overrides
-from ampscope.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
 DEFAULT_BASELINE = "fp32"
@@ -240,63 +228,6 @@ def render(rows: list[Row], baseline: str, fmt: str = "text") -> str:
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
-def run_one(
-    preset: str,
-    overrides: Sequence[str],
-    runs_dir: Path,
-    on_line: Callable[[ev.Event], None] | None = None,
-) -> records.RunRecord:
-    """Run one preset in a fresh engine process and read back its record."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine",
-        preset,
-        "--runs-dir",
-        str(runs_dir),
-        "--exit-with-parent",
-    ]
-    for item in overrides:
-        cmd += ["--set", item]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-    run_dir: Path | None = None
-    reason: str | None = None
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            event = ev.decode(line)
-            if isinstance(event, ev.HelloEvent) and event.run_dir:
-                run_dir = Path(event.run_dir)
-            elif isinstance(event, ev.ErrorEvent):
-                reason = event.message
-            if on_line is not None:
-                on_line(event)
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        proc.wait()
-    except BaseException:
-        _stop(proc)
-        raise
-    if run_dir is not None and run_dir.is_dir():
-        return records.load_run(run_dir)
-    record = records.RunRecord(path=runs_dir / f"(not started: {preset})")
-    error = reason or (stderr.strip().splitlines() or ["the engine exited at once"])[-1]
-    record.done = ev.empty_done("failed", error)
-    return record
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]) -> Path:
     path = records.new_run_dir(runs_dir, "sweep")
     records.write_json(
@@ -309,77 +240,6 @@ def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]
         },
     )
     return path
-
-
-def cmd_bench(args) -> int:
-    presets = list(args.presets) or list(LECTURE_SWEEP)
-    baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in presets else presets[0])
-    presets = [baseline, *(p for p in dict.fromkeys(presets) if p != baseline)]  # baseline first
-    overrides = run_overrides(args)
-    if args.repeats < 1:
-        print(f"ampscope: --repeats {args.repeats}: accepted a whole number >= 1.", file=sys.stderr)
-        return 2
-    try:
-        for name in presets:
-            cfg.load_preset(name, overrides)
-    except cfg.ConfigError as exc:
-        print(f"ampscope: {exc}", file=sys.stderr)
-        return 2
-    runs_dir = args.runs_dir or records.default_runs_dir()
-    order = interleaved(presets, args.repeats)
-    results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
-    interrupted = False
-    for i, name in enumerate(order, 1):
-        progress = _Progress(f"[{i}/{len(order)}] {name}")
-        try:
-            results[name].append(run_one(name, overrides, runs_dir, progress))
-        except KeyboardInterrupt:
-            interrupted = True
-            break
-        finally:
-            progress.close()
-    rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
-    fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
-    print(render(rows, baseline, fmt))
-    sweep = write_sweep(runs_dir, rows, baseline, order)
-    print(f"\nsweep record: {sweep}", file=sys.stderr)
-    return 130 if interrupted else 0
-
-
-class _Progress:
-    """One status line per engine run on stderr: compile and step progress."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.tty = sys.stderr.isatty()
-        self.steps = 0
-        self.last = 0.0
-        self._show("starting")
-
-    def __call__(self, event: ev.Event) -> None:
-        if isinstance(event, ev.HelloEvent):
-            self.steps = int(event.config.get("steps", 0))
-        elif (
-            isinstance(event, ev.PhaseEvent) and event.phase == "compile" and event.state == "start"
-        ):
-            self._show("compiling")
-        elif isinstance(event, ev.StepEvent) and time.monotonic() - self.last > 0.2:
-            self.last = time.monotonic()
-            self._show(f"step {event.step + 1}/{self.steps}  {fmt_ms(event.step_ms)}/step")
-        elif isinstance(event, ev.DoneEvent):
-            self._show(event.status)
-
-    def _show(self, text: str) -> None:
-        if self.tty:
-            sys.stderr.write(f"\r\x1b[2K{self.label}: {text}")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
-        else:
-            sys.stderr.write(f"{self.label}: done\n")
-        sys.stderr.flush()
 
 
 def _median(values: Sequence[float | None]) -> float | None:

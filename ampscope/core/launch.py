@@ -1,0 +1,97 @@
+"""How every front-end starts an engine process: one command builder, one child environment.
+
+The engine child is always ampscope's own: it is started by its package name,
+``ampscope.engine``, with Python's safe-path mode on so that the current folder (which may be
+a training repo with its own ``engine.py``) is never searched first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from ampscope.core import config as cfg
+from ampscope.core import records
+
+ENGINE_MODULE = "ampscope.engine"
+ENGINE_LOG = "engine.log"
+PRESET_COPY = "preset.toml"
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
+"""The folder that holds the ``ampscope`` package: site-packages, or the source checkout."""
+
+
+def engine_command(
+    preset: str,
+    overrides: Sequence[str] = (),
+    runs_dir: Path | None = None,
+    *,
+    exit_with_parent: bool = True,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """``python -m ampscope.engine PRESET [--runs-dir D] [--set K=V ...]``: the child's argv."""
+    cmd = [sys.executable, "-m", ENGINE_MODULE, preset]
+    if exit_with_parent:
+        cmd.append("--exit-with-parent")
+    if runs_dir is not None:
+        cmd += ["--runs-dir", str(runs_dir)]
+    for item in overrides:
+        cmd += ["--set", item]
+    cmd += list(extra)
+    return cmd
+
+
+def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of any child that runs ampscope code.
+
+    Safe-path mode keeps the working folder off ``sys.path``; the folder holding the
+    ``ampscope`` package goes first, so a source checkout runs its own code too.
+    """
+    env = dict(os.environ if base is None else base)
+    root = str(_PACKAGE_PARENT)
+    rest = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = root + (os.pathsep + rest if rest else "")
+    env["PYTHONSAFEPATH"] = "1"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def launch_detached(
+    preset: str, overrides: Sequence[str] = (), runs_dir: Path | None = None
+) -> tuple[Path, int]:
+    """Start an engine that outlives this process; returns its run folder and pid.
+
+    The preset is validated here (``cfg.ConfigError`` on a bad one) and written resolved into
+    the run folder, so the engine never depends on a file this process may delete.
+    """
+    resolved = cfg.load_preset(preset, overrides)
+    run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), resolved.name)
+    (run_dir / PRESET_COPY).write_text(cfg.to_toml(resolved))
+    (run_dir / records.EVENTS_FILE).touch()  # listed (and attachable) from now on
+    command = [
+        sys.executable,
+        "-m",
+        "ampscope",
+        "run",
+        str(run_dir / PRESET_COPY),
+        "--run-dir",
+        str(run_dir),
+    ]
+    with open(run_dir / ENGINE_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            env=child_env(),
+        )
+    # Until the engine writes its own, this one says who runs the record.
+    records.write_live(run_dir, proc.pid)
+    # Reap it if this process lives longer than the run (the dashboard), so no zombie stays.
+    threading.Thread(target=proc.wait, name="ampscope-detached-reaper", daemon=True).start()
+    return run_dir, proc.pid
