@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
@@ -99,8 +100,7 @@ def cmd_bench(args) -> int:
         for name in presets:
             cfg.load_preset(name, overrides)
     except cfg.ConfigError as exc:
-        print(f"ampscope: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc)
     runs_dir = args.runs_dir or records.default_runs_dir()
     order = interleaved(presets, args.repeats)
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}

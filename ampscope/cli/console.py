@@ -7,6 +7,7 @@ import time
 from typing import TextIO
 
 from ampscope.core import events as ev
+from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
 
 REDRAW_S = 0.1
@@ -93,7 +94,7 @@ class ConsoleReporter:
 
     def _line(self, text: str) -> None:
         self._clear()
-        self.out.write(text + "\n")
+        self.out.write(visible(text, keep_newlines=True) + "\n")
         self.out.flush()
 
 

@@ -9,6 +9,7 @@ import re
 import sys
 from typing import Any
 
+from ampscope.cli.output import fail
 from ampscope.core.units import fmt_bytes
 
 # -------------------------------------------------------------------------------------------
@@ -97,11 +98,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
     return value
-
-
-def _fail(message: str) -> int:
-    print(f"ampscope: {message}", file=sys.stderr)
-    return 2
 
 
 # -------------------------------------------------------------------------------------------
@@ -204,7 +200,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
     try:
         keys = fm.keys_from(args.formats)
     except KeyError as exc:
-        return _fail(f"--formats {args.formats}: {exc.args[0]}")
+        return fail(f"--formats {args.formats}: {exc.args[0]}")
     if args.demo:
         return _run_demo(args.demo, args.json)
     if not args.values:
@@ -218,7 +214,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
         try:
             described.append(fm.describe(text, keys, saturate_fp8=args.saturate))
         except fm.ExpressionError as exc:
-            return _fail(str(exc))
+            return fail(str(exc))
     if args.json:
         out = {
             "values": [d.to_dict() for d in described],
@@ -250,7 +246,7 @@ def _run_demo(name: str, as_json: bool) -> int:
                 print(f"{key:<{width}}  {what}")
         return 0
     if name not in fm.DEMOS:
-        return _fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
+        return fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
     result = fm.run_demo(name)
     if as_json:
         print(
@@ -362,7 +358,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         try:
             wl = mp.workload_from_preset(args.preset, on_cuda=args.device == "cuda")
         except config.ConfigError as exc:
-            return _fail(str(exc))
+            return fail(str(exc))
         params, shape = wl.params, wl.shape
         if shape is not None:
             shape = mp.Shape(
@@ -389,7 +385,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         given = [k for k, v in shape_opts.items() if v is not None]
         if given and len(given) < len(shape_opts):
             missing = [f"--{k}" for k, v in shape_opts.items() if v is None]
-            return _fail(
+            return fail(
                 f"a transformer shape needs --layers, --hidden, --heads, --seq and --batch; "
                 f"missing {', '.join(missing)}."
             )
@@ -399,13 +395,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
             try:
                 params = mp.parse_count(args.params)
             except mp.PlanError as exc:
-                return _fail(f"--params {args.params}: {exc}")
+                return fail(f"--params {args.params}: {exc}")
             source = f"{params:,} parameters"
         elif shape is not None:
             params = mp.transformer_params(shape.layers, shape.hidden, shape.vocab)
             source = f"about {params:,} parameters (12*L*h^2{' + 2*V*h' if shape.vocab else ''})"
         else:
-            return _fail(
+            return fail(
                 "say which model: --params N (7B, 125M, 7e9), --preset NAME, a transformer "
                 "shape (--layers --hidden --heads --seq --batch), or --run RUNDIR. "
                 "See 'ampscope memory --help'."
@@ -454,7 +450,7 @@ def _memory_run(args: argparse.Namespace) -> int:
     try:
         c = mp.compare_run(args.run, flash=args.flash)
     except mp.PlanError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if args.json:
         print(json.dumps(c.to_dict(), indent=2))
         return 0

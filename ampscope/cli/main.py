@@ -17,6 +17,7 @@ from ampscope.core.run_args import (
     add_run_arguments,
     run_overrides,
 )
+from ampscope.core.text import visible
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,26 +139,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     found = cfg.list_presets()
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "name": p.name,
-                        "description": p.description,
-                        "path": str(p.path),
-                        "source": p.source,
-                    }
-                    for p in found
-                ],
-                indent=2,
-            )
-        )
+        rows = [
+            {
+                "name": p.name,
+                "description": p.description,
+                "path": str(p.path),
+                "source": p.source,
+                "problem": p.problem,
+            }
+            for p in found
+        ]
+        print(json.dumps(rows, indent=2))
         return 0
-    width = max((len(p.name) for p in found), default=0)
+    width = min(max((len(visible(p.name)) for p in found), default=0), 32)
     for p in found:
-        tag = "" if p.source == "shipped" else f"  [{p.source}: {p.path}]"
-        print(f"{p.name:<{width}}  {p.description}{tag}")
-    print(f"\nUser presets: {cfg.user_presets_dir()}/*.toml")
+        tag = "" if p.source == "shipped" else f"  [{p.source}: {visible(p.path)}]"
+        about = f"BROKEN: {p.problem}" if p.problem else p.description
+        print(f"{visible(p.name, 64):<{width}}  {visible(about, 500)}{tag}")
+    print(f"\nUser presets: {visible(cfg.user_presets_dir())}/*.toml")
     return 0
 
 

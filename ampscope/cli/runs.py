@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.launch import child_env, launch_detached
+from ampscope.core.text import visible
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 FINISHED = ("ok", "failed", "stopped")
@@ -91,11 +93,6 @@ def _runs_root(args: argparse.Namespace) -> Path:
     return getattr(args, "runs_dir", None) or records.default_runs_dir()
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"ampscope: {message}", file=sys.stderr)
-    return code
-
-
 # --------------------------------------------------------------------------- detached runs
 
 
@@ -103,13 +100,13 @@ def cmd_run_detached(args: argparse.Namespace) -> int:
     from ampscope.core.run_args import run_overrides
 
     if args.no_record:
-        return _fail("--detach needs the run record (drop --no-record): it is how you watch it.")
+        return fail("--detach needs the run record (drop --no-record): it is how you watch it.")
     try:
         run_dir, pid = launch_detached(args.preset, run_overrides(args), args.runs_dir)
     except cfg.ConfigError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except OSError as exc:
-        return _fail(f"cannot start the engine: {exc}", 1)
+        return fail(f"cannot start the engine: {exc}", 1)
     if args.json:
         print(json.dumps({"run_dir": str(run_dir), "pid": pid}))
     else:
@@ -170,6 +167,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
                 "pid": pid or (record.hello.pid if record.hello else None),
                 "started_at": record.hello.started_at if record.hello else live.get("started_at"),
                 "path": str(record.path),
+                "problem": record.problem,
             }
         )
     return rows
@@ -188,14 +186,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     table = [("state", "preset", "steps", "median step", "final loss", "path")]
     for row in rows:
+        path = visible(row["path"], 300)
         table.append(
             (
                 row["state"],
-                row["preset"],
+                visible(row["preset"], 40),
                 "-" if row["steps"] is None else str(row["steps"]),
                 fmt_ms(row["step_ms_median"]),
                 fmt_num(row["loss_final"]),
-                row["path"],
+                f"{path}  ({row['problem']})" if row["problem"] else path,
             )
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
@@ -210,7 +209,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def _dashboard(args: argparse.Namespace, on_start: Any) -> int:
     refresh = getattr(args, "refresh", None)
     if refresh is not None and not 0.5 <= refresh <= 4:
-        return _fail(f"--refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.")
+        return fail(f"--refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.")
     from ampscope.tui.app import run_dashboard
 
     return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, on_start=on_start)
@@ -221,11 +220,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if args.run:
         path = resolve_run(args.run, root)
         if path is None:
-            return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
+            return fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
     else:
         record = latest(root, ("live",))
         if record is None:
-            return _fail(f"no live run in {root}. 'ampscope runs' lists them all.", 1)
+            return fail(f"no live run in {root}. 'ampscope runs' lists them all.", 1)
         path = record.path
     state = records.run_state(records.load_run(path, with_events=False))
     if state != "live":
@@ -244,13 +243,13 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     low, high = SPEED_RANGE
     if not low <= args.speed <= high:
-        return _fail(f"--speed {args.speed:g} is out of range. Accepted: {low:g} to {high:g}.")
+        return fail(f"--speed {args.speed:g} is out of range. Accepted: {low:g} to {high:g}.")
     root = _runs_root(args)
     if args.run:
         path = resolve_run(args.run, root)
         if path is None:
             names = ", ".join(p.name for p in example_runs())
-            return _fail(f"no run record '{args.run}' in {root} (shipped examples: {names}).")
+            return fail(f"no run record '{args.run}' in {root} (shipped examples: {names}).")
     else:
         record = latest(root, FINISHED)
         examples = example_runs()
@@ -260,7 +259,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             path = examples[0]
             print(f"ampscope: no finished run in {root}; replaying the example {path.name}.")
         else:
-            return _fail(f"no finished run in {root} to replay.", 1)
+            return fail(f"no finished run in {root} to replay.", 1)
     speed = args.speed
 
     def start(app: Any) -> None:
@@ -294,9 +293,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from textual_serve.server import Server
     except ImportError:
-        return _fail("'ampscope serve' needs textual-serve: pip install 'ampscope[serve]'", code=2)
+        return fail("'ampscope serve' needs textual-serve: pip install 'ampscope[serve]'", code=2)
     if not 1 <= args.port <= 65535:
-        return _fail(f"--port {args.port} is out of range (1 to 65535).")
+        return fail(f"--port {args.port} is out of range (1 to 65535).")
     if not is_loopback(args.host):
         print(
             f"ampscope: warning: serving on {args.host}:{args.port}. The served app has no "
@@ -316,7 +315,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server.serve()
     except OSError as exc:
-        return _fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
+        return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
     except KeyboardInterrupt:
         pass
     return 0

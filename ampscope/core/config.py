@@ -33,15 +33,21 @@ WorkloadKind = Literal["gpt", "mlp", "cnn"]
 WorkloadSize = Literal["auto", "small", "large"]
 
 PositiveInt = Annotated[int, Meta(ge=1)]
+# Upper bounds far beyond any real run, so that a typo (or 10**23) is refused at once
+# instead of running for ever or asking the allocator for terabytes.
+MAX_STEPS = 10_000_000
+Steps = Annotated[int, Meta(ge=1, le=MAX_STEPS)]
+StepIndex = Annotated[int, Meta(ge=0, le=MAX_STEPS)]
+Dim = Annotated[int, Meta(ge=1, le=1 << 20)]
 
 
 class ScalerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """torch.amp.GradScaler's knobs."""
 
-    init_scale: Annotated[float, Meta(gt=0)] = 65536.0
-    growth_factor: Annotated[float, Meta(gt=1)] = 2.0
+    init_scale: Annotated[float, Meta(gt=0, le=2.0**100)] = 65536.0
+    growth_factor: Annotated[float, Meta(gt=1, le=1e6)] = 2.0
     backoff_factor: Annotated[float, Meta(gt=0, lt=1)] = 0.5
-    growth_interval: PositiveInt = 2000
+    growth_interval: Steps = 2000
 
 
 class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -49,39 +55,39 @@ class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     kind: WorkloadKind = "gpt"
     size: WorkloadSize = "auto"
-    layers: PositiveInt | None = None
-    width: PositiveInt | None = None
-    heads: PositiveInt | None = None  # gpt only
-    seq_len: PositiveInt | None = None  # gpt only
-    vocab: Annotated[int, Meta(ge=2)] | None = None  # gpt only
-    image_size: Annotated[int, Meta(ge=8)] | None = None  # cnn only
-    classes: Annotated[int, Meta(ge=2)] | None = None  # mlp and cnn
+    layers: Annotated[int, Meta(ge=1, le=1024)] | None = None
+    width: Dim | None = None
+    heads: Annotated[int, Meta(ge=1, le=1024)] | None = None  # gpt only
+    seq_len: Dim | None = None  # gpt only
+    vocab: Annotated[int, Meta(ge=2, le=1 << 22)] | None = None  # gpt only
+    image_size: Annotated[int, Meta(ge=8, le=8192)] | None = None  # cnn only
+    classes: Annotated[int, Meta(ge=2, le=1 << 20)] | None = None  # mlp and cnn
 
 
 class Debug(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Fault injection, for demonstrations and tests. 0 means never."""
 
-    inf_loss_at_step: Annotated[int, Meta(ge=0)] = 0
-    raise_at_step: Annotated[int, Meta(ge=0)] = 0
+    inf_loss_at_step: StepIndex = 0
+    raise_at_step: StepIndex = 0
 
 
 class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    name: str
-    description: str = ""
+    name: Annotated[str, Meta(min_length=1, max_length=200)]
+    description: Annotated[str, Meta(max_length=2000)] = ""
     precision: Precision = "fp32"
     grad_scaler: ScalerMode = "auto"
     compile: CompileMode = "off"
     fullgraph: bool = False
     dynamic: bool = False
-    steps: PositiveInt = 200
-    warmup_steps: Annotated[int, Meta(ge=0)] = 5
-    batch_size: PositiveInt | Literal["auto"] = "auto"
+    steps: Steps = 200
+    warmup_steps: StepIndex = 5
+    batch_size: Dim | Literal["auto"] = "auto"
     lr: Annotated[float, Meta(gt=0, le=10)] = 3e-3
-    grad_clip: Annotated[float, Meta(ge=0)] = 1.0
-    seed: Annotated[int, Meta(ge=0)] = 0
-    device: str = "auto"
-    grad_zero_every: Annotated[int, Meta(ge=0)] = 10
-    peak_tflops: Annotated[float, Meta(gt=0)] | None = None
+    grad_clip: Annotated[float, Meta(ge=0, le=1e9)] = 1.0
+    seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] = 0
+    device: Annotated[str, Meta(max_length=64)] = "auto"
+    grad_zero_every: StepIndex = 10
+    peak_tflops: Annotated[float, Meta(gt=0, le=1e6)] | None = None
     telemetry_hz: Annotated[float, Meta(ge=0.25, le=10)] = 2.0  # sys samples a second
     scaler: ScalerOptions = msgspec.field(default_factory=ScalerOptions)
     workload: Workload = msgspec.field(default_factory=Workload)
@@ -154,6 +160,8 @@ class PresetInfo:
     description: str
     path: Path
     source: Literal["shipped", "user", "path"]
+    problem: str | None = None
+    """Why the file cannot be used (not TOML, unreadable, absurd), for a preset listed as broken."""
 
 
 def shipped_presets_dir() -> Path:
@@ -194,7 +202,8 @@ def list_presets() -> list[PresetInfo]:
         for path in sorted(folder.glob("*.toml")):
             try:
                 raw = _read_toml(path)
-            except ConfigError:
+            except ConfigError as exc:  # listed as broken, so the user can find and fix it
+                found.setdefault(path.stem, PresetInfo(path.stem, "", path, source, exc.detail))  # type: ignore[arg-type]
                 continue
             name = str(raw.get("name", path.stem))
             found[name] = PresetInfo(name, str(raw.get("description", "")), path, source)  # type: ignore[arg-type]
@@ -214,6 +223,10 @@ def find_preset(name_or_path: str) -> PresetInfo:
     presets = list_presets()
     for info in presets:
         if info.name == name_or_path:
+            if info.problem:
+                raise ConfigError(
+                    f"preset '{info.name}' is broken: {info.problem}", source=str(info.path)
+                )
             return info
     names = ", ".join(p.name for p in presets) or "(none found)"
     raise ConfigError(
@@ -254,17 +267,30 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not sep or not key:
         raise ConfigError(
-            f"Override '{item}' is not of the form key=value (for example steps=50 or workload.layers=4)."
+            f"Override '{item[:80]}' is not of the form key=value (for example steps=50 or workload.layers=4)."
         )
-    return key.split("."), parse_value(text.strip())
+    try:
+        return key.split("."), parse_value(text.strip())
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, key=key, source=f"--set {key}") from None
+
+
+MAX_VALUE_CHARS = 1000
+"""No preset value needs more; longer text (a pasted 5,000-digit number) is refused early."""
 
 
 def parse_value(text: str) -> Any:
     """A value as TOML reads it (50, 1e-3, true, [1, 2]); anything else is a string."""
+    if len(text) > MAX_VALUE_CHARS:
+        raise ConfigError(
+            f"a value of {len(text):,} characters is too long (at most {MAX_VALUE_CHARS:,})."
+        )
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"'{text[:40]}' cannot be read as a value ({_reason(exc)}).") from None
 
 
 def get_dotted(data: dict[str, Any], key: str) -> Any:
@@ -302,6 +328,8 @@ def validate(raw: dict[str, Any], source: str = "preset") -> Preset:
     except msgspec.ValidationError as exc:
         key, message = describe_validation_error(str(exc))
         raise ConfigError(message, key=key, source=source) from None
+    except (RecursionError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"not a usable preset ({_reason(exc)}).", source=source) from None
     problems = check_combinations(preset)
     if problems:
         key, message = problems[0]
@@ -390,14 +418,36 @@ def _toml_value(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+MAX_PRESET_BYTES = 1 << 20
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    """A preset file's table; ConfigError (naming the file) for anything that is not one."""
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read(MAX_PRESET_BYTES + 1)
+        if len(data) > MAX_PRESET_BYTES:
+            raise ConfigError("larger than 1 MiB: not a preset.", source=str(path))
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}).") from None
+        raise ConfigError(f"not valid TOML ({exc}).", source=str(path)) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text, so not TOML.", source=str(path)) from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(
+            f"cannot be read as a preset ({_reason(exc)}).", source=str(path)
+        ) from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror}).") from None
+        raise ConfigError(f"cannot be read ({exc.strerror}).", source=str(path)) from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = str(exc)
+    if "digits" in text or isinstance(exc, OverflowError):
+        return "a number too large"
+    return text[:200]
 
 
 _AT = re.compile(r"\s*-\s*at\s*`\$(?P<path>[^`]*)`\s*$")

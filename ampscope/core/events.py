@@ -196,7 +196,7 @@ def decode(line: bytes | str) -> Event | UnknownEvent:
     """Parse one line. Never raises: a line that does not parse comes back as UnknownEvent."""
     try:
         return _decoder.decode(line)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.MsgspecError, ValueError, RecursionError) as exc:
         text = line.decode(errors="replace") if isinstance(line, bytes) else line
         return UnknownEvent(line=text.rstrip("\n"), reason=str(exc))
 

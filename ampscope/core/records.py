@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from ampscope.core import events as ev
 
@@ -57,6 +60,8 @@ class RunRecord:
     done: ev.DoneEvent | None = None
     events: list[ev.Event] = field(default_factory=list)
     unreadable_lines: int = 0
+    problem: str | None = None
+    """Why (part of) the record could not be read: shown beside it, never raised."""
 
     @property
     def name(self) -> str:
@@ -78,7 +83,10 @@ class RunRecord:
 
 
 def read_events(path: Path) -> tuple[list[ev.Event], int]:
-    """All events of an ``events.jsonl``; a torn last line (a crash mid-write) is skipped."""
+    """All events of an ``events.jsonl``; a torn last line (a crash mid-write) is skipped.
+
+    Raises OSError when the file cannot be read at all.
+    """
     events: list[ev.Event] = []
     bad = 0
     with path.open("rb") as fh:
@@ -94,42 +102,56 @@ def read_events(path: Path) -> tuple[list[ev.Event], int]:
 
 
 def load_run(path: Path, with_events: bool = True) -> RunRecord:
+    """A record as far as it can be read: whatever is unreadable is named in ``problem``."""
     record = RunRecord(path)
     events_path = path / EVENTS_FILE
-    if with_events and events_path.is_file():
-        record.events, record.unreadable_lines = read_events(events_path)
-        for item in record.events:
-            if isinstance(item, ev.HelloEvent):
-                record.hello = item
-            elif isinstance(item, ev.DoneEvent):
-                record.done = item
-        return record
-    summary = path / SUMMARY_FILE
-    if summary.is_file():
-        try:
-            data = json.loads(summary.read_text())
-            record.hello = ev.decode(json.dumps(data.get("hello"))) or None  # type: ignore[assignment]
-            record.done = ev.decode(json.dumps(data.get("done"))) or None  # type: ignore[assignment]
-        except (OSError, ValueError):
-            pass
-        if not isinstance(record.hello, ev.HelloEvent):
-            record.hello = None
-        if not isinstance(record.done, ev.DoneEvent):
-            record.done = None
-    elif events_path.is_file():
-        with events_path.open("rb") as fh:
-            first = ev.decode(fh.readline())
-        if isinstance(first, ev.HelloEvent):
-            record.hello = first
+    try:
+        if with_events and events_path.is_file():
+            record.events, record.unreadable_lines = read_events(events_path)
+            for item in record.events:
+                if isinstance(item, ev.HelloEvent):
+                    record.hello = item
+                elif isinstance(item, ev.DoneEvent):
+                    record.done = item
+            return record
+        if (path / SUMMARY_FILE).is_file():
+            _read_summary(record)
+        elif events_path.is_file():
+            with events_path.open("rb") as fh:
+                first = ev.decode(fh.readline(1 << 20))
+            if isinstance(first, ev.HelloEvent):
+                record.hello = first
+    except OSError as exc:
+        record.problem = f"cannot be read ({exc.strerror or exc})"
     return record
 
 
+def _read_summary(record: RunRecord) -> None:
+    try:
+        data = json.loads((record.path / SUMMARY_FILE).read_text())
+    except ValueError:
+        record.problem = f"{SUMMARY_FILE} is not valid JSON"
+        return
+    if not isinstance(data, dict):
+        record.problem = f"{SUMMARY_FILE} is not a JSON object"
+        return
+    hello = ev.decode(json.dumps(data.get("hello")))
+    done = ev.decode(json.dumps(data.get("done")))
+    record.hello = hello if isinstance(hello, ev.HelloEvent) else None
+    record.done = done if isinstance(done, ev.DoneEvent) else None
+    if record.hello is None or (data.get("done") is not None and record.done is None):
+        record.problem = f"{SUMMARY_FILE} does not hold a readable hello and done"
+
+
 def list_runs(root: Path | None = None) -> list[RunRecord]:
-    """Runs under ``root``, newest first, read from their summaries (cheap)."""
+    """Runs under ``root``, newest first, read from their summaries (cheap). Never raises: an
+    unreadable record comes back with ``problem`` set, an unreadable folder as no runs."""
     root = root or default_runs_dir()
-    if not root.is_dir():
+    try:
+        candidates = [p for p in root.iterdir() if (p / EVENTS_FILE).is_file()]
+    except OSError:
         return []
-    runs = [load_run(p, with_events=False) for p in root.iterdir() if (p / EVENTS_FILE).is_file()]
+    runs = [load_run(p, with_events=False) for p in candidates]
     return sorted(runs, key=lambda r: r.name, reverse=True)
 
 
@@ -137,18 +159,32 @@ def list_runs(root: Path | None = None) -> list[RunRecord]:
 
 LIVE_FILE = "live.json"
 LIVE_STALE_S = 10.0
-"""A heartbeat older than this means the engine is gone (killed, host down)."""
-LIVE_STATES = ("live", "crashed")
+"""A heartbeat older than this means the engine is not making progress (stalled or gone)."""
+PROC_START_SLACK_S = 2.0
 
 
-def write_live(run_dir: Path, pid: int, started_at: float | None = None) -> None:
-    """``live.json``: who runs this record, refreshed by the engine about once a second."""
+def process_start(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch), or None if it does not run."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError, ValueError, OverflowError):
+        return None
+
+
+def write_live(run_dir: Path, pid: int, started_at: float | None = None, **extra: Any) -> None:
+    """``live.json``: who runs this record, refreshed by the engine about once a second.
+
+    ``proc_start`` (the writer's process start time) lets a viewer make sure a pid still
+    belongs to this run before it signals it: pids are reused.
+    """
     now = time.time()
     data = {
         "pid": pid,
         "host": socket.gethostname(),
         "heartbeat": now,
         "started_at": now if started_at is None else started_at,
+        "proc_start": process_start(pid),
+        **extra,
     }
     tmp = run_dir / f".{LIVE_FILE}.{os.getpid()}.tmp"  # engine and launcher may both write
     tmp.write_text(json.dumps(data) + "\n")
@@ -187,22 +223,60 @@ def pid_alive(pid: int) -> bool:
         return True  # no /proc (macOS): kill(0) said it exists
 
 
+def _heartbeat_age(live: dict[str, Any], now: float) -> float | None:
+    """Seconds since the last heartbeat; None when it is unreadable or from the future."""
+    try:
+        age = now - float(live.get("heartbeat", 0))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(age) or age < -LIVE_STALE_S:  # a clock or a file that lies
+        return None
+    return max(age, 0.0)
+
+
+def verified_pid(live: dict[str, Any]) -> int | None:
+    """The pid ``live.json`` names, only while that very process runs on this host.
+
+    Checked by host name and by the process's start time, so a stale record after pid reuse
+    (or a crafted one) never gets an innocent process signalled.
+    """
+    try:
+        pid = int(live.get("pid", 0))
+        recorded = float(live["proc_start"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if live.get("host") != socket.gethostname() or not pid_alive(pid):
+        return None
+    started = process_start(pid)
+    if started is None or abs(started - recorded) > PROC_START_SLACK_S:
+        return None
+    return pid
+
+
 def live_owner(run_dir: Path, now: float | None = None) -> dict[str, Any] | None:
     """``live.json`` when its engine still runs: fresh heartbeat, and pid alive if on this host."""
     live = read_live(run_dir)
     if live is None:
         return None
-    now = time.time() if now is None else now
-    try:
-        fresh = now - float(live.get("heartbeat", 0)) < LIVE_STALE_S
-        pid = int(live.get("pid", 0))
-    except (TypeError, ValueError):
+    age = _heartbeat_age(live, time.time() if now is None else now)
+    if age is None or age >= LIVE_STALE_S:
         return None
-    if not fresh:
-        return None
-    if live.get("host") == socket.gethostname() and not pid_alive(pid):
-        return None
+    if live.get("host") == socket.gethostname():
+        try:
+            if not pid_alive(int(live.get("pid", 0))):
+                return None
+        except (TypeError, ValueError, OverflowError):
+            return None
     return live
+
+
+def is_stalled(run_dir: Path, now: float | None = None) -> bool:
+    """The heartbeat is stale but the engine process still runs here (paused, swapping)."""
+    live = read_live(run_dir)
+    if live is None:
+        return False
+    age = _heartbeat_age(live, time.time() if now is None else now)
+    return age is not None and age >= LIVE_STALE_S and verified_pid(live) is not None
 
 
 def tail_events(path: Path, max_bytes: int = 1 << 16) -> list[ev.Event]:
@@ -228,16 +302,20 @@ def tail_events(path: Path, max_bytes: int = 1 << 16) -> list[ev.Event]:
 
 
 def run_state(record: RunRecord, now: float | None = None) -> str:
-    """``live``, ``crashed``, or the ``done`` status (ok, failed, stopped).
+    """``live``, ``stalled``, ``crashed``, or the ``done`` status (ok, failed, stopped).
 
     Live: no ``done`` yet, and ``live.json`` names a process that still runs on this host (or,
-    from another host, a heartbeat under ``LIVE_STALE_S`` old). Crashed: no ``done`` and the
-    engine is gone (or its heartbeat is stale, or it left no ``live.json``).
+    from another host, a heartbeat under ``LIVE_STALE_S`` old). Stalled: the heartbeat is
+    stale but that very process still runs here (paused, swapping, a long call): it may go
+    on. Crashed: no ``done`` and the engine is gone (or, from another host, its heartbeat is
+    stale, or it left no ``live.json``).
     """
     if record.done is not None:
         return record.done.status
     if live_owner(record.path, now) is not None:
         return "live"
+    if is_stalled(record.path, now):
+        return "stalled"
     # The summary may not be written yet (the engine is finishing): the stream says.
     done = next(
         (

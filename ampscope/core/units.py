@@ -1,21 +1,45 @@
-"""Human-readable numbers, shared by the console and the dashboard."""
+"""Human-readable numbers, shared by the console and the dashboard.
+
+Every formatter takes whatever a record holds: None, inf, NaN and absurd magnitudes come
+out as text ("-", "inf", "nan"), never as an exception.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+
+
+def _odd(x: float | None) -> str | None:
+    """The text for a value no unit applies to, else None."""
+    if x is None:
+        return "-"
+    try:
+        x = float(x)
+    except (TypeError, ValueError, OverflowError):
+        return "?"
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return None
+
 
 def fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
+    if (odd := _odd(ms)) is not None:
+        return odd
+    assert ms is not None
     if ms >= 1000:
-        return f"{ms / 1000:.2f} s"
+        return f"{ms / 1000:.3g} s" if ms >= 1e6 else f"{ms / 1000:.2f} s"
     if ms >= 10:
         return f"{ms:.1f} ms"
     return f"{ms:.2f} ms"
 
 
 def fmt_num(x: float | None) -> str:
-    if x is None:
-        return "-"
+    if (odd := _odd(x)) is not None:
+        return odd
+    assert x is not None
     for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= limit:
             return f"{x / limit:.3g}{suffix}"
@@ -23,9 +47,20 @@ def fmt_num(x: float | None) -> str:
 
 
 def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
+    if (odd := _odd(n)) is not None:
+        return odd
+    assert n is not None
     for limit, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if abs(n) >= limit:
             return f"{n / limit:.3g} {suffix}"
     return f"{int(n)} B"
+
+
+def fmt_time(seconds_since_epoch: float | None) -> str:
+    """Local date and time as ``YYYY-MM-DD HH:MM:SS``; "-" for a time no clock can show."""
+    if _odd(seconds_since_epoch) is not None:
+        return "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(seconds_since_epoch)))  # type: ignore[arg-type]
+    except (OverflowError, OSError, ValueError):
+        return "-"

@@ -1,0 +1,52 @@
+"""Text from users and records, made safe to show.
+
+Preset names and descriptions, run names, error messages and paths come from files anyone may
+have written. Shown raw, an escape sequence can rewrite the terminal (its title, its colours,
+the cursor); the dashboard additionally must never read them as markup. ``visible`` turns
+every control character into a printable escape (``\\x1b``), and caps the length.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+MAX_SHOWN = 4000
+"""Characters shown of one user- or record-supplied string; the rest is summarised."""
+
+_SAFE_WHITESPACE = {" "}
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch == "\n":
+        return "\\n"
+    if ch == "\t":
+        return "\\t"
+    if ch == "\r":
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False) -> str:
+    """``text`` with control characters (C0, DEL, C1, bidi overrides) shown as escapes.
+
+    ``keep_newlines`` keeps line breaks as they are (multi-line messages such as tracebacks).
+    Past ``limit`` characters the text is cut and says how much was left out.
+    """
+    s = str(text)
+    cut = len(s) - limit if limit and len(s) > limit else 0
+    if cut:
+        s = s[:limit]
+    out = []
+    for ch in s:
+        if (
+            ch == "\n"
+            and keep_newlines
+            or ch in _SAFE_WHITESPACE
+            or unicodedata.category(ch) not in ("Cc", "Cf")
+        ):
+            out.append(ch)
+        else:
+            out.append(_escape(ch))
+    shown = "".join(out)
+    return f"{shown}… ({cut:,} more characters)" if cut else shown

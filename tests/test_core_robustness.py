@@ -1,0 +1,199 @@
+"""What a user types, a record holds or a folder contains never takes a command down.
+
+Each case was a traceback or a hang before: a crafted preset, a garbage record, an escape
+sequence in a name, a pid that belongs to someone else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ampscope.cli.main import main
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.core.text import visible
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
+from tests.helpers import hello
+
+pytestmark = pytest.mark.unit
+
+ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
+
+
+def user_preset(name: str, text: str) -> Path:
+    folder = cfg.user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_visible_shows_control_characters_and_caps_length() -> None:
+    assert visible(ESCAPE) == "evil\\x1b]0;pwned\\x07\\x1b[2J"
+    assert (
+        visible("é 中 [bold]x[/]") == "é 中 [bold]x[/]"
+    )  # markup stays text; the UI never parses it
+    assert visible("a\nb") == "a\\nb" and visible("a\nb", keep_newlines=True) == "a\nb"
+    assert visible("x" * 50, 10) == "x" * 10 + "… (40 more characters)"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "reason"),
+    [
+        ("deep", "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+        ("huge", "steps = " + "9" * 5000 + "\n", "a number too large"),
+        ("notoml", "this is = = not toml\n", "not valid TOML"),
+        ("binary", "\udcff", "not UTF-8"),
+    ],
+)
+def test_a_broken_user_preset_is_listed_as_broken_and_the_rest_works(
+    name: str, text: str, reason: str, capsys
+) -> None:
+    path = cfg.user_presets_dir() / f"{name}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    listed = {p.name: p for p in cfg.list_presets()}
+    assert reason in (listed[name].problem or "")
+    assert listed["fp32"].problem is None and cfg.load_preset("fp32").name == "fp32"
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "BROKEN: " in out and str(path) in out
+    assert main(["run", name, "--no-record"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and reason in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "steps=" + "9" * 5000,
+        "steps=99999999999999999999999",
+        "batch_size=400000000",
+        "workload.width=" + "[" * 3000 + "]" * 3000,
+        "workload.layers=100000",
+    ],
+)
+def test_absurd_overrides_are_refused_with_exit_2(override: str, capsys) -> None:
+    assert main(["run", "fp32", "--no-record", "--set", override]) == 2
+    err = capsys.readouterr().err
+    key = override.partition("=")[0]
+    assert err.startswith("ampscope: ") and key in err and "Traceback" not in err
+    assert len(err) < 1000
+
+
+def test_preset_names_and_descriptions_are_printed_literally(capsys) -> None:
+    toml_name = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in ESCAPE)
+    user_preset("esc", f'name = "{toml_name}"\ndescription = "[/] d"\n')
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil\\x1b]0;pwned\\x07" in out and "[/] d" in out
+
+
+def test_config_errors_name_the_key_and_the_flag_at_fault() -> None:
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.load_preset("fp32", ["workload.layers=0"])
+    assert info.value.key == "workload.layers" and info.value.source == "--set workload.layers=0"
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.validate({"name": "x", "device": "tpu"}, source="form")
+    assert info.value.key == "device" and str(info.value).startswith("form: ")
+
+
+def write_record(root: Path, name: str, summary: object | None, events: str | None) -> Path:
+    path = root / name
+    path.mkdir(parents=True)
+    if events is not None:
+        (path / records.EVENTS_FILE).write_text(events)
+    if summary is not None:
+        (path / records.SUMMARY_FILE).write_text(
+            summary if isinstance(summary, str) else json.dumps(summary)
+        )
+    return path
+
+
+def test_a_corpus_of_bad_records_never_breaks_the_listing(tmp_path: Path, capsys) -> None:
+    line = ev.encode(hello()).decode().strip()
+    write_record(tmp_path, "20260101T000000Z-list", [1, 2], line + "\n")
+    write_record(tmp_path, "20260101T000001Z-text", "not json", line + "\n")
+    write_record(tmp_path, "20260101T000002Z-empty", None, "")
+    write_record(tmp_path, "20260101T000003Z-garbage", None, "\x00\xff garbage\n{]\n")
+    write_record(tmp_path, "20260101T000004Z-future", None, '{"type": "hello", "v": 99}\n')
+    absurd = json.loads(line)
+    absurd["started_at"] = 1e308
+    write_record(tmp_path, "20260101T000005Z-absurd", None, json.dumps(absurd) + "\n")
+    write_record(tmp_path, f"20260101T000006Z-{ESCAPE}", None, line + "\n")
+    runs = records.list_runs(tmp_path)
+    assert len(runs) == 7
+    problems = {r.name: r.problem for r in runs}
+    assert "not a JSON object" in (problems["20260101T000000Z-list"] or "")
+    assert "not valid JSON" in (problems["20260101T000001Z-text"] or "")
+    assert main(["runs", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "not a JSON object" in out
+    for record in runs:
+        records.load_run(record.path)  # the full read too: never raises
+
+
+def test_an_unreadable_record_is_named_not_raised(tmp_path: Path, monkeypatch) -> None:
+    path = write_record(tmp_path, "20260101T000000Z-locked", {"hello": None}, "{}\n")
+    real = Path.read_text
+
+    def denied(self: Path, *args, **kwargs) -> str:
+        if self.parent == path:  # what a chmod 000 gives a user who is not root
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    (run,) = records.list_runs(tmp_path)
+    assert run.problem and "Permission denied" in run.problem
+
+
+def test_formatters_take_whatever_a_record_holds() -> None:
+    inf, nan = float("inf"), float("nan")
+    assert [fmt_bytes(inf), fmt_num(nan), fmt_ms(-inf)] == ["inf", "nan", "-inf"]
+    assert fmt_time(1e308) == "-" and fmt_time(None) == "-" and fmt_time(0).startswith("19")
+
+
+def live_json(run_dir: Path, **fields: object) -> None:
+    data = {"pid": os.getpid(), "host": socket.gethostname(), "heartbeat": time.time()}
+    data.update(fields)
+    (run_dir / records.LIVE_FILE).write_text(json.dumps(data))
+
+
+def test_a_foreign_pid_in_live_json_is_never_taken_for_the_engine(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live_json(tmp_path, pid=sleeper.pid, proc_start=time.time() - 3600)  # a reused pid
+        assert records.verified_pid(records.read_live(tmp_path) or {}) is None
+        live_json(tmp_path, pid=sleeper.pid)  # no start time at all: a crafted record
+        assert records.verified_pid(records.read_live(tmp_path) or {}) is None
+        records.write_live(tmp_path, sleeper.pid)  # what the engine writes about itself
+        assert records.verified_pid(records.read_live(tmp_path) or {}) == sleeper.pid
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_heartbeat_from_the_future_does_not_keep_a_record_live(tmp_path: Path) -> None:
+    record = records.RunRecord(tmp_path)
+    live_json(tmp_path, heartbeat=time.time() + 10 * 365 * 86400)
+    assert records.run_state(record) != "live"
+
+
+def test_a_paused_engine_is_stalled_not_crashed(tmp_path: Path) -> None:
+    record = records.RunRecord(tmp_path)
+    records.write_live(tmp_path, os.getpid())
+    assert records.run_state(record) == "live"
+    later = time.time() + 2 * records.LIVE_STALE_S
+    assert records.run_state(record, now=later) == "stalled"
+    live_json(tmp_path, pid=2**22 + 12345, heartbeat=time.time() - 60)  # gone for good
+    assert records.run_state(record) == "crashed"
