@@ -118,26 +118,12 @@ def build(preset: Preset, info: DeviceInfo) -> Setup:
     set_matmul_precision(policy.tf32)
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
+    policy.cast(workload)
     model = workload.model
-    if (
-        policy.param_dtype != torch.float32
-    ):  # pure casts: weights, grads and AdamW state in one dtype
-        model.to(policy.param_dtype)
-        pool = workload.pool  # type: ignore[attr-defined]
-        if pool.inputs.is_floating_point():
-            pool.inputs = pool.inputs.to(policy.param_dtype)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=preset.lr, weight_decay=0.0, fused=True if info.is_cuda else None
     )
-    s = preset.scaler
-    scaler = torch.amp.GradScaler(
-        info.device.type,
-        enabled=policy.use_scaler,
-        init_scale=s.init_scale,
-        growth_factor=s.growth_factor,
-        backoff_factor=s.backoff_factor,
-        growth_interval=s.growth_interval,
-    )
+    scaler = policy.grad_scaler(info.device, preset.scaler)
     if preset.compile != "off":
         model = torch.compile(
             model, mode=preset.compile, fullgraph=preset.fullgraph, dynamic=preset.dynamic
