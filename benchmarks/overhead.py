@@ -27,9 +27,12 @@ from ampscope.core import config as cfg  # noqa: E402
 from ampscope.core import events as ev  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
 from ampscope.engine.emitter import EventWriter  # noqa: E402
+from ampscope.engine.loop import train_step  # noqa: E402
+from ampscope.engine.metrics import METRICS_WIDTH, StepReporter  # noqa: E402
 from ampscope.engine.probe import make_probe  # noqa: E402
+from ampscope.engine.setup import build  # noqa: E402
+from ampscope.engine.stats import RunStats  # noqa: E402
 from ampscope.engine.telemetry import TelemetrySampler  # noqa: E402
-from ampscope.engine.train import RunStats, StepReporter, build, train_step  # noqa: E402
 
 
 def bare_step(s, step: int) -> None:
@@ -64,7 +67,7 @@ def main() -> None:
     writer = EventWriter([sink])
     stats = RunStats(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, peak=None)
-    probe = make_probe(info.device, width=5)
+    probe = make_probe(info.device, width=METRICS_WIDTH)
     stop = threading.Event()
     assert not stop.is_set()
 

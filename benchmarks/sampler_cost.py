@@ -85,7 +85,7 @@ def real_nvml_rows(n: int) -> list[tuple[str, float, float]]:
             print("(real NVML skipped: no GPU)")
             return []
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        uuid = telemetry._text(pynvml.nvmlDeviceGetUUID(h))
+        uuid = telemetry.as_text(pynvml.nvmlDeviceGetUUID(h))
         calls = [
             ("nvmlDeviceGetUtilizationRates", (h,)),
             ("nvmlDeviceGetMemoryInfo", (h,)),

@@ -1,5 +1,17 @@
 """The training engine: runs one preset and reports every step as an event.
 
-Run it as ``python -m engine PRESET`` or ``ampscope run PRESET``. This package imports torch
-(lazily, so that ``engine.doctor``'s callers and tests stay quick) and never textual.
+Run it as ``python -m ampscope.engine PRESET`` or ``ampscope run PRESET``. It imports torch
+(lazily, so that a refused preset answers at once and ``doctor``'s callers stay quick) and
+never textual.
+
+Where things are:
+    run.py       one run from preset to record (process-level, no torch)
+    session.py   setup, hello, the loop, done: every way a run ends
+    setup.py     device checks, workload, precision, optimizer, scaler, compile
+    loop.py      the training step and the loop around it
+    metrics.py   per-step figures on the device, and the step events they become
+    precision.py every dtype decision (PrecisionPolicy)
+    workloads/   synthetic workloads on a shared base (batch pool, loss)
+    probe.py     step timing and metric read-back without stalling the GPU
+    emitter.py   the event writer; telemetry/ the ``sys`` sampler thread
 """

@@ -17,6 +17,7 @@ def machine_report() -> dict[str, Any]:
 
     from ampscope.core.peaks import identify
     from ampscope.engine.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
+    from ampscope.engine.telemetry import nvml_report
 
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -50,7 +51,7 @@ def machine_report() -> dict[str, Any]:
                     "peak_table_entry": peaks.model if peaks else None,
                 }
             )
-    report["nvml"] = _nvml()
+    report["nvml"] = nvml_report()
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     triton = importlib.util.find_spec("triton") is not None
     report["compile"] = {
@@ -66,14 +67,6 @@ def machine_report() -> dict[str, Any]:
         },
     }
     return report
-
-
-def _nvml() -> dict[str, Any]:
-    try:
-        from ampscope.engine.telemetry import nvml_report
-    except ImportError:
-        return {"available": False, "why": "telemetry module missing"}
-    return nvml_report()
 
 
 def doctor(as_json: bool = False) -> int:

@@ -1,4 +1,10 @@
-"""What a preset's `precision` means in torch terms, and the device checks that go with it."""
+"""What a preset's `precision` means in torch terms, and the device checks that go with it.
+
+Every dtype decision of a run is made here: where the weights live (pure casts), what autocast
+computes in, whether TF32 is on, whether a GradScaler scales the loss, and which dtype's peak
+MFU is measured against. The workload carries the decision out (``Workload.cast``) and keeps
+its loss in fp32 (``workloads.base.LOSS_DTYPE``).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ampscope.core.config import ConfigError, Preset
+from ampscope.core.config import ConfigError, Preset, ScalerOptions
 from ampscope.engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
+from ampscope.engine.workloads import Workload
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 
@@ -29,8 +36,27 @@ class PrecisionPolicy:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
 
+    def cast(self, workload: Workload) -> None:
+        """Pure casts keep weights, gradients and AdamW state in one dtype; AMP keeps fp32."""
+        if self.param_dtype != torch.float32:
+            workload.cast(self.param_dtype)
+
+    def grad_scaler(self, device: torch.device, options: ScalerOptions) -> torch.amp.GradScaler:
+        """A GradScaler that scales only where the policy says so (disabled, it passes through)."""
+        return torch.amp.GradScaler(
+            device.type,
+            enabled=self.use_scaler,
+            init_scale=options.init_scale,
+            growth_factor=options.growth_factor,
+            backoff_factor=options.backoff_factor,
+            growth_interval=options.growth_interval,
+        )
+
 
 def precision_policy(preset: Preset) -> PrecisionPolicy:
+    """``amp-X``: fp32 weights, autocast to X. ``bf16``/``fp16``/``fp64``: pure casts, never
+    scaled. ``fp32``/``tf32``: no autocast; TF32 Tensor Cores only for ``tf32``. The scaler
+    follows the preset's ``grad_scaler`` (``auto``: on for amp-fp16 only)."""
     p = preset.precision
     if p.startswith("amp-"):
         short = p.removeprefix("amp-")

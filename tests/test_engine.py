@@ -13,7 +13,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, run
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.conftest import ROOT, engine_env
 
 FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds per step on a CPU
@@ -37,6 +37,7 @@ def of(events: list[ev.Event], kind: type) -> list:
     return [e for e in events if isinstance(e, kind)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "name",
     [
@@ -79,6 +80,7 @@ def test_preset_runs_and_emits_a_well_formed_stream(name: str, tmp_path: Path) -
     assert json.loads((record_dir / records.CONFIG_FILE).read_text())["name"] == name
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["fp32", "amp-bf16"])
 def test_loss_falls(name: str) -> None:
     code, seen = run_preset(name, "steps=60", "lr=3e-3")
@@ -87,6 +89,7 @@ def test_loss_falls(name: str) -> None:
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
 
 
+@pytest.mark.slow
 def test_gpt_loss_falls_in_fp32() -> None:
     code = run("fp32", ["device='cpu'", "steps=40"], record=False, on_event=(seen := []).append)
     losses = [s.loss for s in of(seen, ev.StepEvent)]
@@ -95,6 +98,7 @@ def test_gpt_loss_falls_in_fp32() -> None:
     assert hello.tokens_per_step == hello.config["batch_size"] * hello.config["workload"]["seq_len"]
 
 
+@pytest.mark.unit
 def test_scaler_skips_the_step_with_an_inf_and_halves_the_scale() -> None:
     code, seen = run_preset("amp-fp16", "steps=8", "debug.inf_loss_at_step=4")
     steps = {s.step: s for s in of(seen, ev.StepEvent)}
@@ -106,6 +110,7 @@ def test_scaler_skips_the_step_with_an_inf_and_halves_the_scale() -> None:
     assert any(w.code == "skipped-step" and w.step == 4 for w in of(seen, ev.WarningEvent))
 
 
+@pytest.mark.unit
 def test_without_scaler_an_inf_loss_fails_the_run_with_a_nan_error() -> None:
     code, seen = run_preset("amp-bf16", "steps=8", "debug.inf_loss_at_step=3")
     error = of(seen, ev.ErrorEvent)[0]
@@ -128,6 +133,7 @@ UNDERFLOW = [
 ]
 
 
+@pytest.mark.slow
 def test_fp16_without_scaling_loses_gradients_the_scaled_run_keeps() -> None:
     zeros = {}
     for name in ("amp-fp16", "amp-fp16-noscale"):
@@ -138,12 +144,14 @@ def test_fp16_without_scaling_loses_gradients_the_scaled_run_keeps() -> None:
     assert zeros["amp-fp16-noscale"] > 0.05
 
 
+@pytest.mark.unit
 def test_grad_zero_frac_is_measured_only_every_n_steps() -> None:
     _, seen = run_preset("fp32", "steps=7", "grad_zero_every=3")
     measured = [s.step for s in of(seen, ev.StepEvent) if s.grad_zero_frac is not None]
     assert measured == [0, 3, 6]
 
 
+@pytest.mark.unit
 def test_exception_in_the_loop_is_an_error_event_and_the_record_is_kept(tmp_path: Path) -> None:
     code, seen = run_preset("fp32", "steps=10", "debug.raise_at_step=4", runs_dir=tmp_path)
     error = of(seen, ev.ErrorEvent)[0]
@@ -155,6 +163,7 @@ def test_exception_in_the_loop_is_an_error_event_and_the_record_is_kept(tmp_path
     assert record.status == "failed"
 
 
+@pytest.mark.unit
 def test_records_go_under_the_runs_dir_named_by_time_and_preset(tmp_path: Path) -> None:
     run_preset("mlp-demo", "steps=2", "warmup_steps=1", runs_dir=tmp_path)
     (path,) = tmp_path.iterdir()
@@ -163,6 +172,7 @@ def test_records_go_under_the_runs_dir_named_by_time_and_preset(tmp_path: Path) 
     assert run_record.status == "ok" and run_record.hello and run_record.hello.preset == "mlp-demo"
 
 
+@pytest.mark.subprocess
 def test_sigterm_mid_run_ends_with_done_stopped_and_a_readable_record(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [
@@ -195,6 +205,8 @@ def test_sigterm_mid_run_ends_with_done_stopped_and_a_readable_record(tmp_path: 
     assert len(of(record.events, ev.StepEvent)) == done.steps_done
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -> None:
     """One cold compile (20-40 s on two cores): phases, counters and timing are reported."""
     proc = subprocess.run(
@@ -236,22 +248,119 @@ def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -
     assert done.step_ms_median is not None and done.step_ms_median < 1000 * done.compile_s
 
 
+@pytest.mark.unit
 def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) -> None:
     import torch
 
-    from ampscope.engine import train as engine_train
+    from ampscope.engine import loop
 
-    real_step = engine_train.train_step
+    real_step = loop.train_step
 
     def step_that_runs_out(s, step: int, measure_zeros: bool):
         if step == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return real_step(s, step, measure_zeros)
 
-    monkeypatch.setattr(engine_train, "train_step", step_that_runs_out)
+    monkeypatch.setattr(loop, "train_step", step_that_runs_out)
     code, seen = run_preset("fp32", "steps=6", runs_dir=tmp_path)
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
     assert "Tried to allocate 20.00 GiB" in error.message
     assert error.hint and "batch_size" in error.hint
     assert records.load_run(next(tmp_path.iterdir())).status == "failed"
+
+
+@pytest.mark.unit
+def test_out_of_memory_in_a_cpu_run_on_a_gpu_machine_still_ends_with_done(monkeypatch) -> None:
+    """CUDA's memory figures belong to CUDA runs: asked about a CPU device, torch raises."""
+    import torch
+
+    from ampscope.engine import loop
+
+    def cuda_only(device=None) -> int:
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+
+    def step_that_runs_out(s, step: int, measure_zeros: bool):
+        raise torch.OutOfMemoryError("CPU out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", cuda_only)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", cuda_only)
+    monkeypatch.setattr(loop, "train_step", step_that_runs_out)
+    code, seen = run_preset("fp32", "steps=3")
+    error = of(seen, ev.ErrorEvent)[0]
+    assert code == EXIT_FAILED and error.kind == "oom" and error.mem_allocated is None
+    assert of(seen, ev.DoneEvent)[0].status == "failed"
+
+
+@pytest.mark.unit
+def test_a_gpu_without_bf16_is_refused_before_anything_is_built(monkeypatch) -> None:
+    import torch
+
+    from ampscope.engine import session
+    from ampscope.engine.device import DeviceInfo
+
+    t4 = DeviceInfo(torch.device("cuda", 0), "Tesla T4", (7, 5), 16 * 2**30, 70.0, "t4-uuid")
+    monkeypatch.setattr(session, "resolve_device", lambda spec: t4)
+    code, seen = run_preset("amp-bf16")
+    error = of(seen, ev.ErrorEvent)[0]
+    assert code == EXIT_USAGE and error.kind == "config"
+    assert "Tesla T4 is 7.5" in error.message and "amp-fp16" in error.message
+    assert of(seen, ev.HelloEvent) == [] and of(seen, ev.DoneEvent)[0].status == "failed"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("precision", "kind", "weights", "inputs", "computes_in"),
+    [
+        ("bf16", "mlp", "bfloat16", "bfloat16", "bfloat16"),
+        ("fp16", "cnn", "float16", "float16", "float16"),
+        ("bf16", "gpt", "bfloat16", "int64", "bfloat16"),  # token ids stay integers
+        ("fp64", "mlp", "float64", "float64", "float64"),
+        ("amp-bf16", "mlp", "float32", "float32", "bfloat16"),  # fp32 master weights, autocast
+        ("fp32", "gpt", "float32", "int64", "float32"),
+    ],
+)
+def test_the_precision_decides_every_dtype_and_the_loss_stays_fp32(
+    precision: str, kind: str, weights: str, inputs: str, computes_in: str
+) -> None:
+    import torch
+
+    from ampscope.core import config as cfg
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.loop import train_step
+    from ampscope.engine.setup import build
+
+    preset = cfg.load_preset("fp32", [f"precision='{precision}'", f"workload.kind='{kind}'"])
+    s = build(preset, resolve_device("cpu"))
+    x, y = s.workload.batch(0)
+    with s.policy.autocast("cpu"):
+        output = s.model(x)
+        loss = s.workload.loss(output, y)
+    assert {p.dtype for p in s.model.parameters()} == {getattr(torch, weights)}
+    assert x.dtype == getattr(torch, inputs) and y.dtype == torch.int64
+    assert output.dtype == getattr(torch, computes_in) and loss.dtype == torch.float32
+    train_step(s, 0, measure_zeros=False)
+    moments = {
+        t.dtype for state in s.optimizer.state.values() for k, t in state.items() if k != "step"
+    }
+    assert moments == {getattr(torch, weights)}  # AdamW's state follows the weights
+
+
+@pytest.mark.subprocess
+def test_a_refused_preset_answers_before_torch_is_imported() -> None:
+    script = (
+        "import sys; from ampscope.engine.run import run; code = run('no-such-preset'); "
+        "print('torch' in sys.modules); sys.exit(code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == EXIT_USAGE and out.stdout.strip() == "False"
+    assert out.stderr.startswith("ampscope: Unknown preset 'no-such-preset'")
+    assert "Traceback" not in out.stderr

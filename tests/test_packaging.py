@@ -31,7 +31,12 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {p.name for p in (ROOT / "presets").glob("*.toml")}
     assert {f"ampscope/presets/{n}" for n in shipped} <= names
-    assert {"ampscope/engine/train.py", "ampscope/tui/app.py", "ampscope/core/events.py"} <= names
+    assert {
+        "ampscope/engine/run.py",
+        "ampscope/engine/loop.py",
+        "ampscope/tui/app.py",
+        "ampscope/core/events.py",
+    } <= names
     # Installed, ampscope claims no generic top-level import name (engine, tui) of its own.
     assert {n.split("/")[0] for n in names if not n.startswith("ampscope-")} == {"ampscope"}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -17,6 +17,8 @@ from ampscope.core.config import ConfigError
 from ampscope.engine import telemetry
 from ampscope.engine.telemetry import TelemetrySampler, nvml_report
 
+pytestmark = pytest.mark.unit
+
 GPU_FIELDS = (
     "gpu_util",
     "gpu_mem_util",
@@ -566,6 +568,28 @@ def test_a_failing_emit_does_not_kill_the_sampler() -> None:
     time.sleep(0.45)
     s.stop()
     assert len(seen) >= 2
+
+
+def test_a_lost_sample_is_reported_once_in_the_stream_and_sampling_goes_on() -> None:
+    seen: list[ev.Event] = []
+    calls = 0
+    enough = threading.Event()
+
+    def emit(event: ev.Event) -> None:  # an output that fails every other hand-over
+        nonlocal calls
+        calls += 1
+        if calls % 2 == 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        seen.append(event)
+        if sum(isinstance(e, ev.SysEvent) for e in seen) >= 3:
+            enough.set()
+
+    s = TelemetrySampler(emit, hz=10).start()
+    assert enough.wait(30), "the sampler stopped after a failing hand-over"
+    s.stop()
+    faults = [e for e in seen if isinstance(e, ev.WarningEvent)]
+    assert [w.code for w in faults] == ["telemetry-fault"]
+    assert "BrokenPipeError" in faults[0].message and "goes on" in faults[0].message
 
 
 # --------------------------------------------------------------------------- doctor

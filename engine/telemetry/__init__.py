@@ -1,32 +1,37 @@
 """Live GPU and host figures for the engine: a sampler thread that emits ``sys`` events.
 
-``nvml`` wraps NVML behind one never-raising choke point, ``host`` reads psutil, and
-``sampler`` runs both on a daemon thread at 0.25-10 Hz (2 Hz by default). NVML averages
-utilization over 1/6 s to 1 s, so sampling faster than about 4 Hz adds nothing.
+``nvml`` wraps NVML behind one never-raising choke point, ``gpu`` reads the run's GPU through
+it, ``host`` reads psutil, ``sampler`` runs both on a daemon thread at 0.25-10 Hz (2 Hz by
+default), ``report`` answers ``ampscope doctor``, and ``codes`` lists the warnings they emit.
 """
 
+from ampscope.engine.telemetry.gpu import PID_MISSES_BEFORE_WARNING, GpuReader
 from ampscope.engine.telemetry.nvml import (
     _ERR_CODES,
-    DEFAULT_HZ,
-    PID_MISSES_BEFORE_WARNING,
     THROTTLE_REASONS,
-    _text,
+    as_text,
     decode_throttle_reasons,
     find_gpu_handle,
     load_nvml,
     nvml_call,
     nvml_init,
-    nvml_report,
 )
-from ampscope.engine.telemetry.sampler import TelemetrySampler, start_for_run, validate_hz
+from ampscope.engine.telemetry.report import nvml_report
+from ampscope.engine.telemetry.sampler import (
+    DEFAULT_HZ,
+    TelemetrySampler,
+    start_for_run,
+    validate_hz,
+)
 
 __all__ = [
     "DEFAULT_HZ",
     "PID_MISSES_BEFORE_WARNING",
     "THROTTLE_REASONS",
     "_ERR_CODES",
-    "_text",
+    "GpuReader",
     "TelemetrySampler",
+    "as_text",
     "decode_throttle_reasons",
     "find_gpu_handle",
     "load_nvml",

@@ -1,20 +1,15 @@
 """Live GPU and host figures for the engine: a sampler thread that emits ``sys`` events.
 
-GPU figures come from NVML (package ``nvidia-ml-py``, imported as ``pynvml``; never the
-deprecated ``pynvml`` distribution). Every NVML call goes through :func:`nvml_call`, which
-never raises: a field NVML cannot report is null in the event, and the reason is emitted once
-as a warning. NVML is initialised once per sampler and device handles are cached; the GPU is
-matched to the one torch trains on by UUID (or PCI bus id), never by index, so a reordering
-``CUDA_VISIBLE_DEVICES`` cannot mix up devices. Host figures come from psutil.
+A field that cannot be read is null in the event, and the reason is emitted once as a warning:
+NVML through its never-raising choke point (``nvml``), the GPU's figures by ``gpu``, the host's
+by ``host``. NVML is initialised once per sampler and device handles are cached.
 
-Costs: some NVML calls take ~0.4 ms, psutil calls 15-45 us. NVML averages utilization over
-1/6 s to 1 s, so sampling faster than about 4 Hz adds nothing; the accepted range is
-0.25-10 Hz and the default 2 Hz.
+NVML averages utilization over 1/6 s to 1 s, so sampling faster than about 4 Hz adds nothing;
+the accepted range is 0.25-10 Hz and the default 2 Hz.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -23,20 +18,19 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core.config import ConfigError
-from ampscope.engine.telemetry.host import HostReader
-from ampscope.engine.telemetry.nvml import (
-    DEFAULT_HZ,
-    MAX_HZ,
-    MIN_HZ,
-    STOP_TIMEOUT_S,
+from ampscope.engine.telemetry.codes import (
     W_GPU_LOST,
     W_GPU_NOT_FOUND,
     W_NVML_MISSING,
-    GpuReader,
-    load_nvml,
+    W_SAMPLER_FAULT,
 )
+from ampscope.engine.telemetry.gpu import GpuReader
+from ampscope.engine.telemetry.host import HostReader
+from ampscope.engine.telemetry.nvml import load_nvml
 
-# --------------------------------------------------------------------------- the sampler
+DEFAULT_HZ = 2.0
+MIN_HZ, MAX_HZ = 0.25, 10.0
+STOP_TIMEOUT_S = 2.0
 
 
 def validate_hz(hz: float) -> float:
@@ -92,6 +86,7 @@ class TelemetrySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._fault_reported = False
         self.samples = 0
 
     # -- one sample
@@ -195,12 +190,27 @@ class TelemetrySampler:
     def _run(self) -> None:
         next_at = time.monotonic() + self.period
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-            with contextlib.suppress(Exception):  # a closed writer must not kill the sampler
+            try:
                 self.tick()
+            except Exception as exc:  # noqa: BLE001 - the thread's edge: a fault costs one sample, never the run
+                self._fault(exc)
             next_at += self.period
             now = time.monotonic()
             if next_at < now:  # fell behind (a slow driver call): skip, don't burst
                 next_at = now + self.period
+
+    def _fault(self, exc: Exception) -> None:
+        """Warn once, with the next sample, that one could not be taken or handed over (a
+        broken output, a failing ``emit``); sampling goes on."""
+        if self._fault_reported:
+            return
+        self._fault_reported = True
+        message = (
+            f"A telemetry sample was lost ({type(exc).__name__}: {exc}); sampling goes on. "
+            "Further losses are not reported."
+        )
+        with self._lock:
+            self._pending.append((W_SAMPLER_FAULT, message))
 
 
 def start_for_run(writer: Any, info: Any, hz: float = DEFAULT_HZ) -> TelemetrySampler:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.engine.workloads import BatchPool
+from ampscope.engine.workloads.base import BatchPool, Workload
 
 POOL_BATCHES = 16
 NOISE = 1.0
@@ -32,7 +32,7 @@ class Cnn(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
-class CnnWorkload:
+class CnnWorkload(Workload):
     def __init__(
         self,
         dims: dict[str, int],
@@ -41,18 +41,14 @@ class CnnWorkload:
         generator: torch.Generator,
     ) -> None:
         size, classes = dims["image_size"], dims["classes"]
-        self.model = Cnn(dims["width"], dims["layers"], classes, size).to(device)
+        model = Cnn(dims["width"], dims["layers"], classes, size).to(device)
         templates = torch.randn(classes, 3, size, size, generator=generator)
         y = torch.randint(classes, (POOL_BATCHES * batch_size,), generator=generator)
         x = templates[y] + NOISE * torch.randn(y.shape[0], 3, size, size, generator=generator)
-        self.pool = BatchPool(x.to(device), y.to(device), batch_size, generator)
-        self.samples_per_step = batch_size
-        self.tokens_per_step = None
-        # Forward FLOPs counted per layer; backward costs twice the forward.
-        self.flops_per_step = float(3 * self.model.conv_flops * batch_size)
-
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.pool.get(step)
-
-    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(output.float(), target)
+        super().__init__(
+            model,
+            BatchPool(x.to(device), y.to(device), batch_size, generator),
+            tokens_per_step=None,
+            # Forward FLOPs counted per layer; backward costs twice the forward.
+            flops_per_step=float(3 * model.conv_flops * batch_size),
+        )

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.engine.workloads import BatchPool, linear_params
+from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
 
 POOL_BATCHES = 32
 FOLLOW_PROB = 0.97
@@ -78,7 +78,7 @@ def markov_sequences(
     return seqs
 
 
-class GptWorkload:
+class GptWorkload(Workload):
     def __init__(
         self,
         dims: dict[str, int],
@@ -88,21 +88,16 @@ class GptWorkload:
     ) -> None:
         vocab, seq_len, width = dims["vocab"], dims["seq_len"], dims["width"]
         layers, heads = dims["layers"], dims["heads"]
-        self.model = Gpt(vocab, seq_len, width, layers, heads).to(device)
+        model = Gpt(vocab, seq_len, width, layers, heads).to(device)
         seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
-        self.pool = BatchPool(
-            seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator
+        pool = BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
+        tokens = batch_size * seq_len
+        super().__init__(
+            model,
+            pool,
+            tokens_per_step=tokens,
+            # 6N per token for the matmul weights, plus attention scores and values (PaLM, appendix B).
+            flops_per_step=float(
+                6 * linear_params(model) * tokens + 12 * layers * width * seq_len * tokens
+            ),
         )
-        self.samples_per_step = batch_size
-        self.tokens_per_step = batch_size * seq_len
-        # 6N per token for the matmul weights, plus attention scores and values (PaLM, appendix B).
-        self.flops_per_step = float(
-            6 * linear_params(self.model) * self.tokens_per_step
-            + 12 * layers * width * seq_len * self.tokens_per_step
-        )
-
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.pool.get(step)
-
-    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(output.view(-1, output.shape[-1]).float(), target.view(-1))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from ampscope.engine.workloads import BatchPool, linear_params
+from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
 
 POOL_BATCHES = 32
 
@@ -19,7 +18,7 @@ def mlp(width: int, layers: int, classes: int) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
-class MlpWorkload:
+class MlpWorkload(Workload):
     def __init__(
         self,
         dims: dict[str, int],
@@ -28,17 +27,13 @@ class MlpWorkload:
         generator: torch.Generator,
     ) -> None:
         width, layers, classes = dims["width"], dims["layers"], dims["classes"]
-        self.model = mlp(width, layers, classes).to(device)
+        model = mlp(width, layers, classes).to(device)
         teacher = torch.randn(width, classes, generator=generator)
         x = torch.randn(POOL_BATCHES * batch_size, width, generator=generator)
         y = (x @ teacher).argmax(dim=1)
-        self.pool = BatchPool(x.to(device), y.to(device), batch_size, generator)
-        self.samples_per_step = batch_size
-        self.tokens_per_step = None
-        self.flops_per_step = float(6 * linear_params(self.model) * batch_size)
-
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.pool.get(step)
-
-    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(output.float(), target)
+        super().__init__(
+            model,
+            BatchPool(x.to(device), y.to(device), batch_size, generator),
+            tokens_per_step=None,
+            flops_per_step=float(6 * linear_params(model) * batch_size),
+        )

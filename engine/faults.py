@@ -1,0 +1,56 @@
+"""Every fault of a run turned into one error event a watcher can show, and its exit code."""
+
+from __future__ import annotations
+
+import traceback
+
+import torch
+
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.exits import EXIT_FAILED, EXIT_USAGE
+from ampscope.engine.metrics import NonFiniteLoss
+from ampscope.engine.stats import RunStats
+
+OOM_HINT = (
+    "Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
+    "weights), or recompute activations (activation checkpointing)."
+)
+
+
+def failure(
+    exc: Exception, preset: cfg.Preset, info: DeviceInfo | None, stats: RunStats
+) -> tuple[ev.ErrorEvent, int]:
+    """The error event for a fault and the exit code it gives."""
+    if isinstance(exc, cfg.ConfigError):
+        return ev.ErrorEvent(kind="config", message=str(exc)), EXIT_USAGE
+    if isinstance(exc, NonFiniteLoss):
+        advice = (
+            "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
+            if preset.precision == "fp16"
+            else "Lower the learning rate or use a wider format."
+        )
+        message = (
+            f"Loss became {exc.loss} at step {exc.step}: the numbers left the format's range. "
+            + advice
+        )
+        return ev.ErrorEvent(kind="nan", message=message, step=exc.step), EXIT_FAILED
+    if isinstance(exc, torch.OutOfMemoryError):
+        gpu = info.device if info is not None and info.is_cuda else None  # a CPU run has no pool
+        event = ev.ErrorEvent(
+            kind="oom",
+            message=f"Out of memory at step {stats.steps_done}: {str(exc).splitlines()[0]}",
+            step=stats.steps_done,
+            hint=OOM_HINT,
+            mem_allocated=torch.cuda.memory_allocated(gpu) if gpu else None,
+            mem_reserved=torch.cuda.memory_reserved(gpu) if gpu else None,
+        )
+        return event, EXIT_FAILED
+    event = ev.ErrorEvent(
+        kind="exception",
+        message=f"{type(exc).__name__}: {exc}",
+        step=stats.steps_done or None,
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
+    return event, EXIT_FAILED

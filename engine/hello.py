@@ -1,0 +1,61 @@
+"""The run's ``hello``: what was resolved (sizes, batch, device, dtype) before the first step.
+
+Watchers take MFU's peak, FLOPs per step and the resolved config from here, so it carries the
+figures as built, not as the preset asked ("auto" sizes decided, the device named).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core.peaks import peak_tflops
+from ampscope.engine.setup import Setup
+
+CPU_PEAK_NOTE = "no peak TFLOP/s for CPUs; set peak_tflops in the preset to get MFU"
+
+
+def choose_peak(s: Setup) -> tuple[float | None, str]:
+    """The peak MFU is measured against, and a note saying where it came from."""
+    if s.preset.peak_tflops is not None:
+        return s.preset.peak_tflops, "peak_tflops set in the preset"
+    if s.info.is_cuda:
+        return peak_tflops(s.info.name, s.policy.compute_dtype, s.info.power_limit_w)
+    return None, CPU_PEAK_NOTE
+
+
+def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
+    peak, note = choose_peak(s)
+    resolved = cfg.to_dict(s.preset)
+    resolved["batch_size"] = s.batch_size
+    resolved["workload"].update(s.dims)
+    wl, info = s.workload, s.info
+    return ev.HelloEvent(
+        run_id=run_dir.name if run_dir else f"{s.preset.name}-{os.getpid()}",
+        run_dir=str(run_dir.resolve()) if run_dir else None,
+        preset=s.preset.name,
+        config=resolved,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        started_at=time.time(),
+        python_version=sys.version.split()[0],
+        torch_version=str(torch.__version__),
+        cuda_version=torch.version.cuda,
+        device=str(info.device),
+        device_name=info.name,
+        compute_capability=list(info.capability) if info.capability else None,
+        compute_dtype=s.policy.compute_dtype,
+        peak_tflops=peak,
+        peak_tflops_note=note,
+        param_count=sum(p.numel() for p in s.model.parameters()),
+        flops_per_step=wl.flops_per_step,
+        samples_per_step=wl.samples_per_step,
+        tokens_per_step=wl.tokens_per_step,
+    )

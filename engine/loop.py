@@ -1,0 +1,95 @@
+"""The training loop: one optimizer step per iteration, every step timed and reported.
+
+``train_step`` is the whole of a step, in the order torch's AMP recipe prescribes. ``train``
+times it with the probe (CUDA events on a GPU), and reports each step once its metrics have
+landed on the host, normally a step later, so the loop never waits for the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+from ampscope.core import events as ev
+from ampscope.core.config import Debug
+from ampscope.engine.compile_stats import CompileWatch
+from ampscope.engine.emitter import EventWriter
+from ampscope.engine.metrics import METRICS_WIDTH, StepReporter, ZeroGradCounter, scaler_scale
+from ampscope.engine.probe import make_probe
+from ampscope.engine.setup import Setup
+from ampscope.engine.stats import RunStats
+
+
+def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
+    """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync)."""
+    x, y = s.workload.batch(step)
+    with s.policy.autocast(s.info.device.type):  # autocast covers the forward pass and the loss
+        output = s.model(x)
+        loss = s.workload.loss(output, y)
+    zeros = ZeroGradCounter(output, s.nan) if measure_zeros else None
+    loss = inject_faults(s.preset.debug, step, loss)
+    s.scaler.scale(loss).backward()
+    s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
+    grad_norm = clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf)
+    scale_before = scaler_scale(s.scaler, s.nan)
+    s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
+    s.scaler.update()  # halves the scale after a skip, grows it after growth_interval good steps
+    s.optimizer.zero_grad(set_to_none=True)
+    scale_after = scaler_scale(s.scaler, s.nan)
+    zero_frac = zeros.fraction if zeros else s.nan
+    return torch.stack(
+        [loss.detach().float(), grad_norm.float(), scale_before, scale_after, zero_frac]
+    )
+
+
+def inject_faults(debug: Debug, step: int, loss: torch.Tensor) -> torch.Tensor:
+    """The preset's ``[debug]`` faults, for demonstrations and tests."""
+    if step == debug.inf_loss_at_step > 0:
+        loss = loss * math.inf
+    if step == debug.raise_at_step > 0:
+        raise RuntimeError(f"failure injected at step {step} (debug.raise_at_step)")
+    return loss
+
+
+def train(
+    s: Setup, writer: EventWriter, stats: RunStats, peak: float | None, stop: threading.Event
+) -> str:
+    """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions."""
+    preset = s.preset
+    reporter = StepReporter(s, writer, stats, peak)
+    probe = make_probe(s.info.device, width=METRICS_WIDTH)
+    compiled = preset.compile != "off"
+    compile_watch = CompileWatch(writer) if compiled else None
+    first_phase = "compile" if compiled else "train"
+    writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
+    status = "ok"
+    for step in range(preset.steps):
+        if stop.is_set() or writer.broken:
+            status = "stopped"
+            break
+        measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
+        t0 = time.perf_counter()
+        probe.begin()  # the step is timed from here...
+        metrics = train_step(s, step, measure_zeros)
+        probe.end(step, metrics)  # ...to here: CUDA events on a GPU, the host clock on a CPU
+        if compiled and step == 0:  # the first call compiled the model
+            stats.compile_s = round(time.perf_counter() - t0, 3)
+            end_compile_phase(writer, stats.compile_s)
+        if compile_watch is not None:
+            compile_watch.after_step(step, stats.compile_s)
+        for item in probe.poll():  # the steps whose metrics have landed
+            reporter.report(item)
+    for item in probe.drain():
+        reporter.report(item)
+    last_step = stats.steps_done - 1 if stats.steps_done else None
+    writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
+    return status
+
+
+def end_compile_phase(writer: EventWriter, seconds: float) -> None:
+    writer.emit(ev.PhaseEvent(phase="compile", state="end", seconds=seconds, step=0), urgent=True)
+    writer.emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)

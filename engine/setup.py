@@ -1,0 +1,74 @@
+"""Everything built before the first step: workload, precision, optimizer, scaler, compile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ampscope.core.config import Preset, resolve_workload
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.precision import (
+    PrecisionPolicy,
+    check_device_support,
+    precision_policy,
+    set_matmul_precision,
+)
+from ampscope.engine.workloads import Workload, build_workload
+
+
+@dataclass
+class Setup:
+    preset: Preset
+    info: DeviceInfo
+    policy: PrecisionPolicy
+    workload: Workload
+    model: torch.nn.Module  # the workload's model, compiled when the preset asks
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    dims: dict[str, int]
+    batch_size: int
+    nan: torch.Tensor  # a device scalar for "not measured", made once
+
+
+def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
+    policy = policy or precision_policy(preset)
+    torch.manual_seed(preset.seed)
+    set_matmul_precision(policy.tf32)
+    dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
+    workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
+    policy.cast(workload)
+    optimizer = torch.optim.AdamW(
+        workload.model.parameters(),
+        lr=preset.lr,
+        weight_decay=0.0,
+        fused=True if info.is_cuda else None,
+    )
+    scaler = policy.grad_scaler(info.device, preset.scaler)
+    model = compile_model(workload.model, preset)
+    nan = torch.full((), float("nan"), device=info.device)
+    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+
+
+def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:
+    """Wrap only: torch.compile compiles on the first call, which the loop times as compile_s."""
+    if preset.compile == "off":
+        return model
+    return torch.compile(
+        model, mode=preset.compile, fullgraph=preset.fullgraph, dynamic=preset.dynamic
+    )
+
+
+def check_setup(preset: Preset, policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:
+    """Refuse (ConfigError) what this device cannot run, before anything is built; return
+    (code, message) warnings for what it runs slowly or differently."""
+    found = check_device_support(policy, info)
+    if preset.compile == "reduce-overhead" and not info.is_cuda:
+        found.append(
+            (
+                "cudagraphs-cpu",
+                "compile = 'reduce-overhead' relies on CUDA graphs; on the CPU it compiles like "
+                "'default'.",
+            )
+        )
+    return found
