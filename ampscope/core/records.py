@@ -138,7 +138,6 @@ def list_runs(root: Path | None = None) -> list[RunRecord]:
 LIVE_FILE = "live.json"
 LIVE_STALE_S = 10.0
 """A heartbeat older than this means the engine is gone (killed, host down)."""
-LIVE_STATES = ("live", "crashed")
 
 
 def write_live(run_dir: Path, pid: int, started_at: float | None = None) -> None:
