@@ -12,12 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.launch import ENGINE_LOG
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource, RecordTail, attach_record
+from ampscope.tui.follow import AttachSource, RecordTail
+from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
@@ -53,6 +56,7 @@ def runs_json(capsys, root: Path) -> list[dict]:
 # --------------------------------------------------------------------------- a real detached run
 
 
+@pytest.mark.subprocess
 def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path, capsys) -> None:
     started = time.monotonic()
     out = subprocess.run(
@@ -89,7 +93,7 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
             app = AmpscopeApp(runs_dir=tmp_path)
             async with app.run_test(size=SIZE) as pilot:
                 await pilot.pause()
-                screen = attach_record(app, run_dir)
+                screen = app.open_run(AttachSource(run_dir))
                 await pilot.pause(0.3)
                 assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 20)
                 assert screen.check_action("stop", ()) is True
@@ -100,7 +104,7 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
             async with app.run_test(size=SIZE) as pilot:
                 await pilot.pause()
                 in_file = step_lines(run_dir)
-                screen = attach_record(app, run_dir)
+                screen = app.open_run(AttachSource(run_dir))
                 assert isinstance(app.screen, RunScreen)
                 assert await wait_for(pilot, lambda: screen.state.step_count >= in_file, 20)
                 seen = screen.state.step_count
@@ -123,6 +127,7 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
         kill(pid)
 
 
+@pytest.mark.subprocess
 def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: Path) -> None:
     pids: list[int] = []
 
@@ -136,7 +141,7 @@ def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: P
             assert "Detached: off" in keys
             await pilot.press("d")
             await pilot.pause(0.1)
-            assert app.detach
+            assert screen.detach
             keys = {b.binding.description for b in screen.active_bindings.values()}
             assert "Detached: ON" in keys and "Detached: off" not in keys
             options = screen.query_one("#preset-list")
@@ -146,7 +151,7 @@ def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: P
             await pilot.pause(0.3)
             run_screen = app.screen
             assert isinstance(run_screen, RunScreen) and isinstance(run_screen.source, AttachSource)
-            assert app.engine is None  # not a child of the app
+            assert app.session.engine is None  # not a child of the app
             (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
             pids.append(int(records.read_live(run_dir)["pid"]))
             assert os.getsid(pids[0]) == pids[0]
@@ -161,6 +166,7 @@ def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: P
             kill(pid)
 
 
+@pytest.mark.unit
 def test_detach_refuses_a_bad_preset_and_no_record(tmp_path: Path, capsys) -> None:
     assert cli_main(["run", "nope", "--detach", "--runs-dir", str(tmp_path)]) == 2
     assert "nope" in capsys.readouterr().err
@@ -196,6 +202,7 @@ def dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.subprocess
 def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
@@ -235,7 +242,8 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
                 await pilot.pause(0.2)
                 await pilot.press("down", "enter")  # a crashed one: replayed
                 await pilot.pause(0.3)
-                assert isinstance(app.screen, RunScreen) and app.screen.source is None
+                assert isinstance(app.screen, RunScreen)
+                assert isinstance(app.screen.source, RecordSource)  # shown whole, not followed
                 assert app.screen.state.read_only
 
         run(go())
@@ -244,10 +252,12 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
         sleeper.wait()
 
 
+@pytest.mark.subprocess
 def test_state_rules() -> None:
     assert records.pid_alive(os.getpid()) and not records.pid_alive(dead_pid())
 
 
+@pytest.mark.unit
 def test_state_of_a_finished_record_and_one_without_live_json(tmp_path: Path) -> None:
     run_dir = make_record(tmp_path, "a", os.getpid())
     assert records.load_run(run_dir, with_events=False).state == "live"
@@ -259,6 +269,7 @@ def test_state_of_a_finished_record_and_one_without_live_json(tmp_path: Path) ->
     assert records.load_run(run_dir, with_events=False).state == "stopped"
 
 
+@pytest.mark.unit
 def test_tail_keeps_a_torn_line_until_it_is_complete(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     line = ev.encode(step(3))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import zipfile
@@ -15,7 +14,7 @@ from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.replay import ReplaySource, replay_record
+from ampscope.tui.replay import ReplaySource
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLog
 from tests.conftest import ROOT
@@ -30,6 +29,7 @@ def example(name: str = EXAMPLE) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_examples_are_complete_records() -> None:
     names = [p.name for p in runs_cli.example_runs()]
     assert EXAMPLE in names and "fp16-nan" in names
@@ -46,6 +46,7 @@ def test_examples_are_complete_records() -> None:
     assert nan.done.status == "failed" and any(isinstance(e, ev.ErrorEvent) for e in nan.events)
 
 
+@pytest.mark.unit
 def test_replay_reaches_the_end_with_the_records_summary() -> None:
     record = records.load_run(example())
 
@@ -53,7 +54,7 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
         app = AmpscopeApp()
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            screen = replay_record(app, example(), speed=100)
+            screen = app.open_run(ReplaySource.load(example(), speed=100))
             await pilot.pause(0.2)
             assert isinstance(app.screen, RunScreen) and screen.state.read_only
             source = screen.source
@@ -74,12 +75,13 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
     run(go())
 
 
+@pytest.mark.unit
 def test_pause_and_seek() -> None:
     async def go() -> None:
         app = AmpscopeApp()
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            screen = replay_record(app, example(), speed=1)
+            screen = app.open_run(ReplaySource.load(example(), speed=1))
             source = screen.source
             await pilot.pause(0.3)
             await pilot.press("space")
@@ -108,20 +110,19 @@ def test_pause_and_seek() -> None:
 
 def test_speed_scales_the_clock() -> None:
     events = records.load_run(example()).events
-
-    async def play(speed: float) -> float:
-        source = ReplaySource(events, speed=speed)
-        task = asyncio.ensure_future(source.play())
-        await asyncio.sleep(0.5)
-        task.cancel()
-        return source.position
-
-    slow = asyncio.run(play(1.0))
-    fast = asyncio.run(play(20.0))
-    assert 0 < slow < 2.0
-    assert fast > 3 * slow
+    slow, fast = ReplaySource(events, speed=1.0), ReplaySource(events, speed=20.0)
+    for source in (slow, fast):
+        source.advance_to(0.0)
+        source.tick(0.5)
+    assert slow.position == pytest.approx(0.5)
+    assert fast.position == pytest.approx(min(10.0, fast.duration))
+    assert fast.state.step_count > slow.state.step_count
+    slow.toggle_pause()
+    slow.tick(5.0)
+    assert slow.position == pytest.approx(0.5)  # paused: the clock stands
 
 
+@pytest.mark.unit
 def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys) -> None:
     assert cli_main(["replay", "--speed", "500"]) == 2
     assert "--speed" in capsys.readouterr().err
@@ -134,7 +135,7 @@ def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys)
     (start,) = opened
 
     async def go() -> None:
-        app = AmpscopeApp(runs_dir=tmp_path, on_start=start)
+        app = AmpscopeApp(runs_dir=tmp_path, open_run=start)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause(0.3)
             screen = app.screen
@@ -155,6 +156,7 @@ def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys)
     assert runs_cli.resolve_run("fp16-nan", tmp_path) == example("fp16-nan")
 
 
+@pytest.mark.subprocess
 def test_wheel_ships_the_examples(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]

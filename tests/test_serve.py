@@ -36,16 +36,18 @@ def alive(proc: subprocess.Popen) -> bool:
         return False
 
 
+@pytest.mark.unit
 def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, read_only=True)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            assert isinstance(app.screen, PresetsScreen)
+            presets = app.screen
+            assert isinstance(presets, PresetsScreen)
             await pilot.press("enter", "r", "d", "s")
             await pilot.pause(0.3)
-            await app.start_run("fp32")
-            assert app.engine is None and not app.detach
+            await app.session.start_run("fp32")
+            assert app.session.engine is None and not presets.detach
             assert not isinstance(app.screen, RunScreen)
             provider = PresetCommands(app.screen)
             await provider.startup()
@@ -55,6 +57,7 @@ def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> None:
     first = subprocess.Popen(["sleep", "60"], start_new_session=True)
     second = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -66,7 +69,7 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
                 await pilot.pause()
                 assert isinstance(app.screen, WaitingScreen)
                 await pilot.press("s", "r", "enter", "d")
-                assert app.engine is None and list(tmp_path.iterdir()) == []
+                assert app.session.engine is None and list(tmp_path.iterdir()) == []
                 run_a = make_record(tmp_path, "20260101T000001Z-fp32", first.pid, steps=4)
                 assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
                 screen = app.screen
@@ -117,6 +120,7 @@ class FakeServer:
         pass
 
 
+@pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
 def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatch, capsys):
     import textual_serve.server
@@ -134,6 +138,7 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     assert not runs_cli.is_loopback("192.168.1.5")
 
 
+@pytest.mark.unit
 def test_serve_without_textual_serve_exits_2(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "textual_serve.server", None)
     assert cli_main(["serve"]) == 2
@@ -146,6 +151,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
 def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
     port = free_port()

@@ -21,7 +21,17 @@ import pytest
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp, parse_autostart
-from ampscope.tui.run_state import MAX_POINTS, RunState, points_for_width, replay, thin
+from ampscope.tui.figures import (
+    cards,
+    loss_series,
+    memory_series,
+    points_for_width,
+    step_time_series,
+    thin,
+    util_series,
+)
+from ampscope.tui.replay import RecordSource
+from ampscope.tui.run_state import MAX_POINTS, RunState
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen, field_id
 from ampscope.tui.screens.run import RunScreen
@@ -56,6 +66,7 @@ def done(status: str = "ok", steps: int = 30) -> ev.DoneEvent:
     )
 
 
+@pytest.mark.unit
 def test_run_state_cards_from_a_synthetic_stream() -> None:
     state = RunState(label="fp32")
     assert state.status == "starting"
@@ -70,22 +81,23 @@ def test_run_state_cards_from_a_synthetic_stream() -> None:
     state.ingest(ev.WarningEvent(code="skipped-step", message="GradScaler skipped", step=35))
     assert state.status == "training"
     assert state.median_step_ms() == pytest.approx(20.0)
-    cards = {c.key: c for c in state.cards()}
-    assert cards["step_ms"].value == "20.0 ms"
-    assert cards["skipped"].value == "2"
-    assert cards["loss_scale"].value == "32.8k" and cards["loss_scale"].sub == "2^15"
-    assert cards["throughput"].value == "800 samples/s"
-    assert "no NVIDIA GPU" in cards["util"].sub
-    assert cards["memory"].value == "200 MiB"
+    shown = {c.key: c for c in cards(state)}
+    assert shown["step_ms"].value == "20.0 ms"
+    assert shown["skipped"].value == "2"
+    assert shown["loss_scale"].value == "32.8k" and shown["loss_scale"].sub == "2^15"
+    assert shown["throughput"].value == "800 samples/s"
+    assert "no NVIDIA GPU" in shown["util"].sub
+    assert shown["memory"].value == "200 MiB"
     levels = [(e.level, e.step) for e in state.log]
     assert ("skipped", 35) in levels and ("skipped", 36) in levels and ("warning", 35) in levels
-    (lx, _ly), (sx, sy) = state.loss_series(1000)
+    (lx, _ly), (sx, sy) = loss_series(state, 1000)
     assert len(lx) == 40 and sy[0] == 16 and sy[-1] == 15  # scale plotted as log2
     assert "step 40/100" in state.header() and "training" in state.header()
     state.ingest(done("ok", 40))
     assert state.status == "done" and state.finished
 
 
+@pytest.mark.unit
 def test_run_state_gpu_sys_events_and_phases() -> None:
     state = RunState()
     state.ingest(ev.PhaseEvent(phase="compile", state="start", step=0, t=1.0))
@@ -100,15 +112,28 @@ def test_run_state_gpu_sys_events_and_phases() -> None:
             power_w=300.0,
         )
     )
-    card = {c.key: c for c in state.cards()}["util"]
+    card = {c.key: c for c in cards(state)}["util"]
     assert card.value == "87%" and "300 W" in card.sub
-    assert set(state.memory_series(100)) == {"device used", "device total"}
-    assert set(state.util_series(100)) == {"GPU", "CPU"}
-    # the dashboard's own psutil samples never mix with the engine's
-    state.ingest_local_sys(ev.SysEvent(t=3.0, cpu_util=50.0))
-    assert len(state.sys) == 1
+    assert set(memory_series(state, 100)) == {"device used", "device total"}
+    assert set(util_series(state, 100)) == {"GPU", "CPU"}
 
 
+@pytest.mark.unit
+def test_host_figures_come_from_the_engines_sys_events_alone() -> None:
+    """No sampler of the dashboard's own: without sys events there are no host figures."""
+    state = RunState()
+    state.ingest(hello())
+    for i in range(5):
+        state.ingest(step(i))
+    assert {c.key: c for c in cards(state)}["util"].value == "-"
+    assert util_series(state, 100) == {}
+    state.ingest(ev.SysEvent(t=2.0, cpu_util=40.0, proc_cpu=90.0, sys_mem_used=1 << 30))
+    card = {c.key: c for c in cards(state)}["util"]
+    assert card.value == "CPU 40%" and "engine 90%" in card.sub
+    assert util_series(state, 100) == {"CPU": ([2.0], [40.0]), "engine CPU": ([2.0], [90.0])}
+
+
+@pytest.mark.unit
 def test_ring_buffers_stay_bounded() -> None:
     state = RunState(maxlen=256)
     for i in range(5000):
@@ -118,6 +143,7 @@ def test_ring_buffers_stay_bounded() -> None:
     assert RunState().steps.maxlen == MAX_POINTS
 
 
+@pytest.mark.unit
 def test_thinning_keeps_two_points_a_column_and_the_spikes() -> None:
     xs = list(range(4096))
     ys = [1.0] * 4096
@@ -130,17 +156,19 @@ def test_thinning_keeps_two_points_a_column_and_the_spikes() -> None:
     state = RunState()
     for i in range(3000):
         state.ingest(step(i, loss=math.nan if i == 5 else 1.0))
-    xs2, _ = state.step_time_series(points_for_width(columns))
+    xs2, _ = step_time_series(state, points_for_width(columns))
     assert len(xs2) <= 2 * columns
-    (lx, _), _ = state.loss_series(10_000)
+    (lx, _), _ = loss_series(state, 10_000)
     assert 5 not in lx  # non-finite losses are not plotted
 
 
+@pytest.mark.unit
 def test_replay_of_a_record_without_done_is_incomplete() -> None:
-    state = replay([hello(), step(0), step(1)], label="fp32")
+    state = RecordSource([hello(), step(0), step(1)], label="fp32").state
     assert state.read_only and state.status == "incomplete" and state.step == 1
 
 
+@pytest.mark.unit
 def test_process_exit_without_error_event_shows_stderr() -> None:
     state = RunState()
     state.process_exited(1, ["Traceback (most recent call last):", "ImportError: boom"])
@@ -148,6 +176,7 @@ def test_process_exit_without_error_event_shows_stderr() -> None:
     assert any("ImportError: boom" in e.text for e in state.log)
 
 
+@pytest.mark.unit
 def test_parse_autostart() -> None:
     assert parse_autostart("fp32 workload.kind=mlp 'device=cpu'") == (
         "fp32",
@@ -159,6 +188,7 @@ def test_parse_autostart() -> None:
 # --------------------------------------------------------------------------- the app
 
 
+@pytest.mark.unit
 def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -176,7 +206,7 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
             assert steps_input.has_class("-invalid")
             await pilot.press("enter")  # refused: nothing starts
             await pilot.pause(0.1)
-            assert app.engine is None and isinstance(app.screen, PresetsScreen)
+            assert app.session.engine is None and isinstance(app.screen, PresetsScreen)
             steps_input.value = "7"
             screen.query_one("#" + field_id("lr")).value = "1e-4"
             await pilot.pause(0.2)
@@ -198,6 +228,7 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
     run(go())
 
 
+@pytest.mark.subprocess
 def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=LONG)
@@ -208,12 +239,12 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             await pilot.pause(0.2)
             assert isinstance(app.screen, RunScreen)
             screen = app.screen
-            pid = app.engine.pid
+            pid = app.session.engine.pid
             assert pid is not None
             assert await wait_for(
                 pilot,
                 lambda: (
-                    (app.state.step or 0) >= 5
+                    (app.session.state.step or 0) >= 5
                     and all(
                         p.points_drawn > 0 for p in screen.query(RunPlot) if p.id != "plot-util"
                     )
@@ -223,11 +254,11 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             assert "fp32" in header and "cpu" in header and "training" in header
             assert screen.displayed_step is not None
             await pilot.press("s")
-            assert await wait_for(pilot, lambda: app.state.status == "stopped", 10)
+            assert await wait_for(pilot, lambda: app.session.state.status == "stopped", 10)
             assert wait_gone(pid, 5)
             await pilot.pause(0.5)
             assert "stopped" in str(screen.query_one("#run-header").render())
-            assert app.state.done is not None and app.state.done.status == "stopped"
+            assert app.session.state.done is not None and app.session.state.done.status == "stopped"
             # history: the run's record, replayed read-only in the same view
             await pilot.press("escape")
             await pilot.pause(0.1)
@@ -243,7 +274,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             replayed = app.screen
             assert isinstance(replayed, RunScreen) and replayed is not screen
             assert replayed.state.read_only and replayed.state.status == "stopped"
-            assert replayed.state.step == app.state.step
+            assert replayed.state.step == app.session.state.step
             await pilot.press("escape")
             await pilot.pause(0.1)
             assert isinstance(app.screen, HistoryScreen)
@@ -251,6 +282,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
     run(go())
 
 
+@pytest.mark.subprocess
 def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[*FAST, "steps=4"])
@@ -259,7 +291,7 @@ def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> 
             for name in ("fp32", "mlp-demo"):
                 select_preset(app, name)
                 await pilot.press("enter")
-                assert await wait_for(pilot, lambda: app.state.status == "done", 60)
+                assert await wait_for(pilot, lambda: app.session.state.status == "done", 60)
                 await pilot.pause(0.5)
                 assert isinstance(app.screen, RunScreen)
                 header = str(app.screen.query_one("#run-header").render())
@@ -271,13 +303,14 @@ def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> 
     run(go())
 
 
+@pytest.mark.subprocess
 def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=FAST)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            await app.start_run("fp32", ["precision='fp8'"])
-            assert await wait_for(pilot, lambda: app.state.status == "failed", 20)
+            await app.session.start_run("fp32", ["precision='fp8'"])
+            assert await wait_for(pilot, lambda: app.session.state.status == "failed", 20)
             await pilot.pause(0.5)
             screen = app.screen
             assert isinstance(screen, RunScreen)
@@ -288,18 +321,19 @@ def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -
             await pilot.press("escape")
             await pilot.pause(0.1)
             assert isinstance(app.screen, PresetsScreen)
-            await app.start_run("fp32", ["steps=50", "debug.raise_at_step=2"])
-            assert await wait_for(pilot, lambda: app.state.exit_code is not None, 60)
+            await app.session.start_run("fp32", ["steps=50", "debug.raise_at_step=2"])
+            assert await wait_for(pilot, lambda: app.session.state.exit_code is not None, 60)
             await pilot.pause(0.3)
             assert app.is_running and isinstance(app.screen, RunScreen)
             log = "\n".join(app.screen.query_one(EventLog).texts)
             assert "exception" in log and "step" in log
-            assert app.state.error and "exception" in app.state.error
+            assert app.session.state.error and "exception" in app.session.state.error
             assert "failed" in str(app.screen.query_one("#run-header").render())
 
     run(go())
 
 
+@pytest.mark.subprocess
 def test_quit_mid_run_leaves_no_engine(tmp_path: Path) -> None:
     pids: list[int] = []
 
@@ -307,9 +341,9 @@ def test_quit_mid_run_leaves_no_engine(tmp_path: Path) -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=LONG)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            await app.start_run("fp32")
-            pids.append(app.engine.pid)
-            assert await wait_for(pilot, lambda: (app.state.step or 0) >= 2), "no steps"
+            await app.session.start_run("fp32")
+            pids.append(app.session.engine.pid)
+            assert await wait_for(pilot, lambda: (app.session.state.step or 0) >= 2), "no steps"
             await pilot.press("q")
             await pilot.pause(0.2)
 
@@ -317,6 +351,7 @@ def test_quit_mid_run_leaves_no_engine(tmp_path: Path) -> None:
     assert pids and wait_gone(pids[0], 5)
 
 
+@pytest.mark.subprocess
 def test_hangup_kills_dashboard_and_engine(tmp_path: Path) -> None:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
@@ -325,7 +360,7 @@ def test_hangup_kills_dashboard_and_engine(tmp_path: Path) -> None:
         AMPSCOPE_RUNS_DIR=str(tmp_path),
         TERM="xterm-256color",
     )
-    code = "import sys; from tui.app import run_dashboard; sys.exit(run_dashboard())"
+    code = "import sys; from ampscope.tui.app import run_dashboard; sys.exit(run_dashboard())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         stdin=slave,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ampscope.cli.bench import run_one
 from ampscope.core import comparison, records
 from ampscope.tui.app import AmpscopeApp
@@ -15,6 +17,7 @@ from tests.helpers import FAST, SIZE, run, select_preset, wait_for
 SHORT = [*FAST, "steps=6", "warmup_steps=2"]
 
 
+@pytest.mark.subprocess
 def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=SHORT)
@@ -25,7 +28,8 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
                 await pilot.press("m")
             await pilot.press("w")
             await pilot.pause(0.3)
-            assert app.state is not None and "sweep 1/2" in app.state.header()
+            state = app.session.state
+            assert state is not None and "sweep 1/2" in state.header()
             assert await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 120)
             await pilot.pause(0.3)
             screen = app.screen
@@ -49,6 +53,7 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
     run(go())
 
 
+@pytest.mark.subprocess
 def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
     for steps in ("4", "8"):
         run_one("mlp-demo", [*SHORT, f"steps={steps}"], tmp_path)

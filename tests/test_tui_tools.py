@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.memory import MemoryScreen
@@ -14,6 +16,7 @@ def cells(table, column: int) -> list[str]:
     return [str(table.get_row_at(i)[column]) for i in range(table.row_count)]
 
 
+@pytest.mark.unit
 def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -49,6 +52,7 @@ def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) 
     run(go())
 
 
+@pytest.mark.unit
 def test_memory_planner_from_a_preset_and_from_a_count(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)

@@ -39,7 +39,10 @@ def split_values(text: str) -> list[str]:
 
 
 class FormatsScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="formats.back"),
+        Binding("q", "app.quit", "Quit", id="quit"),
+    ]
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="formats-tabs"):
@@ -121,9 +124,6 @@ class FormatsScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        await self.app.action_quit()
 
 
 def _g(x: object) -> str:

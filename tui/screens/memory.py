@@ -17,7 +17,10 @@ OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 
 
 class MemoryScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="memory.back"),
+        Binding("q", "app.quit", "Quit", id="quit"),
+    ]
 
     def __init__(self, preset: str | None = None) -> None:
         super().__init__()
@@ -112,9 +115,6 @@ class MemoryScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        await self.app.action_quit()
 
 
 def smallest_fit(names: list[str]) -> str:

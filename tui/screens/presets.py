@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 import re
 import typing
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+import msgspec
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,9 +18,9 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -39,6 +41,15 @@ def field_id(key: str) -> str:
     return "field-" + key.replace(".", "-").replace("_", "-")
 
 
+def save_user_preset(preset: cfg.Preset, name: str) -> Path:
+    """Write ``preset`` as the user preset ``name`` (it then lists as 'NAME  (user)')."""
+    folder = cfg.user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(cfg.to_toml(msgspec.structs.replace(preset, name=name)))
+    return path
+
+
 def parse_field(key: str, text: str) -> Any:
     text = text.strip()
     if key == "device":
@@ -49,7 +60,7 @@ def parse_field(key: str, text: str) -> Any:
 class SaveDialog(ModalScreen[str | None]):
     """Ask for the name of a new user preset."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="save.cancel")]
 
     def __init__(self, suggestion: str) -> None:
         super().__init__()
@@ -81,24 +92,29 @@ class SaveDialog(ModalScreen[str | None]):
 
 
 class PresetsScreen(Screen):
+    """The first screen. Runs are asked of the app (messages); ``read_only`` offers none."""
+
     BINDINGS = [
-        Binding("enter", "run", "Run", show=False),
-        Binding("r", "run", "Run"),
-        Binding("s", "save", "Save as"),
-        Binding("m", "mark", "Mark for sweep"),
-        Binding("w", "sweep", "Run sweep"),
-        Binding("h", "history", "History"),
-        Binding("f", "formats", "Formats"),
-        Binding("p", "memory", "Memory plan"),
-        Binding("v", "view_run", "Live run"),
+        Binding("enter", "run", "Run", show=False, id="presets.run-enter"),
+        Binding("r", "run", "Run", id="presets.run"),
+        Binding("s", "save", "Save as", id="presets.save"),
+        Binding("m", "mark", "Mark for sweep", id="presets.mark"),
+        Binding("w", "sweep", "Run sweep", id="presets.sweep"),
+        Binding("h", "history", "History", id="presets.history"),
+        Binding("f", "formats", "Formats", id="presets.formats"),
+        Binding("p", "memory", "Memory plan", id="presets.memory"),
+        Binding("v", "view_run", "Live run", id="presets.live-run"),
         # one of the two shows (check_action): the toggle names the current state
-        Binding("d", "toggle_detach(True)", "Detached: off"),
-        Binding("d", "toggle_detach(False)", "Detached: ON"),
-        Binding("q", "quit", "Quit"),
+        Binding("d", "toggle_detach(True)", "Detached: off", id="presets.detach"),
+        Binding("d", "toggle_detach(False)", "Detached: ON", id="presets.detach"),
+        Binding("q", "app.quit", "Quit", id="quit"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, runs_dir: Path, read_only: bool = False) -> None:
         super().__init__()
+        self.runs_dir = runs_dir
+        self.read_only = read_only
+        self.detach = False  # runs started from here outlive the dashboard
         self.presets: list[cfg.PresetInfo] = []
         self.current: cfg.PresetInfo | None = None
         self.base: dict[str, Any] = {}
@@ -106,10 +122,6 @@ class PresetsScreen(Screen):
         self.preset: cfg.Preset | None = None
         self.problem: str | None = None
         self.marked: list[str] = []
-
-    @property
-    def ampscope(self) -> AmpscopeApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
@@ -290,7 +302,7 @@ class PresetsScreen(Screen):
             return
         queue, self.marked = list(self.marked), []
         self.reload(select=self.current.name if self.current else None)
-        await self.ampscope.start_sweep(queue)
+        self.post_message(SweepRequested(queue))
 
     async def action_run(self) -> None:
         if self.current is None:
@@ -301,9 +313,9 @@ class PresetsScreen(Screen):
             )
             return
         if self.is_edited:
-            await self.ampscope.start_edited_run(self.preset)
+            self.post_message(EditedRunRequested(self.preset, detach=self.detach))
         else:
-            await self.ampscope.start_run(self.current.name)
+            self.post_message(RunRequested(self.current.name, detach=self.detach))
 
     def action_save(self) -> None:
         if self.preset is None or not self.revalidate():
@@ -320,7 +332,9 @@ class PresetsScreen(Screen):
             if not name:
                 return
             try:
-                path = self.ampscope.save_user_preset(preset, name)
+                if self.read_only:
+                    raise OSError("this dashboard is read-only")
+                path = save_user_preset(preset, name)
             except OSError as exc:
                 self.app.notify(f"Cannot save: {exc}", severity="error")
                 return
@@ -330,22 +344,20 @@ class PresetsScreen(Screen):
         self.app.push_screen(SaveDialog(suggestion), saved)
 
     def action_history(self) -> None:
-        self.ampscope.show_history()
+        self.app.push_screen(HistoryScreen(self.runs_dir))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view_run":
-            return self.ampscope.run_screen is not None
+            return self.app.is_screen_installed(LIVE_RUN_SCREEN)
         if action == "toggle_detach":
-            return not self.ampscope.read_only and parameters[0] != self.ampscope.detach
+            return not self.read_only and parameters[0] != self.detach
         return True
 
     def action_toggle_detach(self, detach: bool) -> None:
         """Runs started while on outlive the dashboard ('ampscope attach' finds them)."""
-        self.ampscope.detach = detach
+        self.detach = detach
         self.refresh_bindings()
 
     def action_view_run(self) -> None:
-        self.ampscope.show_run_screen()
-
-    async def action_quit(self) -> None:
-        await self.ampscope.action_quit()
+        if self.app.is_screen_installed(LIVE_RUN_SCREEN):
+            self.app.push_screen(LIVE_RUN_SCREEN)
