@@ -23,7 +23,7 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.viewer import WaitingScreen
 from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, run, wait_for
+from tests.helpers import SIZE, run, shown, wait_for
 from tests.test_detach import make_record
 
 HAS_SERVE = importlib.util.find_spec("textual_serve") is not None
@@ -41,11 +41,9 @@ def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, read_only=True)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            presets = app.screen
-            assert isinstance(presets, PresetsScreen)
+            presets = await shown(pilot, app, PresetsScreen)
             await pilot.press("enter", "r", "d", "s")
-            await pilot.pause(0.3)
+            await pilot.pause()
             await app.session.start_run("fp32")
             assert app.session.engine is None and not presets.detach
             assert not isinstance(app.screen, RunScreen)
@@ -66,8 +64,7 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
         async def go() -> None:
             app = AmpscopeApp(runs_dir=tmp_path, read_only=True, follow_live=True)
             async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
-                assert isinstance(app.screen, WaitingScreen)
+                await shown(pilot, app, WaitingScreen)
                 await pilot.press("s", "r", "enter", "d")
                 assert app.session.engine is None and list(tmp_path.iterdir()) == []
                 run_a = make_record(tmp_path, "20260101T000001Z-fp32", first.pid, steps=4)
@@ -80,7 +77,7 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
                 for action in ("stop", "restart"):
                     assert screen.check_action(action, ()) is False
                 await pilot.press("s", "r", "space")
-                await pilot.pause(0.3)
+                await pilot.pause()
                 assert alive(first) and not screen.source.stopping
                 # the run ends; the next one starts: the viewer moves on
                 with (run_a / "events.jsonl").open("ab") as fh:
@@ -96,10 +93,9 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
                 )
                 assert len(app.screen_stack) == 3  # default, waiting, the run
                 await pilot.press("escape")
-                await pilot.pause(0.3)
-                assert isinstance(app.screen, WaitingScreen)
+                await shown(pilot, app, WaitingScreen)
                 await pilot.press("enter")  # back to the current run
-                assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
+                await shown(pilot, app, RunScreen)
 
         run(go())
         assert alive(first) and alive(second)

@@ -33,37 +33,30 @@ from ampscope.tui.figures import (
 from ampscope.tui.replay import RecordSource
 from ampscope.tui.run_state import MAX_POINTS, RunState
 from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.presets import PresetsScreen, field_id
+from ampscope.tui.screens.presets import PresetsScreen, SaveDialog, field_id
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.plots import RunPlot
 from tests.conftest import ROOT, engine_env
-from tests.helpers import FAST, SIZE, gone, hello, run, select_preset, step, wait_for, wait_gone
+from tests.helpers import (
+    FAST,
+    SIZE,
+    done,
+    gone,
+    hello,
+    run,
+    select_preset,
+    shown,
+    step,
+    text,
+    wait_for,
+    wait_gone,
+)
 
 LONG = [*FAST, "steps=100000"]
 
 
 # --------------------------------------------------------------------------- run state
-
-
-def done(status: str = "ok", steps: int = 30) -> ev.DoneEvent:
-    return ev.DoneEvent(
-        status=status,
-        steps_done=steps,
-        step_ms_median=10.0,
-        step_ms_p10=9.0,
-        step_ms_p90=11.0,
-        samples_per_s=800.0,
-        tokens_per_s=None,
-        tflops=0.5,
-        mfu=None,
-        mem_peak=150 << 20,
-        loss_first=2.0,
-        loss_final=0.1,
-        skipped_steps=2,
-        compile_s=None,
-        wall_s=1.0,
-    )
 
 
 @pytest.mark.unit
@@ -193,37 +186,32 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, PresetsScreen)
+            screen = await shown(pilot, app, PresetsScreen)
             select_preset(app, "fp32")
-            await pilot.pause(0.2)
             steps_input = screen.query_one("#" + field_id("steps"))
+            assert await wait_for(pilot, lambda: getattr(screen.current, "name", "") == "fp32", 5)
             steps_input.value = "0"
-            await pilot.pause(0.2)
-            error = str(screen.query_one("#preset-error").render())
+            assert await wait_for(pilot, lambda: steps_input.has_class("-invalid"), 5)
+            error = text(screen, "#preset-error")
             assert "steps" in error and ">= 1" in error
-            assert steps_input.has_class("-invalid")
             await pilot.press("enter")  # refused: nothing starts
-            await pilot.pause(0.1)
+            await pilot.pause()
             assert app.session.engine is None and isinstance(app.screen, PresetsScreen)
             steps_input.value = "7"
             screen.query_one("#" + field_id("lr")).value = "1e-4"
-            await pilot.pause(0.2)
-            assert str(screen.query_one("#preset-error").render()) == ""
+            assert await wait_for(pilot, lambda: screen.preset is not None, 5)
+            assert text(screen, "#preset-error") == ""
             assert screen.is_edited and screen.preset.steps == 7
             screen.query_one("#preset-list").focus()
             await pilot.press("s")
-            await pilot.pause(0.2)
-            name_input = app.screen.query_one("#save-name")
-            name_input.value = "my-fp32"
+            dialog = await shown(pilot, app, SaveDialog)
+            dialog.query_one("#save-name").value = "my-fp32"
             await pilot.press("enter")
-            await pilot.pause(0.2)
             saved = cfg.user_presets_dir() / "my-fp32.toml"
-            assert saved.is_file()
+            assert await wait_for(pilot, saved.is_file, 5)
             loaded = cfg.load_preset("my-fp32")
             assert loaded.steps == 7 and loaded.lr == 1e-4 and loaded.name == "my-fp32"
-            assert "my-fp32" in [p.name for p in screen.presets]
+            assert await wait_for(pilot, lambda: "my-fp32" in [p.name for p in screen.presets])
 
     run(go())
 
@@ -233,12 +221,10 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=LONG)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await shown(pilot, app, PresetsScreen)
             select_preset(app, "fp32")
             await pilot.press("enter")
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, RunScreen)
-            screen = app.screen
+            screen = await shown(pilot, app, RunScreen)
             pid = app.session.engine.pid
             assert pid is not None
             assert await wait_for(
@@ -248,36 +234,33 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
                     and all(
                         p.points_drawn > 0 for p in screen.query(RunPlot) if p.id != "plot-util"
                     )
+                    and "training" in text(screen, "#run-header")
                 ),
             ), "no steps in 60 s"
-            header = str(screen.query_one("#run-header").render())
+            header = text(screen, "#run-header")
             assert "fp32" in header and "cpu" in header and "training" in header
             assert screen.displayed_step is not None
             await pilot.press("s")
             assert await wait_for(pilot, lambda: app.session.state.status == "stopped", 10)
             assert wait_gone(pid, 5)
-            await pilot.pause(0.5)
-            assert "stopped" in str(screen.query_one("#run-header").render())
+            assert await wait_for(pilot, lambda: "stopped" in text(screen, "#run-header"), 5)
             assert app.session.state.done is not None and app.session.state.done.status == "stopped"
             # history: the run's record, replayed read-only in the same view
             await pilot.press("escape")
-            await pilot.pause(0.1)
-            assert isinstance(app.screen, PresetsScreen)
+            await shown(pilot, app, PresetsScreen)
             await pilot.press("h")
-            await pilot.pause(0.3)
-            assert isinstance(app.screen, HistoryScreen)
-            table = app.screen.query_one("#history-table")
-            assert table.row_count == 1
+            history = await shown(pilot, app, HistoryScreen)
+            table = history.query_one("#history-table")
+            assert await wait_for(pilot, lambda: table.row_count == 1, 5)
             assert table.get_row_at(0)[:2] == ["fp32", "stopped"]
             await pilot.press("enter")
-            await pilot.pause(0.3)
+            assert await wait_for(pilot, lambda: app.screen not in (history, screen), 5)
             replayed = app.screen
             assert isinstance(replayed, RunScreen) and replayed is not screen
             assert replayed.state.read_only and replayed.state.status == "stopped"
             assert replayed.state.step == app.session.state.step
             await pilot.press("escape")
-            await pilot.pause(0.1)
-            assert isinstance(app.screen, HistoryScreen)
+            await shown(pilot, app, HistoryScreen)
 
     run(go())
 
@@ -287,18 +270,20 @@ def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[*FAST, "steps=4"])
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await shown(pilot, app, PresetsScreen)
             for name in ("fp32", "mlp-demo"):
                 select_preset(app, name)
                 await pilot.press("enter")
                 assert await wait_for(pilot, lambda: app.session.state.status == "done", 60)
-                await pilot.pause(0.5)
-                assert isinstance(app.screen, RunScreen)
-                header = str(app.screen.query_one("#run-header").render())
-                assert name in header and "done" in header
+                screen = await shown(pilot, app, RunScreen)
+
+                def header(screen: RunScreen = screen) -> str:
+                    return text(screen, "#run-header")
+
+                assert await wait_for(pilot, lambda: "done" in header(), 5), header()
+                assert name in header()
                 await pilot.press("escape")
-                await pilot.pause(0.2)
-                assert isinstance(app.screen, PresetsScreen)
+                await shown(pilot, app, PresetsScreen)
 
     run(go())
 
@@ -308,27 +293,25 @@ def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=FAST)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await shown(pilot, app, PresetsScreen)
             await app.session.start_run("fp32", ["precision='fp8'"])
             assert await wait_for(pilot, lambda: app.session.state.status == "failed", 20)
-            await pilot.pause(0.5)
-            screen = app.screen
-            assert isinstance(screen, RunScreen)
-            assert "fp8" in str(screen.query_one("#run-error").render())
-            log = "\n".join(screen.query_one(EventLog).texts)
-            assert "[config]" in log and "fp8" in log
+            screen = await shown(pilot, app, RunScreen)
+            assert await wait_for(pilot, lambda: "fp8" in text(screen, "#run-error"), 5)
+            log = screen.query_one(EventLog)
+            assert await wait_for(pilot, lambda: "[config]" in "\n".join(log.texts), 5)
+            assert "fp8" in "\n".join(log.texts)
             # back, and run a preset that crashes at step 2
             await pilot.press("escape")
-            await pilot.pause(0.1)
-            assert isinstance(app.screen, PresetsScreen)
+            await shown(pilot, app, PresetsScreen)
             await app.session.start_run("fp32", ["steps=50", "debug.raise_at_step=2"])
             assert await wait_for(pilot, lambda: app.session.state.exit_code is not None, 60)
-            await pilot.pause(0.3)
-            assert app.is_running and isinstance(app.screen, RunScreen)
-            log = "\n".join(app.screen.query_one(EventLog).texts)
-            assert "exception" in log and "step" in log
+            screen = await shown(pilot, app, RunScreen)
+            assert await wait_for(pilot, lambda: "failed" in text(screen, "#run-header"), 5)
+            assert app.is_running
+            log_text = "\n".join(screen.query_one(EventLog).texts)
+            assert "exception" in log_text and "step" in log_text
             assert app.session.state.error and "exception" in app.session.state.error
-            assert "failed" in str(app.screen.query_one("#run-header").render())
 
     run(go())
 
@@ -340,12 +323,11 @@ def test_quit_mid_run_leaves_no_engine(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=LONG)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await shown(pilot, app, PresetsScreen)
             await app.session.start_run("fp32")
             pids.append(app.session.engine.pid)
             assert await wait_for(pilot, lambda: (app.session.state.step or 0) >= 2), "no steps"
             await pilot.press("q")
-            await pilot.pause(0.2)
 
     run(go())
     assert pids and wait_gone(pids[0], 5)
@@ -403,3 +385,86 @@ def test_hangup_kills_dashboard_and_engine(tmp_path: Path) -> None:
                 os.killpg(engine_pid, signal.SIGKILL)
         if master >= 0:
             os.close(master)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--refresh", "9"],
+        ["--refresh", "0.1", "attach"],
+        ["--refresh", "nan", "replay"],
+        ["--refresh", "fast"],
+    ],
+)
+def test_refresh_out_of_range_exits_2_naming_the_range(argv: list[str], capsys) -> None:
+    from ampscope.cli.main import main as cli_main
+
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--refresh" in err and "0.5 to 4 redraws a second" in err and argv[1] in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.unit
+def test_the_served_viewer_and_the_app_refuse_the_same_refresh(capsys) -> None:
+    from ampscope.cli.viewer import main as viewer_main
+    from ampscope.core.run_args import REFRESH_RANGE
+
+    with pytest.raises(SystemExit) as exit_:
+        viewer_main(["--refresh", "5"])
+    assert exit_.value.code == 2 and "0.5 to 4" in capsys.readouterr().err
+    low, high = REFRESH_RANGE
+    assert AmpscopeApp(refresh_hz=low).refresh_hz == low
+    assert AmpscopeApp(refresh_hz=high).refresh_hz == high
+    for bad in (high + 0.5, low / 2, math.inf):
+        with pytest.raises(ValueError, match="accepted: 0.5 to 4"):
+            AmpscopeApp(refresh_hz=bad)
+
+
+@pytest.mark.unit
+def test_every_key_binding_has_an_id_a_keymap_can_move(tmp_path: Path) -> None:
+    from textual.binding import Binding
+
+    from ampscope.tui.screens.compare import CompareScreen
+    from ampscope.tui.screens.formats import FormatsScreen
+    from ampscope.tui.screens.memory import MemoryScreen
+    from ampscope.tui.screens.presets import SaveDialog
+    from ampscope.tui.viewer import WaitingScreen
+
+    owners = [
+        AmpscopeApp,
+        PresetsScreen,
+        SaveDialog,
+        RunScreen,
+        HistoryScreen,
+        CompareScreen,
+        FormatsScreen,
+        MemoryScreen,
+        WaitingScreen,
+    ]
+    for owner in owners:
+        bindings = [b for b in owner.BINDINGS if isinstance(b, Binding)]
+        assert len(bindings) == len(owner.BINDINGS), owner
+        for b in bindings:
+            assert b.id, f"{owner.__name__}: {b.key} -> {b.action} has no id"
+        # one id, one key: only the two faces of a toggle share theirs
+        keys_by_id: dict[str, set[str]] = {}
+        for b in bindings:
+            keys_by_id.setdefault(b.id, set()).add(b.key)
+        assert all(len(keys) == 1 for keys in keys_by_id.values()), owner
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            app.set_keymap({"presets.history": "y"})
+            await pilot.pause()
+            await pilot.press("h")
+            await pilot.pause()
+            assert isinstance(app.screen, PresetsScreen)
+            await pilot.press("y")
+            assert await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
+
+    run(go())

@@ -34,8 +34,13 @@ CLOSE_S = 2.0
 class Engine(Protocol):
     """What the session needs of an engine child (``EngineProcess``; tests pass fakes)."""
 
-    stderr_tail: Any  # the last lines of stderr, oldest first
-    stop_requested: bool
+    @property
+    def stderr_tail(self) -> Sequence[str]:
+        """The last lines of its stderr, oldest first."""
+        ...
+
+    @property
+    def stop_requested(self) -> bool: ...
 
     @property
     def running(self) -> bool: ...
