@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 
 from ampscope.core import events as ev
+from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 
@@ -243,3 +244,13 @@ async def shown(pilot, app, kind: type, timeout: float = 10.0):
         f"{kind.__name__} not shown; on top: {type(app.screen).__name__}"
     )
     return app.screen
+
+
+def write_finished_record(root: Path, preset: str, ms: float = 10.0) -> Path:
+    """A run folder as the engine leaves it: hello, four steps, done."""
+    run_dir = records.new_run_dir(root, preset)
+    events = [hello(preset=preset, run_dir=str(run_dir))]
+    events += [step(i, ms) for i in range(4)]
+    events.append(done("ok", 4))
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+    return run_dir

@@ -13,11 +13,10 @@ import pytest
 
 from ampscope.core import comparison, records
 from ampscope.core import config as cfg
-from ampscope.core import events as ev
 from ampscope.tui.session import LiveRun, RunSession
 from ampscope.tui.source import PAUSE, RESTART, STOP
 from tests.conftest import ROOT, engine_env
-from tests.helpers import FakeEngine, FakeListener, done, hello, step
+from tests.helpers import FakeEngine, FakeListener, done, hello, step, write_finished_record
 
 pytestmark = pytest.mark.unit
 
@@ -244,16 +243,6 @@ def test_a_detached_start_that_fails_is_told_and_nothing_runs(tmp_path: Path) ->
 
 
 # --------------------------------------------------------------------------- sweeps
-
-
-def write_finished_record(root: Path, preset: str, ms: float) -> Path:
-    """A run folder as the engine leaves it, for a sweep to compare."""
-    run_dir = records.new_run_dir(root, preset)
-    events = [hello(preset=preset, run_dir=str(run_dir))]
-    events += [step(i, ms) for i in range(4)]
-    events.append(done("ok", 4))
-    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
-    return run_dir
 
 
 class SweepEngines(Engines):

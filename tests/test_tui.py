@@ -51,6 +51,7 @@ from tests.helpers import (
     text,
     wait_for,
     wait_gone,
+    write_finished_record,
 )
 
 LONG = [*FAST, "steps=100000"]
@@ -468,3 +469,42 @@ def test_every_key_binding_has_an_id_a_keymap_can_move(tmp_path: Path) -> None:
             assert await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), 5)
 
     run(go())
+
+
+@pytest.mark.unit
+def test_control_characters_are_spelled_out() -> None:
+    from ampscope.core.text import visible
+
+    assert visible("evil\x1b[2J\rdone\x07") == "evil\\x1b[2J\\rdone\\x07"
+    assert visible("two\nlines\tand a tab") == "two\nlines\tand a tab"
+    assert visible("two\nlines", lines=False) == "two\\nlines"
+    assert visible("\x9b31m") == "\\x9b31m"  # the one-byte CSI too
+    assert visible("fp32 · ok ✓") == "fp32 · ok ✓"
+
+
+@pytest.mark.unit
+def test_names_from_records_show_as_written_never_as_markup(tmp_path: Path) -> None:
+    from rich.text import Text
+
+    name = "[red]evil[/] [/x]\x1b[2J"
+    shown_as = "[red]evil[/] [/x]\\x1b[2J"
+    run_dir = write_finished_record(tmp_path, name)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            table = history.query_one("#history-table")
+            assert await wait_for(pilot, lambda: table.row_count == 1, 5)
+            assert Text.from_markup(table.get_row_at(0)[0]).plain == shown_as
+            await pilot.press("enter")
+            screen = await shown(pilot, app, RunScreen)
+            assert await wait_for(pilot, lambda: "done" in text(screen, "#run-header"), 5)
+            assert shown_as in text(screen, "#run-header")
+            log = screen.query_one(EventLog)
+            assert any(shown_as in line for line in log.texts)  # the hello line names it
+
+    run(go())
+    assert run_dir.is_dir()

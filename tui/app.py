@@ -19,6 +19,7 @@ from textual.binding import Binding
 
 from ampscope.core import records
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ, check_refresh
+from ampscope.core.text import visible
 from ampscope.tui.commands import PresetCommands
 from ampscope.tui.engine_process import kill_all_now
 from ampscope.tui.follow import AttachSource
@@ -152,7 +153,8 @@ class AmpscopeApp(App):
         self.push_screen(CompareScreen(runs, baseline=baseline))
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
-        self.notify(message, title=title, severity="error" if error else "information")
+        severity = "error" if error else "information"
+        self.notify(visible(message), title=visible(title), severity=severity, markup=False)
 
     def _pop_above_presets(self) -> None:
         while len(self.screen_stack) > 2:

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ampscope.core import records
+from ampscope.core.text import visible
 from ampscope.tui.follow import AttachSource
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.run import RunScreen
@@ -40,7 +41,7 @@ class WaitingScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(
-            f"ampscope viewer · read-only\n\nWaiting for a live run in {self.runs_dir} …\n\n"
+            f"ampscope viewer · read-only\n\nWaiting for a live run in {visible(str(self.runs_dir))} …\n\n"
             "Runs are started from the presenter's dashboard; this view follows the newest one.",
             id="viewer-waiting",
             markup=False,

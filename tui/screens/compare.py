@@ -18,6 +18,7 @@ from textual_plotext import PlotextPlot
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.tui.figures import points_for_width, thin
+from ampscope.tui.text import literal
 
 COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
 # The columns the sort key cycles through: (title, Row attribute, largest first?)
@@ -134,13 +135,13 @@ class CompareScreen(Screen):
         table.clear()
         for row in rows:
             cells = comparison.cells(row)
-            table.add_row(*[cells[k] for _, k in comparison.COLUMNS], key=row.preset)
+            table.add_row(*[literal(cells[k]) for _, k in comparison.COLUMNS], key=row.preset)
         self.query_one("#compare-title", Static).update(
-            f"{len(rows)} runs · baseline [b]{self.baseline}[/b] · sorted by {title}"
+            f"{len(rows)} runs · baseline [b]{literal(self.baseline)}[/b] · sorted by {title}"
             "  (b: make the highlighted row the baseline, o: next sort column)"
         )
         self.query_one("#compare-verdict", Static).update(
-            "\n".join(comparison.verdicts(rows, self.baseline))
+            "\n".join(literal(v) for v in comparison.verdicts(rows, self.baseline))
         )
 
     def action_baseline(self) -> None:

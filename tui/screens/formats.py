@@ -49,7 +49,7 @@ class FormatsScreen(Screen):
             with TabPane("Values", id="tab-values"):
                 yield Label("Values or expressions, separated by commas (e.g. 1 + 2**-9):")
                 yield Input(value=DEFAULT_VALUES, id="formats-input")
-                yield Label("", id="formats-error", classes="error")
+                yield Label("", id="formats-error", classes="error", markup=False)
                 yield DataTable(id="formats-table", zebra_stripes=True)
             with TabPane("Formats", id="tab-facts"):
                 yield DataTable(id="facts-table", zebra_stripes=True)

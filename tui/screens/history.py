@@ -15,6 +15,7 @@ from ampscope.core import records
 from ampscope.core.units import fmt_ms, fmt_num
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.text import literal
 
 
 class HistoryScreen(Screen):
@@ -36,7 +37,7 @@ class HistoryScreen(Screen):
         self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Runs in {self.runs_dir}", id="history-title")
+        yield Static(f"Runs in {literal(self.runs_dir)}", id="history-title")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-empty")
         yield Footer()
@@ -62,12 +63,12 @@ class HistoryScreen(Screen):
             )
             self.states[run.name] = state = run.state
             table.add_row(
-                run.preset,
+                literal(run.preset),
                 state,
                 "-" if done is None else str(done.steps_done),
                 fmt_ms(done.step_ms_median if done else None),
                 fmt_num(done.loss_final if done else None),
-                started,
+                literal(started),
                 "x" if run.name in self.marked else "",
                 key=run.name,
             )

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
 from ampscope.core.units import fmt_bytes
+from ampscope.tui.text import literal
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 
@@ -39,7 +40,7 @@ class MemoryScreen(Screen):
                 id="memory-optimizer",
                 compact=True,
             )
-        yield Label("", id="memory-error", classes="error")
+        yield Label("", id="memory-error", classes="error", markup=False)
         yield Static("", id="memory-title")
         yield DataTable(id="memory-table", zebra_stripes=True)
         yield Static("", id="memory-notes")
@@ -104,7 +105,7 @@ class MemoryScreen(Screen):
                 key=r.regime,
             )
         self.query_one("#memory-title", Static).update(
-            f"{title}, {optimizer}"
+            f"{literal(title)}, {optimizer}"
             + ("" if shape else " · no transformer shape: activations not counted")
         )
         self.query_one("#memory-notes", Static).update(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,9 +19,11 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
+from ampscope.core.text import visible
 from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
+from ampscope.tui.text import literal
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -70,7 +73,7 @@ class SaveDialog(ModalScreen[str | None]):
         with Vertical(id="save-dialog"):
             yield Label(f"Save as a user preset in {cfg.user_presets_dir()}")
             yield Input(value=self.suggestion, placeholder="name", id="save-name")
-            yield Label("", id="save-error", classes="error")
+            yield Label("", id="save-error", classes="error", markup=False)
             with Horizontal(id="save-buttons"):
                 yield Button("Save", variant="primary", id="save-ok")
                 yield Button("Cancel", id="save-cancel")
@@ -141,7 +144,7 @@ class PresetsScreen(Screen):
                                 compact=True,
                                 classes="form-input",
                             )
-                yield Label("", id="preset-error", classes="error")
+                yield Label("", id="preset-error", classes="error", markup=False)
                 yield Static("", id="preset-status")
         yield Footer()
 
@@ -160,7 +163,7 @@ class PresetsScreen(Screen):
             [
                 Option(
                     ("● " if p.name in self.marked else "  ")
-                    + p.name
+                    + literal(p.name)
                     + ("  (user)" if p.source == "user" else ""),
                     id=p.name,
                 )
@@ -199,7 +202,8 @@ class PresetsScreen(Screen):
         self.edited = copy.deepcopy(self.base)
         self.preset = preset
         self.query_one("#preset-description", Static).update(
-            f"[b]{info.name}[/b]  [dim]{info.source}: {info.path}[/dim]\n{preset.description}"
+            f"[b]{literal(info.name)}[/b]  [dim]{info.source}: {literal(info.path)}[/dim]\n"
+            + escape(visible(preset.description))
         )
         for key, _label, choices in FIELDS:
             value = cfg.get_dotted(self.base, key)
@@ -293,7 +297,7 @@ class PresetsScreen(Screen):
         if index is not None and index + 1 < options.option_count:
             options.highlighted = index + 1
         self.query_one("#preset-status", Static).update(
-            f"sweep queue: {', '.join(self.marked)}  (w runs it)" if self.marked else ""
+            f"sweep queue: {literal(', '.join(self.marked))}  (w runs it)" if self.marked else ""
         )
 
     async def action_sweep(self) -> None:
@@ -309,7 +313,10 @@ class PresetsScreen(Screen):
             return
         if not self.base or not self.revalidate() or self.preset is None:
             self.app.notify(
-                self.problem or "This preset cannot run.", severity="error", title="Not valid"
+                visible(self.problem or "This preset cannot run."),
+                severity="error",
+                title="Not valid",
+                markup=False,
             )
             return
         if self.is_edited:
@@ -319,7 +326,9 @@ class PresetsScreen(Screen):
 
     def action_save(self) -> None:
         if self.preset is None or not self.revalidate():
-            self.app.notify(self.problem or "Nothing to save.", severity="error")
+            self.app.notify(
+                visible(self.problem or "Nothing to save."), severity="error", markup=False
+            )
             return
         preset = self.preset
         suggestion = (
@@ -336,9 +345,9 @@ class PresetsScreen(Screen):
                     raise OSError("this dashboard is read-only")
                 path = save_user_preset(preset, name)
             except OSError as exc:
-                self.app.notify(f"Cannot save: {exc}", severity="error")
+                self.app.notify(visible(f"Cannot save: {exc}"), severity="error", markup=False)
                 return
-            self.app.notify(f"Saved {path}", title="Preset saved")
+            self.app.notify(visible(f"Saved {path}"), title="Preset saved", markup=False)
             self.reload(select=name)
 
         self.app.push_screen(SaveDialog(suggestion), saved)

@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ
+from ampscope.core.text import visible
 from ampscope.tui import figures
 from ampscope.tui.replay import SEEK_STEP
 from ampscope.tui.run_state import RunState
@@ -105,9 +106,9 @@ class RunScreen(Screen):
         note = self.source.label()
         if note:
             header += " · " + note
-        self.query_one("#run-header", Static).update(header, layout=False)
+        self.query_one("#run-header", Static).update(visible(header, lines=False), layout=False)
         error = self.query_one("#run-error", Static)
-        error.update(state.error or "")
+        error.update(visible(state.error or ""))
         error.display = bool(state.error)
         self.query_one(StatCards).show(figures.cards(state))
         self.query_one(EventLog).sync(state)
