@@ -223,6 +223,8 @@ def test_a_detached_start_is_told_and_followed(tmp_path: Path) -> None:
         assert running is not None and running.state.status == "stopped"  # one run at a time
         (message, error, _title) = listener.told[-1]
         assert not error and run_dir.name in message and "pid 4242" in message
+        await running.restart()  # the run shown, not the detached one started since
+        assert [e.preset for e in engines.made] == ["fp32", "fp32"] and len(launched) == 1
 
     asyncio.run(go())
 

@@ -160,6 +160,15 @@ def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> 
                 assert name in header()
                 await pilot.press("escape")
                 await shown(pilot, app, PresetsScreen)
+            # v shows the last run again; r there runs it again, in the same view
+            await pilot.press("v")
+            screen = await shown(pilot, app, RunScreen)
+            finished = app.session.state
+            await pilot.press("r")
+            assert await wait_for(pilot, lambda: app.session.state is not finished, 10)
+            assert await wait_for(pilot, lambda: app.session.state.status == "done", 60)
+            assert app.screen is screen and screen.state is app.session.state
+            assert "mlp-demo" in text(screen, "#run-header")
 
     run(go())
 

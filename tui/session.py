@@ -114,10 +114,13 @@ class Launch:
 class LiveRun:
     """An engine child the session started: the Run view's source for it."""
 
-    def __init__(self, session: RunSession, state: RunState, engine: Engine) -> None:
+    def __init__(
+        self, session: RunSession, state: RunState, engine: Engine, launch: Launch
+    ) -> None:
         self.session = session
         self.state = state
         self.engine = engine
+        self.launch = launch
         self.ended = asyncio.Event()
 
     def label(self) -> str:
@@ -136,7 +139,7 @@ class LiveRun:
             await self.session.stop_run()
 
     async def restart(self) -> None:
-        await self.session.restart_run()
+        await self.session.restart_run(self)
 
 
 class RunSession:
@@ -161,7 +164,6 @@ class RunSession:
         self.read_only = read_only
         self.current: LiveRun | None = None
         self.sweep: SweepQueue | None = None
-        self.last_launch: Launch | None = None
         self._start_engine = start_engine
         self._launch = launch
         self._lock = asyncio.Lock()
@@ -200,7 +202,6 @@ class RunSession:
             self.sweep = None
         every = [*overrides, *self.extra_overrides]
         config = launch_config(preset, every) if config is None else config
-        self.last_launch = Launch(preset, list(overrides), config)
         async with self._lock:
             if queued and self.sweep is None:  # cancelled while this start waited
                 return None
@@ -211,9 +212,8 @@ class RunSession:
             state = RunState(label=label or config.get("name", preset), launch=config)
             if queued and self.sweep is not None:
                 state.queue_note = self.sweep.progress
-            run = LiveRun(
-                self, state, self._start_engine(preset, every, self.runs_dir, state.ingest)
-            )
+            engine = self._start_engine(preset, every, self.runs_dir, state.ingest)
+            run = LiveRun(self, state, engine, Launch(preset, list(overrides), config))
             self.current = run
             self.listener.run_started(run)
             self._spawn(self._follow(run))
@@ -240,9 +240,11 @@ class RunSession:
             str(path), label=edited.name, config=cfg.to_dict(edited), detach=detach
         )
 
-    async def restart_run(self) -> None:
-        launch = self.last_launch
-        if launch is not None:
+    async def restart_run(self, run: LiveRun | None = None) -> None:
+        """Start ``run`` (default: the current one) again, as it was started."""
+        run = run or self.current
+        if run is not None:
+            launch = run.launch
             await self.start_run(launch.preset, launch.overrides, config=launch.config)
 
     async def _follow(self, run: LiveRun) -> None:
