@@ -14,6 +14,7 @@ from ampscope.core import config as cfg
 from ampscope.core.run_args import (
     ArgParser,
     add_override_arguments,
+    add_refresh_argument,
     add_run_arguments,
     run_overrides,
 )
@@ -44,13 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--runs-dir", dest="top_runs_dir", type=Path, help="where run records go (default ./runs)"
     )
-    parser.add_argument(
-        "--refresh",
-        type=float,
-        default=None,
-        metavar="HZ",
-        help="dashboard plot redraw rate, 0.5 to 4 (lower it on slow SSH links)",
-    )
+    add_refresh_argument(parser)
     sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
@@ -161,13 +156,6 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    refresh = args.refresh
-    if refresh is not None and not 0.5 <= refresh <= 4:
-        print(
-            f"ampscope: --refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.",
-            file=sys.stderr,
-        )
-        return 2
     try:
         from ampscope.tui.app import run_dashboard
     except ImportError as exc:  # pragma: no cover - a broken install
@@ -176,7 +164,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=refresh)
+    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=args.refresh)
 
 
 if __name__ == "__main__":

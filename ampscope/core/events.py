@@ -190,6 +190,15 @@ class UnknownEvent(msgspec.Struct):
 
     line: str
     reason: str
+    v: int | None = None
+    """The schema version the line names, when it is a JSON object that names one."""
+
+
+class _Versioned(msgspec.Struct):
+    v: int | None = None
+
+
+_version_decoder = msgspec.json.Decoder(_Versioned)
 
 
 def decode(line: bytes | str) -> Event | UnknownEvent:
@@ -198,7 +207,25 @@ def decode(line: bytes | str) -> Event | UnknownEvent:
         return _decoder.decode(line)
     except (msgspec.MsgspecError, ValueError, RecursionError) as exc:
         text = line.decode(errors="replace") if isinstance(line, bytes) else line
-        return UnknownEvent(line=text.rstrip("\n"), reason=str(exc))
+        try:
+            version = _version_decoder.decode(line).v
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            version = None
+        return UnknownEvent(line=text.rstrip("\n"), reason=str(exc), v=version)
+
+
+def newer_schema_warning(item: Event | UnknownEvent) -> str | None:
+    """What to tell a reader when ``item`` comes from a newer schema than this one reads.
+
+    docs/events.md promises it: a newer stream is read for what this version knows, and said so.
+    """
+    if item.v is None or item.v <= SCHEMA_VERSION:
+        return None
+    return (
+        f"these events are schema version {item.v}; this ampscope reads version "
+        f"{SCHEMA_VERSION}, so it shows what it knows and skips the rest (upgrade ampscope "
+        "to see everything)"
+    )
 
 
 def to_dict(event: Event) -> dict[str, Any]:
