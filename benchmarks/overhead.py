@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from ampscope.core import config as cfg  # noqa: E402
 from ampscope.core import events as ev  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
-from ampscope.engine.emitter import EventWriter  # noqa: E402
+from ampscope.engine.emitter import EventWriter, LiveStream  # noqa: E402
 from ampscope.engine.loop import train_step  # noqa: E402
 from ampscope.engine.metrics import METRICS_WIDTH, StepReporter  # noqa: E402
 from ampscope.engine.probe import make_probe  # noqa: E402
@@ -64,7 +64,7 @@ def main() -> None:
     info = resolve_device(preset.device)
     setup = build(preset, info)
     sink = open(os.devnull, "wb")  # noqa: SIM115
-    writer = EventWriter([sink])
+    writer = EventWriter(live=LiveStream(sink.fileno(), recorded=False))
     stats = RunStats(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, peak=None)
     probe = make_probe(info.device, width=METRICS_WIDTH)

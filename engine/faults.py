@@ -11,6 +11,7 @@ from ampscope.core import events as ev
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.metrics import NonFiniteLoss
+from ampscope.engine.record import IO_HINT, RecordLost
 from ampscope.engine.stats import RunStats
 
 OOM_HINT = (
@@ -36,11 +37,17 @@ def failure(
             + advice
         )
         return ev.ErrorEvent(kind="nan", message=message, step=exc.step), EXIT_FAILED
-    if isinstance(exc, torch.OutOfMemoryError):
+    if isinstance(exc, RecordLost):
+        event = ev.ErrorEvent(
+            kind="io", message=exc.message, step=stats.steps_done or None, hint=IO_HINT
+        )
+        return event, EXIT_FAILED
+    reason = out_of_memory(exc)
+    if reason is not None:
         gpu = info.device if info is not None and info.is_cuda else None  # a CPU run has no pool
         event = ev.ErrorEvent(
             kind="oom",
-            message=f"Out of memory at step {stats.steps_done}: {str(exc).splitlines()[0]}",
+            message=f"Out of memory at step {stats.steps_done}: {reason}",
             step=stats.steps_done,
             hint=OOM_HINT,
             mem_allocated=torch.cuda.memory_allocated(gpu) if gpu else None,
@@ -54,3 +61,22 @@ def failure(
         traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     )
     return event, EXIT_FAILED
+
+
+CPU_ALLOC_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """The first line of an allocation failure, CUDA's or the host's; None for anything else.
+
+    torch raises OutOfMemoryError for CUDA only; a failed host allocation is a RuntimeError
+    from the CPU allocator (or Python's MemoryError).
+    """
+    if isinstance(exc, torch.OutOfMemoryError):
+        return str(exc).splitlines()[0] if str(exc) else "CUDA out of memory"
+    if isinstance(exc, MemoryError):
+        return "the host could not allocate memory (MemoryError)"
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and CPU_ALLOC_FAILED in text:
+        return text[text.index(CPU_ALLOC_FAILED) :].splitlines()[0]
+    return None

@@ -58,7 +58,7 @@ def inject_faults(debug: Debug, step: int, loss: torch.Tensor) -> torch.Tensor:
 def train(
     s: Setup, writer: EventWriter, stats: RunStats, peak: float | None, stop: threading.Event
 ) -> str:
-    """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions."""
+    """Run the steps. Returns 'ok' or 'stopped'; faults (a lost record too) propagate."""
     preset = s.preset
     reporter = StepReporter(s, writer, stats, peak)
     probe = make_probe(s.info.device, width=METRICS_WIDTH)
@@ -71,6 +71,7 @@ def train(
         if stop.is_set() or writer.broken:
             status = "stopped"
             break
+        writer.check_record()
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
         t0 = time.perf_counter()
         probe.begin()  # the step is timed from here...
@@ -85,6 +86,8 @@ def train(
             reporter.report(item)
     for item in probe.drain():
         reporter.report(item)
+    writer.flush()
+    writer.check_record()  # the last steps must be on disk before the run is called a success
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
     return status

@@ -15,7 +15,10 @@ PARENT_GRACE_S = 5.0
 
 
 def install_signal_handlers(stop: threading.Event, in_loop: threading.Event) -> None:
-    """SIGTERM/SIGINT in the loop: finish the current step and write ``done``.
+    """SIGTERM/SIGINT/SIGHUP in the loop: finish the current step and write ``done``.
+
+    SIGHUP is a hang-up (an SSH link that dropped under a headless ``ampscope run``): the run
+    ends ``stopped`` with its summary, as for SIGTERM, and never as a crash.
 
     During setup (``in_loop`` not yet set: importing torch, building the model), or on a second
     signal, interrupt at once: setup can take seconds and a stop must not wait for it.
@@ -27,7 +30,7 @@ def install_signal_handlers(stop: threading.Event, in_loop: threading.Event) -> 
         if not first or not in_loop.is_set():
             raise KeyboardInterrupt
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
 
 

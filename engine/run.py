@@ -12,11 +12,11 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.engine.emitter import EventWriter
+from ampscope.core import records
+from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
 from ampscope.engine.process import install_signal_handlers, watch_parent
 from ampscope.engine.record import RunRecord, open_run_dir
@@ -40,12 +40,16 @@ def run(
     except cfg.ConfigError as exc:
         return refuse(str(exc), json_out, on_event)
 
-    run_dir = open_run_dir(preset, record, runs_dir, run_dir)
-    saved = RunRecord(run_dir, preset) if run_dir else None
-    streams: list[BinaryIO] = [sys.stdout.buffer] if json_out else []
-    if saved:
-        streams.append(saved.events)
-    writer = EventWriter(streams, on_event)
+    try:
+        run_dir = open_run_dir(preset, record, runs_dir, run_dir)
+        saved = RunRecord(run_dir, preset) if run_dir else None
+    except OSError as exc:
+        return refuse(cannot_record(exc, runs_dir, run_dir), json_out, on_event, kind="io")
+    live = None
+    if json_out:
+        sys.stdout.flush()  # the live stream writes to the descriptor itself from here on
+        live = LiveStream(sys.stdout.fileno(), recorded=saved is not None)
+    writer = EventWriter(saved, live, on_event)
     stop, in_loop = threading.Event(), threading.Event()
     install_signal_handlers(stop, in_loop)
     if exit_with_parent:
@@ -53,16 +57,27 @@ def run(
 
     writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)  # before torch's import
     hello: ev.HelloEvent | None = None
+    done: ev.DoneEvent | None = None
     try:
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         from ampscope.engine.session import train_preset  # imports torch: seconds
 
-        code, hello = train_preset(preset, run_dir, writer, stop, in_loop)
+        code, hello, done = train_preset(preset, run_dir, writer, stop, in_loop)
     except KeyboardInterrupt:  # stopped while torch was still importing
-        writer.emit(ev.empty_done("stopped"), urgent=True)
+        done = ev.empty_done("stopped")
+        writer.emit(done, urgent=True)
         code = EXIT_STOPPED
     finally:
         writer.close()
         if saved:
-            saved.close(hello)
+            saved.close(hello, done)
     return code
+
+
+def cannot_record(exc: OSError, runs_dir: Path | None, run_dir: Path | None) -> str:
+    """A runs folder that cannot be written, said with the folder and the OS's reason."""
+    where = exc.filename or run_dir or runs_dir or records.default_runs_dir()
+    return (
+        f"cannot create the run record in {where}: {exc.strerror or exc}. Pass --runs-dir with "
+        "a writable folder, or --no-record to run without a record."
+    )

@@ -26,8 +26,8 @@ def train_preset(
     writer: EventWriter,
     stop: threading.Event,
     in_loop: threading.Event,
-) -> tuple[int, ev.HelloEvent | None]:
-    """The exit code, and hello when the run got that far. Faults end as events, not raises."""
+) -> tuple[int, ev.HelloEvent | None, ev.DoneEvent]:
+    """The exit code, hello when the run got that far, and done. Faults end as events."""
     stats = RunStats(warmup_steps=preset.warmup_steps)
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
@@ -57,8 +57,9 @@ def train_preset(
         status, error = "failed", event.message
     if sampler is not None:
         sampler.stop()
-    writer.emit(done_event(stats, status, hello, error), urgent=True)
-    return exit_code, hello
+    done = done_event(stats, status, hello, error)
+    writer.emit(done, urgent=True)
+    return exit_code, hello, done
 
 
 def done_event(

@@ -233,6 +233,17 @@ class FakeListener:
         self.told.append((message, error, title))
 
 
+class MemoryRecord:
+    """A run record in memory, for the engine's event writer."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.fault: Exception | None = None
+
+    def append(self, data: bytes) -> None:
+        self.data += data
+
+
 def text(screen, selector: str) -> str:
     """What a Static or Label shows, as plain text."""
     return str(screen.query_one(selector).render())

@@ -645,19 +645,19 @@ def test_nvml_report_never_raises() -> None:
 
 
 def test_start_for_run_writes_decodable_sys_lines_through_the_event_writer() -> None:
-    import io
     from types import SimpleNamespace
 
     from ampscope.engine.emitter import EventWriter
+    from tests.helpers import MemoryRecord
 
-    buffer = io.BytesIO()
-    writer = EventWriter([buffer])
+    record = MemoryRecord()
+    writer = EventWriter(record)
     cpu = SimpleNamespace(uuid=None, is_cuda=False)  # what DeviceInfo gives on a CPU run
     s = telemetry.start_for_run(writer, cpu, hz=10)
     time.sleep(0.35)
     s.stop()
     writer.close()
-    decoded = [ev.decode(line) for line in buffer.getvalue().splitlines()]
+    decoded = [ev.decode(line) for line in record.data.splitlines()]
     samples = [e for e in decoded if isinstance(e, ev.SysEvent)]
     assert len(samples) >= 1 and len(samples) == len(decoded)  # no warnings on a CPU run
     assert all(e.cpu_util is not None and e.gpu_util is None for e in samples)

@@ -93,7 +93,9 @@ class WarningEvent(Event, tag="warning"):
 
 
 class ErrorEvent(Event, tag="error"):
-    kind: Literal["config", "oom", "nan", "exception"]
+    """``io``: the run record could not be written (a full disk, a removed folder)."""
+
+    kind: Literal["config", "oom", "nan", "exception", "io"]
     message: str
     step: int | None = None
     traceback: str | None = None

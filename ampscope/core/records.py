@@ -46,9 +46,18 @@ def new_run_dir(root: Path, preset_name: str) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)
+    """Write whole or not at all (a temporary file, then a rename); OSError when it cannot."""
+    _replace_with(path, path.with_suffix(".tmp"), json.dumps(data, indent=2) + "\n")
+
+
+def _replace_with(path: Path, tmp: Path, text: str) -> None:
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a full disk leaves no half-written file behind
+        raise
 
 
 @dataclass
@@ -113,6 +122,8 @@ def load_run(path: Path, with_events: bool = True) -> RunRecord:
                     record.hello = item
                 elif isinstance(item, ev.DoneEvent):
                     record.done = item
+            if record.done is None and (path / SUMMARY_FILE).is_file():
+                _done_from_summary(record)  # the events file filled up before done
             return record
         if (path / SUMMARY_FILE).is_file():
             _read_summary(record)
@@ -141,6 +152,14 @@ def _read_summary(record: RunRecord) -> None:
     record.done = done if isinstance(done, ev.DoneEvent) else None
     if record.hello is None or (data.get("done") is not None and record.done is None):
         record.problem = f"{SUMMARY_FILE} does not hold a readable hello and done"
+
+
+def _done_from_summary(record: RunRecord) -> None:
+    events, hello = record.events, record.hello
+    _read_summary(record)
+    record.events, record.hello = events, hello or record.hello
+    if record.done is not None:
+        record.events.append(record.done)
 
 
 def list_runs(root: Path | None = None) -> list[RunRecord]:
@@ -187,8 +206,7 @@ def write_live(run_dir: Path, pid: int, started_at: float | None = None, **extra
         **extra,
     }
     tmp = run_dir / f".{LIVE_FILE}.{os.getpid()}.tmp"  # engine and launcher may both write
-    tmp.write_text(json.dumps(data) + "\n")
-    tmp.replace(run_dir / LIVE_FILE)
+    _replace_with(run_dir / LIVE_FILE, tmp, json.dumps(data) + "\n")
 
 
 def read_live(run_dir: Path) -> dict[str, Any] | None:

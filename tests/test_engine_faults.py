@@ -1,0 +1,297 @@
+"""Faults from outside the engine: a full disk, a removed or unwritable runs folder, a reader
+that stops reading, a hang-up, a host that runs out of memory."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import termios
+import threading
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.engine.emitter import LiveStream
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, run
+from tests.conftest import ROOT, engine_env
+from tests.helpers import FAST, gone, wait_until
+
+TINY = [*FAST, "workload.width=16", "workload.layers=2", "batch_size=4", "telemetry_hz=1"]
+
+
+def decoded(data: bytes) -> list[ev.Event | ev.UnknownEvent]:
+    return [ev.decode(line) for line in data.splitlines() if line.strip()]
+
+
+def only(items: list, kind: type) -> list:
+    return [e for e in items if isinstance(e, kind)]
+
+
+def disk_with_room_for(budget: int):
+    """``os.write`` as on a disk with ``budget`` bytes left for events.jsonl: a short write,
+    then ENOSPC, like a real file system that fills up mid-line."""
+    real_write = os.write
+    left = [budget]
+
+    def write(fd: int, data) -> int:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if not target.endswith(records.EVENTS_FILE):
+            return real_write(fd, data)
+        if left[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = real_write(fd, bytes(data[: left[0]]))
+        left[0] -= n
+        return n
+
+    return write
+
+
+@pytest.mark.unit
+def test_a_full_disk_ends_the_run_failed_and_the_record_keeps_every_whole_line(
+    tmp_path: Path, monkeypatch, capfd
+) -> None:
+    budget = 6000  # the hello and a few steps
+    monkeypatch.setattr(os, "write", disk_with_room_for(budget))
+    code = run("fp32", [*TINY, "steps=400"], json_out=True, runs_dir=tmp_path)
+    monkeypatch.undo()
+    out = capfd.readouterr().out.encode()
+    assert code == EXIT_FAILED
+
+    (run_dir,) = tmp_path.iterdir()
+    stream = decoded(out)
+    (error,) = only(stream, ev.ErrorEvent)
+    assert error.kind == "io" and str(run_dir / records.EVENTS_FILE) in error.message
+    assert "No space left on device" in error.message and "--runs-dir" in (error.hint or "")
+    assert isinstance(stream[-1], ev.DoneEvent) and stream[-1].status == "failed"
+    assert len(only(stream, ev.StepEvent)) < 400  # it stopped
+
+    kept = (run_dir / records.EVENTS_FILE).read_bytes()
+    lines = out.splitlines(keepends=True)
+    assert kept.endswith(b"\n") and len(kept) <= budget
+    n = kept.count(b"\n")
+    assert kept == b"".join(lines[:n])  # the stream's first lines, none torn
+    assert len(kept) + len(lines[n]) > budget  # and every line that fitted
+    record = records.load_run(run_dir)
+    assert record.status == "failed"  # the summary holds the done the events file lost
+    assert record.done is not None and record.done.error and "No space" in record.done.error
+
+
+@pytest.mark.unit
+def test_a_runs_folder_removed_mid_run_ends_failed_with_an_io_error(tmp_path: Path) -> None:
+    seen: list[ev.Event] = []
+
+    def watch(event: ev.Event) -> None:
+        seen.append(event)
+        if isinstance(event, ev.StepEvent) and event.step == 3:
+            shutil.rmtree(tmp_path / "runs")
+
+    code = run("fp32", [*TINY, "steps=100000"], runs_dir=tmp_path / "runs", on_event=watch)
+    assert code == EXIT_FAILED
+    (error,) = only(seen, ev.ErrorEvent)
+    assert error.kind == "io" and str(tmp_path / "runs") in error.message
+    assert "No such file or directory" in error.message
+    assert isinstance(seen[-1], ev.DoneEvent) and seen[-1].status == "failed"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("json_flag", [True, False])
+def test_an_unwritable_runs_folder_is_a_message_not_a_traceback(
+    tmp_path: Path, json_flag: bool
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the runs folder should be\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampscope", "run", "fp32", "--runs-dir", str(blocker / "runs")]
+        + (["--json"] if json_flag else []),
+        capture_output=True,
+        cwd=ROOT,
+        env=engine_env(),
+        timeout=120,
+    )
+    assert proc.returncode == EXIT_FAILED
+    assert b"Traceback" not in proc.stderr
+    assert f"cannot create the run record in {blocker}".encode() in proc.stderr
+    assert b"Not a directory" in proc.stderr and b"--no-record" in proc.stderr
+    if json_flag:
+        (error,) = decoded(proc.stdout)
+        assert isinstance(error, ev.ErrorEvent) and error.kind == "io"
+        assert str(blocker) in error.message
+
+
+@pytest.mark.unit
+def test_a_read_only_runs_folder_names_the_folder_and_the_reason(tmp_path: Path, monkeypatch):
+    def refuse_mkdir(root: Path, name: str) -> Path:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(root))
+
+    monkeypatch.setattr(records, "new_run_dir", refuse_mkdir)
+    seen: list[ev.Event] = []
+    assert run("fp32", FAST, runs_dir=tmp_path, on_event=seen.append) == EXIT_FAILED
+    (error,) = seen
+    assert isinstance(error, ev.ErrorEvent) and error.kind == "io"
+    assert f"in {tmp_path}: Permission denied" in error.message
+
+
+# --------------------------------------------------------------------------- slow readers
+
+
+@pytest.mark.unit
+def test_the_live_stream_never_blocks_and_says_what_it_dropped() -> None:
+    read_end, write_end = os.pipe()
+    stream = LiveStream(write_end, max_lines=100)
+    step = ev.encode(ev.PhaseEvent(phase="train", state="start"))
+    try:
+        for i in range(5000):  # far more than the pipe and the queue hold; nobody reads
+            stream.put([(step, True)])
+            if i % 1000 == 0:
+                stream.put([(b'{"kept":1}\n', False)])  # never dropped
+        assert stream.dropped > 4000
+
+        chunks = bytearray()
+
+        def read_all() -> None:
+            while chunk := os.read(read_end, 65536):
+                chunks.extend(chunk)
+
+        reader = threading.Thread(target=read_all, daemon=True)
+        reader.start()  # the reader comes back
+        stream.close(timeout=10)
+        os.close(write_end)
+        reader.join(10)
+    finally:
+        os.close(read_end)
+    lines = bytes(chunks).splitlines()
+    assert lines.count(b'{"kept":1}') == 5
+    (warning,) = only(decoded(bytes(chunks)), ev.WarningEvent)
+    assert warning.code == "live-stream-dropped"
+    assert f"{stream.dropped:,} step and sys events dropped" in warning.message
+    assert "the record has them all" in warning.message
+    assert lines.count(step.strip()) + stream.dropped == 5000
+
+
+@pytest.mark.subprocess
+def test_an_engine_whose_reader_stops_reading_still_finishes(tmp_path: Path) -> None:
+    steps = 400  # ~160 step lines fill a pipe: an engine that waited on its reader stops there
+    cmd = [sys.executable, "-m", "ampscope.engine", "fp32", "--runs-dir", str(tmp_path)]
+    for item in [*TINY, f"steps={steps}"]:
+        cmd += ["--set", item]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=engine_env())
+    try:
+
+        def record_done() -> bool:
+            return any(
+                isinstance(e, ev.DoneEvent)
+                for d in tmp_path.iterdir()
+                for e in records.tail_events(d / records.EVENTS_FILE)
+            )
+
+        assert wait_until(record_done, 300), "the engine waited for a reader that did not read"
+        out = proc.stdout.read()  # the reader comes back: the rest arrives
+        assert proc.wait(timeout=30) == EXIT_OK
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stream = decoded(out)
+    assert isinstance(stream[-1], ev.DoneEvent) and stream[-1].steps_done == steps
+    (run_dir,) = tmp_path.iterdir()
+    assert len(only(records.load_run(run_dir).events, ev.StepEvent)) == steps
+
+
+# --------------------------------------------------------------------------- hang-up
+
+
+@pytest.mark.subprocess
+def test_a_hang_up_stops_a_headless_run_like_sigterm(tmp_path: Path) -> None:
+    """The SSH link drops: the terminal goes, the kernel sends SIGHUP, and writing to the
+    terminal fails from then on. The run ends stopped, with its summary, exit 130."""
+    master, slave = os.openpty()
+    cmd = [sys.executable, "-m", "ampscope", "run", "fp32", "--runs-dir", str(tmp_path)]
+    for item in [*TINY, "steps=100000"]:
+        cmd += ["--set", item]
+
+    def take_the_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        cmd,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=take_the_terminal,  # noqa: PLW1509 - the session must own the terminal
+        env=engine_env(TERM="xterm"),
+    )
+    os.close(slave)
+    output = bytearray()
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(master, 65536):
+                output.extend(chunk)
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+
+        def stepping() -> bool:
+            return any(
+                isinstance(e, ev.StepEvent)
+                for d in tmp_path.iterdir()
+                for e in records.tail_events(d / records.EVENTS_FILE)
+            )
+
+        assert wait_until(stepping, 120), bytes(output[-2000:])
+        os.close(master)  # the terminal hangs up
+        master = -1
+        assert proc.wait(timeout=60) == EXIT_STOPPED
+    finally:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (run_dir,) = tmp_path.iterdir()
+    record = records.load_run(run_dir, with_events=False)  # from summary.json
+    assert record.done is not None and record.done.status == "stopped"
+    assert record.done.steps_done > 0 and record.problem is None
+    assert gone(proc.pid)
+
+
+# --------------------------------------------------------------------------- host memory
+
+
+@pytest.mark.unit
+def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, monkeypatch):
+    import torch
+
+    from ampscope.engine import loop
+
+    try:
+        torch.empty(1 << 56, dtype=torch.uint8)  # what the CPU allocator says when it cannot
+    except RuntimeError as exc:
+        refusal = exc
+    real_step = loop.train_step
+
+    def step_that_runs_out(s, step: int, measure_zeros: bool):
+        if step == 2:
+            raise refusal
+        return real_step(s, step, measure_zeros)
+
+    monkeypatch.setattr(loop, "train_step", step_that_runs_out)
+    seen: list[ev.Event] = []
+    code = run("fp32", [*TINY, "steps=6"], runs_dir=tmp_path, on_event=seen.append)
+    (error,) = only(seen, ev.ErrorEvent)
+    assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
+    assert error.message.startswith("Out of memory at step 2: DefaultCPUAllocator")
+    assert str(1 << 56) in error.message and error.hint and "batch_size" in error.hint
+    assert not error.traceback
+
