@@ -65,7 +65,9 @@ class LiveStream:
         self._queue: deque[bytes] = deque()
         self._cond = threading.Condition()
         self._closing = False
-        self._thread = threading.Thread(target=self._write_forever, name="ampscope-live", daemon=True)
+        self._thread = threading.Thread(
+            target=self._write_forever, name="ampscope-live", daemon=True
+        )
         self._thread.start()
 
     def put(self, lines: list[tuple[bytes, bool]]) -> None:

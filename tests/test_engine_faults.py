@@ -184,7 +184,9 @@ def test_an_engine_whose_reader_stops_reading_still_finishes(tmp_path: Path) -> 
     cmd = [sys.executable, "-m", "ampscope.engine", "fp32", "--runs-dir", str(tmp_path)]
     for item in [*TINY, f"steps={steps}"]:
         cmd += ["--set", item]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=engine_env())
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=engine_env()
+    )
     try:
 
         def record_done() -> bool:
@@ -294,4 +296,3 @@ def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, mo
     assert error.message.startswith("Out of memory at step 2: DefaultCPUAllocator")
     assert str(1 << 56) in error.message and error.hint and "batch_size" in error.hint
     assert not error.traceback
-
