@@ -15,6 +15,7 @@ from ampscope.engine.faults import failure
 from ampscope.engine.hello import make_hello
 from ampscope.engine.loop import train
 from ampscope.engine.precision import precision_policy
+from ampscope.engine.preflight import check_memory, gpu_memory
 from ampscope.engine.setup import build, check_setup
 from ampscope.engine.stats import RunStats
 from ampscope.engine.telemetry import TelemetrySampler, start_for_run
@@ -37,6 +38,7 @@ def train_preset(
         info = resolve_device(preset.device)
         policy = precision_policy(preset)
         setup_warnings = check_setup(preset, policy, info)
+        setup_warnings += check_memory(preset, info.name, info.is_cuda, gpu_memory(info))
         setup = build(preset, info, policy)
         hello = make_hello(setup, run_dir)
         writer.emit(hello, urgent=True)

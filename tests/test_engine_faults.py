@@ -15,11 +15,12 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.engine.emitter import LiveStream
-from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, run
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.conftest import ROOT, engine_env
 from tests.helpers import FAST, gone, wait_until
 
@@ -296,3 +297,65 @@ def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, mo
     assert error.message.startswith("Out of memory at step 2: DefaultCPUAllocator")
     assert str(1 << 56) in error.message and error.hint and "batch_size" in error.hint
     assert not error.traceback
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.unit
+def test_a_batch_far_beyond_the_hosts_memory_is_refused_before_anything_is_built(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from ampscope.engine import preflight
+
+    monkeypatch.setattr(preflight, "host_memory", lambda: (6 * GIB, 8 * GIB))
+    built = []
+    monkeypatch.setattr("ampscope.engine.session.build", lambda *a: built.append(a))
+    seen: list[ev.Event] = []
+    code = run("mlp-demo", ["batch_size=400000"], runs_dir=tmp_path, on_event=seen.append)
+    assert code == EXIT_USAGE and built == []
+    (error,) = only(seen, ev.ErrorEvent)
+    assert error.kind == "config" and error.message.startswith("batch_size = 400000")
+    assert "13.1 GiB" in error.message  # the pool: 32 batches of 400000 x 256 fp32 values
+    assert "the host's 8 GiB, 6 GiB available" in error.message
+
+
+@pytest.mark.unit
+def test_a_batch_that_may_not_fit_is_warned_about() -> None:
+    from ampscope.core import config as cfg
+    from ampscope.engine.preflight import check_memory
+
+    preset = cfg.load_preset("mlp-demo", ["batch_size=40000"])  # about 1.6 GiB
+    [(code, message)] = check_memory(preset, "cpu", False, host=lambda: (4 * GIB, 5 * GIB))
+    assert code == "memory-estimate" and "of 4 GiB available" in message
+    assert check_memory(preset, "cpu", False, host=lambda: (64 * GIB, 64 * GIB)) == []
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["mlp-demo", "cnn-amp-bf16", "fp32"])
+def test_the_memory_estimate_holds_what_the_built_run_holds(name: str) -> None:
+    """Checked against the tensors themselves: the pool, and after a step the weights,
+    gradients and AdamW's state."""
+    from ampscope.core import config as cfg
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.loop import train_step
+    from ampscope.engine.preflight import estimate
+    from ampscope.engine.setup import build
+
+    overrides = ["device='cpu'", "batch_size=8"] + (
+        ["workload.kind='gpt'"] if name == "fp32" else []
+    )
+    preset = cfg.load_preset(name, overrides)
+    s = build(preset, resolve_device("cpu"))
+    train_step(s, 0, False)
+    need = estimate(preset, on_cuda=False)
+    pool = s.workload.pool.inputs.nbytes + s.workload.pool.targets.nbytes
+    state = sum(2 * p.nbytes for p in s.model.parameters())  # a gradient is its weight's size
+    state += sum(
+        t.nbytes
+        for per_param in s.optimizer.state.values()
+        for t in per_param.values()
+        if isinstance(t, torch.Tensor) and t.dim() > 0
+    )
+    assert pool <= need.data <= 3 * pool  # the estimate adds the temporaries of building it
+    assert need.model == pytest.approx(state, rel=0.02)
