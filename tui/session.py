@@ -20,7 +20,7 @@ import msgspec
 from ampscope.core import comparison, records
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core.launch import launch_detached
+from ampscope.core.launch import EngineDidNotStart, launch_detached
 from ampscope.tui.engine_process import EngineProcess
 from ampscope.tui.run_state import RunState
 from ampscope.tui.source import RESTART, STOP
@@ -207,7 +207,7 @@ class RunSession:
                 return None
             await self.stop_run()
             if detach:
-                self._start_detached(preset, every)
+                await self._start_detached(preset, every)
                 return None
             state = RunState(label=label or config.get("name", preset), launch=config)
             if queued and self.sweep is not None:
@@ -220,10 +220,11 @@ class RunSession:
             await run.engine.wait_started()
             return run
 
-    def _start_detached(self, preset: str, overrides: list[str]) -> None:
+    async def _start_detached(self, preset: str, overrides: list[str]) -> None:
+        """Launched in a thread: it waits (seconds) for the engine's hello."""
         try:
-            run_dir, pid = self._launch(preset, overrides, self.runs_dir)
-        except (cfg.ConfigError, OSError) as exc:
+            run_dir, pid = await asyncio.to_thread(self._launch, preset, overrides, self.runs_dir)
+        except (cfg.ConfigError, OSError, EngineDidNotStart) as exc:
             self.listener.tell(str(exc), error=True, title="Not started")
             return
         self.listener.tell(f"{run_dir.name} runs detached (pid {pid}): quitting leaves it running.")

@@ -21,7 +21,7 @@ from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.launch import child_env, launch_detached
+from ampscope.core.launch import EngineDidNotStart, child_env, launch_detached
 from ampscope.core.text import visible
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -105,6 +105,8 @@ def cmd_run_detached(args: argparse.Namespace) -> int:
         run_dir, pid = launch_detached(args.preset, run_overrides(args), args.runs_dir)
     except cfg.ConfigError as exc:
         return fail(str(exc))
+    except EngineDidNotStart as exc:
+        return fail(str(exc), 2 if exc.code == 2 else 1)
     except OSError as exc:
         return fail(f"cannot start the engine: {exc}", 1)
     if args.json:

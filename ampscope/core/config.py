@@ -411,11 +411,30 @@ def to_toml(preset: Preset) -> str:
 
 
 def _toml_value(value: Any) -> str:
+    """A TOML literal that reads back as ``value``: any text (newlines, quotes, control
+    characters from a description) stays one valid basic string."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + "".join(_TOML_ESCAPES.get(c) or _toml_char(c) for c in str(value)) + '"'
+
+
+_TOML_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _toml_char(c: str) -> str:
+    return f"\\u{ord(c):04X}" if ord(c) < 0x20 or ord(c) == 0x7F else c
 
 
 MAX_PRESET_BYTES = 1 << 20

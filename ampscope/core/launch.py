@@ -11,15 +11,21 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ampscope.core import config as cfg
+from ampscope.core import events as ev
 from ampscope.core import records
 
 ENGINE_MODULE = "ampscope.engine"
 ENGINE_LOG = "engine.log"
 PRESET_COPY = "preset.toml"
+START_WAIT_S = 120.0
+"""How long ``--detach`` waits for the engine's hello (importing torch, building the model)."""
+START_POLL_S = 0.1
+LOG_LINES = 8
 _PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
 """The folder that holds the ``ampscope`` package: site-packages, or the source checkout."""
 
@@ -59,13 +65,29 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+class EngineDidNotStart(Exception):
+    """A detached engine exited before its hello. ``str()`` says why, in its own words."""
+
+    def __init__(self, run_dir: Path, code: int, reason: str) -> None:
+        super().__init__(
+            f"the engine for {run_dir.name} exited (code {code}) before it started: {reason}"
+        )
+        self.run_dir = run_dir
+        self.code = code
+
+
 def launch_detached(
-    preset: str, overrides: Sequence[str] = (), runs_dir: Path | None = None
+    preset: str,
+    overrides: Sequence[str] = (),
+    runs_dir: Path | None = None,
+    wait_s: float = START_WAIT_S,
 ) -> tuple[Path, int]:
     """Start an engine that outlives this process; returns its run folder and pid.
 
     The preset is validated here (``cfg.ConfigError`` on a bad one) and written resolved into
-    the run folder, so the engine never depends on a file this process may delete.
+    the run folder, so the engine never depends on a file this process may delete. Returns
+    once the engine said hello (or is still setting up after ``wait_s``); raises
+    EngineDidNotStart when it exits before.
     """
     resolved = cfg.load_preset(preset, overrides)
     run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), resolved.name)
@@ -92,6 +114,52 @@ def launch_detached(
         )
     # Until the engine writes its own, this one says who runs the record.
     records.write_live(run_dir, proc.pid)
+    code = wait_for_hello(proc, run_dir, wait_s)
+    if code is not None:
+        records.clear_live(run_dir)
+        raise EngineDidNotStart(run_dir, code, why_not_started(run_dir))
     # Reap it if this process lives longer than the run (the dashboard), so no zombie stays.
     threading.Thread(target=proc.wait, name="ampscope-detached-reaper", daemon=True).start()
     return run_dir, proc.pid
+
+
+def wait_for_hello(proc: subprocess.Popen, run_dir: Path, wait_s: float) -> int | None:
+    """Wait until the record holds the engine's hello; its exit code if it exited first."""
+    events = run_dir / records.EVENTS_FILE
+    deadline = time.monotonic() + wait_s
+    while True:
+        code = proc.poll()
+        if said_hello(events):
+            return None  # it runs (or already finished, which its record says)
+        if code is not None:
+            return code
+        if time.monotonic() >= deadline:
+            return None  # still setting up: it may yet fail, which its record will say
+        time.sleep(START_POLL_S)
+
+
+def said_hello(events: Path) -> bool:
+    """Hello is among the first lines of ``events.jsonl`` (after the setup phase)."""
+    try:
+        with events.open("rb") as fh:
+            head = fh.read(1 << 20)
+    except OSError:
+        return False
+    return any(isinstance(ev.decode(line), ev.HelloEvent) for line in head.splitlines()[:4])
+
+
+def why_not_started(run_dir: Path) -> str:
+    """The engine's error event, else the last lines of its log."""
+    for event in reversed(records.tail_events(run_dir / records.EVENTS_FILE)):
+        if isinstance(event, ev.ErrorEvent):
+            return event.message
+    try:
+        with open(run_dir / ENGINE_LOG, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            lines = fh.read().decode(errors="replace").strip().splitlines()[-LOG_LINES:]
+    except OSError:
+        lines = []
+    if not lines:
+        return f"it wrote nothing (see {run_dir / ENGINE_LOG})."
+    return "its log ends with:\n" + "\n".join(lines)

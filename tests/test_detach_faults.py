@@ -1,0 +1,125 @@
+"""Detached launches that fail, and preset text that must survive being written as TOML."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+import tomllib
+
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core import launch, records
+from ampscope.core.launch import EngineDidNotStart, launch_detached
+from tests.conftest import ROOT, engine_env
+from tests.helpers import FAST, gone, wait_gone, wait_until
+
+AWKWARD_TEXT = [
+    "two\nlines",
+    'a "quoted" \\ backslash',
+    "\x1b]0;title\x07 and \x1b[2J",
+    "tab\tcr\r nul\x00 del\x7f",
+    "[/] [bold]x '''",
+    "unicode é ✓ \u2028",
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", AWKWARD_TEXT)
+def test_any_description_and_name_write_a_toml_that_reads_back_the_same(text: str) -> None:
+    preset = msgspec.structs.replace(cfg.load_preset("fp32"), description=text)
+    written = cfg.to_toml(preset)
+    assert tomllib.loads(written)["description"] == text
+    assert cfg.validate(tomllib.loads(written)) == preset
+
+
+@pytest.mark.subprocess
+def test_a_preset_with_a_multi_line_description_runs_detached(tmp_path: Path) -> None:
+    user = Path(os.environ["XDG_CONFIG_HOME"]) / "ampscope" / "presets"
+    user.mkdir(parents=True)
+    (user / "odd.toml").write_text(
+        'name = "odd"\ndescription = """first line\nsecond \\u001b[31m line"""\n'
+        'precision = "fp32"\n[workload]\nkind = "mlp"\n'
+    )
+    run_dir, pid = launch_detached("odd", [*FAST, "steps=3"], tmp_path)
+    try:
+        assert wait_gone(pid, 120)
+        record = records.load_run(run_dir)
+        assert record.status == "ok", (run_dir / launch.ENGINE_LOG).read_text()
+        assert record.hello is not None
+        assert record.hello.config["description"] == "first line\nsecond \x1b[31m line"
+    finally:
+        if not gone(pid):
+            os.killpg(pid, 9)
+
+
+@pytest.mark.subprocess
+def test_detach_reports_an_engine_that_dies_at_once_with_its_reason(tmp_path: Path) -> None:
+    """The launcher accepts the preset; the engine refuses it (no such GPU) and exits 2."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampscope", "run", "fp32", "--detach"]
+        + ["--set", "device='cuda:99'", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=engine_env(),
+        timeout=180,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""  # no run folder and pid, as if it ran
+    assert "before it started" in proc.stderr and "CUDA" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (run_dir,) = tmp_path.iterdir()
+    assert not (run_dir / records.LIVE_FILE).exists()
+
+
+@pytest.mark.subprocess
+def test_an_engine_that_cannot_even_start_is_reported_from_its_log(
+    tmp_path: Path, monkeypatch
+) -> None:
+    broken = {**os.environ, "PYTHONHOME": str(tmp_path / "no-python-here")}
+    monkeypatch.setattr(launch, "child_env", lambda: broken)
+    with pytest.raises(EngineDidNotStart) as failed:
+        launch_detached("fp32", FAST, tmp_path / "runs")
+    assert failed.value.code == 1
+    assert "its log ends with" in str(failed.value) and "Python" in str(failed.value)
+
+
+@pytest.mark.unit
+def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) -> None:
+    import asyncio
+
+    from ampscope.tui.session import RunSession
+    from tests.helpers import FakeListener
+
+    def launch_that_fails(preset, overrides, runs_dir):
+        raise EngineDidNotStart(tmp_path / "20260101T000000Z-fp32", 2, "no CUDA GPU")
+
+    async def go() -> None:
+        listener = FakeListener()
+        session = RunSession(listener, tmp_path, launch=launch_that_fails)
+        await session.start_run("fp32", detach=True)
+        assert listener.detached == []
+        ((message, error, title),) = listener.told
+        assert error and title == "Not started" and "no CUDA GPU" in message
+
+    asyncio.run(go())
+
+
+def record_has_hello(run_dir: Path) -> bool:
+    return any(isinstance(e, ev.HelloEvent) for e in records.tail_events(run_dir / "events.jsonl"))
+
+
+@pytest.mark.subprocess
+def test_detach_returns_once_the_engine_said_hello(tmp_path: Path) -> None:
+    run_dir, pid = launch_detached("fp32", [*FAST, "steps=100000"], tmp_path)
+    try:
+        assert record_has_hello(run_dir)  # no wait needed: it said hello before returning
+        assert records.load_run(run_dir, with_events=False).state == "live"
+    finally:
+        os.killpg(pid, 15)
+        assert wait_until(lambda: gone(pid), 30)
