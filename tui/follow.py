@@ -2,7 +2,8 @@
 
 Used by ``ampscope attach``, by History (Enter on a live run), by runs the dashboard starts
 detached, and by the read-only viewer ``ampscope serve`` runs. Reading a file takes nothing from
-the engine, so any number of viewers may attach to one run. Stop signals the record's pid.
+the engine, so any number of viewers may attach to one run. Stop signals the record's engine,
+once its pid is verified to be that engine (``records.verified_pid``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -81,26 +81,28 @@ class AttachSource:
         self.ended = False  # done seen, or the engine is gone
         self.crashed = False
         self.stopping = False
+        self.stalled = False  # heartbeat stale, engine process still there
         self.caught_up = False
 
     # ------------------------------------------------------------------ who runs it
 
-    def owner(self) -> tuple[int, str] | None:
-        """(pid, host) of the engine writing this record, while it runs."""
-        live = records.live_owner(self.run_dir)
-        if live is not None:
-            try:
-                return int(live["pid"]), str(live.get("host", ""))
-            except (KeyError, TypeError, ValueError):
-                return None
-        return None
+    def engine_pid(self) -> int | None:
+        """The engine's pid, only while that very process runs on this host (never a pid
+        ``live.json`` merely names: it may be stale after pid reuse, or crafted)."""
+        live = records.read_live(self.run_dir)
+        return records.verified_pid(live) if live is not None else None
+
+    def engine_state(self) -> str:
+        """``live``, ``stalled`` (the heartbeat stopped, the process is still there) or ``gone``."""
+        if records.live_owner(self.run_dir) is not None:
+            return "live"
+        return "stalled" if records.is_stalled(self.run_dir) else "gone"
 
     @property
     def can_stop(self) -> bool:
         if not self.allow_stop or self.ended or self.stopping:
             return False
-        owner = self.owner()
-        return owner is not None and owner[1] == socket.gethostname()
+        return self.engine_pid() is not None
 
     def allows(self, control: str) -> bool | None:
         if control not in (STOP, RESTART) or not self.allow_stop:
@@ -114,6 +116,8 @@ class AttachSource:
             return "attached · stopping"
         if self.ended:
             return "attached · ended"
+        if self.stalled:
+            return "attached · stalled (no heartbeat: paused or busy)"
         return "attached" if self.caught_up else "attached · catching up"
 
     # ------------------------------------------------------------------ following
@@ -126,7 +130,12 @@ class AttachSource:
         return more
 
     async def feed(self) -> None:
-        """Catch up in chunks (the UI stays live), then tail until ``done`` or the engine goes."""
+        """Catch up in chunks (the UI stays live), then tail until ``done`` or the engine goes.
+
+        An engine whose heartbeat stops while its process stays (SIGSTOP, a swapping host, a
+        long call) is ``stalled``, not crashed: following goes on, and resumes showing steps
+        when it does.
+        """
         loop = asyncio.get_running_loop()
         next_check = loop.time() + LIVENESS_S
         while True:
@@ -139,33 +148,40 @@ class AttachSource:
             self.caught_up = True
             if loop.time() >= next_check:
                 next_check = loop.time() + LIVENESS_S
-                if self.owner() is None:
+                engine = self.engine_state()
+                self.stalled = engine == "stalled"
+                if engine == "gone":
                     while self.pump():  # the last lines, written before it went
                         pass
                     if self.state.done is None:
-                        self.crashed = True
+                        self.crashed = not self.state.stop_requested
                         self.state.engine_gone()
                     break
             await asyncio.sleep(POLL_S)
         self.ended = True
+        self.stalled = False
         self.caught_up = True
 
     # ------------------------------------------------------------------ stop
 
     async def stop(self) -> None:
-        """SIGTERM the engine (it finishes its step and writes ``done``), SIGKILL after grace."""
-        owner = self.owner()
-        if not self.allow_stop or owner is None or owner[1] != socket.gethostname() or self.ended:
+        """SIGTERM the engine (it finishes its step and writes ``done``), SIGKILL after grace.
+
+        Only a verified engine is signalled (``records.verified_pid``); a stalled (stopped)
+        one gets SIGCONT too, so that it can act on the SIGTERM.
+        """
+        pid = self.engine_pid()
+        if not self.allow_stop or pid is None or self.ended:
             return
-        pid = owner[0]
         self.stopping = True
         self.state.stop_requested = True
         _signal(pid, signal.SIGTERM)
+        _signal(pid, signal.SIGCONT)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_s
         while loop.time() < deadline and records.pid_alive(pid):
             await asyncio.sleep(0.1)
-        if records.pid_alive(pid):
+        if records.pid_alive(pid) and self.engine_pid() == pid:
             _signal(pid, signal.SIGKILL)
 
     async def restart(self) -> None:

@@ -1,0 +1,123 @@
+"""Attached views and stalls: a paused engine is stalled, not crashed, and Stop signals only a
+verified engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import records
+from ampscope.tui import follow
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.follow import AttachSource
+from ampscope.tui.screens.presets import PresetsScreen
+from tests.conftest import ROOT, engine_env
+from tests.helpers import SIZE, gone, run, shown, text, wait_for, wait_gone
+
+FAKE_ENGINE = """
+import os, sys, time
+from pathlib import Path
+from ampscope.core import events as ev, records
+from tests.helpers import hello, step
+
+run_dir = Path(sys.argv[1])
+started = time.time()
+with open(run_dir / records.EVENTS_FILE, "ab", buffering=0) as fh:
+    fh.write(ev.encode(hello(pid=os.getpid(), preset="fake")))
+    i = 0
+    while True:
+        records.write_live(run_dir, os.getpid(), started)
+        fh.write(ev.encode(step(i)))
+        i += 1
+        time.sleep(0.1)
+"""
+
+
+def start_fake_engine(run_dir: Path) -> subprocess.Popen:
+    """A process that writes a record and a heartbeat like an engine, without torch."""
+    run_dir.mkdir(parents=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", FAKE_ENGINE, str(run_dir)],
+        cwd=ROOT,
+        env=engine_env(),
+        start_new_session=True,
+    )
+
+
+@pytest.mark.subprocess
+def test_a_paused_engine_is_stalled_then_followed_again_and_stop_still_works(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(records, "LIVE_STALE_S", 1.0)
+    monkeypatch.setattr(follow, "LIVENESS_S", 0.2)
+    run_dir = tmp_path / "20260101T000000Z-fake"
+    engine = start_fake_engine(run_dir)
+    try:
+
+        async def go() -> None:
+            app = AmpscopeApp(runs_dir=tmp_path)
+            async with app.run_test(size=SIZE) as pilot:
+                await shown(pilot, app, PresetsScreen)
+                screen = app.open_run(AttachSource(run_dir))
+                source = screen.source
+                assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 30)
+
+                os.kill(engine.pid, signal.SIGSTOP)  # paused: no heartbeat, no steps
+                assert await wait_for(pilot, lambda: source.stalled, 10)
+                assert await wait_for(pilot, lambda: "stalled" in text(screen, "#run-header"))
+                assert not source.ended and not source.crashed
+                assert records.load_run(run_dir, with_events=False).state == "stalled"
+                assert screen.check_action("stop", ()) is True  # Stop is still offered
+
+                os.kill(engine.pid, signal.SIGCONT)  # it goes on: so does the view
+                seen = screen.state.step_count
+                assert await wait_for(pilot, lambda: screen.state.step_count > seen + 3, 10)
+                assert await wait_for(pilot, lambda: not source.stalled, 10)
+                assert "stalled" not in text(screen, "#run-header")
+
+                os.kill(engine.pid, signal.SIGSTOP)
+                assert await wait_for(pilot, lambda: source.stalled, 10)
+                await pilot.press("s")  # stops a paused engine too (SIGTERM, then SIGCONT)
+                assert await wait_for(pilot, lambda: source.ended, 15)
+                assert screen.state.status == "stopped" and not source.crashed
+
+        run(go())
+        assert wait_gone(engine.pid, 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(engine.pid, signal.SIGKILL)
+        engine.wait()
+
+
+@pytest.mark.subprocess
+def test_stop_never_signals_a_process_live_json_merely_names(tmp_path: Path) -> None:
+    """A stale record after pid reuse, or a crafted one: the pid is alive, but it is not the
+    engine that started this record (its start time differs)."""
+    innocent = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        run_dir = tmp_path / "20260101T000000Z-fp32"
+        run_dir.mkdir()
+        (run_dir / records.EVENTS_FILE).write_bytes(b"")
+        records.write_live(run_dir, innocent.pid)
+        live = records.read_live(run_dir)
+        live["proc_start"] -= 3600  # the record's engine started an hour before this process
+        (run_dir / records.LIVE_FILE).write_text(json.dumps(live))
+
+        source = AttachSource(run_dir, grace_s=0.5)
+        assert records.live_owner(run_dir) is not None  # fresh heartbeat, pid alive...
+        assert source.engine_pid() is None and not source.can_stop  # ...but not the engine
+        asyncio.run(source.stop())
+        time.sleep(0.5)
+        assert not gone(innocent.pid)
+    finally:
+        innocent.kill()
+        innocent.wait()
