@@ -244,6 +244,31 @@ class MemoryRecord:
         self.data += data
 
 
+def terminal_output(app) -> tuple[str, str]:
+    """What the terminal would get for the current screen: (plain text, raw output with its
+    escape sequences), rendered as ``App.export_screenshot`` renders it."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    raw = io.StringIO()
+    console = Console(
+        width=width,
+        height=height,
+        file=raw,
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    console.print(
+        app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    )
+    return console.export_text(), raw.getvalue()
+
+
 def text(screen, selector: str) -> str:
     """What a Static or Label shows, as plain text."""
     return str(screen.query_one(selector).render())

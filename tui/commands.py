@@ -1,13 +1,33 @@
-"""Command palette: every preset as 'Run preset NAME'."""
+"""Command palette: every preset as 'Run preset NAME'.
+
+Textual reads a hit's text and help as markup: a preset named ``[/]`` would crash the
+palette. Names are given as Content (read literally) and help is escaped.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Matcher, Provider
+from textual.content import Content
 
 from ampscope.core import config as cfg
+from ampscope.core.text import visible
 from ampscope.tui.messages import RunRequested
+from ampscope.tui.text import literal
+
+
+def _prompt(info: cfg.PresetInfo) -> str:
+    return f"Run preset {visible(info.name)}"
+
+
+def _help(info: cfg.PresetInfo) -> str | None:
+    return literal(info.description) if info.description else None
+
+
+def _highlighted(matcher: Matcher, text: str) -> Content:
+    """The matched letters highlighted; text with a '[' is shown plain (no markup read)."""
+    return matcher.highlight(text) if "[" not in text else Content(text)
 
 
 class PresetCommands(Provider):
@@ -21,19 +41,22 @@ class PresetCommands(Provider):
     async def discover(self) -> Hits:
         for info in self.presets:
             yield DiscoveryHit(
-                f"Run preset {info.name}", self._command(info.name), help=info.description
+                Content(_prompt(info)),
+                self._command(info.name),
+                text=_prompt(info),
+                help=_help(info),
             )
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for info in self.presets:
-            text = f"Run preset {info.name}"
+            text = _prompt(info)
             score = matcher.match(text)
             if score > 0:
                 yield Hit(
                     score,
-                    matcher.highlight(text),
+                    _highlighted(matcher, text),
                     self._command(info.name),
                     text=text,
-                    help=info.description,
+                    help=_help(info),
                 )

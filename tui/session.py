@@ -235,8 +235,14 @@ class RunSession:
         edited = msgspec.structs.replace(preset, name=f"{preset.name}-edited")
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="ampscope-")
-        path = Path(self._tmp.name) / f"{edited.name}.toml"
-        path.write_text(cfg.to_toml(edited))
+        path = Path(self._tmp.name) / f"{records.safe_file_name(edited.name)}.toml"
+        try:
+            path.write_text(cfg.to_toml(edited))
+        except OSError as exc:
+            self.listener.tell(
+                f"cannot write {path}: {exc.strerror}", error=True, title="Not started"
+            )
+            return
         await self.start_run(
             str(path), label=edited.name, config=cfg.to_dict(edited), detach=detach
         )

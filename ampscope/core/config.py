@@ -212,10 +212,10 @@ def list_presets() -> list[PresetInfo]:
 
 
 def find_preset(name_or_path: str) -> PresetInfo:
+    """A preset by file path or by name (a name may hold a '/': a path is tried first)."""
     path = Path(name_or_path).expanduser()
-    if name_or_path.endswith(".toml") or os.sep in name_or_path:
-        if not path.is_file():
-            raise ConfigError(f"Preset file {name_or_path} does not exist.")
+    looks_like_path = name_or_path.endswith(".toml") or os.sep in name_or_path
+    if looks_like_path and path.is_file():
         raw = _read_toml(path)
         return PresetInfo(
             str(raw.get("name", path.stem)), str(raw.get("description", "")), path, "path"
@@ -228,6 +228,8 @@ def find_preset(name_or_path: str) -> PresetInfo:
                     f"preset '{info.name}' is broken: {info.problem}", source=str(info.path)
                 )
             return info
+    if looks_like_path:
+        raise ConfigError(f"Preset file {name_or_path} does not exist.")
     names = ", ".join(p.name for p in presets) or "(none found)"
     raise ConfigError(
         f"Unknown preset '{name_or_path}'. Available presets: {names}. A preset can also be given "

@@ -31,9 +31,15 @@ def default_runs_dir() -> Path:
     return Path(os.environ.get("AMPSCOPE_RUNS_DIR") or "runs")
 
 
+def safe_file_name(name: str) -> str:
+    """``name`` as a file name: letters, digits, '-', '_' and '.' kept, the rest '_'."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name)
+    return safe.lstrip(".")[:100] or "run"
+
+
 def new_run_dir(root: Path, preset_name: str) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in preset_name) or "run"
+    safe = safe_file_name(preset_name)
     root.mkdir(parents=True, exist_ok=True)
     for n in range(1000):
         path = root / (f"{stamp}-{safe}" if n == 0 else f"{stamp}-{safe}-{n}")

@@ -71,7 +71,11 @@ class SaveDialog(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="save-dialog"):
-            yield Label(f"Save as a user preset in {cfg.user_presets_dir()}")
+            yield Label(
+                f"Save as a user preset in {visible(cfg.user_presets_dir())}",
+                id="save-where",
+                markup=False,
+            )
             yield Input(value=self.suggestion, placeholder="name", id="save-name")
             yield Label("", id="save-error", classes="error", markup=False)
             with Horizontal(id="save-buttons"):
@@ -172,7 +176,7 @@ class PresetsScreen(Screen):
         )
         if not self.presets:
             self.query_one("#preset-error", Label).update(
-                f"No presets found. Add .toml files to {cfg.user_presets_dir()}."
+                f"No presets found. Add .toml files to {visible(cfg.user_presets_dir())}."
             )
             return
         names = [p.name for p in self.presets]
@@ -217,13 +221,21 @@ class PresetsScreen(Screen):
         self.show_problem(None)
 
     def form_values(self) -> dict[str, Any]:
-        """The loaded preset with the form's fields applied (not yet validated)."""
+        """The loaded preset with the form's fields applied (not yet validated).
+
+        Raises ConfigError (with the field's key) for a value that cannot even be read:
+        5,000 pasted digits, say.
+        """
         data = copy.deepcopy(self.base)
         for key, _label, choices in FIELDS:
             widget = self.query_one("#" + field_id(key))
             if choices is None:
                 assert isinstance(widget, Input)
-                cfg.set_dotted(data, key, parse_field(key, widget.value))
+                try:
+                    value = parse_field(key, widget.value)
+                except cfg.ConfigError as exc:
+                    raise cfg.ConfigError(f"'{key}': {exc.detail}", key=key) from None
+                cfg.set_dotted(data, key, value)
             else:
                 assert isinstance(widget, Select)
                 if widget.value is not Select.NULL:
@@ -242,7 +254,12 @@ class PresetsScreen(Screen):
         await self.action_run()
 
     def revalidate(self) -> bool:
-        data = self.form_values()
+        try:
+            data = self.form_values()
+        except cfg.ConfigError as exc:
+            self.preset = None
+            self.show_problem(str(exc), exc.key)
+            return False
         for key, _label, choices in FIELDS:
             if choices is None and str(cfg.get_dotted(data, key)).strip() == "":
                 self.preset = None
@@ -264,7 +281,7 @@ class PresetsScreen(Screen):
 
     def show_problem(self, message: str | None, key: str | None = None) -> None:
         self.problem = message
-        self.query_one("#preset-error", Label).update(message or "")
+        self.query_one("#preset-error", Label).update(visible(message or "", keep_newlines=True))
         for fkey, _label, _choices in FIELDS:
             self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
         status = "" if message else ("edited: runs as a temporary copy" if self.is_edited else "")
