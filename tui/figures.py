@@ -25,12 +25,36 @@ class Card:
     sub: str = ""
 
 
+PLOT_MAX = 1e15
+"""Larger magnitudes (1e308 from a record, inf) are left out of plots: the plotting library's
+axis arithmetic overflows on them, and no step time, loss or MiB figure gets there."""
+PLOT_TINY = 1e-12
+"""Smaller magnitudes are drawn as 0: the library cannot label an axis that narrow."""
+
+
+def plottable(xs: Sequence[float], ys: Sequence[float]) -> Series:
+    """The points a plot can draw: finite, within PLOT_MAX, with tiny values drawn as 0."""
+    out_x: list = []
+    out_y: list = []
+    for x, y in zip(xs, ys, strict=False):
+        try:
+            x, y = float(x), float(y)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if math.isfinite(x) and math.isfinite(y) and abs(x) <= PLOT_MAX and abs(y) <= PLOT_MAX:
+            out_x.append(0.0 if abs(x) < PLOT_TINY else x)
+            out_y.append(0.0 if abs(y) < PLOT_TINY else y)
+    return out_x, out_y
+
+
 def thin(xs: Sequence[float], ys: Sequence[float], max_points: int) -> Series:
-    """At most ``max_points`` points: each bucket of consecutive points keeps its min and max.
+    """At most ``max_points`` plottable points: each bucket of consecutive points keeps its
+    min and max.
 
     Spikes survive (a one-step stall still shows), and the cost of a redraw no longer
     depends on how long the run has been going.
     """
+    xs, ys = plottable(xs, ys)
     n = len(xs)
     if n <= max_points or max_points < 2:
         return list(xs), list(ys)
@@ -157,7 +181,11 @@ def loss_series(state: RunState, max_points: int) -> tuple[Series, Series]:
     """The finite losses, and log2 of the loss scale, against the step."""
     pts = [(s[0], s[3]) for s in state.steps if s[3] is not None and math.isfinite(s[3])]
     loss = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-    sc = [(s[0], math.log2(s[4])) for s in state.steps if s[4] is not None and s[4] > 0]
+    sc = [
+        (s[0], math.log2(s[4]))
+        for s in state.steps
+        if s[4] is not None and 0 < s[4] < math.inf  # nan fails both
+    ]
     scale = thin([p[0] for p in sc], [p[1] for p in sc], max_points)
     return loss, scale
 

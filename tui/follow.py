@@ -25,6 +25,8 @@ POLL_S = 0.15
 """How often the file is checked for new lines once caught up."""
 CHUNK = 1 << 20
 """Bytes read at a time while catching up, so a long record does not freeze the UI."""
+MAX_LINE = 16 << 20
+"""A line longer than this is skipped (as unreadable) rather than held in memory whole."""
 LIVENESS_S = 1.0
 STOP_GRACE_S = 10.0
 """SIGTERM lets the engine finish its step and write ``done``; SIGKILL after this long."""
@@ -37,6 +39,7 @@ class RecordTail:
         self.path = path
         self.offset = 0
         self._partial = b""
+        self._skipping = False  # inside a line over MAX_LINE: drop bytes up to its end
 
     def read(self, max_bytes: int = CHUNK) -> tuple[list[ev.Event | ev.UnknownEvent], bool]:
         """Events decoded from the new bytes, and whether more bytes are waiting."""
@@ -44,7 +47,7 @@ class RecordTail:
             with self.path.open("rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size < self.offset:  # replaced or truncated: start over
-                    self.offset, self._partial = 0, b""
+                    self.offset, self._partial, self._skipping = 0, b"", False
                 fh.seek(self.offset)
                 chunk = fh.read(max_bytes)
         except FileNotFoundError:
@@ -52,9 +55,19 @@ class RecordTail:
         if not chunk:
             return [], False
         self.offset += len(chunk)
+        items: list[ev.Event | ev.UnknownEvent] = []
+        if self._skipping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                return [], self.offset < size
+            chunk, self._skipping = chunk[end + 1 :], False
+            items.append(ev.UnknownEvent(line="", reason=f"a line over {MAX_LINE:,} bytes"))
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
-        return [ev.decode(line) for line in lines if line.strip()], self.offset < size
+        if len(self._partial) > MAX_LINE:
+            self._partial, self._skipping = b"", True
+        items += [ev.decode(line) for line in lines if line.strip()]
+        return items, self.offset < size
 
 
 def _config(run_dir: Path) -> dict[str, Any]:

@@ -23,27 +23,51 @@ SEEK_STEP = 0.1
 """left/right move by this fraction of the run."""
 
 
-class RecordSource:
-    """A finished record shown whole (History): nothing more to feed, stop or seek."""
+INGEST_CHUNK = 5000
+"""Events ingested between two looks at the UI's own events, so that keys (q) still work."""
 
-    def __init__(self, events: Iterable[ev.Event], label: str = "") -> None:
+
+def _load_events(run_dir: Path) -> tuple[list[ev.Event], str]:
+    record = records.load_run(Path(run_dir))
+    return record.events, record.preset
+
+
+class RecordSource:
+    """A finished record shown whole (History): nothing more to feed, stop or seek.
+
+    ``load`` reads the record in a thread while the view is already up: a large record (or a
+    slow disk) never freezes the dashboard.
+    """
+
+    def __init__(
+        self, events: Iterable[ev.Event] = (), label: str = "", run_dir: Path | None = None
+    ) -> None:
         self.state = RunState(label=label, read_only=True)
-        self.state.ingest_many(events)
-        self.state.record_ended()
+        self.run_dir = run_dir  # still to be read
+        if run_dir is None:
+            self.state.ingest_many(events)
+            self.state.record_ended()
 
     @classmethod
     def load(cls, run_dir: Path) -> RecordSource:
-        record = records.load_run(Path(run_dir))
-        return cls(record.events, label=record.preset)
+        return cls(label=Path(run_dir).name, run_dir=Path(run_dir))
 
     def label(self) -> str:
-        return ""
+        return "loading" if self.run_dir is not None else ""
 
     def allows(self, control: str) -> bool | None:
         return None if control in (STOP, RESTART) else False  # shown disabled: no engine
 
     async def feed(self) -> None:
-        return
+        if self.run_dir is None:
+            return
+        events, preset = await asyncio.to_thread(_load_events, self.run_dir)
+        self.state.label = preset
+        for start in range(0, len(events), INGEST_CHUNK):
+            self.state.ingest_many(events[start : start + INGEST_CHUNK])
+            await asyncio.sleep(0)
+        self.state.record_ended()
+        self.run_dir = None
 
     async def stop(self) -> None:
         return
@@ -53,9 +77,22 @@ class RecordSource:
 
 
 class ReplaySource:
-    """A record played back at ``speed`` times its pace. ``state`` is replaced when seeking back."""
+    """A record played back at ``speed`` times its pace. ``state`` is replaced when seeking back.
+
+    ``load`` reads the record in a thread once the view is up (``feed``).
+    """
 
     def __init__(self, events: Iterable[ev.Event], label: str = "", speed: float = 1.0) -> None:
+        self.label_text = label
+        self.speed = speed
+        self.paused = False
+        self.position = 0.0  # record time shown
+        self.index = 0  # next event to feed
+        self.run_dir: Path | None = None  # still to be read
+        self._set_events(events)
+        self.state = self._new_state()
+
+    def _set_events(self, events: Iterable[ev.Event]) -> None:
         self.events = [e for e in events if isinstance(e, ev.Event)]
         self.times: list[float] = []
         latest = 0.0
@@ -63,30 +100,27 @@ class ReplaySource:
             latest = max(latest, e.t)
             self.times.append(latest)
         self.duration = self.times[-1] if self.times else 0.0
-        self.label_text = label
-        self.speed = speed
-        self.paused = False
-        self.position = 0.0  # record time shown
-        self.index = 0  # next event to feed
-        self.state = self._new_state()
 
     @classmethod
     def load(cls, run_dir: Path, speed: float = 1.0) -> ReplaySource:
-        record = records.load_run(Path(run_dir))
-        return cls(record.events, label=record.preset, speed=speed)
+        source = cls([], label=Path(run_dir).name, speed=speed)
+        source.run_dir = Path(run_dir)
+        return source
 
     def _new_state(self) -> RunState:
         return RunState(label=self.label_text, read_only=True)
 
     @property
     def at_end(self) -> bool:
-        return self.index >= len(self.events)
+        return self.run_dir is None and self.index >= len(self.events)
 
     @property
     def fraction(self) -> float:
         return 1.0 if self.duration <= 0 else min(1.0, self.position / self.duration)
 
     def label(self) -> str:
+        if self.run_dir is not None:
+            return "loading"
         mark = "end" if self.at_end else "paused" if self.paused else "playing"
         return f"{mark} {self.fraction * 100:.0f}% · {self.speed:g}x"
 
@@ -104,7 +138,13 @@ class ReplaySource:
     # ------------------------------------------------------------------ playing
 
     async def feed(self) -> None:
-        """Play: advance the clock every tick while not paused (seeking works at any time)."""
+        """Read the record (if not yet), then play: advance the clock every tick while not
+        paused (seeking works at any time)."""
+        if self.run_dir is not None:
+            events, self.label_text = await asyncio.to_thread(_load_events, self.run_dir)
+            self._set_events(events)
+            self.state.label = self.label_text
+            self.run_dir = None
         last = time.monotonic()
         self.advance_to(0.0)
         while True:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
+from ampscope.core.text import visible
 from ampscope.core.units import fmt_ms, fmt_num
 
 MAX_POINTS = 4096
@@ -22,6 +23,9 @@ MAX_POINTS = 4096
 RECENT = 20
 """Steps the stat cards summarise (median of the last RECENT)."""
 MAX_LOG = 1000
+LOG_LINE_CHARS = 2000
+"""Characters an event-log entry keeps: a 10 MB warning is cut, so the log holds at most
+MAX_LOG x LOG_LINE_CHARS characters however a record is made."""
 MAX_UNREADABLE_SHOWN = 5
 
 FINAL_STATES = ("done", "failed", "stopped", "incomplete")
@@ -94,7 +98,9 @@ class RunState:
         if isinstance(event, ev.UnknownEvent):
             self.unknown_lines += 1
             if newer is None and self.unknown_lines <= MAX_UNREADABLE_SHOWN:
-                self.add_log("warning", None, f"unreadable line: {event.line[:200]}")
+                self.add_log(
+                    "warning", None, f"unreadable line: {event.line[:200] or event.reason}"
+                )
             return
         self.last_t = max(self.last_t, event.t)
         handler = _HANDLERS.get(type(event))
@@ -165,13 +171,14 @@ class RunState:
         self.add_log("warning", e.step, f"[{e.code}] {e.message}")
 
     def _on_error(self, e: ev.ErrorEvent) -> None:
-        self.error = f"{e.kind}: {e.message}"
+        self.error = visible(f"{e.kind}: {e.message}", LOG_LINE_CHARS, keep_newlines=True)
         text = f"[{e.kind}] {e.message}"
         if e.hint:
             text += f"\n  hint: {e.hint}"
         self.add_log("error", e.step, text)
         if e.traceback:
-            last = [ln for ln in e.traceback.strip().splitlines() if ln.strip()][-3:]
+            tail = e.traceback[-4 * LOG_LINE_CHARS :]
+            last = [ln for ln in tail.strip().splitlines() if ln.strip()][-3:]
             for ln in last:
                 self.add_log("stderr", e.step, ln)
         if e.kind == "config" and self.status == "starting":
@@ -190,7 +197,7 @@ class RunState:
         if e.mem_peak is not None and (self.mem_peak is None or e.mem_peak > self.mem_peak):
             self.mem_peak = e.mem_peak
         if e.error and not self.error:
-            self.error = e.error
+            self.error = visible(e.error, LOG_LINE_CHARS, keep_newlines=True)
         text = (
             f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
             f"{fmt_ms(e.step_ms_median)}, final loss {fmt_num(e.loss_final)}"
@@ -242,7 +249,8 @@ class RunState:
 
     def add_log(self, level: str, step: int | None, text: str) -> None:
         self.log_seq += 1
-        self.log.append(LogEntry(self.log_seq, level, step, text))
+        shown = visible(text, LOG_LINE_CHARS, keep_newlines=True)
+        self.log.append(LogEntry(self.log_seq, level, step, shown))
 
     def log_since(self, seq: int) -> list[LogEntry]:
         """Entries newer than ``seq`` (those already dropped from the ring are lost)."""

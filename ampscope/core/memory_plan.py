@@ -413,11 +413,14 @@ def compare_run(run_dir: Any, flash: bool = True) -> RunComparison:
     rec = records.load_run(path)
     if rec.hello is None:
         raise PlanError(f"{path}: the record has no hello event, so its configuration is unknown.")
-    conf = rec.hello.config or {}
-    wl = conf.get("workload", {}) or {}
-    kind = str(wl.get("kind", "gpt"))
-    batch = int(conf.get("batch_size") or 1)
-    precision = str(conf.get("precision", "fp32"))
+    try:
+        conf = rec.hello.config or {}
+        wl = conf.get("workload", {}) or {}
+        kind = str(wl.get("kind", "gpt"))
+        batch = int(conf.get("batch_size") or 1)
+        precision = str(conf.get("precision", "fp32"))
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        raise PlanError(f"{path}: the record's configuration cannot be read.") from None
     regime = regime_for_precision(precision)
     dims = {k: int(v) for k, v in wl.items() if isinstance(v, int) and not isinstance(v, bool)}
     shape = None

@@ -17,6 +17,7 @@ from textual_plotext import PlotextPlot
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
+from ampscope.core.text import visible
 from ampscope.tui.figures import points_for_width, thin
 from ampscope.tui.text import literal
 
@@ -56,9 +57,10 @@ class OverlayPlot(PlotextPlot):
         plt.title(self.title)
         width = points_for_width(max(1, self.size.width - 10))
         for i, (label, xs, ys) in enumerate(self.series):
-            if xs:
-                txs, tys = thin(xs, ys, width)
-                plt.plot(txs, tys, marker="hd", color=COLORS[i % len(COLORS)], label=label)
+            txs, tys = thin(xs, ys, width)  # what is left once unplottable values are out
+            if txs:
+                color = COLORS[i % len(COLORS)]
+                plt.plot(txs, tys, marker="hd", color=color, label=visible(label, 40))
         self.refresh()
 
 

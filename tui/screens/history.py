@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from textual.app import ComposeResult
@@ -12,7 +11,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ampscope.core import records
-from ampscope.core.units import fmt_ms, fmt_num
+from ampscope.core.units import fmt_ms, fmt_num, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
@@ -56,11 +55,7 @@ class HistoryScreen(Screen):
         runs = records.list_runs(self.runs_dir)
         for run in runs:
             done = run.done
-            started = (
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.hello.started_at))
-                if run.hello
-                else run.name.split("-", 1)[0]
-            )
+            started = fmt_time(run.hello.started_at) if run.hello else run.name.split("-", 1)[0]
             self.states[run.name] = state = run.state
             table.add_row(
                 literal(run.preset),
@@ -121,12 +116,19 @@ class HistoryScreen(Screen):
 
 
 def latest_sweep_runs(runs_dir: Path) -> list[Path]:
-    """The run folders of the most recent sweep record, if any."""
-    sweeps = sorted(runs_dir.glob("*-sweep*/sweep.json")) if runs_dir.is_dir() else []
-    if not sweeps:
-        return []
+    """The run folders of the most recent sweep record, if any; none from one that is not
+    what a sweep writes (any JSON may be in that file)."""
     try:
-        rows = json.loads(sweeps[-1].read_text()).get("rows", [])
-    except (OSError, ValueError):
+        sweeps = sorted(runs_dir.glob("*-sweep*/sweep.json")) if runs_dir.is_dir() else []
+        data = json.loads(sweeps[-1].read_text()) if sweeps else {}
+    except (OSError, ValueError, RecursionError):
         return []
-    return [Path(d) for row in rows for d in row.get("run_dirs", []) if Path(d).is_dir()]
+    rows = data.get("rows") if isinstance(data, dict) else None
+    folders = [
+        d
+        for row in (rows if isinstance(rows, list) else [])
+        if isinstance(row, dict) and isinstance(row.get("run_dirs"), list)
+        for d in row["run_dirs"]
+        if isinstance(d, str)
+    ]
+    return [Path(d) for d in folders if Path(d).is_dir()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
 from ampscope.tui import figures
@@ -46,6 +48,13 @@ class RunPlot(PlotextPlot):
     def plot_state(self, state: RunState, max_points: int) -> int:
         raise NotImplementedError
 
+    def render(self) -> RenderResult:
+        """The plot, or a line saying it cannot be drawn: never an exception in the view."""
+        try:
+            return super().render()
+        except (ArithmeticError, ValueError, IndexError) as exc:
+            return Text(f"{self.TITLE}: these values cannot be plotted ({type(exc).__name__})")
+
 
 class StepTimePlot(RunPlot):
     TITLE = "step time (ms) / step"
@@ -64,8 +73,9 @@ class LossPlot(RunPlot):
         (lx, ly), (sx, sy) = figures.loss_series(state, max_points)
         if lx:
             self.plt.plot(lx, ly, marker=MARKER, color="green", label="loss")
-        if sx:
-            self.plt.plot(sx, sy, marker=MARKER, color="magenta", label="log2 scale", yside="right")
+        if sx:  # on the right beside the loss; alone (every loss inf/NaN) plotext wants it left
+            side = "right" if lx else "left"
+            self.plt.plot(sx, sy, marker=MARKER, color="magenta", label="log2 scale", yside=side)
         return len(lx) + len(sx)
 
 
@@ -85,8 +95,11 @@ class MemoryPlot(RunPlot):
     def plot_state(self, state: RunState, max_points: int) -> int:
         n = 0
         for name, (xs, ys) in figures.memory_series(state, max_points).items():
-            self.plt.plot(xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name)
-            n += len(xs)
+            if xs:  # none left of a series whose every value was unplottable
+                self.plt.plot(
+                    xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name
+                )
+                n += len(xs)
         return n
 
 
@@ -100,8 +113,11 @@ class UtilPlot(RunPlot):
     def plot_state(self, state: RunState, max_points: int) -> int:
         n = 0
         for name, (xs, ys) in figures.util_series(state, max_points).items():
-            self.plt.plot(xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name)
-            n += len(xs)
+            if xs:
+                self.plt.plot(
+                    xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name
+                )
+                n += len(xs)
         if n:
             self.plt.ylim(0, None)
         return n
