@@ -35,6 +35,7 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
 from ampscope.tui.session import LiveRun, RunSession
 from ampscope.tui.source import RunSource
+from ampscope.tui.terminal import SavedTerminal
 from ampscope.tui.viewer import WaitingScreen
 
 AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
@@ -169,14 +170,18 @@ def parse_autostart(text: str | None) -> tuple[str, list[str]] | None:
     return words[0], words[1:]
 
 
-def _install_exit_handlers() -> None:
-    """SIGTERM/SIGHUP: kill the engine's group and leave at once, never touching the tty.
+def _install_exit_handlers(terminal: SavedTerminal) -> None:
+    """SIGTERM/SIGHUP: kill the engine's group and leave at once.
 
-    A graceful exit hangs after a hang-up (Textual's writer thread dies on the closed tty).
+    A graceful exit hangs after a hang-up (Textual's writer thread dies on the closed tty),
+    so neither waits for one. On SIGTERM the terminal is still there and is given back as it
+    was (no raw mode, no mouse tracking); after SIGHUP it is gone and left untouched.
     """
 
     def handler(signum: int, frame: object) -> None:
         kill_all_now()
+        if signum == signal.SIGTERM:
+            terminal.restore()
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
@@ -197,7 +202,7 @@ def run_dashboard(
         print(f"ampscope: ${AUTOSTART_ENV} cannot be read ({exc}).", file=sys.stderr)
         return 2
     app = AmpscopeApp(runs_dir=runs_dir, refresh_hz=refresh_hz, autostart=autostart, **options)
-    _install_exit_handlers()
+    _install_exit_handlers(SavedTerminal())
     try:
         result = app.run()
     finally:

@@ -1,0 +1,68 @@
+"""The dashboard ended by SIGTERM gives the terminal back: cooked mode, no mouse tracking."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, engine_env
+from tests.helpers import wait_until
+
+MOUSE_ON, MOUSE_OFF = b"\x1b[?1000h", b"\x1b[?1000l"
+ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"
+
+
+@pytest.mark.subprocess
+def test_sigterm_leaves_the_terminal_as_it_was(tmp_path: Path) -> None:
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    before = termios.tcgetattr(slave)
+    assert before[3] & termios.ICANON and before[3] & termios.ECHO  # a cooked terminal
+    code = "import sys; from ampscope.tui.app import run_dashboard; sys.exit(run_dashboard())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        env=engine_env(AMPSCOPE_RUNS_DIR=str(tmp_path), TERM="xterm-256color"),
+        cwd=ROOT,
+    )
+    output = bytearray()
+
+    def drain() -> None:  # a terminal that reads what the app writes
+        with contextlib.suppress(OSError):
+            while chunk := os.read(master, 65536):
+                output.extend(chunk)
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        up = wait_until(lambda: MOUSE_ON in output and b"fp32" in output, 60)
+        assert up, bytes(output[-2000:])
+        assert not termios.tcgetattr(slave)[3] & termios.ICANON  # raw while it runs
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 128 + signal.SIGTERM
+        time.sleep(0.3)  # the last bytes reach the reader
+        last_on = output.rfind(MOUSE_ON)
+        assert output.find(MOUSE_OFF, last_on) > last_on, "mouse tracking left on"
+        assert output.find(ALT_SCREEN_OFF, output.rfind(ALT_SCREEN_ON)) > 0
+        after = termios.tcgetattr(slave)
+        assert after[3] & termios.ICANON and after[3] & termios.ECHO, "left in raw mode"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)
