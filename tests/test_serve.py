@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope.cli import runs as runs_cli
+from ampscope.cli import serve as serve_cli
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
@@ -130,8 +130,8 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     first = FakeServer.made[0]
     assert first.host == "127.0.0.1" and first.port == 8123
     assert "-m ampscope.cli.viewer" in first.command and str(tmp_path) in first.command
-    assert runs_cli.is_loopback("localhost") and runs_cli.is_loopback("::1")
-    assert not runs_cli.is_loopback("192.168.1.5")
+    assert serve_cli.is_loopback("localhost") and serve_cli.is_loopback("::1")
+    assert not serve_cli.is_loopback("192.168.1.5")
 
 
 @pytest.mark.unit
@@ -178,3 +178,104 @@ def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# --------------------------------------------------------------------------- who may watch
+
+
+@pytest.mark.unit
+def test_only_the_viewers_own_page_may_open_its_websocket() -> None:
+    refusal = serve_cli.refusal
+    assert refusal("http://127.0.0.1:8000", "127.0.0.1:8000", True) is None
+    assert refusal("http://localhost:8000", "localhost:8000", True) is None
+    assert refusal(None, "127.0.0.1:8000", True) is None  # not a browser
+    assert "not this viewer's own page" in refusal("https://evil.example", "127.0.0.1:8000", True)
+    assert refusal("http://127.0.0.1:9999", "127.0.0.1:8000", True)  # another local server
+    assert refusal("null", "127.0.0.1:8000", True)  # a sandboxed or file:// page
+    # DNS rebinding: a page whose name resolves here is same-origin with itself
+    assert "loopback" in refusal("http://evil.example:8000", "evil.example:8000", True)
+    assert refusal("http://box.lan:8000", "box.lan:8000", False) is None  # served on the LAN
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypatch) -> None:
+    import asyncio
+
+    import aiohttp
+    import textual_serve.server
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    async def a_viewer(self, request: web.Request) -> web.WebSocketResponse:
+        """Stands for textual-serve's handler (which starts an app): holds the socket open."""
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for _message in ws:
+            pass
+        return ws
+
+    monkeypatch.setattr(textual_serve.server.Server, "handle_websocket", a_viewer)
+    server = serve_cli.viewer_server_class()(
+        "true", host="127.0.0.1", port=0, title="t", max_viewers=2
+    )
+
+    async def go() -> None:
+        async with TestClient(TestServer(await server._make_app(), host="127.0.0.1")) as client:
+            own = f"http://127.0.0.1:{client.port}"
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await client.ws_connect("/ws", origin="https://evil.example")
+            assert refused.value.status == 403
+            first = await client.ws_connect("/ws", origin=own)
+            second = await client.ws_connect("/ws", origin=own)
+            with pytest.raises(aiohttp.WSServerHandshakeError) as full:
+                await client.ws_connect("/ws", origin=own)
+            assert full.value.status == 503 and server.viewers == 2
+            await first.close()
+            for _ in range(50):  # the server sees the tab go
+                if server.viewers < 2:
+                    break
+                await asyncio.sleep(0.02)
+            third = await client.ws_connect("/ws", origin=own)  # a place is free again
+            await second.close()
+            await third.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.unit
+def test_serve_refuses_a_viewer_limit_out_of_range(capsys) -> None:
+    assert cli_main(["serve", "--max-viewers", "0"]) == 2
+    assert "--max-viewers 0 is out of range (1 to 64)" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_the_viewer_finds_the_live_run_without_reading_every_record(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from ampscope.core import records
+    from ampscope.tui.viewer import NEWEST, LiveRunFinder
+
+    for i in range(300):
+        folder = tmp_path / f"20250101T{i:06d}Z-fp32"
+        folder.mkdir()
+        (folder / records.EVENTS_FILE).write_bytes(b"")
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        finder = LiveRunFinder(tmp_path)
+        assert finder.newest_live() is None
+        reads: list[Path] = []
+        real_read = records.read_live
+        monkeypatch.setattr(records, "read_live", lambda d: reads.append(d) or real_read(d))
+        monkeypatch.setattr(records, "load_run", lambda *a, **k: pytest.fail("read a record"))
+        for _ in range(5):  # five polls
+            assert finder.newest_live() is None
+        assert len(reads) <= 5 * NEWEST
+        live = make_record(tmp_path, "20260101T000000Z-fp32", sleeper.pid, steps=1)
+        assert finder.newest_live() == live  # a new folder changes the folder's mtime
+        older_live = make_record(tmp_path, "20250101T000100Z-old", sleeper.pid, steps=1)
+        assert finder.newest_live() == live
+        assert older_live.is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

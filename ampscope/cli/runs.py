@@ -1,4 +1,5 @@
-"""Runs that outlive the terminal: ``run --detach``, ``runs``, ``attach``, ``replay``, ``serve``.
+"""Runs that outlive the terminal: ``run --detach``, ``runs``, ``attach``, ``replay``
+(``serve`` is ``cli.serve``).
 
 Torch-free and textual-free at import: the dashboard is imported inside the commands that open it.
 A detached engine is ``python -m ampscope run PRESET --run-dir DIR`` in its own session, with
@@ -8,10 +9,7 @@ stdout to /dev/null and stderr (its progress lines and tracebacks) to ``DIR/engi
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
-import os
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,13 +19,12 @@ from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.launch import EngineDidNotStart, child_env, launch_detached
+from ampscope.core.launch import EngineDidNotStart, launch_detached
 from ampscope.core.text import visible
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 FINISHED = ("ok", "failed", "stopped")
 SPEED_RANGE = (0.1, 100.0)
-LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
 
 # --------------------------------------------------------------------------- argparse
@@ -81,11 +78,21 @@ def add_runs_parsers(sub: Any) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--max-viewers",
+        type=int,
+        default=4,
+        help="browser tabs watching at once, 1 to 64 (default 4); each costs two processes",
+    )
     _runs_dir_argument(serve)
 
 
 def main(args: argparse.Namespace) -> int:
-    command = {"runs": cmd_runs, "attach": cmd_attach, "replay": cmd_replay, "serve": cmd_serve}
+    if args.command == "serve":
+        from ampscope.cli.serve import cmd_serve
+
+        return cmd_serve(args)
+    command = {"runs": cmd_runs, "attach": cmd_attach, "replay": cmd_replay}
     return command[args.command](args)
 
 
@@ -264,54 +271,3 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ampscope.tui.replay import ReplaySource
 
     return _dashboard(args, ReplaySource.load(path, speed=args.speed))
-
-
-# --------------------------------------------------------------------------- serve
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def viewer_command(root: Path, refresh: float | None = None) -> str:
-    words = [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(root.resolve())]
-    if refresh is not None:
-        words += ["--refresh", str(refresh)]
-    return shlex.join(words)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        from textual_serve.server import Server
-    except ImportError:
-        return fail("'ampscope serve' needs textual-serve: pip install 'ampscope[serve]'", code=2)
-    if not 1 <= args.port <= 65535:
-        return fail(f"--port {args.port} is out of range (1 to 65535).")
-    if not is_loopback(args.host):
-        print(
-            f"ampscope: warning: serving on {args.host}:{args.port}. The served app has no "
-            "authentication: anyone who can reach this address sees your runs.",
-            file=sys.stderr,
-        )
-    root = _runs_root(args)
-    os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
-    command = viewer_command(root, getattr(args, "refresh", None))
-    print(
-        f"ampscope: serving a read-only view of the live runs in {root} on "
-        f"http://{args.host}:{args.port} (Ctrl+C stops)",
-        file=sys.stderr,
-        flush=True,
-    )
-    server = Server(command, host=args.host, port=args.port, title="ampscope")
-    try:
-        server.serve()
-    except OSError as exc:
-        return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
-    except KeyboardInterrupt:
-        pass
-    return 0

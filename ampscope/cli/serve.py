@@ -1,0 +1,130 @@
+"""``ampscope serve``: a read-only dashboard that follows the current run, served to browsers.
+
+textual-serve starts one viewer (``python -m ampscope.cli.viewer``) per browser tab: two
+processes and about 50 MB each. So the number of tabs watching at once is limited
+(``--max-viewers``), and the websocket that carries the screen accepts only the page this
+server handed out: any other web page the presenter opens could otherwise connect to it
+and read the live screen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ampscope.cli.output import fail
+from ampscope.core import records
+from ampscope.core.launch import child_env
+
+LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+VIEWERS_RANGE = (1, 64)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def viewer_command(root: Path, refresh: float | None = None) -> str:
+    words = [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(root.resolve())]
+    if refresh is not None:
+        words += ["--refresh", str(refresh)]
+    return shlex.join(words)
+
+
+def refusal(origin: str | None, host: str, bound_to_loopback: bool) -> str | None:
+    """Why a websocket from ``origin`` (its Origin header) to ``host`` (its Host header) is
+    refused, or None to accept it.
+
+    Browsers send Origin on every websocket: it must be this server's own address. A client
+    that sends none is not a web page. On a loopback address the Host must be a loopback
+    name too, so that a page on another name that resolves here (DNS rebinding) is refused.
+    """
+    hostname = urlsplit(f"//{host}").hostname or ""
+    if bound_to_loopback and not is_loopback(hostname):
+        return f"Host {host!r} is not this machine's loopback address"
+    if origin is None:
+        return None
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or parts.netloc.lower() != host.lower():
+        return f"the page at {origin!r} is not this viewer's own page ({host})"
+    return None
+
+
+def viewer_server_class() -> type:
+    """textual-serve's Server with a viewer limit and a same-origin websocket (imported late:
+    textual-serve is optional)."""
+    from aiohttp import web
+    from textual_serve.server import Server
+
+    class ViewerServer(Server):
+        def __init__(self, *args: Any, max_viewers: int = 4, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.max_viewers = max_viewers
+            self.viewers = 0
+            self.loopback = is_loopback(self.host)
+
+        async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
+            why = refusal(request.headers.get("Origin"), request.host, self.loopback)
+            if why is not None:
+                return web.Response(status=403, text=f"ampscope serve: refused: {why}.\n")
+            if self.viewers >= self.max_viewers:
+                return web.Response(
+                    status=503,
+                    text=f"ampscope serve: {self.viewers} viewers are watching already, the "
+                    "most this server allows (--max-viewers). Close a tab and reload.\n",
+                )
+            self.viewers += 1
+            try:
+                return await super().handle_websocket(request)
+            finally:
+                self.viewers -= 1
+
+    return ViewerServer
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from textual_serve.server import Server  # noqa: F401 - is it installed?
+    except ImportError:
+        return fail("'ampscope serve' needs textual-serve: pip install 'ampscope[serve]'", code=2)
+    if not 1 <= args.port <= 65535:
+        return fail(f"--port {args.port} is out of range (1 to 65535).")
+    low, high = VIEWERS_RANGE
+    if not low <= args.max_viewers <= high:
+        return fail(f"--max-viewers {args.max_viewers} is out of range ({low} to {high}).")
+    if not is_loopback(args.host):
+        print(
+            f"ampscope: warning: serving on {args.host}:{args.port}. The served app has no "
+            "authentication: anyone who can reach this address sees your runs.",
+            file=sys.stderr,
+        )
+    root = getattr(args, "runs_dir", None) or records.default_runs_dir()
+    os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
+    command = viewer_command(root, getattr(args, "refresh", None))
+    print(
+        f"ampscope: serving a read-only view of the live runs in {root} on "
+        f"http://{args.host}:{args.port} to at most {args.max_viewers} viewers (Ctrl+C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    server = viewer_server_class()(
+        command, host=args.host, port=args.port, title="ampscope", max_viewers=args.max_viewers
+    )
+    try:
+        server.serve()
+    except OSError as exc:
+        return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
+    except KeyboardInterrupt:
+        pass
+    return 0
