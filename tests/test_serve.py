@@ -249,7 +249,7 @@ def test_serve_refuses_a_viewer_limit_out_of_range(capsys) -> None:
     assert "--max-viewers 0 is out of range (1 to 64)" in capsys.readouterr().err
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_the_viewer_finds_the_live_run_without_reading_every_record(
     tmp_path: Path, monkeypatch
 ) -> None:

@@ -178,7 +178,7 @@ async def replay_and_attach(app, pilot, record: Path, live: Path, shown_as: str)
     assert_literal(app, shown_as)
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess  # a 'sleep' stands for the engine of the live record
 @pytest.mark.parametrize(("name", "shown_as"), CORPUS)
 def test_user_and_record_text_is_shown_literally_on_every_screen(
     name: str, shown_as: str, tmp_path: Path
