@@ -55,7 +55,12 @@ def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
         peak_tflops=peak,
         peak_tflops_note=note,
         param_count=sum(p.numel() for p in s.model.parameters()),
-        flops_per_step=wl.flops_per_step,
+        flops_per_step=s.flops.per_step,
+        flops_source=s.flops.source,
+        flops_analytic=s.flops.analytic,
+        flops_counted=s.flops.counted,
+        flops_counted_partial=s.flops.partial,
+        flops_note=s.flops.note,
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
     )

@@ -104,7 +104,7 @@ class StepReporter:
         allocated, reserved, peak_mem = self.memory()
         self.stats.mem_peak = max(self.stats.mem_peak or 0, peak_mem or allocated or 0) or None
         seconds = item.step_ms / 1000.0
-        tflops = workload.flops_per_step / seconds / 1e12
+        tflops = self.s.flops.per_step / seconds / 1e12
         tokens = workload.tokens_per_step
         return ev.StepEvent(
             step=item.step,

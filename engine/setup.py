@@ -8,6 +8,7 @@ import torch
 
 from ampscope.core.config import Preset, resolve_workload
 from ampscope.engine.device import DeviceInfo
+from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -29,6 +30,7 @@ class Setup:
     dims: dict[str, int]
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
+    flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
 
 
 def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
@@ -45,9 +47,22 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
         fused=True if info.is_cuda else None,
     )
     scaler = policy.grad_scaler(info.device, preset.scaler)
+    flops = count_flops(workload)  # before compiling: the count runs the plain model once
     model = compile_model(workload.model, preset)
     nan = torch.full((), float("nan"), device=info.device)
-    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+    return Setup(
+        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, flops
+    )
+
+
+def count_flops(workload: Workload) -> FlopFigures:
+    """The formula checked against FlopCounterMode (one forward and backward of the first
+    batch, on the meta device). A model torch cannot count still trains: the note says why."""
+    try:
+        count = measure_train_flops(workload.model, workload.batch(0), workload.loss)
+    except Exception as exc:  # noqa: BLE001 - the count is a check, never a reason to fail
+        return choose_flops(workload.flops_per_step, None, f"{type(exc).__name__}: {exc}")
+    return choose_flops(workload.flops_per_step, count, None)
 
 
 def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:

@@ -105,3 +105,20 @@ def step(i: int, ms: float = 10.0, **kw) -> ev.StepEvent:
     )
     fields.update(kw)
     return ev.StepEvent(**fields)
+
+
+# Shapes of one batch of each workload kind, for counting FLOPs without building its data.
+
+
+def meta_batch(kind: str, dims: dict[str, int], batch_size: int, device: str = "meta"):
+    """(inputs, targets) of the right shapes and dtypes, all zeros (valid labels and tokens)."""
+    import torch
+
+    if kind == "gpt":
+        tokens = torch.zeros(batch_size, dims["seq_len"], dtype=torch.long, device=device)
+        return tokens, tokens
+    labels = torch.zeros(batch_size, dtype=torch.long, device=device)
+    if kind == "mlp":
+        return torch.zeros(batch_size, dims["width"], device=device), labels
+    size = dims["image_size"]
+    return torch.zeros(batch_size, 3, size, size, device=device), labels

@@ -39,9 +39,14 @@ class HelloEvent(Event, tag="hello"):
     peak_tflops: float | None
     peak_tflops_note: str
     param_count: int
-    flops_per_step: float
+    flops_per_step: float  # the figure TFLOP/s and MFU use: see flops_source
     samples_per_step: int
     tokens_per_step: int | None
+    flops_source: Literal["analytic", "counted"] | None = None  # None: a record from before
+    flops_analytic: float | None = None  # the workload's formula
+    flops_counted: float | None = None  # FlopCounterMode, one forward and backward
+    flops_counted_partial: bool = False  # kernels without a FLOP formula ran: a lower bound
+    flops_note: str | None = None  # for people: which figure MFU uses, where it was counted
 
 
 class PhaseEvent(Event, tag="phase"):
