@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_ms, fmt_num
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""
@@ -193,9 +193,9 @@ class RunState:
             )
         )
         self.recent_ms.append(e.step_ms)
-        for mem in (e.mem_peak, e.mem_allocated, e.mem_reserved):
-            if mem is not None and (self.mem_peak is None or mem > self.mem_peak):
-                self.mem_peak = mem
+        peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
+        if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
+            self.mem_peak = peak
         if e.skipped:
             self.skipped += 1
             scale = "-" if e.loss_scale is None else fmt_num(e.loss_scale)
@@ -242,7 +242,8 @@ class RunState:
             self.error = e.error
         text = (
             f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
-            f"{fmt_ms(e.step_ms_median)}, final loss {fmt_num(e.loss_final)}"
+            f"{fmt_ms(e.step_ms_median)}, final loss "
+            + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
         )
         self.add_log("error" if e.status == "failed" else "info", None, text)
 
@@ -359,14 +360,7 @@ class RunState:
                 "-" if tfl is None else f"{tfl:.3g}",
                 "MFU n/a" if mfu is None else f"MFU {mfu * 100:.1f}%",
             ),
-            Card(
-                "loss",
-                "Loss",
-                "-" if last is None else _fmt_loss(last.loss),
-                ""
-                if self.done is None or self.done.loss_first is None
-                else f"first {_fmt_loss(self.done.loss_first)}",
-            ),
+            loss_card(last, self.done),
         ]
         if last is None or last.loss_scale is None:
             cards.append(
@@ -390,17 +384,7 @@ class RunState:
         cards.append(
             Card("skipped", "Skipped steps", str(self.skipped), f"of {total}" if total else "")
         )
-        alloc = last.mem_allocated if last else None
-        resv = last.mem_reserved if last else None
-        sub = " · ".join(
-            x
-            for x in (
-                f"alloc {fmt_bytes(alloc)}" if alloc is not None else "",
-                f"resv {fmt_bytes(resv)}" if resv is not None else "",
-            )
-            if x
-        )
-        cards.append(Card("memory", "Peak memory", fmt_bytes(self.mem_peak), sub))
+        cards.append(memory_card(self.mem_peak, last))
         s = self.last_sys
         cpu = None if s is None else (s.cpu_util if s.cpu_util is not None else s.proc_cpu)
         if self.gpu_seen and s is not None and s.gpu_util is not None:
@@ -465,6 +449,30 @@ def replay(events: Iterable[ev.Event], label: str = "") -> RunState:
 
 def _median(values: list) -> float | None:
     return statistics.median(values) if values else None
+
+
+def memory_card(peak: int | None, last: ev.StepEvent | None) -> Card:
+    """Peak memory as records, bench and the console define it (``ev.peak_memory``), named:
+    the CUDA allocator's peak of allocated bytes, or the process RSS on a CPU run."""
+    if last is None or last.mem_peak is None:  # the engine reports no allocator on the CPU
+        return Card("memory", "Peak memory", fmt_bytes(peak), "process RSS" if last else "")
+    sub = "peak allocated"
+    if last.mem_reserved is not None:
+        sub += f" · resv {fmt_bytes(last.mem_reserved)}"
+    return Card("memory", "Peak memory", fmt_bytes(peak), sub)
+
+
+def loss_card(last: ev.StepEvent | None, done: ev.DoneEvent | None) -> Card:
+    """The last loss; once the run is over, the final one as ``done`` names it ("nan", and
+    the step), which a step line cannot tell (it writes inf and NaN alike as null)."""
+    value = "-" if last is None else _fmt_loss(last.loss)
+    notes = []
+    if done is not None and done.loss_nonfinite:
+        value = done.loss_nonfinite
+        notes.append(f"at step {done.loss_final_step}")
+    if done is not None and done.loss_first is not None:
+        notes.append(f"first {_fmt_loss(done.loss_first)}")
+    return Card("loss", "Loss", value, ", ".join(notes))
 
 
 def _fmt_loss(x: float | None) -> str:

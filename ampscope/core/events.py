@@ -78,6 +78,13 @@ class StepEvent(Event, tag="step"):
     lr: float
 
 
+def peak_memory(step: StepEvent) -> int | None:
+    """What every screen, record and table calls a step's peak memory: the bytes torch's CUDA
+    allocator had given to tensors at most (``max_memory_allocated``; reserved memory is the
+    allocator's cache, not the model's need), or on the CPU the process RSS."""
+    return step.mem_peak if step.mem_peak is not None else step.mem_allocated
+
+
 class CompileEvent(Event, tag="compile"):
     """torch._dynamo's counters, emitted after the first compiled step and on every change."""
 
@@ -141,11 +148,13 @@ class DoneEvent(Event, tag="done"):
     mfu: float | None
     mem_peak: int | None
     loss_first: float | None
-    loss_final: float | None
+    loss_final: float | None  # the last step's loss; null when it was not finite (see below)
     skipped_steps: int
     compile_s: float | None
     wall_s: float
     error: str | None = None
+    loss_final_step: int | None = None  # the step loss_final (or loss_nonfinite) is from
+    loss_nonfinite: Literal["nan", "inf", "-inf"] | None = None  # the last loss, when not finite
 
 
 def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> DoneEvent:
