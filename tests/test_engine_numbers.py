@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from types import SimpleNamespace
 
@@ -14,10 +15,12 @@ from ampscope.core import events as ev
 from ampscope.core.units import fmt_final_loss
 from ampscope.engine import setup as engine_setup
 from ampscope.engine.metrics import StepReporter, zero_fraction
+from ampscope.engine.precision import TF32_API_SINCE
 from ampscope.engine.probe import FinishedStep
-from ampscope.engine.run import EXIT_FAILED, EXIT_OK, run
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.stats import RunStats
 from ampscope.tui.run_state import RunState
+from tests.conftest import ROOT
 from tests.helpers import FAST, hello, step
 
 
@@ -188,3 +191,25 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     last = of(seen, ev.StepEvent)[-1]
     assert (last.mem_allocated, last.mem_reserved, last.mem_peak) == (3 << 30, 8 << 30, 5 << 30)
     assert stats.mem_peak == 5 << 30  # peak allocated, not the 8 GiB reserved
+
+
+# --------------------------------------------------------------------------- torch floor
+
+
+@pytest.mark.unit
+def test_a_torch_without_the_tf32_api_is_refused_with_the_version_it_needs(monkeypatch) -> None:
+    """torch before 2.9 has no ``fp32_precision``: a user error naming both versions, exit 2."""
+    monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(allow_tf32=False))
+    monkeypatch.setattr(torch, "__version__", "2.6.0+cu124")
+    code, seen = run_fast("fp32", "steps=2")
+    error = of(seen, ev.ErrorEvent)[0]
+    assert code == EXIT_USAGE and error.kind == "config"
+    assert "torch 2.9 or newer" in error.message and "torch 2.6.0+cu124" in error.message
+    assert of(seen, ev.DoneEvent)[0].status == "failed"
+
+
+@pytest.mark.unit
+def test_the_declared_torch_floor_has_the_tf32_api() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    floor = re.search(r'"torch>=([\d.]+)"', text)
+    assert floor and floor.group(1) == TF32_API_SINCE
