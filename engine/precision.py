@@ -32,6 +32,9 @@ class PrecisionPolicy:
 
 def precision_policy(preset: Preset) -> PrecisionPolicy:
     p = preset.precision
+    if p == "fp8":  # fp8 linears (engine/fp8.py) inside bf16 autocast; emulated fp8 runs fp32 mms
+        compute = "fp32" if preset.fp8.emulate else "fp8"
+        return PrecisionPolicy(p, torch.float32, torch.bfloat16, False, compute, preset.uses_scaler)
     if p.startswith("amp-"):
         short = p.removeprefix("amp-")
         return PrecisionPolicy(p, torch.float32, DTYPES[short], False, short, preset.uses_scaler)

@@ -95,6 +95,7 @@ def _train(
 
     from ampscope.core.peaks import peak_tflops
     from ampscope.engine.device import resolve_device
+    from ampscope.engine.fp8 import require_fp8_support
     from ampscope.engine.precision import check_device_support, precision_policy
     from ampscope.engine.telemetry import TelemetrySampler, start_for_run
     from ampscope.engine.train import NonFiniteLoss, RunStats, build, train
@@ -118,6 +119,7 @@ def _train(
         info = resolve_device(preset.device)
         policy = precision_policy(preset)
         device_warnings = check_device_support(policy, info)
+        require_fp8_support(preset, info)  # fp8 refusals before anything is built
         setup = build(preset, info)
         if preset.peak_tflops is not None:
             peak, note = preset.peak_tflops, "peak_tflops set in the preset"
@@ -151,6 +153,7 @@ def _train(
             flops_per_step=flops,
             samples_per_step=samples,
             tokens_per_step=tokens,
+            fp8=setup.fp8,
         )
         writer.emit(hello, urgent=True)
         sampler = start_for_run(writer, info, hz=preset.telemetry_hz)

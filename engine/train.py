@@ -22,6 +22,7 @@ from ampscope.core.config import Preset, resolve_workload
 from ampscope.engine.compile_stats import CompileWatch
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.emitter import EventWriter
+from ampscope.engine.fp8 import convert_for_fp8
 from ampscope.engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
 from ampscope.engine.probe import FinishedStep, make_probe
 from ampscope.engine.workloads import Workload, build_workload
@@ -110,6 +111,7 @@ class Setup:
     dims: dict[str, int]
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
+    fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
 
 
 def build(preset: Preset, info: DeviceInfo) -> Setup:
@@ -119,6 +121,7 @@ def build(preset: Preset, info: DeviceInfo) -> Setup:
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
     model = workload.model
+    fp8_layers = convert_for_fp8(model, preset, info)  # None unless precision = "fp8"
     if (
         policy.param_dtype != torch.float32
     ):  # pure casts: weights, grads and AdamW state in one dtype
@@ -143,7 +146,9 @@ def build(preset: Preset, info: DeviceInfo) -> Setup:
             model, mode=preset.compile, fullgraph=preset.fullgraph, dynamic=preset.dynamic
         )
     nan = torch.full((), NAN, device=info.device)
-    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+    return Setup(
+        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, fp8_layers
+    )
 
 
 def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
