@@ -95,7 +95,6 @@ def _train(
 
     from ampscope.core.peaks import peak_tflops
     from ampscope.engine.device import resolve_device
-    from ampscope.engine.fp8 import require_fp8_support
     from ampscope.engine.precision import check_device_support, precision_policy
     from ampscope.engine.telemetry import TelemetrySampler, start_for_run
     from ampscope.engine.train import NonFiniteLoss, RunStats, build, train
@@ -119,7 +118,6 @@ def _train(
         info = resolve_device(preset.device)
         policy = precision_policy(preset)
         device_warnings = check_device_support(policy, info)
-        require_fp8_support(preset, info)  # fp8 refusals before anything is built
         setup = build(preset, info)
         if preset.peak_tflops is not None:
             peak, note = preset.peak_tflops, "peak_tflops set in the preset"

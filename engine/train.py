@@ -22,7 +22,7 @@ from ampscope.core.config import Preset, resolve_workload
 from ampscope.engine.compile_stats import CompileWatch
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.emitter import EventWriter
-from ampscope.engine.fp8 import convert_for_fp8
+from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
 from ampscope.engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
 from ampscope.engine.probe import FinishedStep, make_probe
 from ampscope.engine.workloads import Workload, build_workload
@@ -115,6 +115,7 @@ class Setup:
 
 
 def build(preset: Preset, info: DeviceInfo) -> Setup:
+    require_fp8_support(preset, info)  # refuse fp8 where it cannot run, before building anything
     torch.manual_seed(preset.seed)
     policy = precision_policy(preset)
     set_matmul_precision(policy.tf32)

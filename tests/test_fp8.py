@@ -318,3 +318,17 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
     plain = RunState(label="amp-bf16")
     plain.ingest(hello(preset="amp-bf16", config={"precision": "amp-bf16", "steps": 8}))
     assert "amp-bf16" in plain.header() and "linear" not in plain.header()
+
+
+@pytest.mark.unit
+def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
+    from ampscope.engine import doctor
+
+    monkeypatch.setattr(doctor, "_torchao_version", lambda: None)
+    assert doctor.doctor() == 0
+    assert "fp8 training: torchao is not installed (pip install 'ampscope[fp8]'" in (
+        capsys.readouterr().out
+    )
+    monkeypatch.setattr(doctor, "_torchao_version", lambda: "0.18.0")
+    assert doctor.doctor() == 0
+    assert "fp8 training: torchao 0.18.0" in capsys.readouterr().out
