@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ampscope.core import events as ev
 from ampscope.core.config import Preset, resolve_workload
 from ampscope.engine.device import DeviceInfo
+from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -29,14 +31,17 @@ class Setup:
     dims: dict[str, int]
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
+    fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
 
 
 def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
+    require_fp8_support(preset, info)  # refuse fp8 where it cannot run, before building anything
     policy = policy or precision_policy(preset)
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
+    fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
     optimizer = torch.optim.AdamW(
         workload.model.parameters(),
@@ -47,7 +52,9 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     scaler = policy.grad_scaler(info.device, preset.scaler)
     model = compile_model(workload.model, preset)
     nan = torch.full((), float("nan"), device=info.device)
-    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+    return Setup(
+        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, fp8_layers
+    )
 
 
 def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:

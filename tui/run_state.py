@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
+from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.units import fmt_ms, fmt_num
 
 MAX_POINTS = 4096
@@ -297,7 +298,9 @@ class RunState:
             progress,
             preset,
             device,
-            str(cfg.get("precision", "?")),
+            layers_short(self.hello.fp8)
+            if self.hello and self.hello.fp8
+            else str(cfg.get("precision", "?")),
             f"compile {cfg.get('compile', '?')}",
         ]
         if self.read_only:

@@ -19,6 +19,15 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=False)
     t: float = 0.0
 
 
+class Fp8Layers(msgspec.Struct, kw_only=True):
+    """Which linear layers an fp8 run trains in fp8, and why the others stay in bf16."""
+
+    recipe: str  # torchao's recipe: tensorwise | rowwise
+    emulate: bool  # fp8 rounding with fp32 matmuls (no fp8 Tensor Cores used)
+    converted: list[str]  # layer names, as in model.named_modules()
+    skipped: dict[str, str]  # layer name -> why it stays in bf16
+
+
 class HelloEvent(Event, tag="hello"):
     """First line of every run: what runs, where, and the numbers MFU is computed from."""
 
@@ -42,6 +51,7 @@ class HelloEvent(Event, tag="hello"):
     flops_per_step: float
     samples_per_step: int
     tokens_per_step: int | None
+    fp8: Fp8Layers | None = None  # precision = "fp8" runs only
 
 
 class PhaseEvent(Event, tag="phase"):
