@@ -19,8 +19,8 @@ from ampscope.core import events as ev
 from ampscope.core import memory_plan as mp
 from ampscope.core.formats import catalog
 from ampscope.core.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
-from ampscope.engine import session as engine_session
 from ampscope.engine import fp8
+from ampscope.engine import session as engine_session
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads import build_workload
