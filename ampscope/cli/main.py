@@ -23,7 +23,17 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("presets", nargs="*", help="presets to compare (default: the lecture's sweep)")
     add_override_arguments(p, "every preset")
     p.add_argument("--baseline", help="the preset others are compared with (default: fp32)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per preset, interleaved ABAB")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        metavar="K",
+        help=(
+            "runs per preset, interleaved ABAB (default: %(default)s). A speed difference is "
+            "called only when its 95%% confidence interval across the repeats excludes 1.0, "
+            "which needs 3 or more"
+        ),
+    )
     p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
