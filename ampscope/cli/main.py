@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     # (number-format and memory-planner commands are added here)
-    from ampscope.cli.formats import add_dtypes_parser, add_memory_parser
+    from ampscope.cli.formats import add_dtypes_parser
+    from ampscope.cli.memory import add_memory_parser
 
     add_dtypes_parser(sub)
     add_memory_parser(sub)
@@ -110,7 +111,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
 
         return cmd_dtypes(args)
     if args.command == "memory":
-        from ampscope.cli.formats import cmd_memory
+        from ampscope.cli.memory import cmd_memory
 
         return cmd_memory(args)
     if args.command in ("runs", "attach", "replay", "serve"):

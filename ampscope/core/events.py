@@ -42,6 +42,9 @@ class HelloEvent(Event, tag="hello"):
     flops_per_step: float
     samples_per_step: int
     tokens_per_step: int | None
+    # Process RSS read before the model was built (null: not read). RSS growth from it is
+    # what `ampscope memory --run` compares with the planner on a CPU.
+    rss_before_model: int | None = None
 
 
 class PhaseEvent(Event, tag="phase"):
