@@ -244,3 +244,15 @@ def test_different_workloads_are_not_comparable_and_only_the_differences_are_nam
     wide = next(line for line in lines if line.startswith("wide:"))
     assert "different sizes from fp32: not comparable" in wide and "width=128" in wide
     assert "batch" not in wide and "device" not in wide and "steps" not in wide
+
+
+@pytest.mark.unit
+def test_the_default_repeats_give_a_verdict_and_help_says_so(capsys) -> None:
+    from ampscope.cli.main import build_parser
+    from ampscope.core import significance
+
+    args = build_parser().parse_args(["bench"])
+    assert args.repeats >= significance.MIN_REPEATS
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--help"])
+    assert f"(default: {args.repeats})" in " ".join(capsys.readouterr().out.split())

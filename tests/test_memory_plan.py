@@ -264,3 +264,13 @@ def test_cli_json_and_text(capsys):
     assert capsys.readouterr().out == out and "SDPA flash" in out and "logits" in out
     assert main(["memory", "--layers", "2"]) == 2
     assert main(["memory"]) == 2
+
+
+def test_readme_gives_the_large_gpt_s_parameter_counts():
+    """hello.param_count for the large GPT, and the matmul weights the FLOP count uses."""
+    wl = mp.workload_from_preset("fp32", on_cuda=True)
+    d = wl.dims
+    matmuls = d["layers"] * 12 * d["width"] ** 2 + d["width"] * d["vocab"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{wl.params:,} parameters" in readme and "~110M-parameter" not in readme
+    assert f"{matmuls / 1e6:.1f}M in its matmul weights" in readme

@@ -75,7 +75,7 @@ REGIMES: dict[str, Regime] = {
         Regime("fp32",       "fp32",                   4, 4, 0, 4, 0,   4,  4,  4, "everything fp32 (TF32 off); activations fp32"),
         Regime("tf32",       "tf32",                   4, 4, 0, 4, 0,   4,  4,  4, "as fp32: TF32 only changes how matmuls round their inputs, not storage"),
         Regime("amp-bf16",   "AMP bf16 (fp32 master)", 4, 4, 0, 4, 2,   2,  4,  2, _AMP.format(d="bf16")),
-        Regime("amp-fp16",   "AMP fp16 (fp32 master)", 4, 4, 0, 4, 2,   2,  4,  2, _AMP.format(d="fp16") + ", plus a GradScaler (a few bytes)"),
+        Regime("amp-fp16",   "AMP fp16 (fp32 master)", 4, 4, 0, 4, 2,   2,  4,  2, _AMP.format(d="fp16") + "; its GradScaler adds a few bytes"),
         Regime("mixed-fp16", "classic mixed fp16",     2, 2, 4, 4, 0,   2,  2,  2, "fp16 weights and grads, fp32 master weights and optimizer state (Micikevicius et al.)"),
         Regime("bf16",       "pure bf16",              2, 2, 0, 2, 0,   2,  2,  2, "model.to(bfloat16): torch AdamW keeps its state in bf16 too"),
         Regime("fp16",       "pure fp16",              2, 2, 0, 2, 0,   2,  2,  2, "as pure bf16, in fp16 (no loss scaling)"),
