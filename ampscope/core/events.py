@@ -52,6 +52,9 @@ class HelloEvent(Event, tag="hello"):
     samples_per_step: int
     tokens_per_step: int | None
     fp8: Fp8Layers | None = None  # precision = "fp8" runs only
+    # Process RSS read before the model was built (null: not read). RSS growth from it is
+    # what `ampscope memory --run` compares with the planner on a CPU.
+    rss_before_model: int | None = None
 
 
 class PhaseEvent(Event, tag="phase"):
