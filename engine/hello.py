@@ -63,4 +63,5 @@ def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
         flops_note=s.flops.note,
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
+        fp8=s.fp8,
     )

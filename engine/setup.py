@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ampscope.core import events as ev
 from ampscope.core.config import Preset, resolve_workload
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
+from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -31,14 +33,18 @@ class Setup:
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
     flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
+    fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
 
 
 def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
+    require_fp8_support(preset, info)  # refuse fp8 where it cannot run, before building anything
     policy = policy or precision_policy(preset)
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
+    flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
+    fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
     optimizer = torch.optim.AdamW(
         workload.model.parameters(),
@@ -47,11 +53,21 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
         fused=True if info.is_cuda else None,
     )
     scaler = policy.grad_scaler(info.device, preset.scaler)
-    flops = count_flops(workload)  # before compiling: the count runs the plain model once
     model = compile_model(workload.model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(
-        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, flops
+        preset,
+        info,
+        policy,
+        workload,
+        model,
+        optimizer,
+        scaler,
+        dims,
+        batch_size,
+        nan,
+        flops,
+        fp8_layers,
     )
 
 

@@ -19,6 +19,7 @@ from ampscope.engine.precision import TF32_API_SINCE
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.stats import RunStats
+from ampscope.tui.figures import cards
 from ampscope.tui.run_state import RunState
 from tests.conftest import ROOT
 from tests.helpers import FAST, hello, step
@@ -65,7 +66,7 @@ def test_the_dashboard_names_the_non_finite_final_loss() -> None:
     done = ev.empty_done("failed", "Loss became nan at step 1")
     done.steps_done, done.loss_first, done.loss_final_step, done.loss_nonfinite = 2, 2.77, 1, "nan"
     state.ingest(done)
-    card = next(c for c in state.cards() if c.key == "loss")
+    card = next(c for c in cards(state) if c.key == "loss")
     assert card.value == "nan" and card.sub == "at step 1, first 2.77"
     assert state.log[-1].text.endswith("final loss nan at step 1")
 

@@ -7,6 +7,7 @@ import time
 from typing import TextIO
 
 from ampscope.core import events as ev
+from ampscope.core.fp8_recipes import layers_line
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_ms, fmt_num
 
@@ -36,12 +37,18 @@ class ConsoleReporter:
         if isinstance(event, ev.HelloEvent):
             self.hello = event
             self.steps = int(event.config.get("steps", 0))
-            peak = f"{event.peak_tflops:g} TFLOP/s peak" if event.peak_tflops else "no MFU peak"
+            peak = (
+                f"{event.peak_tflops:g} TFLOP/s {event.compute_dtype} peak"
+                if event.peak_tflops
+                else "no MFU peak"
+            )
             self._line(
                 f"{event.preset}: {event.config['precision']} on {event.device} "
                 f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
                 f"{event.config['workload']['kind']} workload, {peak}"
             )
+            if event.fp8 is not None:
+                self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):
             if event.phase == "compile" and event.state == "start":
                 self._line("compiling (torch.compile) ...")
