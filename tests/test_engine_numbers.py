@@ -11,7 +11,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ampscope.cli.console import summary_table
+from ampscope.cli.runs import EXAMPLES_DIR as EXAMPLES
 from ampscope.core import events as ev
+from ampscope.core import records
 from ampscope.core.units import fmt_final_loss
 from ampscope.engine import setup as engine_setup
 from ampscope.engine.metrics import StepReporter, zero_fraction
@@ -69,6 +71,17 @@ def test_the_dashboard_names_the_non_finite_final_loss() -> None:
     card = next(c for c in cards(state) if c.key == "loss")
     assert card.value == "nan" and card.sub == "at step 1, first 2.77"
     assert state.log[-1].text.endswith("final loss nan at step 1")
+
+
+@pytest.mark.unit
+def test_the_shipped_fp16_example_ends_on_its_nan() -> None:
+    record = records.load_run(EXAMPLES / "fp16-nan")
+    done = record.done
+    assert done is not None and done.status == "failed"
+    assert done.loss_final is None and done.loss_first is not None
+    shown = fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
+    assert shown == "nan at step 1"
+    assert "-> nan at step 1" in summary_table(done)
 
 
 @pytest.mark.unit
