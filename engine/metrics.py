@@ -20,7 +20,7 @@ from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
 
 RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps (~30 us a read)
-ZERO_COUNT_CHUNK = 1 << 22  # grad_zero_frac counts this many elements at a time (4 MB of bools)
+ZERO_COUNT_CHUNK = 1 << 22  # grad_zero_frac counts this many elements at a time (4 MiB of bools)
 MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
 
 
@@ -64,8 +64,9 @@ def zero_fraction(grad: torch.Tensor, chunk: int = ZERO_COUNT_CHUNK) -> torch.Te
     """The exact fraction of zeros, as a device scalar, without a temporary the size of ``grad``.
 
     ``(grad == 0).float().mean()`` allocates 5 bytes an element: 2.7 GB for the large GPT's
-    16 x 1024 x 32768 logits. Counted ``chunk`` elements at a time, the temporaries stay
-    under ``chunk`` bytes (``count_nonzero`` allocates none at all on the CPU).
+    16 x 1024 x 32768 logits. Counted ``chunk`` elements at a time, the temporaries are sized
+    by the chunk, not by the gradient (on CUDA ``count_nonzero`` makes a bool copy of its
+    input, so 4 MiB of them; on the CPU it allocates nothing).
     """
     grad = grad.detach()
     if grad.is_contiguous():
