@@ -19,7 +19,7 @@ import msgspec
 
 from ampscope.core import events as ev
 from ampscope.core import records, significance
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
 DEFAULT_BASELINE = "fp32"
@@ -53,6 +53,8 @@ class Row(msgspec.Struct, kw_only=True):
     mem_peak: int | None = None
     mem_change: float | None = None  # fraction vs the baseline: -0.38 is 38 % less
     loss_final: float | None = None
+    loss_nonfinite: str | None = None  # "nan" or "inf" when a run ended on a non-finite loss
+    loss_nonfinite_step: int | None = None
     loss_change: float | None = None  # relative difference from the baseline's final loss
     skipped_steps: int = 0
     grad_zero_frac: float | None = None  # the largest measured in the run(s)
@@ -81,6 +83,10 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     ]
     row.grad_zero_frac = max(zeros) if zeros else None
     row.skipped_steps = sum(d.skipped_steps for d in dones)
+    went_nonfinite = next((d for d in dones if d.loss_nonfinite), None)
+    if went_nonfinite is not None:  # shown as it happened, never an earlier finite loss
+        row.loss_nonfinite = went_nonfinite.loss_nonfinite
+        row.loss_nonfinite_step = went_nonfinite.loss_final_step
     row.setup = setup_of(runs[0]) if runs else {}
     row.run_medians = [
         r.done.step_ms_median if r.done is not None and r.done.status == "ok" else None
@@ -256,7 +262,9 @@ def cells(row: Row) -> dict[str, str]:
         "mfu": f"{row.mfu:.1%}" if row.mfu is not None else "-",
         "mem": fmt_bytes(row.mem_peak),
         "mem_change": f"{row.mem_change:+.0%}" if row.mem_change is not None else "-",
-        "loss": f"{row.loss_final:.4f}" if row.loss_final is not None else "-",
+        "loss": f"{row.loss_final:.4f}"
+        if row.loss_final is not None
+        else fmt_final_loss(None, row.loss_nonfinite, row.loss_nonfinite_step),
         "loss_change": f"{row.loss_change:+.1%}" if row.loss_change is not None else "-",
         "skipped": str(row.skipped_steps),
         "zeros": f"{row.grad_zero_frac:.1%}" if row.grad_zero_frac is not None else "-",
