@@ -29,7 +29,7 @@ def train_preset(
     in_loop: threading.Event,
 ) -> tuple[int, ev.HelloEvent | None, ev.DoneEvent]:
     """The exit code, hello when the run got that far, and done. Faults end as events."""
-    stats = RunStats(warmup_steps=preset.warmup_steps)
+    stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
     sampler: TelemetrySampler | None = None
