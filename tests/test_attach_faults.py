@@ -82,7 +82,7 @@ def test_a_paused_engine_is_stalled_then_followed_again_and_stop_still_works(
                 seen = screen.state.step_count
                 assert await wait_for(pilot, lambda: screen.state.step_count > seen + 3, 10)
                 assert await wait_for(pilot, lambda: not source.stalled, 10)
-                assert "stalled" not in text(screen, "#run-header")
+                assert await wait_for(pilot, lambda: "stalled" not in text(screen, "#run-header"))
 
                 os.kill(engine.pid, signal.SIGSTOP)
                 assert await wait_for(pilot, lambda: source.stalled, 10)

@@ -141,7 +141,8 @@ def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys)
         async with app.run_test(size=SIZE) as pilot:
             screen = await shown(pilot, app, RunScreen)
             assert screen.source is start and start.speed == 50
-            assert screen.state.label == "amp-fp16"  # the first example
+            # the first example (read in a thread once the view is up)
+            assert await wait_for(pilot, lambda: screen.state.label == "amp-fp16", 10)
             await pilot.press("escape")
             assert await wait_for(pilot, lambda: not isinstance(app.screen, RunScreen), 5)
 

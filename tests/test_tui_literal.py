@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
@@ -41,6 +42,7 @@ CORPUS = [
     ("[bold]x", "[bold]x"),
     ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),
     ("[red]evil[/] [/x]\x1b[2J", "[red]evil[/] [/x]\\x1b[2J"),
+    ("[$x] C:\\dir\\ x[", "[$x] C:\\dir\\ x["),  # what markup escapes get wrong
 ]
 RAW_FORBIDDEN = ("\x1b]0;", "\x07", "\x1b[2J")
 
@@ -94,7 +96,8 @@ async def presets_and_form(app, pilot, name: str, shown_as: str) -> None:
     assert await wait_for(pilot, lambda: getattr(presets.current, "name", "") == name)
     await pilot.pause()
     assert_literal(app, shown_as)  # the list and the description
-    assert f"about {shown_as}" in text(presets, "#preset-description")
+    header, about = text(presets, "#preset-description").split("\n", 1)
+    assert header.startswith(f"{shown_as}  user: ") and about.startswith(f"about {shown_as}")
     # typed into the form: refused as a value, shown as typed
     for key in ("steps", "device", "lr"):
         presets.query_one("#" + field_id(key)).value = name
@@ -113,9 +116,10 @@ async def presets_and_form(app, pilot, name: str, shown_as: str) -> None:
 async def palette_and_memory(app, pilot, shown_as: str) -> None:
     await pilot.press("ctrl+p")
     await pilot.pause(0.3)
-    await pilot.press(*"Run preset")
+    app.screen.query_one(Input).value = shown_as  # matches this preset alone
     await pilot.pause(0.5)
     assert_literal(app, f"Run preset {shown_as}")
+    assert_literal(app, f"about {shown_as}")
     await pilot.press("escape")
     await shown(pilot, app, PresetsScreen)
     await pilot.press("p")  # the memory planner, for the highlighted preset

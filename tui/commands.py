@@ -1,7 +1,7 @@
 """Command palette: every preset as 'Run preset NAME'.
 
 Textual reads a hit's text and help as markup: a preset named ``[/]`` would crash the
-palette. Names are given as Content (read literally) and help is escaped.
+palette. Both are given as Content, which it shows as written.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from textual.content import Content
 from ampscope.core import config as cfg
 from ampscope.core.text import visible
 from ampscope.tui.messages import RunRequested
-from ampscope.tui.text import literal
 
 
 def _prompt(info: cfg.PresetInfo) -> str:
@@ -22,7 +21,11 @@ def _prompt(info: cfg.PresetInfo) -> str:
 
 
 def _help(info: cfg.PresetInfo) -> str | None:
-    return literal(info.description) if info.description else None
+    """Content, though typed str: Textual reads a str help as markup but passes Content
+    through (``Content.from_markup``), and no escape of a str is faithful (tui.text)."""
+    if not info.description:
+        return None
+    return Content(visible(info.description))  # type: ignore[return-value]
 
 
 def _highlighted(matcher: Matcher, text: str) -> Content:

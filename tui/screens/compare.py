@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -139,11 +140,15 @@ class CompareScreen(Screen):
             cells = comparison.cells(row)
             table.add_row(*[literal(cells[k]) for _, k in comparison.COLUMNS], key=row.preset)
         self.query_one("#compare-title", Static).update(
-            f"{len(rows)} runs · baseline [b]{literal(self.baseline)}[/b] · sorted by {title}"
-            "  (b: make the highlighted row the baseline, o: next sort column)"
+            Text.assemble(
+                f"{len(rows)} runs · baseline ",
+                literal(self.baseline, "bold"),
+                f" · sorted by {title}  (b: make the highlighted row the baseline, o: next "
+                "sort column)",
+            )
         )
         self.query_one("#compare-verdict", Static).update(
-            "\n".join(literal(v) for v in comparison.verdicts(rows, self.baseline))
+            Text("\n").join(literal(v) for v in comparison.verdicts(rows, self.baseline))
         )
 
     def action_baseline(self) -> None:

@@ -36,7 +36,7 @@ class HistoryScreen(Screen):
         self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Runs in {literal(self.runs_dir)}", id="history-title")
+        yield Static(literal(f"Runs in {self.runs_dir}"), id="history-title")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-empty")
         yield Footer()

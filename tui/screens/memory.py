@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
+from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.text import literal
 
@@ -66,7 +67,7 @@ class MemoryScreen(Screen):
             try:
                 workload = mp.workload_from_preset(self.preset, on_cuda=True)
             except (cfg.ConfigError, mp.PlanError, KeyError) as exc:
-                self.query_one("#memory-error", Label).update(str(exc))
+                self.query_one("#memory-error", Label).update(visible(str(exc)))
             else:
                 self.workload = workload
                 self.query_one("#memory-params", Input).value = str(workload.params)
@@ -79,7 +80,7 @@ class MemoryScreen(Screen):
         try:
             params = mp.parse_count(text)
         except mp.PlanError as exc:
-            self.query_one("#memory-error", Label).update(str(exc))
+            self.query_one("#memory-error", Label).update(visible(str(exc)))
             return
         if self.workload is not None and params == self.workload.params:
             self.show(params, self.workload.shape, f"preset {self.preset} at its GPU size")
@@ -109,11 +110,13 @@ class MemoryScreen(Screen):
                 key=r.regime,
             )
         self.query_one("#memory-title", Static).update(
-            f"{literal(title)}, {optimizer}"
-            + (
-                f" · {mp.ATTENTION}"
-                if shape
-                else " · no transformer shape: activations not counted"
+            literal(
+                f"{title}, {optimizer}"
+                + (
+                    f" · {mp.ATTENTION}"
+                    if shape
+                    else " · no transformer shape: activations not counted"
+                )
             )
         )
         self.query_one("#memory-notes", Static).update(

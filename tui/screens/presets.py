@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from rich.markup import escape
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -166,9 +166,11 @@ class PresetsScreen(Screen):
         options.add_options(
             [
                 Option(
-                    ("● " if p.name in self.marked else "  ")
-                    + literal(p.name)
-                    + ("  (user)" if p.source == "user" else ""),
+                    Text.assemble(
+                        "● " if p.name in self.marked else "  ",
+                        literal(p.name),
+                        "  (user)" if p.source == "user" else "",
+                    ),
                     id=p.name,
                 )
                 for p in self.presets
@@ -206,8 +208,13 @@ class PresetsScreen(Screen):
         self.edited = copy.deepcopy(self.base)
         self.preset = preset
         self.query_one("#preset-description", Static).update(
-            f"[b]{literal(info.name)}[/b]  [dim]{info.source}: {literal(info.path)}[/dim]\n"
-            + escape(visible(preset.description, keep_newlines=True))
+            Text.assemble(
+                literal(info.name, "bold"),
+                "  ",
+                literal(f"{info.source}: {info.path}", "dim"),
+                "\n",
+                literal(preset.description, keep_newlines=True),
+            )
         )
         for key, _label, choices in FIELDS:
             value = cfg.get_dotted(self.base, key)
@@ -314,7 +321,7 @@ class PresetsScreen(Screen):
         if index is not None and index + 1 < options.option_count:
             options.highlighted = index + 1
         self.query_one("#preset-status", Static).update(
-            f"sweep queue: {literal(', '.join(self.marked))}  (w runs it)" if self.marked else ""
+            literal(f"sweep queue: {', '.join(self.marked)}  (w runs it)") if self.marked else ""
         )
 
     async def action_sweep(self) -> None:
