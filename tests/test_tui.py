@@ -128,7 +128,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             history = await shown(pilot, app, HistoryScreen)
             table = history.query_one("#history-table")
             assert await wait_for(pilot, lambda: table.row_count == 1, 5)
-            assert table.get_row_at(0)[:2] == ["fp32", "stopped"]
+            assert [str(cell) for cell in table.get_row_at(0)[:2]] == ["fp32", "stopped"]
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: app.screen not in (history, screen), 5)
             replayed = app.screen
