@@ -42,6 +42,12 @@ class HelloEvent(Event, tag="hello"):
     flops_per_step: float
     samples_per_step: int
     tokens_per_step: int | None
+    # What trains: the built-in kind, or the name of a user's model (``workload.model``).
+    workload: str | None = None
+    # Where flops_per_step comes from: "formula" (built-in), "given" (by the user's factory)
+    # or "counted" (FlopCounterMode over one forward and backward); the note says more.
+    flops_source: str | None = None
+    flops_note: str | None = None
 
 
 class PhaseEvent(Event, tag="phase"):
@@ -71,6 +77,8 @@ class StepEvent(Event, tag="step"):
     mem_peak: int | None
     grad_zero_frac: float | None
     lr: float
+    # Milliseconds the host waited for this step's batch (no GPU sync): part of step_ms.
+    data_ms: float | None = None
 
 
 class CompileEvent(Event, tag="compile"):
