@@ -21,6 +21,8 @@ from ampscope.engine.stats import RunStats
 
 RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps (~30 us a read)
 MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
+INPUT_BOUND_SHARE = 0.25  # waiting for batches above this share of step time: input-bound
+INPUT_BOUND_AFTER = 10  # timed steps (after warm-up) seen before the share is judged
 
 
 class StepMetrics(NamedTuple):
@@ -74,13 +76,18 @@ class StepReporter:
         self.process = psutil.Process()
         self.warned_skip = False
         self.rss: int | None = None
+        self.data_ms: dict[int, float] = {}  # host wait for each step's batch, until reported
+        self.input_wait = InputWait(s.preset.warmup_steps)
 
     def report(self, item: FinishedStep) -> None:
         m = StepMetrics(*item.values)
         skipped = self.scaled and m.scale_after < m.scale_before
         self._count(item, m.loss, skipped)
-        self.writer.emit(self._step_event(item, m, skipped))
+        data_ms = self.data_ms.pop(item.step, None)
+        self.writer.emit(self._step_event(item, m, skipped, data_ms))
         self._warn(item.step, m, skipped)
+        if data_ms is not None and self.input_wait.add(item.step, item.step_ms, data_ms):
+            self.writer.emit(self.input_wait.warning(), urgent=True)
         if not math.isfinite(m.loss) and (
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         ):
@@ -99,7 +106,15 @@ class StepReporter:
         else:
             stats.nonfinite_run += 1
 
-    def _step_event(self, item: FinishedStep, m: StepMetrics, skipped: bool) -> ev.StepEvent:
+    def warn_from(self, found: list[tuple[str, str, int | None]]) -> None:
+        """Emit (and clear) warnings the workload found while serving batches."""
+        for code, message, step in found:
+            self.writer.emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
+        found.clear()
+
+    def _step_event(
+        self, item: FinishedStep, m: StepMetrics, skipped: bool, data_ms: float | None
+    ) -> ev.StepEvent:
         workload = self.s.workload
         allocated, reserved, peak_mem = self.memory()
         self.stats.mem_peak = max(self.stats.mem_peak or 0, peak_mem or allocated or 0) or None
@@ -122,6 +137,7 @@ class StepReporter:
             mem_peak=peak_mem,
             grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
             lr=self.s.preset.lr,
+            data_ms=None if data_ms is None else round(data_ms, 4),
         )
 
     def _warn(self, step: int, m: StepMetrics, skipped: bool) -> None:
@@ -156,3 +172,42 @@ class StepReporter:
         if self.stats.steps_done % RSS_EVERY == 1 or self.rss is None:
             self.rss = self.process.memory_info().rss
         return self.rss, None, None
+
+
+class InputWait:
+    """Whether the run waits on its input pipeline: the host's wait for batches against step
+    time, summed over the timed steps (after warm-up), judged once enough are in. Warns once."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self.first_step: int | None = None
+        self.last_step = 0
+        self.step_ms = 0.0
+        self.data_ms = 0.0
+        self.warned = False
+
+    def add(self, step: int, step_ms: float, data_ms: float) -> bool:
+        """Count a step; True exactly once, when the wait first passes its share."""
+        if self.warned or step < self.warmup_steps:
+            return False
+        if self.first_step is None:
+            self.first_step = step
+        self.steps += 1
+        self.last_step = step
+        self.step_ms += step_ms
+        self.data_ms += data_ms
+        busy = self.data_ms > INPUT_BOUND_SHARE * self.step_ms
+        self.warned = self.steps >= INPUT_BOUND_AFTER and busy
+        return self.warned
+
+    def warning(self) -> ev.WarningEvent:
+        share = self.data_ms / self.step_ms if self.step_ms else 0.0
+        message = (
+            f"Input-bound: waiting for the next batch took {share:.0%} of step time "
+            f"({self.data_ms / self.steps:.3g} ms of {self.step_ms / self.steps:.3g} ms a step, "
+            f"steps {self.first_step}-{self.last_step}). The model waits on its data: more "
+            "DataLoader workers (num_workers), pinned memory (pin_memory=True) or prefetching "
+            "(prefetch_factor) would feed it faster."
+        )
+        return ev.WarningEvent(code="input-bound", message=message, step=self.last_step)

@@ -15,7 +15,7 @@ from ampscope.engine.faults import failure
 from ampscope.engine.hello import make_hello
 from ampscope.engine.loop import train
 from ampscope.engine.precision import precision_policy
-from ampscope.engine.setup import build, check_setup
+from ampscope.engine.setup import build, check_setup, memory_estimate
 from ampscope.engine.stats import RunStats
 from ampscope.engine.telemetry import TelemetrySampler, start_for_run
 
@@ -38,6 +38,7 @@ def train_preset(
         policy = precision_policy(preset)
         setup_warnings = check_setup(preset, policy, info)
         setup = build(preset, info, policy)
+        setup_warnings += [w for w in [memory_estimate(setup)] if w]
         hello = make_hello(setup, run_dir)
         writer.emit(hello, urgent=True)
         sampler = start_for_run(writer, info, hz=preset.telemetry_hz)
@@ -54,6 +55,8 @@ def train_preset(
         writer.emit(event, urgent=True)
         if isinstance(exc, cfg.ConfigError) and writer.on_event is None:
             print(f"ampscope: {exc}", file=sys.stderr)
+            if event.traceback:  # the user's own code failed: their frames, to stderr too
+                print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
     if sampler is not None:
         sampler.stop()

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psutil
 import torch
 
+from ampscope.core import memory_plan
 from ampscope.core.config import Preset, resolve_workload
+from ampscope.core.units import fmt_bytes
+from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.precision import (
     PrecisionPolicy,
@@ -15,6 +19,7 @@ from ampscope.engine.precision import (
     set_matmul_precision,
 )
 from ampscope.engine.workloads import Workload, build_workload
+from ampscope.engine.workloads.user import build_user_workload
 
 
 @dataclass
@@ -26,7 +31,7 @@ class Setup:
     model: torch.nn.Module  # the workload's model, compiled when the preset asks
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    dims: dict[str, int]
+    dims: dict[str, int]  # a built-in workload's dimensions; empty for a user's model
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
 
@@ -35,9 +40,10 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     policy = policy or precision_policy(preset)
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
-    dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
-    workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
+    workload, dims = make_workload(preset, info)
     policy.cast(workload)
+    workload.prepare()  # a user's model: the first batch read, its FLOPs counted
+    batch_size = workload.samples_per_step
     optimizer = torch.optim.AdamW(
         workload.model.parameters(),
         lr=preset.lr,
@@ -48,6 +54,35 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     model = compile_model(workload.model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+
+
+def make_workload(preset: Preset, info: DeviceInfo) -> tuple[Workload, dict[str, int]]:
+    """The user's model when ``workload.model`` names one, else the built-in kind."""
+    if preset.workload.model is not None:
+        batch = None if preset.batch_size == "auto" else preset.batch_size
+        ctx = ModelContext(info.device, batch, preset.seed, preset.precision)
+        return build_user_workload(preset.workload.model, ctx), {}
+    dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
+    return build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed), dims
+
+
+def memory_estimate(s: Setup) -> tuple[str, str] | None:
+    """A ``(code, message)`` warning when the planner already puts the model's training state
+    (weights, gradients, master weights, AdamW state, casts) above the device's memory."""
+    params = sum(p.numel() for p in s.model.parameters())
+    regime = memory_plan.regime_for_precision(s.preset.precision)
+    needed = memory_plan.plan_regime(params, regime).train_total
+    total = s.info.total_memory if s.info.is_cuda else psutil.virtual_memory().total
+    if not total or needed <= total:
+        return None
+    message = (
+        f"This model will likely run out of memory: the planner puts its training state at "
+        f"{fmt_bytes(needed)} ({params:,} parameters in '{regime}': weights, gradients, master "
+        f"weights and AdamW state; activations come on top), and {s.info.device} "
+        f"({s.info.name}) has {fmt_bytes(total)}. A pure bf16 preset needs half the bytes a "
+        "parameter; otherwise use a smaller model."
+    )
+    return "memory-estimate", message
 
 
 def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:

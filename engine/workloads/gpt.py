@@ -78,6 +78,23 @@ def markov_sequences(
     return seqs
 
 
+def token_pool(
+    dims: dict[str, int], batch_size: int, device: torch.device, generator: torch.Generator
+) -> BatchPool:
+    """Next-token batches from the Markov chain, for any of the language models."""
+    vocab, seq_len = dims["vocab"], dims["seq_len"]
+    seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
+    return BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
+
+
+def lm_flops(model: nn.Module, dims: dict[str, int], tokens: int) -> float:
+    """Model FLOPs of a decoder per step: 6N per token for the matmul weights (the head
+    included), plus attention's scores and values, 12 x layers x width x context per token
+    (PaLM, appendix B; causal masking counted in full, as the kernels compute it)."""
+    attention = 12 * dims["layers"] * dims["width"] * dims["seq_len"]
+    return float((6 * linear_params(model) + attention) * tokens)
+
+
 class GptWorkload(Workload):
     def __init__(
         self,
@@ -86,18 +103,12 @@ class GptWorkload(Workload):
         device: torch.device,
         generator: torch.Generator,
     ) -> None:
-        vocab, seq_len, width = dims["vocab"], dims["seq_len"], dims["width"]
-        layers, heads = dims["layers"], dims["heads"]
-        model = Gpt(vocab, seq_len, width, layers, heads).to(device)
-        seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
-        pool = BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
-        tokens = batch_size * seq_len
+        model = Gpt(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
+        model = model.to(device)
+        tokens = batch_size * dims["seq_len"]
         super().__init__(
             model,
-            pool,
+            token_pool(dims, batch_size, device, generator),
             tokens_per_step=tokens,
-            # 6N per token for the matmul weights, plus attention scores and values (PaLM, appendix B).
-            flops_per_step=float(
-                6 * linear_params(model) * tokens + 12 * layers * width * seq_len * tokens
-            ),
+            flops_per_step=lm_flops(model, dims, tokens),
         )
