@@ -39,9 +39,13 @@ class ConsoleReporter:
             peak = f"{event.peak_tflops:g} TFLOP/s peak" if event.peak_tflops else "no MFU peak"
             self._line(
                 f"{event.preset}: {event.config['precision']} on {event.device} "
-                f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
-                f"{event.config['workload']['kind']} workload, {peak}"
+                f"({event.device_name}), {fmt_num(event.param_count)} params, "
+                f"{workload_label(event)}, {peak}"
             )
+            if event.flops_source in ("counted", "given"):
+                self._line(
+                    f"model FLOPs per step: {event.flops_per_step:.4g}, {flops_origin(event)}"
+                )
         elif isinstance(event, ev.PhaseEvent):
             if event.phase == "compile" and event.state == "start":
                 self._line("compiling (torch.compile) ...")
@@ -96,6 +100,20 @@ class ConsoleReporter:
         self._clear()
         self.out.write(visible(text, keep_newlines=True) + "\n")
         self.out.flush()
+
+
+def workload_label(hello: ev.HelloEvent) -> str:
+    """'gpt workload', or for a user's model its name and the spec it came from."""
+    spec = (hello.config.get("workload") or {}).get("model")
+    if spec:
+        return f"model {hello.workload or '?'} from {spec}"
+    return f"{(hello.config.get('workload') or {}).get('kind', '?')} workload"
+
+
+def flops_origin(hello: ev.HelloEvent) -> str:
+    if hello.flops_source == "given":
+        return "as the model's factory gives them"
+    return hello.flops_note or "counted"
 
 
 def summary_table(done: ev.DoneEvent) -> str:

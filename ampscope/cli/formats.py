@@ -61,6 +61,9 @@ def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--params", metavar="N", help="parameter count: 7e9, 7B, 125M, 1.3b, 350k")
     src.add_argument("--preset", metavar="NAME", help="take the model from a preset")
     src.add_argument("--run", metavar="RUNDIR", help="compare with a finished run's measured peak")
+    src.add_argument(
+        "--model", metavar="SPEC", help="your model's factory, FILE.py:FUNCTION or MODULE:FUNCTION"
+    )
     p.add_argument(
         "--device",
         choices=("cuda", "cpu"),
@@ -391,7 +394,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
             )
         if given:
             shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
-        if args.params is not None:
+        if args.model is not None:
+            from ampscope.cli.model_memory import model_params, refuse
+
+            try:
+                params, source = model_params(args.model)
+            except config.ConfigError as exc:
+                return refuse(exc)
+        elif args.params is not None:
             try:
                 params = mp.parse_count(args.params)
             except mp.PlanError as exc:
@@ -402,8 +412,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
             source = f"about {params:,} parameters (12*L*h^2{' + 2*V*h' if shape.vocab else ''})"
         else:
             return fail(
-                "say which model: --params N (7B, 125M, 7e9), --preset NAME, a transformer "
-                "shape (--layers --hidden --heads --seq --batch), or --run RUNDIR. "
+                "say which model: --params N (7B, 125M, 7e9), --preset NAME, --model "
+                "FILE.py:FUNCTION, a transformer shape (--layers --hidden --heads --seq --batch), "
+                "or --run RUNDIR. "
                 "See 'ampscope memory --help'."
             )
         title = f"Training memory for {source} ({_count(params)})"

@@ -13,8 +13,10 @@ from ampscope import __version__
 from ampscope.core import config as cfg
 from ampscope.core.run_args import (
     ArgParser,
+    add_model_argument,
     add_override_arguments,
     add_run_arguments,
+    model_overrides,
     run_overrides,
 )
 from ampscope.core.text import visible
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HZ",
         help="dashboard plot redraw rate, 0.5 to 4 (lower it on slow SSH links)",
     )
+    add_model_argument(parser)  # the dashboard: every run it starts trains this model
     sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
@@ -176,7 +179,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=refresh)
+    extra = model_overrides(args)
+    if extra:  # refuse a bad spec here, in one line, before the screen is taken over
+        try:
+            cfg.load_preset("fp32", extra)
+        except cfg.ConfigError as exc:
+            print(f"ampscope: {visible(exc.detail)}", file=sys.stderr)
+            return 2
+    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=refresh, extra_overrides=extra)
 
 
 if __name__ == "__main__":
