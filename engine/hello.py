@@ -58,6 +58,7 @@ def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
         flops_per_step=wl.flops_per_step,
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
+        fp8=s.fp8,
         workload=wl.name or None,
         flops_source=wl.flops_source,
         flops_note=wl.flops_note,

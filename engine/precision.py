@@ -58,6 +58,9 @@ def precision_policy(preset: Preset) -> PrecisionPolicy:
     scaled. ``fp32``/``tf32``: no autocast; TF32 Tensor Cores only for ``tf32``. The scaler
     follows the preset's ``grad_scaler`` (``auto``: on for amp-fp16 only)."""
     p = preset.precision
+    if p == "fp8":  # fp8 linears (engine/fp8.py) inside bf16 autocast; emulated fp8 runs fp32 mms
+        compute = "fp32" if preset.fp8.emulate else "fp8"
+        return PrecisionPolicy(p, torch.float32, torch.bfloat16, False, compute, preset.uses_scaler)
     if p.startswith("amp-"):
         short = p.removeprefix("amp-")
         return PrecisionPolicy(p, torch.float32, DTYPES[short], False, short, preset.uses_scaler)

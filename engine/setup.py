@@ -7,11 +7,13 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from ampscope.core import events as ev
 from ampscope.core import memory_plan
 from ampscope.core.config import Preset, resolve_workload
 from ampscope.core.units import fmt_bytes
 from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
+from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -34,13 +36,16 @@ class Setup:
     dims: dict[str, int]  # a built-in workload's dimensions; empty for a user's model
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
+    fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
 
 
 def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
+    require_fp8_support(preset, info)  # refuse fp8 where it cannot run, before building anything
     policy = policy or precision_policy(preset)
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     workload, dims = make_workload(preset, info)
+    fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
     workload.prepare()  # a user's model: the first batch read, its FLOPs counted
     batch_size = workload.samples_per_step
@@ -53,7 +58,9 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     scaler = policy.grad_scaler(info.device, preset.scaler)
     model = compile_model(workload.model, preset)
     nan = torch.full((), float("nan"), device=info.device)
-    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+    return Setup(
+        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, fp8_layers
+    )
 
 
 def make_workload(preset: Preset, info: DeviceInfo) -> tuple[Workload, dict[str, int]]:

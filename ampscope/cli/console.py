@@ -7,6 +7,7 @@ import time
 from typing import TextIO
 
 from ampscope.core import events as ev
+from ampscope.core.fp8_recipes import layers_line
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
 
@@ -36,7 +37,11 @@ class ConsoleReporter:
         if isinstance(event, ev.HelloEvent):
             self.hello = event
             self.steps = int(event.config.get("steps", 0))
-            peak = f"{event.peak_tflops:g} TFLOP/s peak" if event.peak_tflops else "no MFU peak"
+            peak = (
+                f"{event.peak_tflops:g} TFLOP/s {event.compute_dtype} peak"
+                if event.peak_tflops
+                else "no MFU peak"
+            )
             self._line(
                 f"{event.preset}: {event.config['precision']} on {event.device} "
                 f"({event.device_name}), {fmt_num(event.param_count)} params, "
@@ -46,6 +51,8 @@ class ConsoleReporter:
                 self._line(
                     f"model FLOPs per step: {event.flops_per_step:.4g}, {flops_origin(event)}"
                 )
+            if event.fp8 is not None:
+                self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):
             if event.phase == "compile" and event.state == "start":
                 self._line("compiling (torch.compile) ...")

@@ -342,9 +342,7 @@ def format_plan(rows: list[Any], title: str, shape: Any, flash: bool) -> list[st
         "INFER: the weights in the regime's compute dtype only (no KV cache, no activations).",
         "90%: the CUDA context, cuBLAS workspaces and allocator fragmentation take the rest.",
     ]
-    fp8 = [r for r in rows if r.regime == "fp8"]
-    if fp8:
-        lines.append(f"fp8: {fp8[0].note}.")
+    lines += [f"{r.label}: {r.note}." for r in rows if r.regime.startswith("fp8")]
     return lines
 
 

@@ -206,13 +206,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- attach and replay
 
 
-def _dashboard(args: argparse.Namespace, on_start: Any) -> int:
-    refresh = getattr(args, "refresh", None)
-    if refresh is not None and not 0.5 <= refresh <= 4:
-        return fail(f"--refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.")
+def _dashboard(args: argparse.Namespace, open_run: Any) -> int:
+    """The dashboard, showing ``open_run`` (a run source) once it is up.
+
+    ``--refresh`` was checked by its argparse type (``run_args.refresh_rate``).
+    """
     from ampscope.tui.app import run_dashboard
 
-    return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, on_start=on_start)
+    refresh = getattr(args, "refresh", None)
+    return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, open_run=open_run)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -232,12 +234,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
             f"ampscope: {path.name} is not running ({state}); showing its record.", file=sys.stderr
         )
 
-    def start(app: Any) -> None:
-        from ampscope.tui.follow import attach_record
+    from ampscope.tui.follow import AttachSource
 
-        attach_record(app, path)
-
-    return _dashboard(args, start)
+    return _dashboard(args, AttachSource(path))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -260,14 +259,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"ampscope: no finished run in {root}; replaying the example {path.name}.")
         else:
             return fail(f"no finished run in {root} to replay.", 1)
-    speed = args.speed
+    from ampscope.tui.replay import ReplaySource
 
-    def start(app: Any) -> None:
-        from ampscope.tui.replay import replay_record
-
-        replay_record(app, path, speed)
-
-    return _dashboard(args, start)
+    return _dashboard(args, ReplaySource.load(path, speed=args.speed))
 
 
 # --------------------------------------------------------------------------- serve

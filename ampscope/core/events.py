@@ -19,6 +19,15 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=False)
     t: float = 0.0
 
 
+class Fp8Layers(msgspec.Struct, kw_only=True):
+    """Which linear layers an fp8 run trains in fp8, and why the others stay in bf16."""
+
+    recipe: str  # torchao's recipe: tensorwise | rowwise
+    emulate: bool  # fp8 rounding with fp32 matmuls (no fp8 Tensor Cores used)
+    converted: list[str]  # layer names, as in model.named_modules()
+    skipped: dict[str, str]  # layer name -> why it stays in bf16
+
+
 class HelloEvent(Event, tag="hello"):
     """First line of every run: what runs, where, and the numbers MFU is computed from."""
 
@@ -42,6 +51,7 @@ class HelloEvent(Event, tag="hello"):
     flops_per_step: float
     samples_per_step: int
     tokens_per_step: int | None
+    fp8: Fp8Layers | None = None  # precision = "fp8" runs only
     # What trains: the built-in kind, or the name of a user's model (``workload.model``).
     workload: str | None = None
     # Where flops_per_step comes from: "formula" (built-in), "given" (by the user's factory)
@@ -198,6 +208,15 @@ class UnknownEvent(msgspec.Struct):
 
     line: str
     reason: str
+    v: int | None = None
+    """The schema version the line names, when it is a JSON object that names one."""
+
+
+class _Versioned(msgspec.Struct):
+    v: int | None = None
+
+
+_version_decoder = msgspec.json.Decoder(_Versioned)
 
 
 def decode(line: bytes | str) -> Event | UnknownEvent:
@@ -206,7 +225,25 @@ def decode(line: bytes | str) -> Event | UnknownEvent:
         return _decoder.decode(line)
     except (msgspec.MsgspecError, ValueError, RecursionError) as exc:
         text = line.decode(errors="replace") if isinstance(line, bytes) else line
-        return UnknownEvent(line=text.rstrip("\n"), reason=str(exc))
+        try:
+            version = _version_decoder.decode(line).v
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            version = None
+        return UnknownEvent(line=text.rstrip("\n"), reason=str(exc), v=version)
+
+
+def newer_schema_warning(item: Event | UnknownEvent) -> str | None:
+    """What to tell a reader when ``item`` comes from a newer schema than this one reads.
+
+    docs/events.md promises it: a newer stream is read for what this version knows, and said so.
+    """
+    if item.v is None or item.v <= SCHEMA_VERSION:
+        return None
+    return (
+        f"these events are schema version {item.v}; this ampscope reads version "
+        f"{SCHEMA_VERSION}, so it shows what it knows and skips the rest (upgrade ampscope "
+        "to see everything)"
+    )
 
 
 def to_dict(event: Event) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ampscope.core.fp8_recipes import RECIPES, Fp8Recipe
+
 GIB = 1 << 30
 FIT_FRACTION = 0.9  # leave 10% for the CUDA context, the allocator's fragmentation, workspaces
 
@@ -60,6 +62,29 @@ class Regime:
     activation_bytes: int  # bytes per activation value (16-bit: 2)
     inference_bytes: int  # bytes/param to serve the model in the regime's compute dtype
     note: str = ""
+
+
+def fp8_regime_key(recipe: str) -> str:
+    """'fp8' is torchao's default recipe, tensorwise; other recipes get their own row."""
+    return "fp8" if recipe == "tensorwise" else f"fp8-{recipe}"
+
+
+def _fp8_regime(recipe: Fp8Recipe) -> Regime:
+    """torchao's Float8Linear keeps fp32 master weights, grads and AdamW state as amp does."""
+    return Regime(
+        fp8_regime_key(recipe.name),
+        f"fp8 {recipe.name}",
+        4,
+        4,
+        0,
+        4,
+        1,
+        2,
+        1,
+        f"{recipe.describe()}; torchao Float8Linear with fp32 master weights, grads and AdamW "
+        "state, bf16 autocast elsewhere; each weight cast to fp8 as its layer runs (1 transient "
+        "byte/param); saved activations bf16; inference assumes fp8 weights",
+    )
 
 
 REGIMES: dict[str, Regime] = {
@@ -128,20 +153,7 @@ REGIMES: dict[str, Regime] = {
             "model.to(bfloat16): torch AdamW keeps its state in bf16 too",
         ),
         Regime("fp16", "pure fp16", 2, 2, 0, 2, 0, 2, 2, "as pure bf16, in fp16 (no loss scaling)"),
-        Regime(
-            "fp8",
-            "fp8 (Float8Linear)",
-            4,
-            4,
-            0,
-            4,
-            1,
-            2,
-            1,
-            "assumed: torchao Float8Linear with fp32 master weights, grads and AdamW state, "
-            "bf16 autocast elsewhere, weights cast to fp8 for each matmul (1 transient byte/param); "
-            "activations counted as bf16; inference assumes fp8 weights",
-        ),
+        *(_fp8_regime(recipe) for recipe in RECIPES.values()),
         Regime("fp64", "fp64", 8, 8, 0, 8, 0, 8, 8, "everything fp64"),
     )
 }
@@ -347,12 +359,16 @@ class Workload:
     batch: int
 
 
-def regime_for_precision(precision: str) -> str:
-    """A preset's ``precision`` as a planner regime (they share names)."""
+def regime_for_precision(precision: str, fp8_recipe: str = "tensorwise") -> str:
+    """A preset's ``precision`` as a planner regime (they share names; fp8 has one a recipe)."""
+    if precision == "fp8":
+        return fp8_regime_key(fp8_recipe)
     return precision if precision in REGIMES else "fp32"
 
 
-def workload_from(kind: str, dims: dict[str, int], batch: int, precision: str) -> Workload:
+def workload_from(
+    kind: str, dims: dict[str, int], batch: int, precision: str, fp8_recipe: str = "tensorwise"
+) -> Workload:
     if kind == "gpt":
         params = gpt_params(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"])
         shape = Shape(
@@ -364,7 +380,8 @@ def workload_from(kind: str, dims: dict[str, int], batch: int, precision: str) -
         params, shape = cnn_params(dims["width"], dims["layers"], dims["classes"]), None
     else:
         raise PlanError(f"unknown workload kind '{kind}'.")
-    return Workload(kind, params, regime_for_precision(precision), shape, dict(dims), batch)
+    regime = regime_for_precision(precision, fp8_recipe)
+    return Workload(kind, params, regime, shape, dict(dims), batch)
 
 
 def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
@@ -373,7 +390,7 @@ def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
 
     preset = config.load_preset(name)
     dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
-    return workload_from(preset.workload.kind, dims, batch, preset.precision)
+    return workload_from(preset.workload.kind, dims, batch, preset.precision, preset.fp8.recipe)
 
 
 @dataclass
@@ -418,7 +435,7 @@ def compare_run(run_dir: Any, flash: bool = True) -> RunComparison:
     kind = str(wl.get("kind", "gpt"))
     batch = int(conf.get("batch_size") or 1)
     precision = str(conf.get("precision", "fp32"))
-    regime = regime_for_precision(precision)
+    regime = regime_for_precision(precision, str((conf.get("fp8") or {}).get("recipe", "")))
     dims = {k: int(v) for k, v in wl.items() if isinstance(v, int) and not isinstance(v, bool)}
     shape = None
     if kind == "gpt" and all(k in dims for k in ("layers", "width", "heads", "seq_len")):

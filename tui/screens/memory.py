@@ -12,12 +12,16 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
 from ampscope.core.units import fmt_bytes
+from ampscope.tui.text import literal
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 
 
 class MemoryScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="memory.back"),
+        Binding("q", "app.quit", "Quit", id="quit"),
+    ]
 
     def __init__(self, preset: str | None = None) -> None:
         super().__init__()
@@ -36,7 +40,7 @@ class MemoryScreen(Screen):
                 id="memory-optimizer",
                 compact=True,
             )
-        yield Label("", id="memory-error", classes="error")
+        yield Label("", id="memory-error", classes="error", markup=False)
         yield Static("", id="memory-title")
         yield DataTable(id="memory-table", zebra_stripes=True)
         yield Static("", id="memory-notes")
@@ -101,7 +105,7 @@ class MemoryScreen(Screen):
                 key=r.regime,
             )
         self.query_one("#memory-title", Static).update(
-            f"{title}, {optimizer}"
+            f"{literal(title)}, {optimizer}"
             + ("" if shape else " · no transformer shape: activations not counted")
         )
         self.query_one("#memory-notes", Static).update(
@@ -112,9 +116,6 @@ class MemoryScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        await self.app.action_quit()
 
 
 def smallest_fit(names: list[str]) -> str:
