@@ -42,6 +42,18 @@ def test_bench_on_a_users_model_gives_a_table_and_a_verdict(tmp_path: Path, caps
     assert [h.workload for h in hellos if isinstance(h, ev.HelloEvent)] == ["teacher-mlp"] * 2
 
 
+@pytest.mark.subprocess
+def test_bench_on_a_factory_that_raises_exits_2_after_the_first_run(tmp_path: Path, capsys) -> None:
+    spec = f"{user_model(tmp_path)}:make_raises"
+    code = main(["bench", "fp32", "amp-bf16", "--model", spec, "--set", "device='cpu'",
+                 "--runs-dir", str(tmp_path / "runs")])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert f"fp32 (the baseline) did not run: workload.model = '{spec}'" in captured.err
+    assert "ValueError: the data folder is empty" in captured.err
+    assert "[2/2]" not in captured.err  # amp-bf16 was not tried
+
+
 @pytest.mark.unit
 def test_memory_gives_the_models_true_parameter_count(tmp_path: Path, capsys) -> None:
     path = user_model(tmp_path)
