@@ -66,7 +66,7 @@ def sync(s) -> None:
         torch.cuda.synchronize()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("preset", nargs="?", default="mlp-demo")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -75,7 +75,22 @@ def main() -> None:
     parser.add_argument(
         "--model", nargs="?", const=DEFAULT_MODEL, help="a user's model factory (callable batches)"
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: this process's CPU time, blind to other processes on a shared machine (CPU "
+        "runs; use with --threads 1, as idle torch threads spin)",
+    )
+    parser.add_argument("--threads", type=int, help="torch CPU threads (torch.set_num_threads)")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
     overrides = list(args.overrides)
     if args.model:
@@ -116,12 +131,12 @@ def main() -> None:
             if name == "sampler":
                 sampler.start()
             sync(setup)
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(args.block_steps):
                 fn(setup, step) if name == "bare" else fn(step)
                 step += 1
             sync(setup)
-            per_step[name].append((time.perf_counter() - t0) / args.block_steps * 1e3)
+            per_step[name].append((clock() - t0) / args.block_steps * 1e3)
             if name == "sampler":
                 sampler.stop()
                 sampler = TelemetrySampler(writer.emit, uuid=info.uuid, cuda=info.is_cuda)
@@ -133,7 +148,8 @@ def main() -> None:
     what = f"model {setup.workload.name} ({args.model})" if args.model else f"preset {preset.name}"
     print(
         f"{what}, {preset.precision}, on {info.name} ({info.device}), {args.blocks} blocks x "
-        f"{args.block_steps} steps each way, interleaved"
+        f"{args.block_steps} steps each way, interleaved, {args.clock} clock, "
+        f"{torch.get_num_threads()} torch thread(s)"
     )
     print(f"  bare loop           {bare:8.3f} ms/step (median of blocks)")
     print(f"  engine loop         {inst:8.3f} ms/step")

@@ -1,130 +1,185 @@
-"""Model FLOPs counted, not derived: one forward and backward under torch's FlopCounterMode.
+"""FLOPs per training step as torch counts them, to check (or stand in for) a workload's formula.
 
-For a model nobody wrote a formula for, the engine runs one training step's forward and
-backward on the first batch before timing starts (as Lightning's ``measure_flops`` does) and
-takes the count as the model FLOPs per step.
+``torch.utils.flop_counter.FlopCounterMode`` charges each matmul, convolution and attention
+kernel as it runs, so it sees what autograd really computes (no input gradient for the data,
+for one). It runs once, before the first timed step, on a meta-device copy of the model:
+no memory, no arithmetic, the same shapes. Attention runs on the math path there, which is
+the model-FLOPs convention the formulas use (the flash kernels' formula adds the backward
+recompute of QK^T on top). A model that cannot be copied to the meta device is counted on its
+own device, with its gradients and buffers put back afterwards.
 
-The counter's gaps are filled or named:
-
-- torch has no formula for the CPU flash-attention kernel; ``ATTENTION_FORMULAS`` adds one;
-- torch counts the flash and memory-efficient backward with the forward's recomputation of
-  the scores (2.5 x the forward). Model FLOPs, as MFU defines them (PaLM, appendix B), leave
-  recomputation out: the backward is counted as 2 x the forward, as for every other layer;
-- any other heavy op without a formula (an RNN kernel, an int8 matmul) is named, and the
-  count is marked partial.
+Some kernels have no FLOP formula in torch (the CPU flash-attention kernel in torch 2.13, for
+one): a count that ran one is *partial*, a lower bound, and says which kernels it missed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import copy
+import itertools
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-aten = torch.ops.aten
+LossFn = Callable[[Any, Any], torch.Tensor]
+Forward = Callable[[nn.Module, Any], Any]
+"""How a workload calls its model on a batch's inputs (a user's model takes tuples and dicts)."""
 
-HEAVY_WORDS = frozenset(
-    {
-        "mm",
-        "bmm",
-        "mv",
-        "dot",
-        "matmul",
-        "linear",
-        "einsum",
-        "conv",
-        "convolution",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "attention",
-        "rnn",
-        "lstm",
-        "gru",
-    }
-)
-"""Words in an op's name that mean real arithmetic (a matmul, a convolution, attention)."""
-
-
-def _attention_forward(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
-    """scores = q @ k^T and out = scores @ v: 2 x b x heads x s_q x s_k x (d_qk + d_v)."""
-    b, h, s_q, d_qk = q
-    s_k, d_v = k[-2], v[-1]
-    return 2 * b * h * s_q * s_k * (d_qk + d_v)
-
-
-def _attention_backward(grad_out: Any, q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
-    """Gradients for q, k, v and the scores: twice the forward, no recomputation."""
-    return 2 * _attention_forward(q, k, v)
-
-
-ATTENTION_FORMULAS = {
-    aten._scaled_dot_product_flash_attention_for_cpu: _attention_forward,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward,
-    aten._scaled_dot_product_flash_attention_backward: _attention_backward,
-    aten._scaled_dot_product_efficient_attention_backward: _attention_backward,
-    aten._scaled_dot_product_cudnn_attention_backward: _attention_backward,
-}
+# Kernels that do the bulk of a network's arithmetic. One of these without a FLOP formula in
+# torch makes the count partial; elementwise ops have no formula by design and cost little.
+HEAVY_KERNEL = re.compile(r"mm|matmul|conv|attention|einsum|linear|gemm|rnn|lstm|gru")
+META = torch.device("meta")
 
 
 class FlopCount(NamedTuple):
-    flops: int
-    partial: bool
-    uncounted: tuple[str, ...]  # heavy ops that ran with no formula
-
-    @property
-    def note(self) -> str:
-        """What hello says about the count."""
-        text = "counted with torch's FlopCounterMode over one forward and backward"
-        if self.partial:
-            text += f"; partial: no formula for {', '.join(self.uncounted)}"
-        return text
+    flops: float
+    partial: bool  # kernels without a FLOP formula ran: the count is a lower bound
+    missing: tuple[str, ...]  # those kernels, by aten name
+    device: str  # where it was counted: "meta", or the model's own device
 
 
-class _OpsSeen(TorchDispatchMode):
-    """Every op that really ran (after FlopCounterMode's decompositions)."""
+class _SeenKernels(TorchDispatchMode):
+    """Records the kernels that really run, below FlopCounterMode's decompositions."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.ops: set[Any] = set()
+        self.packets: set[Any] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops.add(func._overloadpacket)
+        self.packets.add(func._overloadpacket)
         return func(*args, **(kwargs or {}))
 
 
-def _heavy(op: Any) -> bool:
-    name = str(op).removeprefix("aten.")
-    return bool(HEAVY_WORDS & set(name.strip("_").split("_")))
-
-
-def count_flops(step: Callable[[], None]) -> FlopCount:
-    """The FLOPs of ``step()`` (one forward and backward), and the heavy ops left uncounted."""
-    seen = _OpsSeen()
-    counter = FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
-    with seen, counter:  # the counter runs first and decomposes; ``seen`` sees what is left
-        step()
-    known = set(flop_registry) | set(ATTENTION_FORMULAS)
-    uncounted = sorted(str(op) for op in seen.ops if _heavy(op) and op not in known)
-    return FlopCount(int(counter.get_total_flops()), bool(uncounted), tuple(uncounted))
-
-
 def count_train_flops(
-    model: torch.nn.Module,
-    batch: tuple[Any, Any],
-    loss_fn: Callable[[Any, Any], torch.Tensor],
-) -> tuple[int, bool]:
-    """FLOPs of one forward and backward of ``model`` on ``batch`` (inputs, targets), and
-    whether the count is known to be partial. Leaves no gradients behind."""
+    model: nn.Module, batch: Sequence[torch.Tensor], loss_fn: LossFn
+) -> tuple[float, bool]:
+    """FLOPs of one forward and backward pass of ``model`` on ``batch`` (inputs, targets), and
+    whether the count is partial. The model's weights, gradients and buffers are left as found."""
+    count = measure_train_flops(model, batch, loss_fn)
+    return count.flops, count.partial
 
-    def step() -> None:
-        inputs, targets = batch
-        loss_fn(model(inputs), targets).backward()
 
+def measure_train_flops(
+    model: nn.Module,
+    batch: Sequence[Any],
+    loss_fn: LossFn,
+    *,
+    meta: bool = True,
+    forward: Forward | None = None,
+) -> FlopCount:
+    """``count_train_flops`` with the kernels it missed and where it counted (``meta=False``:
+    on the model's own device straight away). With ``forward``, ``batch`` is ``(inputs,
+    targets)`` in any form the workload feeds (tensors, tuples, dicts) and the model is called
+    as ``forward(model, inputs)``; without it, ``model(*batch[:-1])``."""
+    if meta:
+        try:
+            meta_batch = [_to_meta(item) for item in batch]
+            with sdpa_kernel(SDPBackend.MATH):
+                return _count(meta_copy(model), meta_batch, loss_fn, "meta", forward)
+        except Exception:  # noqa: BLE001 - a model the meta device cannot run: count it for real
+            pass  # (data-dependent shapes, a tensor kept outside the parameters and buffers)
+    device = next(itertools.chain(model.parameters(), model.buffers())).device
+    with kept_state(model):
+        return _count(model, list(batch), loss_fn, str(device), forward)
+
+
+def _to_meta(value: Any) -> Any:
+    """Tensors to the meta device, inside tuples, lists and dicts too; anything else as is."""
+    if isinstance(value, torch.Tensor):
+        return value.to(META)
+    if isinstance(value, Mapping):
+        return {k: _to_meta(v) for k, v in value.items()}
+    if type(value) in (tuple, list):  # (a named tuple stays as it is)
+        return type(value)(_to_meta(v) for v in value)
+    return value
+
+
+def _count(
+    model: nn.Module, batch: list[Any], loss_fn: LossFn, where: str, forward: Forward | None
+) -> FlopCount:
+    seen = _SeenKernels()
+    with seen, FlopCounterMode(display=False) as counter:
+        if forward is None:
+            output, target = model(*batch[:-1]), batch[-1]
+        else:
+            output, target = forward(model, batch[0]), batch[1]
+        loss_fn(output, target).backward()
+    missing = sorted(
+        str(p) for p in seen.packets if p not in flop_registry and HEAVY_KERNEL.search(str(p))
+    )
+    return FlopCount(float(counter.get_total_flops()), bool(missing), tuple(missing), where)
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers are meta tensors of the same shapes.
+
+    The deep copy is told the meta tensor for each parameter and buffer in advance, so nothing
+    of the real weights is copied (tied weights stay tied: one tensor, one meta tensor).
+    """
+    memo: dict[int, Any] = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        meta = torch.empty_like(t, device=META)
+        memo[id(t)] = nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta
+    return copy.deepcopy(model, memo)
+
+
+@contextlib.contextmanager
+def kept_state(model: nn.Module) -> Iterator[None]:
+    """Counting on the real model runs a real step: put its gradients and buffers back
+    (batch norm's running statistics, for one), so that training starts where it would have."""
+    grads = [(p, p.grad) for p in model.parameters()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
-        found = count_flops(step)
+        yield
     finally:
-        model.zero_grad(set_to_none=True)
-    return found.flops, found.partial
+        for p, grad in grads:
+            p.grad = grad
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+
+
+class FlopFigures(NamedTuple):
+    """Both figures for hello, and the one TFLOP/s and MFU are computed from."""
+
+    per_step: float
+    source: str  # "analytic" (the workload's formula) or "counted" (FlopCounterMode)
+    analytic: float | None
+    counted: float | None
+    partial: bool
+    note: str
+
+
+def choose_flops(analytic: float | None, count: FlopCount | None, error: str | None) -> FlopFigures:
+    """The formula when there is one (model FLOPs, the convention MFU is quoted in), else the
+    count; the note says which, where it was counted, and how far the two agree."""
+    counted = count.flops if count else None
+    partial = bool(count and count.partial)
+    if count is None:
+        said = f"FlopCounterMode could not count this model ({error})" if error else "not counted"
+    else:
+        said = f"FlopCounterMode counted {count.flops:.4g} on the {count.device} device"
+        if count.partial:
+            said += f", a lower bound: no FLOP formula in torch for {', '.join(count.missing)}"
+    if analytic is not None:
+        if counted:
+            said += f" (formula / count = {analytic / counted:.4f})"
+        return FlopFigures(
+            analytic,
+            "analytic",
+            analytic,
+            counted,
+            partial,
+            f"TFLOP/s and MFU use the formula; {said}",
+        )
+    if counted:
+        return FlopFigures(
+            counted, "counted", None, counted, partial, f"TFLOP/s and MFU use the count: {said}"
+        )
+    return FlopFigures(0.0, "counted", None, None, False, f"no FLOPs per step: {said}")

@@ -13,6 +13,7 @@ from ampscope.core.config import Preset, resolve_workload
 from ampscope.core.units import fmt_bytes
 from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
+from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
 from ampscope.engine.precision import (
     PrecisionPolicy,
@@ -36,6 +37,7 @@ class Setup:
     dims: dict[str, int]  # a built-in workload's dimensions; empty for a user's model
     batch_size: int
     nan: torch.Tensor  # a device scalar for "not measured", made once
+    flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
     fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
 
 
@@ -45,9 +47,10 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     workload, dims = make_workload(preset, info)
+    workload.prepare()  # a user's model: its first batch read (batch size, tokens)
+    flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
-    workload.prepare()  # a user's model: the first batch read, its FLOPs counted
     batch_size = workload.samples_per_step
     optimizer = torch.optim.AdamW(
         workload.model.parameters(),
@@ -59,7 +62,18 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     model = compile_model(workload.model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(
-        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, fp8_layers
+        preset,
+        info,
+        policy,
+        workload,
+        model,
+        optimizer,
+        scaler,
+        dims,
+        batch_size,
+        nan,
+        flops,
+        fp8_layers,
     )
 
 
@@ -90,6 +104,18 @@ def memory_estimate(s: Setup) -> tuple[str, str] | None:
         "parameter; otherwise use a smaller model."
     )
     return "memory-estimate", message
+
+
+def count_flops(workload: Workload) -> FlopFigures:
+    """The formula checked against FlopCounterMode (one forward and backward of the first
+    batch, on the meta device). A model torch cannot count still trains: the note says why."""
+    try:
+        count = measure_train_flops(
+            workload.model, workload.first_batch(), workload.loss, forward=workload.forward
+        )
+    except Exception as exc:  # noqa: BLE001 - the count is a check, never a reason to fail
+        return choose_flops(workload.flops_per_step, None, f"{type(exc).__name__}: {exc}")
+    return choose_flops(workload.flops_per_step, count, None)
 
 
 def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 
+from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 
@@ -256,140 +258,14 @@ def write_finished_record(root: Path, preset: str, ms: float = 10.0) -> Path:
     return run_dir
 
 
-# A user's model file for ``--model``: one factory a behaviour, and the faults a user makes.
+# A user's model file for ``--model`` (tests/data/user_model.py): one factory a behaviour, and
+# the faults a user makes.
 
-USER_MODEL = '''
-import time
-
-import torch
-from torch import nn
-
-import ampscope
-
-FEATURES, CLASSES = 16, 4
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
-
-    def forward(self, x):
-        return self.body(x)
-
-
-class TwoInputs(Net):
-    def forward(self, x, scale):
-        return self.body(x * scale)
-
-
-class OwnLoss(Net):
-    """Returns an object with .loss, as Hugging Face models do when given labels."""
-
-    def forward(self, features, labels):
-        logits = self.body(features)
-        return type("Out", (), {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits})()
-
-
-def data(seed, n=256):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, FEATURES, generator=g)
-    y = (x @ torch.randn(FEATURES, CLASSES, generator=g)).argmax(1)
-    return x, y
-
-
-def make(ctx):
-    x, y = data(ctx.seed)
-    bs = ctx.batch_size or 32
-    batches = [(x[i : i + bs], y[i : i + bs]) for i in range(0, len(x), bs)]
-    return ampscope.Workload(model=Net(), batches=batches, loss=nn.functional.cross_entropy, name="teacher-mlp")
-
-
-def make_given_flops(ctx):
-    answer = make(ctx)
-    answer.flops_per_step = 1e6
-    return answer
-
-
-def make_tuple_inputs(ctx):
-    x, y = data(ctx.seed)
-    return {
-        "model": TwoInputs(),
-        "batches": lambda step: ((x[:32], torch.tensor(0.5)), y[:32]),
-        "loss": nn.functional.cross_entropy,
-    }
-
-
-def make_own_loss(ctx):
-    x, y = data(ctx.seed)
-    return {"model": OwnLoss(), "batches": lambda step: {"features": x[:32], "labels": y[:32]}}
-
-
-def make_tokens(ctx):
-    emb = nn.Sequential(nn.Embedding(100, 8), nn.Flatten(), nn.Linear(8 * 12, CLASSES))
-    ids = torch.randint(100, (8, 12))
-    return {"model": emb, "batches": [(ids, torch.zeros(8, dtype=torch.long))], "loss": nn.functional.cross_entropy}
-
-
-def make_slow_data(ctx):
-    x, y = data(ctx.seed)
-
-    def batch(step):
-        time.sleep(0.2)
-        return x[:32], y[:32]
-
-    return {"model": Net(), "batches": batch, "loss": nn.functional.cross_entropy}
-
-
-def make_raises(ctx):
-    return helper_that_fails()
-
-
-def helper_that_fails():
-    raise ValueError("the data folder is empty")
-
-
-def make_no_model(ctx):
-    return {"batches": []}
-
-
-def make_no_batches(ctx):
-    return ampscope.Workload(model=Net(), batches=None)
-
-
-def make_not_a_module(ctx):
-    return {"model": "resnet", "batches": []}
-
-
-def make_wrong_width(ctx):
-    x, y = data(ctx.seed)
-    return {"model": nn.Linear(FEATURES + 1, CLASSES), "batches": [(x, y)], "loss": nn.functional.cross_entropy}
-
-
-def make_wrong_width_given_flops(ctx):
-    answer = make_wrong_width(ctx)
-    answer["flops_per_step"] = 1e6
-    return answer
-
-
-def make_generator(ctx):
-    x, y = data(ctx.seed)
-    return {"model": Net(), "batches": ((x[:8], y[:8]) for _ in range(3)), "loss": nn.functional.cross_entropy}
-
-
-def make_big(ctx):
-    return {"model": nn.Linear(1000, 1000), "batches": [(torch.randn(2, 1000), torch.randn(2, 1000))], "loss": nn.functional.mse_loss}
-
-
-def make_on_cpu_only(ctx):
-    if ctx.device.type == "meta":
-        raise RuntimeError("this factory needs real tensors")
-    return make(ctx)
-'''
+USER_MODEL = (Path(__file__).resolve().parent / "data" / "user_model.py").read_text()
 
 
 def user_model(folder: Path, name: str = "user_model.py") -> Path:
-    """Write ``USER_MODEL`` into ``folder`` and return the file's path."""
+    """Copy the user's model file into ``folder`` and return the copy's path."""
     path = folder / name
     path.write_text(USER_MODEL)
     return path
@@ -398,3 +274,55 @@ def user_model(folder: Path, name: str = "user_model.py") -> Path:
 def model_set(path: Path, factory: str = "make") -> str:
     """The ``--set`` override that trains ``factory`` from the file at ``path``."""
     return f'workload.model="{path}:{factory}"'
+
+
+# Simulated benches with a known truth, for the speed verdict.
+
+RUN_SIGMA = 0.02  # run-to-run spread of one run's median step time (log scale): 2 %
+
+
+def simulated_bench(rng: random.Random, repeats: int, log_speedup: float) -> comparison.Row:
+    """Two presets benched ``repeats`` times, interleaved, through the real comparison code.
+
+    Every run's median step time is 100 ms x exp(machine drift of its repeat + its own
+    noise), both normal with sd RUN_SIGMA; the second preset is truly exp(log_speedup) times
+    faster. The drift is shared by the two runs of a repeat, as interleaving intends.
+    """
+    base, other = [], []
+    for _ in range(repeats):
+        drift = rng.gauss(0.0, RUN_SIGMA)
+        for runs, truth in ((base, 0.0), (other, log_speedup)):
+            ms = 100.0 * math.exp(drift + rng.gauss(0.0, RUN_SIGMA) - truth)
+            d = ev.empty_done("ok")
+            d.step_ms_median = d.step_ms_p10 = d.step_ms_p90 = ms
+            runs.append(records.RunRecord(path=Path("/sim"), done=d))
+    rows = [comparison.row_from_runs("a", base), comparison.row_from_runs("b", other)]
+    return comparison.compare(rows, "a")[1]
+
+
+def verdict_rate(repeats: int, log_speedup: float, trials: int, seed: int) -> float:
+    """How often the table calls the second preset faster or slower (significant)."""
+    rng = random.Random(seed)
+    called = 0
+    for _ in range(trials):
+        row = simulated_bench(rng, repeats, log_speedup)
+        if row.significant and (log_speedup == 0 or (row.speedup or 0) > 1):
+            called += 1
+    return called / trials
+
+
+# Shapes of one batch of each workload kind, for counting FLOPs without building its data.
+
+
+def meta_batch(kind: str, dims: dict[str, int], batch_size: int, device: str = "meta"):
+    """(inputs, targets) of the right shapes and dtypes, all zeros (valid labels and tokens)."""
+    import torch
+
+    if kind in ("gpt", "gpt2-124m", "llama"):
+        tokens = torch.zeros(batch_size, dims["seq_len"], dtype=torch.long, device=device)
+        return tokens, tokens
+    labels = torch.zeros(batch_size, dtype=torch.long, device=device)
+    if kind == "mlp":
+        return torch.zeros(batch_size, dims["width"], device=device), labels
+    size = dims["image_size"]
+    return torch.zeros(batch_size, 3, size, size, device=device), labels

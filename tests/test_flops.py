@@ -1,120 +1,128 @@
-"""Model FLOPs checked against references nobody here wrote: counts by hand and torch's own
-FlopCounterMode (on the math attention path, or the meta device for the large sizes)."""
+"""FLOPs per step against torch's own count (FlopCounterMode), and the count the engine reports."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.engine.flops import count_flops, count_train_flops
+from ampscope.core.config import WORKLOAD_SIZES
+from ampscope.engine.flops import count_train_flops, measure_train_flops
 from ampscope.engine.run import EXIT_OK, run
-from ampscope.engine.workloads.gpt import lm_flops
-from ampscope.engine.workloads.gpt2 import Gpt2
-from ampscope.engine.workloads.llama import Llama
+from ampscope.engine.workloads import BUILDERS
+from ampscope.engine.workloads.base import Workload
+from tests.helpers import meta_batch
 
-pytestmark = pytest.mark.unit
-
-
-def test_counted_flops_of_an_mlp_match_the_count_by_hand() -> None:
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
-    x, y = torch.randn(32, 16), torch.randint(4, (32,))
-    flops, partial = count_train_flops(model, (x, y), F.cross_entropy)
-    # forward and weight gradient 2*b*in*out each; an input gradient for the second layer only
-    by_hand = 2 * 32 * (2 * 16 * 64 + 3 * 64 * 4)
-    assert flops == pytest.approx(by_hand, rel=0.01) and not partial
-    assert all(p.grad is None for p in model.parameters())  # counting leaves nothing behind
+SHIPPED = [(kind, size) for kind, sizes in WORKLOAD_SIZES.items() for size in sizes]
 
 
-def attention_step(q: torch.Tensor) -> None:
-    F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
-
-
-def test_attention_on_the_cpu_flash_kernel_is_counted_as_on_the_math_path() -> None:
-    q = torch.randn(2, 4, 64, 16, requires_grad=True)
-    with FlopCounterMode(display=False) as stock:  # torch's default CPU kernel: no formula
-        attention_step(q)
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as math_path:
-        attention_step(q)
-    ours = count_flops(lambda: attention_step(q))
-    assert stock.get_total_flops() == 0  # the gap ampscope's counter fills
-    assert ours.flops == pytest.approx(math_path.get_total_flops(), rel=0.01)
-    assert ours.flops == 12 * 2 * 4 * 64 * 64 * 16 and not ours.partial
-
-
-def test_a_heavy_op_without_a_formula_makes_the_count_partial() -> None:
-    lstm = nn.LSTM(8, 16, batch_first=True)
-    x = torch.randn(2, 5, 8)
-    found = count_flops(lambda: lstm(x)[0].sum().backward())
-    assert found.partial and any("rnn" in op for op in found.uncounted)
-    assert "partial: no formula for aten." in found.note
-
-
-def decoder(kind: str, size: str) -> tuple[nn.Module, dict[str, int], int, str]:
-    preset = cfg.load_preset("fp32", [f"workload.kind='{kind}'", f"workload.size='{size}'"])
-    dims, batch = cfg.resolve_workload(preset, on_cuda=False)
-    big = kind == "gpt2-124m" or size == "large"
-    device = "meta" if big else "cpu"  # a large model costs nothing on the meta device
-    with torch.device(device):
-        if kind == "llama":
-            model: nn.Module = Llama(
-                dims["vocab"],
-                dims["seq_len"],
-                dims["width"],
-                dims["layers"],
-                dims["heads"],
-                dims["kv_heads"],
-            )
-        else:
-            model = Gpt2(
-                dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"]
-            )
-    return model, dims, batch, device
-
-
-@pytest.mark.parametrize(
-    ("kind", "size"),
-    [("gpt2-124m", "small"), ("gpt2-124m", "large"), ("llama", "small"), ("llama", "large")],
-)
-def test_a_decoders_flop_formula_matches_flopcountermode(kind: str, size: str) -> None:
-    model, dims, batch, device = decoder(kind, size)
-    idx = torch.randint(dims["vocab"], (batch, dims["seq_len"]), device=device)
+def reference_count(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+    """FlopCounterMode over one forward and backward, attention on the math kernel (torch has
+    no FLOP formula for the CPU flash kernel; the math kernel is the model-FLOPs convention)."""
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        logits = model(idx)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx.reshape(-1)).backward()
-    formula = lm_flops(model, dims, batch * dims["seq_len"])
-    assert counter.get_total_flops() == pytest.approx(formula, rel=0.01)
+        out = model(x)
+        nn.functional.cross_entropy(
+            out.reshape(-1, out.shape[-1]).float(), y.reshape(-1)
+        ).backward()
+    return counter.get_total_flops()
 
 
-def test_gpt2_124m_is_nanogpts_size_and_large_llama_about_a_billion() -> None:
-    gpt2, dims, _, _ = decoder("gpt2-124m", "large")
-    params = sum(p.numel() for p in gpt2.parameters())  # the head is tied to the embedding
-    assert params - dims["seq_len"] * dims["width"] == 123_689_472  # nanoGPT: "123.69M"
-    llama, dims, _, _ = decoder("llama", "large")
-    assert 1.0e9 < sum(p.numel() for p in llama.parameters()) < 1.2e9
-    head_dim = dims["width"] // dims["heads"]
-    wk = llama.layers[0].attn.wk.weight  # type: ignore[index, union-attr]
-    assert wk.shape == (dims["kv_heads"] * head_dim, dims["width"])  # grouped-query attention
+@pytest.mark.unit
+@pytest.mark.parametrize(("kind", "size"), SHIPPED)
+def test_every_shipped_workload_formula_agrees_with_flop_counter_mode(kind: str, size: str) -> None:
+    """Small sizes run for real on the CPU; large ones on the meta device (shapes only)."""
+    dims = dict(WORKLOAD_SIZES[kind][size])
+    batch_size = dims.pop("batch_size")
+    big = size == "large" or kind == "gpt2-124m"  # gpt2-124m has 124M parameters at any size
+    device = "meta" if big else "cpu"
+    with torch.device(device):
+        model = BUILDERS[kind].build_model(dims)
+    counted = reference_count(model, *meta_batch(kind, dims, batch_size, device))
+    formula = BUILDERS[kind].train_flops(model, dims, batch_size)
+    assert formula / counted == pytest.approx(1.0, abs=0.01)
 
 
-@pytest.mark.parametrize(
-    ("kind", "tiny"),
-    [
-        ("gpt2-124m", ["workload.layers=2", "workload.width=64", "workload.heads=4"]),
-        ("llama", []),
-    ],
-)
-def test_the_new_decoders_train_on_the_cpu(kind: str, tiny: list[str]) -> None:
-    sets = [f"workload.kind='{kind}'", "device='cpu'", "steps=3", "warmup_steps=1", *tiny]
-    if kind == "gpt2-124m":
-        sets += ["workload.seq_len=32", "workload.vocab=512", "batch_size=4"]
+@pytest.mark.unit
+def test_the_first_layer_is_charged_no_input_gradient() -> None:
+    """A one-layer MLP: forward 2WB, weight gradient 2WB, no gradient for the data."""
+    dims = {"width": 64, "layers": 1, "classes": 8}
+    model = BUILDERS["mlp"].build_model(dims)
+    assert BUILDERS["mlp"].train_flops(model, dims, 32) == 4 * 64 * 8 * 32
+    assert reference_count(model, *meta_batch("mlp", dims, 32, "cpu")) == 4 * 64 * 8 * 32
+
+
+def gpt_small() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], dict[str, int]]:
+    dims = dict(WORKLOAD_SIZES["gpt"]["small"])
+    batch_size = dims.pop("batch_size")
+    torch.manual_seed(0)
+    model = BUILDERS["gpt"].build_model(dims)
+    return model, meta_batch("gpt", dims, batch_size, "cpu"), dims
+
+
+def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return Workload.loss(None, output, target)  # type: ignore[arg-type]
+
+
+@pytest.mark.unit
+def test_the_engine_counts_on_the_meta_device_and_leaves_the_model_alone() -> None:
+    model, batch, dims = gpt_small()
+    before = [p.detach().clone() for p in model.parameters()]
+    flops, partial = count_train_flops(model, batch, loss)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert not partial
+    assert flops == reference_count(model, *batch)
+    assert flops / BUILDERS["gpt"].train_flops(model, dims, 32) == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.unit
+def test_a_count_that_ran_a_kernel_without_a_formula_says_it_is_partial() -> None:
+    """On the CPU's default path attention runs the flash kernel, which torch cannot count."""
+    model, batch, _ = gpt_small()
+    count = measure_train_flops(model, batch, loss, meta=False)
+    assert all(p.grad is None for p in model.parameters())
+    assert count.partial and count.device == "cpu"
+    assert "aten._scaled_dot_product_flash_attention_for_cpu" in count.missing
+    assert count.flops < reference_count(model, *batch)  # attention is missing
+
+
+class HostTensorNet(nn.Module):
+    """Keeps a tensor outside its parameters and buffers: no meta copy can run it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(16)
+        self.fc = nn.Linear(16, 4)
+        self.offset = torch.ones(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.norm(x + self.offset))
+
+
+@pytest.mark.unit
+def test_a_model_the_meta_device_cannot_run_is_counted_for_real_and_put_back() -> None:
+    model = HostTensorNet()
+    x, y = torch.randn(8, 16), torch.zeros(8, dtype=torch.long)
+    count = measure_train_flops(model, (x, y), loss)
+    assert count.device == "cpu" and not count.partial
+    assert count.flops == 6 * 16 * 4 * 8  # fc: forward, weight and input gradients
+    assert torch.equal(model.norm.running_mean, torch.zeros(16))  # batch norm's stats restored
+    assert model.norm.num_batches_tracked.item() == 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.unit
+def test_hello_carries_the_formula_and_the_count_and_says_which_mfu_uses() -> None:
     seen: list[ev.Event] = []
-    assert run("amp-bf16", sets, record=False, on_event=seen.append) == EXIT_OK
+    overrides = ["workload.kind='cnn'", "device='cpu'", "steps=2", "warmup_steps=1"]
+    assert run("fp32", overrides, record=False, on_event=seen.append) == EXIT_OK
     hello = next(e for e in seen if isinstance(e, ev.HelloEvent))
-    assert hello.workload == kind and hello.flops_source == "formula"
-    assert [e.step for e in seen if isinstance(e, ev.StepEvent)] == [0, 1, 2]
+    assert hello.flops_source == "analytic" and hello.flops_per_step == hello.flops_analytic
+    assert hello.flops_counted and not hello.flops_counted_partial
+    assert hello.flops_analytic / hello.flops_counted == pytest.approx(1.0, abs=0.01)
+    assert hello.flops_note and "formula" in hello.flops_note and "meta" in hello.flops_note
+    step = next(e for e in seen if isinstance(e, ev.StepEvent))
+    assert step.tflops == pytest.approx(hello.flops_per_step / step.step_ms / 1e9)

@@ -17,6 +17,7 @@ from ampscope.cli.main import main
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import memory_plan as mp
+from ampscope.core import memory_runs
 from ampscope.core.formats import catalog
 from ampscope.core.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
 from ampscope.engine import fp8
@@ -301,7 +302,7 @@ def test_emulated_fp8_trains_the_small_gpt(recipe: str, tmp_path: Path) -> None:
 
     record = next(tmp_path.iterdir())
     expected = "fp8" if recipe == "tensorwise" else "fp8-rowwise"
-    assert mp.compare_run(record).regime == expected
+    assert memory_runs.compare_run(record).regime == expected
 
 
 @pytest.mark.unit

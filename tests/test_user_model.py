@@ -82,10 +82,13 @@ def test_inputs_as_a_tuple_a_dict_or_token_ids_and_a_loss_the_model_returns(
     assert all(s.tokens_per_s for s in of(events, ev.StepEvent))
 
 
-def test_flops_given_by_the_factory_are_taken_as_given(tmp_path: Path) -> None:
+def test_flops_given_by_the_factory_are_used_and_checked_against_the_count(
+    tmp_path: Path,
+) -> None:
     code, events = run_model(user_model(tmp_path), "make_given_flops")
     hello = of(events, ev.HelloEvent)[0]
-    assert code == EXIT_OK and hello.flops_per_step == 1e6 and hello.flops_source == "given"
+    assert code == EXIT_OK and hello.flops_per_step == 1e6 and hello.flops_source == "analytic"
+    assert hello.flops_counted == pytest.approx(net_flops(BATCH), rel=0.01)
 
 
 def line_of(text: str) -> int:

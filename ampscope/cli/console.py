@@ -9,7 +9,7 @@ from typing import TextIO
 from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_line
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_ms, fmt_num
 
 REDRAW_S = 0.1
 
@@ -47,10 +47,8 @@ class ConsoleReporter:
                 f"({event.device_name}), {fmt_num(event.param_count)} params, "
                 f"{workload_label(event)}, {peak}"
             )
-            if event.flops_source in ("counted", "given"):
-                self._line(
-                    f"model FLOPs per step: {event.flops_per_step:.4g}, {flops_origin(event)}"
-                )
+            if (event.config.get("workload") or {}).get("model") and event.flops_note:
+                self._line(f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})")
             if event.fp8 is not None:
                 self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):
@@ -90,7 +88,7 @@ class ConsoleReporter:
         bar = "#" * filled + "-" * (width - filled)
         scale = f"  scale {s.loss_scale:g}" if s.loss_scale is not None else ""
         text = (
-            f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {_f(s.loss)}"
+            f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {fmt_loss(s.loss)}"
             f"  {fmt_num(s.samples_per_s)} samples/s{scale}"
         )
         if self.tty:
@@ -117,13 +115,8 @@ def workload_label(hello: ev.HelloEvent) -> str:
     return f"{(hello.config.get('workload') or {}).get('kind', '?')} workload"
 
 
-def flops_origin(hello: ev.HelloEvent) -> str:
-    if hello.flops_source == "given":
-        return "as the model's factory gives them"
-    return hello.flops_note or "counted"
-
-
 def summary_table(done: ev.DoneEvent) -> str:
+    final = fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
     rows = [
         ("status", done.status + (f" ({done.error})" if done.error else "")),
         ("steps", str(done.steps_done)),
@@ -137,14 +130,10 @@ def summary_table(done: ev.DoneEvent) -> str:
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
         ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
         ("peak memory", fmt_bytes(done.mem_peak)),
-        ("loss first -> final", f"{_f(done.loss_first)} -> {_f(done.loss_final)}"),
+        ("loss first -> final", f"{fmt_loss(done.loss_first)} -> {final}"),
         ("skipped steps", str(done.skipped_steps)),
         ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),
         ("wall time", f"{done.wall_s:.1f} s"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
-
-
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"

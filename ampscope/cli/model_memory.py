@@ -7,20 +7,29 @@ loader, so this front-end reaches into the engine only when asked.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Any
 
+from ampscope.core import memory_plan as mp
 from ampscope.core.config import ConfigError
 from ampscope.core.text import visible
 
+SHAPE = ("layers", "hidden", "heads", "seq", "batch")
 
-def model_params(spec: str) -> tuple[int, str]:
-    """(parameter count, a title naming the model and where it was counted); ConfigError
-    (with the user's traceback, if their code failed) for a spec that builds no model."""
+
+def from_model(args: argparse.Namespace) -> tuple[int, Any, str]:
+    """(parameter count, transformer shape if the flags give one, title); ConfigError (with
+    the user's traceback, if their code failed) for a spec that builds no model."""
     from ampscope.engine.workloads.user import count_model_parameters
 
-    params, device, name = count_model_parameters(spec)
+    params, device, name = count_model_parameters(args.model)
+    shape = None
+    if all(getattr(args, k) is not None for k in SHAPE):
+        shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
     where = "the meta device" if device == "meta" else "the CPU"
-    return params, f"model {name} from {spec}, {params:,} parameters as built on {where}"
+    title = f"Training memory for model {name} from {args.model}: {params:,} parameters"
+    return params, shape, f"{title}, as built on {where}"
 
 
 def refuse(exc: ConfigError) -> int:

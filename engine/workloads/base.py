@@ -51,10 +51,21 @@ class Workload:
     """A model, the batches it trains on, its loss, and its model FLOPs per optimizer step.
 
     Every built-in workload is a classifier (a next-token predictor is one per position), so
-    the loss is one cross-entropy over the last dimension of the output. A user's workload
-    (``workloads.user``) overrides how a batch is fed, what the loss is, and how a failure of
-    its own code is told.
+    the loss is one cross-entropy over the last dimension of the output. Each kind builds its
+    model and states its FLOP formula apart from its data (``build_model``, ``train_flops``), so
+    that the formula can be checked against a count on the meta device at any size, data-free.
+    A user's workload (``workloads.user``) overrides how a batch is fed, what the loss is, and
+    how a failure of its own code is told.
     """
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        raise NotImplementedError
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        """Model FLOPs of one forward and backward pass over a batch: what autograd computes."""
+        raise NotImplementedError
 
     def __init__(
         self,
@@ -62,7 +73,7 @@ class Workload:
         pool: BatchPool,
         *,
         tokens_per_step: int | None,
-        flops_per_step: float,
+        flops_per_step: float | None,
         name: str = "",
     ) -> None:
         self.model = model
@@ -70,9 +81,7 @@ class Workload:
         self.name = name
         self.samples_per_step = pool.batch_size
         self.tokens_per_step = tokens_per_step
-        self.flops_per_step = flops_per_step
-        self.flops_source = "formula"  # or "given" (by a user's factory), "counted"
-        self.flops_note: str | None = None
+        self.flops_per_step = flops_per_step  # the formula; None: count them (a user's model)
         # Warnings found while serving batches (code, message, step), emitted by the loop.
         self.warnings: list[tuple[str, str, int | None]] = []
 
@@ -81,6 +90,10 @@ class Workload:
 
     def batch(self, step: int) -> tuple[Any, Any]:
         return self.pool.get(step)
+
+    def first_batch(self) -> tuple[Any, Any]:
+        """Step 0's batch, for counting FLOPs before timing starts; step 0 still gets it."""
+        return self.batch(0)
 
     def forward(self, model: nn.Module, inputs: Any) -> Any:
         return model(inputs)

@@ -90,7 +90,9 @@ def token_pool(
 def lm_flops(model: nn.Module, dims: dict[str, int], tokens: int) -> float:
     """Model FLOPs of a decoder per step: 6N per token for the matmul weights (the head
     included), plus attention's scores and values, 12 x layers x width x context per token
-    (PaLM, appendix B; causal masking counted in full, as the kernels compute it)."""
+    (PaLM, appendix B): the full T x T products, as the math kernel computes them, with no
+    recompute. The first matmul's input (the embeddings) is trained, so it needs its
+    gradient: no layer is exempt here."""
     attention = 12 * dims["layers"] * dims["width"] * dims["seq_len"]
     return float((6 * linear_params(model) + attention) * tokens)
 
@@ -103,12 +105,18 @@ class GptWorkload(Workload):
         device: torch.device,
         generator: torch.Generator,
     ) -> None:
-        model = Gpt(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
-        model = model.to(device)
-        tokens = batch_size * dims["seq_len"]
+        model = self.build_model(dims).to(device)
         super().__init__(
             model,
             token_pool(dims, batch_size, device, generator),
-            tokens_per_step=tokens,
-            flops_per_step=lm_flops(model, dims, tokens),
+            tokens_per_step=batch_size * dims["seq_len"],
+            flops_per_step=self.train_flops(model, dims, batch_size),
         )
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        return Gpt(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        return lm_flops(model, dims, batch_size * dims["seq_len"])

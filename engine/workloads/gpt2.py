@@ -70,12 +70,20 @@ class Gpt2Workload(Workload):
         device: torch.device,
         generator: torch.Generator,
     ) -> None:
-        model = Gpt2(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
-        model = model.to(device)
-        tokens = batch_size * dims["seq_len"]
+        model = self.build_model(dims).to(device)
         super().__init__(
             model,
             token_pool(dims, batch_size, device, generator),
-            tokens_per_step=tokens,
-            flops_per_step=lm_flops(model, dims, tokens),
+            tokens_per_step=batch_size * dims["seq_len"],
+            flops_per_step=self.train_flops(model, dims, batch_size),
         )
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        return Gpt2(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        """As nanoGPT's estimate: 6N per token (the tied head counted as a matmul, not the
+        embedding lookup), plus attention."""
+        return lm_flops(model, dims, batch_size * dims["seq_len"])

@@ -113,18 +113,21 @@ class LlamaWorkload(Workload):
         device: torch.device,
         generator: torch.Generator,
     ) -> None:
-        model = Llama(
-            dims["vocab"],
-            dims["seq_len"],
-            dims["width"],
-            dims["layers"],
-            dims["heads"],
-            dims["kv_heads"],
-        ).to(device)
-        tokens = batch_size * dims["seq_len"]
+        model = self.build_model(dims).to(device)
         super().__init__(
             model,
             token_pool(dims, batch_size, device, generator),
-            tokens_per_step=tokens,
-            flops_per_step=lm_flops(model, dims, tokens),
+            tokens_per_step=batch_size * dims["seq_len"],
+            flops_per_step=self.train_flops(model, dims, batch_size),
         )
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        names = ("vocab", "seq_len", "width", "layers", "heads", "kv_heads")
+        return Llama(*(dims[name] for name in names))
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        """6N per token for the matmul weights (the smaller k and v projections of grouped
+        queries included as built), plus attention over every query head."""
+        return lm_flops(model, dims, batch_size * dims["seq_len"])

@@ -18,7 +18,6 @@ from torch import nn
 
 from ampscope.core.config import ConfigError
 from ampscope.core.workload_spec import ModelContext
-from ampscope.engine.flops import count_flops
 from ampscope.engine.workloads.base import Workload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
@@ -117,6 +116,9 @@ class UserBatches:
 
     def cast_inputs(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
+        if self.first is not None:  # read before the cast (to count FLOPs): cast it too
+            inputs, targets = self.first
+            self.first = move(inputs, self.device, dtype), targets
 
     def peek(self) -> tuple[Any, Any]:
         if self.first is None:
@@ -232,17 +234,16 @@ class UserWorkload(Workload):
             model,
             batches,  # type: ignore[arg-type] - a pool in all but name
             tokens_per_step=_positive(answer, "tokens_per_step", spec_text, whole=True),
-            flops_per_step=flops or 0.0,
+            flops_per_step=flops,  # None: counted with FlopCounterMode (engine.flops)
             name=str(name) if name else type(model).__name__,
         )
         self.warnings = warnings
         self.batches = batches
         self.spec_text, self.loss_fn = spec_text, loss
         self.samples_per_step = _positive(answer, "samples_per_step", spec_text, whole=True) or 0
-        self.flops_source = "given" if flops else "counted"
 
     def prepare(self) -> None:
-        """The first batch: the batch size and token count, and the FLOP count, from it."""
+        """The first batch, read before timing starts: the batch size and token count."""
         try:
             inputs, _ = self.batches.peek()
         except ConfigError:
@@ -266,23 +267,9 @@ class UserWorkload(Workload):
         is_ids = first is not None and first.dim() == 2 and not first.is_floating_point()
         if self.tokens_per_step is None and is_ids and first.dtype != torch.bool:
             self.tokens_per_step = int(first.numel())  # (batch, sequence) token ids
-        if self.flops_source == "counted":
-            self._count_flops()
 
-    def _count_flops(self) -> None:
-        inputs, targets = self.batches.peek()
-
-        def step() -> None:
-            self.loss(self.forward(self.model, inputs), targets).backward()
-
-        try:
-            found = count_flops(step)
-        except Exception as exc:  # noqa: BLE001 - the first forward and backward of their model
-            raise self.first_step_failure(exc) from None
-        finally:
-            self.model.zero_grad(set_to_none=True)
-        self.flops_per_step = float(found.flops)
-        self.flops_note = found.note
+    def first_batch(self) -> tuple[Any, Any]:
+        return self.batches.peek()
 
     def forward(self, model: nn.Module, inputs: Any) -> Any:
         if isinstance(inputs, Mapping):
