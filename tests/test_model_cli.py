@@ -30,8 +30,8 @@ EXAMPLES = ROOT / "examples"
 def test_bench_on_a_users_model_gives_a_table_and_a_verdict(tmp_path: Path, capsys) -> None:
     spec = f"{user_model(tmp_path)}:make"
     sets = ["--set", "device='cpu'", "--set", "warmup_steps=2"]
-    code = main(["bench", "fp32", "amp-bf16", "--model", spec, "--steps", "8", *sets,
-                 "--runs-dir", str(tmp_path / "runs")])  # fmt: skip
+    code = main(["bench", "fp32", "amp-bf16", "--model", spec, "--steps", "6", "--repeats", "3",
+                 *sets, "--runs-dir", str(tmp_path / "runs")])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out
     table = [line for line in out.splitlines() if line.startswith(("fp32 ", "amp-bf16 "))]
@@ -39,7 +39,7 @@ def test_bench_on_a_users_model_gives_a_table_and_a_verdict(tmp_path: Path, caps
     assert re.search(r"^amp-bf16: .*fp32", out, re.M), out  # the spoken verdict
     runs = sorted((tmp_path / "runs").glob("*/events.jsonl"))
     hellos = [ev.decode(p.read_bytes().splitlines()[1]) for p in runs]
-    assert [h.workload for h in hellos if isinstance(h, ev.HelloEvent)] == ["teacher-mlp"] * 2
+    assert [h.workload for h in hellos if isinstance(h, ev.HelloEvent)] == ["teacher-mlp"] * 6
 
 
 @pytest.mark.subprocess
