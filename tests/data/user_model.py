@@ -149,3 +149,14 @@ def make_on_cpu_only(ctx):
     if ctx.device.type == "meta":
         raise RuntimeError("this factory needs real tensors")
     return make(ctx)
+
+
+def make_typo(ctx):
+    x, y = data(ctx.seed)
+    return {"model": Net(), "batches": [(x, y)], "lossfn": nn.functional.cross_entropy}
+
+
+def make_vector_loss(ctx):
+    x, y = data(ctx.seed)
+    per_example = nn.CrossEntropyLoss(reduction="none")
+    return {"model": Net(), "batches": [(x[:8], y[:8])], "loss": per_example}
