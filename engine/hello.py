@@ -31,7 +31,10 @@ def choose_peak(s: Setup) -> tuple[float | None, str]:
     return None, CPU_PEAK_NOTE
 
 
-def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
+def make_hello(
+    s: Setup, run_dir: Path | None, ranks: list[ev.RankDevice] | None = None
+) -> ev.HelloEvent:
+    """``ranks``: every rank's device, gathered beforehand (a collective) on several processes."""
     peak, note = choose_peak(s)
     resolved = cfg.to_dict(s.preset)
     resolved["batch_size"] = s.batch_size
@@ -58,4 +61,8 @@ def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
         flops_per_step=wl.flops_per_step,
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
+        world_size=s.link.world_size,
+        backend=s.link.backend,
+        strategy=s.preset.parallel.strategy if s.link.world_size > 1 else None,
+        ranks=ranks,
     )

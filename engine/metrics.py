@@ -8,6 +8,7 @@ into a step event, warnings, and the run's statistics.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import psutil
@@ -15,6 +16,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
+from ampscope.engine.link import RankFigures
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
@@ -37,10 +39,19 @@ METRICS_WIDTH = len(StepMetrics._fields)
 
 
 class NonFiniteLoss(Exception):
-    def __init__(self, step: int, loss: float) -> None:
+    def __init__(self, step: int, loss: float, ranks: list[int] | None = None) -> None:
         super().__init__(f"loss became {loss} at step {step}")
         self.step = step
         self.loss = loss
+        self.ranks = ranks  # on several processes, the ranks whose own loss was not finite
+
+
+class ReplicasDiverged(Exception):
+    """Ranks disagree on something every replica must share: one skipped a step another took."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 class ZeroGradCounter:
@@ -65,32 +76,81 @@ def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tenso
     return scale.detach().clone().float().reshape(()) if scale is not None else nan
 
 
+class MemoryReader:
+    """This rank's memory after a step: the CUDA allocator's figures, or the process RSS."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.process = psutil.Process()
+        self.rss: int | None = None
+        self.reads = 0
+
+    def read(self) -> tuple[int | None, int | None, int | None]:
+        """(allocated, reserved, peak) bytes; on the CPU only the process RSS is known."""
+        if self.device.type == "cuda":
+            d = self.device
+            return (
+                torch.cuda.memory_allocated(d),
+                torch.cuda.memory_reserved(d),
+                torch.cuda.max_memory_allocated(d),
+            )
+        self.reads += 1
+        if self.reads % RSS_EVERY == 1 or self.rss is None:
+            self.rss = self.process.memory_info().rss
+        return self.rss, None, None
+
+    def figures(self, rank: int, item: FinishedStep) -> RankFigures:
+        return RankFigures(rank, item.step, item.step_ms, item.values, *self.read())
+
+
 class StepReporter:
-    """Turns finished steps into step events and keeps the run's statistics."""
+    """Turns finished steps (each as every rank's figures) into step events and statistics."""
 
     def __init__(self, s: Setup, writer: EventWriter, stats: RunStats, peak: float | None) -> None:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.scaled = s.policy.use_scaler
-        self.process = psutil.Process()
         self.warned_skip = False
-        self.rss: int | None = None
 
-    def report(self, item: FinishedStep) -> None:
-        m = StepMetrics(*item.values)
-        skipped = self.scaled and m.scale_after < m.scale_before
-        self._count(item, m.loss, skipped)
-        self.writer.emit(self._step_event(item, m, skipped))
-        self._warn(item.step, m, skipped)
-        if not math.isfinite(m.loss) and (
+    def report(self, ranks: list[RankFigures]) -> None:
+        """One step, ``ranks`` by rank (one entry on one process)."""
+        step = ranks[0].step
+        each = [StepMetrics(*f.values) for f in ranks]
+        m = each[0]
+        skips = [self.scaled and x.scale_after < x.scale_before for x in each]
+        if any(skips) and not all(skips):
+            self._diverged(step, skips)
+        skipped = skips[0]
+        loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
+        job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
+        self._count(step, job_ms, loss, skipped, ranks)
+        self.writer.emit(self._step_event(step, job_ms, loss, m, skipped, ranks))
+        self._warn(step, m, skipped)
+        if not math.isfinite(loss) and (
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         ):
-            raise NonFiniteLoss(item.step, m.loss)
+            bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
+            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None)
 
-    def _count(self, item: FinishedStep, loss: float, skipped: bool) -> None:
+    def _diverged(self, step: int, skips: list[bool]) -> None:
+        took = [r for r, s in enumerate(skips) if not s]
+        skipped = [r for r, s in enumerate(skips) if s]
+        raise ReplicasDiverged(
+            step,
+            f"Replicas diverged at step {step}: GradScaler skipped it on rank(s) "
+            f"{_ranks(skipped)} but not on rank(s) {_ranks(took)}. Every rank must see the same "
+            "inf/NaN verdict (all-reduced gradients, or a ShardedGradScaler under FSDP); from "
+            "here the ranks would train different models.",
+        )
+
+    def _count(
+        self, step: int, job_ms: float, loss: float, skipped: bool, ranks: list[RankFigures]
+    ) -> None:
         stats = self.stats
-        stats.steps_done = item.step + 1
-        stats.step_ms.append(item.step_ms)
+        stats.steps_done = step + 1
+        stats.step_ms.append(job_ms)
         stats.skipped += skipped
+        if len(ranks) > 1:
+            stats.add_rank_steps([(f.step_ms, f.mem_peak or f.mem_allocated) for f in ranks])
         if math.isfinite(loss):
             stats.nonfinite_run = 0
             stats.loss_final = loss
@@ -99,29 +159,41 @@ class StepReporter:
         else:
             stats.nonfinite_run += 1
 
-    def _step_event(self, item: FinishedStep, m: StepMetrics, skipped: bool) -> ev.StepEvent:
-        workload = self.s.workload
-        allocated, reserved, peak_mem = self.memory()
+    def _step_event(
+        self,
+        step: int,
+        job_ms: float,
+        loss: float,
+        m: StepMetrics,
+        skipped: bool,
+        ranks: list[RankFigures],
+    ) -> ev.StepEvent:
+        """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
+        workload, world = self.s.workload, len(ranks)
+        allocated = _largest(f.mem_allocated for f in ranks)
+        reserved = _largest(f.mem_reserved for f in ranks)
+        peak_mem = _largest(f.mem_peak for f in ranks)
         self.stats.mem_peak = max(self.stats.mem_peak or 0, peak_mem or allocated or 0) or None
-        seconds = item.step_ms / 1000.0
-        tflops = workload.flops_per_step / seconds / 1e12
+        seconds = job_ms / 1000.0
+        tflops = world * workload.flops_per_step / seconds / 1e12
         tokens = workload.tokens_per_step
         return ev.StepEvent(
-            step=item.step,
-            step_ms=round(item.step_ms, 4),
-            loss=m.loss if math.isfinite(m.loss) else None,
+            step=step,
+            step_ms=round(job_ms, 4),
+            loss=loss if math.isfinite(loss) else None,
             loss_scale=m.scale_after if self.scaled else None,
             skipped=skipped,
             grad_norm=m.grad_norm if math.isfinite(m.grad_norm) else None,
-            samples_per_s=workload.samples_per_step / seconds,
-            tokens_per_s=tokens / seconds if tokens else None,
+            samples_per_s=world * workload.samples_per_step / seconds,
+            tokens_per_s=world * tokens / seconds if tokens else None,
             tflops=tflops,
-            mfu=tflops / self.peak if self.peak else None,
+            mfu=tflops / (world * self.peak) if self.peak else None,
             mem_allocated=allocated,
             mem_reserved=reserved,
             mem_peak=peak_mem,
             grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
             lr=self.s.preset.lr,
+            ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
         )
 
     def _warn(self, step: int, m: StepMetrics, skipped: bool) -> None:
@@ -144,15 +216,24 @@ class StepReporter:
                 ev.WarningEvent(code="scale-collapse", step=step, message=message), urgent=True
             )
 
-    def memory(self) -> tuple[int | None, int | None, int | None]:
-        """(allocated, reserved, peak) bytes; on the CPU only the process RSS is known."""
-        if self.s.info.is_cuda:
-            d = self.s.info.device
-            return (
-                torch.cuda.memory_allocated(d),
-                torch.cuda.memory_reserved(d),
-                torch.cuda.max_memory_allocated(d),
-            )
-        if self.stats.steps_done % RSS_EVERY == 1 or self.rss is None:
-            self.rss = self.process.memory_info().rss
-        return self.rss, None, None
+
+def _rank_step(f: RankFigures, scaled: bool) -> ev.RankStep:
+    m = StepMetrics(*f.values)
+    return ev.RankStep(
+        rank=f.rank,
+        step_ms=round(f.step_ms, 4),
+        loss=m.loss if math.isfinite(m.loss) else None,
+        skipped=scaled and m.scale_after < m.scale_before,
+        mem_allocated=f.mem_allocated,
+        mem_reserved=f.mem_reserved,
+        mem_peak=f.mem_peak,
+    )
+
+
+def _largest(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)

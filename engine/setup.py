@@ -8,6 +8,8 @@ import torch
 
 from ampscope.core.config import Preset, resolve_workload
 from ampscope.engine.device import DeviceInfo
+from ampscope.engine.link import Link, SoloLink
+from ampscope.engine.parallelize import check_parallel_setup, grad_scaler, parallelize
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -23,31 +25,42 @@ class Setup:
     info: DeviceInfo
     policy: PrecisionPolicy
     workload: Workload
-    model: torch.nn.Module  # the workload's model, compiled when the preset asks
+    model: torch.nn.Module  # the workload's model, wrapped (DDP, FSDP2) and compiled as asked
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     dims: dict[str, int]
-    batch_size: int
+    batch_size: int  # per rank
     nan: torch.Tensor  # a device scalar for "not measured", made once
+    link: Link
 
 
-def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
+def build(
+    preset: Preset,
+    info: DeviceInfo,
+    policy: PrecisionPolicy | None = None,
+    link: Link | None = None,
+) -> Setup:
     policy = policy or precision_policy(preset)
+    link = link or SoloLink()
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
     policy.cast(workload)
-    optimizer = torch.optim.AdamW(
-        workload.model.parameters(),
+    workload.pool.shard(link.rank, link.world_size)
+    model = parallelize(workload.model, preset, policy, info, link.world_size)
+    optimizer = torch.optim.AdamW(  # after sharding: FSDP2 replaces the parameters
+        model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,
         fused=True if info.is_cuda else None,
     )
-    scaler = policy.grad_scaler(info.device, preset.scaler)
-    model = compile_model(workload.model, preset)
+    scaler = grad_scaler(preset, policy, info, link.world_size)
+    model = compile_model(model, preset)
     nan = torch.full((), float("nan"), device=info.device)
-    return Setup(preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan)
+    return Setup(
+        preset, info, policy, workload, model, optimizer, scaler, dims, batch_size, nan, link
+    )
 
 
 def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:
@@ -59,10 +72,13 @@ def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:
     )
 
 
-def check_setup(preset: Preset, policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:
+def check_setup(
+    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, world_size: int = 1
+) -> list[tuple[str, str]]:
     """Refuse (ConfigError) what this device cannot run, before anything is built; return
     (code, message) warnings for what it runs slowly or differently."""
     found = check_device_support(policy, info)
+    check_parallel_setup(preset, info, world_size)
     if preset.compile == "reduce-overhead" and not info.is_cuda:
         found.append(
             (

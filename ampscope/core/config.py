@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from ampscope.core.parallel import Parallel, check_parallel
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -69,6 +71,7 @@ class Debug(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     inf_loss_at_step: StepIndex = 0
     raise_at_step: StepIndex = 0
+    rank: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None  # the one rank struck; unset: all
 
 
 class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -91,6 +94,7 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     telemetry_hz: Annotated[float, Meta(ge=0.25, le=10)] = 2.0  # sys samples a second
     scaler: ScalerOptions = msgspec.field(default_factory=ScalerOptions)
     workload: Workload = msgspec.field(default_factory=Workload)
+    parallel: Parallel = msgspec.field(default_factory=Parallel)
     debug: Debug = msgspec.field(default_factory=Debug)
 
     @property
@@ -364,7 +368,7 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
     if w.kind == "gpt" and w.width is not None and w.heads is not None and w.width % w.heads:
         message = f"workload.width = {w.width} is not divisible by workload.heads = {w.heads}."
         problems.append(("workload.width", message))
-    return problems
+    return problems + check_parallel(preset)
 
 
 def resolve_workload(preset: Preset, on_cuda: bool) -> tuple[dict[str, int], int]:
