@@ -117,19 +117,9 @@ class RankLink:
         """
         received: list[Any] = [None] * self.world_size
         dist.all_gather_object(received, (stop, landed, sample), group=self.host_group)
-        stop_all = False
-        for rank, (rank_stop, figures, rank_sample) in enumerate(received):
-            stop_all = stop_all or rank_stop
-            for f in figures:
-                self._pending.setdefault(f.step, {})[rank] = f
-            if rank_sample is not None:
-                self.put_sample(rank_sample)
-        ready = sorted(s for s, by_rank in self._pending.items() if len(by_rank) == self.world_size)
-        steps = []
-        for step in ready:
-            by_rank = self._pending.pop(step)
-            steps.append([by_rank[r] for r in range(self.world_size)])
-        return steps, stop_all
+        for rank_sample in (r[2] for r in received if r[2] is not None):
+            self.put_sample(rank_sample)
+        return collect(received, self._pending, self.world_size)
 
     def gather(self, value: Any) -> list[Any]:
         """One value from every rank, by rank (a collective: every rank must call it)."""
@@ -204,6 +194,30 @@ class RankLink:
         After a failure, a teardown could also wait on a rank that is gone.
         """
         self._held.extend(objects)
+
+
+def collect(
+    received: list[tuple[bool, list[RankFigures], Any]],
+    pending: dict[int, dict[int, RankFigures]],
+    world_size: int,
+) -> tuple[list[list[RankFigures]], bool]:
+    """Add one exchange's (stop, landed steps, sample) by rank to ``pending``; take out the
+    steps every rank has now reported, oldest first, each as a list by rank.
+
+    A rank's steps land in order, so a step all ranks have reported has no older step
+    missing: the steps come out in order and each exactly once.
+    """
+    stop_all = False
+    for rank, (rank_stop, figures, _sample) in enumerate(received):
+        stop_all = stop_all or rank_stop
+        for f in figures:
+            pending.setdefault(f.step, {})[rank] = f
+    ready = sorted(step for step, by_rank in pending.items() if len(by_rank) == world_size)
+    steps = []
+    for step in ready:
+        by_rank = pending.pop(step)
+        steps.append([by_rank[r] for r in range(world_size)])
+    return steps, stop_all
 
 
 _OPEN: list[RankLink] = []

@@ -24,6 +24,7 @@ from ampscope.core import comparison, records
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.launch import launch_detached
+from ampscope.core.parallel import Launch
 from ampscope.tui.commands import PresetCommands
 from ampscope.tui.engine_process import EngineProcess, kill_all_now
 from ampscope.tui.run_state import RunState, replay
@@ -78,6 +79,7 @@ class AmpscopeApp(App):
         read_only: bool = False,
         follow_live: bool = False,
         on_start: Callable[[AmpscopeApp], Any] | None = None,
+        processes: Launch | None = None,
     ) -> None:
         """``read_only``: no start, stop or preset edits (a served viewer); ``follow_live``: show
         the newest live run and move on to the next (tui.viewer); ``on_start(app)`` runs once
@@ -91,6 +93,7 @@ class AmpscopeApp(App):
         hz = DEFAULT_REFRESH_HZ if refresh_hz is None else float(refresh_hz)
         self.refresh_hz = min(4.0, max(0.5, hz))
         self.extra_overrides = list(extra_overrides)
+        self.processes = processes  # --nproc-per-node and friends: every run the app starts
         self.autostart = autostart
         self.engine: EngineProcess | None = None
         self.state: RunState | None = None
@@ -178,6 +181,7 @@ class AmpscopeApp(App):
                 [*overrides, *self.extra_overrides],
                 runs_dir=self.runs_dir,
                 on_event=state.ingest,
+                launch=self.processes,
             )
             self.state, self.engine = state, engine
             self._sys_proc = None
@@ -193,7 +197,7 @@ class AmpscopeApp(App):
 
         try:
             run_dir, pid = launch_detached(
-                preset, [*overrides, *self.extra_overrides], self.runs_dir
+                preset, [*overrides, *self.extra_overrides], self.runs_dir, self.processes
             )
         except (cfg.ConfigError, OSError) as exc:
             self.notify(str(exc), severity="error", title="Not started")

@@ -16,6 +16,7 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.tui.rank_table import RankTable
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""
@@ -120,6 +121,7 @@ class RunState:
         self.gpu_seen = False
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
+        self.ranks = RankTable()  # each rank of a run on several processes
 
     # ---------------------------------------------------------------- ingest
 
@@ -136,6 +138,7 @@ class RunState:
                 self.add_log("warning", None, f"unreadable line: {event.line[:200]}")
             return
         self.last_t = max(self.last_t, event.t)
+        self.ranks.ingest(event)
         if isinstance(event, ev.StepEvent):
             self._on_step(event)
         elif isinstance(event, ev.SysEvent):

@@ -191,7 +191,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=refresh, launch=args.launch)
+    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=refresh, processes=args.launch)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from textual.widgets import Footer, Static
 from ampscope.tui.run_state import RunState
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
+from ampscope.tui.widgets.ranks import RankStrip
 from ampscope.tui.widgets.stat_cards import StatCards
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class RunScreen(Screen):
             yield Static("", id="run-header")
             yield Static("", id="run-error")
         yield StatCards(id="cards")
+        yield RankStrip(id="ranks")
         with Grid(id="plots"):
             yield StepTimePlot(id="plot-step")
             yield LossPlot(id="plot-loss")
@@ -96,6 +98,7 @@ class RunScreen(Screen):
         error.update(state.error or "")
         error.display = bool(state.error)
         self.query_one(StatCards).show(state.cards())
+        self.query_one(RankStrip).show(state.ranks)
         self.query_one(EventLog).sync(state)
 
     def redraw_plots(self) -> None:
