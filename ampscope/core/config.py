@@ -368,7 +368,7 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
     if w.kind == "gpt" and w.width is not None and w.heads is not None and w.width % w.heads:
         message = f"workload.width = {w.width} is not divisible by workload.heads = {w.heads}."
         problems.append(("workload.width", message))
-    return problems + check_parallel(preset)
+    return problems + check_parallel(preset.precision, preset.parallel)
 
 
 def resolve_workload(preset: Preset, on_cuda: bool) -> tuple[dict[str, int], int]:

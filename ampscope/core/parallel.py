@@ -15,12 +15,9 @@ from __future__ import annotations
 import errno
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
-
-if TYPE_CHECKING:
-    from ampscope.core.config import Preset
 
 Strategy = Literal["ddp", "fsdp2"]
 WireDtype = Literal["auto", "fp32", "bf16", "fp16"]
@@ -63,9 +60,8 @@ def fsdp_dtypes(precision: str, parallel: Parallel) -> tuple[str, str]:
     return param, reduce
 
 
-def check_parallel(preset: Preset) -> list[tuple[str, str]]:
+def check_parallel(precision: str, p: Parallel) -> list[tuple[str, str]]:
     """(key at fault, message) for ``[parallel]`` fields that do not fit together."""
-    p = preset.parallel
     problems: list[tuple[str, str]] = []
     if p.strategy == "ddp":
         for name in ("param_dtype", "reduce_dtype"):
@@ -86,11 +82,11 @@ def check_parallel(preset: Preset) -> list[tuple[str, str]]:
                 "gradients in parallel.reduce_dtype (fp32, bf16 or fp16).",
             )
         )
-    if p.strategy == "fsdp2" and preset.precision in PURE_CASTS and p.param_dtype != "auto":
+    if p.strategy == "fsdp2" and precision in PURE_CASTS and p.param_dtype != "auto":
         problems.append(
             (
                 "parallel.param_dtype",
-                f"precision = '{preset.precision}' stores the weights in {preset.precision} "
+                f"precision = '{precision}' stores the weights in {precision} "
                 "already, so there is no param_dtype to choose. Leave parallel.param_dtype = "
                 "'auto', or use an amp-* precision (fp32 master weights).",
             )
