@@ -63,6 +63,6 @@ def make_hello(
         tokens_per_step=wl.tokens_per_step,
         world_size=s.link.world_size,
         backend=s.link.backend,
-        strategy=s.preset.parallel.strategy if s.link.world_size > 1 else None,
+        strategy=s.preset.parallel.strategy if s.link.grouped else None,
         ranks=ranks,
     )

@@ -58,6 +58,7 @@ class SoloLink:
     world_size = 1
     backend: str | None = None
     lead = True
+    grouped = False
 
     def exchange(
         self, landed: list[RankFigures], stop: bool, sample: ev.RankSys | None = None
@@ -89,6 +90,7 @@ class RankLink:
     """One rank of several, joined to the process group torchrun prepared (``env://``)."""
 
     def __init__(self, ranks: RankEnv, device: torch.device) -> None:
+        self.grouped = True
         self.rank = ranks.rank
         self.world_size = ranks.world_size
         self.lead = ranks.lead

@@ -29,10 +29,10 @@ DTYPES = {
 CHECKSUM_MODULUS = 1_000_003  # position weights, so that swapped values change the sum
 
 
-def check_parallel_setup(preset: Preset, info: DeviceInfo, world_size: int) -> None:
+def check_parallel_setup(preset: Preset, info: DeviceInfo, grouped: bool) -> None:
     """Refuse what this device's backend cannot do, before the model is built."""
     compression = preset.parallel.grad_compression
-    if world_size > 1 and compression == "bf16" and not info.is_cuda:
+    if grouped and compression == "bf16" and not info.is_cuda:
         raise ConfigError(
             "parallel.grad_compression = 'bf16' needs NCCL (CUDA GPUs); torch's gloo backend "
             "has no bf16 all-reduce hook. On the CPU use 'fp16' or 'none'.",
@@ -41,10 +41,11 @@ def check_parallel_setup(preset: Preset, info: DeviceInfo, world_size: int) -> N
 
 
 def parallelize(
-    model: nn.Module, preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, world_size: int
+    model: nn.Module, preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool
 ) -> nn.Module:
-    """The model each rank trains: itself on one process, else wrapped by the strategy."""
-    if world_size == 1:
+    """The model each rank trains: itself outside a process group, else wrapped by the
+    strategy."""
+    if not grouped:
         return model
     if preset.parallel.strategy == "fsdp2":
         return shard(model, preset, policy)
@@ -97,10 +98,10 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
 
 def grad_scaler(
-    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, world_size: int
+    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool
 ) -> torch.amp.GradScaler:
     """The policy's scaler; under FSDP2 the sharded one (every rank sees only its shard)."""
-    if world_size == 1 or preset.parallel.strategy != "fsdp2" or not policy.use_scaler:
+    if not grouped or preset.parallel.strategy != "fsdp2" or not policy.use_scaler:
         return policy.grad_scaler(info.device, preset.scaler)
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 

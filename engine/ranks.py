@@ -1,8 +1,9 @@
 """Which rank this engine process is, as torchrun tells it (environment variables; no torch).
 
 torchrun starts one engine per rank with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE`` and ``GROUP_RANK`` (the node) set. An engine started any other way is
-the only rank of its run.
+``LOCAL_WORLD_SIZE`` and ``GROUP_RANK`` (the node) set; such an engine joins the process group,
+also when it is the only rank (``torchrun --nproc-per-node 1``: the same code path as on eight
+GPUs, on one). An engine started any other way is the only rank of its run and joins nothing.
 
 Rank 0 is the run's voice: it alone writes the event stream (stdout) and the run record, with
 every rank's figures gathered to it each step. The other ranks train, check and report to it.
@@ -24,10 +25,12 @@ class RankEnv:
     local_rank: int = 0
     local_world_size: int = 1
     node_rank: int = 0
+    launched: bool = False  # by torchrun
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        """Joins a process group (DDP or FSDP2 around the model)."""
+        return self.launched
 
     @property
     def lead(self) -> bool:
@@ -46,6 +49,7 @@ class RankEnv:
                 local_rank=int(env.get("LOCAL_RANK", "0")),
                 local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
                 node_rank=int(env.get("GROUP_RANK", "0")),
+                launched=True,
             )
         except ValueError:
             raise ConfigError(

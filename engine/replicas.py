@@ -23,7 +23,7 @@ from ampscope.engine.telemetry import TelemetrySampler, start_for_run
 
 def rank_devices(s: Setup) -> list[ev.RankDevice] | None:
     """Every rank's host and device, gathered to all (None on one process)."""
-    if s.link.world_size == 1:
+    if not s.link.grouped:
         return None
     mine = ev.RankDevice(
         rank=s.link.rank,
@@ -40,7 +40,7 @@ def start_sampler(
 ) -> tuple[TelemetrySampler, Callable[[], ev.RankSys | None]]:
     """The run's telemetry sampler, and a call that hands this rank's newest sample (once) to
     the step exchange. Rank 0's ``sys`` events carry every rank's latest sample."""
-    if link.world_size == 1:
+    if not link.grouped:
         return start_for_run(writer, info, hz=hz), lambda: None
     newest: list[ev.RankSys | None] = [None]
 
@@ -78,7 +78,7 @@ def compare_weights(s: Setup, last_step: int | None) -> list[str | None] | None:
     DDP keeps a full replica on every rank, identical after every step; FSDP2 gathers the
     shards, so every rank sees the same whole weights too.
     """
-    if s.link.world_size == 1:
+    if not s.link.grouped:
         return None
     sums: list[str | None] = s.link.gather(param_checksum(s.model))
     if len(set(sums)) > 1:

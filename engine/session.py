@@ -50,7 +50,7 @@ def train_preset(
     try:
         info = resolve_device(preset.device, ranks)
         policy = precision_policy(preset)
-        setup_warnings = check_setup(preset, policy, info, ranks.world_size)
+        setup_warnings = check_setup(preset, policy, info, ranks.distributed)
         link = connect(ranks, info.device)
         setup = build(preset, info, policy, link)
         link.hold(setup)

@@ -48,14 +48,14 @@ def build(
     workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
     policy.cast(workload)
     workload.pool.shard(link.rank, link.world_size)
-    model = parallelize(workload.model, preset, policy, info, link.world_size)
+    model = parallelize(workload.model, preset, policy, info, link.grouped)
     optimizer = torch.optim.AdamW(  # after sharding: FSDP2 replaces the parameters
         model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,
         fused=True if info.is_cuda else None,
     )
-    scaler = grad_scaler(preset, policy, info, link.world_size)
+    scaler = grad_scaler(preset, policy, info, link.grouped)
     model = compile_model(model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(
@@ -73,12 +73,12 @@ def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:
 
 
 def check_setup(
-    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, world_size: int = 1
+    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool = False
 ) -> list[tuple[str, str]]:
     """Refuse (ConfigError) what this device cannot run, before anything is built; return
     (code, message) warnings for what it runs slowly or differently."""
     found = check_device_support(policy, info)
-    check_parallel_setup(preset, info, world_size)
+    check_parallel_setup(preset, info, grouped)
     if preset.compile == "reduce-overhead" and not info.is_cuda:
         found.append(
             (
