@@ -4,11 +4,12 @@ stops that leave no process behind. Tiny models: two processes share two cores."
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -199,7 +200,7 @@ def test_sigterm_to_torchrun_stops_every_rank_and_the_record_says_stopped(
         assert_all_gone([proc.pid, *rank_pids(events)])
 
 
-def test_the_dashboard_follows_a_two_rank_run(tmp_path: Path) -> None:
+def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Path) -> None:
     from ampscope.tui.app import AmpscopeApp
     from ampscope.tui.widgets.ranks import RankStrip
     from tests.helpers import SIZE, run, wait_for
@@ -207,23 +208,66 @@ def test_the_dashboard_follows_a_two_rank_run(tmp_path: Path) -> None:
     pids: list[int] = []
 
     async def go() -> None:
-        overrides = ["workload.kind='mlp'", "device='cpu'", "steps=40"]
+        overrides = ["workload.kind='mlp'", "device='cpu'", "steps=100000"]
         app = AmpscopeApp(runs_dir=tmp_path, processes=Launch(2), extra_overrides=overrides)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             await app.start_run("fp32")
             pids.append(app.engine.pid)
-            assert await wait_for(pilot, lambda: app.state.status == "done", 180), app.state.error
+            assert await wait_for(pilot, lambda: (app.state.step or 0) >= 5, 180), app.state.error
             pids.extend(r.pid for r in app.state.hello.ranks or [])
             await pilot.pause(0.6)  # a redraw
             strip = app.screen.query_one(RankStrip)
             assert strip.display
-            text = str(strip.render())
-            assert text.startswith("2 ranks ddp/gloo · slowest r")
-            assert [line.split()[0] for line in text.splitlines()[1:]] == ["r0"]
-            assert " r1 " in text.splitlines()[1]
+            lines = str(strip.render()).splitlines()
+            assert lines[0].startswith("2 ranks ddp/gloo · slowest r")
+            assert lines[0].endswith("ms, RSS, CPU")
+            assert [cell.split()[0] for cell in lines[1].split("  ") if cell.strip()][:1] == ["r0"]
+            assert " r1 " in lines[1]
+            await pilot.press("s")  # stop: SIGTERM to torchrun, which stops every rank
+            assert await wait_for(pilot, lambda: app.state.status == "stopped", 60)
+            assert app.state.done is not None and app.state.done.status == "stopped"
             assert app.state.done.world_size == 2
-            assert not math.isnan(app.state.ranks.slowest().lag_ms)
 
     run(go())
     assert_all_gone(pids)
+
+
+def test_a_killed_dashboard_takes_torchrun_and_every_rank_with_it(tmp_path: Path) -> None:
+    master, slave = os.openpty()
+    env = engine_env(
+        AMPSCOPE_AUTOSTART="fp32 workload.kind=mlp device=cpu steps=100000",
+        AMPSCOPE_RUNS_DIR=str(tmp_path),
+        TERM="xterm-256color",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampscope", "--nproc-per-node", "2"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        env=env,
+        cwd=ROOT,
+    )
+    os.close(slave)
+    threading.Thread(target=_drain, args=(master,), daemon=True).start()
+    family: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(family) < 3:  # torchrun and two ranks
+            with contextlib.suppress(psutil.Error):
+                family = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            time.sleep(0.5)
+        assert len(family) >= 3, "torchrun did not start two ranks"
+        proc.kill()  # no handler runs: only the kernel's parent-death signal is left
+        proc.wait(timeout=10)
+    finally:
+        os.close(master)
+        assert_all_gone([proc.pid, *family])
+
+
+def _drain(fd: int) -> None:
+    """A terminal that reads what the dashboard writes."""
+    with contextlib.suppress(OSError):
+        while os.read(fd, 65536):
+            pass
