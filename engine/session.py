@@ -40,7 +40,7 @@ def train_preset(
 ) -> tuple[int, ev.HelloEvent | None]:
     """The exit code, and hello when the run got that far. Faults end as events, not raises."""
     ranks = ranks or RankEnv()
-    stats = RunStats(warmup_steps=preset.warmup_steps)
+    stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
     sampler: TelemetrySampler | None = None

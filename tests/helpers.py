@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import psutil
 
+from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
@@ -37,13 +41,18 @@ def gone(pid: int) -> bool:
         return True
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float) -> bool:
+    """``wait_for`` outside an app: poll ``cond()`` until it holds or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if gone(pid):
+        if cond():
             return True
         time.sleep(0.1)
-    return gone(pid)
+    return cond()
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    return wait_until(lambda: gone(pid), timeout)
 
 
 def select_preset(app: AmpscopeApp, name: str) -> None:
@@ -105,3 +114,197 @@ def step(i: int, ms: float = 10.0, **kw) -> ev.StepEvent:
     )
     fields.update(kw)
     return ev.StepEvent(**fields)
+
+
+def done(status: str = "ok", steps: int = 30) -> ev.DoneEvent:
+    return ev.DoneEvent(
+        status=status,
+        steps_done=steps,
+        step_ms_median=10.0,
+        step_ms_p10=9.0,
+        step_ms_p90=11.0,
+        samples_per_s=800.0,
+        tokens_per_s=None,
+        tflops=0.5,
+        mfu=None,
+        mem_peak=150 << 20,
+        loss_first=2.0,
+        loss_final=0.1,
+        skipped_steps=2,
+        compile_s=None,
+        wall_s=1.0,
+    )
+
+
+# A run session without processes or a screen: a fake engine child and a listener that keeps
+# what the session told it.
+
+
+class FakeEngine:
+    """An engine child without a process. ``finish`` ends it; ``events`` are sent as it starts.
+
+    ``stop()`` behaves like the real engine on SIGTERM: it writes a 'stopped' done and exits 0,
+    unless ``writes_done_on_stop`` is False (a killed engine) and it exits -15.
+    """
+
+    def __init__(
+        self,
+        preset: str,
+        overrides: list[str],
+        runs_dir: Path,
+        on_event: Callable[[ev.Event | ev.UnknownEvent], None],
+        events: Sequence[ev.Event] = (),
+        exit_at_once: int | None = None,
+        writes_done_on_stop: bool = True,
+        fails_with: Exception | None = None,
+    ) -> None:
+        self.preset, self.overrides, self.runs_dir, self.on_event = (
+            preset,
+            overrides,
+            runs_dir,
+            on_event,
+        )
+        self.events = list(events)
+        self.exit_at_once = exit_at_once
+        self.writes_done_on_stop = writes_done_on_stop
+        self.fails_with = fails_with
+        self.stderr_tail: list[str] = []
+        self.stop_requested = False
+        self.killed = False
+        self.returncode: int | None = None
+        self._started = asyncio.Event()
+        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @property
+    def running(self) -> bool:
+        return self._started.is_set() and self.returncode is None
+
+    async def run(self) -> int:
+        self._started.set()
+        if self.fails_with is not None:
+            raise self.fails_with
+        for event in self.events:
+            self.on_event(event)
+        if self.exit_at_once is not None:
+            self.finish(self.exit_at_once)
+        self.returncode = await self._exit
+        return self.returncode
+
+    async def wait_started(self) -> None:
+        await self._started.wait()
+
+    def finish(self, code: int) -> None:
+        if not self._exit.done():
+            self._exit.set_result(code)
+
+    async def stop(self) -> int | None:
+        self.stop_requested = True
+        if self.writes_done_on_stop:
+            self.on_event(ev.empty_done("stopped"))
+            self.finish(0)
+        else:
+            self.finish(-15)
+        return await self._exit
+
+    def kill_now(self) -> None:
+        self.killed = True
+        self.finish(-9)
+
+
+class FakeListener:
+    """What the dashboard would have been told, in order."""
+
+    def __init__(self) -> None:
+        self.started: list = []
+        self.detached: list[Path] = []
+        self.compared: list[tuple[list[str], str]] = []
+        self.told: list[tuple[str, bool, str]] = []
+        self.compared_event = asyncio.Event()
+
+    def run_started(self, run) -> None:
+        self.started.append(run)
+
+    def run_detached(self, run_dir: Path) -> None:
+        self.detached.append(run_dir)
+
+    def sweep_compared(self, runs, baseline: str) -> None:
+        self.compared.append(([r.preset for r in runs], baseline))
+        self.compared_event.set()
+
+    def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
+        self.told.append((message, error, title))
+
+
+def text(screen, selector: str) -> str:
+    """What a Static or Label shows, as plain text."""
+    return str(screen.query_one(selector).render())
+
+
+async def shown(pilot, app, kind: type, timeout: float = 10.0):
+    """Wait until a screen of ``kind`` is on top, and return it (AssertionError if it never is)."""
+    assert await wait_for(pilot, lambda: isinstance(app.screen, kind), timeout), (
+        f"{kind.__name__} not shown; on top: {type(app.screen).__name__}"
+    )
+    return app.screen
+
+
+def write_finished_record(root: Path, preset: str, ms: float = 10.0) -> Path:
+    """A run folder as the engine leaves it: hello, four steps, done."""
+    run_dir = records.new_run_dir(root, preset)
+    events = [hello(preset=preset, run_dir=str(run_dir))]
+    events += [step(i, ms) for i in range(4)]
+    events.append(done("ok", 4))
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+    return run_dir
+
+
+# Simulated benches with a known truth, for the speed verdict.
+
+RUN_SIGMA = 0.02  # run-to-run spread of one run's median step time (log scale): 2 %
+
+
+def simulated_bench(rng: random.Random, repeats: int, log_speedup: float) -> comparison.Row:
+    """Two presets benched ``repeats`` times, interleaved, through the real comparison code.
+
+    Every run's median step time is 100 ms x exp(machine drift of its repeat + its own
+    noise), both normal with sd RUN_SIGMA; the second preset is truly exp(log_speedup) times
+    faster. The drift is shared by the two runs of a repeat, as interleaving intends.
+    """
+    base, other = [], []
+    for _ in range(repeats):
+        drift = rng.gauss(0.0, RUN_SIGMA)
+        for runs, truth in ((base, 0.0), (other, log_speedup)):
+            ms = 100.0 * math.exp(drift + rng.gauss(0.0, RUN_SIGMA) - truth)
+            d = ev.empty_done("ok")
+            d.step_ms_median = d.step_ms_p10 = d.step_ms_p90 = ms
+            runs.append(records.RunRecord(path=Path("/sim"), done=d))
+    rows = [comparison.row_from_runs("a", base), comparison.row_from_runs("b", other)]
+    return comparison.compare(rows, "a")[1]
+
+
+def verdict_rate(repeats: int, log_speedup: float, trials: int, seed: int) -> float:
+    """How often the table calls the second preset faster or slower (significant)."""
+    rng = random.Random(seed)
+    called = 0
+    for _ in range(trials):
+        row = simulated_bench(rng, repeats, log_speedup)
+        if row.significant and (log_speedup == 0 or (row.speedup or 0) > 1):
+            called += 1
+    return called / trials
+
+
+# Shapes of one batch of each workload kind, for counting FLOPs without building its data.
+
+
+def meta_batch(kind: str, dims: dict[str, int], batch_size: int, device: str = "meta"):
+    """(inputs, targets) of the right shapes and dtypes, all zeros (valid labels and tokens)."""
+    import torch
+
+    if kind == "gpt":
+        tokens = torch.zeros(batch_size, dims["seq_len"], dtype=torch.long, device=device)
+        return tokens, tokens
+    labels = torch.zeros(batch_size, dtype=torch.long, device=device)
+    if kind == "mlp":
+        return torch.zeros(batch_size, dims["width"], device=device), labels
+    size = dims["image_size"]
+    return torch.zeros(batch_size, 3, size, size, device=device), labels

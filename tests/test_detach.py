@@ -12,17 +12,31 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.launch import ENGINE_LOG
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource, RecordTail, attach_record
+from ampscope.tui.follow import AttachSource, RecordTail
+from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, gone, hello, run, step, wait_for, wait_gone
+from tests.helpers import (
+    SIZE,
+    gone,
+    hello,
+    run,
+    shown,
+    step,
+    text,
+    wait_for,
+    wait_gone,
+    wait_until,
+)
 
 LONG = ["--set", "steps=100000", "--set", "workload.kind='mlp'", "--set", "device='cpu'"]
 
@@ -53,8 +67,8 @@ def runs_json(capsys, root: Path) -> list[dict]:
 # --------------------------------------------------------------------------- a real detached run
 
 
+@pytest.mark.subprocess
 def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path, capsys) -> None:
-    started = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "ampscope", "run", "mlp-demo", "--detach", *LONG]
         + ["--runs-dir", str(tmp_path)],
@@ -64,22 +78,18 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
         cwd=ROOT,
         timeout=60,
     )
-    launch_s = time.monotonic() - started
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     run_dir, pid = Path(lines[0]), int(lines[1].split()[1])
     try:
-        assert launch_s < 15, f"--detach took {launch_s:.1f} s to return"
+        assert not gone(pid)  # the launcher returned; the run (100000 steps) goes on
         assert run_dir.parent == tmp_path and os.getsid(pid) == pid  # its own session
         assert records.read_live(run_dir)["pid"] == pid
-        deadline = time.monotonic() + 60
-        while step_lines(run_dir) < 3 and time.monotonic() < deadline:
-            assert not gone(pid), (run_dir / ENGINE_LOG).read_text()
-            time.sleep(0.2)
+        started = wait_until(lambda: step_lines(run_dir) >= 3 or gone(pid), 60)
+        assert started and not gone(pid), (run_dir / ENGINE_LOG).read_text()
         assert step_lines(run_dir) >= 3, "no steps in 60 s"
-        size = (run_dir / records.EVENTS_FILE).stat().st_size
-        time.sleep(2.0)
-        assert (run_dir / records.EVENTS_FILE).stat().st_size > size  # it keeps going
+        seen = step_lines(run_dir)
+        assert wait_until(lambda: step_lines(run_dir) > seen, 20)  # it keeps going
         (row,) = runs_json(capsys, tmp_path)
         assert row["state"] == "live" and row["pid"] == pid and row["steps"] >= 3
         assert row["preset"] == "mlp-demo" and row["path"] == str(run_dir)
@@ -88,9 +98,8 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
             # a first viewer attaches and quits: the run goes on
             app = AmpscopeApp(runs_dir=tmp_path)
             async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
-                screen = attach_record(app, run_dir)
-                await pilot.pause(0.3)
+                await shown(pilot, app, PresetsScreen)
+                screen = app.open_run(AttachSource(run_dir))
                 assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 20)
                 assert screen.check_action("stop", ()) is True
                 await pilot.press("q")
@@ -98,16 +107,15 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
             # a second one attaches, catches up, follows, and stops the run
             app = AmpscopeApp(runs_dir=tmp_path)
             async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
+                await shown(pilot, app, PresetsScreen)
                 in_file = step_lines(run_dir)
-                screen = attach_record(app, run_dir)
-                assert isinstance(app.screen, RunScreen)
+                screen = app.open_run(AttachSource(run_dir))
+                assert await shown(pilot, app, RunScreen) is screen
                 assert await wait_for(pilot, lambda: screen.state.step_count >= in_file, 20)
                 seen = screen.state.step_count
                 assert await wait_for(pilot, lambda: screen.state.step_count > seen, 20)
-                await pilot.pause(0.3)
-                header = str(screen.query_one("#run-header").render())
-                assert "attached" in header and "mlp-demo" in header
+                assert await wait_for(pilot, lambda: "attached" in text(screen, "#run-header"))
+                assert "mlp-demo" in text(screen, "#run-header")
                 await pilot.press("s")
                 assert await wait_for(pilot, lambda: screen.state.done is not None, 30)
                 assert screen.state.done.status == "stopped"
@@ -123,30 +131,29 @@ def test_detached_run_outlives_its_launcher_then_attach_and_stop(tmp_path: Path,
         kill(pid)
 
 
+@pytest.mark.subprocess
 def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: Path) -> None:
     pids: list[int] = []
 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=["steps=100000", "device='cpu'"])
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, PresetsScreen)
-            keys = {b.binding.description for b in screen.active_bindings.values()}
-            assert "Detached: off" in keys
+            screen = await shown(pilot, app, PresetsScreen)
+
+            def keys() -> set[str]:
+                return {b.binding.description for b in screen.active_bindings.values()}
+
+            assert "Detached: off" in keys()
             await pilot.press("d")
-            await pilot.pause(0.1)
-            assert app.detach
-            keys = {b.binding.description for b in screen.active_bindings.values()}
-            assert "Detached: ON" in keys and "Detached: off" not in keys
+            assert await wait_for(pilot, lambda: "Detached: ON" in keys(), 5)
+            assert screen.detach and "Detached: off" not in keys()
             options = screen.query_one("#preset-list")
             options.highlighted = [p.name for p in screen.presets].index("mlp-demo")
             options.focus()
             await pilot.press("enter")
-            await pilot.pause(0.3)
-            run_screen = app.screen
-            assert isinstance(run_screen, RunScreen) and isinstance(run_screen.source, AttachSource)
-            assert app.engine is None  # not a child of the app
+            run_screen = await shown(pilot, app, RunScreen)
+            assert isinstance(run_screen.source, AttachSource)
+            assert app.session.engine is None  # not a child of the app
             (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
             pids.append(int(records.read_live(run_dir)["pid"]))
             assert os.getsid(pids[0]) == pids[0]
@@ -161,6 +168,7 @@ def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: P
             kill(pid)
 
 
+@pytest.mark.unit
 def test_detach_refuses_a_bad_preset_and_no_record(tmp_path: Path, capsys) -> None:
     assert cli_main(["run", "nope", "--detach", "--runs-dir", str(tmp_path)]) == 2
     assert "nope" in capsys.readouterr().err
@@ -196,14 +204,16 @@ def dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.subprocess
 def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         make_record(tmp_path, "20260101T000003Z-fp32", sleeper.pid, steps=7)  # live
         make_record(tmp_path, "20260101T000002Z-fp32", dead_pid())  # died without done
-        make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)  # hung
+        # a stale heartbeat from a process that still runs: paused or swapping, not dead
+        make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)
         rows = runs_json(capsys, tmp_path)
-        assert [r["state"] for r in rows] == ["live", "crashed", "crashed"]
+        assert [r["state"] for r in rows] == ["live", "crashed", "stalled"]
         assert rows[0]["steps"] == 7 and rows[0]["pid"] == sleeper.pid
         capsys.readouterr()
         assert cli_main(["runs", "--runs-dir", str(tmp_path)]) == 0
@@ -213,16 +223,14 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
         async def go() -> None:
             app = AmpscopeApp(runs_dir=tmp_path)
             async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
+                await shown(pilot, app, PresetsScreen)
                 await pilot.press("h")
-                await pilot.pause(0.3)
-                assert isinstance(app.screen, HistoryScreen)
-                table = app.screen.query_one("#history-table")
-                assert [table.get_row_at(i)[1] for i in range(3)] == ["live", "crashed", "crashed"]
+                history = await shown(pilot, app, HistoryScreen)
+                table = history.query_one("#history-table")
+                assert await wait_for(pilot, lambda: table.row_count == 3, 5)
+                assert [table.get_row_at(i)[1] for i in range(3)] == ["live", "crashed", "stalled"]
                 await pilot.press("enter")  # the live one: attached, not replayed
-                await pilot.pause(0.5)
-                screen = app.screen
-                assert isinstance(screen, RunScreen)
+                screen = await shown(pilot, app, RunScreen)
                 assert isinstance(screen.source, AttachSource)
                 assert await wait_for(pilot, lambda: screen.state.step_count == 7, 5)
                 assert not screen.state.read_only
@@ -232,11 +240,11 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
                 assert await wait_for(pilot, lambda: screen.source.ended, 5)
                 assert screen.source.crashed and "crashed" in (screen.state.error or "")
                 await pilot.press("escape")
-                await pilot.pause(0.2)
+                await shown(pilot, app, HistoryScreen)
                 await pilot.press("down", "enter")  # a crashed one: replayed
-                await pilot.pause(0.3)
-                assert isinstance(app.screen, RunScreen) and app.screen.source is None
-                assert app.screen.state.read_only
+                replayed = await shown(pilot, app, RunScreen)
+                assert isinstance(replayed.source, RecordSource)  # shown whole, not followed
+                assert replayed.state.read_only
 
         run(go())
     finally:
@@ -244,10 +252,12 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
         sleeper.wait()
 
 
+@pytest.mark.subprocess
 def test_state_rules() -> None:
     assert records.pid_alive(os.getpid()) and not records.pid_alive(dead_pid())
 
 
+@pytest.mark.unit
 def test_state_of_a_finished_record_and_one_without_live_json(tmp_path: Path) -> None:
     run_dir = make_record(tmp_path, "a", os.getpid())
     assert records.load_run(run_dir, with_events=False).state == "live"
@@ -259,6 +269,7 @@ def test_state_of_a_finished_record_and_one_without_live_json(tmp_path: Path) ->
     assert records.load_run(run_dir, with_events=False).state == "stopped"
 
 
+@pytest.mark.unit
 def test_tail_keeps_a_torn_line_until_it_is_complete(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     line = ev.encode(step(3))

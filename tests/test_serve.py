@@ -23,7 +23,7 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.viewer import WaitingScreen
 from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, run, wait_for
+from tests.helpers import SIZE, run, shown, wait_for
 from tests.test_detach import make_record
 
 HAS_SERVE = importlib.util.find_spec("textual_serve") is not None
@@ -36,16 +36,16 @@ def alive(proc: subprocess.Popen) -> bool:
         return False
 
 
+@pytest.mark.unit
 def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, read_only=True)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            assert isinstance(app.screen, PresetsScreen)
+            presets = await shown(pilot, app, PresetsScreen)
             await pilot.press("enter", "r", "d", "s")
-            await pilot.pause(0.3)
-            await app.start_run("fp32")
-            assert app.engine is None and not app.detach
+            await pilot.pause()
+            await app.session.start_run("fp32")
+            assert app.session.engine is None and not presets.detach
             assert not isinstance(app.screen, RunScreen)
             provider = PresetCommands(app.screen)
             await provider.startup()
@@ -55,6 +55,7 @@ def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> None:
     first = subprocess.Popen(["sleep", "60"], start_new_session=True)
     second = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -63,10 +64,9 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
         async def go() -> None:
             app = AmpscopeApp(runs_dir=tmp_path, read_only=True, follow_live=True)
             async with app.run_test(size=SIZE) as pilot:
-                await pilot.pause()
-                assert isinstance(app.screen, WaitingScreen)
+                await shown(pilot, app, WaitingScreen)
                 await pilot.press("s", "r", "enter", "d")
-                assert app.engine is None and list(tmp_path.iterdir()) == []
+                assert app.session.engine is None and list(tmp_path.iterdir()) == []
                 run_a = make_record(tmp_path, "20260101T000001Z-fp32", first.pid, steps=4)
                 assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
                 screen = app.screen
@@ -77,7 +77,7 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
                 for action in ("stop", "restart"):
                     assert screen.check_action(action, ()) is False
                 await pilot.press("s", "r", "space")
-                await pilot.pause(0.3)
+                await pilot.pause()
                 assert alive(first) and not screen.source.stopping
                 # the run ends; the next one starts: the viewer moves on
                 with (run_a / "events.jsonl").open("ab") as fh:
@@ -93,10 +93,9 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
                 )
                 assert len(app.screen_stack) == 3  # default, waiting, the run
                 await pilot.press("escape")
-                await pilot.pause(0.3)
-                assert isinstance(app.screen, WaitingScreen)
+                await shown(pilot, app, WaitingScreen)
                 await pilot.press("enter")  # back to the current run
-                assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
+                await shown(pilot, app, RunScreen)
 
         run(go())
         assert alive(first) and alive(second)
@@ -117,6 +116,7 @@ class FakeServer:
         pass
 
 
+@pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
 def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatch, capsys):
     import textual_serve.server
@@ -134,6 +134,7 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     assert not runs_cli.is_loopback("192.168.1.5")
 
 
+@pytest.mark.unit
 def test_serve_without_textual_serve_exits_2(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "textual_serve.server", None)
     assert cli_main(["serve"]) == 2
@@ -146,6 +147,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
 def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
     port = free_port()

@@ -212,10 +212,13 @@ def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Pat
         app = AmpscopeApp(runs_dir=tmp_path, processes=Launch(2), extra_overrides=overrides)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            await app.start_run("fp32")
-            pids.append(app.engine.pid)
-            assert await wait_for(pilot, lambda: (app.state.step or 0) >= 5, 180), app.state.error
-            pids.extend(r.pid for r in app.state.hello.ranks or [])
+            session = app.session
+            await session.start_run("fp32")
+            pids.append(session.engine.pid)
+            assert await wait_for(pilot, lambda: (session.state.step or 0) >= 5, 180), (
+                session.state.error
+            )
+            pids.extend(r.pid for r in session.state.hello.ranks or [])
             await pilot.pause(0.6)  # a redraw
             strip = app.screen.query_one(RankStrip)
             assert strip.display
@@ -225,9 +228,9 @@ def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Pat
             assert [cell.split()[0] for cell in lines[1].split("  ") if cell.strip()][:1] == ["r0"]
             assert " r1 " in lines[1]
             await pilot.press("s")  # stop: SIGTERM to torchrun, which stops every rank
-            assert await wait_for(pilot, lambda: app.state.status == "stopped", 60)
-            assert app.state.done is not None and app.state.done.status == "stopped"
-            assert app.state.done.world_size == 2
+            assert await wait_for(pilot, lambda: session.state.status == "stopped", 60)
+            assert session.state.done is not None and session.state.done.status == "stopped"
+            assert session.state.done.world_size == 2
 
     run(go())
     assert_all_gone(pids)

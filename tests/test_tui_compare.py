@@ -5,35 +5,36 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ampscope.cli.bench import run_one
 from ampscope.core import comparison, records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen, OverlayPlot
 from ampscope.tui.screens.history import HistoryScreen
-from tests.helpers import FAST, SIZE, run, select_preset, wait_for
+from ampscope.tui.screens.presets import PresetsScreen
+from tests.helpers import FAST, SIZE, run, select_preset, shown, wait_for
 
 SHORT = [*FAST, "steps=6", "warmup_steps=2"]
 
 
+@pytest.mark.subprocess
 def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=SHORT)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await shown(pilot, app, PresetsScreen)
             for name in ("fp32", "mlp-demo"):
                 select_preset(app, name)
                 await pilot.press("m")
             await pilot.press("w")
-            await pilot.pause(0.3)
-            assert app.state is not None and "sweep 1/2" in app.state.header()
-            assert await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen), 120)
-            await pilot.pause(0.3)
-            screen = app.screen
+            assert await wait_for(pilot, lambda: app.session.state is not None, 10)
+            assert "sweep 1/2" in app.session.state.header()
+            screen = await shown(pilot, app, CompareScreen, 120)
             table = screen.query_one("#compare-table")
-            assert table.row_count == 2
+            assert await wait_for(pilot, lambda: table.row_count == 2, 5)
             assert [r.preset for r in screen.rows] == ["fp32", "mlp-demo"]
             assert screen.rows[0].speedup == 1.0  # fp32 is the baseline
-            await pilot.pause(0.3)
             plot = screen.query_one("#compare-loss", OverlayPlot)
             assert [label for label, _, _ in plot.series] == ["fp32", "mlp-demo"]
             assert all(len(xs) == 6 for _, xs, _ in plot.series)
@@ -49,6 +50,7 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
     run(go())
 
 
+@pytest.mark.subprocess
 def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
     for steps in ("4", "8"):
         run_one("mlp-demo", [*SHORT, f"steps={steps}"], tmp_path)
@@ -57,17 +59,15 @@ def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
+            await shown(pilot, app, PresetsScreen)
             await pilot.press("h")
-            await pilot.pause(0.3)
-            assert isinstance(app.screen, HistoryScreen)
+            history = await shown(pilot, app, HistoryScreen)
+            assert await wait_for(pilot, lambda: len(history.paths) == 2, 5)
             await pilot.press("c")  # nothing marked, no sweep: a hint, no screen
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, HistoryScreen)
+            await pilot.pause()
+            assert app.screen is history
             await pilot.press("space", "space", "c")
-            await pilot.pause(0.5)
-            screen = app.screen
-            assert isinstance(screen, CompareScreen)
+            screen = await shown(pilot, app, CompareScreen)
             assert [r.preset for r in screen.rows] == ["mlp-demo#1", "mlp-demo#2"]
             await pilot.press("o")  # sort by step time
             assert "sorted by step time" in str(screen.query_one("#compare-title").render())

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from ampscope.core import config as cfg
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.messages import RunRequested
 
 
 class PresetCommands(Provider):
@@ -18,9 +15,8 @@ class PresetCommands(Provider):
         read_only = getattr(self.app, "read_only", False)  # a served viewer starts nothing
         self.presets = [] if read_only else cfg.list_presets()
 
-    def _command(self, name: str):
-        app: AmpscopeApp = self.app  # type: ignore[assignment]
-        return partial(app.run_preset_from_palette, name)
+    def _command(self, name: str) -> Callable[[], object]:
+        return lambda: self.app.post_message(RunRequested(name))
 
     async def discover(self) -> Hits:
         for info in self.presets:

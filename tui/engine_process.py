@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ampscope.core import events as ev
+from ampscope.core import records
 from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
 from ampscope.core.parallel import Launch
 
@@ -164,10 +165,6 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def live_engines() -> list[int]:
-    return list(_LIVE)
-
-
 def kill_all_now(grace_s: float = 1.0) -> None:
     """For signal handlers: SIGTERM every engine group, wait briefly, then SIGKILL.
 
@@ -182,27 +179,10 @@ def kill_all_now(grace_s: float = 1.0) -> None:
     pending = set(groups)
     while pending and time.monotonic() < deadline:
         for pid in list(pending):
-            if _gone(pid):
+            if not records.pid_alive(pid):  # exited, or a zombie not yet reaped
                 pending.discard(pid)
         if pending:
             time.sleep(0.05)
     for pgid in groups:
         _signal_group(pgid, signal.SIGKILL)
     _LIVE.clear()
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has exited (reaped here, or a zombie)."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return True
-    except ChildProcessError:
-        return True
-    except OSError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
-    except OSError:
-        return True

@@ -14,15 +14,12 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.run_state import RunState
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
-    from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.source import RESTART, STOP
 
 POLL_S = 0.15
 """How often the file is checked for new lines once caught up."""
@@ -69,9 +66,10 @@ def _config(run_dir: Path) -> dict[str, Any]:
 
 
 class AttachSource:
-    """Feeds a RunState from a record on disk; the Run view's source for an attached run."""
+    """The Run view's source for a record on disk, followed as the engine writes it.
 
-    seekable = False
+    ``allow_stop`` False (a served viewer) offers no engine keys at all.
+    """
 
     def __init__(self, run_dir: Path, allow_stop: bool = True, grace_s: float = STOP_GRACE_S):
         self.run_dir = Path(run_dir)
@@ -104,6 +102,11 @@ class AttachSource:
         owner = self.owner()
         return owner is not None and owner[1] == socket.gethostname()
 
+    def allows(self, control: str) -> bool | None:
+        if control not in (STOP, RESTART) or not self.allow_stop:
+            return False
+        return True if control == STOP and self.can_stop else None
+
     def label(self) -> str:
         if self.crashed:
             return "crashed"
@@ -115,9 +118,6 @@ class AttachSource:
 
     # ------------------------------------------------------------------ following
 
-    def start(self, screen: RunScreen) -> None:
-        screen.run_worker(self.follow(screen), group="follow", exit_on_error=False)
-
     def pump(self) -> bool:
         """Ingest what is new; True while more is waiting (catching up)."""
         items, more = self.tail.read()
@@ -125,7 +125,8 @@ class AttachSource:
             self.state.ingest_many(items)
         return more
 
-    async def follow(self, screen: RunScreen | None = None) -> None:
+    async def feed(self) -> None:
+        """Catch up in chunks (the UI stays live), then tail until ``done`` or the engine goes."""
         loop = asyncio.get_running_loop()
         next_check = loop.time() + LIVENESS_S
         while True:
@@ -142,36 +143,19 @@ class AttachSource:
                     while self.pump():  # the last lines, written before it went
                         pass
                     if self.state.done is None:
-                        self._mark_crashed()
+                        self.crashed = True
+                        self.state.engine_gone()
                     break
             await asyncio.sleep(POLL_S)
         self.ended = True
         self.caught_up = True
-        if screen is not None and screen.is_attached:
-            screen.refresh_view()
-            screen.refresh_bindings()
-
-    def _mark_crashed(self) -> None:
-        state = self.state
-        self.crashed = True
-        if state.stop_requested:
-            state.status = "stopped"
-            state.add_log("info", None, "the engine was stopped and wrote no 'done'")
-        else:
-            state.status = "failed"
-            state.error = "crashed: the engine is gone and wrote no 'done' event"
-            state.add_log("error", None, state.error)
-        state.version += 1
 
     # ------------------------------------------------------------------ stop
-
-    def request_stop(self, screen: RunScreen) -> None:
-        screen.run_worker(self.stop(), group="stop", exit_on_error=False)
 
     async def stop(self) -> None:
         """SIGTERM the engine (it finishes its step and writes ``done``), SIGKILL after grace."""
         owner = self.owner()
-        if owner is None or owner[1] != socket.gethostname() or self.ended:
+        if not self.allow_stop or owner is None or owner[1] != socket.gethostname() or self.ended:
             return
         pid = owner[0]
         self.stopping = True
@@ -184,6 +168,9 @@ class AttachSource:
         if records.pid_alive(pid):
             _signal(pid, signal.SIGKILL)
 
+    async def restart(self) -> None:
+        """Not offered: the engine is not this dashboard's child."""
+
 
 def _signal(pid: int, sig: int) -> None:
     """The engine's group when it leads one (a detached engine does), else the pid alone."""
@@ -192,13 +179,3 @@ def _signal(pid: int, sig: int) -> None:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
-
-
-def attach_record(app: AmpscopeApp, run_dir: Path) -> RunScreen:
-    """Show ``run_dir`` in a Run view that follows its record."""
-    from ampscope.tui.screens.run import RunScreen
-
-    source = AttachSource(run_dir, allow_stop=not getattr(app, "read_only", False))
-    screen = RunScreen(source.state, app.refresh_hz, source=source)
-    app.push_screen(screen)
-    return screen

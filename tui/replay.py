@@ -1,4 +1,4 @@
-"""A finished record played back at its recorded pace, with pause and seek.
+"""Finished records in the Run view: played back at their recorded pace, or shown whole.
 
 Events carry ``t`` (seconds since the run started); playback advances a clock by wall time
 times ``speed`` and feeds every event up to it into a RunState. Seeking forward feeds more;
@@ -12,26 +12,48 @@ import bisect
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.run_state import RunState
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
-    from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.source import PAUSE, RESTART, STOP
 
 TICK_S = 0.05
 SEEK_STEP = 0.1
 """left/right move by this fraction of the run."""
 
 
-class ReplaySource:
-    """The Run view's source for a replay. ``state`` is replaced when seeking back."""
+class RecordSource:
+    """A finished record shown whole (History): nothing more to feed, stop or seek."""
 
-    seekable = True
-    can_stop = False
+    def __init__(self, events: Iterable[ev.Event], label: str = "") -> None:
+        self.state = RunState(label=label, read_only=True)
+        self.state.ingest_many(events)
+        self.state.record_ended()
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RecordSource:
+        record = records.load_run(Path(run_dir))
+        return cls(record.events, label=record.preset)
+
+    def label(self) -> str:
+        return ""
+
+    def allows(self, control: str) -> bool | None:
+        return None if control in (STOP, RESTART) else False  # shown disabled: no engine
+
+    async def feed(self) -> None:
+        return
+
+    async def stop(self) -> None:
+        return
+
+    async def restart(self) -> None:
+        return
+
+
+class ReplaySource:
+    """A record played back at ``speed`` times its pace. ``state`` is replaced when seeking back."""
 
     def __init__(self, events: Iterable[ev.Event], label: str = "", speed: float = 1.0) -> None:
         self.events = [e for e in events if isinstance(e, ev.Event)]
@@ -47,7 +69,11 @@ class ReplaySource:
         self.position = 0.0  # record time shown
         self.index = 0  # next event to feed
         self.state = self._new_state()
-        self.screen: RunScreen | None = None
+
+    @classmethod
+    def load(cls, run_dir: Path, speed: float = 1.0) -> ReplaySource:
+        record = records.load_run(Path(run_dir))
+        return cls(record.events, label=record.preset, speed=speed)
 
     def _new_state(self) -> RunState:
         return RunState(label=self.label_text, read_only=True)
@@ -64,21 +90,33 @@ class ReplaySource:
         mark = "end" if self.at_end else "paused" if self.paused else "playing"
         return f"{mark} {self.fraction * 100:.0f}% · {self.speed:g}x"
 
+    def allows(self, control: str) -> bool | None:
+        if control == PAUSE:
+            return True
+        return None if control in (STOP, RESTART) else False  # shown disabled: no engine
+
+    async def stop(self) -> None:
+        return
+
+    async def restart(self) -> None:
+        return
+
     # ------------------------------------------------------------------ playing
 
-    def start(self, screen: RunScreen) -> None:
-        self.screen = screen
-        screen.run_worker(self.play(), group="replay", exit_on_error=False)
-
-    async def play(self) -> None:
+    async def feed(self) -> None:
+        """Play: advance the clock every tick while not paused (seeking works at any time)."""
         last = time.monotonic()
         self.advance_to(0.0)
         while True:
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
-            if not self.paused and not self.at_end:
-                self.advance_to(self.position + (now - last) * self.speed)
+            self.tick(now - last)
             last = now
+
+    def tick(self, wall_s: float) -> None:
+        """``wall_s`` seconds went by: unless paused, the record's clock moves ``speed`` times that."""
+        if not self.paused and not self.at_end:
+            self.advance_to(self.position + wall_s * self.speed)
 
     def advance_to(self, position: float) -> None:
         """Feed the events up to ``position`` (seconds of record time)."""
@@ -89,14 +127,7 @@ class ReplaySource:
             self.index = end
         if self.at_end:
             self.position = self.duration
-            self._finish()
-
-    def _finish(self) -> None:
-        state = self.state
-        if not state.finished:
-            state.status = "incomplete"
-            state.add_log("warning", None, "the record has no 'done' event (the run was cut short)")
-            state.version += 1
+            self.state.record_ended()
 
     # ------------------------------------------------------------------ controls
 
@@ -118,17 +149,4 @@ class ReplaySource:
         if bisect.bisect_right(self.times, position) < self.index:
             self.state = self._new_state()
             self.index = 0
-            if self.screen is not None:
-                self.screen.show_state(self.state)
         self.advance_to(position)
-
-
-def replay_record(app: AmpscopeApp, run_dir: Path, speed: float = 1.0) -> RunScreen:
-    """Play ``run_dir`` back in a Run view."""
-    from ampscope.tui.screens.run import RunScreen
-
-    record = records.load_run(Path(run_dir))
-    source = ReplaySource(record.events, label=record.preset, speed=speed)
-    screen = RunScreen(source.state, app.refresh_hz, source=source)
-    app.push_screen(screen)
-    return screen

@@ -1,21 +1,22 @@
 """What the dashboard knows about one run: a Textual-free model fed with events.
 
 Everything is held in bounded ring buffers, so memory stays flat however long a run is.
-The Run view reads stat-card values and thinned plot series from here on a timer.
+The Run view reads it on a timer: the header from here, stat cards and plot series through
+``ampscope.tui.figures``.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.fp8_recipes import layers_short
+from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
 from ampscope.tui.rank_table import RankTable
 
 MAX_POINTS = 4096
@@ -23,16 +24,9 @@ MAX_POINTS = 4096
 RECENT = 20
 """Steps the stat cards summarise (median of the last RECENT)."""
 MAX_LOG = 1000
+MAX_UNREADABLE_SHOWN = 5
 
 FINAL_STATES = ("done", "failed", "stopped", "incomplete")
-
-
-@dataclass(frozen=True)
-class Card:
-    key: str
-    title: str
-    value: str
-    sub: str = ""
 
 
 @dataclass(frozen=True)
@@ -41,40 +35,6 @@ class LogEntry:
     level: str  # info, warning, error, skipped, stderr
     step: int | None
     text: str
-
-
-def thin(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tuple[list, list]:
-    """At most ``max_points`` points: each bucket of consecutive points keeps its min and max.
-
-    Spikes survive (a one-step stall still shows), and the cost of a redraw no longer
-    depends on how long the run has been going.
-    """
-    n = len(xs)
-    if n <= max_points or max_points < 2:
-        return list(xs), list(ys)
-    buckets = max_points // 2
-    out_x: list = []
-    out_y: list = []
-    for b in range(buckets):
-        lo = b * n // buckets
-        hi = (b + 1) * n // buckets
-        if hi <= lo:
-            continue
-        i_min = i_max = lo
-        for i in range(lo + 1, hi):
-            if ys[i] < ys[i_min]:
-                i_min = i
-            if ys[i] > ys[i_max]:
-                i_max = i
-        for i in sorted({i_min, i_max}):
-            out_x.append(xs[i])
-            out_y.append(ys[i])
-    return out_x, out_y
-
-
-def points_for_width(columns: int) -> int:
-    """About two points per character column of a plot."""
-    return max(4, 2 * columns)
 
 
 class RunState:
@@ -101,8 +61,8 @@ class RunState:
         self._compile_started_t: float | None = None  # event time, for replays
         self.last_t = 0.0
         self.version = 0
-        self.events_seen = 0
         self.unknown_lines = 0
+        self.newer_schema = False  # warned once that the stream is newer than this reader
         self.stop_requested = False
         self.queue_note: str | None = None  # "sweep 2/4" while a queued sweep runs
         self.exit_code: int | None = None
@@ -117,7 +77,6 @@ class RunState:
         self.sys_count = 0
         self.mem_peak: int | None = None
         self.last_sys: ev.SysEvent | None = None
-        self.sys_from_engine = False
         self.gpu_seen = False
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
@@ -131,49 +90,29 @@ class RunState:
 
     def ingest(self, event: ev.Event | ev.UnknownEvent) -> None:
         self.version += 1
-        self.events_seen += 1
+        newer = ev.newer_schema_warning(event)
+        if newer is not None and not self.newer_schema:
+            self.newer_schema = True
+            self.add_log("warning", None, newer)
         if isinstance(event, ev.UnknownEvent):
             self.unknown_lines += 1
-            if self.unknown_lines <= 5:
+            if newer is None and self.unknown_lines <= MAX_UNREADABLE_SHOWN:
                 self.add_log("warning", None, f"unreadable line: {event.line[:200]}")
             return
         self.last_t = max(self.last_t, event.t)
         self.ranks.ingest(event)
-        if isinstance(event, ev.StepEvent):
-            self._on_step(event)
-        elif isinstance(event, ev.SysEvent):
-            self._on_sys(event, from_engine=True)
-        elif isinstance(event, ev.PhaseEvent):
-            self._on_phase(event)
-        elif isinstance(event, ev.HelloEvent):
-            self.hello = event
-            self.add_log(
-                "info",
-                None,
-                f"{event.preset} on {event.device} ({event.device_name}), "
-                f"{fmt_num(event.param_count)} params, "
-                f"torch {event.torch_version}",
-            )
-        elif isinstance(event, ev.WarningEvent):
-            self.add_log("warning", event.step, f"[{event.code}] {event.message}")
-        elif isinstance(event, ev.ErrorEvent):
-            self.error = f"{event.kind}: {event.message}"
-            text = f"[{event.kind}] {event.message}"
-            if event.hint:
-                text += f"\n  hint: {event.hint}"
-            self.add_log("error", event.step, text)
-            if event.traceback:
-                last = [ln for ln in event.traceback.strip().splitlines() if ln.strip()][-3:]
-                for ln in last:
-                    self.add_log("stderr", event.step, ln)
-            if event.kind == "config" and self.status == "starting":
-                self.status = "failed"
-        elif isinstance(event, ev.CompileEvent):
-            self.compile_info = event
-            if event.compile_s is not None:
-                self.compile_s = event.compile_s
-        elif isinstance(event, ev.DoneEvent):
-            self._on_done(event)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _on_hello(self, e: ev.HelloEvent) -> None:
+        self.hello = e
+        self.add_log(
+            "info",
+            None,
+            f"{e.preset} on {e.device} ({e.device_name}), {fmt_num(e.param_count)} params, "
+            f"torch {e.torch_version}",
+        )
 
     def _on_step(self, e: ev.StepEvent) -> None:
         if self.status in ("starting", "compiling"):
@@ -196,29 +135,21 @@ class RunState:
             )
         )
         self.recent_ms.append(e.step_ms)
-        for mem in (e.mem_peak, e.mem_allocated, e.mem_reserved):
-            if mem is not None and (self.mem_peak is None or mem > self.mem_peak):
-                self.mem_peak = mem
+        peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
+        if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
+            self.mem_peak = peak
         if e.skipped:
             self.skipped += 1
             scale = "-" if e.loss_scale is None else fmt_num(e.loss_scale)
             self.add_log("skipped", e.step, f"step skipped (inf/NaN gradients), loss scale {scale}")
 
-    def _on_sys(self, e: ev.SysEvent, from_engine: bool) -> None:
-        if from_engine:
-            self.sys_from_engine = True
+    def _on_sys(self, e: ev.SysEvent) -> None:
+        """The engine's samples are the one source of host and GPU figures (engine/telemetry)."""
         self.last_sys = e
         self.sys_count += 1
         if e.gpu_util is not None or e.gpu_mem_total is not None:
             self.gpu_seen = True
         self.sys.append((e.t, e.gpu_util, e.cpu_util, e.proc_cpu, e.gpu_mem_used, e.gpu_mem_total))
-
-    def ingest_local_sys(self, event: ev.SysEvent) -> None:
-        """A sample the dashboard took itself (psutil) because the engine sends none."""
-        if self.sys_from_engine:
-            return
-        self.version += 1
-        self._on_sys(event, from_engine=False)
 
     def _on_phase(self, e: ev.PhaseEvent) -> None:
         if self.status in FINAL_STATES:
@@ -234,6 +165,27 @@ class RunState:
         elif e.phase == "train" and e.state == "start":
             self.status = "training"
 
+    def _on_warning(self, e: ev.WarningEvent) -> None:
+        self.add_log("warning", e.step, f"[{e.code}] {e.message}")
+
+    def _on_error(self, e: ev.ErrorEvent) -> None:
+        self.error = f"{e.kind}: {e.message}"
+        text = f"[{e.kind}] {e.message}"
+        if e.hint:
+            text += f"\n  hint: {e.hint}"
+        self.add_log("error", e.step, text)
+        if e.traceback:
+            last = [ln for ln in e.traceback.strip().splitlines() if ln.strip()][-3:]
+            for ln in last:
+                self.add_log("stderr", e.step, ln)
+        if e.kind == "config" and self.status == "starting":
+            self.status = "failed"
+
+    def _on_compile(self, e: ev.CompileEvent) -> None:
+        self.compile_info = e
+        if e.compile_s is not None:
+            self.compile_s = e.compile_s
+
     def _on_done(self, e: ev.DoneEvent) -> None:
         self.done = e
         self.status = {"ok": "done"}.get(e.status, e.status)
@@ -245,9 +197,12 @@ class RunState:
             self.error = e.error
         text = (
             f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
-            f"{fmt_ms(e.step_ms_median)}, final loss {fmt_num(e.loss_final)}"
+            f"{fmt_ms(e.step_ms_median)}, final loss "
+            + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
         )
         self.add_log("error" if e.status == "failed" else "info", None, text)
+
+    # ---------------------------------------------------------------- endings the stream omits
 
     def process_exited(self, code: int, stderr_tail: Sequence[str] = ()) -> None:
         """The engine process ended; fill in what its stream did not say."""
@@ -268,6 +223,27 @@ class RunState:
             self.add_log("error", None, self.error)
             for line in stderr_tail:
                 self.add_log("stderr", None, line)
+
+    def engine_gone(self) -> None:
+        """A followed record's engine went away without writing ``done``."""
+        if self.stop_requested:
+            self.status = "stopped"
+            self.add_log("info", None, "the engine was stopped and wrote no 'done'")
+        else:
+            self.status = "failed"
+            self.error = "crashed: the engine is gone and wrote no 'done' event"
+            self.add_log("error", None, self.error)
+        self.version += 1
+
+    def record_ended(self) -> None:
+        """A record read to its end; without ``done`` the run was cut short."""
+        if self.finished:
+            return
+        self.status = "incomplete"
+        self.add_log("warning", None, "the record has no 'done' event (the run was cut short)")
+        self.version += 1
+
+    # ---------------------------------------------------------------- the event log
 
     def add_log(self, level: str, step: int | None, text: str) -> None:
         self.log_seq += 1
@@ -326,7 +302,9 @@ class RunState:
             progress,
             preset,
             device,
-            str(cfg.get("precision", "?")),
+            layers_short(self.hello.fp8)
+            if self.hello and self.hello.fp8
+            else str(cfg.get("precision", "?")),
             f"compile {cfg.get('compile', '?')}",
         ]
         if self.read_only:
@@ -335,148 +313,15 @@ class RunState:
             parts.append(self.queue_note)
         return " · ".join(parts)
 
-    def cards(self) -> list[Card]:
-        recent = [s for s in list(self.steps)[-RECENT:]]
-        med = self.median_step_ms()
-        sps = _median([s[5] for s in recent])
-        tps = _median([s[6] for s in recent if s[6] is not None])
-        tfl = _median([s[7] for s in recent])
-        mfu = _median([s[8] for s in recent if s[8] is not None])
-        last = self.last_step
-        cards = [
-            Card(
-                "step_ms",
-                "Step time",
-                fmt_ms(med),
-                f"median of last {len(recent)}" if recent else "",
-            ),
-            Card(
-                "throughput",
-                "Throughput",
-                "-" if sps is None else f"{fmt_num(sps)} samples/s",
-                "" if tps is None else f"{fmt_num(tps)} tokens/s",
-            ),
-            Card(
-                "tflops",
-                "TFLOP/s · MFU",
-                "-" if tfl is None else f"{tfl:.3g}",
-                "MFU n/a" if mfu is None else f"MFU {mfu * 100:.1f}%",
-            ),
-            Card(
-                "loss",
-                "Loss",
-                "-" if last is None else _fmt_loss(last.loss),
-                ""
-                if self.done is None or self.done.loss_first is None
-                else f"first {_fmt_loss(self.done.loss_first)}",
-            ),
-        ]
-        if last is None or last.loss_scale is None:
-            cards.append(
-                Card(
-                    "loss_scale",
-                    "Loss scale",
-                    "-" if last is None else "off",
-                    "no GradScaler" if last is not None else "",
-                )
-            )
-        else:
-            cards.append(
-                Card(
-                    "loss_scale",
-                    "Loss scale",
-                    fmt_num(last.loss_scale),
-                    _log2_label(last.loss_scale),
-                )
-            )
-        total = self.step + 1 if self.step is not None else 0
-        cards.append(
-            Card("skipped", "Skipped steps", str(self.skipped), f"of {total}" if total else "")
-        )
-        alloc = last.mem_allocated if last else None
-        resv = last.mem_reserved if last else None
-        sub = " · ".join(
-            x
-            for x in (
-                f"alloc {fmt_bytes(alloc)}" if alloc is not None else "",
-                f"resv {fmt_bytes(resv)}" if resv is not None else "",
-            )
-            if x
-        )
-        cards.append(Card("memory", "Peak memory", fmt_bytes(self.mem_peak), sub))
-        s = self.last_sys
-        cpu = None if s is None else (s.cpu_util if s.cpu_util is not None else s.proc_cpu)
-        if self.gpu_seen and s is not None and s.gpu_util is not None:
-            sub = f"CPU {cpu:.0f}%" if cpu is not None else ""
-            if s.power_w is not None:
-                sub = f"{s.power_w:.0f} W" + (f" · {sub}" if sub else "")
-            cards.append(Card("util", "GPU util", f"{s.gpu_util:.0f}%", sub))
-        else:
-            proc = None if s is None else s.proc_cpu
-            value = "-" if cpu is None else f"CPU {cpu:.0f}%"
-            sub = "no NVIDIA GPU" + ("" if proc is None else f" · engine {proc:.0f}%")
-            cards.append(Card("util", "GPU util", value, sub))
-        return cards
 
-    # series: each returns (xs, [(name, ys), ...]) already thinned to max_points
-    def step_time_series(self, max_points: int) -> tuple[list, list]:
-        xs = [s[0] for s in self.steps]
-        ys = [s[2] for s in self.steps]
-        return thin(xs, ys, max_points)
-
-    def loss_series(self, max_points: int) -> tuple[tuple[list, list], tuple[list, list]]:
-        pts = [(s[0], s[3]) for s in self.steps if s[3] is not None and math.isfinite(s[3])]
-        loss = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-        sc = [(s[0], math.log2(s[4])) for s in self.steps if s[4] is not None and s[4] > 0]
-        scale = thin([p[0] for p in sc], [p[1] for p in sc], max_points)
-        return loss, scale
-
-    def memory_series(self, max_points: int) -> dict[str, tuple[list, list]]:
-        """MiB against seconds since the run started."""
-        out: dict[str, tuple[list, list]] = {}
-        on_cpu = self.hello is not None and self.hello.device == "cpu"
-        allocated = "process RSS" if on_cpu else "allocated"  # the engine reports RSS on CPU
-        for name, idx in ((allocated, 9), ("reserved", 10)):
-            pts = [(s[1], s[idx] / 2**20) for s in self.steps if s[idx] is not None]
-            if pts:
-                out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-        for name, idx in (("device used", 4), ("device total", 5)):
-            pts = [(s[0], s[idx] / 2**20) for s in self.sys if s[idx] is not None]
-            if pts:
-                out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-        return out
-
-    def util_series(self, max_points: int) -> dict[str, tuple[list, list]]:
-        """Percent against seconds since the run started."""
-        out: dict[str, tuple[list, list]] = {}
-        for name, idx in (("GPU", 1), ("CPU", 2), ("engine CPU", 3)):
-            pts = [(s[0], s[idx]) for s in self.sys if s[idx] is not None]
-            if pts:
-                out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-        return out
-
-
-def replay(events: Iterable[ev.Event], label: str = "") -> RunState:
-    """A finished run's state, from its record's events, all at once."""
-    state = RunState(label=label, read_only=True)
-    state.ingest_many(events)
-    if not state.finished:
-        state.status = "incomplete"
-        state.add_log("warning", None, "the record has no 'done' event (the run was cut short)")
-    return state
-
-
-def _median(values: list) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _fmt_loss(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "inf/NaN"  # the stream writes a non-finite loss as null
-    return f"{x:.4g}"
-
-
-def _log2_label(scale: float) -> str:
-    if scale <= 0:
-        return ""
-    return f"2^{math.log2(scale):.0f}"
+_HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
+    ev.HelloEvent: RunState._on_hello,
+    ev.StepEvent: RunState._on_step,
+    ev.SysEvent: RunState._on_sys,
+    ev.PhaseEvent: RunState._on_phase,
+    ev.WarningEvent: RunState._on_warning,
+    ev.ErrorEvent: RunState._on_error,
+    ev.CompileEvent: RunState._on_compile,
+    ev.DoneEvent: RunState._on_done,
+}
+"""What each event type changes; a type this table lacks is counted in ``version`` only."""

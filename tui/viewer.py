@@ -8,7 +8,6 @@ live run in DIR, keeps showing it when it ends, and moves to the next live run w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,82 +15,69 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ampscope.core import records
-from ampscope.tui.follow import AttachSource, attach_record
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
-    from ampscope.tui.screens.run import RunScreen
+from ampscope.core.text import visible
+from ampscope.tui.follow import AttachSource
+from ampscope.tui.messages import RecordOpened
+from ampscope.tui.screens.run import RunScreen
 
 POLL_S = 1.0
 
 
 class WaitingScreen(Screen):
-    """Shown while no live run is there to follow (and under every followed run)."""
+    """Shown while no live run is there to follow, and under every followed run.
+
+    It polls the runs dir and opens the newest live run when it is not the one shown.
+    """
 
     BINDINGS = [
-        Binding("enter", "show_run", "Current run"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("enter", "show_run", "Current run", id="viewer.current-run"),
+        Binding("q", "app.quit", "Quit", id="quit"),
     ]
 
     def __init__(self, runs_dir: Path) -> None:
         super().__init__()
         self.runs_dir = runs_dir
+        self.shown: Path | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(
-            f"ampscope viewer · read-only\n\nWaiting for a live run in {self.runs_dir} …\n\n"
+            f"ampscope viewer · read-only\n\nWaiting for a live run in {visible(str(self.runs_dir))} …\n\n"
             "Runs are started from the presenter's dashboard; this view follows the newest one.",
             id="viewer-waiting",
+            markup=False,
         )
         yield Footer()
 
-    def action_show_run(self) -> None:
-        follower: LiveFollower | None = getattr(self.app, "live_follower", None)
-        if follower is not None:
-            follower.show_latest(force=True)
-
-
-class LiveFollower:
-    """Polls the runs dir; opens the newest live run when it is not the one shown."""
-
-    def __init__(self, app: AmpscopeApp) -> None:
-        self.app = app
-        self.shown: Path | None = None
-        self.screen: RunScreen | None = None
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.poll)
+        self.set_interval(POLL_S, self.poll, name="follow-live")
 
     @property
     def following(self) -> bool:
-        screen = self.screen
-        if screen is None or not screen.is_attached or screen is not self.app.screen:
+        """True while the screen on top follows the run this viewer opened, still going."""
+        screen = self.app.screen
+        if not isinstance(screen, RunScreen):
             return False
         source = screen.source
-        return isinstance(source, AttachSource) and not source.ended
-
-    def newest_live(self) -> Path | None:
-        return next(
-            (r.path for r in records.list_runs(self.app.runs_dir) if r.state == "live"), None
+        return (
+            isinstance(source, AttachSource) and source.run_dir == self.shown and not source.ended
         )
 
+    def newest_live(self) -> Path | None:
+        return next((r.path for r in records.list_runs(self.runs_dir) if r.state == "live"), None)
+
     def poll(self) -> None:
-        if self.following:
-            return
-        self.show_latest()
+        if not self.following:
+            self.show_latest()
 
     def show_latest(self, force: bool = False) -> None:
         path = self.newest_live()
         if path is None or (path == self.shown and not force):
             return
         self.shown = path
-        app = self.app
-        while len(app.screen_stack) > 2:  # keep the waiting screen at the bottom
-            app.pop_screen()
-        self.screen = attach_record(app, path)
+        while self.app.screen is not self and len(self.app.screen_stack) > 1:  # stay below
+            self.app.pop_screen()
+        self.post_message(RecordOpened(path, live=True))
 
-
-def start_following(app: AmpscopeApp) -> LiveFollower:
-    follower = LiveFollower(app)
-    app.live_follower = follower  # type: ignore[attr-defined]
-    app.push_screen(WaitingScreen(app.runs_dir))
-    app.call_after_refresh(follower.poll)
-    app.set_interval(POLL_S, follower.poll, name="follow-live")
-    return follower
+    def action_show_run(self) -> None:
+        self.show_latest(force=True)

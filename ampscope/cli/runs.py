@@ -165,6 +165,9 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
                 "steps": steps,
                 "step_ms_median": median,
                 "loss_final": loss,
+                # a run that ended on inf/NaN: loss_final is null, this names it and its step
+                "loss_nonfinite": record.done.loss_nonfinite if record.done else None,
+                "loss_final_step": record.done.loss_final_step if record.done else None,
                 "pid": pid or (record.hello.pid if record.hello else None),
                 "started_at": record.hello.started_at if record.hello else live.get("started_at"),
                 "path": str(record.path),
@@ -175,7 +178,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ampscope.core.units import fmt_ms, fmt_num
+    from ampscope.core.units import fmt_final_loss, fmt_ms
 
     root = _runs_root(args)
     rows = run_rows(root)
@@ -194,7 +197,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 visible(row["preset"], 40),
                 "-" if row["steps"] is None else str(row["steps"]),
                 fmt_ms(row["step_ms_median"]),
-                fmt_num(row["loss_final"]),
+                fmt_final_loss(row["loss_final"], row["loss_nonfinite"], row["loss_final_step"]),
                 f"{path}  ({row['problem']})" if row["problem"] else path,
             )
         )
@@ -207,13 +210,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- attach and replay
 
 
-def _dashboard(args: argparse.Namespace, on_start: Any) -> int:
-    refresh = getattr(args, "refresh", None)
-    if refresh is not None and not 0.5 <= refresh <= 4:
-        return fail(f"--refresh {refresh} is out of range. Accepted: 0.5 to 4 redraws a second.")
+def _dashboard(args: argparse.Namespace, open_run: Any) -> int:
+    """The dashboard, showing ``open_run`` (a run source) once it is up.
+
+    ``--refresh`` was checked by its argparse type (``run_args.refresh_rate``).
+    """
     from ampscope.tui.app import run_dashboard
 
-    return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, on_start=on_start)
+    refresh = getattr(args, "refresh", None)
+    return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, open_run=open_run)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -233,12 +238,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
             f"ampscope: {path.name} is not running ({state}); showing its record.", file=sys.stderr
         )
 
-    def start(app: Any) -> None:
-        from ampscope.tui.follow import attach_record
+    from ampscope.tui.follow import AttachSource
 
-        attach_record(app, path)
-
-    return _dashboard(args, start)
+    return _dashboard(args, AttachSource(path))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -261,14 +263,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"ampscope: no finished run in {root}; replaying the example {path.name}.")
         else:
             return fail(f"no finished run in {root} to replay.", 1)
-    speed = args.speed
+    from ampscope.tui.replay import ReplaySource
 
-    def start(app: Any) -> None:
-        from ampscope.tui.replay import replay_record
-
-        replay_record(app, path, speed)
-
-    return _dashboard(args, start)
+    return _dashboard(args, ReplaySource.load(path, speed=args.speed))
 
 
 # --------------------------------------------------------------------------- serve

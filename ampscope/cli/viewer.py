@@ -6,16 +6,17 @@ newest live run in DIR.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ampscope.core.run_args import ArgParser, add_refresh_argument
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ampscope.cli.viewer", description=__doc__)
+    parser = ArgParser(prog="python -m ampscope.cli.viewer", description=__doc__)
     parser.add_argument("--runs-dir", type=Path, help="where run records are")
-    parser.add_argument("--refresh", type=float, default=None, help="plot redraws a second")
+    add_refresh_argument(parser)
     args = parser.parse_args(argv)
     from ampscope.tui.app import AmpscopeApp
 

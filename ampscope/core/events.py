@@ -19,6 +19,15 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=False)
     t: float = 0.0
 
 
+class Fp8Layers(msgspec.Struct, kw_only=True):
+    """Which linear layers an fp8 run trains in fp8, and why the others stay in bf16."""
+
+    recipe: str  # torchao's recipe: tensorwise | rowwise
+    emulate: bool  # fp8 rounding with fp32 matmuls (no fp8 Tensor Cores used)
+    converted: list[str]  # layer names, as in model.named_modules()
+    skipped: dict[str, str]  # layer name -> why it stays in bf16
+
+
 class RankDevice(msgspec.Struct, kw_only=True):
     """Where one rank of a run on several processes runs."""
 
@@ -53,9 +62,18 @@ class HelloEvent(Event, tag="hello"):
     peak_tflops: float | None
     peak_tflops_note: str
     param_count: int
-    flops_per_step: float
+    flops_per_step: float  # the figure TFLOP/s and MFU use: see flops_source
     samples_per_step: int
     tokens_per_step: int | None
+    flops_source: Literal["analytic", "counted"] | None = None  # None: a record from before
+    flops_analytic: float | None = None  # the workload's formula
+    flops_counted: float | None = None  # FlopCounterMode, one forward and backward
+    flops_counted_partial: bool = False  # kernels without a FLOP formula ran: a lower bound
+    flops_note: str | None = None  # for people: which figure MFU uses, where it was counted
+    fp8: Fp8Layers | None = None  # precision = "fp8" runs only
+    # Process RSS read before the model was built (null: not read). RSS growth from it is
+    # what `ampscope memory --run` compares with the planner on a CPU.
+    rss_before_model: int | None = None
     world_size: int = 1
     backend: str | None = None  # "nccl" or "gloo"; null on one process
     strategy: str | None = None  # "ddp" or "fsdp2"; null on one process
@@ -107,6 +125,13 @@ class StepEvent(Event, tag="step"):
     grad_zero_frac: float | None
     lr: float
     ranks: list[RankStep] | None = None
+
+
+def peak_memory(step: StepEvent) -> int | None:
+    """What every screen, record and table calls a step's peak memory: the bytes torch's CUDA
+    allocator had given to tensors at most (``max_memory_allocated``; reserved memory is the
+    allocator's cache, not the model's need), or on the CPU the process RSS."""
+    return step.mem_peak if step.mem_peak is not None else step.mem_allocated
 
 
 class CompileEvent(Event, tag="compile"):
@@ -198,11 +223,13 @@ class DoneEvent(Event, tag="done"):
     mfu: float | None
     mem_peak: int | None
     loss_first: float | None
-    loss_final: float | None
+    loss_final: float | None  # the last step's loss; null when it was not finite (see below)
     skipped_steps: int
     compile_s: float | None
     wall_s: float
     error: str | None = None
+    loss_final_step: int | None = None  # the step loss_final (or loss_nonfinite) is from
+    loss_nonfinite: Literal["nan", "inf", "-inf"] | None = None  # the last loss, when not finite
     world_size: int = 1
     ranks: list[RankDone] | None = None
 
@@ -254,6 +281,15 @@ class UnknownEvent(msgspec.Struct):
 
     line: str
     reason: str
+    v: int | None = None
+    """The schema version the line names, when it is a JSON object that names one."""
+
+
+class _Versioned(msgspec.Struct):
+    v: int | None = None
+
+
+_version_decoder = msgspec.json.Decoder(_Versioned)
 
 
 def decode(line: bytes | str) -> Event | UnknownEvent:
@@ -262,7 +298,25 @@ def decode(line: bytes | str) -> Event | UnknownEvent:
         return _decoder.decode(line)
     except (msgspec.MsgspecError, ValueError, RecursionError) as exc:
         text = line.decode(errors="replace") if isinstance(line, bytes) else line
-        return UnknownEvent(line=text.rstrip("\n"), reason=str(exc))
+        try:
+            version = _version_decoder.decode(line).v
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            version = None
+        return UnknownEvent(line=text.rstrip("\n"), reason=str(exc), v=version)
+
+
+def newer_schema_warning(item: Event | UnknownEvent) -> str | None:
+    """What to tell a reader when ``item`` comes from a newer schema than this one reads.
+
+    docs/events.md promises it: a newer stream is read for what this version knows, and said so.
+    """
+    if item.v is None or item.v <= SCHEMA_VERSION:
+        return None
+    return (
+        f"these events are schema version {item.v}; this ampscope reads version "
+        f"{SCHEMA_VERSION}, so it shows what it knows and skips the rest (upgrade ampscope "
+        "to see everything)"
+    )
 
 
 def to_dict(event: Event) -> dict[str, Any]:

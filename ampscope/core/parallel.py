@@ -46,6 +46,7 @@ FSDP_DEFAULTS: dict[str, tuple[str, str]] = {
     "bf16": ("bf16", "bf16"),
     "fp16": ("fp16", "fp16"),
     "fp64": ("fp64", "fp64"),
+    "fp8": ("bf16", "fp32"),  # fp32 master weights, bf16 autocast around the fp8 matmuls
 }
 PURE_CASTS = ("bf16", "fp16", "fp64")
 

@@ -6,9 +6,48 @@ argparse only (no torch, no textual): both front-ends build their parsers from h
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from ampscope.core.parallel import Launch, make_launch
+
+REFRESH_RANGE = (0.5, 4.0)
+"""Dashboard plot redraws a second that ``--refresh`` accepts: lower for slow SSH links."""
+DEFAULT_REFRESH_HZ = 2.0
+
+
+def check_refresh(hz: float) -> float:
+    """``hz`` when it is a redraw rate the dashboard accepts; ValueError naming the range if not."""
+    low, high = REFRESH_RANGE
+    if not (math.isfinite(hz) and low <= hz <= high):
+        raise ValueError(f"{hz:g} is out of range; accepted: {low:g} to {high:g} redraws a second")
+    return hz
+
+
+def refresh_rate(text: str) -> float:
+    """argparse ``type=`` for ``--refresh``: a bad value exits 2 with the accepted range."""
+    try:
+        hz = float(text)
+    except ValueError:
+        low, high = REFRESH_RANGE
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; accepted: {low:g} to {high:g} redraws a second"
+        ) from None
+    try:
+        return check_refresh(hz)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_refresh_argument(p: argparse.ArgumentParser) -> None:
+    low, high = REFRESH_RANGE
+    p.add_argument(
+        "--refresh",
+        type=refresh_rate,
+        default=None,
+        metavar="HZ",
+        help=f"dashboard plot redraw rate, {low:g} to {high:g} (lower it on slow SSH links)",
+    )
 
 
 class ArgParser(argparse.ArgumentParser):

@@ -13,8 +13,6 @@ import unicodedata
 MAX_SHOWN = 4000
 """Characters shown of one user- or record-supplied string; the rest is summarised."""
 
-_SAFE_WHITESPACE = {" "}
-
 
 def _escape(ch: str) -> str:
     code = ord(ch)
@@ -30,7 +28,7 @@ def _escape(ch: str) -> str:
 def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False) -> str:
     """``text`` with control characters (C0, DEL, C1, bidi overrides) shown as escapes.
 
-    ``keep_newlines`` keeps line breaks as they are (multi-line messages such as tracebacks).
+    ``keep_newlines`` keeps line breaks and tabs as they are (multi-line messages, tracebacks).
     Past ``limit`` characters the text is cut and says how much was left out.
     """
     s = str(text)
@@ -39,12 +37,8 @@ def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False
         s = s[:limit]
     out = []
     for ch in s:
-        if (
-            ch == "\n"
-            and keep_newlines
-            or ch in _SAFE_WHITESPACE
-            or unicodedata.category(ch) not in ("Cc", "Cf")
-        ):
+        kept_break = keep_newlines and ch in "\n\t"
+        if kept_break or ch == " " or unicodedata.category(ch) not in ("Cc", "Cf"):
             out.append(ch)
         else:
             out.append(_escape(ch))

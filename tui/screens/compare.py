@@ -7,7 +7,6 @@ Opened from the history (marked runs) or at the end of a sweep. Rows come from
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,10 +17,8 @@ from textual_plotext import PlotextPlot
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.tui.run_state import points_for_width, thin
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.figures import points_for_width, thin
+from ampscope.tui.text import literal
 
 COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
 # The columns the sort key cycles through: (title, Row attribute, largest first?)
@@ -78,10 +75,10 @@ def labels_for(runs: list[records.RunRecord]) -> list[str]:
 
 class CompareScreen(Screen):
     BINDINGS = [
-        Binding("b", "baseline", "Baseline = this row"),
-        Binding("o", "sort", "Sort"),
-        Binding("escape", "back", "Back"),
-        Binding("q", "quit", "Quit"),
+        Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
+        Binding("o", "sort", "Sort", id="compare.sort"),
+        Binding("escape", "back", "Back", id="compare.back"),
+        Binding("q", "app.quit", "Quit", id="quit"),
     ]
 
     def __init__(self, runs: list[records.RunRecord], baseline: str | None = None) -> None:
@@ -138,13 +135,13 @@ class CompareScreen(Screen):
         table.clear()
         for row in rows:
             cells = comparison.cells(row)
-            table.add_row(*[cells[k] for _, k in comparison.COLUMNS], key=row.preset)
+            table.add_row(*[literal(cells[k]) for _, k in comparison.COLUMNS], key=row.preset)
         self.query_one("#compare-title", Static).update(
-            f"{len(rows)} runs · baseline [b]{self.baseline}[/b] · sorted by {title}"
+            f"{len(rows)} runs · baseline [b]{literal(self.baseline)}[/b] · sorted by {title}"
             "  (b: make the highlighted row the baseline, o: next sort column)"
         )
         self.query_one("#compare-verdict", Static).update(
-            "\n".join(comparison.verdicts(rows, self.baseline))
+            "\n".join(literal(v) for v in comparison.verdicts(rows, self.baseline))
         )
 
     def action_baseline(self) -> None:
@@ -167,10 +164,6 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        app: AmpscopeApp = self.app  # type: ignore[assignment]
-        await app.action_quit()
 
 
 def _fields(row: comparison.Row) -> dict:

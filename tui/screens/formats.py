@@ -39,14 +39,17 @@ def split_values(text: str) -> list[str]:
 
 
 class FormatsScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="formats.back"),
+        Binding("q", "app.quit", "Quit", id="quit"),
+    ]
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="formats-tabs"):
             with TabPane("Values", id="tab-values"):
                 yield Label("Values or expressions, separated by commas (e.g. 1 + 2**-9):")
                 yield Input(value=DEFAULT_VALUES, id="formats-input")
-                yield Label("", id="formats-error", classes="error")
+                yield Label("", id="formats-error", classes="error", markup=False)
                 yield DataTable(id="formats-table", zebra_stripes=True)
             with TabPane("Formats", id="tab-facts"):
                 yield DataTable(id="facts-table", zebra_stripes=True)
@@ -121,9 +124,6 @@ class FormatsScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        await self.app.action_quit()
 
 
 def _g(x: object) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,22 +12,21 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ampscope.core import records
-from ampscope.core.units import fmt_ms, fmt_num
+from ampscope.core.units import fmt_final_loss, fmt_ms
+from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.text import literal
 
 
 class HistoryScreen(Screen):
     BINDINGS = [
-        Binding("enter", "open", "Open", show=True),
-        Binding("space", "mark", "Mark"),
-        Binding("c", "compare", "Compare"),
-        Binding("f5", "reload", "Reload"),
-        Binding("escape", "back", "Back"),
-        Binding("b", "back", "Back", show=False),
-        Binding("q", "quit", "Quit"),
+        Binding("enter", "open", "Open", show=True, id="history.open"),
+        Binding("space", "mark", "Mark", id="history.mark"),
+        Binding("c", "compare", "Compare", id="history.compare"),
+        Binding("f5", "reload", "Reload", id="history.reload"),
+        Binding("escape", "back", "Back", id="history.back"),
+        Binding("b", "back", "Back", show=False, id="history.back-alt"),
+        Binding("q", "app.quit", "Quit", id="quit"),
     ]
 
     def __init__(self, runs_dir: Path) -> None:
@@ -39,7 +37,7 @@ class HistoryScreen(Screen):
         self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Runs in {self.runs_dir}", id="history-title")
+        yield Static(f"Runs in {literal(self.runs_dir)}", id="history-title")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-empty")
         yield Footer()
@@ -65,12 +63,14 @@ class HistoryScreen(Screen):
             )
             self.states[run.name] = state = run.state
             table.add_row(
-                run.preset,
+                literal(run.preset),
                 state,
                 "-" if done is None else str(done.steps_done),
                 fmt_ms(done.step_ms_median if done else None),
-                fmt_num(done.loss_final if done else None),
-                started,
+                fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
+                if done
+                else "-",
+                literal(started),
                 "x" if run.name in self.marked else "",
                 key=run.name,
             )
@@ -92,14 +92,8 @@ class HistoryScreen(Screen):
 
     def _open(self, name: str) -> None:
         path = self.paths.get(name)
-        if path is not None:
-            app: AmpscopeApp = self.app  # type: ignore[assignment]
-            if self.states.get(name) == "live":  # follow it rather than replay what is there
-                from ampscope.tui.follow import attach_record
-
-                attach_record(app, path)
-                return
-            app.open_record(path)
+        if path is not None:  # a live one is followed rather than replayed as it is now
+            self.post_message(RecordOpened(path, live=self.states.get(name) == "live"))
 
     def action_mark(self) -> None:
         """Mark or unmark the highlighted run for comparison."""
@@ -126,9 +120,6 @@ class HistoryScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        await self.app.action_quit()
 
 
 def latest_sweep_runs(runs_dir: Path) -> list[Path]:

@@ -12,12 +12,16 @@ from textual.widgets import DataTable, Footer, Input, Label, Select, Static
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
 from ampscope.core.units import fmt_bytes
+from ampscope.tui.text import literal
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 
 
 class MemoryScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back"), Binding("q", "quit", "Quit")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="memory.back"),
+        Binding("q", "app.quit", "Quit", id="quit"),
+    ]
 
     def __init__(self, preset: str | None = None) -> None:
         super().__init__()
@@ -36,7 +40,7 @@ class MemoryScreen(Screen):
                 id="memory-optimizer",
                 compact=True,
             )
-        yield Label("", id="memory-error", classes="error")
+        yield Label("", id="memory-error", classes="error", markup=False)
         yield Static("", id="memory-title")
         yield DataTable(id="memory-table", zebra_stripes=True)
         yield Static("", id="memory-notes")
@@ -51,7 +55,9 @@ class MemoryScreen(Screen):
             "grads",
             "master",
             "optim.",
+            "casts",
             "activ.",
+            "logits",
             "TRAIN",
             "INFER",
             "fits from",
@@ -83,7 +89,7 @@ class MemoryScreen(Screen):
     def show(self, params: int, shape: mp.Shape | None, title: str) -> None:
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
-        rows = mp.plan(params, optimizer=optimizer, shape=shape, flash=True)
+        rows = mp.plan(params, optimizer=optimizer, shape=shape)
         table = self.query_one(DataTable)
         table.clear()
         for r in rows:
@@ -94,27 +100,32 @@ class MemoryScreen(Screen):
                 fmt_bytes(r.grads),
                 fmt_bytes(r.master),
                 fmt_bytes(r.optimizer_state),
+                fmt_bytes(r.cast_copies),
                 fmt_bytes(r.activations),
+                fmt_bytes(r.logits),
                 fmt_bytes(r.train_total),
                 fmt_bytes(r.inference_total),
                 smallest_fit(r.fits_train),
                 key=r.regime,
             )
         self.query_one("#memory-title", Static).update(
-            f"{title}, {optimizer}"
-            + ("" if shape else " · no transformer shape: activations not counted")
+            f"{literal(title)}, {optimizer}"
+            + (
+                f" · {mp.ATTENTION}"
+                if shape
+                else " · no transformer shape: activations not counted"
+            )
         )
         self.query_one("#memory-notes", Static).update(
-            f"B/param: bytes per parameter, training/inference. A GPU fits when the total is <= "
-            f"{mp.FIT_FRACTION:.0%} of the GPU's memory. AMP counts its transient 16-bit weight "
-            "copies; inference ignores the KV cache."
+            f"B/param: bytes per parameter, training/inference. TRAIN adds the columns before "
+            "it (gradients included, though freed before each forward: the measured peak is up "
+            f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
+            "memory. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
+            "logit-sized buffers at the start of backward; inference ignores the KV cache."
         )
 
     def action_back(self) -> None:
         self.app.pop_screen()
-
-    async def action_quit(self) -> None:
-        await self.app.action_quit()
 
 
 def smallest_fit(names: list[str]) -> str:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import copy
 import re
 import typing
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+import msgspec
+from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,9 +19,11 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
-
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
+from ampscope.core.text import visible
+from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.run import LIVE_RUN_SCREEN
+from ampscope.tui.text import literal
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -39,6 +44,15 @@ def field_id(key: str) -> str:
     return "field-" + key.replace(".", "-").replace("_", "-")
 
 
+def save_user_preset(preset: cfg.Preset, name: str) -> Path:
+    """Write ``preset`` as the user preset ``name`` (it then lists as 'NAME  (user)')."""
+    folder = cfg.user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(cfg.to_toml(msgspec.structs.replace(preset, name=name)))
+    return path
+
+
 def parse_field(key: str, text: str) -> Any:
     text = text.strip()
     if key == "device":
@@ -49,7 +63,7 @@ def parse_field(key: str, text: str) -> Any:
 class SaveDialog(ModalScreen[str | None]):
     """Ask for the name of a new user preset."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="save.cancel")]
 
     def __init__(self, suggestion: str) -> None:
         super().__init__()
@@ -59,7 +73,7 @@ class SaveDialog(ModalScreen[str | None]):
         with Vertical(id="save-dialog"):
             yield Label(f"Save as a user preset in {cfg.user_presets_dir()}")
             yield Input(value=self.suggestion, placeholder="name", id="save-name")
-            yield Label("", id="save-error", classes="error")
+            yield Label("", id="save-error", classes="error", markup=False)
             with Horizontal(id="save-buttons"):
                 yield Button("Save", variant="primary", id="save-ok")
                 yield Button("Cancel", id="save-cancel")
@@ -81,24 +95,29 @@ class SaveDialog(ModalScreen[str | None]):
 
 
 class PresetsScreen(Screen):
+    """The first screen. Runs are asked of the app (messages); ``read_only`` offers none."""
+
     BINDINGS = [
-        Binding("enter", "run", "Run", show=False),
-        Binding("r", "run", "Run"),
-        Binding("s", "save", "Save as"),
-        Binding("m", "mark", "Mark for sweep"),
-        Binding("w", "sweep", "Run sweep"),
-        Binding("h", "history", "History"),
-        Binding("f", "formats", "Formats"),
-        Binding("p", "memory", "Memory plan"),
-        Binding("v", "view_run", "Live run"),
+        Binding("enter", "run", "Run", show=False, id="presets.run-enter"),
+        Binding("r", "run", "Run", id="presets.run"),
+        Binding("s", "save", "Save as", id="presets.save"),
+        Binding("m", "mark", "Mark for sweep", id="presets.mark"),
+        Binding("w", "sweep", "Run sweep", id="presets.sweep"),
+        Binding("h", "history", "History", id="presets.history"),
+        Binding("f", "formats", "Formats", id="presets.formats"),
+        Binding("p", "memory", "Memory plan", id="presets.memory"),
+        Binding("v", "view_run", "Live run", id="presets.live-run"),
         # one of the two shows (check_action): the toggle names the current state
-        Binding("d", "toggle_detach(True)", "Detached: off"),
-        Binding("d", "toggle_detach(False)", "Detached: ON"),
-        Binding("q", "quit", "Quit"),
+        Binding("d", "toggle_detach(True)", "Detached: off", id="presets.detach"),
+        Binding("d", "toggle_detach(False)", "Detached: ON", id="presets.detach"),
+        Binding("q", "app.quit", "Quit", id="quit"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, runs_dir: Path, read_only: bool = False) -> None:
         super().__init__()
+        self.runs_dir = runs_dir
+        self.read_only = read_only
+        self.detach = False  # runs started from here outlive the dashboard
         self.presets: list[cfg.PresetInfo] = []
         self.current: cfg.PresetInfo | None = None
         self.base: dict[str, Any] = {}
@@ -106,10 +125,6 @@ class PresetsScreen(Screen):
         self.preset: cfg.Preset | None = None
         self.problem: str | None = None
         self.marked: list[str] = []
-
-    @property
-    def ampscope(self) -> AmpscopeApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
@@ -129,7 +144,7 @@ class PresetsScreen(Screen):
                                 compact=True,
                                 classes="form-input",
                             )
-                yield Label("", id="preset-error", classes="error")
+                yield Label("", id="preset-error", classes="error", markup=False)
                 yield Static("", id="preset-status")
         yield Footer()
 
@@ -148,7 +163,7 @@ class PresetsScreen(Screen):
             [
                 Option(
                     ("● " if p.name in self.marked else "  ")
-                    + p.name
+                    + literal(p.name)
                     + ("  (user)" if p.source == "user" else ""),
                     id=p.name,
                 )
@@ -187,7 +202,8 @@ class PresetsScreen(Screen):
         self.edited = copy.deepcopy(self.base)
         self.preset = preset
         self.query_one("#preset-description", Static).update(
-            f"[b]{info.name}[/b]  [dim]{info.source}: {info.path}[/dim]\n{preset.description}"
+            f"[b]{literal(info.name)}[/b]  [dim]{info.source}: {literal(info.path)}[/dim]\n"
+            + escape(visible(preset.description, keep_newlines=True))
         )
         for key, _label, choices in FIELDS:
             value = cfg.get_dotted(self.base, key)
@@ -281,7 +297,7 @@ class PresetsScreen(Screen):
         if index is not None and index + 1 < options.option_count:
             options.highlighted = index + 1
         self.query_one("#preset-status", Static).update(
-            f"sweep queue: {', '.join(self.marked)}  (w runs it)" if self.marked else ""
+            f"sweep queue: {literal(', '.join(self.marked))}  (w runs it)" if self.marked else ""
         )
 
     async def action_sweep(self) -> None:
@@ -290,24 +306,29 @@ class PresetsScreen(Screen):
             return
         queue, self.marked = list(self.marked), []
         self.reload(select=self.current.name if self.current else None)
-        await self.ampscope.start_sweep(queue)
+        self.post_message(SweepRequested(queue))
 
     async def action_run(self) -> None:
         if self.current is None:
             return
         if not self.base or not self.revalidate() or self.preset is None:
             self.app.notify(
-                self.problem or "This preset cannot run.", severity="error", title="Not valid"
+                visible(self.problem or "This preset cannot run."),
+                severity="error",
+                title="Not valid",
+                markup=False,
             )
             return
         if self.is_edited:
-            await self.ampscope.start_edited_run(self.preset)
+            self.post_message(EditedRunRequested(self.preset, detach=self.detach))
         else:
-            await self.ampscope.start_run(self.current.name)
+            self.post_message(RunRequested(self.current.name, detach=self.detach))
 
     def action_save(self) -> None:
         if self.preset is None or not self.revalidate():
-            self.app.notify(self.problem or "Nothing to save.", severity="error")
+            self.app.notify(
+                visible(self.problem or "Nothing to save."), severity="error", markup=False
+            )
             return
         preset = self.preset
         suggestion = (
@@ -320,32 +341,32 @@ class PresetsScreen(Screen):
             if not name:
                 return
             try:
-                path = self.ampscope.save_user_preset(preset, name)
+                if self.read_only:
+                    raise OSError("this dashboard is read-only")
+                path = save_user_preset(preset, name)
             except OSError as exc:
-                self.app.notify(f"Cannot save: {exc}", severity="error")
+                self.app.notify(visible(f"Cannot save: {exc}"), severity="error", markup=False)
                 return
-            self.app.notify(f"Saved {path}", title="Preset saved")
+            self.app.notify(visible(f"Saved {path}"), title="Preset saved", markup=False)
             self.reload(select=name)
 
         self.app.push_screen(SaveDialog(suggestion), saved)
 
     def action_history(self) -> None:
-        self.ampscope.show_history()
+        self.app.push_screen(HistoryScreen(self.runs_dir))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view_run":
-            return self.ampscope.run_screen is not None
+            return self.app.is_screen_installed(LIVE_RUN_SCREEN)
         if action == "toggle_detach":
-            return not self.ampscope.read_only and parameters[0] != self.ampscope.detach
+            return not self.read_only and parameters[0] != self.detach
         return True
 
     def action_toggle_detach(self, detach: bool) -> None:
         """Runs started while on outlive the dashboard ('ampscope attach' finds them)."""
-        self.ampscope.detach = detach
+        self.detach = detach
         self.refresh_bindings()
 
     def action_view_run(self) -> None:
-        self.ampscope.show_run_screen()
-
-    async def action_quit(self) -> None:
-        await self.ampscope.action_quit()
+        if self.app.is_screen_installed(LIVE_RUN_SCREEN):
+            self.app.push_screen(LIVE_RUN_SCREEN)

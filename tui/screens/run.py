@@ -1,8 +1,6 @@
-"""The live dashboard: header, stat cards, four plots and the event log."""
+"""The Run view: header, stat cards, four plots and the event log, drawn from a run source."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from textual import events
 from textual.app import ComposeResult
@@ -11,51 +9,55 @@ from textual.containers import Grid, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from ampscope.core.run_args import DEFAULT_REFRESH_HZ
+from ampscope.core.text import visible
+from ampscope.tui import figures
+from ampscope.tui.replay import SEEK_STEP
 from ampscope.tui.run_state import RunState
+from ampscope.tui.source import PAUSE, Playback, RunSource
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
 from ampscope.tui.widgets.ranks import RankStrip
 from ampscope.tui.widgets.stat_cards import StatCards
 
-if TYPE_CHECKING:
-    from ampscope.tui.app import AmpscopeApp
-
 SHORT_HEIGHT = 32  # rows below which the view packs tighter
+LIVE_RUN_SCREEN = "live-run"
+"""The name the Run view of the dashboard's own runs is installed under (one, reused)."""
+PLAYBACK_ACTIONS = ("pause", "seek", "seek_to")
 
 
 class RunScreen(Screen):
-    """Shows one RunState. Live runs can be stopped and restarted; replays are read-only."""
+    """Shows one run source. What it offers (stop, restart, pause, seek) is the source's say."""
 
     BINDINGS = [
-        Binding("s", "stop", "Stop"),
-        Binding("r", "restart", "Restart"),
-        Binding("escape", "back", "Back"),
-        Binding("b", "back", "Back", show=False),
-        Binding("q", "quit", "Quit"),
+        Binding("s", "stop", "Stop", id="run.stop"),
+        Binding("r", "restart", "Restart", id="run.restart"),
+        Binding("escape", "back", "Back", id="run.back"),
+        Binding("b", "back", "Back", show=False, id="run.back-alt"),
+        Binding("q", "app.quit", "Quit", id="quit"),
         # replays (priority: the focused event log would scroll on these keys)
-        Binding("space", "pause", "Pause/play", priority=True),
-        Binding("left", "seek(-1)", "-10%", priority=True),
-        Binding("right", "seek(1)", "+10%", priority=True),
-        Binding("home", "seek_to(0)", "Start", show=False, priority=True),
-        Binding("end", "seek_to(1)", "End", show=False, priority=True),
+        Binding("space", "pause", "Pause/play", priority=True, id="replay.pause"),
+        Binding("left", "seek(-1)", "-10%", priority=True, id="replay.back"),
+        Binding("right", "seek(1)", "+10%", priority=True, id="replay.forward"),
+        Binding("home", "seek_to(0)", "Start", show=False, priority=True, id="replay.start"),
+        Binding("end", "seek_to(1)", "End", show=False, priority=True, id="replay.end"),
     ]
 
-    def __init__(self, state: RunState, refresh_hz: float = 4.0, source: Any = None) -> None:
+    def __init__(self, source: RunSource, refresh_hz: float = DEFAULT_REFRESH_HZ) -> None:
         super().__init__()
-        self.state = state
-        self.source = source  # tui.follow.AttachSource or tui.replay.ReplaySource
+        self.source = source
         self.refresh_hz = refresh_hz
         self.redraws = 0
         self.displayed_step: int | None = None
 
     @property
-    def ampscope(self) -> AmpscopeApp:
-        return self.app  # type: ignore[return-value]
+    def state(self) -> RunState:
+        return self.source.state
 
     def compose(self) -> ComposeResult:
         with Vertical(id="run-top"):
-            yield Static("", id="run-header")
-            yield Static("", id="run-error")
+            yield Static("", id="run-header", markup=False)
+            yield Static("", id="run-error", markup=False)
         yield StatCards(id="cards")
         yield RankStrip(id="ranks")
         with Grid(id="plots"):
@@ -67,8 +69,7 @@ class RunScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self.source is not None:
-            self.source.start(self)
+        self._feed()
         self.refresh_view()
         # One redraw timer (2 Hz unless --refresh says otherwise), never a redraw per event:
         # rendering, plotext's above all, is what the UI spends its CPU on.
@@ -77,9 +78,22 @@ class RunScreen(Screen):
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.height < SHORT_HEIGHT, "-short")
 
-    def show_state(self, state: RunState) -> None:
-        self.state = state
-        self.refresh_view()
+    def show(self, source: RunSource) -> None:
+        """Show another source in this view (the dashboard's next run)."""
+        self.source = source
+        if self.is_attached:
+            self._feed()
+            self.refresh_view()
+            self.refresh_bindings()
+
+    def _feed(self) -> None:
+        self.run_worker(self._follow(self.source), group="feed", exclusive=True)
+
+    async def _follow(self, source: RunSource) -> None:
+        await source.feed()
+        if self.is_attached and source is self.source:  # it ended: what is offered changes
+            self.refresh_view()
+            self.refresh_bindings()
 
     def refresh_view(self) -> None:
         self.refresh_text()
@@ -91,13 +105,14 @@ class RunScreen(Screen):
         state = self.state
         self.displayed_step = state.step
         header = state.header()
-        if self.source is not None:
-            header += " · " + self.source.label()
-        self.query_one("#run-header", Static).update(header, layout=False)
+        note = self.source.label()
+        if note:
+            header += " · " + note
+        self.query_one("#run-header", Static).update(visible(header), layout=False)
         error = self.query_one("#run-error", Static)
-        error.update(state.error or "")
+        error.update(visible(state.error or "", keep_newlines=True))
         error.display = bool(state.error)
-        self.query_one(StatCards).show(state.cards())
+        self.query_one(StatCards).show(figures.cards(state))
         self.query_one(RankStrip).show(state.ranks)
         self.query_one(EventLog).sync(state)
 
@@ -109,49 +124,44 @@ class RunScreen(Screen):
         self.redraws += 1
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        source = self.source
-        if action in ("pause", "seek", "seek_to"):
-            return source is not None and source.seekable  # False: not shown at all
-        if getattr(self.app, "read_only", False) and action in ("stop", "restart"):
-            return False  # a viewer: no engine controls
-        if source is not None and action in ("stop", "restart"):
-            return True if action == "stop" and source.can_stop else None
-        if action in ("stop", "restart") and self.state.read_only:
-            return None  # shown disabled: a replay has no engine
-        if action == "stop" and self.state.finished:
-            return None
+        if action in PLAYBACK_ACTIONS:
+            return self.source.allows(PAUSE) is True  # False: not shown at all
+        if action in ("stop", "restart"):
+            return self.source.allows(action)
         return True
 
     def on_screen_resume(self) -> None:
         self.refresh_bindings()
 
-    async def action_stop(self) -> None:
-        if self.source is not None:
-            self.source.request_stop(self)
-            self.refresh_view()
-            return
-        await self.ampscope.stop_run()
+    def action_stop(self) -> None:
+        self.run_worker(self._stop(self.source), group="stop", exclusive=True)
         self.refresh_view()
+
+    async def _stop(self, source: RunSource) -> None:
+        await source.stop()
+        if self.is_attached:
+            self.refresh_view()
+            self.refresh_bindings()
 
     async def action_restart(self) -> None:
-        await self.ampscope.restart_run()
+        await self.source.restart()
 
     def action_pause(self) -> None:
-        self.source.toggle_pause()
-        self.refresh_view()
+        if isinstance(self.source, Playback):
+            self.source.toggle_pause()
+            self.refresh_view()
 
     def action_seek(self, direction: int) -> None:
-        from ampscope.tui.replay import SEEK_STEP
-
-        self.source.seek_by(direction * SEEK_STEP)
-        self.refresh_view()
+        if isinstance(self.source, Playback):
+            self.source.seek_by(direction * SEEK_STEP)
+            self.refresh_view()
 
     def action_seek_to(self, fraction: int) -> None:
-        self.source.seek_fraction(float(fraction))
-        self.refresh_view()
+        if isinstance(self.source, Playback):
+            self.source.seek_fraction(float(fraction))
+            self.refresh_view()
 
     def action_back(self) -> None:
-        self.ampscope.pop_to_presets()
-
-    async def action_quit(self) -> None:
-        await self.ampscope.action_quit()
+        """Back to what was below (the presets, the history, the viewer's waiting screen)."""
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
+from ampscope.core.text import visible
 from ampscope.tui.run_state import RunState
 
 STYLES = {
@@ -36,10 +37,9 @@ class EventLog(RichLog):
             line = Text(no_wrap=False)
             line.append(f"{where}  ", style="dim")
             line.append(f"{entry.level:<8} ", style=STYLES.get(entry.level, ""))
-            line.append(
-                entry.text, style=STYLES.get(entry.level, "") if entry.level == "error" else ""
-            )
+            shown = visible(entry.text, keep_newlines=True)  # a record's text is seen, never obeyed
+            line.append(shown, style=STYLES.get(entry.level, "") if entry.level == "error" else "")
             self.write(line)
-            self.texts.append(f"{where.strip()} {entry.level} {entry.text}")
+            self.texts.append(f"{where.strip()} {entry.level} {shown}")
             if len(self.texts) > self._max_texts:
                 del self.texts[: len(self.texts) - self._max_texts]

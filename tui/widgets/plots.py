@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from ampscope.tui.run_state import RunState, points_for_width
+from ampscope.tui import figures
+from ampscope.tui.figures import points_for_width
+from ampscope.tui.run_state import RunState
 
 MARKER = "hd"  # cheaper than braille, still two points a column
 AXIS_COLUMNS = 10  # what the y axis labels take from the width
@@ -49,7 +51,7 @@ class StepTimePlot(RunPlot):
     TITLE = "step time (ms) / step"
 
     def plot_state(self, state: RunState, max_points: int) -> int:
-        xs, ys = state.step_time_series(max_points)
+        xs, ys = figures.step_time_series(state, max_points)
         if xs:
             self.plt.plot(xs, ys, marker=MARKER, color="cyan")
         return len(xs)
@@ -59,7 +61,7 @@ class LossPlot(RunPlot):
     TITLE = "loss (left) · log2 loss scale (right)"
 
     def plot_state(self, state: RunState, max_points: int) -> int:
-        (lx, ly), (sx, sy) = state.loss_series(max_points)
+        (lx, ly), (sx, sy) = figures.loss_series(state, max_points)
         if lx:
             self.plt.plot(lx, ly, marker=MARKER, color="green", label="loss")
         if sx:
@@ -82,7 +84,7 @@ class MemoryPlot(RunPlot):
 
     def plot_state(self, state: RunState, max_points: int) -> int:
         n = 0
-        for name, (xs, ys) in state.memory_series(max_points).items():
+        for name, (xs, ys) in figures.memory_series(state, max_points).items():
             self.plt.plot(xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name)
             n += len(xs)
         return n
@@ -97,7 +99,7 @@ class UtilPlot(RunPlot):
 
     def plot_state(self, state: RunState, max_points: int) -> int:
         n = 0
-        for name, (xs, ys) in state.util_series(max_points).items():
+        for name, (xs, ys) in figures.util_series(state, max_points).items():
             self.plt.plot(xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name)
             n += len(xs)
         if n:

@@ -1,0 +1,144 @@
+"""What the dashboard knows of a run and draws from it: RunState, stat cards, plot series."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.tui.figures import (
+    cards,
+    loss_series,
+    memory_series,
+    points_for_width,
+    step_time_series,
+    thin,
+    util_series,
+)
+from ampscope.tui.replay import RecordSource
+from ampscope.tui.run_state import MAX_POINTS, RunState
+from tests.helpers import done, hello, step
+
+
+@pytest.mark.unit
+def test_run_state_cards_from_a_synthetic_stream() -> None:
+    state = RunState(label="fp32")
+    assert state.status == "starting"
+    state.ingest(ev.PhaseEvent(phase="setup", state="start"))
+    state.ingest(hello())
+    state.ingest(ev.PhaseEvent(phase="train", state="start", step=0))
+    # 40 steps: the first 20 slow (100 ms), the last 20 alternate 10/30 ms -> median 20 ms
+    for i in range(40):
+        ms = 100.0 if i < 20 else (10.0 if i % 2 else 30.0)
+        scale = 2.0**16 if i < 35 else 2.0**15
+        state.ingest(step(i, ms, loss_scale=scale, skipped=i in (35, 36)))
+    state.ingest(ev.WarningEvent(code="skipped-step", message="GradScaler skipped", step=35))
+    assert state.status == "training"
+    assert state.median_step_ms() == pytest.approx(20.0)
+    shown = {c.key: c for c in cards(state)}
+    assert shown["step_ms"].value == "20.0 ms"
+    assert shown["skipped"].value == "2"
+    assert shown["loss_scale"].value == "32.8k" and shown["loss_scale"].sub == "2^15"
+    assert shown["throughput"].value == "800 samples/s"
+    assert "no NVIDIA GPU" in shown["util"].sub
+    assert shown["memory"].value == "150 MiB"  # peak allocated, never the reserved 200 MiB
+    assert shown["memory"].sub == "peak allocated · resv 200 MiB"
+    levels = [(e.level, e.step) for e in state.log]
+    assert ("skipped", 35) in levels and ("skipped", 36) in levels and ("warning", 35) in levels
+    (lx, _ly), (sx, sy) = loss_series(state, 1000)
+    assert len(lx) == 40 and sy[0] == 16 and sy[-1] == 15  # scale plotted as log2
+    assert "step 40/100" in state.header() and "training" in state.header()
+    state.ingest(done("ok", 40))
+    assert state.status == "done" and state.finished
+
+
+@pytest.mark.unit
+def test_run_state_gpu_sys_events_and_phases() -> None:
+    state = RunState()
+    state.ingest(ev.PhaseEvent(phase="compile", state="start", step=0, t=1.0))
+    assert state.phase_label(now=time.monotonic() + 5).startswith("compiling ")
+    state.ingest(
+        ev.SysEvent(
+            t=2.0,
+            gpu_util=87.0,
+            cpu_util=12.0,
+            gpu_mem_used=3 << 30,
+            gpu_mem_total=80 << 30,
+            power_w=300.0,
+        )
+    )
+    card = {c.key: c for c in cards(state)}["util"]
+    assert card.value == "87%" and "300 W" in card.sub
+    assert set(memory_series(state, 100)) == {"device used", "device total"}
+    assert set(util_series(state, 100)) == {"GPU", "CPU"}
+
+
+@pytest.mark.unit
+def test_host_figures_come_from_the_engines_sys_events_alone() -> None:
+    """No sampler of the dashboard's own: without sys events there are no host figures."""
+    state = RunState()
+    state.ingest(hello())
+    for i in range(5):
+        state.ingest(step(i))
+    assert {c.key: c for c in cards(state)}["util"].value == "-"
+    assert util_series(state, 100) == {}
+    state.ingest(ev.SysEvent(t=2.0, cpu_util=40.0, proc_cpu=90.0, sys_mem_used=1 << 30))
+    card = {c.key: c for c in cards(state)}["util"]
+    assert card.value == "CPU 40%" and "engine 90%" in card.sub
+    assert util_series(state, 100) == {"CPU": ([2.0], [40.0]), "engine CPU": ([2.0], [90.0])}
+
+
+@pytest.mark.unit
+def test_ring_buffers_stay_bounded() -> None:
+    state = RunState(maxlen=256)
+    for i in range(5000):
+        state.ingest(step(i, ms=float(i % 7), skipped=i % 10 == 0))
+    assert len(state.steps) == 256 and state.steps[0][0] == 5000 - 256
+    assert len(state.log) <= 1000 and state.skipped == 500
+    assert RunState().steps.maxlen == MAX_POINTS
+
+
+@pytest.mark.unit
+def test_thinning_keeps_two_points_a_column_and_the_spikes() -> None:
+    xs = list(range(4096))
+    ys = [1.0] * 4096
+    ys[1234] = 50.0  # a single stalled step must survive thinning
+    columns = 60
+    tx, ty = thin(xs, ys, points_for_width(columns))
+    assert len(tx) <= 2 * columns and len(tx) >= columns
+    assert max(ty) == 50.0 and tx == sorted(tx)
+    assert thin([1, 2, 3], [3, 2, 1], 100) == ([1, 2, 3], [3, 2, 1])
+    state = RunState()
+    for i in range(3000):
+        state.ingest(step(i, loss=math.nan if i == 5 else 1.0))
+    xs2, _ = step_time_series(state, points_for_width(columns))
+    assert len(xs2) <= 2 * columns
+    (lx, _), _ = loss_series(state, 10_000)
+    assert 5 not in lx  # non-finite losses are not plotted
+
+
+@pytest.mark.unit
+def test_replay_of_a_record_without_done_is_incomplete() -> None:
+    state = RecordSource([hello(), step(0), step(1)], label="fp32").state
+    assert state.read_only and state.status == "incomplete" and state.step == 1
+
+
+@pytest.mark.unit
+def test_process_exit_without_error_event_shows_stderr() -> None:
+    state = RunState()
+    state.process_exited(1, ["Traceback (most recent call last):", "ImportError: boom"])
+    assert state.status == "failed" and "code 1" in (state.error or "")
+    assert any("ImportError: boom" in e.text for e in state.log)
+
+
+@pytest.mark.unit
+def test_control_characters_are_spelled_out() -> None:
+    from ampscope.core.text import visible
+
+    assert visible("evil\x1b[2J\rdone\x07") == "evil\\x1b[2J\\rdone\\x07"
+    assert visible("two\nlines\tand a tab", keep_newlines=True) == "two\nlines\tand a tab"
+    assert visible("two\nlines") == "two\\nlines"
+    assert visible("\x9b31m") == "\\x9b31m"  # the one-byte CSI too
+    assert visible("fp32 · ok ✓") == "fp32 · ok ✓"

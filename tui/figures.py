@@ -1,0 +1,215 @@
+"""What the Run view draws from a RunState: the stat cards and the plot series.
+
+Read at redraw time, never per event. Series are thinned to the plot's width, so the cost of
+a redraw does not grow with the length of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ampscope.core import events as ev
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.tui.run_state import RECENT, RunState
+
+Series = tuple[list, list]
+
+
+@dataclass(frozen=True)
+class Card:
+    key: str
+    title: str
+    value: str
+    sub: str = ""
+
+
+def thin(xs: Sequence[float], ys: Sequence[float], max_points: int) -> Series:
+    """At most ``max_points`` points: each bucket of consecutive points keeps its min and max.
+
+    Spikes survive (a one-step stall still shows), and the cost of a redraw no longer
+    depends on how long the run has been going.
+    """
+    n = len(xs)
+    if n <= max_points or max_points < 2:
+        return list(xs), list(ys)
+    buckets = max_points // 2
+    out_x: list = []
+    out_y: list = []
+    for b in range(buckets):
+        lo = b * n // buckets
+        hi = (b + 1) * n // buckets
+        if hi <= lo:
+            continue
+        i_min = i_max = lo
+        for i in range(lo + 1, hi):
+            if ys[i] < ys[i_min]:
+                i_min = i
+            if ys[i] > ys[i_max]:
+                i_max = i
+        for i in sorted({i_min, i_max}):
+            out_x.append(xs[i])
+            out_y.append(ys[i])
+    return out_x, out_y
+
+
+def points_for_width(columns: int) -> int:
+    """About two points per character column of a plot."""
+    return max(4, 2 * columns)
+
+
+# --------------------------------------------------------------------------- stat cards
+
+
+def cards(state: RunState) -> list[Card]:
+    """The eight cards, in the order the grid shows them."""
+    return [
+        *_speed_cards(state),
+        *_loss_cards(state),
+        _memory_card(state),
+        _util_card(state),
+    ]
+
+
+def _speed_cards(state: RunState) -> list[Card]:
+    recent = list(state.steps)[-RECENT:]
+    sps = _median([s[5] for s in recent])
+    tps = _median([s[6] for s in recent if s[6] is not None])
+    tfl = _median([s[7] for s in recent])
+    mfu = _median([s[8] for s in recent if s[8] is not None])
+    return [
+        Card(
+            "step_ms",
+            "Step time",
+            fmt_ms(state.median_step_ms()),
+            f"median of last {len(recent)}" if recent else "",
+        ),
+        Card(
+            "throughput",
+            "Throughput",
+            "-" if sps is None else f"{fmt_num(sps)} samples/s",
+            "" if tps is None else f"{fmt_num(tps)} tokens/s",
+        ),
+        Card(
+            "tflops",
+            "TFLOP/s · MFU",
+            "-" if tfl is None else f"{tfl:.3g}",
+            "MFU n/a" if mfu is None else f"MFU {mfu * 100:.1f}%",
+        ),
+    ]
+
+
+def _loss_cards(state: RunState) -> list[Card]:
+    last = state.last_step
+    loss = _loss_card(last, state.done)
+    if last is None:
+        scale = Card("loss_scale", "Loss scale", "-", "")
+    elif last.loss_scale is None:
+        scale = Card("loss_scale", "Loss scale", "off", "no GradScaler")
+    else:
+        scale = Card(
+            "loss_scale", "Loss scale", fmt_num(last.loss_scale), _log2_label(last.loss_scale)
+        )
+    total = state.step + 1 if state.step is not None else 0
+    skipped = Card("skipped", "Skipped steps", str(state.skipped), f"of {total}" if total else "")
+    return [loss, scale, skipped]
+
+
+def _loss_card(last: ev.StepEvent | None, done: ev.DoneEvent | None) -> Card:
+    """The last loss; once the run is over, the final one as ``done`` names it ("nan", and
+    the step), which a step line cannot tell (it writes inf and NaN alike as null)."""
+    value = "-" if last is None else _fmt_loss(last.loss)
+    notes = []
+    if done is not None and done.loss_nonfinite:
+        value = done.loss_nonfinite
+        notes.append(f"at step {done.loss_final_step}")
+    if done is not None and done.loss_first is not None:
+        notes.append(f"first {_fmt_loss(done.loss_first)}")
+    return Card("loss", "Loss", value, ", ".join(notes))
+
+
+def _memory_card(state: RunState) -> Card:
+    """Peak memory as records, bench and the console define it (``ev.peak_memory``), named:
+    the CUDA allocator's peak of allocated bytes, or the process RSS on a CPU run."""
+    last, peak = state.last_step, fmt_bytes(state.mem_peak)
+    if last is None or last.mem_peak is None:  # the engine reports no allocator on the CPU
+        return Card("memory", "Peak memory", peak, "process RSS" if last else "")
+    sub = "peak allocated"
+    if last.mem_reserved is not None:
+        sub += f" · resv {fmt_bytes(last.mem_reserved)}"
+    return Card("memory", "Peak memory", peak, sub)
+
+
+def _util_card(state: RunState) -> Card:
+    s = state.last_sys
+    cpu = None if s is None else (s.cpu_util if s.cpu_util is not None else s.proc_cpu)
+    if state.gpu_seen and s is not None and s.gpu_util is not None:
+        sub = f"CPU {cpu:.0f}%" if cpu is not None else ""
+        if s.power_w is not None:
+            sub = f"{s.power_w:.0f} W" + (f" · {sub}" if sub else "")
+        return Card("util", "GPU util", f"{s.gpu_util:.0f}%", sub)
+    proc = None if s is None else s.proc_cpu
+    value = "-" if cpu is None else f"CPU {cpu:.0f}%"
+    sub = "no NVIDIA GPU" + ("" if proc is None else f" · engine {proc:.0f}%")
+    return Card("util", "GPU util", value, sub)
+
+
+# --------------------------------------------------------------------------- plot series
+
+
+def step_time_series(state: RunState, max_points: int) -> Series:
+    """Milliseconds against the step."""
+    return thin([s[0] for s in state.steps], [s[2] for s in state.steps], max_points)
+
+
+def loss_series(state: RunState, max_points: int) -> tuple[Series, Series]:
+    """The finite losses, and log2 of the loss scale, against the step."""
+    pts = [(s[0], s[3]) for s in state.steps if s[3] is not None and math.isfinite(s[3])]
+    loss = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
+    sc = [(s[0], math.log2(s[4])) for s in state.steps if s[4] is not None and s[4] > 0]
+    scale = thin([p[0] for p in sc], [p[1] for p in sc], max_points)
+    return loss, scale
+
+
+def memory_series(state: RunState, max_points: int) -> dict[str, Series]:
+    """MiB against seconds since the run started."""
+    out: dict[str, Series] = {}
+    on_cpu = state.hello is not None and state.hello.device == "cpu"
+    allocated = "process RSS" if on_cpu else "allocated"  # the engine reports RSS on CPU
+    for name, idx in ((allocated, 9), ("reserved", 10)):
+        pts = [(s[1], s[idx] / 2**20) for s in state.steps if s[idx] is not None]
+        if pts:
+            out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
+    for name, idx in (("device used", 4), ("device total", 5)):
+        pts = [(s[0], s[idx] / 2**20) for s in state.sys if s[idx] is not None]
+        if pts:
+            out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
+    return out
+
+
+def util_series(state: RunState, max_points: int) -> dict[str, Series]:
+    """Percent against seconds since the run started."""
+    out: dict[str, Series] = {}
+    for name, idx in (("GPU", 1), ("CPU", 2), ("engine CPU", 3)):
+        pts = [(s[0], s[idx]) for s in state.sys if s[idx] is not None]
+        if pts:
+            out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
+    return out
+
+
+def _median(values: list) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _fmt_loss(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "inf/NaN"  # the stream writes a non-finite loss as null
+    return f"{x:.4g}"
+
+
+def _log2_label(scale: float) -> str:
+    if scale <= 0:
+        return ""
+    return f"2^{math.log2(scale):.0f}"

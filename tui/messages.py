@@ -1,0 +1,45 @@
+"""What screens ask of the dashboard. Posted by a screen, they bubble up to the app.
+
+Screens never call the app: they post one of these, and the app (which owns the run session
+and the screen stack) decides. A screen is then testable by the messages it posts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.message import Message
+
+from ampscope.core import config as cfg
+
+
+@dataclass
+class RunRequested(Message):
+    """Run a preset by name (or .toml path); ``detach``: it outlives the dashboard."""
+
+    preset: str
+    detach: bool = False
+
+
+@dataclass
+class EditedRunRequested(Message):
+    """Run a preset edited on the Presets screen, as ``NAME-edited``."""
+
+    preset: cfg.Preset
+    detach: bool = False
+
+
+@dataclass
+class SweepRequested(Message):
+    """Run these presets one after another, then compare them."""
+
+    presets: list[str]
+
+
+@dataclass
+class RecordOpened(Message):
+    """Show a run record: followed while its engine runs (``live``), else shown whole."""
+
+    run_dir: Path
+    live: bool
