@@ -261,7 +261,8 @@ def reporter(scaled: bool = False, peak: float | None = 10.0):
     seen: list[ev.Event] = []
     s = SimpleNamespace(
         policy=SimpleNamespace(use_scaler=scaled),
-        workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None, flops_per_step=4e9),
+        workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None),
+        flops=SimpleNamespace(per_step=4e9),
         preset=SimpleNamespace(lr=1e-3),
     )
     stats = RunStats(warmup_steps=0)
