@@ -27,7 +27,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from ampscope.core import events as ev  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
 from ampscope.engine.emitter import EventWriter  # noqa: E402
 from ampscope.engine.loop import train_step  # noqa: E402
-from ampscope.engine.metrics import METRICS_WIDTH, StepReporter  # noqa: E402
+from ampscope.engine.metrics import METRICS_WIDTH, MemoryReader, StepReporter  # noqa: E402
 from ampscope.engine.probe import make_probe  # noqa: E402
 from ampscope.engine.setup import build  # noqa: E402
 from ampscope.engine.stats import RunStats  # noqa: E402
@@ -108,9 +107,8 @@ def main() -> None:
     writer = EventWriter([sink])
     stats = RunStats(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, peak=None)
+    memory = MemoryReader(info.device)
     probe = make_probe(info.device, width=METRICS_WIDTH)
-    stop = threading.Event()
-    assert not stop.is_set()
 
     def instrumented(step: int) -> None:
         measure = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
@@ -118,8 +116,9 @@ def main() -> None:
         metrics, data_ms = train_step(setup, step, measure)
         probe.end(step, metrics)
         reporter.data_ms[step] = data_ms
-        for item in probe.poll():
-            reporter.report(item)
+        landed = [memory.figures(0, item) for item in probe.poll()]
+        for ranks in setup.link.exchange(landed, False)[0]:
+            reporter.report(ranks)
 
     for step in range(10):  # warm-up both paths
         bare_step(setup, step)
@@ -147,7 +146,7 @@ def main() -> None:
                 sampler.stop()
                 sampler = TelemetrySampler(writer.emit, uuid=info.uuid, cuda=info.is_cuda)
     for item in probe.drain():
-        reporter.report(item)
+        reporter.report([memory.figures(0, item)])
 
     bare = statistics.median(per_step["bare"])
     inst = statistics.median(per_step["instrumented"])

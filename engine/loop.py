@@ -2,7 +2,9 @@
 
 ``train_step`` is the whole of a step, in the order torch's AMP recipe prescribes. ``train``
 times it with the probe (CUDA events on a GPU), and reports each step once its metrics have
-landed on the host, normally a step later, so the loop never waits for the GPU.
+landed on the host, normally a step later, so the loop never waits for the GPU. Before each
+step the ranks exchange what has landed and whether to stop (``link``; nothing to exchange on
+one process), so that every rank stops at the same step.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 from torch.nn.utils import clip_grad_norm_
@@ -18,7 +21,14 @@ from ampscope.core import events as ev
 from ampscope.core.config import Debug
 from ampscope.engine.compile_stats import CompileWatch
 from ampscope.engine.emitter import EventWriter
-from ampscope.engine.metrics import METRICS_WIDTH, StepReporter, ZeroGradCounter, scaler_scale
+from ampscope.engine.metrics import (
+    METRICS_WIDTH,
+    MemoryReader,
+    StepReporter,
+    ZeroGradCounter,
+    scaler_scale,
+)
+from ampscope.engine.parallelize import plain
 from ampscope.engine.probe import make_probe
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
@@ -35,10 +45,10 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> tuple[torch.Tensor, 
         loss = s.workload.loss(output, y)
     graded = s.workload.graded_output(output) if measure_zeros else None
     zeros = ZeroGradCounter(graded, s.nan) if graded is not None else None
-    loss = inject_faults(s.preset.debug, step, loss)
+    loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
     s.scaler.scale(loss).backward()
     s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
-    grad_norm = clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf)
+    grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
     scale_before = scaler_scale(s.scaler, s.nan)
     s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
     s.scaler.update()  # halves the scale after a skip, grows it after growth_interval good steps
@@ -51,8 +61,11 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> tuple[torch.Tensor, 
     return metrics, data_ms
 
 
-def inject_faults(debug: Debug, step: int, loss: torch.Tensor) -> torch.Tensor:
-    """The preset's ``[debug]`` faults, for demonstrations and tests."""
+def inject_faults(debug: Debug, step: int, loss: torch.Tensor, rank: int = 0) -> torch.Tensor:
+    """The preset's ``[debug]`` faults, for demonstrations and tests: on every rank, or on
+    ``debug.rank`` alone."""
+    if debug.rank is not None and debug.rank != rank:
+        return loss
     if step == debug.inf_loss_at_step > 0:
         loss = loss * math.inf
     if step == debug.raise_at_step > 0:
@@ -61,11 +74,19 @@ def inject_faults(debug: Debug, step: int, loss: torch.Tensor) -> torch.Tensor:
 
 
 def train(
-    s: Setup, writer: EventWriter, stats: RunStats, peak: float | None, stop: threading.Event
+    s: Setup,
+    writer: EventWriter,
+    stats: RunStats,
+    peak: float | None,
+    stop: threading.Event,
+    sample: Callable[[], ev.RankSys | None] = lambda: None,
 ) -> str:
-    """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions."""
-    preset = s.preset
+    """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions.
+
+    ``sample`` gives this rank's latest telemetry for the exchange (none on one process)."""
+    preset, link = s.preset, s.link
     reporter = StepReporter(s, writer, stats, peak)
+    memory = MemoryReader(s.info.device)
     probe = make_probe(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
@@ -73,7 +94,11 @@ def train(
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status = "ok"
     for step in range(preset.steps):
-        if stop.is_set() or writer.broken:
+        landed = [memory.figures(link.rank, item) for item in probe.poll()]
+        ready, stop_all = link.exchange(landed, stop.is_set() or writer.broken, sample())
+        for ranks in ready:  # the steps whose metrics have landed, on every rank
+            reporter.report(ranks)
+        if stop_all:
             status = "stopped"
             break
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
@@ -96,10 +121,10 @@ def train(
             end_compile_phase(writer, stats.compile_s)
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
-        for item in probe.poll():  # the steps whose metrics have landed
-            reporter.report(item)
-    for item in probe.drain():
-        reporter.report(item)
+    landed = [memory.figures(link.rank, item) for item in probe.drain()]
+    ready, _ = link.exchange(landed, False, sample())
+    for ranks in ready:
+        reporter.report(ranks)
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
     return status

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 import torch
@@ -15,6 +15,8 @@ from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
+from ampscope.engine.link import Link, SoloLink
+from ampscope.engine.parallelize import check_parallel_setup, grad_scaler, parallelize
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -31,19 +33,26 @@ class Setup:
     info: DeviceInfo
     policy: PrecisionPolicy
     workload: Workload
-    model: torch.nn.Module  # the workload's model, compiled when the preset asks
+    model: torch.nn.Module  # the workload's model, wrapped (DDP, FSDP2) and compiled as asked
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     dims: dict[str, int]  # a built-in workload's dimensions; empty for a user's model
-    batch_size: int
+    batch_size: int  # per rank
     nan: torch.Tensor  # a device scalar for "not measured", made once
     flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
     fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
+    link: Link = field(default_factory=SoloLink)  # the other ranks, if any
 
 
-def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = None) -> Setup:
+def build(
+    preset: Preset,
+    info: DeviceInfo,
+    policy: PrecisionPolicy | None = None,
+    link: Link | None = None,
+) -> Setup:
     require_fp8_support(preset, info)  # refuse fp8 where it cannot run, before building anything
     policy = policy or precision_policy(preset)
+    link = link or SoloLink()
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     workload, dims = make_workload(preset, info)
@@ -52,14 +61,16 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
     batch_size = workload.samples_per_step
-    optimizer = torch.optim.AdamW(
-        workload.model.parameters(),
+    workload.pool.shard(link.rank, link.world_size)
+    model = parallelize(workload.model, preset, policy, info, link.grouped)
+    optimizer = torch.optim.AdamW(  # after sharding: FSDP2 replaces the parameters
+        model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,
         fused=True if info.is_cuda else None,
     )
-    scaler = policy.grad_scaler(info.device, preset.scaler)
-    model = compile_model(workload.model, preset)
+    scaler = grad_scaler(preset, policy, info, link.grouped)
+    model = compile_model(model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(
         preset,
@@ -74,6 +85,7 @@ def build(preset: Preset, info: DeviceInfo, policy: PrecisionPolicy | None = Non
         nan,
         flops,
         fp8_layers,
+        link,
     )
 
 
@@ -127,10 +139,13 @@ def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:
     )
 
 
-def check_setup(preset: Preset, policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:
+def check_setup(
+    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool = False
+) -> list[tuple[str, str]]:
     """Refuse (ConfigError) what this device cannot run, before anything is built; return
     (code, message) warnings for what it runs slowly or differently."""
     found = check_device_support(policy, info)
+    check_parallel_setup(preset, info, grouped)
     if preset.compile == "reduce-overhead" and not info.is_cuda:
         found.append(
             (

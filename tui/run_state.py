@@ -17,6 +17,7 @@ from typing import Any
 from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
+from ampscope.tui.rank_table import RankTable
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""
@@ -80,6 +81,7 @@ class RunState:
         self.gpu_seen = False
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
+        self.ranks = RankTable()  # each rank of a run on several processes
 
     # ---------------------------------------------------------------- ingest
 
@@ -99,6 +101,7 @@ class RunState:
                 self.add_log("warning", None, f"unreadable line: {event.line[:200]}")
             return
         self.last_t = max(self.last_t, event.t)
+        self.ranks.ingest(event)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from typing import TextIO
@@ -43,9 +44,8 @@ class ConsoleReporter:
                 else "no MFU peak"
             )
             self._line(
-                f"{event.preset}: {event.config['precision']} on {event.device} "
-                f"({event.device_name}), {fmt_num(event.param_count)} params, "
-                f"{workload_label(event)}, {peak}"
+                f"{event.preset}: {event.config['precision']} on {where_it_runs(event)}, "
+                f"{fmt_num(event.param_count)} params, {workload_label(event)}, {peak}"
             )
             if (event.config.get("workload") or {}).get("model") and event.flops_note:
                 self._line(f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})")
@@ -134,6 +134,44 @@ def summary_table(done: ev.DoneEvent) -> str:
         ("skipped steps", str(done.skipped_steps)),
         ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),
         ("wall time", f"{done.wall_s:.1f} s"),
+        *rank_rows(done),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def where_it_runs(hello: ev.HelloEvent) -> str:
+    """'cpu (AMD EPYC)', or for several ranks '2 ranks (ddp over gloo): 2 x cpu on 1 host'."""
+    if hello.world_size <= 1 or not hello.ranks:
+        return f"{hello.device} ({hello.device_name})"
+    names = sorted({f"{r.device.split(':')[0]} ({r.device_name})" for r in hello.ranks})
+    hosts = len({r.host for r in hello.ranks})
+    return (
+        f"{hello.world_size} ranks ({hello.strategy} over {hello.backend}): "
+        f"{hello.world_size} x {', '.join(names)} on {hosts} host{'s' if hosts > 1 else ''}"
+    )
+
+
+def rank_rows(done: ev.DoneEvent) -> list[tuple[str, str]]:
+    """On several processes: the slowest rank against the median one, and whether the
+    replicas ended with the same weights."""
+    ranks = done.ranks or []
+    timed = [r for r in ranks if r.step_ms_median is not None]
+    if not timed:
+        return []
+    slowest = max(timed, key=lambda r: r.step_ms_median or 0.0)
+    median = statistics.median(r.step_ms_median or 0.0 for r in timed)
+    rows = [
+        ("ranks", str(done.world_size)),
+        (
+            "slowest rank",
+            f"rank {slowest.rank}: {fmt_ms(slowest.step_ms_median)} "
+            f"(+{fmt_ms((slowest.step_ms_median or 0.0) - median)} over the median rank)",
+        ),
+    ]
+    sums = {r.param_checksum for r in ranks}
+    if None not in sums:
+        rows.append(
+            ("weights", f"identical on every rank ({sums.pop()})" if len(sums) == 1 else "differ")
+        )
+    return rows

@@ -20,6 +20,7 @@ import msgspec
 from msgspec import Meta
 
 from ampscope.core.fp8_recipes import Fp8Options
+from ampscope.core.parallel import Parallel, check_parallel
 from ampscope.core.workload_rules import (
     TRANSFORMERS,
     WORKLOAD_SIZES,
@@ -80,6 +81,7 @@ class Debug(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     inf_loss_at_step: StepIndex = 0
     raise_at_step: StepIndex = 0
+    rank: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None  # the one rank struck; unset: all
 
 
 class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -102,6 +104,7 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     telemetry_hz: Annotated[float, Meta(ge=0.25, le=10)] = 2.0  # sys samples a second
     scaler: ScalerOptions = msgspec.field(default_factory=ScalerOptions)
     workload: Workload = msgspec.field(default_factory=Workload)
+    parallel: Parallel = msgspec.field(default_factory=Parallel)
     debug: Debug = msgspec.field(default_factory=Debug)
     fp8: Fp8Options = msgspec.field(default_factory=Fp8Options)  # read with precision = "fp8"
 
@@ -332,7 +335,7 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
         )
         problems.append(("device", message))
     problems += check_workload(preset.workload)
-    return problems
+    return problems + check_parallel(preset.precision, preset.parallel)
 
 
 def resolve_workload(preset: Preset, on_cuda: bool) -> tuple[dict[str, int], int]:

@@ -9,6 +9,7 @@ import argparse
 import math
 from pathlib import Path
 
+from ampscope.core.parallel import Launch, make_launch
 from ampscope.core.workload_spec import model_override
 
 MODEL_HELP = (
@@ -94,6 +95,63 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-record", action="store_true", help="do not write a run record")
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # set by the launcher
+
+
+LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout")
+
+
+def add_launch_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """torchrun's flags, for ``run``, ``bench`` and the dashboard. ``prefix`` keeps the
+    top-level parser's values apart from a subcommand's (``launch_from_args`` merges them)."""
+    group = p.add_argument_group("several processes (torchrun: DDP or FSDP2)")
+    group.add_argument(
+        "--nproc-per-node",
+        dest=prefix + "nproc_per_node",
+        type=int,
+        metavar="N",
+        help="processes on this machine, one a GPU (gloo on CPUs); more than 1 starts torchrun",
+    )
+    group.add_argument(
+        "--nnodes", dest=prefix + "nnodes", type=int, metavar="N", help="machines in the job"
+    )
+    group.add_argument(
+        "--node-rank",
+        dest=prefix + "node_rank",
+        type=int,
+        metavar="K",
+        help="this machine's place in the job, 0 to nnodes-1 (node 0 writes the record)",
+    )
+    group.add_argument(
+        "--rdzv-endpoint",
+        dest=prefix + "rdzv_endpoint",
+        metavar="HOST:PORT",
+        help="where the machines meet: node 0's address and a free port, the same on every node",
+    )
+    group.add_argument(
+        "--rdzv-timeout",
+        dest=prefix + "rdzv_timeout",
+        type=int,
+        metavar="S",
+        help="seconds node 0 waits for the other machines (torchrun's default: 600)",
+    )
+
+
+def launch_from_args(args: argparse.Namespace, prefix: str = "") -> Launch:
+    """The launch the flags ask for; a subcommand's flag wins over the top-level one.
+    Raises ``LaunchError`` (a user error naming the flag)."""
+
+    def value(name: str) -> object:
+        own = getattr(args, name, None)
+        return own if own is not None else getattr(args, prefix + name, None)
+
+    return make_launch(
+        value("nproc_per_node"),  # type: ignore[arg-type]
+        value("nnodes"),  # type: ignore[arg-type]
+        value("node_rank"),  # type: ignore[arg-type]
+        value("rdzv_endpoint"),  # type: ignore[arg-type]
+        value("rdzv_timeout"),  # type: ignore[arg-type]
+    )
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:

@@ -27,12 +27,19 @@ class BatchPool:
     batch_size: int
     generator: torch.Generator
 
+    rank: int = 0
+    world_size: int = 1
+
     def __post_init__(self) -> None:
         self.batches = self.inputs.shape[0] // self.batch_size
         self.order = torch.randperm(self.batches, generator=self.generator).tolist()
 
+    def shard(self, rank: int, world_size: int) -> None:
+        """Data parallelism: at each step, each rank takes a different batch of the pool."""
+        self.rank, self.world_size = rank, world_size
+
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        i = self.order[step % self.batches]
+        i = self.order[(step * self.world_size + self.rank) % self.batches]
         lo, hi = i * self.batch_size, (i + 1) * self.batch_size
         return self.inputs[lo:hi], self.targets[lo:hi]
 

@@ -113,6 +113,12 @@ class UserBatches:
         self.first: tuple[Any, Any] | None = None
         self.first_seen = ""  # what the first batch held, for a message about it
         self.batch_size = 0  # known once the first batch is in
+        self.rank, self.world_size = 0, 1
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Data parallelism: rank r trains on batch r of every ``world_size`` (a callable is
+        asked for ``step * world_size + rank``). The first batch, read before, is every rank's."""
+        self.rank, self.world_size = rank, world_size
 
     def cast_inputs(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
@@ -134,7 +140,14 @@ class UserBatches:
         return self._fetch(step)
 
     def _fetch(self, step: int) -> tuple[Any, Any]:
-        raw = self.fn(step) if self.fn is not None else self._next(step)
+        if self.fn is not None:
+            raw = self.fn(step * self.world_size + self.rank)
+        else:
+            for _ in range(self.rank):
+                self._next(step)
+            raw = self._next(step)
+            for _ in range(self.world_size - self.rank - 1):
+                self._next(step)
         if isinstance(raw, Mapping):
             inputs, targets = raw, None
         elif isinstance(raw, (tuple, list)) and len(raw) == 2:
