@@ -96,7 +96,7 @@ class StepReporter:
         self.warned_skip = False
         self.rss: int | None = None
         self.data_ms: dict[int, float] = {}  # host wait for each step's batch, until reported
-        self.input_wait = InputWait(s.preset.warmup_steps)
+        self.input_wait = InputWait(stats.warmup_steps)
 
     def report(self, item: FinishedStep) -> None:
         m = StepMetrics(*item.values)
