@@ -133,10 +133,8 @@ class StepReporter:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.scaled = s.policy.use_scaler
         self.warned_skip = False
-        self.data_ms: dict[
-            int, float
-        ] = {}  # this rank's wait for each step's batch, until reported
-        self.input_wait = InputWait(s.preset.warmup_steps)
+        self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
+        self.input_wait = InputWait(stats.warmup_steps)
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
