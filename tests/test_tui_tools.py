@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.screens.formats import FormatsScreen
+from ampscope.tui.screens.formats import VALUE_COLUMNS, FormatsScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import SIZE, run, select_preset, shown, text, wait_for
@@ -32,13 +32,15 @@ def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) 
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: {"65520", "1e-8"} == set(cells(table, 0)), 5)
             rows = {(r[0], r[1]): r for r in (table.get_row_at(i) for i in range(table.row_count))}
-            assert rows[("65520", "fp16")][2] == "inf" and "overflow" in str(
-                rows[("65520", "fp16")][3]
-            )
-            assert rows[("1e-8", "fp16")][2] == "0" and "underflow" in str(
-                rows[("1e-8", "fp16")][3]
-            )
-            assert rows[("1e-8", "bf16")][2] != "0"
+            # each cell sits under its own header
+            heads = [str(c.label) for c in table.columns.values()]
+            stored, flags, bits = (heads.index(h) for h in ("stored", "flags", VALUE_COLUMNS[-1]))
+            assert rows[("65520", "fp16")][stored] == "inf"
+            assert "overflow" in str(rows[("65520", "fp16")][flags])
+            assert rows[("1e-8", "fp16")][stored] == "0"
+            assert "underflow" in str(rows[("1e-8", "fp16")][flags])
+            assert rows[("1e-8", "bf16")][stored] != "0"
+            assert str(rows[("1e-8", "fp16")][bits]) == "0|00000|0000000000"
             box.value = "1 + banana"
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: "banana" in text(screen, "#formats-error"), 5)

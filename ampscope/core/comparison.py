@@ -56,8 +56,10 @@ def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
 
 
 def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
+    """One row from a preset's runs. A stopped run's figures count: they measure the steps it
+    ran (its status says it stopped); a failed run's do not."""
     dones = [r.done for r in runs if r.done is not None]
-    ok = [d for d in dones if d.status == "ok"]
+    measured = [d for d in dones if d.status in ("ok", "stopped") and d.steps_done > 0]
     statuses = {r.status for r in runs}
     status = statuses.pop() if len(statuses) == 1 else "mixed"
     row = Row(preset=preset, status=status, runs=len(runs), run_dirs=[str(r.path) for r in runs])
@@ -71,8 +73,9 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     ]
     row.grad_zero_frac = max(zeros) if zeros else None
     row.skipped_steps = sum(d.skipped_steps for d in dones)
-    if not ok:
+    if not measured:
         return row
+    ok = measured
     medians = [d.step_ms_median for d in ok if d.step_ms_median is not None]
     if medians:
         row.step_ms = statistics.median(medians)
@@ -117,7 +120,8 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
             lines.append(
                 f"{row.preset} {row.status}: {(row.reason or 'see its run record').rstrip('.')}."
             )
-            continue
+            if row.step_ms is None:
+                continue
         parts = []
         if row.speedup is not None:
             if not row.significant:

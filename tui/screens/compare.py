@@ -12,13 +12,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.tui.figures import points_for_width, thin
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
 
 COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
 # The columns the sort key cycles through: (title, Row attribute, largest first?)
@@ -74,6 +75,12 @@ def labels_for(runs: list[records.RunRecord]) -> list[str]:
 
 
 class CompareScreen(Screen):
+    HELP_TITLE = "Compare"
+    HELP = (
+        "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
+        "against the baseline (a ~ marks a difference smaller than the step-time spread), "
+        "step time and loss curves overlaid, and a verdict in words."
+    )
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
         Binding("o", "sort", "Sort", id="compare.sort"),
@@ -88,10 +95,7 @@ class CompareScreen(Screen):
         self.base_rows = [
             comparison.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
         ]
-        default = next(
-            (lbl for lbl, r in zip(self.labels, runs, strict=True) if r.preset == "fp32"), None
-        )
-        self.baseline = baseline or default or (self.labels[0] if self.labels else "")
+        self.baseline = baseline or default_baseline(self.base_rows)
         self.sort_index = 0
         self.rows: list[comparison.Row] = []
 
@@ -102,7 +106,7 @@ class CompareScreen(Screen):
             yield OverlayPlot("step time (ms) / step", id="compare-step")
             yield OverlayPlot("loss / step", id="compare-loss")
         yield Static("", id="compare-verdict")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -164,6 +168,14 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def default_baseline(rows: list[comparison.Row]) -> str:
+    """fp32 if it has figures, else the first run that has any: never an empty run."""
+    measured = [r for r in rows if r.step_ms is not None]
+    fp32 = next((r for r in measured if r.preset.split("#")[0] == "fp32"), None)
+    chosen = fp32 or (measured[0] if measured else rows[0] if rows else None)
+    return chosen.preset if chosen else ""
 
 
 def _fields(row: comparison.Row) -> dict:

@@ -1,4 +1,8 @@
-"""The number-format explorer: what each format stores for a value, its facts, and the demos."""
+"""The number-format explorer: what each format stores for a value, its facts, and the demos.
+
+``ampscope.core.formats`` (numpy, ml_dtypes: seconds to import) is imported when the screen
+opens, never with the dashboard.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import (
     DataTable,
-    Footer,
     Input,
     Label,
     OptionList,
@@ -18,7 +21,7 @@ from textual.widgets import (
     TabPane,
 )
 
-from ampscope.core import formats as fm
+from ampscope.tui.widgets.key_bar import KeyBar
 
 DEFAULT_VALUES = "65504, 65520, 1e-8, 1 + 2**-8, 0.1"
 FIELD_STYLES = ("bold red", "bold cyan", "bold green")  # sign, exponent, mantissa
@@ -38,7 +41,25 @@ def split_values(text: str) -> list[str]:
     return [part.strip() for part in text.replace(";", ",").split(",") if part.strip()]
 
 
+VALUE_COLUMNS = ("value", "format", "stored", "rel. error", "flags", "bits (sign|exp|mantissa)")
+"""The Values tab's columns, in the order its rows are written."""
+
+
+def _fm():
+    from ampscope.core import formats
+
+    return formats
+
+
 class FormatsScreen(Screen):
+    HELP_TITLE = "Number formats"
+    HELP = (
+        "What each number format stores for a value. Values: type numbers or expressions "
+        "(1 + 2**-9, 1e-8), enter shows every format's stored value, its relative error, "
+        "flags (overflow, underflow, saturated) and its bits; the line under the table spells "
+        "out the highlighted row's bits. Formats: each format's range and precision. Demos: "
+        "the lecture's cases (fp16 overflow, underflow, loss scaling)."
+    )
     BINDINGS = [
         Binding("escape", "back", "Back", id="formats.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -50,19 +71,20 @@ class FormatsScreen(Screen):
                 yield Label("Values or expressions, separated by commas (e.g. 1 + 2**-9):")
                 yield Input(value=DEFAULT_VALUES, id="formats-input")
                 yield Label("", id="formats-error", classes="error", markup=False)
-                yield DataTable(id="formats-table", zebra_stripes=True)
+                yield DataTable(id="formats-table", zebra_stripes=True, cursor_type="row")
+                yield Static("", id="formats-bits")
             with TabPane("Formats", id="tab-facts"):
                 yield DataTable(id="facts-table", zebra_stripes=True)
             with TabPane("Demos", id="tab-demos"):
                 yield OptionList(id="demo-list")
                 yield Static("", id="demo-text")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
+        fm = _fm()
+        self.bits: list[tuple[str, str, tuple[str, ...]]] = []
         table = self.query_one("#formats-table", DataTable)
-        table.add_columns(
-            "value", "format", "stored", "bits (sign|exponent|mantissa)", "rel. error", "flags"
-        )
+        table.add_columns(*VALUE_COLUMNS)
         facts = self.query_one("#facts-table", DataTable)
         facts.add_columns(
             "format",
@@ -102,6 +124,7 @@ class FormatsScreen(Screen):
         self.show_values(event.value)
 
     def show_values(self, text: str) -> None:
+        fm = _fm()
         table = self.query_one("#formats-table", DataTable)
         error = self.query_one("#formats-error", Label)
         try:
@@ -111,18 +134,49 @@ class FormatsScreen(Screen):
             return
         error.update("")
         table.clear()
+        self.bits = []
         for d in described:
             for row in d.rows:
-                flags = Text(", ".join(row.flags), style="bold yellow" if row.flags else "")
-                rel = "-" if row.rel_error is None else f"{row.rel_error:.2e}"
-                table.add_row(d.input, row.format, row.text, flags, rel, bits_text(row.fields))
+                cells = {
+                    "value": d.input,
+                    "format": row.format,
+                    "stored": row.text,
+                    "rel. error": "-" if row.rel_error is None else f"{row.rel_error:.2e}",
+                    "flags": Text(", ".join(row.flags), style="bold yellow" if row.flags else ""),
+                    VALUE_COLUMNS[-1]: bits_text(row.fields),
+                }
+                table.add_row(*(cells[c] for c in VALUE_COLUMNS))
+                self.bits.append((d.input, row.format, tuple(row.fields)))
+        self.show_bits(0)
+
+    @on(DataTable.RowHighlighted, "#formats-table")
+    def _row(self, event: DataTable.RowHighlighted) -> None:
+        self.show_bits(event.cursor_row)
+
+    def show_bits(self, index: int) -> None:
+        """The highlighted row's bits, spelled out: at 80 columns the bits column is off screen."""
+        line = self.query_one("#formats-bits", Static)
+        if not 0 <= index < len(self.bits):
+            line.update("")
+            return
+        value, name, fields = self.bits[index]
+        text = Text(f"{name} bits of {value}: ")
+        text.append_text(bits_text(fields))
+        names = ("sign", "exponent", "mantissa") if len(fields) == 3 else ("bits",)
+        text.append("  (" + " | ".join(names[: len(fields)]) + ")", style="dim")
+        line.update(text)
 
     @on(OptionList.OptionSelected, "#demo-list")
     def _demo(self, event: OptionList.OptionSelected) -> None:
+        fm = _fm()
         name = list(fm.DEMOS)[event.option_index]
         self.query_one("#demo-text", Static).update("\n".join(fm.run_demo(name).lines))
 
     def action_back(self) -> None:
+        """esc: out of the value field first, then back to the screen below."""
+        if isinstance(self.focused, Input):
+            self.query_one("#formats-table", DataTable).focus()
+            return
         self.app.pop_screen()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 from pathlib import Path
@@ -9,18 +10,40 @@ from pathlib import Path
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from ampscope.core import records
-from ampscope.core.units import fmt_ms, fmt_num
+from ampscope.core.units import fmt_ms, fmt_num, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
+
+STAMP = "%Y%m%dT%H%M%SZ"
+"""How a run folder's name starts (``records.new_run_dir``): its start, in UTC."""
+
+
+def started(run: records.RunRecord) -> str:
+    """When the run started, in local time, one format whether or not it said hello."""
+    if run.hello is not None:
+        return fmt_time(run.hello.started_at)
+    try:
+        return fmt_time(calendar.timegm(time.strptime(run.name.split("-", 1)[0], STAMP)))
+    except ValueError:
+        return "-"
 
 
 class HistoryScreen(Screen):
+    HELP_TITLE = "History"
+    HELP = (
+        "Every run recorded in the runs folder, newest first. Enter opens one (a live run is "
+        "followed as it goes, a finished one shown whole); space marks runs and c compares "
+        "the marked ones (with none marked, the last sweep's)."
+    )
     BINDINGS = [
         Binding("enter", "open", "Open", show=True, id="history.open"),
+        Binding("home", "cursor(0)", "First run", show=False, priority=True, id="history.first"),
+        Binding("end", "cursor(-1)", "Last run", show=False, priority=True, id="history.last"),
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("c", "compare", "Compare", id="history.compare"),
         Binding("f5", "reload", "Reload", id="history.reload"),
@@ -37,10 +60,10 @@ class HistoryScreen(Screen):
         self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Runs in {literal(self.runs_dir)}", id="history-title")
+        yield Static("", id="history-title")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-empty")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -56,11 +79,6 @@ class HistoryScreen(Screen):
         runs = records.list_runs(self.runs_dir)
         for run in runs:
             done = run.done
-            started = (
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.hello.started_at))
-                if run.hello
-                else run.name.split("-", 1)[0]
-            )
             self.states[run.name] = state = run.state
             table.add_row(
                 literal(run.preset),
@@ -68,14 +86,23 @@ class HistoryScreen(Screen):
                 "-" if done is None else str(done.steps_done),
                 fmt_ms(done.step_ms_median if done else None),
                 fmt_num(done.loss_final if done else None),
-                literal(started),
+                started(run),
                 "x" if run.name in self.marked else "",
                 key=run.name,
             )
             self.paths[run.name] = run.path
+        count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+        self.query_one("#history-title", Static).update(
+            f"History · {count} in {literal(self.runs_dir)} · newest first"
+        )
         self.query_one("#history-empty", Static).update(
             "" if runs else "No runs recorded yet. Start one from the presets (enter)."
         )
+
+    def action_cursor(self, row: int) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=row % table.row_count)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -7,17 +7,24 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Select, Static
+from textual.widgets import DataTable, Input, Label, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 
 
 class MemoryScreen(Screen):
+    HELP_TITLE = "Memory plan"
+    HELP = (
+        "How much memory training and inference take per precision regime, for a parameter "
+        "count (125M, 7B, 1.5e9) or the highlighted preset's model, and the smallest GPU that "
+        "fits. Type a count and press enter; tab reaches the optimizer."
+    )
     BINDINGS = [
         Binding("escape", "back", "Back", id="memory.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -44,7 +51,7 @@ class MemoryScreen(Screen):
         yield Static("", id="memory-title")
         yield DataTable(id="memory-table", zebra_stripes=True)
         yield Static("", id="memory-notes")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -115,6 +122,10 @@ class MemoryScreen(Screen):
         )
 
     def action_back(self) -> None:
+        """esc: out of the count field first, then back to the screen below."""
+        if isinstance(self.focused, (Input, Select)):
+            self.query_one(DataTable).focus()
+            return
         self.app.pop_screen()
 
 
