@@ -25,7 +25,13 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("presets", nargs="*", help="presets to compare (default: the lecture's sweep)")
     add_override_arguments(p, "every preset")
     p.add_argument("--baseline", help="the preset others are compared with (default: fp32)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per preset, interleaved ABAB")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per preset, interleaved ABAB (default 1; 3 or more lets the verdict "
+        "tell a real difference from noise)",
+    )
     p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -53,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_detach_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
-    presets.add_argument("--json", action="store_true")
+    presets.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list: name, description, path, source (shipped or user), problem",
+    )
     bench = sub.add_parser(
         "bench", help="run presets one after another and compare them in one table"
     )
@@ -66,8 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
     )
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument(
+        "--json", action="store_true", help="print the findings as one JSON object (for scripts)"
+    )
     add_runs_parsers(sub)
+    from ampscope.cli.stop import add_stop_parser
+
+    add_stop_parser(sub)
     return parser
 
 
@@ -99,6 +114,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         from ampscope.cli.formats import cmd_memory
 
         return cmd_memory(args)
+    if args.command == "stop":
+        from ampscope.cli.stop import cmd_stop
+
+        return cmd_stop(args)
     if args.command in ("runs", "attach", "replay", "serve"):
         from ampscope.cli import runs
 

@@ -196,7 +196,29 @@ def cells(row: Row) -> dict[str, str]:
     }
 
 
-def render(rows: list[Row], baseline: str, fmt: str = "text") -> str:
+def text_table(heads: list[str], body: list[list[str]], width: int | None = None) -> list[str]:
+    """Columns padded to their widest cell. Wider than ``width``: cut into blocks of whole
+    columns, one under the other, each starting with the first column (the preset)."""
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(heads)]
+    blocks: list[list[int]] = [[0]]
+    used = widths[0]
+    for i in range(1, len(heads)):
+        if width is not None and used + 2 + widths[i] > width and len(blocks[-1]) > 1:
+            blocks.append([0])
+            used = widths[0]
+        blocks[-1].append(i)
+        used += 2 + widths[i]
+    lines: list[str] = []
+    for block in blocks:
+        if lines:
+            lines.append("")
+        lines.append("  ".join(heads[i].ljust(widths[i]) for i in block).rstrip())
+        lines += ["  ".join(r[i].ljust(widths[i]) for i in block).rstrip() for r in body]
+    return lines
+
+
+def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None = None) -> str:
+    """The comparison as text (fitted to ``width`` columns when given), markdown, CSV or JSON."""
     if fmt == "json":
         return json.dumps(
             {
@@ -221,9 +243,7 @@ def render(rows: list[Row], baseline: str, fmt: str = "text") -> str:
         lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         lines += ["| " + " | ".join(r) + " |" for r in body]
     else:
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(heads)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+        lines = text_table(heads, body, width)
     notes = verdicts(rows, baseline)
     if any(r.significant is False and r.preset != baseline for r in rows):
         notes.append(
