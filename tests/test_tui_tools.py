@@ -34,13 +34,20 @@ def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) 
             rows = {(r[0], r[1]): r for r in (table.get_row_at(i) for i in range(table.row_count))}
             # each cell sits under its own header
             heads = [str(c.label) for c in table.columns.values()]
-            stored, flags, bits = (heads.index(h) for h in ("stored", "flags", VALUE_COLUMNS[-1]))
+            stored, flags = (heads.index(h) for h in ("stored", "flags"))
+            assert heads == list(VALUE_COLUMNS)
             assert rows[("65520", "fp16")][stored] == "inf"
             assert "overflow" in str(rows[("65520", "fp16")][flags])
             assert rows[("1e-8", "fp16")][stored] == "0"
             assert "underflow" in str(rows[("1e-8", "fp16")][flags])
             assert rows[("1e-8", "bf16")][stored] != "0"
-            assert str(rows[("1e-8", "fp16")][bits]) == "0|00000|0000000000"
+            # the highlighted row's bits, spelled out under the table
+            fp16 = list(rows).index(("1e-8", "fp16"))
+            table.move_cursor(row=fp16)
+            assert await wait_for(
+                pilot, lambda: "0|00000|0000000000" in text(screen, "#formats-bits")
+            )
+            assert "1e-8 as fp16" in text(screen, "#formats-bits")
             box.value = "1 + banana"
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: "banana" in text(screen, "#formats-error"), 5)

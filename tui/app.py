@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -161,7 +162,9 @@ class AmpscopeApp(App):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
 
-    def on_resize(self) -> None:
+    async def _on_resize(self, event: events.Resize) -> None:
+        # Textual's handler stops the event, so no on_resize of ours would ever run
+        await super()._on_resize(event)
         self.check_size()
 
     def check_size(self) -> None:

@@ -121,8 +121,8 @@ def nice_axis(
 
     ``min_span`` keeps a flat series from filling the plot (a 0.02 MiB wobble is not a cliff);
     ``from_zero`` starts at 0 (memory, utilization); ``whole`` ticks whole numbers (steps);
-    ``tight`` rounds the limits to half a tick step only (an x axis wastes little width, and
-    its frame is rebuilt every half tick rather than every redraw).
+    ``tight`` rounds the limits to a quarter of a tick step only (an x axis wastes little
+    width, and its frame is rebuilt every quarter tick rather than every redraw).
     """
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = 0.0, 1.0
@@ -137,7 +137,7 @@ def nice_axis(
     step = nice_step(hi - lo, max(1, intervals))
     if whole:
         step = max(1.0, round(step))
-    grid = step / 2 if tight else step
+    grid = step / 4 if tight else step
     if whole:
         grid = max(1.0, round(grid))
     first = math.floor(lo / grid + 1e-9) * grid
@@ -194,8 +194,10 @@ class Chart:
         y: Axis,
         lines: Sequence[Line],
         y_right: Axis | None = None,
+        note: str = "",
     ) -> list[list[Run]]:
-        """The chart's rows, top first, as runs of (text, colour).
+        """The chart's rows, top first, as runs of (text, colour). ``note`` is written in the
+        middle of the canvas (a chart with nothing to draw says why).
 
         ``titles``: ways to say what the chart shows, longest first; the first that fits is
         written into the frame's top line (the title is also the legend: it names each line
@@ -211,6 +213,8 @@ class Chart:
             axis = y_right if line.right and y_right is not None else y
             _rasterise(line, x, axis, frame, chars, colors)
         self.title = _title(titles, frame, chars, colors)
+        if note:
+            _note(note, frame, chars, colors)
         return [_runs(chars[r], colors[r]) for r in reversed(range(len(chars)))]
 
     def _frame(self, width: int, height: int, x: Axis, y: Axis, y_right: Axis | None) -> Frame:
@@ -345,6 +349,17 @@ def _title(
                 col += 1
         return text
     return ""
+
+
+def _note(note: str, frame: Frame, chars: list[list[str]], colors: list[list[str | None]]) -> None:
+    width = len(frame.cols)
+    if len(note) > width or not len(frame.rows):
+        return
+    row = frame.rows.start + len(frame.rows) // 2
+    col = frame.cols.start + (width - len(note)) // 2
+    for i, char in enumerate(note):
+        chars[row][col + i] = char
+        colors[row][col + i] = None
 
 
 def _runs(chars: list[str], colors: list[str | None]) -> list[Run]:

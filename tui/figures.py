@@ -132,9 +132,17 @@ def _grad_zero_card(state: RunState) -> Card:
     return Card(
         "grad_zeros",
         "Grad zeros",
-        f"{frac * 100:.1f}%",
-        f"at step {step} · max {state.grad_zero_max * 100:.1f}%",
+        _percent(frac),
+        f"at step {step} · max {_percent(state.grad_zero_max)}",
     )
+
+
+def _percent(frac: float) -> str:
+    """45.0%, 0.04% (a small share is not rounded away), 0%."""
+    pct = frac * 100
+    if pct == 0 or pct >= 1:
+        return f"{pct:.1f}%" if pct else "0%"
+    return f"{pct:.2g}%"
 
 
 def _elapsed_card(state: RunState) -> Card:

@@ -116,12 +116,17 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
     for row in rows:
         if row.preset == baseline:
             continue
-        if row.status != "ok":
+        if row.status == "stopped" and not row.reason:
+            lines.append(
+                f"{row.preset} was stopped before its last step: its figures cover the steps "
+                "it ran."
+            )
+        elif row.status != "ok":
             lines.append(
                 f"{row.preset} {row.status}: {(row.reason or 'see its run record').rstrip('.')}."
             )
-            if row.step_ms is None:
-                continue
+        if row.status != "ok" and row.step_ms is None:
+            continue
         parts = []
         if row.speedup is not None:
             if not row.significant:

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Static
 
 from ampscope.core.text import visible
+from ampscope.tui.widgets.key_bar import KeyBar
 
 MIN_SIZE = (64, 20)
 """Columns and rows below which the dashboard shows ``TooSmallScreen`` instead."""
@@ -37,6 +38,7 @@ class ConfirmDialog(ModalScreen[bool]):
             with Horizontal(id="confirm-buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="confirm-yes")
                 yield Button(f"{self.no} (n)", id="confirm-no")
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#confirm-no", Button).focus()
@@ -73,8 +75,11 @@ class TooSmallScreen(Screen):
         need_w, need_h = MIN_SIZE
         self.query_one("#too-small", Static).update(
             Text(
-                f"terminal too small (need {need_w}x{need_h}, this is {width}x{height})\n"
-                "Enlarge the window, or use the headless commands: ampscope run, runs, stop. "
+                f"terminal too small (need {need_w}x{need_h})\n"
+                f"this one is {width}x{height}\n\n"
+                "Enlarge the window, or use\n"
+                "the headless commands:\n"
+                "ampscope run, runs, stop.\n\n"
                 "q quits."
             )
         )

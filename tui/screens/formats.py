@@ -22,6 +22,7 @@ from textual.widgets import (
 )
 
 from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.tables import fill
 
 DEFAULT_VALUES = "65504, 65520, 1e-8, 1 + 2**-8, 0.1"
 FIELD_STYLES = ("bold red", "bold cyan", "bold green")  # sign, exponent, mantissa
@@ -41,8 +42,23 @@ def split_values(text: str) -> list[str]:
     return [part.strip() for part in text.replace(";", ",").split(",") if part.strip()]
 
 
-VALUE_COLUMNS = ("value", "format", "stored", "rel. error", "flags", "bits (sign|exp|mantissa)")
-"""The Values tab's columns, in the order its rows are written."""
+VALUE_COLUMNS = ("value", "format", "stored", "rel. error", "flags")
+"""The Values tab's columns, in the order its rows are written. The bits (66 columns for an
+fp64) are spelled out under the table for the highlighted row: no terminal is wide enough to
+show them in a column beside the rest."""
+FACT_COLUMNS = (
+    "format",
+    "bits",
+    "exp",
+    "man",
+    "max",
+    "smallest normal",
+    "smallest subnormal",
+    "eps",
+    "digits",
+    "decades",
+    "past the range",
+)
 
 
 def _fm():
@@ -72,7 +88,7 @@ class FormatsScreen(Screen):
                 yield Input(value=DEFAULT_VALUES, id="formats-input")
                 yield Label("", id="formats-error", classes="error", markup=False)
                 yield DataTable(id="formats-table", zebra_stripes=True, cursor_type="row")
-                yield Static("", id="formats-bits")
+                yield Static("", id="formats-bits", markup=False)
             with TabPane("Formats", id="tab-facts"):
                 yield DataTable(id="facts-table", zebra_stripes=True)
             with TabPane("Demos", id="tab-demos"):
@@ -80,27 +96,16 @@ class FormatsScreen(Screen):
                 yield Static("", id="demo-text")
         yield KeyBar()
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.bits: list[tuple[str, str, tuple[str, ...]]] = []
+        self.value_rows: list[list[object]] = []
+        self.fact_rows: list[list[str]] = []
+
     def on_mount(self) -> None:
         fm = _fm()
-        self.bits: list[tuple[str, str, tuple[str, ...]]] = []
-        table = self.query_one("#formats-table", DataTable)
-        table.add_columns(*VALUE_COLUMNS)
-        facts = self.query_one("#facts-table", DataTable)
-        facts.add_columns(
-            "format",
-            "bits",
-            "exp",
-            "man",
-            "max",
-            "smallest normal",
-            "smallest subnormal",
-            "eps",
-            "digits",
-            "decades",
-            "past the range",
-        )
-        for f in fm.facts_table():
-            facts.add_row(
+        self.fact_rows = [
+            [
                 f["label"],
                 str(f["bits"]),
                 str(f["exponent_bits"]),
@@ -112,12 +117,21 @@ class FormatsScreen(Screen):
                 _g(f["decimal_digits"]),
                 _g(f["range_decades"]),
                 f["overflow"],
-            )
+            ]
+            for f in fm.facts_table()
+        ]
         demos = self.query_one("#demo-list", OptionList)
         for name, (title, _fn) in fm.DEMOS.items():
             demos.add_option(f"{name}: {title}")
         self.show_values(DEFAULT_VALUES)
         self.query_one("#formats-input", Input).focus()
+
+    @on(TabbedContent.TabActivated)
+    def _tab(self, event: TabbedContent.TabActivated) -> None:
+        """Each tab gives the focus to what it is about: esc then goes back in one press."""
+        pane = event.pane.id or ""
+        target = {"tab-facts": "#facts-table", "tab-demos": "#demo-list"}.get(pane)
+        self.query_one(target or "#formats-input").focus()
 
     @on(Input.Submitted, "#formats-input")
     def _submitted(self, event: Input.Submitted) -> None:
@@ -125,7 +139,6 @@ class FormatsScreen(Screen):
 
     def show_values(self, text: str) -> None:
         fm = _fm()
-        table = self.query_one("#formats-table", DataTable)
         error = self.query_one("#formats-error", Label)
         try:
             described = [fm.describe(v) for v in split_values(text)]
@@ -133,7 +146,7 @@ class FormatsScreen(Screen):
             error.update(str(exc))
             return
         error.update("")
-        table.clear()
+        self.value_rows = []
         self.bits = []
         for d in described:
             for row in d.rows:
@@ -143,11 +156,20 @@ class FormatsScreen(Screen):
                     "stored": row.text,
                     "rel. error": "-" if row.rel_error is None else f"{row.rel_error:.2e}",
                     "flags": Text(", ".join(row.flags), style="bold yellow" if row.flags else ""),
-                    VALUE_COLUMNS[-1]: bits_text(row.fields),
                 }
-                table.add_row(*(cells[c] for c in VALUE_COLUMNS))
+                self.value_rows.append([cells[c] for c in VALUE_COLUMNS])
                 self.bits.append((d.input, row.format, tuple(row.fields)))
+        self.fit_tables()
         self.show_bits(0)
+
+    def fit_tables(self) -> None:
+        width = self.size.width
+        fill(self.query_one("#formats-table", DataTable), VALUE_COLUMNS, self.value_rows, width)
+        fill(self.query_one("#facts-table", DataTable), FACT_COLUMNS, self.fact_rows, width)
+
+    def on_resize(self) -> None:
+        if self.is_mounted and self.fact_rows:
+            self.fit_tables()
 
     @on(DataTable.RowHighlighted, "#formats-table")
     def _row(self, event: DataTable.RowHighlighted) -> None:
@@ -160,10 +182,9 @@ class FormatsScreen(Screen):
             line.update("")
             return
         value, name, fields = self.bits[index]
-        text = Text(f"{name} bits of {value}: ")
-        text.append_text(bits_text(fields))
         names = ("sign", "exponent", "mantissa") if len(fields) == 3 else ("bits",)
-        text.append("  (" + " | ".join(names[: len(fields)]) + ")", style="dim")
+        text = Text(f"{value} as {name}, bits ({' | '.join(names[: len(fields)])}):\n")
+        text.append_text(bits_text(fields))
         line.update(text)
 
     @on(OptionList.OptionSelected, "#demo-list")

@@ -18,6 +18,11 @@ from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.tables import fill
+
+HEADS = ("preset", "state", "steps", "median step", "final loss", "started")
+ORDER = (0, 1, 5, 3, 4, 2)
+"""Which columns stay on a narrow terminal: the preset, its state, when, then its figures."""
 
 STAMP = "%Y%m%dT%H%M%SZ"
 """How a run folder's name starts (``records.new_run_dir``): its start, in UTC."""
@@ -66,31 +71,39 @@ class HistoryScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("preset", "state", "steps", "median step", "final loss", "started")
-        table.add_column("compare", key="mark")
         self.action_reload()
-        table.focus()
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        self.action_reload()
+
+    def preset_cell(self, name: str, preset: str) -> str:
+        """The preset, behind a dot when it is marked for comparison."""
+        return ("● " if name in self.marked else "  ") + literal(preset)
 
     def action_reload(self) -> None:
         table = self.query_one(DataTable)
-        table.clear()
+        row = table.cursor_row
         self.paths.clear()
         runs = records.list_runs(self.runs_dir)
+        rows = []
         for run in runs:
+            self.states[run.name] = state = run.state  # fills in ``done`` from the stream
             done = run.done
-            self.states[run.name] = state = run.state
-            table.add_row(
-                literal(run.preset),
-                state,
-                "-" if done is None else str(done.steps_done),
-                fmt_ms(done.step_ms_median if done else None),
-                fmt_num(done.loss_final if done else None),
-                started(run),
-                "x" if run.name in self.marked else "",
-                key=run.name,
+            rows.append(
+                [
+                    self.preset_cell(run.name, run.preset),
+                    state,
+                    "-" if done is None else str(done.steps_done),
+                    fmt_ms(done.step_ms_median if done else None),
+                    fmt_num(done.loss_final if done else None),
+                    started(run),
+                ]
             )
             self.paths[run.name] = run.path
+        fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
+        if rows:
+            table.move_cursor(row=min(row, len(rows) - 1))
         count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
         self.query_one("#history-title", Static).update(
             f"History · {count} in {literal(self.runs_dir)} · newest first"
@@ -130,7 +143,8 @@ class HistoryScreen(Screen):
             self.marked.remove(name)
         else:
             self.marked.append(name)
-        table.update_cell(name, "mark", "x" if name in self.marked else "")
+        preset = records.load_run(self.paths[name], with_events=False).preset
+        table.update_cell(name, "preset", self.preset_cell(name, preset))
         table.move_cursor(row=min(table.cursor_row + 1, table.row_count - 1))
 
     def action_compare(self) -> None:

@@ -14,8 +14,22 @@ from ampscope.core import memory_plan as mp
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.tables import fill
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
+HEADS = (
+    "regime",
+    "B/param",
+    "TRAIN",
+    "INFER",
+    "smallest GPU",
+    "weights",
+    "grads",
+    "master",
+    "optim.",
+    "activ.",
+)
+"""The totals and the GPU first: a narrow terminal keeps the columns that fit, in this order."""
 
 
 class MemoryScreen(Screen):
@@ -34,6 +48,8 @@ class MemoryScreen(Screen):
         super().__init__()
         self.preset = preset
         self.workload: mp.Workload | None = None
+        self.rows: list[list[str]] = []
+        self.keys: list[str] = []
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="memory-inputs"):
@@ -54,19 +70,6 @@ class MemoryScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns(
-            "regime",
-            "B/param",
-            "weights",
-            "grads",
-            "master",
-            "optim.",
-            "activ.",
-            "TRAIN",
-            "INFER",
-            "fits from",
-        )
         if self.preset:
             try:
                 workload = mp.workload_from_preset(self.preset, on_cuda=True)
@@ -94,32 +97,42 @@ class MemoryScreen(Screen):
     def show(self, params: int, shape: mp.Shape | None, title: str) -> None:
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
-        rows = mp.plan(params, optimizer=optimizer, shape=shape, flash=True)
-        table = self.query_one(DataTable)
-        table.clear()
-        for r in rows:
-            table.add_row(
+        plan = mp.plan(params, optimizer=optimizer, shape=shape, flash=True)
+        self.rows = [
+            [
                 r.label,
                 f"{r.train_bpp}/{r.inference_bpp}",
+                fmt_bytes(r.train_total),
+                fmt_bytes(r.inference_total),
+                smallest_fit(r.fits_train),
                 fmt_bytes(r.weights),
                 fmt_bytes(r.grads),
                 fmt_bytes(r.master),
                 fmt_bytes(r.optimizer_state),
                 fmt_bytes(r.activations),
-                fmt_bytes(r.train_total),
-                fmt_bytes(r.inference_total),
-                smallest_fit(r.fits_train),
-                key=r.regime,
-            )
+            ]
+            for r in plan
+        ]
+        self.keys = [r.regime for r in plan]
+        self.fit_table()
         self.query_one("#memory-title", Static).update(
             f"{literal(title)}, {optimizer}"
             + ("" if shape else " · no transformer shape: activations not counted")
         )
         self.query_one("#memory-notes", Static).update(
-            f"B/param: bytes per parameter, training/inference. A GPU fits when the total is <= "
+            "B/param: bytes per parameter, training/inference. Smallest GPU: the one with the "
+            "least memory that fits training, and how many larger ones listed fit too. A GPU "
+            "fits when the total is <= "
             f"{mp.FIT_FRACTION:.0%} of the GPU's memory. AMP counts its transient 16-bit weight "
             "copies; inference ignores the KV cache."
         )
+
+    def fit_table(self) -> None:
+        fill(self.query_one(DataTable), HEADS, self.rows, self.size.width, keys=self.keys)
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self.fit_table()
 
     def action_back(self) -> None:
         """esc: out of the count field first, then back to the screen below."""
@@ -135,6 +148,5 @@ def smallest_fit(names: list[str]) -> str:
     if not names:
         return "none listed (shard it, or use a smaller batch)"
     first = min(names, key=lambda n: sizes.get(n, 0))
-    return f"{first} ({sizes.get(first, 0):g} GiB)" + (
-        f" +{len(names) - 1} more" if len(names) > 1 else ""
-    )
+    more = f" (+{len(names) - 1} larger)" if len(names) > 1 else ""
+    return f"{first} {sizes.get(first, 0):g} GiB{more}"

@@ -62,8 +62,9 @@ class PresetsScreen(Screen):
         "list and the fields, esc leaves a field."
     )
     BINDINGS = [
-        Binding("enter", "run", "Run", show=False, id="presets.run-enter"),
         Binding("r", "run", "Run", id="presets.run"),
+        # shown only while a field has the letters (the bar shows one key per action)
+        Binding("enter", "run", "Run", id="presets.run-enter"),
         Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
         Binding("m", "mark", "Mark for sweep", id="presets.mark"),

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
 from ampscope.core import config as cfg
+from ampscope.tui.widgets.key_bar import KeyBar
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -45,6 +46,7 @@ class SaveDialog(ModalScreen[str | None]):
             with Horizontal(id="save-buttons"):
                 yield Button("Save", variant="primary", id="save-ok")
                 yield Button("Cancel", id="save-cancel")
+        yield KeyBar()
 
     @on(Input.Submitted, "#save-name")
     @on(Button.Pressed, "#save-ok")

@@ -101,11 +101,11 @@ def style_for(color: str | None) -> Style:
     return style
 
 
-class RunPlot(Widget):
-    """A plot that redraws itself from a RunState when its data, size or axes changed."""
+class ChartView(Widget):
+    """A chart as a widget: its rows are kept as strips and handed out by the line API."""
 
     DEFAULT_CSS = """
-    RunPlot {
+    ChartView {
         width: 1fr;
         height: 1fr;
     }
@@ -115,10 +115,39 @@ class RunPlot(Widget):
         super().__init__(**kwargs)
         self.chart = Chart()
         self.strips: list[Strip] = []
-        self._drawn: tuple = ()
-        self._state: RunState | None = None
         self.points_drawn = 0
         self.title = ""
+
+    def paint(self, fig: Figure, size: tuple[int, int], note: str = "") -> None:
+        if any(line.xs for line in fig.lines):
+            note = ""
+        rows = self.chart.draw(size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right, note)
+        self.title = self.chart.title
+        self.strips = [
+            Strip([Segment(text, style_for(color)) for text, color in row], size[0]) for row in rows
+        ]
+        self.points_drawn = sum(len(line.xs) for line in fig.lines)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y < len(self.strips):
+            return self.strips[y].adjust_cell_length(width)
+        return Strip.blank(width)
+
+    @property
+    def text(self) -> str:
+        """What the plot shows, as plain text (tests, copy)."""
+        return "\n".join(strip.text for strip in self.strips)
+
+
+class RunPlot(ChartView):
+    """A plot that redraws itself from a RunState when its data, size or axes changed."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._drawn: tuple = ()
+        self._state: RunState | None = None
 
     def data_key(self, state: RunState) -> object:
         """Changes when this plot's data changed: no redraw otherwise."""
@@ -230,8 +259,11 @@ class MemoryPlot(RunPlot):
             lines.append(line)
             long += [" ", (line, name)]
             short += [" ", (line, brief)]
+        titles = [say(*long), say(f"{unit} / s:", *long[1:]), say(*short)]
+        if not lines:
+            titles = [say(f"memory ({unit}) / s")]
         return Figure(
-            [say(*long), say(f"{unit} / s:", *long[1:]), say(*short)],
+            titles,
             time_axis(state, size[0]),
             data_axis(values, size[1], scale=1 / scale, from_zero=True),
             lines,
@@ -267,4 +299,6 @@ class UtilPlot(RunPlot):
             long += [" ", (line, label)]
             short += [" ", (line, brief)]
         titles = [say(*long), say("% / s:", *long[1:]), say(*short[1:]), say(*short[1:4])]
+        if not lines:
+            titles = [say("utilization (%) / s")]
         return Figure(titles, time_axis(state, width), percent, lines, right)
