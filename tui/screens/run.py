@@ -120,7 +120,7 @@ class RunScreen(Screen):
             header += " · " + note
         width = self.size.width - 2
         header = fit_header(visible(header), width)
-        lines = 1 if len(header) <= width else 2  # a relayout only when that changes
+        lines = header.count("\n") + 1  # a relayout only when that changes
         self.query_one("#run-header", Static).update(header, layout=lines != self._header_lines)
         self._header_lines = lines
         error = self.query_one("#run-error", Static)
@@ -206,7 +206,12 @@ DEVICE_NAME = re.compile(r" \([^()]*\)(?= · )")
 
 
 def fit_header(header: str, width: int) -> str:
-    """The header on one line when it can be: the device's name goes first (the log has it)."""
+    """The header on one line when it can be: the device's name goes first (the log has it);
+    when it is still too long, it breaks between two of its parts, never inside one."""
     if len(header) <= width:
         return header
-    return DEVICE_NAME.sub("", header, count=1)
+    header = DEVICE_NAME.sub("", header, count=1)
+    if len(header) <= width:
+        return header
+    cut = header.rfind(" · ", 0, width)
+    return header if cut < 0 else header[:cut] + "\n" + header[cut + 3 :]

@@ -131,9 +131,10 @@ class ChartView(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        style = self.rich_style  # every segment styled: a None style breaks NO_COLOR's filter
         if y < len(self.strips):
-            return self.strips[y].adjust_cell_length(width)
-        return Strip.blank(width)
+            return self.strips[y].adjust_cell_length(width, style)
+        return Strip.blank(width, style)
 
     @property
     def text(self) -> str:
@@ -181,9 +182,10 @@ class RunPlot(ChartView):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        style = self.rich_style  # every segment styled: a None style breaks NO_COLOR's filter
         if y < len(self.strips):
-            return self.strips[y].adjust_cell_length(width)
-        return Strip.blank(width)
+            return self.strips[y].adjust_cell_length(width, style)
+        return Strip.blank(width, style)
 
     @property
     def text(self) -> str:
