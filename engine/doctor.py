@@ -10,6 +10,8 @@ import sys
 import warnings
 from typing import Any
 
+from ampscope.core.fp8_recipes import INSTALL_HINT
+
 
 def machine_report() -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -66,7 +68,18 @@ def machine_report() -> dict[str, Any]:
             else "Triton is not installed (comes with CUDA builds of torch)",
         },
     }
+    report["torchao"] = _torchao_version()
     return report
+
+
+def _torchao_version() -> str | None:
+    """torchao's version from its metadata: importing it takes seconds and is noisy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torchao")
+    except PackageNotFoundError:
+        return None
 
 
 def doctor(as_json: bool = False) -> int:
@@ -101,5 +114,11 @@ def doctor(as_json: bool = False) -> int:
     )
     for where, c in report["compile"].items():
         lines.append(f"torch.compile on {where}: {yes[c['ok']]} ({c['why']})")
+    ao = report["torchao"]
+    lines.append(
+        f"fp8 training: torchao {ao}"
+        if ao
+        else f"fp8 training: torchao is not installed ({INSTALL_HINT})"
+    )
     print("\n".join(lines))
     return 0

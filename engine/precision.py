@@ -58,6 +58,9 @@ def precision_policy(preset: Preset) -> PrecisionPolicy:
     scaled. ``fp32``/``tf32``: no autocast; TF32 Tensor Cores only for ``tf32``. The scaler
     follows the preset's ``grad_scaler`` (``auto``: on for amp-fp16 only)."""
     p = preset.precision
+    if p == "fp8":  # fp8 linears (engine/fp8.py) inside bf16 autocast; emulated fp8 runs fp32 mms
+        compute = "fp32" if preset.fp8.emulate else "fp8"
+        return PrecisionPolicy(p, torch.float32, torch.bfloat16, False, compute, preset.uses_scaler)
     if p.startswith("amp-"):
         short = p.removeprefix("amp-")
         return PrecisionPolicy(p, torch.float32, DTYPES[short], False, short, preset.uses_scaler)
@@ -66,11 +69,26 @@ def precision_policy(preset: Preset) -> PrecisionPolicy:
     return PrecisionPolicy(p, torch.float32, None, p == "tf32", p, preset.uses_scaler)
 
 
+TF32_API_SINCE = "2.9"  # torch.backends.cuda.matmul.fp32_precision first shipped in torch 2.9
+
+
 def set_matmul_precision(tf32: bool) -> None:
-    """TF32 for fp32 matmuls and convolutions, through the one (new) API, both ways explicit."""
+    """TF32 for fp32 matmuls and convolutions, through the one (new) API, both ways explicit.
+
+    Only the new API: once it is set, torch's legacy getters (``allow_tf32``,
+    ``get_float32_matmul_precision``) raise, so the two cannot be mixed. A torch without it
+    (older than 2.9, the floor in pyproject.toml) is refused with a message, not a traceback.
+    """
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    if not hasattr(matmul, "fp32_precision") or not hasattr(conv, "fp32_precision"):
+        raise ConfigError(
+            f"ampscope needs torch {TF32_API_SINCE} or newer (it sets TF32 through "
+            f"torch.backends.cuda.matmul.fp32_precision, new in {TF32_API_SINCE}), but this is "
+            f"torch {torch.__version__}. Upgrade it: pip install -U 'torch>={TF32_API_SINCE}'."
+        )
     mode = "tf32" if tf32 else "ieee"
-    torch.backends.cuda.matmul.fp32_precision = mode
-    torch.backends.cudnn.conv.fp32_precision = mode
+    matmul.fp32_precision = mode
+    conv.fp32_precision = mode
 
 
 def check_device_support(policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:

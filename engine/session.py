@@ -28,7 +28,7 @@ def train_preset(
     in_loop: threading.Event,
 ) -> tuple[int, ev.HelloEvent | None]:
     """The exit code, and hello when the run got that far. Faults end as events, not raises."""
-    stats = RunStats(warmup_steps=preset.warmup_steps)
+    stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
     sampler: TelemetrySampler | None = None

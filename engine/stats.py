@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ampscope.core import events as ev
 
@@ -12,10 +14,13 @@ from ampscope.core import events as ev
 @dataclass
 class RunStats:
     warmup_steps: int
-    step_ms: list[float] = field(default_factory=list)
+    compiled: bool = False  # the first step compiled the model: it is never a timed step
+    step_ms: list[float] = field(default_factory=list)  # by step, from step 0
+    instrumented: set[int] = field(default_factory=set)  # steps that also counted grad zeros
     steps_done: int = 0
     loss_first: float | None = None
-    loss_final: float | None = None
+    loss_final: float | None = None  # the last step's, finite or not
+    loss_final_step: int | None = None
     skipped: int = 0
     nonfinite_run: int = 0  # consecutive non-finite losses, the current streak
     compile_s: float | None = None
@@ -23,8 +28,15 @@ class RunStats:
     started: float = field(default_factory=time.monotonic)
 
     def timed(self) -> list[float]:
-        """Step times after warm-up; a short run without warm-up still drops its first step."""
-        return self.step_ms[self.warmup_steps :] or self.step_ms[1:] or self.step_ms
+        """The step times that say how fast training runs: after warm-up, never the compile
+        step, and without the steps that also counted grad_zero_frac (work of ours, not the
+        model's) unless no others are left. A run shorter than its warm-up drops its first step."""
+        steps = range(len(self.step_ms))
+        kept = steps[max(self.warmup_steps, int(self.compiled)) :] or steps[1:]
+        if not kept and not self.compiled:
+            kept = steps
+        plain = [i for i in kept if i not in self.instrumented] or kept
+        return [self.step_ms[i] for i in plain]
 
     def done(
         self,
@@ -50,12 +62,27 @@ class RunStats:
             mfu=flops * per_s / 1e12 / peak if per_s and peak else None,
             mem_peak=self.mem_peak,
             loss_first=self.loss_first,
-            loss_final=self.loss_final,
+            loss_final=self.loss_final if finite(self.loss_final) else None,
+            loss_final_step=self.loss_final_step,
+            loss_nonfinite=nonfinite_name(self.loss_final),
             skipped_steps=self.skipped,
             compile_s=self.compile_s,
             wall_s=round(time.monotonic() - self.started, 3),
             error=error,
         )
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def nonfinite_name(x: float | None) -> Literal["nan", "inf", "-inf"] | None:
+    """How a non-finite loss is named in ``done`` (JSON has no inf or NaN)."""
+    if x is None or math.isfinite(x):
+        return None
+    if math.isnan(x):
+        return "nan"
+    return "inf" if x > 0 else "-inf"
 
 
 def _quantile(sorted_values: list[float], q: float) -> float | None:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 
+from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 
@@ -313,3 +315,55 @@ def assert_snapshot(app, name: str) -> str:
         raise AssertionError(f"{name} differs from its snapshot:\n{diff}")
     assert svg == svg_path.read_text(), f"{name}: same text, other colours than its snapshot"
     return text
+
+
+# Simulated benches with a known truth, for the speed verdict.
+
+RUN_SIGMA = 0.02  # run-to-run spread of one run's median step time (log scale): 2 %
+
+
+def simulated_bench(rng: random.Random, repeats: int, log_speedup: float) -> comparison.Row:
+    """Two presets benched ``repeats`` times, interleaved, through the real comparison code.
+
+    Every run's median step time is 100 ms x exp(machine drift of its repeat + its own
+    noise), both normal with sd RUN_SIGMA; the second preset is truly exp(log_speedup) times
+    faster. The drift is shared by the two runs of a repeat, as interleaving intends.
+    """
+    base, other = [], []
+    for _ in range(repeats):
+        drift = rng.gauss(0.0, RUN_SIGMA)
+        for runs, truth in ((base, 0.0), (other, log_speedup)):
+            ms = 100.0 * math.exp(drift + rng.gauss(0.0, RUN_SIGMA) - truth)
+            d = ev.empty_done("ok")
+            d.step_ms_median = d.step_ms_p10 = d.step_ms_p90 = ms
+            runs.append(records.RunRecord(path=Path("/sim"), done=d))
+    rows = [comparison.row_from_runs("a", base), comparison.row_from_runs("b", other)]
+    return comparison.compare(rows, "a")[1]
+
+
+def verdict_rate(repeats: int, log_speedup: float, trials: int, seed: int) -> float:
+    """How often the table calls the second preset faster or slower (significant)."""
+    rng = random.Random(seed)
+    called = 0
+    for _ in range(trials):
+        row = simulated_bench(rng, repeats, log_speedup)
+        if row.significant and (log_speedup == 0 or (row.speedup or 0) > 1):
+            called += 1
+    return called / trials
+
+
+# Shapes of one batch of each workload kind, for counting FLOPs without building its data.
+
+
+def meta_batch(kind: str, dims: dict[str, int], batch_size: int, device: str = "meta"):
+    """(inputs, targets) of the right shapes and dtypes, all zeros (valid labels and tokens)."""
+    import torch
+
+    if kind == "gpt":
+        tokens = torch.zeros(batch_size, dims["seq_len"], dtype=torch.long, device=device)
+        return tokens, tokens
+    labels = torch.zeros(batch_size, dtype=torch.long, device=device)
+    if kind == "mlp":
+        return torch.zeros(batch_size, dims["width"], device=device), labels
+    size = dims["image_size"]
+    return torch.zeros(batch_size, 3, size, size, device=device), labels

@@ -5,12 +5,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
+import threading
 from pathlib import Path
+
+import psutil
+import pytest
 
 from ampscope.cli.main import main
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from tests.helpers import step
+from tests.helpers import hello, step
 
 
 def done(
@@ -37,13 +42,19 @@ def record(preset: str, d: ev.DoneEvent, zeros: float | None = None) -> records.
     return r
 
 
+def runs(preset: str, medians: tuple[float, ...], mem: int, loss: float, **kw) -> list:
+    return [record(preset, done(ms, mem, loss), **kw) for ms in medians]
+
+
 def fixed_rows() -> list[comparison.Row]:
+    """Three interleaved repeats each: enough for a speed verdict."""
     rows = [
-        comparison.row_from_runs("fp32", [record("fp32", done(100.0, 1000, 2.000))]),
-        comparison.row_from_runs("amp-bf16", [record("amp-bf16", done(41.7, 620, 2.004))]),
-        comparison.row_from_runs("tf32", [record("tf32", done(99.0, 1000, 2.000, 90.0, 110.0))]),
+        comparison.row_from_runs("fp32", runs("fp32", (100.0, 101.0, 99.0), 1000, 2.000)),
+        comparison.row_from_runs("amp-bf16", runs("amp-bf16", (41.7, 42.0, 41.4), 620, 2.004)),
+        comparison.row_from_runs("tf32", runs("tf32", (99.0, 103.0, 98.0), 1000, 2.000)),
         comparison.row_from_runs(
-            "amp-fp16-noscale", [record("amp-fp16-noscale", done(45.0, 640, 2.3), 0.41)]
+            "amp-fp16-noscale",
+            runs("amp-fp16-noscale", (45.0, 45.5, 44.8), 640, 2.3, zeros=0.41),
         ),
         comparison.row_from_runs(
             "fp16", [record("fp16", ev.empty_done("failed", "Loss became nan at step 3."))]
@@ -54,7 +65,12 @@ def fixed_rows() -> list[comparison.Row]:
 
 def test_verdict_is_derived_from_the_numbers() -> None:
     lines = comparison.verdicts(fixed_rows(), "fp32")
-    assert "amp-bf16: 2.4x faster than fp32, 38% less peak memory, final loss within 0.2%." in lines
+    # By hand: ln(100/41.7), ln(101/42), ln(99/41.4) have mean 0.87465 and sd 0.0028075;
+    # t(0.975, 2) = 4.303, so exp(0.87465 -+ 4.303 * 0.0028075 / sqrt(3)) = 2.381 .. 2.415.
+    assert (
+        "amp-bf16: 2.4x faster than fp32 (95% CI 2.38-2.41x), 38% less peak memory, "
+        "final loss within 0.2%." in lines
+    )
     assert any(line.startswith("tf32: no significant speed difference from fp32") for line in lines)
     assert (
         "amp-fp16-noscale lost 41% of its output-gradient values to underflow (exact zeros)."
@@ -73,7 +89,7 @@ def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() 
     for title, _ in comparison.COLUMNS:
         assert title in header
     assert "failed: Loss became nan" in text
-    assert "1.00x" in text and "~" in text  # tf32's difference is within its spread
+    assert "1.00x" in text and "~" in text  # tf32's interval contains 1.0
 
 
 def test_exports_parse() -> None:
@@ -112,6 +128,8 @@ def test_a_real_sweep_on_the_cpu(tmp_path: Path, capsys) -> None:
             "device='cpu'",
             "--set",
             "warmup_steps=2",
+            "--repeats",
+            "1",
             "--runs-dir",
             str(tmp_path),
             "--json",
@@ -137,3 +155,111 @@ def test_unknown_preset_is_refused_before_anything_runs(tmp_path: Path, capsys) 
     code = main(["bench", "fp32", "nope", "--runs-dir", str(tmp_path)])
     assert code == 2 and "Unknown preset 'nope'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+CHATTY_ENGINE = r"""
+import sys
+for i in range(20_000):  # 2 MB: far more than a pipe holds (64 KB on Linux)
+    sys.stderr.write(f"autotune log line {i:6d} " + "x" * 77 + "\n")
+sys.stderr.write("fatal: the chatty engine gave up\n")
+sys.stderr.flush()
+print('{"not": "an event"}', flush=True)
+sys.exit(1)
+"""
+
+
+@pytest.mark.subprocess
+def test_a_chatty_engine_cannot_deadlock_the_bench(tmp_path: Path, monkeypatch) -> None:
+    """An engine that writes megabytes to stderr before its stdout closes must not hang bench."""
+    from ampscope.cli import bench
+
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY_ENGINE)
+    monkeypatch.setattr(bench, "engine_command", lambda *a, **k: [sys.executable, str(script)])
+    result: list[records.RunRecord] = []
+    worker = threading.Thread(target=lambda: result.append(bench.run_one("fp32", [], tmp_path)))
+    worker.start()
+    worker.join(timeout=120)  # a deadlock, not a speed limit: the fake engine needs ~0.1 s
+    if worker.is_alive():
+        for child in psutil.Process().children(recursive=True):
+            if str(script) in " ".join(child.cmdline()):
+                child.kill()
+        worker.join(timeout=30)
+        pytest.fail("bench.run_one deadlocked on a full stderr pipe")
+    (rec,) = result
+    assert rec.done is not None and rec.done.status == "failed"
+    assert rec.done.error == "fatal: the chatty engine gave up"
+
+
+@pytest.mark.unit
+def test_one_run_each_shows_the_figures_but_no_speed_verdict() -> None:
+    rows = comparison.compare(
+        [
+            comparison.row_from_runs("fp32", [record("fp32", done(100.0, 1000, 2.0))]),
+            comparison.row_from_runs("amp-bf16", [record("amp-bf16", done(50.0, 600, 2.0))]),
+        ],
+        "fp32",
+    )
+    assert rows[1].speedup == 2.0 and rows[1].significant is None
+    text = comparison.render(rows, "fp32")
+    assert "2.00x ?" in text and "faster" not in text and "slower" not in text
+    assert "amp-bf16: 2x the speed of fp32, untested" in text
+    assert "--repeats 3" in text
+
+
+def record_of(preset: str, medians: tuple[float, ...], **workload) -> list[records.RunRecord]:
+    """Runs with a hello event saying what ran (the GPT's small size unless told otherwise)."""
+    wl = {"kind": "gpt", "size": "auto", "layers": 2, "width": 64, "heads": 4} | workload
+    conf = {"workload": wl, "batch_size": 32, "steps": 100}
+    out = []
+    for ms in medians:
+        r = record(preset, done(ms, 1000, 2.0))
+        r.hello = hello(preset=preset, config=conf, device_name="NVIDIA H100 80GB HBM3")
+        out.append(r)
+    return out
+
+
+@pytest.mark.unit
+def test_different_workloads_are_not_comparable_and_only_the_differences_are_named() -> None:
+    medians = (100.0, 101.0, 99.0)
+    rows = comparison.compare(
+        [
+            comparison.row_from_runs("fp32", record_of("fp32", medians)),
+            comparison.row_from_runs(
+                "mlp-demo", record_of("mlp-demo", (9.0, 9.1, 8.9), kind="mlp")
+            ),
+            comparison.row_from_runs("wide", record_of("wide", (50.0, 51.0, 49.0), width=128)),
+            comparison.row_from_runs("bf16", record_of("bf16", (50.0, 51.0, 49.0))),
+        ],
+        "fp32",
+    )
+    by = {r.preset: r for r in rows}
+    assert by["mlp-demo"].differs == ["workload"] and by["wide"].differs == ["sizes"]
+    assert by["mlp-demo"].speedup is None and by["mlp-demo"].loss_change is None
+    assert by["bf16"].differs == [] and by["bf16"].significant
+    text = comparison.render(rows, "fp32")
+    assert "not comparable: workload" in text and "not comparable: sizes" in text
+    lines = comparison.verdicts(rows, "fp32")
+    assert "mlp-demo: different workload from fp32: not comparable (workload mlp vs gpt)." in lines
+    wide = next(line for line in lines if line.startswith("wide:"))
+    assert "different sizes from fp32: not comparable" in wide and "width=128" in wide
+    assert "batch" not in wide and "device" not in wide and "steps" not in wide
+
+
+@pytest.mark.unit
+def test_the_default_repeats_give_a_verdict_and_help_says_so(capsys) -> None:
+    from ampscope.cli.main import build_parser
+    from ampscope.core import significance
+
+    args = build_parser().parse_args(["bench"])
+    assert args.repeats >= significance.MIN_REPEATS
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--help"])
+    assert f"(default: {args.repeats})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_run_that_ended_on_nan_shows_nan_as_its_final_loss_in_the_table() -> None:
+    """Not an earlier finite loss: the shipped fp16 record went NaN at its first step."""
+    example = Path(__file__).resolve().parent.parent / "ampscope" / "examples" / "fp16-nan"
+    row = comparison.row_from_runs("fp16", [records.load_run(example)])
+    assert comparison.cells(row)["loss"] == "nan at step 1"

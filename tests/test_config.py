@@ -103,7 +103,7 @@ BAD_FILES = {
         ["precison", "Accepted fields", "precision"],
     ),
     "wrong type": ('name = "x"\nsteps = "many"\n', ["steps", "integer"]),
-    "unknown precision": ('name = "x"\nprecision = "fp8"\n', ["precision", "'fp8'", "'amp-bf16'"]),
+    "unknown precision": ('name = "x"\nprecision = "fp4"\n', ["precision", "'fp4'", "'fp8'"]),
     "out of range": (
         'name = "x"\n[scaler]\nbackoff_factor = 1.5\n',
         ["scaler.backoff_factor", "< 1"],

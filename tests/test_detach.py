@@ -210,9 +210,10 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
     try:
         make_record(tmp_path, "20260101T000003Z-fp32", sleeper.pid, steps=7)  # live
         make_record(tmp_path, "20260101T000002Z-fp32", dead_pid())  # died without done
-        make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)  # hung
+        # a stale heartbeat from a process that still runs: paused or swapping, not dead
+        make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)
         rows = runs_json(capsys, tmp_path)
-        assert [r["state"] for r in rows] == ["live", "crashed", "crashed"]
+        assert [r["state"] for r in rows] == ["live", "crashed", "stalled"]
         assert rows[0]["steps"] == 7 and rows[0]["pid"] == sleeper.pid
         capsys.readouterr()
         assert cli_main(["runs", "--runs-dir", str(tmp_path)]) == 0
@@ -227,7 +228,7 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
                 history = await shown(pilot, app, HistoryScreen)
                 table = history.query_one("#history-table")
                 assert await wait_for(pilot, lambda: table.row_count == 3, 5)
-                assert [table.get_row_at(i)[1] for i in range(3)] == ["live", "crashed", "crashed"]
+                assert [table.get_row_at(i)[1] for i in range(3)] == ["live", "crashed", "stalled"]
                 await pilot.press("enter")  # the live one: attached, not replayed
                 screen = await shown(pilot, app, RunScreen)
                 assert isinstance(screen.source, AttachSource)

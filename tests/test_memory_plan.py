@@ -9,7 +9,10 @@ import sys
 import pytest
 
 from ampscope.cli.main import main
+from ampscope.core import events as ev
 from ampscope.core import memory_plan as mp
+from ampscope.core import memory_runs, records
+from tests import helpers
 from tests.conftest import ROOT, engine_env
 
 
@@ -66,12 +69,35 @@ def test_parse_count_rejects(bad):
 
 
 def test_activation_formula():
+    """The engine's GPT block: per layer s*b*h*(2R + 14C), then the final LayerNorm and head.
+
+    (Korthikanti et al.'s 34*s*b*h + 5*a*s^2*b counted dropout masks this block lacks and
+    the s^2 scores that the engine's SDPA kernels never store.)
+    """
     shape = mp.Shape(layers=2, hidden=64, heads=4, seq=128, batch=8)
-    s, b, h, a = 128, 8, 64, 4
-    per_layer = s * b * h * (34 + 5 * a * s // h)
-    assert mp.activation_bytes(shape) == 2 * per_layer
-    assert mp.activation_bytes(shape, 4) == 4 * per_layer  # fp32 doubles it
-    assert mp.activation_bytes(shape, flash=True) == 2 * s * b * h * 34
+    sbh = 128 * 8 * 64
+    assert mp.activation_bytes(shape) == sbh * (2 * (2 * 2 + 14 * 2) + 2 + 2)  # 16-bit
+    assert mp.activation_bytes(shape, 4) == 2 * mp.activation_bytes(shape)  # fp32 doubles it
+    # autocast: bf16 compute, fp32 residual stream (2 LayerNorm inputs a layer, and the last)
+    assert mp.activation_bytes(shape, 2, 4) == sbh * (2 * (2 * 4 + 14 * 2) + 4 + 2)
+    amp = mp.plan_regime(1000, "amp-bf16", shape=shape)
+    assert amp.activations == mp.activation_bytes(shape, 2, 4)
+
+
+def test_logits_are_four_buffers_at_the_backward_peak():
+    """logits (compute dtype) + fp32 log-softmax + its incoming and outgoing gradients."""
+    shape = mp.Shape(layers=1, hidden=64, heads=4, seq=128, batch=8, vocab=1000)
+    logits = 128 * 8 * 1000
+    assert mp.plan_regime(1000, "bf16", shape=shape).logits == 14 * logits
+    assert mp.plan_regime(1000, "amp-bf16", shape=shape).logits == 14 * logits
+    assert mp.plan_regime(1000, "fp32", shape=shape).logits == 16 * logits
+
+
+def test_train_total_adds_up_its_columns():
+    shape = mp.Shape(layers=12, hidden=768, heads=12, seq=1024, batch=16, vocab=32768)
+    for p in mp.plan(136_091_136, mp.REGIMES, "adamw", shape):
+        parts = (p.weights, p.grads, p.master, p.optimizer_state, p.cast_copies)
+        assert p.train_total == sum(parts) + p.activations + p.logits
 
 
 def test_fits_uses_ninety_percent():
@@ -150,7 +176,11 @@ def test_prediction_matches_a_real_cpu_training_step():
 
 
 def test_run_record_comparison(tmp_path, capsys):
-    """--run on a real (tiny) CPU run: a prediction beside the record's measured peak."""
+    """--run on a real (tiny) CPU run: the prediction, and no ratio against process RSS.
+
+    The record holds RSS only (the runtime included, ~300 MB), so nothing is compared; the
+    old output divided RSS by tensor memory ("measured / predicted = 106").
+    """
     runs = tmp_path / "runs"
     subprocess.run(
         [sys.executable, "-m", "ampscope", "run", "mlp-demo", "--steps", "6", "--device", "cpu"]
@@ -162,13 +192,45 @@ def test_run_record_comparison(tmp_path, capsys):
         check=True,
     )
     run_dir = next(runs.iterdir())
-    c = mp.compare_run(run_dir)
+    c = memory_runs.compare_run(run_dir)
     assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)
-    assert c.measured_peak and c.ratio and c.ratio > 1  # RSS includes the runtime
-    assert any("RSS" in n for n in c.notes)
+    assert c.measured_peak and c.ratio is None and c.compared is None
+    assert "RSS" in c.measured_what and any("not compared" in n for n in c.notes)
     assert main(["memory", "--run", str(run_dir)]) == 0
-    assert "measured / predicted" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "compared / predicted" not in out and "not compared" in out
     assert main(["memory", "--run", str(tmp_path)]) == 2
+
+
+def fake_record(tmp_path, device: str, peak: int, rss_before: int | None = None):
+    """A GPT run record written by hand: its hello and its done, nothing else."""
+    conf = {
+        "precision": "amp-bf16",
+        "batch_size": 4,
+        "workload": {"kind": "gpt", "layers": 2, "width": 64, "heads": 4, "seq_len": 32}
+        | {"vocab": 512},
+    }
+    run_dir = tmp_path / f"run-{device}"
+    run_dir.mkdir()
+    hello = helpers.hello(config=conf, device=device, param_count=0, rss_before_model=rss_before)
+    done = ev.empty_done("ok")
+    done.mem_peak = peak
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello) + ev.encode(done))
+    return run_dir
+
+
+def test_run_comparison_sets_tensor_memory_beside_tensor_memory(tmp_path, capsys):
+    gib = 1 << 30
+    cuda = memory_runs.compare_run(fake_record(tmp_path, "cuda:0", gib))
+    assert cuda.compared == gib and cuda.ratio == pytest.approx(gib / cuda.predicted)
+    assert "max_memory_allocated" in cuda.compared_what
+    assert cuda.params == mp.gpt_params(512, 32, 64, 2)  # from the shape: none recorded
+    assert any("SDPA flash" in n for n in cuda.notes)
+    cpu = memory_runs.compare_run(fake_record(tmp_path, "cpu", 700 << 20, rss_before=400 << 20))
+    assert cpu.compared == 300 << 20 and "RSS growth" in cpu.compared_what
+    assert main(["memory", "--run", str(tmp_path / "run-cpu")]) == 0
+    out = capsys.readouterr().out
+    assert "RSS growth since before the model was built" in out and "compared / predicted" in out
 
 
 def test_cli_params_banana(capsys):
@@ -197,5 +259,18 @@ def test_cli_json_and_text(capsys):
     assert main(["memory", "--preset", "amp-bf16", "--device", "cpu", "--flash"]) == 0
     out = capsys.readouterr().out
     assert "activ." in out and "KV cache" in out
+    # One attention model, named; --flash (now the only model) is still accepted.
+    assert main(["memory", "--preset", "amp-bf16", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == out and "SDPA flash" in out and "logits" in out
     assert main(["memory", "--layers", "2"]) == 2
     assert main(["memory"]) == 2
+
+
+def test_readme_gives_the_large_gpt_s_parameter_counts():
+    """hello.param_count for the large GPT, and the matmul weights the FLOP count uses."""
+    wl = mp.workload_from_preset("fp32", on_cuda=True)
+    d = wl.dims
+    matmuls = d["layers"] * 12 * d["width"] ** 2 + d["width"] * d["vocab"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{wl.params:,} parameters" in readme and "~110M-parameter" not in readme
+    assert f"{matmuls / 1e6:.1f}M in its matmul weights" in readme

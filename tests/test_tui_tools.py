@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 
 import pytest
 
+from ampscope.cli.main import main
+from ampscope.core.units import fmt_bytes
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.formats import VALUE_COLUMNS, FormatsScreen
 from ampscope.tui.screens.memory import MemoryScreen
@@ -71,7 +76,12 @@ def test_memory_planner_from_a_preset_and_from_a_count(tmp_path: Path) -> None:
             screen = await shown(pilot, app, MemoryScreen)
             table = screen.query_one("#memory-table")
             assert await wait_for(pilot, lambda: "preset fp32" in text(screen, "#memory-title"))
-            assert all(a != "-" for a in cells(table, 6))  # a transformer shape: activations
+            assert all(a != "-" for a in cells(table, 7))  # a transformer shape: activations
+            assert all(a != "-" for a in cells(table, 8))  # and the loss's logits
+            # The same figures as `ampscope memory --preset fp32` (its GPU size).
+            train = dict(zip(cells(table, 0), cells(table, 9), strict=True))
+            assert train["fp32"] == fmt_bytes(cli_train_total("fp32", "fp32"))
+            assert "SDPA flash" in text(screen, "#memory-title")
             params = screen.query_one("#memory-params")
             params.value = "7B"
             await pilot.press("enter")
@@ -83,3 +93,12 @@ def test_memory_planner_from_a_preset_and_from_a_count(tmp_path: Path) -> None:
             assert await wait_for(pilot, lambda: "banana" in text(screen, "#memory-error"), 5)
 
     run(go())
+
+
+def cli_train_total(preset: str, regime: str) -> int:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["memory", "--preset", preset, "--json"]) == 0
+    return next(r for r in json.loads(out.getvalue())["regimes"] if r["regime"] == regime)[
+        "train_total"
+    ]

@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ampscope.core import events as ev
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
 from ampscope.tui.run_state import RECENT, RunState
 
@@ -107,9 +108,7 @@ def _speed_cards(state: RunState) -> list[Card]:
 
 def _loss_cards(state: RunState) -> list[Card]:
     last = state.last_step
-    done = state.done
-    first = "" if done is None or done.loss_first is None else f"first {_fmt_loss(done.loss_first)}"
-    loss = Card("loss", "Loss", "-" if last is None else _fmt_loss(last.loss), first)
+    loss = _loss_card(last, state.done)
     if last is None:
         scale = Card("loss_scale", "Loss scale", "-", "")
     elif last.loss_scale is None:
@@ -170,24 +169,29 @@ def fmt_duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
+def _loss_card(last: ev.StepEvent | None, done: ev.DoneEvent | None) -> Card:
+    """The last loss; once the run is over, the final one as ``done`` names it ("nan", and
+    the step), which a step line cannot tell (it writes inf and NaN alike as null)."""
+    value = "-" if last is None else _fmt_loss(last.loss)
+    notes = []
+    if done is not None and done.loss_nonfinite:
+        value = done.loss_nonfinite
+        notes.append(f"at step {done.loss_final_step}")
+    if done is not None and done.loss_first is not None:
+        notes.append(f"first {_fmt_loss(done.loss_first)}")
+    return Card("loss", "Loss", value, ", ".join(notes))
+
+
 def _memory_card(state: RunState) -> Card:
-    last = state.last_step
-    alloc = last.mem_allocated if last else None
-    resv = last.mem_reserved if last else None
-    return Card("memory", "Peak memory", fmt_bytes(state.mem_peak), _alloc_resv(alloc, resv))
-
-
-def _alloc_resv(alloc: int | None, resv: int | None) -> str:
-    """'alloc 20 · resv 24 GiB': the unit once when both share it."""
-    if alloc is None or resv is None:
-        one, name = (alloc, "alloc") if resv is None else (resv, "resv")
-        return "" if one is None else f"{name} {fmt_bytes(one)}"
-    a, r = fmt_bytes(alloc), fmt_bytes(resv)
-    a_num, _, a_unit = a.partition(" ")
-    r_num, _, r_unit = r.partition(" ")
-    if a_unit == r_unit:
-        return f"alloc {a_num} · resv {r_num} {r_unit}"
-    return f"alloc {a} · resv {r}"
+    """Peak memory as records, bench and the console define it (``ev.peak_memory``), named:
+    the CUDA allocator's peak of allocated bytes, or the process RSS on a CPU run."""
+    last, peak = state.last_step, fmt_bytes(state.mem_peak)
+    if last is None or last.mem_peak is None:  # the engine reports no allocator on the CPU
+        return Card("memory", "Peak memory", peak, "process RSS" if last else "")
+    sub = "peak allocated"
+    if last.mem_reserved is not None:  # short enough for a card at 120 columns
+        sub = f"alloc · resv {fmt_bytes(last.mem_reserved)}"
+    return Card("memory", "Peak memory", peak, sub)
 
 
 def _util_card(state: RunState) -> Card:

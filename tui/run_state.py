@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core.units import fmt_ms, fmt_num
+from ampscope.core.fp8_recipes import layers_short
+from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
 from ampscope.tui.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
 
 MAX_POINTS = 4096
@@ -154,9 +155,9 @@ class RunState:
             None if zeros is None else zeros * 100,
         )
         self.recent_ms.append(e.step_ms)
-        for mem in (e.mem_peak, e.mem_allocated, e.mem_reserved):
-            if mem is not None and (self.mem_peak is None or mem > self.mem_peak):
-                self.mem_peak = mem
+        peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
+        if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
+            self.mem_peak = peak
         if e.skipped:
             self.skipped += 1
             scale = "-" if e.loss_scale is None else fmt_num(e.loss_scale)
@@ -218,7 +219,8 @@ class RunState:
             self.error = e.error
         text = (
             f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
-            f"{fmt_ms(e.step_ms_median)}, final loss {fmt_num(e.loss_final)}"
+            f"{fmt_ms(e.step_ms_median)}, final loss "
+            + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
         )
         self.add_log("error" if e.status == "failed" else "info", None, text)
 
@@ -322,7 +324,9 @@ class RunState:
             progress,
             preset,
             device,
-            str(cfg.get("precision", "?")),
+            layers_short(self.hello.fp8)
+            if self.hello and self.hello.fp8
+            else str(cfg.get("precision", "?")),
             f"compile {cfg.get('compile', '?')}",
         ]
         if self.read_only:

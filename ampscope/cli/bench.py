@@ -2,8 +2,10 @@
 
 Each preset runs in a fresh engine process (clean memory statistics, its own compile cache
 unless the environment shares one). With ``--repeats K`` the presets are interleaved
-(ABAB, not AABB) so that a machine getting slower or faster over time hits them all alike,
-and the spread across repeats decides whether a difference is called at all.
+(ABAB, not AABB) so that a machine getting slower or faster over time hits them all alike;
+repeat k of each preset is paired with repeat k of the baseline, and a speed difference is
+called only when the 95 % confidence interval of the speed-up excludes 1.0
+(``ampscope.core.significance``; three repeats at least, the default).
 
 Rows are computed from run records, so the dashboard's Compare screen builds the same
 table from any runs in the history.
@@ -16,14 +18,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import records
+from ampscope.core import records, significance
 from ampscope.core.comparison import (
     DEFAULT_BASELINE,
     LECTURE_SWEEP,
@@ -44,38 +48,50 @@ def run_one(
     runs_dir: Path,
     on_line: Callable[[ev.Event], None] | None = None,
 ) -> records.RunRecord:
-    """Run one preset in a fresh engine process and read back its record."""
+    """Run one preset in a fresh engine process and read back its record.
+
+    stderr goes to a temporary file, not a pipe: an engine that logs a lot (max-autotune)
+    would otherwise fill the pipe and block while this side still reads stdout.
+    """
     cmd = engine_command(preset, overrides, runs_dir)
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=child_env(),
-    )
-    run_dir: Path | None = None
-    reason: str | None = None
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            event = ev.decode(line)
-            if isinstance(event, ev.HelloEvent) and event.run_dir:
-                run_dir = Path(event.run_dir)
-            elif isinstance(event, ev.ErrorEvent):
-                reason = event.message
-            if on_line is not None:
-                on_line(event)
-        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        proc.wait()
-    except BaseException:
-        _stop(proc)
-        raise
+    with tempfile.TemporaryFile() as err_file:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            start_new_session=True,
+            env=child_env(),
+        )
+        run_dir: Path | None = None
+        reason: str | None = None
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                event = ev.decode(line)
+                if isinstance(event, ev.HelloEvent) and event.run_dir:
+                    run_dir = Path(event.run_dir)
+                elif isinstance(event, ev.ErrorEvent):
+                    reason = event.message
+                if on_line is not None:
+                    on_line(event)
+            proc.wait()
+        except BaseException:
+            _stop(proc)
+            raise
+        stderr = _tail(err_file)
     if run_dir is not None and run_dir.is_dir():
         return records.load_run(run_dir)
     record = records.RunRecord(path=runs_dir / f"(not started: {preset})")
     error = reason or (stderr.strip().splitlines() or ["the engine exited at once"])[-1]
     record.done = ev.empty_done("failed", error)
     return record
+
+
+def _tail(file: BinaryIO, size: int = 64 * 1024) -> str:
+    """The last ``size`` bytes of a file: enough for the line that says why the engine died."""
+    end = file.seek(0, os.SEEK_END)
+    file.seek(max(0, end - size))
+    return file.read().decode(errors="replace")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -95,7 +111,11 @@ def cmd_bench(args) -> int:
     presets = [baseline, *(p for p in dict.fromkeys(presets) if p != baseline)]  # baseline first
     overrides = run_overrides(args)
     if args.repeats < 1:
-        print(f"ampscope: --repeats {args.repeats}: accepted a whole number >= 1.", file=sys.stderr)
+        print(
+            f"ampscope: --repeats {args.repeats}: accepted a whole number >= 1 (a speed verdict "
+            f"needs {significance.MIN_REPEATS} or more).",
+            file=sys.stderr,
+        )
         return 2
     try:
         for name in presets:

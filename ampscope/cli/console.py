@@ -7,8 +7,9 @@ import time
 from typing import TextIO
 
 from ampscope.core import events as ev
+from ampscope.core.fp8_recipes import layers_line
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_ms, fmt_num
 
 REDRAW_S = 0.1
 
@@ -36,12 +37,18 @@ class ConsoleReporter:
         if isinstance(event, ev.HelloEvent):
             self.hello = event
             self.steps = int(event.config.get("steps", 0))
-            peak = f"{event.peak_tflops:g} TFLOP/s peak" if event.peak_tflops else "no MFU peak"
+            peak = (
+                f"{event.peak_tflops:g} TFLOP/s {event.compute_dtype} peak"
+                if event.peak_tflops
+                else "no MFU peak"
+            )
             self._line(
                 f"{event.preset}: {event.config['precision']} on {event.device} "
                 f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
                 f"{event.config['workload']['kind']} workload, {peak}"
             )
+            if event.fp8 is not None:
+                self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):
             if event.phase == "compile" and event.state == "start":
                 self._line("compiling (torch.compile) ...")
@@ -80,7 +87,7 @@ class ConsoleReporter:
         bar = "#" * filled + "-" * (width - filled)
         scale = f"  scale {s.loss_scale:g}" if s.loss_scale is not None else ""
         text = (
-            f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {_f(s.loss)}"
+            f"[{bar}] {s.step + 1}/{total}  {fmt_ms(s.step_ms)}/step  loss {fmt_loss(s.loss)}"
             f"  {fmt_num(s.samples_per_s)} samples/s{scale}"
         )
         if self.tty:
@@ -100,6 +107,7 @@ class ConsoleReporter:
 
 
 def summary_table(done: ev.DoneEvent) -> str:
+    final = fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
     rows = [
         ("status", done.status + (f" ({done.error})" if done.error else "")),
         ("steps", str(done.steps_done)),
@@ -113,14 +121,10 @@ def summary_table(done: ev.DoneEvent) -> str:
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
         ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
         ("peak memory", fmt_bytes(done.mem_peak)),
-        ("loss first -> final", f"{_f(done.loss_first)} -> {_f(done.loss_final)}"),
+        ("loss first -> final", f"{fmt_loss(done.loss_first)} -> {final}"),
         ("skipped steps", str(done.skipped_steps)),
         ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),
         ("wall time", f"{done.wall_s:.1f} s"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
-
-
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"

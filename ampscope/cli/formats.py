@@ -1,4 +1,4 @@
-"""``ampscope dtypes`` and ``ampscope memory``: argparse wiring and text / JSON output."""
+"""``ampscope dtypes``: argparse wiring and text / JSON output."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ import os
 import re
 import sys
 from typing import Any
-
-from ampscope.cli.output import fail
-from ampscope.core.units import fmt_bytes
 
 # -------------------------------------------------------------------------------------------
 # Parsers
@@ -46,58 +43,9 @@ def add_dtypes_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from ampscope.core import memory_plan as mp
-
-    p = subparsers.add_parser(
-        "memory",
-        help="training memory per precision regime: bytes per parameter, totals, which GPUs fit",
-        description=(
-            "Plan training memory: weights, gradients, master weights, optimizer state and "
-            "(given a transformer shape) activations, for each precision regime."
-        ),
-    )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--params", metavar="N", help="parameter count: 7e9, 7B, 125M, 1.3b, 350k")
-    src.add_argument("--preset", metavar="NAME", help="take the model from a preset")
-    src.add_argument("--run", metavar="RUNDIR", help="compare with a finished run's measured peak")
-    p.add_argument(
-        "--device",
-        choices=("cuda", "cpu"),
-        default="cuda",
-        help="which size an 'auto' preset takes (default cuda: the large size)",
-    )
-    p.add_argument("--optimizer", choices=tuple(mp.OPTIMIZER_STATES), default="adamw")
-    p.add_argument(
-        "--regime",
-        action="append",
-        choices=tuple(mp.REGIMES),
-        help="regimes to show (repeatable; default: all but pure fp16 and fp64)",
-    )
-    for name, what in (
-        ("layers", "transformer layers"),
-        ("hidden", "hidden size"),
-        ("heads", "attention heads"),
-        ("seq", "sequence length"),
-        ("batch", "micro-batch size"),
-        ("vocab", "vocabulary (adds the logits)"),
-    ):
-        p.add_argument(f"--{name}", type=_positive_int, metavar="N", help=what)
-    p.add_argument(
-        "--flash", action="store_true", help="flash attention: no stored s^2 attention scores"
-    )
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    return p
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
-    return value
+def _fail(message: str) -> int:
+    print(f"ampscope: {message}", file=sys.stderr)
+    return 2
 
 
 # -------------------------------------------------------------------------------------------
@@ -200,7 +148,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
     try:
         keys = fm.keys_from(args.formats)
     except KeyError as exc:
-        return fail(f"--formats {args.formats}: {exc.args[0]}")
+        return _fail(f"--formats {args.formats}: {exc.args[0]}")
     if args.demo:
         return _run_demo(args.demo, args.json)
     if not args.values:
@@ -214,7 +162,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
         try:
             described.append(fm.describe(text, keys, saturate_fp8=args.saturate))
         except fm.ExpressionError as exc:
-            return fail(str(exc))
+            return _fail(str(exc))
     if args.json:
         out = {
             "values": [d.to_dict() for d in described],
@@ -246,7 +194,7 @@ def _run_demo(name: str, as_json: bool) -> int:
                 print(f"{key:<{width}}  {what}")
         return 0
     if name not in fm.DEMOS:
-        return fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
+        return _fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
     result = fm.run_demo(name)
     if as_json:
         print(
@@ -277,196 +225,3 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     return x
-
-
-# -------------------------------------------------------------------------------------------
-# memory
-
-
-def _gb(n: int | None) -> str:
-    return "-" if n is None else fmt_bytes(n)
-
-
-def format_plan(rows: list[Any], title: str, shape: Any, flash: bool) -> list[str]:
-    from ampscope.core import memory_plan as mp
-
-    lines = [title, ""]
-    lines.append(
-        f"{'regime':<23} {'w':>2} {'g':>2} {'mst':>3} {'opt':>3} {'=B/p':>4} {'+cast':>5}   "
-        f"{'weights':>9} {'grads':>9} {'master':>9} {'optim.':>9} {'activ.':>9} "
-        f"{'TRAIN':>9} {'INFER':>9}"
-    )
-    for r in rows:
-        acts = None if r.activations is None else r.activations + (r.logits or 0)
-        lines.append(
-            f"{r.label:<23} {r.weight_bpp:>2} {r.grad_bpp:>2} {r.master_bpp:>3} "
-            f"{r.optimizer_bpp:>3} {r.train_bpp:>4} {r.cast_bpp:>5}   "
-            f"{_gb(r.weights):>9} {_gb(r.grads):>9} {_gb(r.master):>9} "
-            f"{_gb(r.optimizer_state):>9} {_gb(acts):>9} {_gb(r.train_total):>9} "
-            f"{_gb(r.inference_total):>9}"
-        )
-    lines += ["", "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither"]
-    names = mp.gpu_names()
-    lines.append(f"{'':<23} " + " ".join(names))
-    for r in rows:
-        marks = []
-        for n in names:
-            mark = "T" if n in r.fits_train else ("i" if n in r.fits_inference else ".")
-            marks.append(f"{mark:^{len(n)}}")
-        lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
-    lines += [
-        "",
-        "w, g, mst, opt: bytes per parameter for weights, gradients, fp32 master weights and "
-        "optimizer state; =B/p their sum.",
-        "+cast: transient low-precision weight copies per parameter (counted in TRAIN, live from "
-        "forward to backward).",
-    ]
-    if shape is None:
-        lines.append(
-            "activ.: unknown without a transformer shape (--layers --hidden --heads --seq "
-            "--batch, or --preset): TRAIN covers the model state only."
-        )
-    else:
-        lines.append(
-            f"activ.: {shape.layers} layers x s*b*h*(34{'' if flash else ' + 5*a*s/h'}) bytes in "
-            "16-bit (Korthikanti et al.; fp32 doubles it"
-            + (", flash attention drops the s^2 term" if flash else "; --flash drops the s^2 term")
-            + "), no recomputation"
-            + (", plus the logits and their fp32 copy for the loss" if shape.vocab else "")
-            + "."
-        )
-    lines += [
-        "INFER: the weights in the regime's compute dtype only (no KV cache, no activations).",
-        "90%: the CUDA context, cuBLAS workspaces and allocator fragmentation take the rest.",
-    ]
-    fp8 = [r for r in rows if r.regime == "fp8"]
-    if fp8:
-        lines.append(f"fp8: {fp8[0].note}.")
-    return lines
-
-
-def cmd_memory(args: argparse.Namespace) -> int:
-    from ampscope.core import config
-    from ampscope.core import memory_plan as mp
-
-    regimes = args.regime or list(mp.DEFAULT_REGIMES)
-    if args.run:
-        return _memory_run(args)
-    shape_opts = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "batch")}
-    shape = None
-    if args.preset:
-        try:
-            wl = mp.workload_from_preset(args.preset, on_cuda=args.device == "cuda")
-        except config.ConfigError as exc:
-            return fail(str(exc))
-        params, shape = wl.params, wl.shape
-        if shape is not None:
-            shape = mp.Shape(
-                args.layers or shape.layers,
-                args.hidden or shape.hidden,
-                args.heads or shape.heads,
-                args.seq or shape.seq,
-                args.batch or shape.batch,
-                args.vocab or shape.vocab,
-            )
-            params = mp.gpt_params(shape.vocab or 0, shape.seq, shape.hidden, shape.layers)
-        if args.regime is None and wl.regime not in regimes:
-            regimes.append(wl.regime)
-        dims = ", ".join(f"{k}={v}" for k, v in wl.dims.items())
-        title = (
-            f"Preset '{args.preset}' ({args.device} size): {wl.kind}, {dims}, batch {wl.batch}; "
-            f"{params:,} parameters; the preset trains in '{wl.regime}'"
-        )
-        if wl.kind == "gpt" and not args.flash:
-            title += (
-                "\n(the engine's attention is torch SDPA, flash kernels: add --flash to match it)"
-            )
-    else:
-        given = [k for k, v in shape_opts.items() if v is not None]
-        if given and len(given) < len(shape_opts):
-            missing = [f"--{k}" for k, v in shape_opts.items() if v is None]
-            return fail(
-                f"a transformer shape needs --layers, --hidden, --heads, --seq and --batch; "
-                f"missing {', '.join(missing)}."
-            )
-        if given:
-            shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
-        if args.params is not None:
-            try:
-                params = mp.parse_count(args.params)
-            except mp.PlanError as exc:
-                return fail(f"--params {args.params}: {exc}")
-            source = f"{params:,} parameters"
-        elif shape is not None:
-            params = mp.transformer_params(shape.layers, shape.hidden, shape.vocab)
-            source = f"about {params:,} parameters (12*L*h^2{' + 2*V*h' if shape.vocab else ''})"
-        else:
-            return fail(
-                "say which model: --params N (7B, 125M, 7e9), --preset NAME, a transformer "
-                "shape (--layers --hidden --heads --seq --batch), or --run RUNDIR. "
-                "See 'ampscope memory --help'."
-            )
-        title = f"Training memory for {source} ({_count(params)})"
-    if shape is not None:
-        title += (
-            f"\nshape: {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
-            f"seq {shape.seq}, batch {shape.batch}"
-            + (f", vocab {shape.vocab}" if shape.vocab else "")
-            + (", flash attention" if args.flash else "")
-        )
-    states = mp.OPTIMIZER_STATES[args.optimizer]
-    title += f"\noptimizer: {args.optimizer} ({states} state tensor{'s' if states != 1 else ''} a parameter)"
-    rows = mp.plan(params, regimes, args.optimizer, shape, args.flash)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "params": params,
-                    "optimizer": args.optimizer,
-                    "shape": None if shape is None else shape.__dict__,
-                    "flash": args.flash,
-                    "fit_fraction": mp.FIT_FRACTION,
-                    "gpus": dict(mp.GPUS),
-                    "regimes": [r.to_dict() for r in rows],
-                },
-                indent=2,
-            )
-        )
-        return 0
-    print("\n".join(format_plan(rows, title, shape, args.flash)))
-    return 0
-
-
-def _count(n: int) -> str:
-    for limit, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k")):
-        if n >= limit:
-            return f"{n / limit:.3g}{suffix}"
-    return str(n)
-
-
-def _memory_run(args: argparse.Namespace) -> int:
-    from ampscope.core import memory_plan as mp
-
-    try:
-        c = mp.compare_run(args.run, flash=args.flash)
-    except mp.PlanError as exc:
-        return fail(str(exc))
-    if args.json:
-        print(json.dumps(c.to_dict(), indent=2))
-        return 0
-    p = c.plan
-    lines = [
-        f"Run {c.run}: {c.params:,} parameters, regime '{c.regime}', device {c.device or '?'}",
-        f"  predicted  weights {_gb(p.weights)}, grads {_gb(p.grads)}, master {_gb(p.master)}, "
-        f"optimizer {_gb(p.optimizer_state)}, casts {_gb(p.cast_copies)}, "
-        f"activations {_gb(None if p.activations is None else p.activations + (p.logits or 0))}",
-        f"  predicted  {c.predicted_what}: {_gb(c.predicted)}",
-        f"  measured   peak: {_gb(c.measured_peak)}",
-    ]
-    if c.ratio is not None and c.percent is not None:
-        lines.append(f"  measured / predicted = {c.ratio:.2f} ({c.percent:+.0f}%)")
-    else:
-        lines.append("  no measured peak in this record")
-    lines += [f"  note: {n}" for n in c.notes]
-    print("\n".join(lines))
-    return 0

@@ -28,9 +28,13 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repeats",
         type=int,
-        default=1,
-        help="runs per preset, interleaved ABAB (default 1; 3 or more lets the verdict "
-        "tell a real difference from noise)",
+        default=3,
+        metavar="K",
+        help=(
+            "runs per preset, interleaved ABAB (default: %(default)s). A speed difference is "
+            "called only when its 95%% confidence interval across the repeats excludes 1.0, "
+            "which needs 3 or more"
+        ),
     )
     p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")
     fmt = p.add_mutually_exclusive_group()
@@ -69,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_arguments(bench)
     # (number-format and memory-planner commands are added here)
-    from ampscope.cli.formats import add_dtypes_parser, add_memory_parser
+    from ampscope.cli.formats import add_dtypes_parser
+    from ampscope.cli.memory import add_memory_parser
 
     add_dtypes_parser(sub)
     add_memory_parser(sub)
@@ -111,7 +116,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
 
         return cmd_dtypes(args)
     if args.command == "memory":
-        from ampscope.cli.formats import cmd_memory
+        from ampscope.cli.memory import cmd_memory
 
         return cmd_memory(args)
     if args.command == "stop":

@@ -165,6 +165,9 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
                 "steps": steps,
                 "step_ms_median": median,
                 "loss_final": loss,
+                # a run that ended on inf/NaN: loss_final is null, this names it and its step
+                "loss_nonfinite": record.done.loss_nonfinite if record.done else None,
+                "loss_final_step": record.done.loss_final_step if record.done else None,
                 "pid": pid or (record.hello.pid if record.hello else None),
                 "started_at": record.hello.started_at if record.hello else live.get("started_at"),
                 "path": str(record.path),
@@ -175,7 +178,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ampscope.core.units import fmt_ms, fmt_num
+    from ampscope.core.units import fmt_final_loss, fmt_ms
 
     root = _runs_root(args)
     rows = run_rows(root)
@@ -194,7 +197,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 visible(row["preset"], 40),
                 "-" if row["steps"] is None else str(row["steps"]),
                 fmt_ms(row["step_ms_median"]),
-                fmt_num(row["loss_final"]),
+                fmt_final_loss(row["loss_final"], row["loss_nonfinite"], row["loss_final_step"]),
                 f"{path}  ({row['problem']})" if row["problem"] else path,
             )
         )

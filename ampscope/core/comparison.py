@@ -1,7 +1,9 @@
 """Run comparison: bench rows, verdicts and sweep records, built from run records.
 
 Shared by ``ampscope bench`` and the dashboard's Compare screen, so both show one table.
-Torch- and textual-free.
+A speed difference is called only from repeated, interleaved runs (``significance``), and
+only between runs of the same workload, sizes, batch, steps and device: anything else is
+marked not comparable instead of being read as a precision effect. Torch- and textual-free.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from pathlib import Path
 import msgspec
 
 from ampscope.core import events as ev
-from ampscope.core import records
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core import records, significance
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
 DEFAULT_BASELINE = "fp32"
 SWEEP_FILE = "sweep.json"
+# What must match the baseline for a difference to be a precision effect, in the user's words.
+SETUP_FIELDS = ("workload", "sizes", "batch", "steps", "device")
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -34,8 +38,14 @@ class Row(msgspec.Struct, kw_only=True):
     step_ms: float | None = None
     spread_lo: float | None = None  # p10 of one run, or the lowest repeat's median
     spread_hi: float | None = None
-    speedup: float | None = None
-    significant: bool | None = None
+    run_medians: list[float | None] = msgspec.field(default_factory=list)  # per run, in order
+    setup: dict[str, str] = msgspec.field(default_factory=dict)  # SETUP_FIELDS, from hello
+    differs: list[str] = msgspec.field(default_factory=list)  # SETUP_FIELDS unlike the baseline
+    speedup: float | None = None  # baseline step time / this step time
+    speedup_low: float | None = None  # 95 % confidence interval (3 or more repeats)
+    speedup_high: float | None = None
+    significant: bool | None = None  # None: not tested (fewer than 3 repeats, or no baseline)
+    is_baseline: bool = False
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     tflops: float | None = None
@@ -43,6 +53,8 @@ class Row(msgspec.Struct, kw_only=True):
     mem_peak: int | None = None
     mem_change: float | None = None  # fraction vs the baseline: -0.38 is 38 % less
     loss_final: float | None = None
+    loss_nonfinite: str | None = None  # "nan" or "inf" when a run ended on a non-finite loss
+    loss_nonfinite_step: int | None = None
     loss_change: float | None = None  # relative difference from the baseline's final loss
     skipped_steps: int = 0
     grad_zero_frac: float | None = None  # the largest measured in the run(s)
@@ -73,6 +85,14 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     ]
     row.grad_zero_frac = max(zeros) if zeros else None
     row.skipped_steps = sum(d.skipped_steps for d in dones)
+    went_nonfinite = next((d for d in dones if d.loss_nonfinite), None)
+    if went_nonfinite is not None:  # shown as it happened, never an earlier finite loss
+        row.loss_nonfinite = went_nonfinite.loss_nonfinite
+        row.loss_nonfinite_step = went_nonfinite.loss_final_step
+    row.setup = setup_of(runs[0]) if runs else {}
+    row.run_medians = [
+        r.done.step_ms_median if r.done is not None and r.done in measured else None for r in runs
+    ]
     if not measured:
         return row
     ok = measured
@@ -95,14 +115,52 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     return row
 
 
+def setup_of(run: records.RunRecord) -> dict[str, str]:
+    """The run's workload, sizes, batch, steps and device as text, from its hello event."""
+    if run.hello is None:
+        return {}
+    conf = run.hello.config or {}
+    workload = conf.get("workload") or {}
+    sizes = {k: v for k, v in workload.items() if k not in ("kind", "size") and v is not None}
+    return {
+        "workload": str(workload.get("kind", "?")),
+        "sizes": ", ".join(f"{k}={v}" for k, v in sorted(sizes.items())),
+        "batch": str(conf.get("batch_size", "?")),
+        "steps": str(conf.get("steps", "?")),
+        "device": run.hello.device_name or run.hello.device,
+    }
+
+
 def compare(rows: list[Row], baseline: str) -> list[Row]:
-    """Fill speedup, memory and loss changes relative to the baseline row."""
+    """Fill speed-up, memory and loss changes relative to the baseline row.
+
+    A row whose setup differs from the baseline's gets ``differs`` and no relative figures.
+    """
     base = next((r for r in rows if r.preset == baseline), None)
     for row in rows:
-        if base is None or row.step_ms is None or base.step_ms is None:
+        row.differs = []
+        row.speedup = row.speedup_low = row.speedup_high = row.significant = None
+        row.mem_change = row.loss_change = None
+        row.is_baseline = row is base
+        if base is None:
             continue
-        row.speedup = base.step_ms / row.step_ms
-        row.significant = abs(row.step_ms - base.step_ms) > max(_spread(row), _spread(base))
+        if row.setup and base.setup:
+            row.differs = [f for f in SETUP_FIELDS if row.setup.get(f) != base.setup.get(f)]
+        if row.differs:
+            continue
+        if row is base:
+            row.speedup = 1.0 if row.step_ms is not None else None
+        elif row.step_ms is not None and base.step_ms is not None:
+            tested = significance.speed_up(base.run_medians, row.run_medians)
+            if tested is None:
+                row.speedup = base.step_ms / row.step_ms
+            else:
+                row.speedup, row.speedup_low, row.speedup_high = (
+                    tested.ratio,
+                    tested.low,
+                    tested.high,
+                )
+                row.significant = tested.significant
         if row.mem_peak and base.mem_peak:
             row.mem_change = row.mem_peak / base.mem_peak - 1
         if row.loss_final is not None and base.loss_final:
@@ -112,6 +170,7 @@ def compare(rows: list[Row], baseline: str) -> list[Row]:
 
 def verdicts(rows: list[Row], baseline: str) -> list[str]:
     """Sentences a lecturer can read aloud, derived from the numbers only."""
+    base = next((r for r in rows if r.preset == baseline), None)
     lines = []
     for row in rows:
         if row.preset == baseline:
@@ -127,14 +186,12 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
             )
         if row.status != "ok" and row.step_ms is None:
             continue
+        if row.differs and base is not None:
+            lines.append(_not_comparable(row, base))
+            continue
         parts = []
         if row.speedup is not None:
-            if not row.significant:
-                parts.append(f"no significant speed difference from {baseline} (within noise)")
-            elif row.speedup >= 1:
-                parts.append(f"{row.speedup:.2g}x faster than {baseline}")
-            else:
-                parts.append(f"{1 / row.speedup:.2g}x slower than {baseline}")
+            parts.append(_speed_words(row, baseline))
         if row.mem_change is not None and abs(row.mem_change) >= 0.01:
             more_less = "less" if row.mem_change < 0 else "more"
             parts.append(f"{abs(row.mem_change):.0%} {more_less} peak memory")
@@ -154,6 +211,29 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
         if row.skipped_steps:
             lines.append(f"{row.preset}: the loss scaler skipped {row.skipped_steps} step(s).")
     return lines
+
+
+def _speed_words(row: Row, baseline: str) -> str:
+    assert row.speedup is not None
+    if row.significant is None:
+        n = significance.MIN_REPEATS
+        return (
+            f"{row.speedup:.2g}x the speed of {baseline}, untested (a speed verdict needs {n} "
+            f"or more interleaved runs of each: --repeats {n})"
+        )
+    interval = f"95% CI {row.speedup_low:.3g}-{row.speedup_high:.3g}x"
+    if not row.significant:
+        return f"no significant speed difference from {baseline} ({interval})"
+    if row.speedup >= 1:
+        return f"{row.speedup:.2g}x faster than {baseline} ({interval})"
+    return f"{1 / row.speedup:.2g}x slower than {baseline} ({interval})"
+
+
+def _not_comparable(row: Row, base: Row) -> str:
+    fields = row.differs
+    named = fields[0] if len(fields) == 1 else ", ".join(fields[:-1]) + " and " + fields[-1]
+    details = "; ".join(f"{f} {row.setup.get(f)} vs {base.setup.get(f)}" for f in fields)
+    return f"{row.preset}: different {named} from {base.preset}: not comparable ({details})."
 
 
 COLUMNS = [
@@ -179,9 +259,7 @@ def cells(row: Row) -> dict[str, str]:
     spread = ""
     if row.spread_lo is not None and row.spread_hi is not None:
         spread = f" ({fmt_ms(row.spread_lo)}-{fmt_ms(row.spread_hi)})"
-    speedup = "-"
-    if row.speedup is not None:
-        speedup = f"{row.speedup:.2f}x" + ("" if row.significant or row.speedup == 1 else " ~")
+    speedup = _speed_cell(row)
     return {
         "preset": row.preset,
         "step": (fmt_ms(row.step_ms) + spread) if row.step_ms is not None else "-",
@@ -192,7 +270,9 @@ def cells(row: Row) -> dict[str, str]:
         "mfu": f"{row.mfu:.1%}" if row.mfu is not None else "-",
         "mem": fmt_bytes(row.mem_peak),
         "mem_change": f"{row.mem_change:+.0%}" if row.mem_change is not None else "-",
-        "loss": f"{row.loss_final:.4f}" if row.loss_final is not None else "-",
+        "loss": f"{row.loss_final:.4f}"
+        if row.loss_final is not None
+        else fmt_final_loss(None, row.loss_nonfinite, row.loss_nonfinite_step),
         "loss_change": f"{row.loss_change:+.1%}" if row.loss_change is not None else "-",
         "skipped": str(row.skipped_steps),
         "zeros": f"{row.grad_zero_frac:.1%}" if row.grad_zero_frac is not None else "-",
@@ -222,6 +302,20 @@ def text_table(heads: list[str], body: list[list[str]], width: int | None = None
     return lines
 
 
+def _speed_cell(row: Row) -> str:
+    """'1.31x (1.22-1.41)' tested and significant, '~' not significant, '?' untested."""
+    if row.differs:
+        return "not comparable: " + ", ".join(row.differs)
+    if row.speedup is None:
+        return "-"
+    if row.is_baseline:
+        return f"{row.speedup:.2f}x"
+    if row.significant is None:
+        return f"{row.speedup:.2f}x ?"
+    interval = f"{row.speedup:.2f}x ({row.speedup_low:.2f}-{row.speedup_high:.2f})"
+    return interval + ("" if row.significant else " ~")
+
+
 def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None = None) -> str:
     """The comparison as text (fitted to ``width`` columns when given), markdown, CSV or JSON."""
     if fmt == "json":
@@ -237,10 +331,10 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
-        fields = [f for f in Row.__struct_fields__ if f != "run_dirs"]
+        fields = [f for f in Row.__struct_fields__ if f not in ("run_dirs", "run_medians", "setup")]
         writer.writerow(fields)
         for row in rows:
-            writer.writerow(["" if getattr(row, f) is None else getattr(row, f) for f in fields])
+            writer.writerow([_csv_value(getattr(row, f)) for f in fields])
         return out.getvalue()
     heads = [h for h, _ in COLUMNS]
     body = [[c[k] for _, k in COLUMNS] for c in table]
@@ -249,12 +343,25 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
         lines += ["| " + " | ".join(r) + " |" for r in body]
     else:
         lines = text_table(heads, body, width)
-    notes = verdicts(rows, baseline)
-    if any(r.significant is False and r.preset != baseline for r in rows):
-        notes.append(
-            "~ marks a speed difference smaller than the step-time spread: not significant."
-        )
+    notes = verdicts(rows, baseline) + legend(rows)
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def legend(rows: list[Row]) -> list[str]:
+    """What the marks in the speed-up column mean, for the marks that appear."""
+    notes = []
+    if any(r.significant is not None for r in rows):
+        notes.append(
+            "speedup: geometric mean over the interleaved repeats (95% confidence interval); "
+            "~ marks an interval that contains 1.0: not significant."
+        )
+    if any(r.significant is None and r.speedup is not None and not r.is_baseline for r in rows):
+        notes.append(
+            f"? marks an untested speed-up: one run's step-time spread is not run-to-run "
+            f"variation, so a verdict needs {significance.MIN_REPEATS} or more interleaved runs "
+            f"of each preset (ampscope bench --repeats {significance.MIN_REPEATS})."
+        )
+    return notes
 
 
 def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]) -> Path:
@@ -271,15 +378,15 @@ def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]
     return path
 
 
+def _csv_value(value: object) -> object:
+    if value is None:
+        return ""
+    return "; ".join(map(str, value)) if isinstance(value, list) else value
+
+
 def _median(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
-
-
-def _spread(row: Row) -> float:
-    if row.spread_lo is None or row.spread_hi is None:
-        return 0.0
-    return (row.spread_hi - row.spread_lo) / 2 if row.runs == 1 else row.spread_hi - row.spread_lo
 
 
 def _reason(run: records.RunRecord) -> str | None:

@@ -19,12 +19,14 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from ampscope.core.fp8_recipes import Fp8Options
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp64"]
+Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp64", "fp8"]
 ScalerMode = Literal["auto", "on", "off"]
 CompileMode = Literal[
     "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
@@ -92,6 +94,7 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     scaler: ScalerOptions = msgspec.field(default_factory=ScalerOptions)
     workload: Workload = msgspec.field(default_factory=Workload)
     debug: Debug = msgspec.field(default_factory=Debug)
+    fp8: Fp8Options = msgspec.field(default_factory=Fp8Options)  # read with precision = "fp8"
 
     @property
     def uses_scaler(self) -> bool:
@@ -189,6 +192,9 @@ PRESET_ORDER = (
     "compile-default",
     "compile-reduce-overhead",
     "compile-max-autotune",
+    "fp8-tensorwise",
+    "fp8-rowwise",
+    "fp8-eager",
 )
 
 

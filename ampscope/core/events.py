@@ -19,6 +19,15 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=False)
     t: float = 0.0
 
 
+class Fp8Layers(msgspec.Struct, kw_only=True):
+    """Which linear layers an fp8 run trains in fp8, and why the others stay in bf16."""
+
+    recipe: str  # torchao's recipe: tensorwise | rowwise
+    emulate: bool  # fp8 rounding with fp32 matmuls (no fp8 Tensor Cores used)
+    converted: list[str]  # layer names, as in model.named_modules()
+    skipped: dict[str, str]  # layer name -> why it stays in bf16
+
+
 class HelloEvent(Event, tag="hello"):
     """First line of every run: what runs, where, and the numbers MFU is computed from."""
 
@@ -39,9 +48,18 @@ class HelloEvent(Event, tag="hello"):
     peak_tflops: float | None
     peak_tflops_note: str
     param_count: int
-    flops_per_step: float
+    flops_per_step: float  # the figure TFLOP/s and MFU use: see flops_source
     samples_per_step: int
     tokens_per_step: int | None
+    flops_source: Literal["analytic", "counted"] | None = None  # None: a record from before
+    flops_analytic: float | None = None  # the workload's formula
+    flops_counted: float | None = None  # FlopCounterMode, one forward and backward
+    flops_counted_partial: bool = False  # kernels without a FLOP formula ran: a lower bound
+    flops_note: str | None = None  # for people: which figure MFU uses, where it was counted
+    fp8: Fp8Layers | None = None  # precision = "fp8" runs only
+    # Process RSS read before the model was built (null: not read). RSS growth from it is
+    # what `ampscope memory --run` compares with the planner on a CPU.
+    rss_before_model: int | None = None
 
 
 class PhaseEvent(Event, tag="phase"):
@@ -71,6 +89,13 @@ class StepEvent(Event, tag="step"):
     mem_peak: int | None
     grad_zero_frac: float | None
     lr: float
+
+
+def peak_memory(step: StepEvent) -> int | None:
+    """What every screen, record and table calls a step's peak memory: the bytes torch's CUDA
+    allocator had given to tensors at most (``max_memory_allocated``; reserved memory is the
+    allocator's cache, not the model's need), or on the CPU the process RSS."""
+    return step.mem_peak if step.mem_peak is not None else step.mem_allocated
 
 
 class CompileEvent(Event, tag="compile"):
@@ -136,11 +161,13 @@ class DoneEvent(Event, tag="done"):
     mfu: float | None
     mem_peak: int | None
     loss_first: float | None
-    loss_final: float | None
+    loss_final: float | None  # the last step's loss; null when it was not finite (see below)
     skipped_steps: int
     compile_s: float | None
     wall_s: float
     error: str | None = None
+    loss_final_step: int | None = None  # the step loss_final (or loss_nonfinite) is from
+    loss_nonfinite: Literal["nan", "inf", "-inf"] | None = None  # the last loss, when not finite
 
 
 def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> DoneEvent:

@@ -1,16 +1,24 @@
 """How much memory training takes, per precision regime: a planner for a lecture, not a profiler.
 
 Per parameter, a training step keeps weights, gradients, optimizer state and (in mixed
-precision) fp32 master weights; activations come on top and scale with batch and sequence.
-The facts (REFERENCE.md, "Memory per parameter, AdamW"):
+precision) fp32 master weights; activations and the loss's logit buffers come on top and
+scale with batch and sequence. The facts (REFERENCE.md, "Memory per parameter, AdamW"):
 
 - fp32 / tf32 with AdamW: 4 w + 4 g + 8 (m, v) = 16 bytes/param; inference 4.
 - torch AMP (fp32 weights are the master copy, autocast to bf16/fp16): also 16, plus a
   transient 16-bit copy of the weights that autocast makes and autograd keeps until backward.
 - classic mixed precision (fp16 weights and grads, fp32 master + m + v): 2+2+4+8 = 16.
 - pure bf16 (torch AdamW keeps m, v in the parameters' dtype): 2+2+4 = 8.
-- activations per transformer layer in 16-bit, no recomputation (Korthikanti et al. 2022):
-  s*b*h*(34 + 5*a*s/h) bytes; flash attention never stores the s^2 scores (drops 5*a*s/h).
+
+Activations are those of the engine's GPT block as autograd saves them, with the attention
+the engine really runs (torch SDPA: flash or memory-efficient kernels, which keep q, k, v,
+the output and a logsumexp but never the s x s scores). Per layer and token, in units of
+the hidden size h: two residual-stream inputs of the LayerNorms (in the residual dtype,
+fp32 under autocast) and, in the compute dtype, the qkv input (1), q, k, v (3), the
+attention output (1, also the projection's input), the MLP input (1), the GELU input (4)
+and output (4): s*b*h*(2*R + 14*C) bytes. Korthikanti et al. (2022) count 34*s*b*h in
+16-bit for a block with dropout; this block has none. Measured against torch.profiler's
+allocator bytes in tests/test_memory_measured.py.
 
 Imports neither torch nor textual.
 """
@@ -23,24 +31,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ampscope.core import hardware
+from ampscope.core.fp8_recipes import RECIPES, Fp8Recipe
+
 GIB = 1 << 30
 FIT_FRACTION = 0.9  # leave 10% for the CUDA context, the allocator's fragmentation, workspaces
 
-# Nominal memory per GPU in GiB (the datasheet figure).
-GPUS: tuple[tuple[str, float], ...] = (
-    ("T4", 16),
-    ("V100-16", 16),
-    ("V100-32", 32),
-    ("A10", 24),
-    ("L4", 24),
-    ("RTX 3090", 24),
-    ("RTX 4090", 24),
-    ("A100-40", 40),
-    ("L40S", 48),
-    ("A100-80", 80),
-    ("H100", 80),
-    ("H200", 141),
-    ("B200", 192),
+# (label, nominal GiB) per GPU memory size, from the one hardware table.
+GPUS: tuple[tuple[str, float], ...] = hardware.fit_chart()
+
+ATTENTION = (
+    "attention: torch SDPA flash / memory-efficient kernels, as the engine runs them "
+    "(no s x s scores stored)"
 )
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd-momentum": 1, "sgd": 0}
@@ -48,7 +50,7 @@ OPTIMIZER_STATES = {"adamw": 2, "sgd-momentum": 1, "sgd": 0}
 
 @dataclass(frozen=True)
 class Regime:
-    """Bytes per parameter for each kind of state, and the dtype activations are kept in."""
+    """Bytes per parameter for each kind of state, and the dtypes activations are kept in."""
 
     key: str
     label: str
@@ -57,94 +59,49 @@ class Regime:
     master_bytes: int  # a separate fp32 copy (0 when the weights are the master copy)
     state_bytes: int  # per optimizer state tensor (m, v, momentum)
     cast_bytes: int  # transient low-precision copies of the weights made each step
-    activation_bytes: int  # bytes per activation value (16-bit: 2)
+    activation_bytes: int  # bytes per activation value in the compute dtype (16-bit: 2)
+    residual_bytes: int  # bytes per value of the residual stream (fp32 under autocast)
     inference_bytes: int  # bytes/param to serve the model in the regime's compute dtype
     note: str = ""
 
 
+def fp8_regime_key(recipe: str) -> str:
+    """'fp8' is torchao's default recipe, tensorwise; other recipes get their own row."""
+    return "fp8" if recipe == "tensorwise" else f"fp8-{recipe}"
+
+
+def _fp8_regime(recipe: Fp8Recipe) -> Regime:
+    """torchao's Float8Linear keeps fp32 master weights, grads and AdamW state as amp does."""
+    return Regime(
+        fp8_regime_key(recipe.name),
+        f"fp8 {recipe.name}",
+        4, 4, 0, 4, 1, 2, 4, 1,
+        f"{recipe.describe()}; torchao Float8Linear with fp32 master weights, grads and AdamW "
+        "state, bf16 autocast elsewhere; each weight cast to fp8 as its layer runs (1 transient "
+        "byte/param); saved activations bf16, the residual stream fp32; inference assumes fp8 "
+        "weights",
+    )  # fmt: skip
+
+
+_AMP = (
+    "torch.autocast: fp32 weights are the master copy; {d} weight copies live from forward "
+    "to backward; the residual stream stays fp32; inference assumes the model cast to {d}"
+)
 REGIMES: dict[str, Regime] = {
     r.key: r
     for r in (
-        Regime("fp32", "fp32", 4, 4, 0, 4, 0, 4, 4, "everything fp32 (TF32 off); activations fp32"),
-        Regime(
-            "tf32",
-            "tf32",
-            4,
-            4,
-            0,
-            4,
-            0,
-            4,
-            4,
-            "as fp32: TF32 only changes how matmuls round their inputs, not storage",
-        ),
-        Regime(
-            "amp-bf16",
-            "AMP bf16 (fp32 master)",
-            4,
-            4,
-            0,
-            4,
-            2,
-            2,
-            2,
-            "torch.autocast: fp32 weights are the master copy; bf16 weight copies live from "
-            "forward to backward; inference assumes the model cast to bf16",
-        ),
-        Regime(
-            "amp-fp16",
-            "AMP fp16 (fp32 master)",
-            4,
-            4,
-            0,
-            4,
-            2,
-            2,
-            2,
-            "as AMP bf16, plus a GradScaler (a few bytes)",
-        ),
-        Regime(
-            "mixed-fp16",
-            "classic mixed fp16",
-            2,
-            2,
-            4,
-            4,
-            0,
-            2,
-            2,
-            "fp16 weights and grads, fp32 master weights and optimizer state (Micikevicius et al.)",
-        ),
-        Regime(
-            "bf16",
-            "pure bf16",
-            2,
-            2,
-            0,
-            2,
-            0,
-            2,
-            2,
-            "model.to(bfloat16): torch AdamW keeps its state in bf16 too",
-        ),
-        Regime("fp16", "pure fp16", 2, 2, 0, 2, 0, 2, 2, "as pure bf16, in fp16 (no loss scaling)"),
-        Regime(
-            "fp8",
-            "fp8 (Float8Linear)",
-            4,
-            4,
-            0,
-            4,
-            1,
-            2,
-            1,
-            "assumed: torchao Float8Linear with fp32 master weights, grads and AdamW state, "
-            "bf16 autocast elsewhere, weights cast to fp8 for each matmul (1 transient byte/param); "
-            "activations counted as bf16; inference assumes fp8 weights",
-        ),
-        Regime("fp64", "fp64", 8, 8, 0, 8, 0, 8, 8, "everything fp64"),
+        #      key           label                     w  g  mst st cast act res inf
+        Regime("fp32",       "fp32",                   4, 4, 0, 4, 0,   4,  4,  4, "everything fp32 (TF32 off); activations fp32"),
+        Regime("tf32",       "tf32",                   4, 4, 0, 4, 0,   4,  4,  4, "as fp32: TF32 only changes how matmuls round their inputs, not storage"),
+        Regime("amp-bf16",   "AMP bf16 (fp32 master)", 4, 4, 0, 4, 2,   2,  4,  2, _AMP.format(d="bf16")),
+        Regime("amp-fp16",   "AMP fp16 (fp32 master)", 4, 4, 0, 4, 2,   2,  4,  2, _AMP.format(d="fp16") + "; its GradScaler adds a few bytes"),
+        Regime("mixed-fp16", "classic mixed fp16",     2, 2, 4, 4, 0,   2,  2,  2, "fp16 weights and grads, fp32 master weights and optimizer state (Micikevicius et al.)"),
+        Regime("bf16",       "pure bf16",              2, 2, 0, 2, 0,   2,  2,  2, "model.to(bfloat16): torch AdamW keeps its state in bf16 too"),
+        Regime("fp16",       "pure fp16",              2, 2, 0, 2, 0,   2,  2,  2, "as pure bf16, in fp16 (no loss scaling)"),
+        *(_fp8_regime(recipe) for recipe in RECIPES.values()),
+        Regime("fp64",       "fp64",                   8, 8, 0, 8, 0,   8,  8,  8, "everything fp64"),
     )
-}
+}  # fmt: skip
 DEFAULT_REGIMES = ("fp32", "tf32", "amp-bf16", "amp-fp16", "mixed-fp16", "bf16", "fp8")
 
 
@@ -181,9 +138,9 @@ class RegimePlan:
     optimizer_state: int
     cast_copies: int
     activations: int | None  # None: no transformer shape known
-    logits: int | None
+    logits: int | None  # the loss's logit-sized buffers at the backward peak
     static: int  # weights + grads + master + optimizer state
-    train_total: int  # static + transient casts + activations (+ logits)
+    train_total: int  # static + transient casts + activations + logits: every column
     inference_total: int  # weights only
     fits_train: list[str] = field(default_factory=list)
     fits_inference: list[str] = field(default_factory=list)
@@ -246,23 +203,34 @@ def transformer_params(layers: int, hidden: int, vocab: int | None = None) -> in
     return 12 * layers * hidden * hidden + (2 * vocab * hidden if vocab else 0)
 
 
-def activation_bytes(shape: Shape, bytes_per_value: int = 2, flash: bool = False) -> int:
-    """Korthikanti et al.: s*b*h*(34 + 5*a*s/h) bytes per layer at 2 bytes a value.
+def activation_bytes(
+    shape: Shape, bytes_per_value: int = 2, residual_bytes: int | None = None
+) -> int:
+    """What autograd keeps for backward in the engine's GPT, logits excluded (module docstring).
 
-    The formula counts 16-bit activations (it includes dropout masks, 1 byte each, which the
-    engine's model does not have). Other dtypes scale it by bytes_per_value / 2. Flash
-    attention recomputes the a*s*s score matrices instead of storing them.
+    Per layer s*b*h*(2*R + 14*C) bytes, C = ``bytes_per_value`` (the compute dtype) and R =
+    ``residual_bytes`` (the residual stream; C when not given); then the final LayerNorm's
+    input (R) and the head's input (C). Terms of size s*b (LayerNorm statistics, the
+    attention's logsumexp) are left out: under 1 % of the layer at h = 64.
     """
-    s, b, h, a = shape.seq, shape.batch, shape.hidden, shape.heads
-    per_layer = s * b * h * 34 + (0 if flash else 5 * a * s * s * b)
-    return per_layer * shape.layers * bytes_per_value // 2
+    r = bytes_per_value if residual_bytes is None else residual_bytes
+    tokens_x_h = shape.seq * shape.batch * shape.hidden
+    return tokens_x_h * (shape.layers * (2 * r + 14 * bytes_per_value) + r + bytes_per_value)
+
+
+LOGIT_BUFFERS_FP32 = 3  # the log-softmax output, the loss's gradient, the log-softmax gradient
 
 
 def logits_bytes(shape: Shape, bytes_per_value: int) -> int | None:
-    """The output logits, plus the fp32 copy the loss makes of them (s*b*V each)."""
+    """The logit-sized buffers alive at the start of backward, where the step peaks.
+
+    The engine's loss is cross_entropy(logits.float()): the logits (compute dtype) are held,
+    log_softmax keeps its fp32 output, and its backward holds the incoming fp32 gradient and
+    the fp32 gradient it makes: 4 + 12 = 16 bytes a logit in fp32, 2 + 12 = 14 in bf16.
+    """
     if not shape.vocab:
         return None
-    return shape.seq * shape.batch * shape.vocab * (bytes_per_value + 4)
+    return shape.seq * shape.batch * shape.vocab * (bytes_per_value + 4 * LOGIT_BUFFERS_FP32)
 
 
 def fits(total: int, fraction: float = FIT_FRACTION) -> list[str]:
@@ -274,8 +242,14 @@ def plan_regime(
     regime: str,
     optimizer: str = "adamw",
     shape: Shape | None = None,
-    flash: bool = False,
 ) -> RegimePlan:
+    """One regime's bytes. TRAIN adds every column, gradients included.
+
+    The engine frees its gradients before each forward (zero_grad(set_to_none=True)), so at
+    the backward peak they do not exist yet: its measured peak is lower by up to the grads
+    column. Counting them keeps TRAIN an upper bound that also holds with gradient
+    accumulation, and it is never less than the optimizer step's weights + grads + state.
+    """
     if regime not in REGIMES:
         raise PlanError(f"unknown regime '{regime}'. Regimes: {', '.join(REGIMES)}.")
     if optimizer not in OPTIMIZER_STATES:
@@ -287,7 +261,7 @@ def plan_regime(
     opt_bpp = states * r.state_bytes
     master_bpp = r.master_bytes
     train_bpp = r.weight_bytes + r.grad_bytes + master_bpp + opt_bpp
-    acts = activation_bytes(shape, r.activation_bytes, flash) if shape else None
+    acts = activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
     logits = logits_bytes(shape, r.activation_bytes) if shape else None
     static = params * train_bpp
     total = static + params * r.cast_bytes + (acts or 0) + (logits or 0)
@@ -325,10 +299,9 @@ def plan(
     regimes: Iterable[str] = DEFAULT_REGIMES,
     optimizer: str = "adamw",
     shape: Shape | None = None,
-    flash: bool = False,
 ) -> list[RegimePlan]:
     """One :class:`RegimePlan` a regime: the planner's table."""
-    return [plan_regime(params, r, optimizer, shape, flash) for r in regimes]
+    return [plan_regime(params, r, optimizer, shape) for r in regimes]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,12 +320,16 @@ class Workload:
     batch: int
 
 
-def regime_for_precision(precision: str) -> str:
-    """A preset's ``precision`` as a planner regime (they share names)."""
+def regime_for_precision(precision: str, fp8_recipe: str = "tensorwise") -> str:
+    """A preset's ``precision`` as a planner regime (they share names; fp8 has one a recipe)."""
+    if precision == "fp8":
+        return fp8_regime_key(fp8_recipe or "tensorwise")
     return precision if precision in REGIMES else "fp32"
 
 
-def workload_from(kind: str, dims: dict[str, int], batch: int, precision: str) -> Workload:
+def workload_from(
+    kind: str, dims: dict[str, int], batch: int, precision: str, fp8_recipe: str = "tensorwise"
+) -> Workload:
     if kind == "gpt":
         params = gpt_params(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"])
         shape = Shape(
@@ -364,7 +341,8 @@ def workload_from(kind: str, dims: dict[str, int], batch: int, precision: str) -
         params, shape = cnn_params(dims["width"], dims["layers"], dims["classes"]), None
     else:
         raise PlanError(f"unknown workload kind '{kind}'.")
-    return Workload(kind, params, regime_for_precision(precision), shape, dict(dims), batch)
+    regime = regime_for_precision(precision, fp8_recipe)
+    return Workload(kind, params, regime, shape, dict(dims), batch)
 
 
 def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
@@ -373,109 +351,7 @@ def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
 
     preset = config.load_preset(name)
     dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
-    return workload_from(preset.workload.kind, dims, batch, preset.precision)
-
-
-@dataclass
-class RunComparison:
-    run: str
-    device: str
-    on_cuda: bool
-    regime: str
-    params: int
-    measured_peak: int | None
-    plan: RegimePlan
-    predicted: int  # what the measurement is compared with
-    predicted_what: str
-    ratio: float | None  # measured / predicted
-    percent: float | None  # (measured - predicted) / predicted * 100
-    notes: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["plan"] = self.plan.to_dict()
-        return d
-
-
-def compare_run(run_dir: Any, flash: bool = True) -> RunComparison:
-    """The planner's prediction for a recorded run beside its measured peak memory.
-
-    ``flash`` defaults to True: the engine's gpt calls torch's scaled_dot_product_attention,
-    whose flash kernels (CUDA and CPU) never store the s^2 attention scores.
-    """
-    from pathlib import Path
-
-    from ampscope.core import records
-
-    path = Path(run_dir)
-    if not (path / records.EVENTS_FILE).is_file() and not (path / records.SUMMARY_FILE).is_file():
-        raise PlanError(f"{path} is not a run record (no {records.EVENTS_FILE} in it).")
-    rec = records.load_run(path)
-    if rec.hello is None:
-        raise PlanError(f"{path}: the record has no hello event, so its configuration is unknown.")
-    conf = rec.hello.config or {}
-    wl = conf.get("workload", {}) or {}
-    kind = str(wl.get("kind", "gpt"))
-    batch = int(conf.get("batch_size") or 1)
-    precision = str(conf.get("precision", "fp32"))
-    regime = regime_for_precision(precision)
-    dims = {k: int(v) for k, v in wl.items() if isinstance(v, int) and not isinstance(v, bool)}
-    shape = None
-    if kind == "gpt" and all(k in dims for k in ("layers", "width", "heads", "seq_len")):
-        shape = Shape(
-            dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims.get("vocab")
-        )
-    params = int(rec.hello.param_count or 0)
-    if params <= 0:
-        try:
-            params = workload_from(kind, dims, batch, precision).params
-        except (KeyError, PlanError) as exc:
-            raise PlanError(f"{path}: no parameter count in the record ({exc}).") from None
-    p = plan_regime(params, regime, "adamw", shape, flash)
-    device = str(rec.hello.device or "")
-    on_cuda = device.startswith("cuda")
-    measured = rec.done.mem_peak if rec.done else None
-    if measured is None:
-        steps = [
-            e
-            for e in rec.events
-            if getattr(e, "mem_peak", None) or getattr(e, "mem_allocated", None)
-        ]
-        if steps:
-            measured = max((getattr(e, "mem_peak", None) or e.mem_allocated) for e in steps)  # type: ignore[attr-defined]
-    notes: list[str] = []
-    if on_cuda:
-        notes.append(
-            "measured: torch.cuda.max_memory_allocated (tensors only, not the CUDA context)"
-        )
-    else:
-        notes.append(
-            "measured: process RSS on the CPU, which includes the Python and torch runtime "
-            "(about 300 MB) and the data pool: the comparison is rough"
-        )
-    if p.activations is None:
-        notes.append(f"no transformer shape for a {kind} workload: activations are not predicted")
-    notes.append(
-        "prediction: weights + grads + AdamW state + transient casts"
-        + (" + activations + logits" if p.activations is not None else "")
-    )
-    predicted = p.train_total
-    ratio = measured / predicted if measured and predicted else None
-    percent = (ratio - 1) * 100 if ratio is not None else None
-    return RunComparison(
-        run=path.name,
-        device=device,
-        on_cuda=on_cuda,
-        regime=regime,
-        params=params,
-        measured_peak=measured,
-        plan=p,
-        predicted=predicted,
-        predicted_what="training total",
-        ratio=ratio,
-        percent=percent,
-        notes=notes,
-    )
+    return workload_from(preset.workload.kind, dims, batch, preset.precision, preset.fp8.recipe)
 
 
 def gpu_names() -> Sequence[str]:

@@ -46,6 +46,22 @@ def fmt_num(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def fmt_loss(x: float | None) -> str:
+    """A loss to four decimals: differences between precisions show in the third."""
+    if (odd := _odd(x)) is not None:
+        return odd
+    assert x is not None
+    return f"{x:.4f}"
+
+
+def fmt_final_loss(loss: float | None, nonfinite: str | None, step: int | None) -> str:
+    """A run's final loss as it was: "nan at step 1" when the run ended on a non-finite loss
+    (``done.loss_nonfinite``; JSON writes the value itself as null), never an earlier finite one."""
+    if nonfinite:
+        return f"{nonfinite} at step {step}" if step is not None else nonfinite
+    return fmt_loss(loss)
+
+
 def fmt_bytes(n: float | None) -> str:
     if (odd := _odd(n)) is not None:
         return odd

@@ -7,8 +7,6 @@ step so the engine can report achieved TFLOP/s and MFU. The shared parts live in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
@@ -18,8 +16,7 @@ from ampscope.engine.workloads.mlp import MlpWorkload
 
 __all__ = ["BatchPool", "Workload", "build_workload", "linear_params"]
 
-Builder = Callable[[dict[str, int], int, torch.device, torch.Generator], Workload]
-BUILDERS: dict[str, Builder] = {
+BUILDERS: dict[str, type[Workload]] = {
     "gpt": GptWorkload,
     "mlp": MlpWorkload,
     "cnn": CnnWorkload,

@@ -50,8 +50,19 @@ class Workload:
     """A model, the batches it trains on, its loss, and its model FLOPs per optimizer step.
 
     Every workload is a classifier (a next-token predictor is one per position), so the loss
-    is one cross-entropy over the last dimension of the output.
+    is one cross-entropy over the last dimension of the output. Each kind builds its model and
+    states its FLOP formula apart from its data (``build_model``, ``train_flops``), so that the
+    formula can be checked against a count on the meta device at any size, data-free.
     """
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        raise NotImplementedError
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        """Model FLOPs of one forward and backward pass over a batch: what autograd computes."""
+        raise NotImplementedError
 
     def __init__(
         self,

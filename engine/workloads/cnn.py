@@ -16,15 +16,15 @@ class Cnn(nn.Module):
     def __init__(self, width: int, layers: int, classes: int, image_size: int) -> None:
         super().__init__()
         self.convs = nn.ModuleList()
-        self.conv_flops = 0
+        self.layer_flops: list[int] = []  # forward FLOPs per image, convolutions then the head
         channels, size = 3, image_size
         for i in range(layers):
             out = width * 2 ** min(i, 3)
             self.convs.append(nn.Conv2d(channels, out, 3, padding=1))
-            self.conv_flops += 2 * channels * out * 9 * size * size
+            self.layer_flops.append(2 * channels * out * 9 * size * size)
             channels, size = out, max(size // 2, 1)
         self.head = nn.Linear(channels, classes)
-        self.conv_flops += 2 * channels * classes
+        self.layer_flops.append(2 * channels * classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for conv in self.convs:
@@ -41,7 +41,7 @@ class CnnWorkload(Workload):
         generator: torch.Generator,
     ) -> None:
         size, classes = dims["image_size"], dims["classes"]
-        model = Cnn(dims["width"], dims["layers"], classes, size).to(device)
+        model = self.build_model(dims).to(device)
         templates = torch.randn(classes, 3, size, size, generator=generator)
         y = torch.randint(classes, (POOL_BATCHES * batch_size,), generator=generator)
         x = templates[y] + NOISE * torch.randn(y.shape[0], 3, size, size, generator=generator)
@@ -49,6 +49,17 @@ class CnnWorkload(Workload):
             model,
             BatchPool(x.to(device), y.to(device), batch_size, generator),
             tokens_per_step=None,
-            # Forward FLOPs counted per layer; backward costs twice the forward.
-            flops_per_step=float(3 * model.conv_flops * batch_size),
+            flops_per_step=self.train_flops(model, dims, batch_size),
         )
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        return Cnn(dims["width"], dims["layers"], dims["classes"], dims["image_size"])
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        """Each layer's backward costs twice its forward (input and weight gradients), except
+        the first convolution's: its input is the image, which needs no gradient."""
+        assert isinstance(model, Cnn)
+        forward = sum(model.layer_flops)
+        return float((3 * forward - model.layer_flops[0]) * batch_size)

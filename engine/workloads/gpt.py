@@ -86,18 +86,30 @@ class GptWorkload(Workload):
         device: torch.device,
         generator: torch.Generator,
     ) -> None:
-        vocab, seq_len, width = dims["vocab"], dims["seq_len"], dims["width"]
-        layers, heads = dims["layers"], dims["heads"]
-        model = Gpt(vocab, seq_len, width, layers, heads).to(device)
-        seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
+        seq_len = dims["seq_len"]
+        model = self.build_model(dims).to(device)
+        seqs = markov_sequences(
+            POOL_BATCHES * batch_size, seq_len + 1, dims["vocab"], generator
+        ).to(device)
         pool = BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
-        tokens = batch_size * seq_len
         super().__init__(
             model,
             pool,
-            tokens_per_step=tokens,
-            # 6N per token for the matmul weights, plus attention scores and values (PaLM, appendix B).
-            flops_per_step=float(
-                6 * linear_params(model) * tokens + 12 * layers * width * seq_len * tokens
-            ),
+            tokens_per_step=batch_size * seq_len,
+            flops_per_step=self.train_flops(model, dims, batch_size),
         )
+
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        return Gpt(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
+
+    @staticmethod
+    def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
+        """6N per token for the matmul weights, plus attention scores and values (PaLM,
+        appendix B): the full T x T products, as the math kernel computes them, with no
+        recompute. The first matmul's input (the embeddings) is trained, so it needs its
+        gradient: no layer is exempt here."""
+        seq_len, width = dims["seq_len"], dims["width"]
+        tokens = batch_size * seq_len
+        attention = 12 * dims["layers"] * width * seq_len * tokens
+        return float(6 * linear_params(model) * tokens + attention)

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ampscope.core import records
-from ampscope.core.units import fmt_ms, fmt_num, fmt_time
+from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
@@ -96,7 +96,9 @@ class HistoryScreen(Screen):
                     state,
                     "-" if done is None else str(done.steps_done),
                     fmt_ms(done.step_ms_median if done else None),
-                    fmt_num(done.loss_final if done else None),
+                    fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
+                    if done
+                    else "-",
                     started(run),
                 ]
             )

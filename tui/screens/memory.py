@@ -27,7 +27,9 @@ HEADS = (
     "grads",
     "master",
     "optim.",
+    "casts",
     "activ.",
+    "logits",
 )
 """The totals and the GPU first: a narrow terminal keeps the columns that fit, in this order."""
 
@@ -97,7 +99,7 @@ class MemoryScreen(Screen):
     def show(self, params: int, shape: mp.Shape | None, title: str) -> None:
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
-        plan = mp.plan(params, optimizer=optimizer, shape=shape, flash=True)
+        plan = mp.plan(params, optimizer=optimizer, shape=shape)
         self.rows = [
             [
                 r.label,
@@ -109,7 +111,9 @@ class MemoryScreen(Screen):
                 fmt_bytes(r.grads),
                 fmt_bytes(r.master),
                 fmt_bytes(r.optimizer_state),
+                fmt_bytes(r.cast_copies),
                 fmt_bytes(r.activations),
+                fmt_bytes(r.logits),
             ]
             for r in plan
         ]
@@ -117,14 +121,20 @@ class MemoryScreen(Screen):
         self.fit_table()
         self.query_one("#memory-title", Static).update(
             f"{literal(title)}, {optimizer}"
-            + ("" if shape else " · no transformer shape: activations not counted")
+            + (
+                f" · {mp.ATTENTION}"
+                if shape
+                else " · no transformer shape: activations not counted"
+            )
         )
         self.query_one("#memory-notes", Static).update(
-            "B/param: bytes per parameter, training/inference. Smallest GPU: the one with the "
-            "least memory that fits training, and how many larger ones listed fit too. A GPU "
-            "fits when the total is <= "
-            f"{mp.FIT_FRACTION:.0%} of the GPU's memory. AMP counts its transient 16-bit weight "
-            "copies; inference ignores the KV cache."
+            f"B/param: bytes per parameter, training/inference. TRAIN adds weights to logits "
+            "(gradients included, though freed before each forward: the measured peak is up "
+            f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
+            "memory. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
+            "logit-sized buffers at the start of backward; inference ignores the KV cache. "
+            "Smallest GPU: the listed GPU with the least memory that fits training; +N: that "
+            "many larger ones fit too."
         )
 
     def fit_table(self) -> None:
@@ -148,5 +158,5 @@ def smallest_fit(names: list[str]) -> str:
     if not names:
         return "none listed (shard it, or use a smaller batch)"
     first = min(names, key=lambda n: sizes.get(n, 0))
-    more = f" (+{len(names) - 1} larger)" if len(names) > 1 else ""
+    more = f" +{len(names) - 1}" if len(names) > 1 else ""
     return f"{first} {sizes.get(first, 0):g} GiB{more}"

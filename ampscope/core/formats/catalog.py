@@ -178,7 +178,7 @@ FORMATS: dict[str, Format] = {
             "ieee",
             ml_dtypes.float8_e5m2,
             "becomes inf",
-            "fp16 with the mantissa cut to 2 bits: used for gradients",
+            "fp16 with the mantissa cut to 2 bits: gradients in fp8 tensorwise training (rowwise: e4m3)",
         ),
         _F("int8", "int8", 8, 1, 0, 7, None, "int", np.int8, "saturates to -128 / 127 (flagged)"),
         _F("uint8", "uint8", 8, 0, 0, 8, None, "int", np.uint8, "saturates to 0 / 255 (flagged)"),

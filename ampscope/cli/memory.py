@@ -1,0 +1,286 @@
+"""``ampscope memory``: the training-memory planner on the command line, and ``--run``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ampscope.core.units import fmt_bytes
+
+SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "batch")
+
+
+def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from ampscope.core import memory_plan as mp
+
+    p = subparsers.add_parser(
+        "memory",
+        help="training memory per precision regime: bytes per parameter, totals, which GPUs fit",
+        description=(
+            "Plan training memory: weights, gradients, master weights, optimizer state and "
+            "(given a transformer shape) activations and the loss's logits, for each precision "
+            "regime. Activations are the engine's GPT block with the attention it runs (torch "
+            "SDPA flash / memory-efficient kernels: no s x s scores stored)."
+        ),
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--params", metavar="N", help="parameter count: 7e9, 7B, 125M, 1.3b, 350k")
+    src.add_argument("--preset", metavar="NAME", help="take the model from a preset")
+    src.add_argument("--run", metavar="RUNDIR", help="compare with a finished run's measured peak")
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="which size an 'auto' preset takes (default cuda: the large size)",
+    )
+    p.add_argument("--optimizer", choices=tuple(mp.OPTIMIZER_STATES), default="adamw")
+    p.add_argument(
+        "--regime",
+        action="append",
+        choices=tuple(mp.REGIMES),
+        help="regimes to show (repeatable; default: all but pure fp16 and fp64)",
+    )
+    for name, what in (
+        ("layers", "transformer layers"),
+        ("hidden", "hidden size"),
+        ("heads", "attention heads"),
+        ("seq", "sequence length"),
+        ("batch", "micro-batch size"),
+        ("vocab", "vocabulary (adds the logits)"),
+    ):
+        p.add_argument(f"--{name}", type=_positive_int, metavar="N", help=what)
+    # Flash-style attention is the only model now; the flag stays accepted for old scripts.
+    p.add_argument("--flash", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    return value
+
+
+def _fail(message: str) -> int:
+    print(f"ampscope: {message}", file=sys.stderr)
+    return 2
+
+
+def _gb(n: int | None) -> str:
+    return "-" if n is None else fmt_bytes(n)
+
+
+def format_plan(rows: list[Any], title: str, shape: Any) -> list[str]:
+    from ampscope.core import memory_plan as mp
+
+    values = ("weights", "grads", "master", "optim.", "casts", "activ.", "logits", "TRAIN", "INFER")
+    lines = [title, ""]
+    lines.append(
+        f"{'regime':<23} {'w':>2} {'g':>2} {'mst':>3} {'opt':>3} {'=B/p':>4} {'+cast':>5}  "
+        + " ".join(f"{v:>9}" for v in values)
+    )
+    for r in rows:
+        figures = (
+            r.weights,
+            r.grads,
+            r.master,
+            r.optimizer_state,
+            r.cast_copies,
+            r.activations,
+            r.logits,
+            r.train_total,
+            r.inference_total,
+        )
+        lines.append(
+            f"{r.label:<23} {r.weight_bpp:>2} {r.grad_bpp:>2} {r.master_bpp:>3} "
+            f"{r.optimizer_bpp:>3} {r.train_bpp:>4} {r.cast_bpp:>5}  "
+            + " ".join(f"{_gb(f):>9}" for f in figures)
+        )
+    lines += ["", "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither"]
+    names = mp.gpu_names()
+    lines.append(f"{'':<23} " + " ".join(names))
+    for r in rows:
+        marks = []
+        for n in names:
+            mark = "T" if n in r.fits_train else ("i" if n in r.fits_inference else ".")
+            marks.append(f"{mark:^{len(n)}}")
+        lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
+    return lines + _plan_notes(rows, shape)
+
+
+def _plan_notes(rows: list[Any], shape: Any) -> list[str]:
+    from ampscope.core import memory_plan as mp
+
+    lines = [
+        "",
+        "w, g, mst, opt: bytes per parameter for weights, gradients, fp32 master weights and "
+        "optimizer state; =B/p their sum.",
+        "+cast: transient low-precision weight copies per parameter (live from forward to "
+        "backward).",
+        "TRAIN: the sum of the columns before it. It counts the gradients, which the engine "
+        "frees before each forward (zero_grad(set_to_none=True)): its measured peak is up to "
+        "the grads column lower.",
+    ]
+    if shape is None:
+        lines.append(
+            "activ., logits: unknown without a transformer shape (--layers --hidden --heads "
+            "--seq --batch, or --preset): TRAIN covers the model state only."
+        )
+    else:
+        lines.append(
+            f"activ.: {shape.layers} layers x s*b*h*(2*R + 14*C) bytes, C the compute dtype's "
+            "bytes, R the residual stream's (fp32 under autocast): what autograd keeps in the "
+            "engine's GPT block, no recomputation; " + mp.ATTENTION + "."
+        )
+        if shape.vocab:
+            lines.append(
+                "logits: s*b*vocab x (C + 12) bytes at the start of backward: the logits, the "
+                "loss's fp32 log-softmax, its incoming gradient and the gradient it makes."
+            )
+    lines += [
+        "INFER: the weights in the regime's compute dtype only (no KV cache, no activations).",
+        "90%: the CUDA context, cuBLAS workspaces and allocator fragmentation take the rest.",
+    ]
+    lines += [f"{r.label}: {r.note}." for r in rows if r.regime.startswith("fp8")]
+    return lines
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from ampscope.core import memory_plan as mp
+
+    if args.run:
+        return _memory_run(args)
+    regimes = args.regime or list(mp.DEFAULT_REGIMES)
+    try:
+        params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
+    except mp.PlanError as exc:
+        return _fail(str(exc))
+    if shape is not None:
+        title += (
+            f"\nshape: {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
+            f"seq {shape.seq}, batch {shape.batch}"
+            + (f", vocab {shape.vocab}" if shape.vocab else "")
+            + f"\n{mp.ATTENTION}"
+        )
+    states = mp.OPTIMIZER_STATES[args.optimizer]
+    title += f"\noptimizer: {args.optimizer} ({states} state tensor{'s' if states != 1 else ''} a parameter)"
+    rows = mp.plan(params, regimes, args.optimizer, shape)
+    if args.json:
+        out = {
+            "params": params,
+            "optimizer": args.optimizer,
+            "shape": None if shape is None else shape.__dict__,
+            "attention": mp.ATTENTION,
+            "fit_fraction": mp.FIT_FRACTION,
+            "gpus": dict(mp.GPUS),
+            "regimes": [r.to_dict() for r in rows],
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print("\n".join(format_plan(rows, title, shape)))
+    return 0
+
+
+def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any, str]:
+    from ampscope.core import config
+    from ampscope.core import memory_plan as mp
+
+    try:
+        wl = mp.workload_from_preset(args.preset, on_cuda=args.device == "cuda")
+    except config.ConfigError as exc:
+        raise mp.PlanError(str(exc)) from None
+    params, shape = wl.params, wl.shape
+    if shape is not None:
+        shape = mp.Shape(
+            args.layers or shape.layers,
+            args.hidden or shape.hidden,
+            args.heads or shape.heads,
+            args.seq or shape.seq,
+            args.batch or shape.batch,
+            args.vocab or shape.vocab,
+        )
+        params = mp.gpt_params(shape.vocab or 0, shape.seq, shape.hidden, shape.layers)
+    if args.regime is None and wl.regime not in regimes:
+        regimes.append(wl.regime)
+    dims = ", ".join(f"{k}={v}" for k, v in wl.dims.items())
+    title = (
+        f"Preset '{args.preset}' ({args.device} size): {wl.kind}, {dims}, batch {wl.batch}; "
+        f"{params:,} parameters; the preset trains in '{wl.regime}'"
+    )
+    return params, shape, title
+
+
+def _from_flags(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any, str]:
+    from ampscope.core import memory_plan as mp
+
+    given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None]
+    if given and len(given) < len(SHAPE_FLAGS):
+        missing = [f"--{k}" for k in SHAPE_FLAGS if getattr(args, k) is None]
+        raise mp.PlanError(
+            f"a transformer shape needs --layers, --hidden, --heads, --seq and --batch; "
+            f"missing {', '.join(missing)}."
+        )
+    shape = None
+    if given:
+        shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
+    if args.params is not None:
+        try:
+            params = mp.parse_count(args.params)
+        except mp.PlanError as exc:
+            raise mp.PlanError(f"--params {args.params}: {exc}") from None
+        source = f"{params:,} parameters"
+    elif shape is not None:
+        params = mp.transformer_params(shape.layers, shape.hidden, shape.vocab)
+        source = f"about {params:,} parameters (12*L*h^2{' + 2*V*h' if shape.vocab else ''})"
+    else:
+        raise mp.PlanError(
+            "say which model: --params N (7B, 125M, 7e9), --preset NAME, a transformer "
+            "shape (--layers --hidden --heads --seq --batch), or --run RUNDIR. "
+            "See 'ampscope memory --help'."
+        )
+    return params, shape, f"Training memory for {source} ({_count(params)})"
+
+
+def _count(n: int) -> str:
+    for limit, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k")):
+        if n >= limit:
+            return f"{n / limit:.3g}{suffix}"
+    return str(n)
+
+
+def _memory_run(args: argparse.Namespace) -> int:
+    from ampscope.core import memory_plan as mp
+    from ampscope.core import memory_runs
+
+    try:
+        c = memory_runs.compare_run(args.run)
+    except mp.PlanError as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps(c.to_dict(), indent=2))
+        return 0
+    p = c.plan
+    lines = [
+        f"Run {c.run}: {c.params:,} parameters, regime '{c.regime}', device {c.device or '?'}",
+        f"  predicted  weights {_gb(p.weights)}, grads {_gb(p.grads)}, master {_gb(p.master)}, "
+        f"optimizer {_gb(p.optimizer_state)}, casts {_gb(p.cast_copies)}, "
+        f"activations {_gb(p.activations)}, logits {_gb(p.logits)}",
+        f"  predicted  {c.predicted_what}: {_gb(c.predicted)}",
+        f"  recorded   peak: {_gb(c.measured_peak)} ({c.measured_what})",
+    ]
+    if c.ratio is not None and c.percent is not None:
+        lines.append(f"  compared   {c.compared_what}: {_gb(c.compared)}")
+        lines.append(f"  compared / predicted = {c.ratio:.2f} ({c.percent:+.0f}%)")
+    elif c.measured_peak is None:
+        lines.append("  no measured peak in this record")
+    else:
+        lines.append("  not compared: the record has no tensor-memory figure (see the note)")
+    lines += [f"  note: {n}" for n in c.notes]
+    print("\n".join(lines))
+    return 0
