@@ -44,7 +44,7 @@ def test_run_state_cards_from_a_synthetic_stream() -> None:
     assert shown["throughput"].title == "Samples/s" and shown["throughput"].value == "800"
     assert "no NVIDIA GPU" in shown["util"].sub
     assert shown["memory"].value == "150 MiB"  # peak allocated, never the reserved 200 MiB
-    assert shown["memory"].sub == "peak allocated · resv 200 MiB"
+    assert shown["memory"].title == "Peak allocated" and shown["memory"].sub == "resv 200 MiB"
     levels = [(e.level, e.step) for e in state.log]
     assert ("skipped", 35) in levels and ("skipped", 36) in levels and ("warning", 35) in levels
     (lx, _ly), (sx, sy) = loss_series(state, 1000)

@@ -188,10 +188,9 @@ def _memory_card(state: RunState) -> Card:
     last, peak = state.last_step, fmt_bytes(state.mem_peak)
     if last is None or last.mem_peak is None:  # the engine reports no allocator on the CPU
         return Card("memory", "Peak memory", peak, "process RSS" if last else "")
-    sub = "peak allocated"
-    if last.mem_reserved is not None:  # short enough for a card at 120 columns
-        sub = f"alloc · resv {fmt_bytes(last.mem_reserved)}"
-    return Card("memory", "Peak memory", peak, sub)
+    # named in the title: a card is 14 columns wide at 80, its detail line hidden
+    sub = "" if last.mem_reserved is None else f"resv {fmt_bytes(last.mem_reserved)}"
+    return Card("memory", "Peak allocated", peak, sub)
 
 
 def _util_card(state: RunState) -> Card:
