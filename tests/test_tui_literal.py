@@ -20,8 +20,9 @@ from ampscope.tui.replay import ReplaySource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
-from ampscope.tui.screens.presets import PresetsScreen, SaveDialog, field_id
+from ampscope.tui.screens.presets import PresetsScreen, field_id
 from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.screens.save import SaveDialog
 from tests.helpers import (
     SIZE,
     FakeEngine,

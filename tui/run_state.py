@@ -7,6 +7,7 @@ The Run view reads it on a timer: the header from here, stat cards and plot seri
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -18,6 +19,8 @@ from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
+from ampscope.tui.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
+from ampscope.tui.rank_table import RankTable
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""
@@ -69,20 +72,27 @@ class RunState:
         self.stop_requested = False
         self.queue_note: str | None = None  # "sweep 2/4" while a queued sweep runs
         self.exit_code: int | None = None
-        # (step, t, step_ms, loss, loss_scale, samples/s, tokens/s, tflops, mfu, alloc, reserved)
+        # (step, t, step_ms, loss, loss_scale, samples/s, tokens/s, tflops, mfu, alloc, reserved,
+        #  grad_zero_frac)
         self.steps: deque[tuple] = deque(maxlen=maxlen)
         # (t, gpu_util, cpu_util, proc_cpu, gpu_mem_used, gpu_mem_total)
         self.sys: deque[tuple] = deque(maxlen=maxlen)
+        self.step_columns = Columns(STEP_COLUMNS, maxlen)
+        self.sys_columns = Columns(SYS_COLUMNS, maxlen)
         self.recent_ms: deque[float] = deque(maxlen=RECENT)
+        self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
         self.last_step: ev.StepEvent | None = None
         self.skipped = 0
         self.step_count = 0  # step events ever seen (the deque forgets)
         self.sys_count = 0
         self.mem_peak: int | None = None
+        self.grad_zero: tuple[int, float] | None = None  # (step, fraction) last measured
+        self.grad_zero_max = 0.0
         self.last_sys: ev.SysEvent | None = None
         self.gpu_seen = False
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
+        self.ranks = RankTable()  # each rank of a run on several processes
 
     # ---------------------------------------------------------------- ingest
 
@@ -104,17 +114,20 @@ class RunState:
                 )
             return
         self.last_t = max(self.last_t, event.t)
+        self.ranks.ingest(event)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
 
     def _on_hello(self, e: ev.HelloEvent) -> None:
         self.hello = e
+        spec = (e.config.get("workload") or {}).get("model")
+        model = f"model {e.workload or '?'} from {spec}, " if spec else ""
         self.add_log(
             "info",
             None,
-            f"{e.preset} on {e.device} ({e.device_name}), {fmt_num(e.param_count)} params, "
-            f"torch {e.torch_version}",
+            f"{e.preset} on {e.device} ({e.device_name}), {model}{fmt_num(e.param_count)} "
+            f"params, torch {e.torch_version}",
         )
 
     def _on_step(self, e: ev.StepEvent) -> None:
@@ -135,9 +148,27 @@ class RunState:
                 e.mfu,
                 e.mem_allocated,
                 e.mem_reserved,
+                e.grad_zero_frac,
             )
         )
+        zeros = e.grad_zero_frac
+        if zeros is not None:
+            self.grad_zero = (e.step, zeros)
+            self.grad_zero_max = max(self.grad_zero_max, zeros)
+        loss, scale = e.loss, e.loss_scale
+        self.step_columns.add(
+            e.step,
+            e.t,
+            e.step_ms,
+            loss if loss is not None and math.isfinite(loss) else None,
+            math.log2(scale) if scale is not None and scale > 0 else None,
+            e.mem_allocated,
+            e.mem_reserved,
+            None if zeros is None else zeros * 100,
+        )
         self.recent_ms.append(e.step_ms)
+        if e.data_ms is not None:
+            self.recent_data_ms.append(e.data_ms)
         peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
         if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
             self.mem_peak = peak
@@ -153,6 +184,8 @@ class RunState:
         if e.gpu_util is not None or e.gpu_mem_total is not None:
             self.gpu_seen = True
         self.sys.append((e.t, e.gpu_util, e.cpu_util, e.proc_cpu, e.gpu_mem_used, e.gpu_mem_total))
+        cores = None if e.proc_cpu is None else e.proc_cpu / 100
+        self.sys_columns.add(e.t, e.gpu_util, e.cpu_util, cores, e.gpu_mem_used, e.gpu_mem_total)
 
     def _on_phase(self, e: ev.PhaseEvent) -> None:
         if self.status in FINAL_STATES:
@@ -283,6 +316,10 @@ class RunState:
 
     def median_step_ms(self) -> float | None:
         return statistics.median(self.recent_ms) if self.recent_ms else None
+
+    def median_data_ms(self) -> float | None:
+        """The host's wait for a batch, median of the recent steps (part of the step time)."""
+        return statistics.median(self.recent_data_ms) if self.recent_data_ms else None
 
     def phase_label(self, now: float | None = None) -> str:
         if self.status == "compiling":

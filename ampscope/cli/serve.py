@@ -14,6 +14,7 @@ import ipaddress
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,13 +119,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    server = viewer_server_class()(
-        command, host=args.host, port=args.port, title="ampscope", max_viewers=args.max_viewers
-    )
-    try:
-        server.serve()
-    except OSError as exc:
-        return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
-    except KeyboardInterrupt:
-        pass
+    from ampscope.cli.serve_page import offline_templates
+
+    with tempfile.TemporaryDirectory(prefix="ampscope-serve-") as pages:
+        server = viewer_server_class()(
+            command,
+            host=args.host,
+            port=args.port,
+            title="ampscope",
+            templates_path=offline_templates(Path(pages)),  # no font from the internet
+            max_viewers=args.max_viewers,
+        )
+        try:
+            server.serve()
+        except OSError as exc:
+            return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
+        except KeyboardInterrupt:
+            pass
     return 0
