@@ -172,10 +172,10 @@ def test_the_live_stream_never_blocks_and_says_what_it_dropped() -> None:
         os.close(read_end)
     lines = bytes(chunks).splitlines()
     assert lines.count(b'{"kept":1}') == 5
-    (warning,) = only(decoded(bytes(chunks)), ev.WarningEvent)
-    assert warning.code == "live-stream-dropped"
-    assert f"{stream.dropped:,} step and sys events dropped" in warning.message
-    assert "the record has them all" in warning.message
+    warnings = only(decoded(bytes(chunks)), ev.WarningEvent)  # one a time it fell behind
+    assert warnings and all(w.code == "live-stream-dropped" for w in warnings)
+    told = sum(int(w.message.split()[0].replace(",", "")) for w in warnings)
+    assert told == stream.dropped and "the record has them all" in warnings[0].message
     assert lines.count(step.strip()) + stream.dropped == 5000
 
 

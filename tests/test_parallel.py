@@ -266,7 +266,7 @@ def reporter(scaled: bool = False, peak: float | None = 10.0):
         preset=SimpleNamespace(lr=1e-3),
     )
     stats = RunStats(warmup_steps=0)
-    return StepReporter(s, EventWriter([], seen.append), stats, peak), seen, stats
+    return StepReporter(s, EventWriter(on_event=seen.append), stats, peak), seen, stats
 
 
 def test_the_job_step_is_the_slowest_rank_over_the_global_batch() -> None:

@@ -98,7 +98,7 @@ async def presets_and_form(app, pilot, name: str, shown_as: str) -> None:
     await pilot.pause()
     assert_literal(app, shown_as)  # the list and the description
     header, about = text(presets, "#preset-description").split("\n", 1)
-    assert header.startswith(f"{shown_as}  user: ") and about.startswith(f"about {shown_as}")
+    assert header.startswith(f"{shown_as}  (user: ") and about.startswith(f"about {shown_as}")
     # typed into the form: refused as a value, shown as typed
     for key in ("steps", "device", "lr"):
         presets.query_one("#" + field_id(key)).value = name
@@ -127,7 +127,7 @@ async def palette_and_memory(app, pilot, shown_as: str) -> None:
     await shown(pilot, app, MemoryScreen)
     assert await wait_for(pilot, lambda: shown_as in terminal_output(app)[0], 5)
     assert_literal(app, f"preset {shown_as}")
-    await pilot.press("escape")
+    await pilot.press("escape", "escape")  # out of the parameters field, then back
     await shown(pilot, app, PresetsScreen)
 
 

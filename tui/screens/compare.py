@@ -19,6 +19,7 @@ from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.core.text import visible
 from ampscope.tui.chart import LEGEND_GLYPHS, LINE_ORDER, Line
+from ampscope.tui.figures import plottable
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import ChartView, Figure, data_axis, say, step_axis
@@ -77,9 +78,14 @@ class OverlayPlot(ChartView):
         if width <= 0 or height <= 0:
             return
         lines = [
-            Line(label, xs, ys, COLORS[i % len(COLORS)], LINE_ORDER[i % len(LINE_ORDER)])
+            Line(
+                visible(label, 40),  # a name goes into the title: never raw
+                *plottable(xs, ys),  # 1e308, inf: left out
+                COLORS[i % len(COLORS)],
+                LINE_ORDER[i % len(LINE_ORDER)],
+            )
             for i, (label, xs, ys) in enumerate(self.series)
-            if xs
+            if plottable(xs, ys)[0]
         ]
         first = min((line.xs[0] for line in lines), default=0)
         last = max((line.xs[-1] for line in lines), default=1)
