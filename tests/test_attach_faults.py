@@ -15,38 +15,39 @@ from pathlib import Path
 
 import pytest
 
+from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui import follow
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.follow import AttachSource
 from ampscope.tui.screens.presets import PresetsScreen
 from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, gone, run, shown, text, wait_for, wait_gone
+from tests.helpers import SIZE, gone, hello, run, shown, step, text, wait_for, wait_gone
 
 FAKE_ENGINE = """
 import os, sys, time
 from pathlib import Path
-from ampscope.core import events as ev, records
-from tests.helpers import hello, step
+from ampscope.core import records
 
-run_dir = Path(sys.argv[1])
+run_dir, lines = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes().splitlines(keepends=True)
 started = time.time()
 with open(run_dir / records.EVENTS_FILE, "ab", buffering=0) as fh:
-    fh.write(ev.encode(hello(pid=os.getpid(), preset="fake")))
-    i = 0
+    fh.write(lines[0])
     while True:
         records.write_live(run_dir, os.getpid(), started)
-        fh.write(ev.encode(step(i)))
-        i += 1
+        fh.write(lines[1])
         time.sleep(0.1)
 """
 
 
 def start_fake_engine(run_dir: Path) -> subprocess.Popen:
-    """A process that writes a record and a heartbeat like an engine, without torch."""
+    """A process that writes a record and a heartbeat like an engine, without torch (or
+    anything heavier than ampscope.core to import)."""
     run_dir.mkdir(parents=True)
+    lines = run_dir.parent / "lines.jsonl"
+    lines.write_bytes(ev.encode(hello(preset="fake")) + ev.encode(step(0)))
     return subprocess.Popen(
-        [sys.executable, "-c", FAKE_ENGINE, str(run_dir)],
+        [sys.executable, "-c", FAKE_ENGINE, str(run_dir), str(lines)],
         cwd=ROOT,
         env=engine_env(),
         start_new_session=True,
@@ -69,7 +70,7 @@ def test_a_paused_engine_is_stalled_then_followed_again_and_stop_still_works(
                 await shown(pilot, app, PresetsScreen)
                 screen = app.open_run(AttachSource(run_dir))
                 source = screen.source
-                assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 30)
+                assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 60)
 
                 os.kill(engine.pid, signal.SIGSTOP)  # paused: no heartbeat, no steps
                 assert await wait_for(pilot, lambda: source.stalled, 10)
