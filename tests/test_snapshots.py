@@ -197,7 +197,8 @@ def test_format_explorer_and_memory_plan(size) -> None:
             memory = await shown(pilot, app, MemoryScreen)
             memory.query_one("#memory-table").focus()
             await settle(pilot)
-            assert_snapshot(app, name("memory", size))
+            text = assert_snapshot(app, name("memory", size))
+            assert "TRAIN" in text and "INFER" in text and "smallest GPU" in text  # at 80 too
 
     run(go())
 
