@@ -5,8 +5,10 @@
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]      (default: gpu_check/)
 #
-# Budget: about 8 minutes on an H100/H200, most of it compiling. Needs torch with CUDA (and
-# torchao, ampscope[fp8], for the fp8 section, which writes docs/fp8_gpu_check.md).
+# Budget: about 8 minutes on an H100/H200, most of it compiling, plus a minute or two for the
+# several-process runs (all GPUs found, or one rank under torchrun on a single GPU). Needs
+# torch with CUDA (and torchao, ampscope[fp8], for the fp8 section, which writes
+# docs/fp8_gpu_check.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-gpu_check}}"
@@ -67,4 +69,28 @@ python benchmarks/overhead.py amp-bf16 --set device=cuda --blocks 8 --block-step
   | tee "$out/overhead.txt"
 python benchmarks/overhead.py mlp-demo --set device=cuda --set "workload.size='small'" \
   --blocks 8 --block-steps 50 | tee -a "$out/overhead.txt"
+echo "== several processes (torchrun): DDP, FSDP2, the NCCL compression hook, scaling"
+gpus=$(python -c "import torch; print(torch.cuda.device_count())")
+if [ "${gpus:-0}" -ge 2 ]; then
+  n="$gpus"
+  for extra in "" "--set parallel.strategy=fsdp2" "--set parallel.grad_compression=bf16"; do
+    # shellcheck disable=SC2086
+    python -m ampscope run amp-bf16 --nproc-per-node "$n" --steps "$steps" --set warmup_steps=10 \
+      --runs-dir "$out/runs" $extra 2>&1 | tail -16 | tee -a "$out/ranks.txt"
+  done
+  python -m ampscope run amp-fp16 --nproc-per-node "$n" --steps "$steps" --set warmup_steps=10 \
+    --set parallel.strategy=fsdp2 --runs-dir "$out/runs" 2>&1 | tail -16 | tee -a "$out/ranks.txt"
+  python benchmarks/scaling.py amp-bf16 --nproc "$n" --steps 40 | tee "$out/scaling.txt"
+else
+  echo "one GPU: more processes than GPUs must be refused (exit 2), then one rank under torchrun"
+  python -m ampscope run amp-bf16 --nproc-per-node 2 --steps 5 2>&1 | tee "$out/ranks.txt"
+  echo "exit ${PIPESTATUS[0]} (expected 2)" | tee -a "$out/ranks.txt"
+  for extra in "" "--set parallel.strategy='fsdp2'" "--set parallel.grad_compression='bf16'"; do
+    # the same code path as on eight GPUs: NCCL, DDP or FSDP2, the step exchange, on one rank
+    # shellcheck disable=SC2086
+    python -m torch.distributed.run --standalone --nproc-per-node 1 -m ampscope.engine amp-bf16 \
+      --steps "$steps" --runs-dir "$out/runs" $extra | tail -1 | cut -c1-400 | tee -a "$out/ranks.txt"
+  done
+fi
+
 echo "report in $out/"

@@ -14,4 +14,8 @@ Where things are:
     workloads/   synthetic workloads on a shared base (batch pool, loss)
     probe.py     step timing and metric read-back without stalling the GPU
     emitter.py   the event writer; telemetry/ the ``sys`` sampler thread
+    ranks.py     which rank this process is (torchrun's environment)
+    link.py      the ranks' exchange: every step's figures, one stop, the failed rank named
+    parallelize.py  DDP or FSDP2 around the model, the scaler that fits, a weight checksum
+    replicas.py  devices, telemetry and weights compared across ranks
 """

@@ -18,5 +18,6 @@ sys.exit(
         runs_dir=args.runs_dir,
         record=not args.no_record,
         exit_with_parent=args.exit_with_parent,
+        run_dir=args.run_dir,
     )
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ampscope.core.config import ConfigError
+from ampscope.engine.ranks import RankEnv
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,9 @@ class DeviceInfo:
         return self.device.type == "cuda"
 
 
-def resolve_device(spec: str) -> DeviceInfo:
+def resolve_device(spec: str, ranks: RankEnv | None = None) -> DeviceInfo:
+    ranks = ranks or RankEnv()
+    spec = ranks.device_spec(spec)
     if spec == "auto":
         spec = "cuda" if torch.cuda.is_available() else "cpu"
     if spec == "cpu":
@@ -36,6 +40,8 @@ def resolve_device(spec: str) -> DeviceInfo:
             f"device = '{spec}', but torch {build} sees no CUDA GPU. Accepted here: device = 'cpu' "
             "or 'auto'. On a GPU machine, check nvidia-smi and install a CUDA build of torch."
         )
+    if ranks.distributed:
+        spec = f"cuda:{rank_gpu(ranks)}"
     device = torch.device(spec)
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index >= torch.cuda.device_count():
@@ -54,6 +60,21 @@ def resolve_device(spec: str) -> DeviceInfo:
         nvml_power_limit_w(uuid),
         uuid,
     )
+
+
+def rank_gpu(ranks: RankEnv) -> int:
+    """This rank's GPU: its local rank, once every rank on the machine is sure to have one."""
+    count = torch.cuda.device_count()
+    if ranks.local_world_size > count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+        raise ConfigError(
+            f"--nproc-per-node {ranks.local_world_size} starts {ranks.local_world_size} "
+            f"processes on this machine, but torch sees {count} CUDA GPU(s){where}. Accepted: "
+            f"--nproc-per-node 1 to {count} (one process a GPU), or device = 'cpu' to run the "
+            "ranks on the CPU (gloo)."
+        )
+    return ranks.local_rank
 
 
 def nvml_power_limit_w(uuid: str | None) -> float | None:

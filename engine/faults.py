@@ -10,7 +10,7 @@ from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.exits import EXIT_FAILED, EXIT_USAGE
-from ampscope.engine.metrics import NonFiniteLoss
+from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.stats import RunStats
 
 OOM_HINT = (
@@ -24,18 +24,23 @@ def failure(
 ) -> tuple[ev.ErrorEvent, int]:
     """The error event for a fault and the exit code it gives."""
     if isinstance(exc, cfg.ConfigError):
-        return ev.ErrorEvent(kind="config", message=str(exc)), EXIT_USAGE
+        # a fault of a user's model code carries its traceback, filtered to their frames
+        trace = getattr(exc, "traceback", None)
+        return ev.ErrorEvent(kind="config", message=str(exc), traceback=trace), EXIT_USAGE
     if isinstance(exc, NonFiniteLoss):
         advice = (
             "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
             if preset.precision == "fp16"
             else "Lower the learning rate or use a wider format."
         )
+        where = f" (the loss on rank(s) {', '.join(map(str, exc.ranks))})" if exc.ranks else ""
         message = (
-            f"Loss became {exc.loss} at step {exc.step}: the numbers left the format's range. "
-            + advice
+            f"Loss became {exc.loss} at step {exc.step}{where}: the numbers left the format's "
+            "range. " + advice
         )
         return ev.ErrorEvent(kind="nan", message=message, step=exc.step), EXIT_FAILED
+    if isinstance(exc, ReplicasDiverged):
+        return ev.ErrorEvent(kind="diverged", message=str(exc), step=exc.step), EXIT_FAILED
     if isinstance(exc, torch.OutOfMemoryError):
         gpu = info.device if info is not None and info.is_cuda else None  # a CPU run has no pool
         event = ev.ErrorEvent(

@@ -31,7 +31,10 @@ def choose_peak(s: Setup) -> tuple[float | None, str]:
     return None, CPU_PEAK_NOTE
 
 
-def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
+def make_hello(
+    s: Setup, run_dir: Path | None, ranks: list[ev.RankDevice] | None = None
+) -> ev.HelloEvent:
+    """``ranks``: every rank's device, gathered beforehand (a collective) on several processes."""
     peak, note = choose_peak(s)
     resolved = cfg.to_dict(s.preset)
     resolved["batch_size"] = s.batch_size
@@ -64,4 +67,9 @@ def make_hello(s: Setup, run_dir: Path | None) -> ev.HelloEvent:
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
         fp8=s.fp8,
+        workload=wl.name or None,
+        world_size=s.link.world_size,
+        backend=s.link.backend,
+        strategy=s.preset.parallel.strategy if s.link.grouped else None,
+        ranks=ranks,
     )

@@ -2,7 +2,9 @@
 
 ``train_step`` is the whole of a step, in the order torch's AMP recipe prescribes. ``train``
 times it with the probe (CUDA events on a GPU), and reports each step once its metrics have
-landed on the host, normally a step later, so the loop never waits for the GPU.
+landed on the host, normally a step later, so the loop never waits for the GPU. Before each
+step the ranks exchange what has landed and whether to stop (``link``; nothing to exchange on
+one process), so that every rank stops at the same step.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 from torch.nn.utils import clip_grad_norm_
@@ -18,36 +21,51 @@ from ampscope.core import events as ev
 from ampscope.core.config import Debug
 from ampscope.engine.compile_stats import CompileWatch
 from ampscope.engine.emitter import EventWriter
-from ampscope.engine.metrics import METRICS_WIDTH, StepReporter, ZeroGradCounter, scaler_scale
+from ampscope.engine.metrics import (
+    METRICS_WIDTH,
+    MemoryReader,
+    StepReporter,
+    ZeroGradCounter,
+    scaler_scale,
+)
+from ampscope.engine.parallelize import plain
 from ampscope.engine.probe import make_probe
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
 
 
-def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
-    """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync)."""
+def train_step(s: Setup, step: int, measure_zeros: bool) -> tuple[torch.Tensor, float]:
+    """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync), and
+    the milliseconds the host waited for the batch."""
+    t0 = time.perf_counter()
     x, y = s.workload.batch(step)
+    data_ms = (time.perf_counter() - t0) * 1000.0
     with s.policy.autocast(s.info.device.type):  # autocast covers the forward pass and the loss
-        output = s.model(x)
+        output = s.workload.forward(s.model, x)
         loss = s.workload.loss(output, y)
-    zeros = ZeroGradCounter(output, s.nan) if measure_zeros else None
-    loss = inject_faults(s.preset.debug, step, loss)
+    graded = s.workload.graded_output(output) if measure_zeros else None
+    zeros = ZeroGradCounter(graded, s.nan) if graded is not None else None
+    loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
     s.scaler.scale(loss).backward()
     s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
-    grad_norm = clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf)
+    grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
     scale_before = scaler_scale(s.scaler, s.nan)
     s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
     s.scaler.update()  # halves the scale after a skip, grows it after growth_interval good steps
     s.optimizer.zero_grad(set_to_none=True)
     scale_after = scaler_scale(s.scaler, s.nan)
     zero_frac = zeros.fraction if zeros else s.nan
-    return torch.stack(
+    metrics = torch.stack(
         [loss.detach().float(), grad_norm.float(), scale_before, scale_after, zero_frac]
     )
+    return metrics, data_ms
 
 
-def inject_faults(debug: Debug, step: int, loss: torch.Tensor) -> torch.Tensor:
-    """The preset's ``[debug]`` faults, for demonstrations and tests."""
+def inject_faults(debug: Debug, step: int, loss: torch.Tensor, rank: int = 0) -> torch.Tensor:
+    """The preset's ``[debug]`` faults, for demonstrations and tests: on every rank, or on
+    ``debug.rank`` alone."""
+    if debug.rank is not None and debug.rank != rank:
+        return loss
     if step == debug.inf_loss_at_step > 0:
         loss = loss * math.inf
     if step == debug.raise_at_step > 0:
@@ -56,11 +74,19 @@ def inject_faults(debug: Debug, step: int, loss: torch.Tensor) -> torch.Tensor:
 
 
 def train(
-    s: Setup, writer: EventWriter, stats: RunStats, peak: float | None, stop: threading.Event
+    s: Setup,
+    writer: EventWriter,
+    stats: RunStats,
+    peak: float | None,
+    stop: threading.Event,
+    sample: Callable[[], ev.RankSys | None] = lambda: None,
 ) -> str:
-    """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions."""
-    preset = s.preset
+    """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions.
+
+    ``sample`` gives this rank's latest telemetry for the exchange (none on one process)."""
+    preset, link = s.preset, s.link
     reporter = StepReporter(s, writer, stats, peak)
+    memory = MemoryReader(s.info.device)
     probe = make_probe(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
@@ -68,23 +94,37 @@ def train(
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status = "ok"
     for step in range(preset.steps):
-        if stop.is_set() or writer.broken:
+        landed = [memory.figures(link.rank, item) for item in probe.poll()]
+        ready, stop_all = link.exchange(landed, stop.is_set() or writer.broken, sample())
+        for ranks in ready:  # the steps whose metrics have landed, on every rank
+            reporter.report(ranks)
+        if stop_all:
             status = "stopped"
             break
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
         t0 = time.perf_counter()
         probe.begin()  # the step is timed from here...
-        metrics = train_step(s, step, measure_zeros)
+        try:
+            metrics, data_ms = train_step(s, step, measure_zeros)
+        except Exception as exc:
+            # A user's model refusing its first batch is a user error, not a crash.
+            told = s.workload.first_step_failure(exc) if step == 0 else exc
+            if told is exc:
+                raise
+            raise told from None
         probe.end(step, metrics)  # ...to here: CUDA events on a GPU, the host clock on a CPU
+        reporter.data_ms[step] = data_ms
+        if s.workload.warnings:  # found while serving batches (an iterable that restarted)
+            reporter.warn_from(s.workload.warnings)
         if compiled and step == 0:  # the first call compiled the model
             stats.compile_s = round(time.perf_counter() - t0, 3)
             end_compile_phase(writer, stats.compile_s)
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
-        for item in probe.poll():  # the steps whose metrics have landed
-            reporter.report(item)
-    for item in probe.drain():
-        reporter.report(item)
+    landed = [memory.figures(link.rank, item) for item in probe.drain()]
+    ready, _ = link.exchange(landed, False, sample())
+    for ranks in ready:
+        reporter.report(ranks)
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
     return status

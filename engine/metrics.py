@@ -8,6 +8,7 @@ into a step event, warnings, and the run's statistics.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import psutil
@@ -15,12 +16,15 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
+from ampscope.engine.link import RankFigures
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
 
 RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps (~30 us a read)
 ZERO_COUNT_CHUNK = 1 << 22  # grad_zero_frac counts this many elements at a time (4 MiB of bools)
+INPUT_BOUND_SHARE = 0.25  # waiting for batches above this share of step time: input-bound
+INPUT_BOUND_AFTER = 10  # timed steps (after warm-up) seen before the share is judged
 MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
 
 
@@ -38,10 +42,19 @@ METRICS_WIDTH = len(StepMetrics._fields)
 
 
 class NonFiniteLoss(Exception):
-    def __init__(self, step: int, loss: float) -> None:
+    def __init__(self, step: int, loss: float, ranks: list[int] | None = None) -> None:
         super().__init__(f"loss became {loss} at step {step}")
         self.step = step
         self.loss = loss
+        self.ranks = ranks  # on several processes, the ranks whose own loss was not finite
+
+
+class ReplicasDiverged(Exception):
+    """Ranks disagree on something every replica must share: one skipped a step another took."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 class ZeroGradCounter:
@@ -84,35 +97,97 @@ def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tenso
     return scale.detach().clone().float().reshape(()) if scale is not None else nan
 
 
+class MemoryReader:
+    """This rank's memory after a step: the CUDA allocator's figures, or the process RSS."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.process = psutil.Process()
+        self.rss: int | None = None
+        self.reads = 0
+
+    def read(self) -> tuple[int | None, int | None, int | None]:
+        """(allocated, reserved, peak allocated) bytes; on the CPU only the process RSS is known.
+
+        On CUDA one read of the allocator's statistics a step: ``memory_allocated`` and its
+        siblings each rebuild (and flatten) the whole statistics dict to return one number.
+        """
+        if self.device.type == "cuda":
+            stats = torch.cuda.memory_stats_as_nested_dict(self.device)
+            allocated = stats.get("allocated_bytes", {}).get("all", {})
+            reserved = stats.get("reserved_bytes", {}).get("all", {})
+            return allocated.get("current"), reserved.get("current"), allocated.get("peak")
+        self.reads += 1
+        if self.reads % RSS_EVERY == 1 or self.rss is None:
+            self.rss = self.process.memory_info().rss
+        return self.rss, None, None
+
+    def figures(self, rank: int, item: FinishedStep) -> RankFigures:
+        return RankFigures(rank, item.step, item.step_ms, item.values, *self.read())
+
+
 class StepReporter:
-    """Turns finished steps into step events and keeps the run's statistics."""
+    """Turns finished steps (each as every rank's figures) into step events and statistics."""
 
     def __init__(self, s: Setup, writer: EventWriter, stats: RunStats, peak: float | None) -> None:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.scaled = s.policy.use_scaler
-        self.process = psutil.Process()
         self.warned_skip = False
-        self.rss: int | None = None
+        self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
+        self.input_wait = InputWait(stats.warmup_steps)
 
-    def report(self, item: FinishedStep) -> None:
-        m = StepMetrics(*item.values)
-        skipped = self.scaled and m.scale_after < m.scale_before
-        self._count(item, m, skipped)
-        self.writer.emit(self._step_event(item, m, skipped))
-        self._warn(item.step, m, skipped)
-        if not math.isfinite(m.loss) and (
+    def report(self, ranks: list[RankFigures]) -> None:
+        """One step, ``ranks`` by rank (one entry on one process)."""
+        step = ranks[0].step
+        each = [StepMetrics(*f.values) for f in ranks]
+        m = each[0]
+        skips = [self.scaled and x.scale_after < x.scale_before for x in each]
+        if any(skips) and not all(skips):
+            self._diverged(step, skips)
+        skipped = skips[0]
+        loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
+        job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
+        self._count(step, job_ms, loss, m, skipped, ranks)
+        data_ms = self.data_ms.pop(step, None)
+        self.writer.emit(self._step_event(step, job_ms, loss, m, skipped, ranks, data_ms))
+        self._warn(step, m, skipped)
+        if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
+            self.writer.emit(self.input_wait.warning(), urgent=True)
+        if not math.isfinite(loss) and (
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         ):
-            raise NonFiniteLoss(item.step, m.loss)
+            bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
+            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None)
 
-    def _count(self, item: FinishedStep, m: StepMetrics, skipped: bool) -> None:
-        stats, loss = self.stats, m.loss
-        stats.steps_done = item.step + 1
-        stats.step_ms.append(item.step_ms)
+    def _diverged(self, step: int, skips: list[bool]) -> None:
+        took = [r for r, s in enumerate(skips) if not s]
+        skipped = [r for r, s in enumerate(skips) if s]
+        raise ReplicasDiverged(
+            step,
+            f"Replicas diverged at step {step}: GradScaler skipped it on rank(s) "
+            f"{_ranks(skipped)} but not on rank(s) {_ranks(took)}. Every rank must see the same "
+            "inf/NaN verdict (all-reduced gradients, or a ShardedGradScaler under FSDP); from "
+            "here the ranks would train different models.",
+        )
+
+    def _count(
+        self,
+        step: int,
+        job_ms: float,
+        loss: float,
+        m: StepMetrics,
+        skipped: bool,
+        ranks: list[RankFigures],
+    ) -> None:
+        stats = self.stats
+        stats.steps_done = step + 1
+        stats.step_ms.append(job_ms)
         if not math.isnan(m.grad_zero_frac):
-            stats.instrumented.add(item.step)
+            stats.instrumented.add(step)
         stats.skipped += skipped
-        stats.loss_final, stats.loss_final_step = loss, item.step  # what happened, finite or not
+        stats.loss_final, stats.loss_final_step = loss, step  # what happened, finite or not
+        if len(ranks) > 1:
+            stats.add_rank_steps([(f.step_ms, f.mem_peak or f.mem_allocated) for f in ranks])
         if math.isfinite(loss):
             stats.nonfinite_run = 0
             if stats.loss_first is None:
@@ -120,28 +195,45 @@ class StepReporter:
         else:
             stats.nonfinite_run += 1
 
-    def _step_event(self, item: FinishedStep, m: StepMetrics, skipped: bool) -> ev.StepEvent:
-        workload = self.s.workload
-        allocated, reserved, peak_mem = self.memory()
-        seconds = item.step_ms / 1000.0
-        tflops = self.s.flops.per_step / seconds / 1e12
+    def warn_from(self, found: list[tuple[str, str, int | None]]) -> None:
+        """Emit (and clear) warnings the workload found while serving batches."""
+        for code, message, step in found:
+            self.writer.emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
+        found.clear()
+
+    def _step_event(
+        self,
+        step: int,
+        job_ms: float,
+        loss: float,
+        m: StepMetrics,
+        skipped: bool,
+        ranks: list[RankFigures],
+        data_ms: float | None = None,
+    ) -> ev.StepEvent:
+        """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
+        workload, world = self.s.workload, len(ranks)
+        seconds = job_ms / 1000.0
+        tflops = world * self.s.flops.per_step / seconds / 1e12
         tokens = workload.tokens_per_step
         event = ev.StepEvent(
-            step=item.step,
-            step_ms=round(item.step_ms, 4),
-            loss=m.loss if math.isfinite(m.loss) else None,
+            step=step,
+            step_ms=round(job_ms, 4),
+            loss=loss if math.isfinite(loss) else None,
             loss_scale=m.scale_after if self.scaled else None,
             skipped=skipped,
             grad_norm=m.grad_norm if math.isfinite(m.grad_norm) else None,
-            samples_per_s=workload.samples_per_step / seconds,
-            tokens_per_s=tokens / seconds if tokens else None,
+            samples_per_s=world * workload.samples_per_step / seconds,
+            tokens_per_s=world * tokens / seconds if tokens else None,
             tflops=tflops,
-            mfu=tflops / self.peak if self.peak else None,
-            mem_allocated=allocated,
-            mem_reserved=reserved,
-            mem_peak=peak_mem,
+            mfu=tflops / (world * self.peak) if self.peak else None,
+            mem_allocated=_largest(f.mem_allocated for f in ranks),
+            mem_reserved=_largest(f.mem_reserved for f in ranks),
+            mem_peak=_largest(f.mem_peak for f in ranks),
             grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
             lr=self.s.preset.lr,
+            ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
+            data_ms=None if data_ms is None else round(data_ms, 4),
         )
         peak = ev.peak_memory(event)
         if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):
@@ -168,17 +260,63 @@ class StepReporter:
                 ev.WarningEvent(code="scale-collapse", step=step, message=message), urgent=True
             )
 
-    def memory(self) -> tuple[int | None, int | None, int | None]:
-        """(allocated, reserved, peak allocated) bytes; on the CPU only the process RSS is known.
 
-        On CUDA one read of the allocator's statistics a step: ``memory_allocated`` and its
-        siblings each rebuild (and flatten) the whole statistics dict to return one number.
-        """
-        if self.s.info.is_cuda:
-            stats = torch.cuda.memory_stats_as_nested_dict(self.s.info.device)
-            allocated = stats.get("allocated_bytes", {}).get("all", {})
-            reserved = stats.get("reserved_bytes", {}).get("all", {})
-            return allocated.get("current"), reserved.get("current"), allocated.get("peak")
-        if self.stats.steps_done % RSS_EVERY == 1 or self.rss is None:
-            self.rss = self.process.memory_info().rss
-        return self.rss, None, None
+class InputWait:
+    """Whether the run waits on its input pipeline: the host's wait for batches against step
+    time, summed over the timed steps (after warm-up), judged once enough are in. Warns once."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self.first_step: int | None = None
+        self.last_step = 0
+        self.step_ms = 0.0
+        self.data_ms = 0.0
+        self.warned = False
+
+    def add(self, step: int, step_ms: float, data_ms: float) -> bool:
+        """Count a step; True exactly once, when the wait first passes its share."""
+        if self.warned or step < self.warmup_steps:
+            return False
+        if self.first_step is None:
+            self.first_step = step
+        self.steps += 1
+        self.last_step = step
+        self.step_ms += step_ms
+        self.data_ms += data_ms
+        busy = self.data_ms > INPUT_BOUND_SHARE * self.step_ms
+        self.warned = self.steps >= INPUT_BOUND_AFTER and busy
+        return self.warned
+
+    def warning(self) -> ev.WarningEvent:
+        share = self.data_ms / self.step_ms if self.step_ms else 0.0
+        message = (
+            f"Input-bound: waiting for the next batch took {share:.0%} of step time "
+            f"({self.data_ms / self.steps:.3g} ms of {self.step_ms / self.steps:.3g} ms a step, "
+            f"steps {self.first_step}-{self.last_step}). The model waits on its data: more "
+            "DataLoader workers (num_workers), pinned memory (pin_memory=True) or prefetching "
+            "(prefetch_factor) would feed it faster."
+        )
+        return ev.WarningEvent(code="input-bound", message=message, step=self.last_step)
+
+
+def _rank_step(f: RankFigures, scaled: bool) -> ev.RankStep:
+    m = StepMetrics(*f.values)
+    return ev.RankStep(
+        rank=f.rank,
+        step_ms=round(f.step_ms, 4),
+        loss=m.loss if math.isfinite(m.loss) else None,
+        skipped=scaled and m.scale_after < m.scale_before,
+        mem_allocated=f.mem_allocated,
+        mem_reserved=f.mem_reserved,
+        mem_peak=f.mem_peak,
+    )
+
+
+def _largest(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)

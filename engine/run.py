@@ -2,11 +2,13 @@
 
 The process-level steps live here and import no torch, so that a refused preset answers at
 once and the first event (setup started) is out before torch's import; the run itself (setup,
-hello, the loop, done) is ``session.train_preset``.
+hello, the loop, done) is ``session.train_preset``. Started by torchrun, every rank runs this,
+but only rank 0 writes the event stream and the record (the others have no outputs).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import warnings
@@ -19,6 +21,7 @@ from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
 from ampscope.engine.process import install_signal_handlers, watch_parent
+from ampscope.engine.ranks import RankEnv
 from ampscope.engine.record import RunRecord, open_run_dir
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "run"]
@@ -36,9 +39,14 @@ def run(
     run_dir: Path | None = None,
 ) -> int:
     try:
+        ranks = RankEnv.from_environ()
         preset = cfg.load_preset(preset_name, overrides)
     except cfg.ConfigError as exc:
-        return refuse(str(exc), json_out, on_event)
+        if RankEnv.lead_by_environ():
+            return refuse(str(exc), json_out, on_event)
+        return EXIT_USAGE
+    if not ranks.lead:  # rank 0 speaks for the run
+        json_out, record, on_event, run_dir = False, False, None, None
 
     run_dir = open_run_dir(preset, record, runs_dir, run_dir)
     saved = RunRecord(run_dir, preset) if run_dir else None
@@ -57,7 +65,7 @@ def run(
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         from ampscope.engine.session import train_preset  # imports torch: seconds
 
-        code, hello = train_preset(preset, run_dir, writer, stop, in_loop)
+        code, hello = train_preset(preset, run_dir, writer, stop, in_loop, ranks)
     except KeyboardInterrupt:  # stopped while torch was still importing
         writer.emit(ev.empty_done("stopped"), urgent=True)
         code = EXIT_STOPPED
@@ -65,4 +73,8 @@ def run(
         writer.close()
         if saved:
             saved.close(hello)
+    if ranks.distributed:  # no teardown of the process group: see engine.link.RankLink.close
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code

@@ -1,4 +1,7 @@
-"""A run inside the engine process: set up, say hello, train, and always end with ``done``."""
+"""A run inside the engine process: set up, say hello, train, and always end with ``done``.
+
+On several processes every rank runs this; rank 0's writer is the only one with outputs.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,21 @@ from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.engine.device import DeviceInfo, resolve_device
 from ampscope.engine.emitter import EventWriter
-from ampscope.engine.exits import EXIT_OK, EXIT_STOPPED
+from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from ampscope.engine.faults import failure
 from ampscope.engine.hello import make_hello
+from ampscope.engine.link import Link, SoloLink, connect
 from ampscope.engine.loop import train
+from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.precision import precision_policy
-from ampscope.engine.setup import build, check_setup
+from ampscope.engine.ranks import RankEnv
+from ampscope.engine.replicas import compare_weights, rank_devices, start_sampler
+from ampscope.engine.setup import build, check_setup, memory_estimate
 from ampscope.engine.stats import RunStats
-from ampscope.engine.telemetry import TelemetrySampler, start_for_run
+from ampscope.engine.telemetry import TelemetrySampler
+
+SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged)
+"""Faults every rank reaches together (same preset, same exchanged figures): no rank to blame."""
 
 
 def train_preset(
@@ -26,43 +36,62 @@ def train_preset(
     writer: EventWriter,
     stop: threading.Event,
     in_loop: threading.Event,
+    ranks: RankEnv | None = None,
 ) -> tuple[int, ev.HelloEvent | None]:
     """The exit code, and hello when the run got that far. Faults end as events, not raises."""
+    ranks = ranks or RankEnv()
     stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
     sampler: TelemetrySampler | None = None
+    link: Link = SoloLink()
     error: str | None = None
+    checksums: list[str | None] | None = None
     try:
-        info = resolve_device(preset.device)
+        info = resolve_device(preset.device, ranks)
         policy = precision_policy(preset)
-        setup_warnings = check_setup(preset, policy, info)
-        setup = build(preset, info, policy)
-        hello = make_hello(setup, run_dir)
+        setup_warnings = check_setup(preset, policy, info, ranks.distributed)
+        link = connect(ranks, info.device)
+        setup = build(preset, info, policy, link)
+        link.hold(setup)
+        setup_warnings += [w for w in [memory_estimate(setup)] if w]
+        hello = make_hello(setup, run_dir, rank_devices(setup))
         writer.emit(hello, urgent=True)
-        sampler = start_for_run(writer, info, hz=preset.telemetry_hz)
+        sampler, sample = start_sampler(writer, info, preset.telemetry_hz, link)
         for code, message in setup_warnings:
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         in_loop.set()
-        status = train(setup, writer, stats, hello.peak_tflops, stop)
+        status = train(setup, writer, stats, hello.peak_tflops, stop, sample)
+        checksums = compare_weights(setup, stats.steps_done - 1 if stats.steps_done else None)
         exit_code = EXIT_STOPPED if status == "stopped" else EXIT_OK
     except KeyboardInterrupt:
         status, exit_code = "stopped", EXIT_STOPPED
+        elsewhere = link.reported_failure()  # torchrun stops every rank when one fails
+        if elsewhere is not None:
+            writer.emit(elsewhere, urgent=True)
+            status, exit_code, error = "failed", EXIT_FAILED, elsewhere.message
     except Exception as exc:  # noqa: BLE001 - every fault must reach the watcher as an event
         event, exit_code = failure(exc, preset, info, stats)
+        event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
         writer.emit(event, urgent=True)
-        if isinstance(exc, cfg.ConfigError) and writer.on_event is None:
+        if isinstance(exc, cfg.ConfigError) and writer.on_event is None and ranks.lead:
             print(f"ampscope: {exc}", file=sys.stderr)
+            if event.traceback:  # the user's own code failed: their frames, to stderr too
+                print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
     if sampler is not None:
         sampler.stop()
-    writer.emit(done_event(stats, status, hello, error), urgent=True)
+    writer.emit(done_event(stats, status, hello, error, checksums), urgent=True)
     return exit_code, hello
 
 
 def done_event(
-    stats: RunStats, status: str, hello: ev.HelloEvent | None, error: str | None
+    stats: RunStats,
+    status: str,
+    hello: ev.HelloEvent | None,
+    error: str | None,
+    checksums: list[str | None] | None = None,
 ) -> ev.DoneEvent:
     """Rates need the workload's figures from hello; a run that never got there has none."""
     if hello is None:
@@ -74,4 +103,6 @@ def done_event(
         hello.flops_per_step,
         hello.peak_tflops,
         error,
+        world_size=hello.world_size,
+        ranks=stats.rank_done(checksums),
     )

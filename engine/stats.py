@@ -26,17 +26,51 @@ class RunStats:
     compile_s: float | None = None
     mem_peak: int | None = None
     started: float = field(default_factory=time.monotonic)
+    rank_ms: list[list[float]] = field(default_factory=list)  # several processes: by rank
+    rank_mem_peak: list[int | None] = field(default_factory=list)
+
+    def add_rank_steps(self, figures: list[tuple[float, int | None]]) -> None:
+        """Each rank's (step time, memory) for one step, by rank."""
+        if not self.rank_ms:
+            self.rank_ms = [[] for _ in figures]
+            self.rank_mem_peak = [None for _ in figures]
+        for rank, (ms, mem) in enumerate(figures):
+            self.rank_ms[rank].append(ms)
+            if mem is not None:
+                self.rank_mem_peak[rank] = max(self.rank_mem_peak[rank] or 0, mem)
+
+    def rank_done(self, checksums: list[str | None] | None = None) -> list[ev.RankDone] | None:
+        """Each rank's median step (after warm-up, as for the job's) and memory peak."""
+        if not self.rank_ms:
+            return None
+        out = []
+        kept = self.timed_steps()
+        for rank, times in enumerate(self.rank_ms):
+            timed = [times[i] for i in kept if i < len(times)]
+            out.append(
+                ev.RankDone(
+                    rank=rank,
+                    step_ms_median=statistics.median(timed) if timed else None,
+                    mem_peak=self.rank_mem_peak[rank],
+                    skipped_steps=self.skipped,  # the same on every rank, or the run failed
+                    param_checksum=checksums[rank] if checksums else None,
+                )
+            )
+        return out
 
     def timed(self) -> list[float]:
-        """The step times that say how fast training runs: after warm-up, never the compile
-        step, and without the steps that also counted grad_zero_frac (work of ours, not the
-        model's) unless no others are left. A run shorter than its warm-up drops its first step."""
+        """The step times that say how fast training runs (``timed_steps``)."""
+        return [self.step_ms[i] for i in self.timed_steps()]
+
+    def timed_steps(self) -> list[int]:
+        """The steps that say how fast training runs: after warm-up, never the compile step,
+        and without the steps that also counted grad_zero_frac (work of ours, not the model's)
+        unless no others are left. A run shorter than its warm-up drops its first step."""
         steps = range(len(self.step_ms))
         kept = steps[max(self.warmup_steps, int(self.compiled)) :] or steps[1:]
         if not kept and not self.compiled:
             kept = steps
-        plain = [i for i in kept if i not in self.instrumented] or kept
-        return [self.step_ms[i] for i in plain]
+        return [i for i in kept if i not in self.instrumented] or list(kept)
 
     def done(
         self,
@@ -46,7 +80,14 @@ class RunStats:
         flops: float,
         peak: float | None,
         error: str | None = None,
+        world_size: int = 1,
+        ranks: list[ev.RankDone] | None = None,
     ) -> ev.DoneEvent:
+        """``samples``, ``tokens`` and ``flops`` are one rank's per step; the rates are the
+        job's (times ``world_size``), MFU against ``world_size`` times the peak."""
+        samples, flops = samples * world_size, flops * world_size
+        tokens = tokens * world_size if tokens else tokens
+        peak = peak * world_size if peak else peak
         times = sorted(self.timed())
         median = statistics.median(times) if times else None
         per_s = 1000.0 / median if median else None
@@ -69,6 +110,8 @@ class RunStats:
             compile_s=self.compile_s,
             wall_s=round(time.monotonic() - self.started, 3),
             error=error,
+            world_size=world_size,
+            ranks=ranks,
         )
 
 

@@ -301,7 +301,7 @@ def test_a_gpu_without_bf16_is_refused_before_anything_is_built(monkeypatch) -> 
     from ampscope.engine.device import DeviceInfo
 
     t4 = DeviceInfo(torch.device("cuda", 0), "Tesla T4", (7, 5), 16 * 2**30, 70.0, "t4-uuid")
-    monkeypatch.setattr(session, "resolve_device", lambda spec: t4)
+    monkeypatch.setattr(session, "resolve_device", lambda spec, ranks=None: t4)
     code, seen = run_preset("amp-bf16")
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_USAGE and error.kind == "config"

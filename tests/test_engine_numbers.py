@@ -16,7 +16,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.units import fmt_final_loss
 from ampscope.engine import setup as engine_setup
-from ampscope.engine.metrics import StepReporter, zero_fraction
+from ampscope.engine.metrics import MemoryReader, StepReporter, zero_fraction
 from ampscope.engine.precision import TF32_API_SINCE
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
@@ -198,9 +198,10 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     writer = SimpleNamespace(emit=lambda e, urgent=False: seen.append(e))
     stats = RunStats(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, None)  # type: ignore[arg-type]
+    memory = MemoryReader(cuda.device)
     nan = float("nan")
     for i in range(3):
-        reporter.report(FinishedStep(i, 100.0, [2.0, 1.0, nan, nan, nan]))
+        reporter.report([memory.figures(0, FinishedStep(i, 100.0, [2.0, 1.0, nan, nan, nan]))])
     assert fake.builds == 3
     last = of(seen, ev.StepEvent)[-1]
     assert (last.mem_allocated, last.mem_reserved, last.mem_peak) == (3 << 30, 8 << 30, 5 << 30)

@@ -145,7 +145,7 @@ def test_ampscope_run_on_the_cpu_exits_2_with_the_paragraph(capsys) -> None:
 @pytest.mark.unit
 def test_a_gpu_below_8_9_is_refused_before_anything_is_built(monkeypatch) -> None:
     a100 = gpu("NVIDIA A100-SXM4-40GB", (8, 0))
-    monkeypatch.setattr(engine_session, "resolve_device", lambda spec: a100)
+    monkeypatch.setattr(engine_session, "resolve_device", lambda spec, ranks=None: a100)
     seen: list[ev.Event] = []
     code = run("fp8-tensorwise", [], record=False, on_event=seen.append)
     (error,) = of(seen, ev.ErrorEvent)

@@ -11,6 +11,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from ampscope.core import records
+from ampscope.core import parallel, records
+from ampscope.core.launch import launch_detached
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ, check_refresh
 from ampscope.core.text import visible
 from ampscope.tui import keys
@@ -42,7 +44,7 @@ from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
 from ampscope.tui.screens.save import SaveDialog
-from ampscope.tui.session import LiveRun, RunSession
+from ampscope.tui.session import LiveRun, RunSession, start_engine_process
 from ampscope.tui.source import RunSource
 from ampscope.tui.viewer import WaitingScreen
 
@@ -95,7 +97,9 @@ class AmpscopeApp(App):
         read_only: bool = False,
         follow_live: bool = False,
         open_run: RunSource | None = None,
+        processes: parallel.Launch | None = None,
     ) -> None:
+        """``processes``: every run the app starts runs on torchrun's ranks (--nproc-per-node)."""
         super().__init__()
         self.refresh_hz = DEFAULT_REFRESH_HZ if refresh_hz is None else check_refresh(refresh_hz)
         self.runs_dir = Path(runs_dir) if runs_dir else records.default_runs_dir()
@@ -104,7 +108,12 @@ class AmpscopeApp(App):
         self.open_run_at_start = open_run
         self.autostart = autostart
         self.session = RunSession(
-            self, self.runs_dir, extra_overrides=extra_overrides, read_only=read_only
+            self,
+            self.runs_dir,
+            extra_overrides=extra_overrides,
+            read_only=read_only,
+            start_engine=partial(start_engine_process, processes=processes),
+            launch=partial(launch_detached, launch=processes),
         )
         self._wanted_theme = theme
 

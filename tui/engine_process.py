@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.launch import child_env, engine_command
+from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
+from ampscope.core.parallel import Launch
 
 STOP_GRACE_S = 3.0
 STDERR_LINES = 50
@@ -39,10 +40,15 @@ class EngineProcess:
         on_event: Callable[[ev.Event | ev.UnknownEvent], None] | None = None,
         command: Sequence[str] | None = None,
         grace_s: float = STOP_GRACE_S,
+        launch: Launch | None = None,
     ) -> None:
-        self.command = list(command) if command else engine_command(preset, overrides, runs_dir)
+        """``launch``: on several processes, torchrun is the child (it stops every rank)."""
+        self.command = (
+            list(command) if command else engine_command(preset, overrides, runs_dir, launch=launch)
+        )
+        self.launch = launch
         self.on_event = on_event
-        self.grace_s = grace_s
+        self.grace_s = stop_grace_s(launch, grace_s)
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
         self.process: asyncio.subprocess.Process | None = None
         self.returncode: int | None = None
@@ -63,7 +69,8 @@ class EngineProcess:
 
     async def run(self) -> int:
         """Start the engine, feed every line to ``on_event`` and return its exit code."""
-        env = child_env()
+        env = launch_env(self.launch)
+        torchrun = self.launch is not None and self.launch.distributed
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.command,
@@ -73,6 +80,7 @@ class EngineProcess:
                 start_new_session=True,
                 env=env,
                 limit=LINE_LIMIT,
+                preexec_fn=die_with_parent if torchrun else None,
             )
         except OSError as exc:
             self.returncode = 127

@@ -19,6 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
 from ampscope.tui.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
+from ampscope.tui.rank_table import RankTable
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""
@@ -75,6 +76,7 @@ class RunState:
         self.step_columns = Columns(STEP_COLUMNS, maxlen)
         self.sys_columns = Columns(SYS_COLUMNS, maxlen)
         self.recent_ms: deque[float] = deque(maxlen=RECENT)
+        self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
         self.last_step: ev.StepEvent | None = None
         self.skipped = 0
         self.step_count = 0  # step events ever seen (the deque forgets)
@@ -86,6 +88,7 @@ class RunState:
         self.gpu_seen = False
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
+        self.ranks = RankTable()  # each rank of a run on several processes
 
     # ---------------------------------------------------------------- ingest
 
@@ -105,17 +108,20 @@ class RunState:
                 self.add_log("warning", None, f"unreadable line: {event.line[:200]}")
             return
         self.last_t = max(self.last_t, event.t)
+        self.ranks.ingest(event)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
 
     def _on_hello(self, e: ev.HelloEvent) -> None:
         self.hello = e
+        spec = (e.config.get("workload") or {}).get("model")
+        model = f"model {e.workload or '?'} from {spec}, " if spec else ""
         self.add_log(
             "info",
             None,
-            f"{e.preset} on {e.device} ({e.device_name}), {fmt_num(e.param_count)} params, "
-            f"torch {e.torch_version}",
+            f"{e.preset} on {e.device} ({e.device_name}), {model}{fmt_num(e.param_count)} "
+            f"params, torch {e.torch_version}",
         )
 
     def _on_step(self, e: ev.StepEvent) -> None:
@@ -155,6 +161,8 @@ class RunState:
             None if zeros is None else zeros * 100,
         )
         self.recent_ms.append(e.step_ms)
+        if e.data_ms is not None:
+            self.recent_data_ms.append(e.data_ms)
         peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
         if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
             self.mem_peak = peak
@@ -300,6 +308,10 @@ class RunState:
 
     def median_step_ms(self) -> float | None:
         return statistics.median(self.recent_ms) if self.recent_ms else None
+
+    def median_data_ms(self) -> float | None:
+        """The host's wait for a batch, median of the recent steps (part of the step time)."""
+        return statistics.median(self.recent_data_ms) if self.recent_data_ms else None
 
     def phase_label(self, now: float | None = None) -> str:
         if self.status == "compiling":

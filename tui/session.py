@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ampscope.core import comparison, records
+from ampscope.core import comparison, parallel, records
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.launch import launch_detached
@@ -65,8 +65,10 @@ def start_engine_process(
     overrides: list[str],
     runs_dir: Path,
     on_event: Callable[[ev.Event | ev.UnknownEvent], None],
+    processes: parallel.Launch | None = None,
 ) -> Engine:
-    return EngineProcess(preset, overrides, runs_dir=runs_dir, on_event=on_event)
+    """``processes``: torchrun's ranks (``--nproc-per-node``) instead of one engine."""
+    return EngineProcess(preset, overrides, runs_dir=runs_dir, on_event=on_event, launch=processes)
 
 
 class SessionListener(Protocol):

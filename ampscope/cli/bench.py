@@ -37,7 +37,8 @@ from ampscope.core.comparison import (
     row_from_runs,
     write_sweep,
 )
-from ampscope.core.launch import child_env, engine_command
+from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
+from ampscope.core.parallel import Launch, port_in_use
 from ampscope.core.run_args import run_overrides
 from ampscope.core.units import fmt_ms
 
@@ -47,20 +48,24 @@ def run_one(
     overrides: Sequence[str],
     runs_dir: Path,
     on_line: Callable[[ev.Event], None] | None = None,
+    launch: Launch | None = None,
 ) -> records.RunRecord:
-    """Run one preset in a fresh engine process and read back its record.
+    """Run one preset in a fresh engine process (torchrun's ranks, with ``launch``) and read
+    back its record.
 
     stderr goes to a temporary file, not a pipe: an engine that logs a lot (max-autotune)
     would otherwise fill the pipe and block while this side still reads stdout.
     """
-    cmd = engine_command(preset, overrides, runs_dir)
+    cmd = engine_command(preset, overrides, runs_dir, launch=launch)
+    distributed = launch is not None and launch.distributed
     with tempfile.TemporaryFile() as err_file:
         proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=err_file,
             start_new_session=True,
-            env=child_env(),
+            env=launch_env(launch),
+            preexec_fn=die_with_parent if distributed else None,
         )
         run_dir: Path | None = None
         reason: str | None = None
@@ -76,7 +81,7 @@ def run_one(
                     on_line(event)
             proc.wait()
         except BaseException:
-            _stop(proc)
+            _stop(proc, stop_grace_s(launch, 5.0))
             raise
         stderr = _tail(err_file)
     if run_dir is not None and run_dir.is_dir():
@@ -94,12 +99,12 @@ def _tail(file: BinaryIO, size: int = 64 * 1024) -> str:
     return file.read().decode(errors="replace")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace_s: float) -> None:
     if proc.poll() is not None:
         return
-    os.killpg(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)  # torchrun passes it on to every rank
     try:
-        proc.wait(timeout=5)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -122,6 +127,10 @@ def cmd_bench(args) -> int:
             cfg.load_preset(name, overrides)
     except cfg.ConfigError as exc:
         return fail(exc)
+    launch: Launch = args.launch
+    problem = port_in_use(launch)
+    if problem is not None:
+        return fail(problem)
     runs_dir = args.runs_dir or records.default_runs_dir()
     order = interleaved(presets, args.repeats)
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
@@ -129,12 +138,16 @@ def cmd_bench(args) -> int:
     for i, name in enumerate(order, 1):
         progress = _Progress(f"[{i}/{len(order)}] {name}")
         try:
-            results[name].append(run_one(name, overrides, runs_dir, progress))
+            results[name].append(run_one(name, overrides, runs_dir, progress, launch))
         except KeyboardInterrupt:
             interrupted = True
             break
         finally:
             progress.close()
+        refused = progress.refused
+        if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
+            trace = f"\n{refused.traceback}" if refused.traceback else ""
+            return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
     rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
@@ -152,9 +165,12 @@ class _Progress:
         self.tty = sys.stderr.isatty()
         self.steps = 0
         self.last = 0.0
+        self.refused: ev.ErrorEvent | None = None  # a user error (a bad --model, for one)
         self._show("starting")
 
     def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ErrorEvent) and event.kind == "config":
+            self.refused = event
         if isinstance(event, ev.HelloEvent):
             self.steps = int(event.config.get("steps", 0))
         elif (

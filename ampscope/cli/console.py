@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from typing import TextIO
@@ -43,10 +44,11 @@ class ConsoleReporter:
                 else "no MFU peak"
             )
             self._line(
-                f"{event.preset}: {event.config['precision']} on {event.device} "
-                f"({event.device_name}), {event.param_count / 1e6:.2f}M params, "
-                f"{event.config['workload']['kind']} workload, {peak}"
+                f"{event.preset}: {event.config['precision']} on {where_it_runs(event)}, "
+                f"{fmt_num(event.param_count)} params, {workload_label(event)}, {peak}"
             )
+            if (event.config.get("workload") or {}).get("model") and event.flops_note:
+                self._line(f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})")
             if event.fp8 is not None:
                 self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):
@@ -106,6 +108,14 @@ class ConsoleReporter:
         self.out.flush()
 
 
+def workload_label(hello: ev.HelloEvent) -> str:
+    """'gpt workload', or for a user's model its name and the spec it came from."""
+    spec = (hello.config.get("workload") or {}).get("model")
+    if spec:
+        return f"model {hello.workload or '?'} from {spec}"
+    return f"{(hello.config.get('workload') or {}).get('kind', '?')} workload"
+
+
 def summary_table(done: ev.DoneEvent) -> str:
     final = fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
     rows = [
@@ -125,6 +135,44 @@ def summary_table(done: ev.DoneEvent) -> str:
         ("skipped steps", str(done.skipped_steps)),
         ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),
         ("wall time", f"{done.wall_s:.1f} s"),
+        *rank_rows(done),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def where_it_runs(hello: ev.HelloEvent) -> str:
+    """'cpu (AMD EPYC)', or for several ranks '2 ranks (ddp over gloo): 2 x cpu on 1 host'."""
+    if hello.world_size <= 1 or not hello.ranks:
+        return f"{hello.device} ({hello.device_name})"
+    names = sorted({f"{r.device.split(':')[0]} ({r.device_name})" for r in hello.ranks})
+    hosts = len({r.host for r in hello.ranks})
+    return (
+        f"{hello.world_size} ranks ({hello.strategy} over {hello.backend}): "
+        f"{hello.world_size} x {', '.join(names)} on {hosts} host{'s' if hosts > 1 else ''}"
+    )
+
+
+def rank_rows(done: ev.DoneEvent) -> list[tuple[str, str]]:
+    """On several processes: the slowest rank against the median one, and whether the
+    replicas ended with the same weights."""
+    ranks = done.ranks or []
+    timed = [r for r in ranks if r.step_ms_median is not None]
+    if not timed:
+        return []
+    slowest = max(timed, key=lambda r: r.step_ms_median or 0.0)
+    median = statistics.median(r.step_ms_median or 0.0 for r in timed)
+    rows = [
+        ("ranks", str(done.world_size)),
+        (
+            "slowest rank",
+            f"rank {slowest.rank}: {fmt_ms(slowest.step_ms_median)} "
+            f"(+{fmt_ms((slowest.step_ms_median or 0.0) - median)} over the median rank)",
+        ),
+    ]
+    sums = {r.param_checksum for r in ranks}
+    if None not in sums:
+        rows.append(
+            ("weights", f"identical on every rank ({sums.pop()})" if len(sums) == 1 else "differ")
+        )
+    return rows

@@ -10,12 +10,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ampscope import __version__
+from ampscope.cli.output import fail
 from ampscope.core import config as cfg
+from ampscope.core.parallel import LaunchError
 from ampscope.core.run_args import (
     ArgParser,
+    add_launch_arguments,
+    add_model_argument,
     add_override_arguments,
     add_refresh_argument,
     add_run_arguments,
+    launch_from_args,
+    model_overrides,
     run_overrides,
 )
 from ampscope.core.text import visible
@@ -56,12 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--runs-dir", dest="top_runs_dir", type=Path, help="where run records go (default ./runs)"
     )
     add_refresh_argument(parser)
+    add_model_argument(parser)  # the dashboard: every run it starts trains this model
+    add_launch_arguments(parser, prefix="top_")  # the dashboard: every run it starts
     sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
     from ampscope.cli.runs import add_detach_arguments, add_runs_parsers
 
     add_detach_arguments(run)
+    add_launch_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
     presets.add_argument(
         "--json",
@@ -72,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="run presets one after another and compare them in one table"
     )
     add_bench_arguments(bench)
+    add_launch_arguments(bench)
     # (number-format and memory-planner commands are added here)
     from ampscope.cli.formats import add_dtypes_parser
     from ampscope.cli.memory import add_memory_parser
@@ -103,6 +113,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # `ampscope --runs-dir X run ...` and `ampscope run ... --runs-dir X` mean the same.
     args.runs_dir = getattr(args, "runs_dir", None) or args.top_runs_dir
+    try:
+        args.launch = launch_from_args(args, prefix="top_")
+    except LaunchError as exc:
+        return fail(exc)
     if args.command == "run":
         return cmd_run(args)
     if args.command == "presets":
@@ -139,6 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ampscope.cli.runs import cmd_run_detached
 
         return cmd_run_detached(args)
+    if args.launch.distributed:
+        from ampscope.cli.torchrun import cmd_run_distributed
+
+        return cmd_run_distributed(args, args.launch)
     from ampscope.cli.console import ConsoleReporter
     from ampscope.engine.run import run
 
@@ -188,7 +206,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=args.refresh)
+    extra = model_overrides(args)
+    if extra:  # refuse a bad spec here, in one line, before the screen is taken over
+        try:
+            cfg.load_preset("fp32", extra)
+        except cfg.ConfigError as exc:
+            print(f"ampscope: {visible(exc.detail)}", file=sys.stderr)
+            return 2
+    return run_dashboard(
+        runs_dir=args.runs_dir,
+        refresh_hz=args.refresh,
+        extra_overrides=extra,
+        processes=args.launch,
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ def add_detach_arguments(p: argparse.ArgumentParser) -> None:
         help="start the engine in the background, print its run folder and pid, and return; "
         "the run survives this terminal ('ampscope attach' watches it)",
     )
-    p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # set by the launcher
 
 
 def _runs_dir_argument(p: argparse.ArgumentParser) -> None:
@@ -103,7 +102,9 @@ def cmd_run_detached(args: argparse.Namespace) -> int:
     if args.no_record:
         return fail("--detach needs the run record (drop --no-record): it is how you watch it.")
     try:
-        run_dir, pid = launch_detached(args.preset, run_overrides(args), args.runs_dir)
+        run_dir, pid = launch_detached(
+            args.preset, run_overrides(args), args.runs_dir, getattr(args, "launch", None)
+        )
     except cfg.ConfigError as exc:
         return fail(str(exc))
     except OSError as exc:

@@ -28,8 +28,22 @@ class Fp8Layers(msgspec.Struct, kw_only=True):
     skipped: dict[str, str]  # layer name -> why it stays in bf16
 
 
+class RankDevice(msgspec.Struct, kw_only=True):
+    """Where one rank of a run on several processes runs."""
+
+    rank: int
+    host: str
+    device: str
+    device_name: str
+    pid: int
+
+
 class HelloEvent(Event, tag="hello"):
-    """First line of every run: what runs, where, and the numbers MFU is computed from."""
+    """First line of every run: what runs, where, and the numbers MFU is computed from.
+
+    ``param_count``, ``flops_per_step``, ``samples_per_step`` and ``tokens_per_step`` are one
+    rank's; a step of the whole job does ``world_size`` times as much.
+    """
 
     run_id: str
     run_dir: str | None
@@ -60,6 +74,12 @@ class HelloEvent(Event, tag="hello"):
     # Process RSS read before the model was built (null: not read). RSS growth from it is
     # what `ampscope memory --run` compares with the planner on a CPU.
     rss_before_model: int | None = None
+    # What trains: the built-in kind, or the name of a user's model (``workload.model``).
+    workload: str | None = None
+    world_size: int = 1
+    backend: str | None = None  # "nccl" or "gloo"; null on one process
+    strategy: str | None = None  # "ddp" or "fsdp2"; null on one process
+    ranks: list[RankDevice] | None = None
 
 
 class PhaseEvent(Event, tag="phase"):
@@ -71,8 +91,25 @@ class PhaseEvent(Event, tag="phase"):
     step: int | None = None
 
 
+class RankStep(msgspec.Struct, kw_only=True):
+    """One rank's share of a step."""
+
+    rank: int
+    step_ms: float
+    loss: float | None
+    skipped: bool
+    mem_allocated: int | None
+    mem_reserved: int | None
+    mem_peak: int | None
+
+
 class StepEvent(Event, tag="step"):
-    """One optimizer step. ``loss`` and ``grad_norm`` are null when not finite (inf or NaN)."""
+    """One optimizer step. ``loss`` and ``grad_norm`` are null when not finite (inf or NaN).
+
+    On several processes the step is the job's: ``step_ms`` is the slowest rank's, the rates
+    are for the global batch, ``loss`` is the mean over ranks, memory the largest rank's, and
+    ``ranks`` holds each rank's own figures.
+    """
 
     step: int
     step_ms: float
@@ -89,6 +126,9 @@ class StepEvent(Event, tag="step"):
     mem_peak: int | None
     grad_zero_frac: float | None
     lr: float
+    # Milliseconds the host waited for this step's batch (no GPU sync): part of step_ms.
+    data_ms: float | None = None
+    ranks: list[RankStep] | None = None
 
 
 def peak_memory(step: StepEvent) -> int | None:
@@ -118,13 +158,28 @@ class WarningEvent(Event, tag="warning"):
 
 
 class ErrorEvent(Event, tag="error"):
-    kind: Literal["config", "oom", "nan", "exception"]
+    """A fault that ends the run. ``rank`` names the rank it struck on several processes."""
+
+    kind: Literal["config", "oom", "nan", "exception", "diverged"]
     message: str
     step: int | None = None
     traceback: str | None = None
     hint: str | None = None
     mem_allocated: int | None = None
     mem_reserved: int | None = None
+    rank: int | None = None
+
+
+class RankSys(msgspec.Struct, kw_only=True):
+    """One rank's device and process, as last sampled."""
+
+    rank: int
+    gpu_util: float | None = None
+    gpu_mem_used: int | None = None
+    gpu_mem_total: int | None = None
+    power_w: float | None = None
+    proc_cpu: float | None = None
+    proc_rss: int | None = None
 
 
 class SysEvent(Event, tag="sys"):
@@ -145,6 +200,17 @@ class SysEvent(Event, tag="sys"):
     proc_rss: int | None = None
     sys_mem_used: int | None = None
     sys_mem_total: int | None = None
+    ranks: list[RankSys] | None = None
+
+
+class RankDone(msgspec.Struct, kw_only=True):
+    """One rank at the end: its typical step, memory peak, skips, and a checksum of its weights."""
+
+    rank: int
+    step_ms_median: float | None
+    mem_peak: int | None
+    skipped_steps: int
+    param_checksum: str | None = None
 
 
 class DoneEvent(Event, tag="done"):
@@ -168,6 +234,8 @@ class DoneEvent(Event, tag="done"):
     error: str | None = None
     loss_final_step: int | None = None  # the step loss_final (or loss_nonfinite) is from
     loss_nonfinite: Literal["nan", "inf", "-inf"] | None = None  # the last loss, when not finite
+    world_size: int = 1
+    ranks: list[RankDone] | None = None
 
 
 def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> DoneEvent:

@@ -2,22 +2,28 @@
 
 The engine child is always ampscope's own: it is started by its package name,
 ``ampscope.engine``, with Python's safe-path mode on so that the current folder (which may be
-a training repo with its own ``engine.py``) is never searched first.
+a training repo with its own ``engine.py``) is never searched first. A run on several
+processes is started by PyTorch's own launcher, torchrun (``python -m torch.distributed.run``),
+which starts one engine per rank.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ampscope.core import config as cfg
 from ampscope.core import records
+from ampscope.core.parallel import Launch
 
 ENGINE_MODULE = "ampscope.engine"
+TORCHRUN_MODULE = "torch.distributed.run"
 ENGINE_LOG = "engine.log"
 PRESET_COPY = "preset.toml"
 _PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -31,9 +37,16 @@ def engine_command(
     *,
     exit_with_parent: bool = True,
     extra: Sequence[str] = (),
+    launch: Launch | None = None,
 ) -> list[str]:
-    """``python -m ampscope.engine PRESET [--runs-dir D] [--set K=V ...]``: the child's argv."""
+    """``python -m ampscope.engine PRESET [--runs-dir D] [--set K=V ...]``: the child's argv.
+
+    On several processes: ``python -m torch.distributed.run --nproc-per-node N [--standalone |
+    --nnodes M --node-rank K --rdzv-endpoint H:P] -m ampscope.engine PRESET ...``.
+    """
     cmd = [sys.executable, "-m", ENGINE_MODULE, preset]
+    if launch is not None and launch.distributed:
+        cmd[1:3] = ["-m", TORCHRUN_MODULE, *launch.torchrun_args(), "-m", ENGINE_MODULE]
     if exit_with_parent:
         cmd.append("--exit-with-parent")
     if runs_dir is not None:
@@ -44,11 +57,13 @@ def engine_command(
     return cmd
 
 
-def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(base: dict[str, str] | None = None, processes: int = 1) -> dict[str, str]:
     """The environment of any child that runs ampscope code.
 
     Safe-path mode keeps the working folder off ``sys.path``; the folder holding the
-    ``ampscope`` package goes first, so a source checkout runs its own code too.
+    ``ampscope`` package goes first, so a source checkout runs its own code too. With
+    ``processes`` ranks on this machine, each gets an equal share of the CPU cores for its
+    threads (unless OMP_NUM_THREADS says otherwise), where torchrun would give each one.
     """
     env = dict(os.environ if base is None else base)
     root = str(_PACKAGE_PARENT)
@@ -56,11 +71,48 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = root + (os.pathsep + rest if rest else "")
     env["PYTHONSAFEPATH"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if processes > 1:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
     return env
 
 
+def launch_env(launch: Launch | None) -> dict[str, str]:
+    return child_env(processes=launch.nproc_per_node if launch is not None else 1)
+
+
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()  # looked up here: the child between fork and exec must not import
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for torchrun: the kernel sends it SIGTERM when its parent (the dashboard,
+    ``ampscope run``) dies, even by SIGKILL; torchrun then stops every rank. The engine sets the
+    same for itself; torchrun, not ours, needs it set from outside."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def stop_grace_s(launch: Launch | None, single: float) -> float:
+    """How long a stop waits before SIGKILL: ranks finish their step, agree to stop and
+    compare their weights first; torchrun itself gives them 30 s."""
+    return max(single, 15.0) if launch is not None and launch.distributed else single
+
+
 def launch_detached(
-    preset: str, overrides: Sequence[str] = (), runs_dir: Path | None = None
+    preset: str,
+    overrides: Sequence[str] = (),
+    runs_dir: Path | None = None,
+    launch: Launch | None = None,
 ) -> tuple[Path, int]:
     """Start an engine that outlives this process; returns its run folder and pid.
 
@@ -79,6 +131,7 @@ def launch_detached(
         str(run_dir / PRESET_COPY),
         "--run-dir",
         str(run_dir),
+        *(launch.flags() if launch is not None else []),
     ]
     with open(run_dir / ENGINE_LOG, "ab") as log:
         proc = subprocess.Popen(

@@ -9,6 +9,14 @@ import argparse
 import math
 from pathlib import Path
 
+from ampscope.core.parallel import Launch, make_launch
+from ampscope.core.workload_spec import model_override
+
+MODEL_HELP = (
+    "train your own model: a factory in FILE.py:FUNCTION or MODULE:FUNCTION, called as "
+    "FUNCTION(ctx) (same as --set workload.model=SPEC; see docs/model.md)"
+)
+
 REFRESH_RANGE = (0.5, 4.0)
 """Dashboard plot redraws a second that ``--refresh`` accepts: lower for slow SSH links."""
 DEFAULT_REFRESH_HZ = 2.0
@@ -56,7 +64,8 @@ class ArgParser(argparse.ArgumentParser):
 
 
 def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset") -> None:
-    """--steps, --device and --set: the everyday knobs, read back by ``run_overrides``."""
+    """--model, --steps, --device and --set: the everyday knobs, read back by ``run_overrides``."""
+    add_model_argument(p)
     p.add_argument("--steps", type=int, help=f"optimizer steps for {which} (same as --set steps=N)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
     p.add_argument(
@@ -67,6 +76,10 @@ def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset"
         metavar="KEY=VALUE",
         help=f"override a field of {which}, dotted for tables: --set workload.layers=4",
     )
+
+
+def add_model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="SPEC", help=MODEL_HELP)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,12 +95,75 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-record", action="store_true", help="do not write a run record")
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # set by the launcher
+
+
+LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout")
+
+
+def add_launch_arguments(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """torchrun's flags, for ``run``, ``bench`` and the dashboard. ``prefix`` keeps the
+    top-level parser's values apart from a subcommand's (``launch_from_args`` merges them)."""
+    group = p.add_argument_group("several processes (torchrun: DDP or FSDP2)")
+    group.add_argument(
+        "--nproc-per-node",
+        dest=prefix + "nproc_per_node",
+        type=int,
+        metavar="N",
+        help="processes on this machine, one a GPU (gloo on CPUs); more than 1 starts torchrun",
+    )
+    group.add_argument(
+        "--nnodes", dest=prefix + "nnodes", type=int, metavar="N", help="machines in the job"
+    )
+    group.add_argument(
+        "--node-rank",
+        dest=prefix + "node_rank",
+        type=int,
+        metavar="K",
+        help="this machine's place in the job, 0 to nnodes-1 (node 0 writes the record)",
+    )
+    group.add_argument(
+        "--rdzv-endpoint",
+        dest=prefix + "rdzv_endpoint",
+        metavar="HOST:PORT",
+        help="where the machines meet: node 0's address and a free port, the same on every node",
+    )
+    group.add_argument(
+        "--rdzv-timeout",
+        dest=prefix + "rdzv_timeout",
+        type=int,
+        metavar="S",
+        help="seconds node 0 waits for the other machines (torchrun's default: 600)",
+    )
+
+
+def launch_from_args(args: argparse.Namespace, prefix: str = "") -> Launch:
+    """The launch the flags ask for; a subcommand's flag wins over the top-level one.
+    Raises ``LaunchError`` (a user error naming the flag)."""
+
+    def value(name: str) -> object:
+        own = getattr(args, name, None)
+        return own if own is not None else getattr(args, prefix + name, None)
+
+    return make_launch(
+        value("nproc_per_node"),  # type: ignore[arg-type]
+        value("nnodes"),  # type: ignore[arg-type]
+        value("node_rank"),  # type: ignore[arg-type]
+        value("rdzv_endpoint"),  # type: ignore[arg-type]
+        value("rdzv_timeout"),  # type: ignore[arg-type]
+    )
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:
-    overrides = list(args.overrides)
+    overrides = model_overrides(args) + list(args.overrides)
     if args.steps is not None:
         overrides.append(f"steps={args.steps}")
     if args.device is not None:
         overrides.append(f"device='{args.device}'")
     return overrides
+
+
+def model_overrides(args: argparse.Namespace) -> list[str]:
+    """``--model SPEC`` as the override it stands for (before any --set, which may refine it)."""
+    spec = getattr(args, "model", None)
+    return [model_override(spec)] if spec else []

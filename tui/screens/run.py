@@ -21,6 +21,7 @@ from ampscope.tui.source import PAUSE, STOP, Playback, RunSource
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
+from ampscope.tui.widgets.ranks import RankStrip
 from ampscope.tui.widgets.stat_cards import StatCards
 
 SHORT_HEIGHT = 32  # rows below which the view packs tighter
@@ -70,6 +71,7 @@ class RunScreen(Screen):
             yield Static("", id="run-header", markup=False)
             yield Static("", id="run-error", markup=False)
         yield StatCards(id="cards")
+        yield RankStrip(id="ranks")
         with Grid(id="plots"):
             yield StepTimePlot(id="plot-step")
             yield LossPlot(id="plot-loss")
@@ -127,6 +129,7 @@ class RunScreen(Screen):
         error.update(visible(state.error or "", keep_newlines=True))
         error.display = bool(state.error)
         self.query_one(StatCards).show(figures.cards(state))
+        self.query_one(RankStrip).show(state.ranks)
         self.query_one(EventLog).sync(state)
 
     def redraw_plots(self) -> None:

@@ -1,0 +1,141 @@
+"""The model on several ranks: DDP or FSDP2 around it, the scaler that fits, and a checksum.
+
+DDP keeps a full replica on every rank and all-reduces gradients in the parameter dtype (fp32
+under AMP), or cast to bf16/fp16 by its communication hook (``parallel.grad_compression``).
+FSDP2 (``fully_shard``) keeps a shard of every parameter on each rank, all-gathers them in
+``param_dtype`` for compute and reduce-scatters gradients in ``reduce_dtype``; under fp16 it
+needs a ShardedGradScaler, whose inf/NaN verdict is all-reduced, or ranks would skip different
+steps.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from ampscope.core.config import ConfigError, Preset
+from ampscope.core.parallel import fsdp_dtypes
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.precision import PrecisionPolicy
+
+DTYPES = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp64": torch.float64,
+}
+CHECKSUM_MODULUS = 1_000_003  # position weights, so that swapped values change the sum
+
+
+def check_parallel_setup(preset: Preset, info: DeviceInfo, grouped: bool) -> None:
+    """Refuse what this device's backend cannot do, before the model is built."""
+    compression = preset.parallel.grad_compression
+    if grouped and compression == "bf16" and not info.is_cuda:
+        raise ConfigError(
+            "parallel.grad_compression = 'bf16' needs NCCL (CUDA GPUs); torch's gloo backend "
+            "has no bf16 all-reduce hook. On the CPU use 'fp16' or 'none'.",
+            key="parallel.grad_compression",
+        )
+
+
+def parallelize(
+    model: nn.Module, preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool
+) -> nn.Module:
+    """The model each rank trains: itself outside a process group, else wrapped by the
+    strategy."""
+    if not grouped:
+        return model
+    if preset.parallel.strategy == "fsdp2":
+        return shard(model, preset, policy)
+    return replicate(model, preset, info)
+
+
+def replicate(model: nn.Module, preset: Preset, info: DeviceInfo) -> nn.Module:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(model, device_ids=[info.device.index] if info.is_cuda else None)
+    compression = preset.parallel.grad_compression
+    if compression == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif compression == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    return ddp
+
+
+def shard(model: nn.Module, preset: Preset, policy: PrecisionPolicy) -> nn.Module:
+    """fully_shard every block of the model (each child of a ModuleList or Sequential that
+    holds parameters), then the root: one all-gather a block, overlapped with compute."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    param_name, reduce_name = fsdp_dtypes(preset.precision, preset.parallel)
+    param, reduce = DTYPES[param_name], DTYPES[reduce_name]
+    mp = MixedPrecisionPolicy(  # None: no cast (compute as stored, reduce as computed)
+        param_dtype=None if param == policy.param_dtype else param,
+        reduce_dtype=None if reduce == param else reduce,
+    )
+    for block in shard_units(model):
+        fully_shard(block, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The outermost blocks (a block inside a chosen one is sharded with it)."""
+    units: list[nn.Module] = []
+    taken: set[int] = set()
+    for container in model.modules():
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)):
+            continue
+        for block in container:
+            params = {id(p) for p in block.parameters()}
+            if params and not params & taken:
+                units.append(block)
+                taken |= params
+    return units
+
+
+def grad_scaler(
+    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool
+) -> torch.amp.GradScaler:
+    """The policy's scaler; under FSDP2 the sharded one (every rank sees only its shard)."""
+    if not grouped or preset.parallel.strategy != "fsdp2" or not policy.use_scaler:
+        return policy.grad_scaler(info.device, preset.scaler)
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    # Its found-inf scalar becomes a DTensor with a warning on every step; the value is right.
+    warnings.filterwarnings("ignore", message="Found a non-scalar tensor with numel=1")
+    o = preset.scaler
+    return ShardedGradScaler(
+        info.device.type,
+        init_scale=o.init_scale,
+        growth_factor=o.growth_factor,
+        backoff_factor=o.backoff_factor,
+        growth_interval=o.growth_interval,
+    )
+
+
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor (FSDP2's gradient norm) as the whole tensor it stands for."""
+    full = getattr(t, "full_tensor", None)
+    return full() if callable(full) else t
+
+
+def param_checksum(model: nn.Module) -> str:
+    """An exact fingerprint of the weights: their bits, weighted by position, summed in int64.
+
+    Integer sums wrap identically in any order, so equal weights give equal checksums on any
+    rank and device; it runs on the device and copies one number a parameter. Under FSDP2
+    each parameter is all-gathered first (a collective: every rank must call this).
+    """
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    total = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            whole = plain(p.detach()).contiguous().reshape(-1)
+            bits = whole.view(ints[whole.element_size()]).to(torch.int64)
+            weights = torch.arange(1, bits.numel() + 1, device=bits.device) % CHECKSUM_MODULUS
+            total = (total * 1_000_033 + int((bits * weights).sum())) % (1 << 61)
+    return f"{total:016x}"

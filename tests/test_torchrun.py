@@ -1,0 +1,276 @@
+"""Two ranks on the CPU (gloo) through torchrun: one record, replicas in step, failures and
+stops that leave no process behind. Tiny models: two processes share two cores."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.core.launch import engine_command, launch_env
+from ampscope.core.parallel import Launch
+from tests.conftest import ROOT, engine_env
+from tests.helpers import wait_gone
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+
+FAST = ["--set", "workload.kind='mlp'", "--set", "device='cpu'", "--set", "warmup_steps=2"]
+STEPS = 24
+TIMEOUT_S = 240
+
+
+def ampscope_run(*args: str, runs_dir: Path) -> tuple[int, list[ev.Event], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampscope", "run", *args, "--json", "--runs-dir", str(runs_dir)],
+        capture_output=True,
+        env=engine_env(),
+        cwd=ROOT,
+        timeout=TIMEOUT_S,
+    )
+    events = [ev.decode(line) for line in proc.stdout.splitlines() if line.strip()]
+    return proc.returncode, [e for e in events if isinstance(e, ev.Event)], proc.stderr.decode()
+
+
+def of(events: list, kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def rank_pids(events: list[ev.Event]) -> list[int]:
+    hello = of(events, ev.HelloEvent)
+    return [r.pid for r in (hello[0].ranks or [])] if hello else []
+
+
+def assert_all_gone(pids: list[int]) -> None:
+    left = [pid for pid in pids if not wait_gone(pid, 15)]
+    for pid in left:  # never leave them to the next test
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    assert not left, f"processes left behind: {left}"
+
+
+def reference_losses(steps: int) -> list[float]:
+    """The same two-rank DDP run done by hand in this process: one model, both ranks' batches,
+    the gradient of their mean loss (what DDP's averaged gradients are), clipped, AdamW."""
+    import torch
+    from torch.nn import functional as F
+
+    from ampscope.core import config as cfg
+    from ampscope.engine.workloads import build_workload
+
+    preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "device='cpu'"])
+    dims, batch = cfg.resolve_workload(preset, on_cuda=False)
+    torch.manual_seed(preset.seed)
+    wl = build_workload("mlp", dims, batch, torch.device("cpu"), preset.seed)
+    pools = []
+    for rank in (0, 1):
+        other = build_workload("mlp", dims, batch, torch.device("cpu"), preset.seed).pool
+        other.shard(rank, 2)
+        pools.append(other)
+    opt = torch.optim.AdamW(wl.model.parameters(), lr=preset.lr, weight_decay=0.0)
+    losses = []
+    for step in range(steps):
+        per_rank = [F.cross_entropy(wl.model(x), y) for x, y in (p.get(step) for p in pools)]
+        loss = sum(per_rank) / 2
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(wl.model.parameters(), preset.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_ranks_train_into_one_record_and_end_in_step(strategy: str, tmp_path: Path) -> None:
+    code, events, stderr = ampscope_run(
+        "fp32",
+        "--nproc-per-node",
+        "2",
+        "--steps",
+        str(STEPS),
+        *FAST,
+        "--set",
+        f"parallel.strategy='{strategy}'",
+        runs_dir=tmp_path,
+    )
+    pids = rank_pids(events)
+    try:
+        assert code == 0, stderr[-3000:]
+        hello = of(events, ev.HelloEvent)[0]
+        assert (hello.world_size, hello.backend, hello.strategy) == (2, "gloo", strategy)
+        assert [(r.rank, r.device) for r in hello.ranks] == [(0, "cpu"), (1, "cpu")]
+        steps = of(events, ev.StepEvent)
+        assert [s.step for s in steps] == list(range(STEPS))  # every step once, in order
+        assert all([r.rank for r in s.ranks] == [0, 1] for s in steps)
+        first = steps[0]
+        assert first.ranks[0].loss != first.ranks[1].loss  # each rank trained its own batch
+        assert first.step_ms == max(r.step_ms for r in first.ranks)
+        assert first.samples_per_s == pytest.approx(
+            2 * hello.samples_per_step / first.step_ms * 1000
+        )
+        # The loss is the global batch's, and it is what DDP's math gives, computed by hand.
+        expected = reference_losses(STEPS)
+        got = [s.loss for s in steps]
+        assert got == pytest.approx(expected, rel=1e-3)
+        assert sum(got[-4:]) < 0.7 * sum(got[:4])  # and it falls
+        done = of(events, ev.DoneEvent)[0]
+        assert done.status == "ok" and done.world_size == 2 and done.steps_done == STEPS
+        sums = [r.param_checksum for r in done.ranks]
+        assert sums[0] is not None and sums == [sums[0]] * 2  # replicas end identical
+        record = records.load_run(Path(hello.run_dir))
+        assert len(of(record.events, ev.StepEvent)) == STEPS and record.status == "ok"
+        assert record.done.ranks == done.ranks
+        assert records.read_live(Path(hello.run_dir)) is None
+    finally:
+        assert_all_gone(pids)
+
+
+def test_a_rank_that_fails_fails_the_run_naming_it(tmp_path: Path) -> None:
+    code, events, stderr = ampscope_run(
+        "fp32",
+        "--nproc-per-node",
+        "2",
+        "--steps",
+        "50",
+        *FAST,
+        "--set",
+        "debug.raise_at_step=3",
+        "--set",
+        "debug.rank=1",
+        runs_dir=tmp_path,
+    )
+    pids = rank_pids(events)
+    try:
+        assert code == 1, stderr[-3000:]
+        error = of(events, ev.ErrorEvent)[0]
+        assert error.rank == 1 and error.step == 3
+        assert error.message == (
+            "rank 1: RuntimeError: failure injected at step 3 (debug.raise_at_step)"
+        )
+        done = of(events, ev.DoneEvent)[0]
+        assert done.status == "failed" and done.error == error.message
+        record = records.load_run(Path(of(events, ev.HelloEvent)[0].run_dir))
+        assert record.status == "failed" and record.done.error.startswith("rank 1: ")
+        assert "Traceback" not in stderr  # torchrun's report is kept in the record instead
+        assert (record.path / "torchrun.log").is_file()
+    finally:
+        assert_all_gone(pids)
+
+
+def test_sigterm_to_torchrun_stops_every_rank_and_the_record_says_stopped(
+    tmp_path: Path,
+) -> None:
+    launch = Launch(nproc_per_node=2)
+    cmd = engine_command(
+        "fp32", ["workload.kind='mlp'", "device='cpu'", "steps=100000"], tmp_path, launch=launch
+    )
+    env = {**launch_env(launch), "PYTHONPATH": engine_env()["PYTHONPATH"]}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, env=env
+    )
+    events: list[ev.Event] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            event = ev.decode(line)
+            if isinstance(event, ev.Event):
+                events.append(event)
+            if len(of(events, ev.StepEvent)) == 5:
+                proc.send_signal(signal.SIGTERM)  # to torchrun, which passes it to every rank
+        proc.wait(timeout=60)
+        done = of(events, ev.DoneEvent)
+        assert done and done[0].status == "stopped"
+        assert not of(events, ev.ErrorEvent)
+        assert [r.param_checksum for r in done[0].ranks].count(done[0].ranks[0].param_checksum) == 2
+        record = records.load_run(Path(of(events, ev.HelloEvent)[0].run_dir))
+        assert record.status == "stopped"
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert_all_gone([proc.pid, *rank_pids(events)])
+
+
+def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Path) -> None:
+    from ampscope.tui.app import AmpscopeApp
+    from ampscope.tui.widgets.ranks import RankStrip
+    from tests.helpers import SIZE, run, wait_for
+
+    pids: list[int] = []
+
+    async def go() -> None:
+        overrides = ["workload.kind='mlp'", "device='cpu'", "steps=100000"]
+        app = AmpscopeApp(runs_dir=tmp_path, processes=Launch(2), extra_overrides=overrides)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            session = app.session
+            await session.start_run("fp32")
+            pids.append(session.engine.pid)
+            assert await wait_for(pilot, lambda: (session.state.step or 0) >= 5, 180), (
+                session.state.error
+            )
+            pids.extend(r.pid for r in session.state.hello.ranks or [])
+            await pilot.pause(0.6)  # a redraw
+            strip = app.screen.query_one(RankStrip)
+            assert strip.display
+            lines = str(strip.render()).splitlines()
+            assert lines[0].startswith("2 ranks ddp/gloo · slowest r")
+            assert lines[0].endswith("ms, RSS, CPU")
+            assert [cell.split()[0] for cell in lines[1].split("  ") if cell.strip()][:1] == ["r0"]
+            assert " r1 " in lines[1]
+            await pilot.press("s")  # stop: SIGTERM to torchrun, which stops every rank
+            assert await wait_for(pilot, lambda: session.state.status == "stopped", 60)
+            assert session.state.done is not None and session.state.done.status == "stopped"
+            assert session.state.done.world_size == 2
+
+    run(go())
+    assert_all_gone(pids)
+
+
+def test_a_killed_dashboard_takes_torchrun_and_every_rank_with_it(tmp_path: Path) -> None:
+    master, slave = os.openpty()
+    env = engine_env(
+        AMPSCOPE_AUTOSTART="fp32 workload.kind=mlp device=cpu steps=100000",
+        AMPSCOPE_RUNS_DIR=str(tmp_path),
+        TERM="xterm-256color",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampscope", "--nproc-per-node", "2"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        env=env,
+        cwd=ROOT,
+    )
+    os.close(slave)
+    threading.Thread(target=_drain, args=(master,), daemon=True).start()
+    family: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(family) < 3:  # torchrun and two ranks
+            with contextlib.suppress(psutil.Error):
+                family = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            time.sleep(0.5)
+        assert len(family) >= 3, "torchrun did not start two ranks"
+        proc.kill()  # no handler runs: only the kernel's parent-death signal is left
+        proc.wait(timeout=10)
+    finally:
+        os.close(master)
+        assert_all_gone([proc.pid, *family])
+
+
+def _drain(fd: int) -> None:
+    """A terminal that reads what the dashboard writes."""
+    with contextlib.suppress(OSError):
+        while os.read(fd, 65536):
+            pass
