@@ -110,3 +110,15 @@ def test_without_a_scaler_the_loss_plot_shows_grad_zeros() -> None:
     zeros = fig.lines[-1]
     assert zeros.right and zeros.ys[-1] == pytest.approx(35.0)  # percent
     assert "grad zeros" in "".join(part for part, _ in fig.titles[0])
+
+
+def test_a_scaled_line_lands_where_its_scaled_values_do() -> None:
+    """Bytes drawn as GiB through ``scale`` sit exactly where the GiB values would."""
+    x, y = nice_axis(0, 10, 2, whole=True), nice_axis(5, 15, 2)  # an axis not from zero
+    xs = list(range(11))
+    size = (40, 12)
+    as_bytes = Chart().draw(
+        size, [], x, y, [Line("", xs, [v * 2**30 for v in xs], "c", scale=2**-30)]
+    )
+    as_gib = Chart().draw(size, [], x, y, [Line("", xs, [float(v) for v in xs], "c")])
+    assert as_bytes == as_gib and any("▞" in t or "▗" in t for row in as_gib for t, _ in row)

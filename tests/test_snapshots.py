@@ -135,9 +135,11 @@ def test_replay_of_a_finished_record_offers_no_engine_keys(size, tmp_path: Path)
         async with app.run_test(size=size) as pilot:
             await shown(pilot, app, PresetsScreen)
             app.open_run(RecordSource.load(record))
-            await shown(pilot, app, RunScreen)
+            screen = await shown(pilot, app, RunScreen)
             await settle(pilot)
             assert_snapshot(app, name("run-record", size))
+            # a record without host samples: its plot says so rather than stay blank
+            assert "none recorded" in screen.query_one("#plot-util", RunPlot).text
             keys = footer(app)
             assert "Stop" not in keys and "Restart" not in keys and "esc Back" in keys
 
@@ -197,7 +199,8 @@ def test_format_explorer_and_memory_plan(size) -> None:
             memory = await shown(pilot, app, MemoryScreen)
             memory.query_one("#memory-table").focus()
             await settle(pilot)
-            assert_snapshot(app, name("memory", size))
+            text = assert_snapshot(app, name("memory", size))
+            assert "TRAIN" in text and "INFER" in text and "smallest GPU" in text  # at 80 too
 
     run(go())
 

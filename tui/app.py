@@ -10,13 +10,13 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from textual import events
-from textual.app import App, SystemCommand
+from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
@@ -34,12 +34,13 @@ from ampscope.tui.messages import (
     RunRequested,
     SweepRequested,
 )
+from ampscope.tui.navigation import Navigation
 from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
 from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.help import HelpScreen
-from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs
+from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
@@ -53,7 +54,7 @@ AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
 THEME_ENV = "AMPSCOPE_THEME"
 
 
-class AmpscopeApp(App):
+class AmpscopeApp(Navigation, App):
     """The dashboard.
 
     ``extra_overrides`` are appended (as ``--set``) to every run the app starts; ``autostart``
@@ -185,50 +186,6 @@ class AmpscopeApp(App):
             self.push_screen(TooSmallScreen())
         elif not small and isinstance(self.screen, TooSmallScreen):
             self.pop_screen()
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The palette reaches every screen; 'Keys' opens the help of the screen below."""
-        yield SystemCommand("Keys and help", "Every key of this screen (also ?)", self.action_help)
-        if any(isinstance(s, PresetsScreen) for s in self.screen_stack):
-            yield SystemCommand("Presets", "Pick, edit and run a preset", self.show_presets)
-        if self.is_screen_installed(LIVE_RUN_SCREEN):
-            yield SystemCommand("Live run", "Back to the run last watched", self.show_live_run)
-        yield SystemCommand("History", f"Runs in {self.runs_dir}", self.show_history)
-        yield SystemCommand("Compare the last sweep", "Its runs side by side", self.show_sweep)
-        yield SystemCommand("Number formats", "What each format stores", self.show_formats)
-        yield SystemCommand("Memory plan", "Memory per precision regime", self.show_memory)
-        for command in super().get_system_commands(screen):
-            if command.title not in ("Keys", "Quit"):
-                yield command
-        yield SystemCommand(
-            "Quit", "Stop the run this dashboard started, then quit", self.action_quit
-        )
-
-    def show_presets(self) -> None:
-        while len(self.screen_stack) > 1 and not isinstance(self.screen, PresetsScreen):
-            self.pop_screen()
-
-    def show_live_run(self) -> None:
-        if self.is_screen_installed(LIVE_RUN_SCREEN) and self.screen is not self.get_screen(
-            LIVE_RUN_SCREEN
-        ):
-            self.push_screen(LIVE_RUN_SCREEN)
-
-    def show_history(self) -> None:
-        self.push_screen(HistoryScreen(self.runs_dir))
-
-    def show_sweep(self) -> None:
-        paths = latest_sweep_runs(self.runs_dir)
-        if len(paths) < 2:
-            self.tell("No sweep recorded yet: mark presets with m on the Presets screen, then w.")
-            return
-        self.push_screen(CompareScreen([records.load_run(p) for p in paths]))
-
-    def show_formats(self) -> None:
-        self.push_screen(FormatsScreen())
-
-    def show_memory(self) -> None:
-        self.push_screen(MemoryScreen(None))
 
     async def action_quit(self) -> None:
         """Stop the engine (SIGTERM, then SIGKILL after the grace period), then exit."""

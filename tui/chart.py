@@ -256,15 +256,16 @@ class Chart:
 def _columns(line: Line, x: Axis, y: Axis, width_px: int, height_px: int) -> dict[int, list[int]]:
     """Per pixel column: [first, last, lowest, highest] pixel row of the line's points there.
 
-    plotext's mapping (``get_matrix_data``), inlined: this loop runs over every kept point.
+    plotext's mapping (``get_matrix_data``), inlined: this runs over every kept point.
     """
-    columns: dict[int, list[int]] = {}
     if x.hi <= x.lo or y.hi <= y.lo:
-        return columns
+        return {}
     kx = (width_px - 1) / (x.hi - x.lo)
-    ky = (height_px - 1) / (y.hi - y.lo) * line.scale
+    ky = (height_px - 1) / (y.hi - y.lo)
     x0 = 0.5 - x.lo * kx + 1e-9
     y0 = 0.5 - y.lo * ky + 1e-9
+    ky *= line.scale  # the data times scale, on the axis's own mapping
+    columns: dict[int, list[int]] = {}
     top = height_px - 1
     floor = math.floor
     isfinite = math.isfinite

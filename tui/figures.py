@@ -106,7 +106,7 @@ def _speed_cards(state: RunState) -> list[Card]:
     data = state.median_data_ms()
     sub = f"median of last {len(recent)}" if recent else ""
     if data is not None:  # the wait for the next batch, a part of the step: shown first
-        sub = f"data {fmt_ms(data)} · median of {len(recent)}"
+        sub = f"data {fmt_ms(data)} · of {len(recent)}"  # a card is 22 columns at 120
     flops = "-" if tfl is None else f"{tfl:.3g}"
     if tfl is not None and mfu is not None:
         flops += f" · {mfu * 100:.0f}%"

@@ -115,23 +115,25 @@ class ChartView(Widget):
         super().__init__(**kwargs)
         self.chart = Chart()
         self.strips: list[Strip] = []
+        self.pad_style = Style()
         self.points_drawn = 0
         self.title = ""
 
     def paint(self, fig: Figure, size: tuple[int, int], note: str = "") -> None:
         if any(line.xs for line in fig.lines):
             note = ""
-        rows = safely_drawn(self.chart, size, fig, note)
+        rows = self.chart.draw(size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right, note)
         self.title = self.chart.title
         self.strips = [
             Strip([Segment(text, style_for(color)) for text, color in row], size[0]) for row in rows
         ]
         self.points_drawn = sum(len(line.xs) for line in fig.lines)
+        self.pad_style = self.rich_style  # computed once a paint: per line it is costly
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        style = self.rich_style  # every segment styled: a None style breaks NO_COLOR's filter
+        style = self.pad_style  # every segment styled: a None style breaks NO_COLOR's filter
         if y < len(self.strips):
             return self.strips[y].adjust_cell_length(width, style)
         return Strip.blank(width, style)
@@ -140,16 +142,6 @@ class ChartView(Widget):
     def text(self) -> str:
         """What the plot shows, as plain text (tests, copy)."""
         return "\n".join(strip.text for strip in self.strips)
-
-
-def safely_drawn(chart: Chart, size: tuple[int, int], fig: Figure, note: str = "") -> list:
-    """The chart's rows, or one saying it cannot be drawn: never an exception in the view
-    (values a record holds may defeat any axis arithmetic)."""
-    try:
-        return chart.draw(size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right, note)
-    except (ArithmeticError, ValueError, IndexError) as exc:
-        said = f"these values cannot be plotted ({type(exc).__name__})"
-        return [[(said[: size[0]], None)]] + [[("", None)] for _ in range(size[1] - 1)]
 
 
 class RunPlot(ChartView):
@@ -176,31 +168,13 @@ class RunPlot(ChartView):
         if key == self._drawn:
             return False
         self._drawn = key
-        fig = self.figure(state, size)
-        rows = safely_drawn(self.chart, size, fig)
-        self.title = self.chart.title
-        self.strips = [
-            Strip([Segment(text, style_for(color)) for text, color in row], size[0]) for row in rows
-        ]
-        self.points_drawn = sum(len(line.xs) for line in fig.lines)
-        self.refresh()
+        note = "none recorded" if state.finished else "waiting for the first samples"
+        self.paint(self.figure(state, size), size, note)
         return True
 
     def on_resize(self) -> None:
         if self._state is not None:
             self.draw(self._state)
-
-    def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        style = self.rich_style  # every segment styled: a None style breaks NO_COLOR's filter
-        if y < len(self.strips):
-            return self.strips[y].adjust_cell_length(width, style)
-        return Strip.blank(width, style)
-
-    @property
-    def text(self) -> str:
-        """What the plot shows, as plain text (tests, copy)."""
-        return "\n".join(strip.text for strip in self.strips)
 
 
 class StepTimePlot(RunPlot):

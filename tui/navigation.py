@@ -1,0 +1,75 @@
+"""Every screen from the command palette (ctrl+p), and the ways the app opens each one.
+
+A mixin of the app: the palette's commands and the ``show_*`` methods they call, apart from
+the screen stack's rules and the run session's listener in ``ampscope.tui.app``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+
+from ampscope.core import records
+from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.formats import FormatsScreen
+from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs
+from ampscope.tui.screens.memory import MemoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import LIVE_RUN_SCREEN
+
+
+class Navigation(App):
+    runs_dir: Path
+
+    def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
+        raise NotImplementedError
+
+    def action_help(self) -> None:
+        raise NotImplementedError
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette reaches every screen; 'Keys' opens the help of the screen below."""
+        yield SystemCommand("Keys and help", "Every key of this screen (also ?)", self.action_help)
+        if any(isinstance(s, PresetsScreen) for s in self.screen_stack):
+            yield SystemCommand("Presets", "Pick, edit and run a preset", self.show_presets)
+        if self.is_screen_installed(LIVE_RUN_SCREEN):
+            yield SystemCommand("Live run", "Back to the run last watched", self.show_live_run)
+        yield SystemCommand("History", f"Runs in {self.runs_dir}", self.show_history)
+        yield SystemCommand("Compare the last sweep", "Its runs side by side", self.show_sweep)
+        yield SystemCommand("Number formats", "What each format stores", self.show_formats)
+        yield SystemCommand("Memory plan", "Memory per precision regime", self.show_memory)
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Keys", "Quit"):
+                yield command
+        yield SystemCommand(
+            "Quit", "Stop the run this dashboard started, then quit", self.action_quit
+        )
+
+    def show_presets(self) -> None:
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, PresetsScreen):
+            self.pop_screen()
+
+    def show_live_run(self) -> None:
+        if self.is_screen_installed(LIVE_RUN_SCREEN) and self.screen is not self.get_screen(
+            LIVE_RUN_SCREEN
+        ):
+            self.push_screen(LIVE_RUN_SCREEN)
+
+    def show_history(self) -> None:
+        self.push_screen(HistoryScreen(self.runs_dir))
+
+    def show_sweep(self) -> None:
+        paths = latest_sweep_runs(self.runs_dir)
+        if len(paths) < 2:
+            self.tell("No sweep recorded yet: mark presets with m on the Presets screen, then w.")
+            return
+        self.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+
+    def show_formats(self) -> None:
+        self.push_screen(FormatsScreen())
+
+    def show_memory(self) -> None:
+        self.push_screen(MemoryScreen(None))
