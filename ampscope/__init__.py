@@ -6,7 +6,22 @@ The package is layered, bottom to top:
 - ``ampscope.engine`` (trains, torch) and ``ampscope.tui`` (draws, textual), side by side;
 - ``ampscope.cli``: the command lines, the only code that reaches both.
 
-Importing ``ampscope`` loads none of torch and textual.
+Importing ``ampscope`` loads none of torch and textual. ``ampscope.Workload`` (what a model
+factory for ``--model`` returns) and ``ampscope.ModelContext`` (what it is given) are plain
+dataclasses, loaded on first use, so a model file can name them without depending on torch.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_LAZY = {"Workload": "ampscope.core.workload_spec", "ModelContext": "ampscope.core.workload_spec"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'ampscope' has no attribute {name!r}")

@@ -24,7 +24,9 @@ def failure(
 ) -> tuple[ev.ErrorEvent, int]:
     """The error event for a fault and the exit code it gives."""
     if isinstance(exc, cfg.ConfigError):
-        return ev.ErrorEvent(kind="config", message=str(exc)), EXIT_USAGE
+        # a fault of a user's model code carries its traceback, filtered to their frames
+        trace = getattr(exc, "traceback", None)
+        return ev.ErrorEvent(kind="config", message=str(exc), traceback=trace), EXIT_USAGE
     if isinstance(exc, NonFiniteLoss):
         advice = (
             "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."

@@ -18,7 +18,7 @@ import contextlib
 import copy
 import itertools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -27,7 +27,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[[Any, Any], torch.Tensor]
+Forward = Callable[[nn.Module, Any], Any]
+"""How a workload calls its model on a batch's inputs (a user's model takes tuples and dicts)."""
 
 # Kernels that do the bulk of a network's arithmetic. One of these without a FLOP formula in
 # torch makes the count partial; elementwise ops have no formula by design and cost little.
@@ -64,27 +66,50 @@ def count_train_flops(
 
 
 def measure_train_flops(
-    model: nn.Module, batch: Sequence[torch.Tensor], loss_fn: LossFn, *, meta: bool = True
+    model: nn.Module,
+    batch: Sequence[Any],
+    loss_fn: LossFn,
+    *,
+    meta: bool = True,
+    forward: Forward | None = None,
 ) -> FlopCount:
     """``count_train_flops`` with the kernels it missed and where it counted (``meta=False``:
-    on the model's own device straight away)."""
+    on the model's own device straight away). With ``forward``, ``batch`` is ``(inputs,
+    targets)`` in any form the workload feeds (tensors, tuples, dicts) and the model is called
+    as ``forward(model, inputs)``; without it, ``model(*batch[:-1])``."""
     if meta:
         try:
-            meta_batch = [t.to(META) for t in batch]
+            meta_batch = [_to_meta(item) for item in batch]
             with sdpa_kernel(SDPBackend.MATH):
-                return _count(meta_copy(model), meta_batch, loss_fn, "meta")
+                return _count(meta_copy(model), meta_batch, loss_fn, "meta", forward)
         except Exception:  # noqa: BLE001 - a model the meta device cannot run: count it for real
             pass  # (data-dependent shapes, a tensor kept outside the parameters and buffers)
-    device = next(itertools.chain(model.parameters(), model.buffers()), batch[0]).device
+    device = next(itertools.chain(model.parameters(), model.buffers())).device
     with kept_state(model):
-        return _count(model, list(batch), loss_fn, str(device))
+        return _count(model, list(batch), loss_fn, str(device), forward)
 
 
-def _count(model: nn.Module, batch: list[torch.Tensor], loss_fn: LossFn, where: str) -> FlopCount:
-    inputs, target = batch[:-1], batch[-1]
+def _to_meta(value: Any) -> Any:
+    """Tensors to the meta device, inside tuples, lists and dicts too; anything else as is."""
+    if isinstance(value, torch.Tensor):
+        return value.to(META)
+    if isinstance(value, Mapping):
+        return {k: _to_meta(v) for k, v in value.items()}
+    if type(value) in (tuple, list):  # (a named tuple stays as it is)
+        return type(value)(_to_meta(v) for v in value)
+    return value
+
+
+def _count(
+    model: nn.Module, batch: list[Any], loss_fn: LossFn, where: str, forward: Forward | None
+) -> FlopCount:
     seen = _SeenKernels()
     with seen, FlopCounterMode(display=False) as counter:
-        loss_fn(model(*inputs), target).backward()
+        if forward is None:
+            output, target = model(*batch[:-1]), batch[-1]
+        else:
+            output, target = forward(model, batch[0]), batch[1]
+        loss_fn(output, target).backward()
     missing = sorted(
         str(p) for p in seen.packets if p not in flop_registry and HEAVY_KERNEL.search(str(p))
     )

@@ -67,6 +67,7 @@ def make_hello(
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
         fp8=s.fp8,
+        workload=wl.name or None,
         world_size=s.link.world_size,
         backend=s.link.backend,
         strategy=s.preset.parallel.strategy if s.link.grouped else None,

@@ -34,13 +34,17 @@ from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
 
 
-def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
-    """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync)."""
+def train_step(s: Setup, step: int, measure_zeros: bool) -> tuple[torch.Tensor, float]:
+    """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync), and
+    the milliseconds the host waited for the batch."""
+    t0 = time.perf_counter()
     x, y = s.workload.batch(step)
+    data_ms = (time.perf_counter() - t0) * 1000.0
     with s.policy.autocast(s.info.device.type):  # autocast covers the forward pass and the loss
-        output = s.model(x)
+        output = s.workload.forward(s.model, x)
         loss = s.workload.loss(output, y)
-    zeros = ZeroGradCounter(output, s.nan) if measure_zeros else None
+    graded = s.workload.graded_output(output) if measure_zeros else None
+    zeros = ZeroGradCounter(graded, s.nan) if graded is not None else None
     loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
     s.scaler.scale(loss).backward()
     s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
@@ -51,9 +55,10 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> torch.Tensor:
     s.optimizer.zero_grad(set_to_none=True)
     scale_after = scaler_scale(s.scaler, s.nan)
     zero_frac = zeros.fraction if zeros else s.nan
-    return torch.stack(
+    metrics = torch.stack(
         [loss.detach().float(), grad_norm.float(), scale_before, scale_after, zero_frac]
     )
+    return metrics, data_ms
 
 
 def inject_faults(debug: Debug, step: int, loss: torch.Tensor, rank: int = 0) -> torch.Tensor:
@@ -99,16 +104,25 @@ def train(
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
         t0 = time.perf_counter()
         probe.begin()  # the step is timed from here...
-        metrics = train_step(s, step, measure_zeros)
+        try:
+            metrics, data_ms = train_step(s, step, measure_zeros)
+        except Exception as exc:
+            # A user's model refusing its first batch is a user error, not a crash.
+            told = s.workload.first_step_failure(exc) if step == 0 else exc
+            if told is exc:
+                raise
+            raise told from None
         probe.end(step, metrics)  # ...to here: CUDA events on a GPU, the host clock on a CPU
+        reporter.data_ms[step] = data_ms
+        if s.workload.warnings:  # found while serving batches (an iterable that restarted)
+            reporter.warn_from(s.workload.warnings)
         if compiled and step == 0:  # the first call compiled the model
             stats.compile_s = round(time.perf_counter() - t0, 3)
             end_compile_phase(writer, stats.compile_s)
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
     landed = [memory.figures(link.rank, item) for item in probe.drain()]
-    ready, _ = link.exchange(landed, False, sample())
-    for ranks in ready:
+    for ranks in link.exchange(landed, False, sample())[0]:
         reporter.report(ranks)
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)

@@ -24,6 +24,8 @@ from ampscope.engine.stats import RunStats
 RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps (~30 us a read)
 ZERO_COUNT_CHUNK = 1 << 22  # grad_zero_frac counts this many elements at a time (4 MiB of bools)
 MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
+INPUT_BOUND_SHARE = 0.25  # waiting for batches above this share of step time: input-bound
+INPUT_BOUND_AFTER = 10  # timed steps (after warm-up) seen before the share is judged
 
 
 class StepMetrics(NamedTuple):
@@ -131,6 +133,8 @@ class StepReporter:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.scaled = s.policy.use_scaler
         self.warned_skip = False
+        self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
+        self.input_wait = InputWait(s.preset.warmup_steps)
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -144,8 +148,11 @@ class StepReporter:
         loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
         job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
         self._count(step, job_ms, loss, m, skipped, ranks)
-        self.writer.emit(self._step_event(step, job_ms, loss, m, skipped, ranks))
+        data_ms = self.data_ms.pop(step, None)
+        self.writer.emit(self._step_event(step, job_ms, loss, m, skipped, ranks, data_ms))
         self._warn(step, m, skipped)
+        if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
+            self.writer.emit(self.input_wait.warning(), urgent=True)
         if not math.isfinite(loss) and (
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         ):
@@ -188,6 +195,12 @@ class StepReporter:
         else:
             stats.nonfinite_run += 1
 
+    def warn_from(self, found: list[tuple[str, str, int | None]]) -> None:
+        """Emit (and clear) warnings the workload found while serving batches."""
+        for code, message, step in found:
+            self.writer.emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
+        found.clear()
+
     def _step_event(
         self,
         step: int,
@@ -196,6 +209,7 @@ class StepReporter:
         m: StepMetrics,
         skipped: bool,
         ranks: list[RankFigures],
+        data_ms: float | None,
     ) -> ev.StepEvent:
         """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
         workload, world = self.s.workload, len(ranks)
@@ -218,6 +232,7 @@ class StepReporter:
             mem_peak=_largest(f.mem_peak for f in ranks),
             grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
             lr=self.s.preset.lr,
+            data_ms=None if data_ms is None else round(data_ms, 4),
             ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
         )
         peak = ev.peak_memory(event)
@@ -244,6 +259,45 @@ class StepReporter:
             self.writer.emit(
                 ev.WarningEvent(code="scale-collapse", step=step, message=message), urgent=True
             )
+
+
+class InputWait:
+    """Whether the run waits on its input pipeline: the host's wait for batches against step
+    time, summed over the timed steps (after warm-up), judged once enough are in. Warns once."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self.first_step: int | None = None
+        self.last_step = 0
+        self.step_ms = 0.0
+        self.data_ms = 0.0
+        self.warned = False
+
+    def add(self, step: int, step_ms: float, data_ms: float) -> bool:
+        """Count a step; True exactly once, when the wait first passes its share."""
+        if self.warned or step < self.warmup_steps:
+            return False
+        if self.first_step is None:
+            self.first_step = step
+        self.steps += 1
+        self.last_step = step
+        self.step_ms += step_ms
+        self.data_ms += data_ms
+        busy = self.data_ms > INPUT_BOUND_SHARE * self.step_ms
+        self.warned = self.steps >= INPUT_BOUND_AFTER and busy
+        return self.warned
+
+    def warning(self) -> ev.WarningEvent:
+        share = self.data_ms / self.step_ms if self.step_ms else 0.0
+        message = (
+            f"Input-bound: waiting for the next batch took {share:.0%} of step time "
+            f"({self.data_ms / self.steps:.3g} ms of {self.step_ms / self.steps:.3g} ms a step, "
+            f"steps {self.first_step}-{self.last_step}). The model waits on its data: more "
+            "DataLoader workers (num_workers), pinned memory (pin_memory=True) or prefetching "
+            "(prefetch_factor) would feed it faster."
+        )
+        return ev.WarningEvent(code="input-bound", message=message, step=self.last_step)
 
 
 def _rank_step(f: RankFigures, scaled: bool) -> ev.RankStep:

@@ -22,7 +22,7 @@ from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.precision import precision_policy
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.replicas import compare_weights, rank_devices, start_sampler
-from ampscope.engine.setup import build, check_setup
+from ampscope.engine.setup import build, check_setup, memory_estimate
 from ampscope.engine.stats import RunStats
 from ampscope.engine.telemetry import TelemetrySampler
 
@@ -54,6 +54,7 @@ def train_preset(
         link = connect(ranks, info.device)
         setup = build(preset, info, policy, link)
         link.hold(setup)
+        setup_warnings += [w for w in [memory_estimate(setup)] if w]
         hello = make_hello(setup, run_dir, rank_devices(setup))
         writer.emit(hello, urgent=True)
         sampler, sample = start_sampler(writer, info, preset.telemetry_hz, link)
@@ -76,6 +77,8 @@ def train_preset(
         writer.emit(event, urgent=True)
         if isinstance(exc, cfg.ConfigError) and writer.on_event is None and ranks.lead:
             print(f"ampscope: {exc}", file=sys.stderr)
+            if event.traceback:  # the user's own code failed: their frames, to stderr too
+                print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
     if sampler is not None:
         sampler.stop()

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import psutil
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core import memory_plan
 from ampscope.core.config import Preset, resolve_workload
+from ampscope.core.units import fmt_bytes
+from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
@@ -20,6 +24,7 @@ from ampscope.engine.precision import (
     set_matmul_precision,
 )
 from ampscope.engine.workloads import Workload, build_workload
+from ampscope.engine.workloads.user import build_user_workload
 
 
 @dataclass
@@ -31,7 +36,7 @@ class Setup:
     model: torch.nn.Module  # the workload's model, wrapped (DDP, FSDP2) and compiled as asked
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    dims: dict[str, int]
+    dims: dict[str, int]  # a built-in workload's dimensions; empty for a user's model
     batch_size: int  # per rank
     nan: torch.Tensor  # a device scalar for "not measured", made once
     flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
@@ -50,14 +55,15 @@ def build(
     link = link or SoloLink()
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
-    dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
-    workload = build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed)
+    workload, dims = make_workload(preset, info)
+    workload.pool.shard(link.rank, link.world_size)  # each rank its own batches, from the first
+    workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
-    workload.pool.shard(link.rank, link.world_size)
+    batch_size = workload.samples_per_step
     model = parallelize(workload.model, preset, policy, info, link.grouped)
-    optimizer = torch.optim.AdamW(  # after sharding: FSDP2 replaces the parameters
+    optimizer = torch.optim.AdamW(  # after wrapping: FSDP2 replaces the parameters
         model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,
@@ -83,11 +89,42 @@ def build(
     )
 
 
+def make_workload(preset: Preset, info: DeviceInfo) -> tuple[Workload, dict[str, int]]:
+    """The user's model when ``workload.model`` names one, else the built-in kind."""
+    if preset.workload.model is not None:
+        batch = None if preset.batch_size == "auto" else preset.batch_size
+        ctx = ModelContext(info.device, batch, preset.seed, preset.precision)
+        return build_user_workload(preset.workload.model, ctx), {}
+    dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
+    return build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed), dims
+
+
+def memory_estimate(s: Setup) -> tuple[str, str] | None:
+    """A ``(code, message)`` warning when the planner already puts the model's training state
+    (weights, gradients, master weights, AdamW state, casts) above the device's memory."""
+    params = sum(p.numel() for p in s.model.parameters())
+    regime = memory_plan.regime_for_precision(s.preset.precision)
+    needed = memory_plan.plan_regime(params, regime).train_total
+    total = s.info.total_memory if s.info.is_cuda else psutil.virtual_memory().total
+    if not total or needed <= total:
+        return None
+    message = (
+        f"This model will likely run out of memory: the planner puts its training state at "
+        f"{fmt_bytes(needed)} ({params:,} parameters in '{regime}': weights, gradients, master "
+        f"weights and AdamW state; activations come on top), and {s.info.device} "
+        f"({s.info.name}) has {fmt_bytes(total)}. A pure bf16 preset needs half the bytes a "
+        "parameter; otherwise use a smaller model."
+    )
+    return "memory-estimate", message
+
+
 def count_flops(workload: Workload) -> FlopFigures:
     """The formula checked against FlopCounterMode (one forward and backward of the first
     batch, on the meta device). A model torch cannot count still trains: the note says why."""
     try:
-        count = measure_train_flops(workload.model, workload.batch(0), workload.loss)
+        count = measure_train_flops(
+            workload.model, workload.first_batch(), workload.loss, forward=workload.forward
+        )
     except Exception as exc:  # noqa: BLE001 - the count is a check, never a reason to fail
         return choose_flops(workload.flops_per_step, None, f"{type(exc).__name__}: {exc}")
     return choose_flops(workload.flops_per_step, count, None)

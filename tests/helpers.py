@@ -258,6 +258,24 @@ def write_finished_record(root: Path, preset: str, ms: float = 10.0) -> Path:
     return run_dir
 
 
+# A user's model file for ``--model`` (tests/data/user_model.py): one factory a behaviour, and
+# the faults a user makes.
+
+USER_MODEL = (Path(__file__).resolve().parent / "data" / "user_model.py").read_text()
+
+
+def user_model(folder: Path, name: str = "user_model.py") -> Path:
+    """Copy the user's model file into ``folder`` and return the copy's path."""
+    path = folder / name
+    path.write_text(USER_MODEL)
+    return path
+
+
+def model_set(path: Path, factory: str = "make") -> str:
+    """The ``--set`` override that trains ``factory`` from the file at ``path``."""
+    return f'workload.model="{path}:{factory}"'
+
+
 # Simulated benches with a known truth, for the speed verdict.
 
 RUN_SIGMA = 0.02  # run-to-run spread of one run's median step time (log scale): 2 %
@@ -300,7 +318,7 @@ def meta_batch(kind: str, dims: dict[str, int], batch_size: int, device: str = "
     """(inputs, targets) of the right shapes and dtypes, all zeros (valid labels and tokens)."""
     import torch
 
-    if kind == "gpt":
+    if kind in ("gpt", "gpt2-124m", "llama"):
         tokens = torch.zeros(batch_size, dims["seq_len"], dtype=torch.long, device=device)
         return tokens, tokens
     labels = torch.zeros(batch_size, dtype=torch.long, device=device)

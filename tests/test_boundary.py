@@ -87,6 +87,7 @@ def loaded_after(statement: str) -> set[str]:
     "statement",
     [
         "import ampscope",
+        "import ampscope; ampscope.Workload(model=None, batches=[]); ampscope.ModelContext",
         "import ampscope.tui.app",
         "from ampscope.cli.main import build_parser; build_parser().parse_args(['presets'])",
     ],

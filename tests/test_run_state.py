@@ -55,6 +55,18 @@ def test_run_state_cards_from_a_synthetic_stream() -> None:
 
 
 @pytest.mark.unit
+def test_the_step_card_shows_the_wait_for_batches_when_the_engine_reports_it() -> None:
+    state = RunState(label="fp32")
+    state.ingest(hello())
+    state.ingest(step(0, 40.0))  # an older record: no data_ms
+    assert {c.key: c for c in cards(state)}["step_ms"].sub == "median of last 1"
+    for i in range(1, 4):
+        state.ingest(step(i, 40.0, data_ms=12.0 + i))  # 13, 14, 15 ms of 40
+    card = {c.key: c for c in cards(state)}["step_ms"]
+    assert card.value == "40.0 ms" and card.sub == "data 14.0 ms · median of 4"
+
+
+@pytest.mark.unit
 def test_run_state_gpu_sys_events_and_phases() -> None:
     state = RunState()
     state.ingest(ev.PhaseEvent(phase="compile", state="start", step=0, t=1.0))

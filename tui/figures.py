@@ -79,13 +79,12 @@ def _speed_cards(state: RunState) -> list[Card]:
     tps = _median([s[6] for s in recent if s[6] is not None])
     tfl = _median([s[7] for s in recent])
     mfu = _median([s[8] for s in recent if s[8] is not None])
+    data = state.median_data_ms()
+    sub = f"median of last {len(recent)}" if recent else ""
+    if data is not None:  # the wait for the next batch, a part of the step: shown first
+        sub = f"data {fmt_ms(data)} · median of {len(recent)}"
     return [
-        Card(
-            "step_ms",
-            "Step time",
-            fmt_ms(state.median_step_ms()),
-            f"median of last {len(recent)}" if recent else "",
-        ),
+        Card("step_ms", "Step time", fmt_ms(state.median_step_ms()), sub),
         Card(
             "throughput",
             "Throughput",

@@ -71,6 +71,7 @@ class RunState:
         # (t, gpu_util, cpu_util, proc_cpu, gpu_mem_used, gpu_mem_total)
         self.sys: deque[tuple] = deque(maxlen=maxlen)
         self.recent_ms: deque[float] = deque(maxlen=RECENT)
+        self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
         self.last_step: ev.StepEvent | None = None
         self.skipped = 0
         self.step_count = 0  # step events ever seen (the deque forgets)
@@ -107,11 +108,13 @@ class RunState:
 
     def _on_hello(self, e: ev.HelloEvent) -> None:
         self.hello = e
+        spec = (e.config.get("workload") or {}).get("model")
+        model = f"model {e.workload or '?'} from {spec}, " if spec else ""
         self.add_log(
             "info",
             None,
-            f"{e.preset} on {e.device} ({e.device_name}), {fmt_num(e.param_count)} params, "
-            f"torch {e.torch_version}",
+            f"{e.preset} on {e.device} ({e.device_name}), {model}{fmt_num(e.param_count)} "
+            f"params, torch {e.torch_version}",
         )
 
     def _on_step(self, e: ev.StepEvent) -> None:
@@ -135,6 +138,8 @@ class RunState:
             )
         )
         self.recent_ms.append(e.step_ms)
+        if e.data_ms is not None:
+            self.recent_data_ms.append(e.data_ms)
         peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
         if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
             self.mem_peak = peak
@@ -278,6 +283,10 @@ class RunState:
 
     def median_step_ms(self) -> float | None:
         return statistics.median(self.recent_ms) if self.recent_ms else None
+
+    def median_data_ms(self) -> float | None:
+        """The host's wait for a batch, median of the recent steps (part of the step time)."""
+        return statistics.median(self.recent_data_ms) if self.recent_data_ms else None
 
     def phase_label(self, now: float | None = None) -> str:
         if self.status == "compiling":

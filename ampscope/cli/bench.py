@@ -143,6 +143,10 @@ def cmd_bench(args) -> int:
             break
         finally:
             progress.close()
+        refused = progress.refused
+        if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
+            trace = f"\n{refused.traceback}" if refused.traceback else ""
+            return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
     rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     print(render(rows, baseline, fmt))
@@ -159,9 +163,12 @@ class _Progress:
         self.tty = sys.stderr.isatty()
         self.steps = 0
         self.last = 0.0
+        self.refused: ev.ErrorEvent | None = None  # a user error (a bad --model, for one)
         self._show("starting")
 
     def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ErrorEvent) and event.kind == "config":
+            self.refused = event
         if isinstance(event, ev.HelloEvent):
             self.steps = int(event.config.get("steps", 0))
         elif (

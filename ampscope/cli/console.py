@@ -45,9 +45,10 @@ class ConsoleReporter:
             )
             self._line(
                 f"{event.preset}: {event.config['precision']} on {where_it_runs(event)}, "
-                f"{event.param_count / 1e6:.2f}M params, "
-                f"{event.config['workload']['kind']} workload, {peak}"
+                f"{fmt_num(event.param_count)} params, {workload_label(event)}, {peak}"
             )
+            if (event.config.get("workload") or {}).get("model") and event.flops_note:
+                self._line(f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})")
             if event.fp8 is not None:
                 self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):
@@ -104,6 +105,14 @@ class ConsoleReporter:
         self._clear()
         self.out.write(visible(text, keep_newlines=True) + "\n")
         self.out.flush()
+
+
+def workload_label(hello: ev.HelloEvent) -> str:
+    """'gpt workload', or for a user's model its name and the spec it came from."""
+    spec = (hello.config.get("workload") or {}).get("model")
+    if spec:
+        return f"model {hello.workload or '?'} from {spec}"
+    return f"{(hello.config.get('workload') or {}).get('kind', '?')} workload"
 
 
 def summary_table(done: ev.DoneEvent) -> str:

@@ -16,10 +16,12 @@ from ampscope.core.parallel import LaunchError
 from ampscope.core.run_args import (
     ArgParser,
     add_launch_arguments,
+    add_model_argument,
     add_override_arguments,
     add_refresh_argument,
     add_run_arguments,
     launch_from_args,
+    model_overrides,
     run_overrides,
 )
 from ampscope.core.text import visible
@@ -60,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--runs-dir", dest="top_runs_dir", type=Path, help="where run records go (default ./runs)"
     )
     add_refresh_argument(parser)
-    add_launch_arguments(parser, prefix="top_")  # the dashboard: every run it starts
+    add_model_argument(parser)  # the dashboard: every run it starts trains this model
+    add_launch_arguments(parser, prefix="top_")  # and runs on this many processes
     sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
@@ -190,7 +193,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_dashboard(runs_dir=args.runs_dir, refresh_hz=args.refresh, processes=args.launch)
+    extra = model_overrides(args)
+    if extra:  # refuse a bad spec here, in one line, before the screen is taken over
+        try:
+            cfg.load_preset("fp32", extra)
+        except cfg.ConfigError as exc:
+            print(f"ampscope: {visible(exc.detail)}", file=sys.stderr)
+            return 2
+    return run_dashboard(
+        runs_dir=args.runs_dir,
+        refresh_hz=args.refresh,
+        extra_overrides=extra,
+        processes=args.launch,
+    )
 
 
 if __name__ == "__main__":

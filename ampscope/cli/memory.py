@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from ampscope.core.config import ConfigError
 from ampscope.core.units import fmt_bytes
 
 SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "batch")
@@ -29,6 +30,9 @@ def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--params", metavar="N", help="parameter count: 7e9, 7B, 125M, 1.3b, 350k")
     src.add_argument("--preset", metavar="NAME", help="take the model from a preset")
     src.add_argument("--run", metavar="RUNDIR", help="compare with a finished run's measured peak")
+    src.add_argument(
+        "--model", metavar="SPEC", help="your model's factory, FILE.py:FUNCTION or MODULE:FUNCTION"
+    )
     p.add_argument(
         "--device",
         choices=("cuda", "cpu"),
@@ -158,9 +162,18 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return _memory_run(args)
     regimes = args.regime or list(mp.DEFAULT_REGIMES)
     try:
-        params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
+        if args.model:
+            from ampscope.cli.model_memory import from_model
+
+            params, shape, title = from_model(args)
+        else:
+            params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
     except mp.PlanError as exc:
         return _fail(str(exc))
+    except ConfigError as exc:  # a --model whose own code fails: their traceback under it
+        from ampscope.cli.model_memory import refuse
+
+        return refuse(exc)
     if shape is not None:
         title += (
             f"\nshape: {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
@@ -205,7 +218,8 @@ def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any
             args.batch or shape.batch,
             args.vocab or shape.vocab,
         )
-        params = mp.gpt_params(shape.vocab or 0, shape.seq, shape.hidden, shape.layers)
+        count = mp.gpt2_params if wl.kind == "gpt2-124m" else mp.gpt_params
+        params = count(shape.vocab or 0, shape.seq, shape.hidden, shape.layers)
     if args.regime is None and wl.regime not in regimes:
         regimes.append(wl.regime)
     dims = ", ".join(f"{k}={v}" for k, v in wl.dims.items())
@@ -240,8 +254,9 @@ def _from_flags(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any,
         source = f"about {params:,} parameters (12*L*h^2{' + 2*V*h' if shape.vocab else ''})"
     else:
         raise mp.PlanError(
-            "say which model: --params N (7B, 125M, 7e9), --preset NAME, a transformer "
-            "shape (--layers --hidden --heads --seq --batch), or --run RUNDIR. "
+            "say which model: --params N (7B, 125M, 7e9), --preset NAME, --model "
+            "FILE.py:FUNCTION, a transformer shape (--layers --hidden --heads --seq --batch), or "
+            "--run RUNDIR. "
             "See 'ampscope memory --help'."
         )
     return params, shape, f"Training memory for {source} ({_count(params)})"

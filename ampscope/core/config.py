@@ -21,6 +21,12 @@ from msgspec import Meta
 
 from ampscope.core.fp8_recipes import Fp8Options
 from ampscope.core.parallel import Parallel, check_parallel
+from ampscope.core.workload_rules import (
+    TRANSFORMERS,
+    WORKLOAD_SIZES,
+    check_workload,
+    head_problems,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +38,7 @@ ScalerMode = Literal["auto", "on", "off"]
 CompileMode = Literal[
     "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
 ]
-WorkloadKind = Literal["gpt", "mlp", "cnn"]
+WorkloadKind = Literal["gpt", "mlp", "cnn", "gpt2-124m", "llama"]
 WorkloadSize = Literal["auto", "small", "large"]
 
 PositiveInt = Annotated[int, Meta(ge=1)]
@@ -54,15 +60,18 @@ class ScalerOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class Workload(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The model and its synthetic data. Unset dimensions come from ``size``."""
+    """The model and its data: a built-in kind (unset dimensions come from ``size``), or the
+    user's own factory, ``model = "path/to/file.py:make"`` or ``"pkg.module:make"``."""
 
     kind: WorkloadKind = "gpt"
+    model: Annotated[str, Meta(max_length=1000)] | None = None  # replaces kind when set
     size: WorkloadSize = "auto"
     layers: Annotated[int, Meta(ge=1, le=1024)] | None = None
     width: Dim | None = None
-    heads: Annotated[int, Meta(ge=1, le=1024)] | None = None  # gpt only
-    seq_len: Dim | None = None  # gpt only
-    vocab: Annotated[int, Meta(ge=2, le=1 << 22)] | None = None  # gpt only
+    heads: Annotated[int, Meta(ge=1, le=1024)] | None = None  # transformers
+    kv_heads: Annotated[int, Meta(ge=1, le=1024)] | None = None  # llama only
+    seq_len: Dim | None = None  # transformers
+    vocab: Annotated[int, Meta(ge=2, le=1 << 22)] | None = None  # transformers
     image_size: Annotated[int, Meta(ge=8, le=8192)] | None = None  # cnn only
     classes: Annotated[int, Meta(ge=2, le=1 << 20)] | None = None  # mlp and cnn
 
@@ -105,42 +114,6 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             return self.precision == "amp-fp16"
         return self.grad_scaler == "on"
 
-
-# Dimensions picked by workload.size. "auto" means small on CPU, large on CUDA: small keeps a
-# step well under a second on two CPU cores, large keeps a modern GPU busy (gpt ~110M params).
-WORKLOAD_SIZES: dict[str, dict[str, dict[str, int]]] = {
-    "gpt": {
-        "small": {
-            "layers": 2,
-            "width": 64,
-            "heads": 4,
-            "seq_len": 64,
-            "vocab": 1024,
-            "batch_size": 32,
-        },
-        "large": {
-            "layers": 12,
-            "width": 768,
-            "heads": 12,
-            "seq_len": 1024,
-            "vocab": 32768,
-            "batch_size": 16,
-        },
-    },
-    "mlp": {
-        "small": {"layers": 4, "width": 256, "classes": 16, "batch_size": 256},
-        "large": {"layers": 8, "width": 4096, "classes": 64, "batch_size": 8192},
-    },
-    "cnn": {
-        "small": {"layers": 3, "width": 16, "image_size": 32, "classes": 10, "batch_size": 32},
-        "large": {"layers": 5, "width": 128, "image_size": 64, "classes": 100, "batch_size": 256},
-    },
-}
-
-WORKLOAD_FIELDS: dict[str, tuple[str, ...]] = {
-    kind: tuple(k for k in sizes["small"] if k != "batch_size")
-    for kind, sizes in WORKLOAD_SIZES.items()
-}
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
@@ -361,18 +334,7 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
             f"device = '{preset.device}' is not a device. Accepted: auto, cpu, cuda, or cuda:N."
         )
         problems.append(("device", message))
-    allowed = WORKLOAD_FIELDS[preset.workload.kind]
-    for field_name in ("layers", "width", "heads", "seq_len", "vocab", "image_size", "classes"):
-        if getattr(preset.workload, field_name) is not None and field_name not in allowed:
-            message = (
-                f"workload.{field_name} does not apply to workload.kind = "
-                f"'{preset.workload.kind}'. Its fields: {', '.join(allowed)}."
-            )
-            problems.append((f"workload.{field_name}", message))
-    w = preset.workload
-    if w.kind == "gpt" and w.width is not None and w.heads is not None and w.width % w.heads:
-        message = f"workload.width = {w.width} is not divisible by workload.heads = {w.heads}."
-        problems.append(("workload.width", message))
+    problems += check_workload(preset.workload)
     return problems + check_parallel(preset.precision, preset.parallel)
 
 
@@ -389,10 +351,17 @@ def resolve_workload(preset: Preset, on_cuda: bool) -> tuple[dict[str, int], int
             base[name] = value
     if preset.batch_size != "auto":
         batch = preset.batch_size
-    if preset.workload.kind == "gpt" and base["width"] % base["heads"]:
-        raise ConfigError(
-            f"workload.width = {base['width']} is not divisible by workload.heads = {base['heads']}."
-        )
+    if preset.workload.kind in TRANSFORMERS:
+        problems = head_problems(base["width"], base["heads"], base.get("kv_heads"))
+        if preset.workload.kind == "llama" and base["width"] // base["heads"] % 2:
+            message = (
+                f"workload.width / workload.heads = {base['width'] // base['heads']} is odd: "
+                "rotary embeddings turn pairs of values, so a head needs an even width."
+            )
+            problems.append(("workload.width", message))
+        if problems:
+            key, message = problems[0]
+            raise ConfigError(message, key=key)
     return base, batch
 
 

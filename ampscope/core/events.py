@@ -74,6 +74,8 @@ class HelloEvent(Event, tag="hello"):
     # Process RSS read before the model was built (null: not read). RSS growth from it is
     # what `ampscope memory --run` compares with the planner on a CPU.
     rss_before_model: int | None = None
+    # What trains: the built-in kind, or the name of a user's model (``workload.model``).
+    workload: str | None = None
     world_size: int = 1
     backend: str | None = None  # "nccl" or "gloo"; null on one process
     strategy: str | None = None  # "ddp" or "fsdp2"; null on one process
@@ -124,6 +126,8 @@ class StepEvent(Event, tag="step"):
     mem_peak: int | None
     grad_zero_frac: float | None
     lr: float
+    # Milliseconds the host waited for this step's batch (no GPU sync): part of step_ms.
+    data_ms: float | None = None
     ranks: list[RankStep] | None = None
 
 

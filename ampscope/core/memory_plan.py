@@ -183,6 +183,23 @@ def gpt_params(vocab: int, seq_len: int, width: int, layers: int) -> int:
     return vocab * h + seq_len * h + layers * (12 * h * h + 4 * h) + 2 * h + h * vocab
 
 
+def gpt2_params(vocab: int, seq_len: int, width: int, layers: int) -> int:
+    """GPT-2 as nanoGPT builds it: biases everywhere, the head tied to the token embedding.
+
+    Each block: 2 LayerNorms (2h each), qkv (3h^2 + 3h), proj (h^2 + h), fc (4h^2 + 4h) and
+    out (4h^2 + h): 12h^2 + 13h. Embeddings (vocab + seq_len) x h, a final LayerNorm (2h).
+    """
+    h = width
+    return (vocab + seq_len) * h + layers * (12 * h * h + 13 * h) + 2 * h
+
+
+def llama_params(vocab: int, width: int, layers: int, heads: int, kv_heads: int) -> int:
+    """The engine's llama: per layer q and o (h^2 each), k and v (h x kv_heads x head width
+    each), SwiGLU (3 x h x 4h) and two RMSNorms (h each); embedding, final norm, untied head."""
+    h, kv = width, kv_heads * (width // heads)
+    return 2 * vocab * h + layers * (2 * h * h + 2 * h * kv + 12 * h * h + 2 * h) + h
+
+
 def mlp_params(width: int, layers: int, classes: int) -> int:
     """(layers-1) x Linear(width, width) with bias, then Linear(width, classes) with bias."""
     return (layers - 1) * (width * width + width) + width * classes + classes
@@ -335,6 +352,16 @@ def workload_from(
         shape = Shape(
             dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims["vocab"]
         )
+    elif kind == "gpt2-124m":
+        params = gpt2_params(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"])
+        shape = Shape(
+            dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims["vocab"]
+        )
+    elif kind == "llama":  # activations: SwiGLU and RoPE are not in the GPT formula
+        params = llama_params(
+            dims["vocab"], dims["width"], dims["layers"], dims["heads"], dims["kv_heads"]
+        )
+        shape = None
     elif kind == "mlp":
         params, shape = mlp_params(dims["width"], dims["layers"], dims["classes"]), None
     elif kind == "cnn":
@@ -350,6 +377,11 @@ def workload_from_preset(name: str, on_cuda: bool = True) -> Workload:
     from ampscope.core import config
 
     preset = config.load_preset(name)
+    if preset.workload.model is not None:
+        raise config.ConfigError(
+            f"preset '{name}' trains your own model (workload.model = '{preset.workload.model}'): "
+            f"plan it with ampscope memory --model {preset.workload.model}"
+        )
     dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
     return workload_from(preset.workload.kind, dims, batch, preset.precision, preset.fp8.recipe)
 

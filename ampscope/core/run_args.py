@@ -10,6 +10,12 @@ import math
 from pathlib import Path
 
 from ampscope.core.parallel import Launch, make_launch
+from ampscope.core.workload_spec import model_override
+
+MODEL_HELP = (
+    "train your own model: a factory in FILE.py:FUNCTION or MODULE:FUNCTION, called as "
+    "FUNCTION(ctx) (same as --set workload.model=SPEC; see docs/model.md)"
+)
 
 REFRESH_RANGE = (0.5, 4.0)
 """Dashboard plot redraws a second that ``--refresh`` accepts: lower for slow SSH links."""
@@ -58,7 +64,8 @@ class ArgParser(argparse.ArgumentParser):
 
 
 def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset") -> None:
-    """--steps, --device and --set: the everyday knobs, read back by ``run_overrides``."""
+    """--model, --steps, --device and --set: the everyday knobs, read back by ``run_overrides``."""
+    add_model_argument(p)
     p.add_argument("--steps", type=int, help=f"optimizer steps for {which} (same as --set steps=N)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
     p.add_argument(
@@ -69,6 +76,10 @@ def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset"
         metavar="KEY=VALUE",
         help=f"override a field of {which}, dotted for tables: --set workload.layers=4",
     )
+
+
+def add_model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="SPEC", help=MODEL_HELP)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -144,9 +155,15 @@ def launch_from_args(args: argparse.Namespace, prefix: str = "") -> Launch:
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:
-    overrides = list(args.overrides)
+    overrides = model_overrides(args) + list(args.overrides)
     if args.steps is not None:
         overrides.append(f"steps={args.steps}")
     if args.device is not None:
         overrides.append(f"device='{args.device}'")
     return overrides
+
+
+def model_overrides(args: argparse.Namespace) -> list[str]:
+    """``--model SPEC`` as the override it stands for (before any --set, which may refine it)."""
+    spec = getattr(args, "model", None)
+    return [model_override(spec)] if spec else []

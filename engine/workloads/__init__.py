@@ -1,8 +1,10 @@
-"""Synthetic, learnable workloads generated on the device.
+"""The workloads: synthetic and learnable ones built in, or the user's own model.
 
-Each workload builds a model, serves batches from a fixed pool made once on the device (no
-data loader, nothing per step but an index), computes the loss, and knows its model FLOPs per
-step so the engine can report achieved TFLOP/s and MFU. The shared parts live in ``base``.
+Each built-in workload builds a model, serves batches from a fixed pool made once on the
+device (no data loader, nothing per step but an index), computes the loss, and knows its
+model FLOPs per step so the engine can report achieved TFLOP/s and MFU. A user's model
+(``workload.model``) comes from their factory and is adapted to the same interface
+(``user``). The shared parts live in ``base``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import torch
 from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
 from ampscope.engine.workloads.cnn import CnnWorkload
 from ampscope.engine.workloads.gpt import GptWorkload
+from ampscope.engine.workloads.gpt2 import Gpt2Workload
+from ampscope.engine.workloads.llama import LlamaWorkload
 from ampscope.engine.workloads.mlp import MlpWorkload
 
 __all__ = ["BatchPool", "Workload", "build_workload", "linear_params"]
@@ -20,6 +24,8 @@ BUILDERS: dict[str, type[Workload]] = {
     "gpt": GptWorkload,
     "mlp": MlpWorkload,
     "cnn": CnnWorkload,
+    "gpt2-124m": Gpt2Workload,
+    "llama": LlamaWorkload,
 }
 
 
@@ -28,4 +34,6 @@ def build_workload(
 ) -> Workload:
     generator = torch.Generator(device="cpu").manual_seed(seed)
     torch.manual_seed(seed)
-    return BUILDERS[kind](dims, batch_size, device, generator)
+    workload = BUILDERS[kind](dims, batch_size, device, generator)
+    workload.name = kind
+    return workload

@@ -7,6 +7,7 @@ weights and inputs are cast (``Workload.cast``), and the loss is always computed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -56,10 +57,12 @@ def linear_params(model: nn.Module) -> int:
 class Workload:
     """A model, the batches it trains on, its loss, and its model FLOPs per optimizer step.
 
-    Every workload is a classifier (a next-token predictor is one per position), so the loss
-    is one cross-entropy over the last dimension of the output. Each kind builds its model and
-    states its FLOP formula apart from its data (``build_model``, ``train_flops``), so that the
-    formula can be checked against a count on the meta device at any size, data-free.
+    Every built-in workload is a classifier (a next-token predictor is one per position), so
+    the loss is one cross-entropy over the last dimension of the output. Each kind builds its
+    model and states its FLOP formula apart from its data (``build_model``, ``train_flops``), so
+    that the formula can be checked against a count on the meta device at any size, data-free.
+    A user's workload (``workloads.user``) overrides how a batch is fed, what the loss is, and
+    how a failure of its own code is told.
     """
 
     @staticmethod
@@ -77,20 +80,42 @@ class Workload:
         pool: BatchPool,
         *,
         tokens_per_step: int | None,
-        flops_per_step: float,
+        flops_per_step: float | None,
+        name: str = "",
     ) -> None:
         self.model = model
         self.pool = pool
+        self.name = name
         self.samples_per_step = pool.batch_size
         self.tokens_per_step = tokens_per_step
-        self.flops_per_step = flops_per_step
+        self.flops_per_step = flops_per_step  # the formula; None: count them (a user's model)
+        # Warnings found while serving batches (code, message, step), emitted by the loop.
+        self.warnings: list[tuple[str, str, int | None]] = []
 
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def prepare(self) -> None:
+        """Before timing starts, once the precision's casts are done: nothing to do here."""
+
+    def batch(self, step: int) -> tuple[Any, Any]:
         return self.pool.get(step)
+
+    def first_batch(self) -> tuple[Any, Any]:
+        """Step 0's batch, for counting FLOPs before timing starts; step 0 still gets it."""
+        return self.batch(0)
+
+    def forward(self, model: nn.Module, inputs: Any) -> Any:
+        return model(inputs)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         logits = output.reshape(-1, output.shape[-1]).to(LOSS_DTYPE)
         return F.cross_entropy(logits, target.reshape(-1))
+
+    def graded_output(self, output: Any) -> torch.Tensor | None:
+        """The tensor whose gradient ``grad_zero_frac`` measures: the model's output."""
+        return output
+
+    def first_step_failure(self, exc: Exception) -> Exception:
+        """What a fault in the first step is reported as: here, itself."""
+        return exc
 
     def cast(self, dtype: torch.dtype) -> None:
         """Keep weights (hence gradients and optimizer state) and real-valued inputs in ``dtype``."""

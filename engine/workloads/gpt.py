@@ -78,6 +78,25 @@ def markov_sequences(
     return seqs
 
 
+def token_pool(
+    dims: dict[str, int], batch_size: int, device: torch.device, generator: torch.Generator
+) -> BatchPool:
+    """Next-token batches from the Markov chain, for any of the language models."""
+    vocab, seq_len = dims["vocab"], dims["seq_len"]
+    seqs = markov_sequences(POOL_BATCHES * batch_size, seq_len + 1, vocab, generator).to(device)
+    return BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
+
+
+def lm_flops(model: nn.Module, dims: dict[str, int], tokens: int) -> float:
+    """Model FLOPs of a decoder per step: 6N per token for the matmul weights (the head
+    included), plus attention's scores and values, 12 x layers x width x context per token
+    (PaLM, appendix B): the full T x T products, as the math kernel computes them, with no
+    recompute. The first matmul's input (the embeddings) is trained, so it needs its
+    gradient: no layer is exempt here."""
+    attention = 12 * dims["layers"] * dims["width"] * dims["seq_len"]
+    return float((6 * linear_params(model) + attention) * tokens)
+
+
 class GptWorkload(Workload):
     def __init__(
         self,
@@ -86,16 +105,11 @@ class GptWorkload(Workload):
         device: torch.device,
         generator: torch.Generator,
     ) -> None:
-        seq_len = dims["seq_len"]
         model = self.build_model(dims).to(device)
-        seqs = markov_sequences(
-            POOL_BATCHES * batch_size, seq_len + 1, dims["vocab"], generator
-        ).to(device)
-        pool = BatchPool(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous(), batch_size, generator)
         super().__init__(
             model,
-            pool,
-            tokens_per_step=batch_size * seq_len,
+            token_pool(dims, batch_size, device, generator),
+            tokens_per_step=batch_size * dims["seq_len"],
             flops_per_step=self.train_flops(model, dims, batch_size),
         )
 
@@ -105,11 +119,4 @@ class GptWorkload(Workload):
 
     @staticmethod
     def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
-        """6N per token for the matmul weights, plus attention scores and values (PaLM,
-        appendix B): the full T x T products, as the math kernel computes them, with no
-        recompute. The first matmul's input (the embeddings) is trained, so it needs its
-        gradient: no layer is exempt here."""
-        seq_len, width = dims["seq_len"], dims["width"]
-        tokens = batch_size * seq_len
-        attention = 12 * dims["layers"] * width * seq_len * tokens
-        return float(6 * linear_params(model) * tokens + attention)
+        return lm_flops(model, dims, batch_size * dims["seq_len"])

@@ -1,0 +1,41 @@
+"""``ampscope memory --model SPEC``: the planner fed with a user's model's true parameter count.
+
+The count comes from the model itself, built by its factory on the meta device (no memory, no
+time) when the factory allows it, else on the CPU. Building it needs torch and the engine's
+loader, so this front-end reaches into the engine only when asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ampscope.core import memory_plan as mp
+from ampscope.core.config import ConfigError
+from ampscope.core.text import visible
+
+SHAPE = ("layers", "hidden", "heads", "seq", "batch")
+
+
+def from_model(args: argparse.Namespace) -> tuple[int, Any, str]:
+    """(parameter count, transformer shape if the flags give one, title); ConfigError (with
+    the user's traceback, if their code failed) for a spec that builds no model."""
+    from ampscope.engine.workloads.user import count_model_parameters
+
+    params, device, name = count_model_parameters(args.model)
+    shape = None
+    if all(getattr(args, k) is not None for k in SHAPE):
+        shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
+    where = "the meta device" if device == "meta" else "the CPU"
+    title = f"Training memory for model {name} from {args.model}: {params:,} parameters"
+    return params, shape, f"{title}, as built on {where}"
+
+
+def refuse(exc: ConfigError) -> int:
+    """A spec that builds no model: one paragraph, the user's traceback under it, exit 2."""
+    print(f"ampscope: {visible(exc, keep_newlines=True)}", file=sys.stderr)
+    trace = getattr(exc, "traceback", None)
+    if trace:
+        print(visible(trace, keep_newlines=True), file=sys.stderr)
+    return 2

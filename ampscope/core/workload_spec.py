@@ -1,0 +1,127 @@
+"""A user's own model as ampscope trains it: the factory's spec, its context and its answer.
+
+``workload.model = "path/to/my_model.py:make"`` (or ``"my_pkg.models:make"``) names a factory
+that ampscope calls as ``make(ctx)``. It answers with an :class:`ampscope.Workload` or a
+mapping of the same fields. Everything here is plain Python (no torch): the types document
+the entry point, a model file may import them without pulling ampscope's engine in, and the
+spec is checked before any engine starts.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+SPEC_FORMS = "FILE.py:FUNCTION or MODULE:FUNCTION (for example models/my_model.py:make or my_pkg.models:make)"
+RETURN_FORMS = (
+    "an ampscope.Workload or a mapping with 'model' (an nn.Module) and 'batches' (an iterable "
+    "of (inputs, targets), a DataLoader, or a callable step -> (inputs, targets)), and "
+    "optionally 'loss', 'flops_per_step', 'tokens_per_step', 'samples_per_step' and 'name'"
+)
+
+
+@dataclass
+class Workload:
+    """What a model factory returns: the model, its batches and, when needed, its loss.
+
+    ``batches`` is an iterable of ``(inputs, targets)`` (a DataLoader included; it restarts
+    when it runs out) or a callable ``step -> (inputs, targets)``. ``inputs`` may be a tensor,
+    a tuple (passed as positional arguments) or a dict (passed as keyword arguments); a batch
+    that is a dict alone is taken as keyword arguments with no targets. ``loss`` is
+    ``(output, targets) -> scalar``; without it the model's output must be the loss, or carry
+    it as ``.loss`` (as Hugging Face models do when given labels). ``flops_per_step`` is
+    counted with torch's FlopCounterMode when not given; ``samples_per_step`` is read from
+    the first batch, and ``tokens_per_step`` from integer (token id) inputs of two dimensions.
+    """
+
+    model: Any
+    batches: Any
+    loss: Callable[[Any, Any], Any] | None = None
+    flops_per_step: float | None = None
+    tokens_per_step: int | None = None
+    samples_per_step: int | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What the factory is told: build on ``device``, batches of ``batch_size`` (None: the
+    preset says ``auto``, so the factory picks), seeded with ``seed``, for ``precision`` (the
+    preset's name for it, such as ``amp-bf16``: the engine applies it, the factory need not)."""
+
+    device: Any  # a torch.device
+    batch_size: int | None
+    seed: int
+    precision: str
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed ``workload.model``: a file or an importable module, and the factory's name."""
+
+    text: str
+    source: Literal["file", "module"]
+    target: str  # the file's path as written, or the dotted module name
+    function: str  # a name, or a dotted path of attributes (``Models.small``)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.target).expanduser()
+
+
+class SpecError(ValueError):
+    """``workload.model`` cannot name a factory; the message names the spec and the forms."""
+
+
+def _dotted_names(text: str) -> bool:
+    parts = text.split(".")
+    return all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
+
+
+def parse_model_spec(text: str) -> ModelSpec:
+    """Split ``FILE.py:FUNCTION`` or ``MODULE:FUNCTION``; SpecError says what is wrong."""
+    target, sep, function = text.strip().rpartition(":")
+    if not sep or not target or not function:
+        raise SpecError(f"workload.model = '{text}' names no factory. Accepted: {SPEC_FORMS}.")
+    if not _dotted_names(function):
+        raise SpecError(
+            f"workload.model = '{text}': '{function}' is not a Python function name. "
+            f"Accepted: {SPEC_FORMS}."
+        )
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        if not target.endswith(".py"):
+            raise SpecError(
+                f"workload.model = '{text}': '{target}' is not a Python file (.py). "
+                f"Accepted: {SPEC_FORMS}."
+            )
+        return ModelSpec(text, "file", target, function)
+    if not _dotted_names(target):
+        raise SpecError(
+            f"workload.model = '{text}': '{target}' is neither a .py file nor a module name. "
+            f"Accepted: {SPEC_FORMS}."
+        )
+    return ModelSpec(text, "module", target, function)
+
+
+def check_model_spec(text: str) -> ModelSpec:
+    """Parse the spec and, for a file, check that it is there: what can be known without
+    importing anything. The rest (the module, the function, what it returns) is the engine's."""
+    spec = parse_model_spec(text)
+    if spec.source == "file" and not spec.path.is_file():
+        where = spec.path if spec.path.is_absolute() else Path.cwd() / spec.path
+        missing = "is a folder, not a file" if spec.path.is_dir() else "does not exist"
+        raise SpecError(
+            f"workload.model = '{text}': the file {spec.target} {missing} (looked for {where}). "
+            f"Accepted: {SPEC_FORMS}."
+        )
+    return spec
+
+
+def model_override(text: str) -> str:
+    """``--model SPEC`` as the ``--set`` it stands for, the spec quoted as a TOML string."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'workload.model="{escaped}"'

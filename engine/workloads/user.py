@@ -1,0 +1,376 @@
+"""A user's own model as a workload: their model, batches and loss behind the engine's interface.
+
+The factory named by ``workload.model`` answers with a model and its batches (see
+``ampscope.Workload``); this module adapts them to what the loop expects of every workload: a
+batch per step on the device, a forward call, a scalar loss, the model FLOPs per step. The
+precision, compile mode, optimizer, clipping, telemetry and events are the engine's, exactly
+as for the built-in workloads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampscope.core.config import ConfigError
+from ampscope.core.workload_spec import ModelContext
+from ampscope.engine.workloads.base import Workload
+from ampscope.engine.workloads.user_code import (
+    UserCodeError,
+    call_factory,
+    describe_exception,
+    load_factory,
+    user_traceback,
+)
+
+BATCH_FORMS = (
+    "(inputs, targets), or a dict of keyword arguments for the model (with no targets); inputs "
+    "may be a tensor (model(x)), a tuple (model(*x)) or a dict (model(**x))"
+)
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor")
+LOSS_FORMS = (
+    "give 'loss' as (output, targets) -> scalar tensor, or let the model return its loss: a "
+    "scalar, or an object with .loss (as Hugging Face models do when given labels)"
+)
+
+
+def describe(value: Any) -> str:
+    """A value as an error message names it: type, and shape and dtype for a tensor."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return f"a tensor of shape {list(value.shape)} ({dtype})"
+    if isinstance(value, Mapping):
+        return f"a {type(value).__name__} with keys {', '.join(map(str, value)) or '(none)'}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    """The first tensor in inputs (a tensor, a tuple or list, or a dict), depth first."""
+    if isinstance(value, torch.Tensor):
+        return value
+    items = value.values() if isinstance(value, Mapping) else value
+    if isinstance(items, (tuple, list)) or isinstance(value, Mapping):
+        for item in items:
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def move(value: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
+    """Tensors to the device (without waiting, from the host) and real-valued ones to ``dtype``."""
+    if isinstance(value, torch.Tensor):
+        value = value.to(device, non_blocking=device.type == "cuda")
+        return value.to(dtype) if dtype is not None and value.is_floating_point() else value
+    if isinstance(value, Mapping):
+        return {k: move(v, device, dtype) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(move(v, device, dtype) for v in value)
+    if isinstance(value, list):
+        return [move(v, device, dtype) for v in value]
+    return value
+
+
+class UserBatches:
+    """The factory's batches, one a step, on the device.
+
+    An iterable (a DataLoader, a list) is read in order and read again from the start when it
+    runs out; a callable is asked for ``batches(step)``. The first batch is fetched before
+    timing starts (for the batch size and the FLOP count) and served again at step 0.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        device: torch.device,
+        spec_text: str,
+        warnings: list[tuple[str, str, int | None]],
+    ) -> None:
+        self.spec_text, self.device, self.warnings = spec_text, device, warnings
+        self.dtype: torch.dtype | None = None  # the weights' dtype under a pure cast
+        self.source = source
+        self.fn: Callable[[int], Any] | None = None
+        self.it: Any = None
+        if callable(source) and not hasattr(source, "__iter__"):
+            self.fn = source
+        else:
+            try:
+                self.it = iter(source)
+            except TypeError:
+                raise UserCodeError(
+                    f"workload.model = '{spec_text}': 'batches' is {describe(source)}, neither "
+                    "iterable nor callable. Accepted: an iterable of batches (a DataLoader, a "
+                    "list) or a callable step -> batch."
+                ) from None
+        self.rank, self.world_size = 0, 1
+        self.served = 0  # batches read in the current pass over an iterable
+        self.restarted = False
+        self.first: tuple[Any, Any] | None = None
+        self.first_seen = ""  # what the first batch held, for a message about it
+        self.batch_size = 0  # known once the first batch is in
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Data parallelism: a callable is asked for batch ``step * world_size + rank``, an
+        iterable gives each rank every world_size-th batch, from its rank on."""
+        self.rank, self.world_size = rank, world_size
+        if self.it is not None:
+            self.it = self._iter()
+
+    def _iter(self) -> Any:
+        return itertools.islice(iter(self.source), self.rank, None, self.world_size)
+
+    def cast_inputs(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        if self.first is not None:  # read before the cast (to count FLOPs): cast it too
+            inputs, targets = self.first
+            self.first = move(inputs, self.device, dtype), targets
+
+    def peek(self) -> tuple[Any, Any]:
+        if self.first is None:
+            self.first = self._fetch(0)
+            inputs, targets = self.first
+            self.first_seen = f"inputs {describe(inputs)}, targets {describe(targets)}"
+        return self.first
+
+    def get(self, step: int) -> tuple[Any, Any]:
+        if self.first is not None:
+            batch, self.first = self.first, None
+            return batch
+        return self._fetch(step)
+
+    def _fetch(self, step: int) -> tuple[Any, Any]:
+        index = step * self.world_size + self.rank
+        raw = self.fn(index) if self.fn is not None else self._next(step)
+        if isinstance(raw, Mapping):
+            inputs, targets = raw, None
+        elif isinstance(raw, (tuple, list)) and len(raw) == 2:
+            inputs, targets = raw
+        else:
+            raise UserCodeError(
+                f"workload.model = '{self.spec_text}': batch {step} is {describe(raw)}. "
+                f"Accepted: {BATCH_FORMS}."
+            )
+        return move(inputs, self.device, self.dtype), move(targets, self.device, None)
+
+    def _next(self, step: int) -> Any:
+        try:
+            raw = next(self.it)
+        except StopIteration:
+            raw = self._restart(step)
+        self.served += 1
+        return raw
+
+    def _restart(self, step: int) -> Any:
+        """Start the iterable over, once per epoch; say so (once) in the record."""
+        epoch, self.served = self.served, 0
+        self.it = self._iter()
+        try:
+            raw = next(self.it)
+        except StopIteration:
+            what = (
+                "the batches are empty"
+                if epoch == 0 and step == 0
+                else f"the batches ran out after {epoch} batches and cannot be read again (a "
+                "generator or an iterator is used up once read)"
+            )
+            raise UserCodeError(
+                f"workload.model = '{self.spec_text}': {what}. Accepted: a list, a DataLoader "
+                "or another iterable that can be read again, or a callable step -> batch."
+            ) from None
+        if not self.restarted:
+            self.restarted = True
+            message = (
+                f"The batches ran out after {epoch} steps and started again from the first: "
+                f"from step {step} on, the model sees the same data again."
+            )
+            self.warnings.append(("batches-restarted", message, step))
+        return raw
+
+
+def _positive(answer: dict[str, Any], key: str, spec_text: str, whole: bool) -> Any:
+    value = answer.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and whole:
+        ok = float(value).is_integer()
+    if not ok or not math.isfinite(value) or value <= 0:
+        kind = "a whole number" if whole else "a number"
+        raise UserCodeError(
+            f"workload.model = '{spec_text}': '{key}' is {value!r}. Accepted: {kind} > 0, or "
+            "leave it out."
+        )
+    return int(value) if whole else float(value)
+
+
+class UserWorkload(Workload):
+    """A factory's answer (its fields checked) as a workload."""
+
+    def __init__(self, answer: dict[str, Any], spec_text: str, device: torch.device) -> None:
+        model = answer["model"]
+        if not isinstance(model, nn.Module):
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': 'model' is {describe(model)}, not a "
+                "torch.nn.Module. Accepted: an nn.Module."
+            )
+        if not any(p.requires_grad for p in model.parameters()):
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': the model has no trainable parameters. "
+                "Accepted: an nn.Module with parameters that require gradients."
+            )
+        loss = answer.get("loss")
+        if loss is not None and not callable(loss):
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': 'loss' is {describe(loss)}, not callable. "
+                f"Accepted: {LOSS_FORMS}."
+            )
+        try:
+            model = model.to(device)
+        except Exception as exc:  # noqa: BLE001 - a model on the meta device, for one
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': the model cannot be moved to {device}: "
+                f"{describe_exception(exc)}",
+                user_traceback(exc),
+            ) from None
+        flops = _positive(answer, "flops_per_step", spec_text, whole=False)
+        warnings: list[tuple[str, str, int | None]] = []
+        batches = UserBatches(answer["batches"], device, spec_text, warnings)
+        name = answer.get("name")
+        super().__init__(
+            model,
+            batches,  # type: ignore[arg-type] - a pool in all but name
+            tokens_per_step=_positive(answer, "tokens_per_step", spec_text, whole=True),
+            flops_per_step=flops,  # None: counted with FlopCounterMode (engine.flops)
+            name=str(name) if name else type(model).__name__,
+        )
+        self.warnings = warnings
+        self.batches = batches
+        self.spec_text, self.loss_fn = spec_text, loss
+        self.samples_per_step = _positive(answer, "samples_per_step", spec_text, whole=True) or 0
+
+    def prepare(self) -> None:
+        """The first batch, read before timing starts: the batch size and token count."""
+        try:
+            inputs, _ = self.batches.peek()
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - their data pipeline's fault
+            raise UserCodeError(
+                f"workload.model = '{self.spec_text}': reading the first batch raised "
+                f"{describe_exception(exc)}",
+                user_traceback(exc),
+            ) from None
+        first = first_tensor(inputs)
+        if not self.samples_per_step:
+            if first is None or first.dim() == 0:
+                raise UserCodeError(
+                    f"workload.model = '{self.spec_text}': the batch size cannot be read from "
+                    f"inputs that are {describe(inputs)}. Accepted: inputs whose first tensor "
+                    "is batch-first, or give 'samples_per_step'."
+                )
+            self.samples_per_step = int(first.shape[0])
+        self.pool.batch_size = self.samples_per_step
+        is_ids = first is not None and first.dim() == 2 and not first.is_floating_point()
+        if self.tokens_per_step is None and is_ids and first.dtype != torch.bool:
+            self.tokens_per_step = int(first.numel())  # (batch, sequence) token ids
+
+    def first_batch(self) -> tuple[Any, Any]:
+        return self.batches.peek()
+
+    def forward(self, model: nn.Module, inputs: Any) -> Any:
+        if isinstance(inputs, Mapping):
+            return model(**inputs)
+        if isinstance(inputs, (tuple, list)):
+            return model(*inputs)
+        return model(inputs)
+
+    def loss(self, output: Any, target: Any) -> torch.Tensor:
+        value = self.loss_fn(output, target) if self.loss_fn is not None else self._own(output)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            raise UserCodeError(
+                f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
+                f"scalar. Accepted: {LOSS_FORMS}; reduce a per-example loss with .mean()."
+            )
+        return value.reshape(()).float()  # the scaler and the step's metrics work in fp32
+
+    def _own(self, output: Any) -> Any:
+        """The loss the model returned itself, when it did."""
+        if isinstance(output, torch.Tensor) and output.numel() == 1:
+            return output
+        loss = getattr(output, "loss", None)
+        if loss is None and isinstance(output, Mapping):
+            loss = output.get("loss")
+        if isinstance(loss, torch.Tensor):
+            return loss
+        raise UserCodeError(
+            f"workload.model = '{self.spec_text}': the model returned {describe(output)} and "
+            f"the factory gave no loss. Accepted: {LOSS_FORMS}."
+        )
+
+    def graded_output(self, output: Any) -> torch.Tensor | None:
+        """The output tensor (or ``.logits``) for ``grad_zero_frac``; None for a bare loss."""
+        found = output
+        if not isinstance(found, torch.Tensor):
+            found = getattr(output, "logits", None)
+            if found is None and isinstance(output, Mapping):
+                found = output.get("logits")
+            if found is None and isinstance(output, (tuple, list)):
+                found = first_tensor(output)
+        ok = isinstance(found, torch.Tensor) and found.requires_grad and found.numel() > 1
+        return found if ok else None
+
+    def first_step_failure(self, exc: Exception) -> Exception:
+        """A fault in the first step (their model refusing its first batch, most often) is
+        a user error. Running out of memory and torch.compile's own failures stay what they
+        are: faults of the run, not of the input."""
+        if isinstance(exc, (ConfigError, torch.OutOfMemoryError)) or _from_compiler(exc):
+            return exc
+        seen = f" ({self.batches.first_seen})" if self.batches.first_seen else ""
+        return UserCodeError(
+            f"workload.model = '{self.spec_text}': the first training step failed on the first "
+            f"batch{seen}: {describe_exception(exc)}. Accepted batches: {BATCH_FORMS}.",
+            user_traceback(exc),
+        )
+
+
+def _from_compiler(exc: Exception) -> bool:
+    """Raised by torch.compile (Dynamo or Inductor), without importing them to ask."""
+    return any(c.__module__.startswith(COMPILER_MODULES) for c in type(exc).__mro__)
+
+
+def build_user_workload(spec_text: str, ctx: ModelContext) -> UserWorkload:
+    """Load the factory, call it with ``ctx`` (seeded), and adapt its answer."""
+    factory = load_factory(spec_text)
+    torch.manual_seed(ctx.seed)
+    answer = call_factory(factory, ctx, spec_text)
+    return UserWorkload(answer, spec_text, ctx.device)
+
+
+def count_model_parameters(spec_text: str, precision: str = "fp32") -> tuple[int, str, str]:
+    """The model's true parameter count (tied weights once), where it was built ('meta' when
+    the factory allows, else 'cpu'), and its name. Raises UserCodeError."""
+    factory = load_factory(spec_text)
+    for device in ("meta", "cpu"):
+        ctx = ModelContext(torch.device(device), None, 0, precision)
+        try:
+            answer = call_factory(factory, ctx, spec_text)
+        except UserCodeError:
+            if device == "meta":
+                continue  # their factory needs real tensors: build it on the CPU instead
+            raise
+        model = answer["model"]
+        if not isinstance(model, nn.Module):
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': 'model' is {describe(model)}, not a "
+                "torch.nn.Module. Accepted: an nn.Module."
+            )
+        name = str(answer.get("name") or type(model).__name__)
+        return sum(p.numel() for p in model.parameters()), device, name
+    raise AssertionError("unreachable: the CPU attempt returns or raises")

@@ -1,0 +1,209 @@
+"""Loading a user's model factory, calling it, and telling its failures as theirs.
+
+Everything that can go wrong in the user's own code (a missing file or function, an import
+that fails, a factory that raises, an answer without a model) becomes a :class:`UserCodeError`:
+a ``ConfigError``, so the run ends with an ``error`` event of kind ``config`` and exit 2. Its
+message names the spec, what was wrong and what is accepted; its traceback keeps the frames
+of the user's files and drops ampscope's, so the file and line shown are theirs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ampscope.core.config import ConfigError
+from ampscope.core.workload_spec import (
+    RETURN_FORMS,
+    SPEC_FORMS,
+    ModelSpec,
+    SpecError,
+    Workload,
+    check_model_spec,
+)
+
+RESULT_KEYS = tuple(f.name for f in fields(Workload))
+_PACKAGE = Path(__file__).parents[2]  # ampscope/, as this file is imported from it
+# ampscope's own code, by the path it is imported under and by where the files really are
+# (engine/ and tui/ are linked into the package from the top of a source checkout).
+_ROOTS = (_PACKAGE, _PACKAGE / "engine", _PACKAGE / "tui")
+OURS = tuple({str(p) + os.sep for root in _ROOTS for p in (root, root.resolve())})
+# Frames of torch's plumbing that say nothing about the model: Module.__call__'s wrappers (two
+# or three a layer), and the dispatch of an op through a mode such as the FLOP counter.
+PLUMBING = {
+    "torch/nn/modules/module.py": ("_call_impl", "_wrapped_call_impl", "inner"),
+    "torch/_compile.py": ("inner",),
+    "torch/_dynamo/eval_frame.py": ("_fn",),
+    "torch/_ops.py": None,
+    "torch/utils/flop_counter.py": None,
+    "torch/utils/_python_dispatch.py": None,
+}
+
+
+class UserCodeError(ConfigError):
+    """A fault in (or of) the user's model code; ``traceback`` shows their frames only."""
+
+    def __init__(self, message: str, traceback_text: str | None = None) -> None:
+        super().__init__(message, key="workload.model")
+        self.traceback = traceback_text
+
+
+def _hidden(frame: traceback.FrameSummary) -> bool:
+    """ampscope's frames, importlib's, and torch's plumbing."""
+    name = frame.filename
+    if name.startswith(OURS) or name.startswith("<frozen importlib"):
+        return True
+    path = name.replace(os.sep, "/")
+    for suffix, functions in PLUMBING.items():
+        if path.endswith(suffix) and (functions is None or frame.name in functions):
+            return True
+    return False
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without ampscope's frames nor torch's plumbing: what the
+    user would see had they run the step themselves."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _hidden(f)]
+    lines = ["Traceback (most recent call last):\n"]
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).rstrip("\n")
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def load_factory(spec_text: str) -> Callable[..., Any]:
+    """The factory the spec names."""
+    try:
+        spec = check_model_spec(spec_text)
+    except SpecError as exc:
+        raise UserCodeError(str(exc)) from None
+    module = _import_file(spec) if spec.source == "file" else _import_module(spec)
+    target: Any = module
+    for part in spec.function.split("."):
+        if not hasattr(target, part):
+            names = sorted(
+                n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+            )
+            where = spec.target
+            raise UserCodeError(
+                f"workload.model = '{spec.text}': {where} has no '{spec.function}'. Its "
+                f"functions and classes: {', '.join(names) or '(none)'}. Accepted: {SPEC_FORMS}."
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise UserCodeError(
+            f"workload.model = '{spec.text}': '{spec.function}' in {spec.target} is a "
+            f"{type(target).__name__}, not a function. Accepted: a function called as make(ctx)."
+        )
+    return target
+
+
+def _import_file(spec: ModelSpec) -> ModuleType:
+    """Import a .py file as a script would be run: its folder first on sys.path, so that its
+    own imports (a sibling module, a package next to it) work, and under its own name when
+    that is free, so that DataLoader workers can import what it defines."""
+    path = spec.path.resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = path.stem
+    existing = sys.modules.get(name)
+    if existing is not None and getattr(existing, "__file__", None) != str(path):
+        name = f"ampscope_user_{name}"
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise UserCodeError(f"workload.model = '{spec.text}': {path} cannot be loaded as Python.")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - any fault in their file is theirs to see
+        del sys.modules[name]
+        raise UserCodeError(
+            f"workload.model = '{spec.text}': importing {spec.target} raised "
+            f"{describe_exception(exc)}",
+            user_traceback(exc),
+        ) from None
+    return module
+
+
+def _import_module(spec: ModelSpec) -> ModuleType:
+    """Import a module by name, from sys.path and then the working folder (last, so that
+    nothing there can stand in for ampscope's own modules)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+    try:
+        return importlib.import_module(spec.target)
+    except ModuleNotFoundError as exc:
+        if exc.name and (spec.target == exc.name or spec.target.startswith(exc.name + ".")):
+            raise UserCodeError(
+                f"workload.model = '{spec.text}': there is no module named '{exc.name}' (looked "
+                f"on sys.path and in the working folder {cwd}). Accepted: {SPEC_FORMS}; give a "
+                "file path if the module is not installed."
+            ) from None
+        raise UserCodeError(
+            f"workload.model = '{spec.text}': importing {spec.target} raised "
+            f"{describe_exception(exc)}",
+            user_traceback(exc),
+        ) from None
+    except Exception as exc:  # noqa: BLE001
+        raise UserCodeError(
+            f"workload.model = '{spec.text}': importing {spec.target} raised "
+            f"{describe_exception(exc)}",
+            user_traceback(exc),
+        ) from None
+
+
+def call_factory(factory: Callable[..., Any], ctx: Any, spec_text: str) -> dict[str, Any]:
+    """``factory(ctx)``, its answer as a dict of :class:`ampscope.Workload`'s fields."""
+    try:
+        result = factory(ctx)
+    except Exception as exc:  # noqa: BLE001
+        raise UserCodeError(
+            f"workload.model = '{spec_text}': the factory raised {describe_exception(exc)}",
+            user_traceback(exc),
+        ) from None
+    return workload_fields(result, spec_text)
+
+
+def workload_fields(result: Any, spec_text: str) -> dict[str, Any]:
+    """The factory's answer, a mapping or an object, as a dict; refuse what lacks a field."""
+    if isinstance(result, Mapping):
+        answer = dict(result)
+        unknown = [str(k) for k in answer if k not in RESULT_KEYS]
+        if unknown:
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': the factory's mapping has unknown key(s) "
+                f"{', '.join(repr(k) for k in unknown)}. Accepted keys: {', '.join(RESULT_KEYS)}."
+            )
+    elif is_dataclass(result) or hasattr(result, "model"):
+        answer = {k: getattr(result, k) for k in RESULT_KEYS if hasattr(result, k)}
+    else:
+        raise UserCodeError(
+            f"workload.model = '{spec_text}': the factory returned {_a(result)}. "
+            f"Accepted: {RETURN_FORMS}."
+        )
+    for key in ("model", "batches"):
+        if answer.get(key) is None:
+            raise UserCodeError(
+                f"workload.model = '{spec_text}': the factory's answer has no '{key}'. "
+                f"Accepted: {RETURN_FORMS}."
+            )
+    return answer
+
+
+def _a(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__module__}.{type(value).__qualname__}"

@@ -1,0 +1,219 @@
+"""A user's own model (``--model``): it trains like a built-in workload, and each mistake a
+user makes with it ends in exit 2 with a message that names the spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
+from ampscope.engine.workloads.user import count_model_parameters
+from tests.helpers import USER_MODEL, model_set, user_model
+
+pytestmark = pytest.mark.unit
+
+BATCH, FEATURES, HIDDEN, CLASSES = 32, 16, 64, 4
+
+
+def run_model(
+    path: Path, factory: str = "make", preset: str = "fp32", *overrides: str
+) -> tuple[int, list[ev.Event]]:
+    seen: list[ev.Event] = []
+    sets = [model_set(path, factory), "device='cpu'", "steps=6", *overrides]
+    code = run(preset, sets, record=False, on_event=seen.append)
+    return code, seen
+
+
+def of(events: list[ev.Event], kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def net_flops(batch: int) -> int:
+    """The test model by hand: a Linear's forward and weight gradient are 2*b*in*out each,
+    and its input gradient another, except the first layer's (its input needs none)."""
+    first, second = FEATURES * HIDDEN, HIDDEN * CLASSES
+    return 2 * batch * (2 * first + 3 * second)
+
+
+@pytest.mark.parametrize("preset", ["fp32", "amp-bf16"])
+def test_a_model_from_a_file_trains_and_its_loss_falls(tmp_path: Path, preset: str) -> None:
+    code, events = run_model(user_model(tmp_path), "make", preset, "steps=60", "lr=1e-2")
+    assert code == EXIT_OK, of(events, ev.ErrorEvent)
+    hello = of(events, ev.HelloEvent)[0]
+    assert hello.workload == "teacher-mlp" and hello.config["precision"] == preset
+    assert hello.samples_per_step == BATCH and hello.param_count == 1348
+    assert hello.flops_source == "counted" and "FlopCounterMode" in (hello.flops_note or "")
+    assert hello.flops_per_step == pytest.approx(net_flops(BATCH), rel=0.01)
+    losses = [s.loss for s in of(events, ev.StepEvent)]
+    assert len(losses) == 60
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.7 * first, (first, last)
+    assert all(s.data_ms is not None and s.data_ms >= 0 for s in of(events, ev.StepEvent))
+    restarts = [w for w in of(events, ev.WarningEvent) if w.code == "batches-restarted"]
+    assert len(restarts) == 1 and restarts[0].step == 8  # 256 examples in batches of 32
+    assert "ran out after 8 steps" in restarts[0].message
+
+
+def test_amp_fp16_with_an_injected_inf_skips_that_step(tmp_path: Path) -> None:
+    code, events = run_model(
+        user_model(tmp_path), "make", "amp-fp16", "steps=8", "debug.inf_loss_at_step=4"
+    )
+    assert code == EXIT_OK
+    steps = of(events, ev.StepEvent)
+    assert [s.step for s in steps if s.skipped] == [4]
+    assert steps[4].loss_scale == steps[3].loss_scale / 2
+    assert of(events, ev.DoneEvent)[0].skipped_steps == 1
+
+
+def test_inputs_as_a_tuple_a_dict_or_token_ids_and_a_loss_the_model_returns(
+    tmp_path: Path,
+) -> None:
+    path = user_model(tmp_path)
+    for factory in ("make_tuple_inputs", "make_own_loss"):
+        code, events = run_model(path, factory)
+        assert code == EXIT_OK, (factory, of(events, ev.ErrorEvent))
+        hello = of(events, ev.HelloEvent)[0]
+        assert hello.samples_per_step == BATCH and hello.tokens_per_step is None
+    code, events = run_model(path, "make_tokens")
+    hello = of(events, ev.HelloEvent)[0]
+    assert code == EXIT_OK and hello.samples_per_step == 8 and hello.tokens_per_step == 8 * 12
+    assert all(s.tokens_per_s for s in of(events, ev.StepEvent))
+
+
+def test_flops_given_by_the_factory_are_used_and_checked_against_the_count(
+    tmp_path: Path,
+) -> None:
+    code, events = run_model(user_model(tmp_path), "make_given_flops")
+    hello = of(events, ev.HelloEvent)[0]
+    assert code == EXIT_OK and hello.flops_per_step == 1e6 and hello.flops_source == "analytic"
+    assert hello.flops_counted == pytest.approx(net_flops(BATCH), rel=0.01)
+
+
+def line_of(text: str) -> int:
+    return USER_MODEL.splitlines().index(text) + 1
+
+
+BAD = [
+    ("make_raises", "the factory raised ValueError: the data folder is empty"),
+    ("no_such_factory", "has no 'no_such_factory'. Its functions and classes: "),
+    ("make_no_model", "the factory's answer has no 'model'"),
+    ("make_no_batches", "the factory's answer has no 'batches'"),
+    ("make_not_a_module", "'model' is a str, not a torch.nn.Module"),
+    ("make_wrong_width", "the first training step failed on the first batch (inputs a tensor"),
+    ("make_wrong_width_given_flops", "the first training step failed on the first batch"),
+    ("make_generator", "the batches ran out after 3 batches and cannot be read again"),
+    ("make_typo", "unknown key(s) 'lossfn'. Accepted keys: model, batches, loss,"),
+    ("make_vector_loss", "the loss is a tensor of shape [8] (float32), not a scalar"),
+]
+
+
+@pytest.mark.parametrize(("factory", "expected"), BAD)
+def test_a_bad_factory_exits_2_naming_the_spec(tmp_path: Path, factory: str, expected: str) -> None:
+    path = user_model(tmp_path)
+    code, events = run_model(path, factory)
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    assert error.kind == "config"
+    assert f"workload.model = '{path}:{factory}'" in error.message
+    assert expected in error.message
+    if factory.startswith("make_wrong_width"):  # the model's own complaint, with its shapes
+        assert "mat1 and mat2 shapes cannot be multiplied" in error.message
+        assert error.traceback and "F.linear" in error.traceback
+        assert "Accepted batches" in error.message
+    if factory != "make_generator":
+        assert not of(events, ev.StepEvent)
+
+
+def test_the_users_traceback_is_theirs_file_and_line(tmp_path: Path) -> None:
+    path = user_model(tmp_path)
+    _, events = run_model(path, "make_raises")
+    trace = of(events, ev.ErrorEvent)[0].traceback or ""
+    raise_line = line_of('    raise ValueError("the data folder is empty")')
+    assert f'File "{path}", line {raise_line}, in helper_that_fails' in trace
+    assert (
+        f'File "{path}", line {line_of("    return helper_that_fails()")}, in make_raises' in trace
+    )
+    assert "ampscope" not in trace.replace(str(tmp_path), "")
+    assert trace.splitlines()[-1] == "ValueError: the data folder is empty"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("missing/model.py:make", "the file missing/model.py does not exist"),
+        ("no_such_pkg.models:make", "there is no module named 'no_such_pkg'"),
+        ("model.py", "names no factory"),
+        ("models/net.txt:make", "is not a Python file (.py)"),
+    ],
+)
+def test_a_spec_that_names_no_factory_exits_2(tmp_path: Path, spec: str, expected: str) -> None:
+    seen: list[ev.Event] = []
+    code = run(
+        "fp32", [f'workload.model="{spec}"', "device='cpu'"], record=False, on_event=seen.append
+    )
+    assert code == EXIT_USAGE
+    (error,) = of(seen, ev.ErrorEvent)
+    assert error.kind == "config" and f"'{spec}'" in error.message and expected in error.message
+
+
+def test_a_module_name_is_imported_from_the_working_folder(tmp_path: Path, monkeypatch) -> None:
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    user_model(package, "models.py")
+    monkeypatch.chdir(tmp_path)
+    seen: list[ev.Event] = []
+    sets = ['workload.model="mypkg.models:make"', "device='cpu'", "steps=3"]
+    assert run("fp32", sets, record=False, on_event=seen.append) == EXIT_OK
+    assert of(seen, ev.HelloEvent)[0].workload == "teacher-mlp"
+
+
+def test_dimensions_of_a_built_in_workload_are_refused_beside_a_model(tmp_path: Path) -> None:
+    code, events = run_model(user_model(tmp_path), "make", "fp32", "workload.layers=4")
+    (error,) = of(events, ev.ErrorEvent)
+    assert (
+        code == EXIT_USAGE and "workload.layers does not apply to your own model" in error.message
+    )
+
+
+def test_waiting_for_batches_is_reported_and_warned_once(tmp_path: Path) -> None:
+    code, events = run_model(user_model(tmp_path), "make_slow_data", "fp32", "steps=16")
+    assert code == EXIT_OK
+    assert all(s.data_ms >= 190 for s in of(events, ev.StepEvent)[1:])  # sleeps 200 ms
+    (warning,) = [w for w in of(events, ev.WarningEvent) if w.code == "input-bound"]
+    assert "num_workers" in warning.message and "pin_memory" in warning.message
+    seen: list[ev.Event] = []
+    run(
+        "fp32",
+        ["workload.kind='mlp'", "device='cpu'", "steps=14"],
+        record=False,
+        on_event=seen.append,
+    )
+    assert not [w for w in of(seen, ev.WarningEvent) if w.code == "input-bound"]
+
+
+def test_a_model_too_big_for_the_device_gets_the_planners_estimate_first(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from ampscope.engine import setup
+
+    class Tiny:
+        total = 1 << 20  # a device of 1 MiB
+
+    monkeypatch.setattr(setup.psutil, "virtual_memory", lambda: Tiny())
+    _, events = run_model(user_model(tmp_path), "make_big", "fp32", "steps=2")
+    (warning,) = [w for w in of(events, ev.WarningEvent) if w.code == "memory-estimate"]
+    assert events.index(warning) < events.index(of(events, ev.StepEvent)[0])
+    # fp32 training state: 4 bytes of weights, 4 of gradients and 8 of AdamW state a parameter
+    assert f"at {1_001_000 * 16 / 2**20:.3g} MiB (1,001,000 parameters" in warning.message
+    assert "has 1 MiB" in warning.message
+
+
+def test_the_parameter_count_is_built_on_the_meta_device_when_the_factory_allows(
+    tmp_path: Path,
+) -> None:
+    path = user_model(tmp_path)
+    assert count_model_parameters(f"{path}:make") == (1348, "meta", "teacher-mlp")
+    assert count_model_parameters(f"{path}:make_on_cpu_only") == (1348, "cpu", "teacher-mlp")
