@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -25,6 +27,28 @@ from ampscope.tui.run_state import RunState  # noqa: E402
 from ampscope.tui.widgets.plots import RunPlot  # noqa: E402
 
 TICK_S = 0.01
+
+
+class StreamSource:
+    """A run source the benchmark feeds by hand: no engine, no file."""
+
+    def __init__(self) -> None:
+        self.state = RunState(label="bench")
+
+    def label(self) -> str:
+        return ""
+
+    def allows(self, control: str) -> bool | None:
+        return False
+
+    async def feed(self) -> None:
+        await asyncio.Event().wait()
+
+    async def stop(self) -> None:
+        return
+
+    async def restart(self) -> None:
+        return
 
 
 def fake_hello() -> ev.HelloEvent:
@@ -81,21 +105,23 @@ def fake_step(i: int, t: float) -> ev.StepEvent:
     )
 
 
-async def measure(rate: int, seconds: float, refresh_hz: float) -> dict[str, float]:
+async def measure(
+    rate: int, seconds: float, refresh_hz: float, profile: cProfile.Profile | None = None
+) -> dict[str, float]:
     app = AmpscopeApp(runs_dir=Path("/nonexistent-ampscope-bench"), refresh_hz=refresh_hz)
     lags: list[int] = []
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.3)
-        state = RunState(label="bench")
-        app.state = state
-        app.show_run_screen()
+        source = StreamSource()
+        state = source.state
+        screen = app.open_run(source)
         await pilot.pause(0.3)
-        screen = app.run_screen
-        assert screen is not None
         state.ingest(fake_hello())
         state.ingest(ev.PhaseEvent(phase="train", state="start", step=0))
         sent = 0
         redraws0 = screen.redraws
+        if profile is not None:
+            profile.enable()
         cpu0, wall0 = time.process_time(), time.monotonic()
         next_sys = 0.0
         next_lag = 0.0
@@ -125,6 +151,8 @@ async def measure(rate: int, seconds: float, refresh_hz: float) -> dict[str, flo
             await asyncio.sleep(TICK_S)
         cpu = time.process_time() - cpu0
         wall = time.monotonic() - wall0
+        if profile is not None:
+            profile.disable()
         points = max(p.points_drawn for p in screen.query(RunPlot))
         redraws = screen.redraws - redraws0
     return {
@@ -146,8 +174,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rates", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--refresh", type=float, default=2.0, help="plot redraws a second")
+    parser.add_argument(
+        "--profile", type=int, metavar="N", help="print the N costliest functions of the stream"
+    )
     args = parser.parse_args()
-    rows = [asyncio.run(measure(rate, args.seconds, args.refresh)) for rate in args.rates]
+    profile = cProfile.Profile() if args.profile else None
+    rows = [asyncio.run(measure(rate, args.seconds, args.refresh, profile)) for rate in args.rates]
     print(f"refresh {args.refresh:g} Hz, {args.seconds:g} s per rate, 120x40, headless")
     print(
         f"{'steps/s':>8} {'steps':>7} {'UI CPU':>7} {'redraw/s':>9} {'lag mean':>9} "
@@ -162,6 +194,8 @@ def main() -> int:
         "lag: stream's latest step minus the step the Run view last displayed, sampled "
         "every 0.1 s (at N steps/s one redraw period is N/refresh steps)."
     )
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
     return 0
 
 

@@ -23,9 +23,9 @@ from ampscope.engine.stats import RunStats
 
 RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps (~30 us a read)
 ZERO_COUNT_CHUNK = 1 << 22  # grad_zero_frac counts this many elements at a time (4 MiB of bools)
-MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
 INPUT_BOUND_SHARE = 0.25  # waiting for batches above this share of step time: input-bound
 INPUT_BOUND_AFTER = 10  # timed steps (after warm-up) seen before the share is judged
+MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
 
 
 class StepMetrics(NamedTuple):
@@ -134,7 +134,7 @@ class StepReporter:
         self.scaled = s.policy.use_scaler
         self.warned_skip = False
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
-        self.input_wait = InputWait(s.preset.warmup_steps)
+        self.input_wait = InputWait(stats.warmup_steps)
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -209,7 +209,7 @@ class StepReporter:
         m: StepMetrics,
         skipped: bool,
         ranks: list[RankFigures],
-        data_ms: float | None,
+        data_ms: float | None = None,
     ) -> ev.StepEvent:
         """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
         workload, world = self.s.workload, len(ranks)
@@ -232,8 +232,8 @@ class StepReporter:
             mem_peak=_largest(f.mem_peak for f in ranks),
             grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
             lr=self.s.preset.lr,
-            data_ms=None if data_ms is None else round(data_ms, 4),
             ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
+            data_ms=None if data_ms is None else round(data_ms, 4),
         )
         peak = ev.peak_memory(event)
         if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):

@@ -56,14 +56,14 @@ def build(
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     workload, dims = make_workload(preset, info)
-    workload.pool.shard(link.rank, link.world_size)  # each rank its own batches, from the first
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
     policy.cast(workload)
     batch_size = workload.samples_per_step
+    workload.pool.shard(link.rank, link.world_size)
     model = parallelize(workload.model, preset, policy, info, link.grouped)
-    optimizer = torch.optim.AdamW(  # after wrapping: FSDP2 replaces the parameters
+    optimizer = torch.optim.AdamW(  # after sharding: FSDP2 replaces the parameters
         model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,

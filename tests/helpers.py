@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -274,6 +275,64 @@ def user_model(folder: Path, name: str = "user_model.py") -> Path:
 def model_set(path: Path, factory: str = "make") -> str:
     """The ``--set`` override that trains ``factory`` from the file at ``path``."""
     return f'workload.model="{path}:{factory}"'
+
+
+# Snapshots: what a screen shows, kept under tests/snapshots/ and compared on every run.
+# Written here rather than with pytest-textual-snapshot: its syrupy pin needs pytest < 9.
+
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+UPDATE_SNAPSHOTS = "AMPSCOPE_UPDATE_SNAPSHOTS"
+"""Set to 1 to (re)write the snapshots instead of comparing; then look at each one."""
+
+
+def screen_capture(app, title: str) -> tuple[str, str]:
+    """The screen as plain text (one line per row) and as an SVG (colours, for a person)."""
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    console.print(update)
+    svg = console.export_svg(title=title, clear=False)
+    rows = [line.rstrip() for line in console.export_text(clear=True).splitlines()]
+    return "\n".join(rows).rstrip("\n") + "\n", svg
+
+
+def assert_snapshot(app, name: str) -> str:
+    """The screen matches ``tests/snapshots/NAME.txt`` (and its colours NAME.svg).
+
+    The text is the check that reads in a diff; the SVG is for looking at (and catches a
+    change of colour alone). Returns the text.
+    """
+    text, svg = screen_capture(app, name)
+    txt_path, svg_path = SNAPSHOTS / f"{name}.txt", SNAPSHOTS / f"{name}.svg"
+    if os.environ.get(UPDATE_SNAPSHOTS):
+        SNAPSHOTS.mkdir(exist_ok=True)
+        txt_path.write_text(text)
+        svg_path.write_text(svg)
+        return text
+    assert txt_path.is_file(), f"no snapshot {name}: run with {UPDATE_SNAPSHOTS}=1, then review it"
+    expected = txt_path.read_text()
+    if text != expected:
+        import difflib
+
+        diff = "\n".join(
+            difflib.unified_diff(expected.splitlines(), text.splitlines(), "snapshot", "now")
+        )
+        raise AssertionError(f"{name} differs from its snapshot:\n{diff}")
+    assert svg == svg_path.read_text(), f"{name}: same text, other colours than its snapshot"
+    return text
 
 
 # Simulated benches with a known truth, for the speed verdict.

@@ -71,7 +71,8 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
             assert "step skipped" in "\n".join(log.texts)
             assert await wait_for(pilot, lambda: "end 100%" in text(screen, "#run-header"), 5)
             assert "replay" in text(screen, "#run-header")
-            assert screen.check_action("stop", ()) is None  # shown disabled: no engine
+            assert screen.check_action("stop", ()) is False  # not offered: no engine
+            assert screen.check_action("restart", ()) is False
             assert screen.check_action("pause", ()) is True
 
     run(go())

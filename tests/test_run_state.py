@@ -41,10 +41,10 @@ def test_run_state_cards_from_a_synthetic_stream() -> None:
     assert shown["step_ms"].value == "20.0 ms"
     assert shown["skipped"].value == "2"
     assert shown["loss_scale"].value == "32.8k" and shown["loss_scale"].sub == "2^15"
-    assert shown["throughput"].value == "800 samples/s"
+    assert shown["throughput"].title == "Samples/s" and shown["throughput"].value == "800"
     assert "no NVIDIA GPU" in shown["util"].sub
     assert shown["memory"].value == "150 MiB"  # peak allocated, never the reserved 200 MiB
-    assert shown["memory"].sub == "peak allocated · resv 200 MiB"
+    assert shown["memory"].title == "Peak allocated" and shown["memory"].sub == "resv 200 MiB"
     levels = [(e.level, e.step) for e in state.log]
     assert ("skipped", 35) in levels and ("skipped", 36) in levels and ("warning", 35) in levels
     (lx, _ly), (sx, sy) = loss_series(state, 1000)
@@ -82,7 +82,7 @@ def test_run_state_gpu_sys_events_and_phases() -> None:
         )
     )
     card = {c.key: c for c in cards(state)}["util"]
-    assert card.value == "87%" and "300 W" in card.sub
+    assert card.value == "GPU 87%" and "300 W" in card.sub
     assert set(memory_series(state, 100)) == {"device used", "device total"}
     assert set(util_series(state, 100)) == {"GPU", "CPU"}
 
@@ -99,7 +99,8 @@ def test_host_figures_come_from_the_engines_sys_events_alone() -> None:
     state.ingest(ev.SysEvent(t=2.0, cpu_util=40.0, proc_cpu=90.0, sys_mem_used=1 << 30))
     card = {c.key: c for c in cards(state)}["util"]
     assert card.value == "CPU 40%" and "engine 90%" in card.sub
-    assert util_series(state, 100) == {"CPU": ([2.0], [40.0]), "engine CPU": ([2.0], [90.0])}
+    # the engine's own CPU is in cores (it can pass 100 %), never on the percent axis
+    assert util_series(state, 100) == {"CPU": ([2.0], [40.0]), "engine CPU": ([2.0], [0.9])}
 
 
 @pytest.mark.unit

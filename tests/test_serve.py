@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import socket
 import subprocess
 import sys
@@ -108,8 +109,10 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
 class FakeServer:
     made: list[FakeServer] = []
 
-    def __init__(self, command: str, host: str, port: int, title: str) -> None:
+    def __init__(self, command: str, host: str, port: int, title: str, **options) -> None:
         self.command, self.host, self.port = command, host, port
+        self.templates = Path(options["templates_path"])
+        self.page = (self.templates / "app_index.html").read_text()  # gone once serving ends
         FakeServer.made.append(self)
 
     def serve(self) -> None:
@@ -130,6 +133,9 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     first = FakeServer.made[0]
     assert first.host == "127.0.0.1" and first.port == 8123
     assert "-m ampscope.cli.viewer" in first.command and str(tmp_path) in first.command
+    # the page loads its font from the server itself: offline GPU boxes reach nothing else
+    assert "fonts.googleapis" not in first.page and "RobotoMono" in first.page
+    assert "https://" not in first.page
     assert runs_cli.is_loopback("localhost") and runs_cli.is_loopback("::1")
     assert not runs_cli.is_loopback("192.168.1.5")
 
@@ -171,6 +177,12 @@ def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
             except OSError:
                 time.sleep(0.2)
         assert b"<html" in body.lower(), proc.stdout.read() if proc.poll() is not None else ""
+        page = body.decode()
+        assert "fonts.googleapis" not in page
+        font = re.search(r'url\("([^"]+RobotoMono-VariableFont_wght\.ttf)"\)', page)
+        assert font is not None, page[:500]
+        with urllib.request.urlopen(font.group(1), timeout=5) as resp:  # served, not fetched
+            assert resp.status == 200 and len(resp.read()) > 10_000
     finally:
         proc.terminate()
         try:

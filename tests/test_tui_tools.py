@@ -12,7 +12,7 @@ import pytest
 from ampscope.cli.main import main
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.screens.formats import FormatsScreen
+from ampscope.tui.screens.formats import VALUE_COLUMNS, FormatsScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import SIZE, run, select_preset, shown, text, wait_for
@@ -37,13 +37,22 @@ def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) 
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: {"65520", "1e-8"} == set(cells(table, 0)), 5)
             rows = {(r[0], r[1]): r for r in (table.get_row_at(i) for i in range(table.row_count))}
-            assert rows[("65520", "fp16")][2] == "inf" and "overflow" in str(
-                rows[("65520", "fp16")][3]
+            # each cell sits under its own header
+            heads = [str(c.label) for c in table.columns.values()]
+            stored, flags = (heads.index(h) for h in ("stored", "flags"))
+            assert heads == list(VALUE_COLUMNS)
+            assert rows[("65520", "fp16")][stored] == "inf"
+            assert "overflow" in str(rows[("65520", "fp16")][flags])
+            assert rows[("1e-8", "fp16")][stored] == "0"
+            assert "underflow" in str(rows[("1e-8", "fp16")][flags])
+            assert rows[("1e-8", "bf16")][stored] != "0"
+            # the highlighted row's bits, spelled out under the table
+            fp16 = list(rows).index(("1e-8", "fp16"))
+            table.move_cursor(row=fp16)
+            assert await wait_for(
+                pilot, lambda: "0|00000|0000000000" in text(screen, "#formats-bits")
             )
-            assert rows[("1e-8", "fp16")][2] == "0" and "underflow" in str(
-                rows[("1e-8", "fp16")][3]
-            )
-            assert rows[("1e-8", "bf16")][2] != "0"
+            assert "1e-8 as fp16" in text(screen, "#formats-bits")
             box.value = "1 + banana"
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: "banana" in text(screen, "#formats-error"), 5)

@@ -10,18 +10,21 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual.app import App
+from textual import events
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 
 from ampscope.core import parallel, records
 from ampscope.core.launch import launch_detached
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ, check_refresh
 from ampscope.core.text import visible
+from ampscope.tui import keys
 from ampscope.tui.commands import PresetCommands
 from ampscope.tui.engine_process import kill_all_now
 from ampscope.tui.follow import AttachSource
@@ -33,8 +36,14 @@ from ampscope.tui.messages import (
 )
 from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
+from ampscope.tui.screens.formats import FormatsScreen
+from ampscope.tui.screens.help import HelpScreen
+from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs
+from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
+from ampscope.tui.screens.save import SaveDialog
 from ampscope.tui.session import LiveRun, RunSession, start_engine_process
 from ampscope.tui.source import RunSource
 from ampscope.tui.viewer import WaitingScreen
@@ -56,7 +65,26 @@ class AmpscopeApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "ampscope"
     COMMANDS = App.COMMANDS | {PresetCommands}
-    BINDINGS = [Binding("ctrl+q", "quit", "Quit", show=False, priority=True, id="app.quit")]
+    BINDINGS = [
+        # ctrl+q works while a text field has the letters; the footer shows it then
+        Binding("ctrl+q", "quit", "Quit", priority=True, id="app.quit"),
+        Binding("question_mark,f1", "help", "Help", id="help"),
+        Binding("ctrl+p", "command_palette", "Palette", priority=True, id="palette"),
+    ]
+    SCREENS_WITH_KEYS = (
+        PresetsScreen,
+        SaveDialog,
+        RunScreen,
+        HistoryScreen,
+        CompareScreen,
+        FormatsScreen,
+        MemoryScreen,
+        WaitingScreen,
+        HelpScreen,
+        ConfirmDialog,
+        TooSmallScreen,
+    )
+    """Every screen whose bindings ``keys.toml`` may remap."""
 
     def __init__(
         self,
@@ -92,6 +120,8 @@ class AmpscopeApp(App):
     # ------------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
+        self.load_keys()
+        self.screen_change_signal.subscribe(self, lambda _screen: self.check_size())
         theme = self._wanted_theme or os.environ.get(THEME_ENV, "")
         if theme == "ansi":
             theme = "textual-ansi" if "textual-ansi" in self.available_themes else "ansi-dark"
@@ -107,6 +137,98 @@ class AmpscopeApp(App):
             preset, overrides = self.autostart
             self.call_after_refresh(self.session.start_run, preset, list(overrides))
 
+    # ------------------------------------------------------------------ keys, help, size
+
+    @classmethod
+    def binding_ids(cls) -> set[str]:
+        found = set()
+        for owner in (cls, *cls.SCREENS_WITH_KEYS):
+            for binding in owner.BINDINGS:
+                if isinstance(binding, Binding) and binding.id:
+                    found.add(binding.id)
+        return found
+
+    def load_keys(self) -> None:
+        """The user's keys (``keys.toml``); what is wrong with the file is said once."""
+        keymap, problems = keys.load_keymap(keys.keys_path(), self.binding_ids())
+        if keymap:
+            self.set_keymap(keymap)
+        for problem in problems:
+            self.tell(problem, error=True, title="Keys")
+
+    def handle_bindings_clash(self, clashed_bindings: set[Binding], node: object) -> None:
+        names = ", ".join(sorted({b.id or b.action for b in clashed_bindings}))
+        if names and names != getattr(self, "_clash_told", ""):
+            self._clash_told = names
+            self.tell(
+                f"{keys.keys_path()} gives a key to more than one binding here; these lost it: "
+                f"{names}.",
+                error=True,
+                title="Keys",
+            )
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    async def _on_resize(self, event: events.Resize) -> None:
+        # Textual's handler stops the event, so no on_resize of ours would ever run
+        await super()._on_resize(event)
+        self.check_size()
+
+    def check_size(self) -> None:
+        """Under ``MIN_SIZE`` a notice covers the dashboard; it goes when the terminal grows."""
+        width, height = self.size
+        small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        if small and not isinstance(self.screen, TooSmallScreen):
+            self.push_screen(TooSmallScreen())
+        elif not small and isinstance(self.screen, TooSmallScreen):
+            self.pop_screen()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette reaches every screen; 'Keys' opens the help of the screen below."""
+        yield SystemCommand("Keys and help", "Every key of this screen (also ?)", self.action_help)
+        if any(isinstance(s, PresetsScreen) for s in self.screen_stack):
+            yield SystemCommand("Presets", "Pick, edit and run a preset", self.show_presets)
+        if self.is_screen_installed(LIVE_RUN_SCREEN):
+            yield SystemCommand("Live run", "Back to the run last watched", self.show_live_run)
+        yield SystemCommand("History", f"Runs in {self.runs_dir}", self.show_history)
+        yield SystemCommand("Compare the last sweep", "Its runs side by side", self.show_sweep)
+        yield SystemCommand("Number formats", "What each format stores", self.show_formats)
+        yield SystemCommand("Memory plan", "Memory per precision regime", self.show_memory)
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Keys", "Quit"):
+                yield command
+        yield SystemCommand(
+            "Quit", "Stop the run this dashboard started, then quit", self.action_quit
+        )
+
+    def show_presets(self) -> None:
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, PresetsScreen):
+            self.pop_screen()
+
+    def show_live_run(self) -> None:
+        if self.is_screen_installed(LIVE_RUN_SCREEN) and self.screen is not self.get_screen(
+            LIVE_RUN_SCREEN
+        ):
+            self.push_screen(LIVE_RUN_SCREEN)
+
+    def show_history(self) -> None:
+        self.push_screen(HistoryScreen(self.runs_dir))
+
+    def show_sweep(self) -> None:
+        paths = latest_sweep_runs(self.runs_dir)
+        if len(paths) < 2:
+            self.tell("No sweep recorded yet: mark presets with m on the Presets screen, then w.")
+            return
+        self.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+
+    def show_formats(self) -> None:
+        self.push_screen(FormatsScreen())
+
+    def show_memory(self) -> None:
+        self.push_screen(MemoryScreen(None))
+
     async def action_quit(self) -> None:
         """Stop the engine (SIGTERM, then SIGKILL after the grace period), then exit."""
         await self.session.stop_run()
@@ -119,44 +241,85 @@ class AmpscopeApp(App):
     # ------------------------------------------------------------------ what screens ask
 
     async def on_run_requested(self, message: RunRequested) -> None:
-        await self.session.start_run(message.preset, detach=message.detach)
+        self.after_stopping(
+            message.preset, lambda: self.session.start_run(message.preset, detach=message.detach)
+        )
 
     async def on_edited_run_requested(self, message: EditedRunRequested) -> None:
-        await self.session.start_edited_run(message.preset, detach=message.detach)
+        name = f"{message.preset.name}-edited"
+        self.after_stopping(
+            name, lambda: self.session.start_edited_run(message.preset, detach=message.detach)
+        )
 
     async def on_sweep_requested(self, message: SweepRequested) -> None:
-        await self.session.start_sweep(message.presets)
+        self.after_stopping(
+            f"a sweep of {len(message.presets)}", lambda: self.session.start_sweep(message.presets)
+        )
+
+    def after_stopping(self, what: str, start: Callable[[], Awaitable[object]]) -> None:
+        """Start ``what``; when that would stop a run this dashboard is running, ask first.
+
+        A detached run is not this dashboard's child, and a new run never stops it.
+        """
+        running = self.session.current
+        if running is None or not running.engine.running or running.state.finished:
+            self.run_worker(start(), group="start", exclusive=False)
+            return
+        state = running.state
+        step = "" if state.step is None else f" at step {state.step + 1}"
+        question = (
+            f"{state.label} is running{step}. Starting {what} stops it "
+            "(its record keeps what it did so far). Stop it?"
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(start(), group="start", exclusive=False)
+
+        self.push_screen(ConfirmDialog(question, yes="Stop it and start"), answered)
 
     def on_record_opened(self, message: RecordOpened) -> None:
         if message.live:
-            self.open_run(AttachSource(message.run_dir, allow_stop=not self.read_only))
+            self.watch_live(AttachSource(message.run_dir, allow_stop=not self.read_only))
         else:
             self.open_run(RecordSource.load(message.run_dir))
 
     def open_run(self, source: RunSource) -> RunScreen:
-        """Show ``source`` in a new Run view on top."""
+        """Show ``source`` on top: a live one in the live Run view (``v`` comes back to it)."""
+        if isinstance(source, AttachSource) and not source.ended:
+            return self.watch_live(source, pop=False)
         screen = RunScreen(source, self.refresh_hz)
         self.push_screen(screen)
+        return screen
+
+    def watch_live(self, source: RunSource, pop: bool = False) -> RunScreen:
+        """Show a live run in the one live Run view, installed under ``LIVE_RUN_SCREEN``.
+
+        Installed, so that going back keeps it alive and ``v`` returns to it: Textual removes
+        a popped screen that is not installed, and a removed screen cannot be shown again.
+        """
+        if self.is_screen_installed(LIVE_RUN_SCREEN):
+            screen = self.get_screen(LIVE_RUN_SCREEN, RunScreen)
+            screen.show(source)
+        else:
+            screen = RunScreen(source, self.refresh_hz)
+            self.install_screen(screen, name=LIVE_RUN_SCREEN)
+        if self.screen is not screen:
+            if pop:
+                self._pop_above_presets()
+            elif screen in self.screen_stack:
+                self._pop_above(screen)
+                return screen
+            self.push_screen(screen)
         return screen
 
     # ------------------------------------------------------------------ what the session says
 
     def run_started(self, run: LiveRun) -> None:
-        if self.is_screen_installed(LIVE_RUN_SCREEN):
-            screen = self.get_screen(LIVE_RUN_SCREEN, RunScreen)
-            screen.show(run)
-        else:
-            # Installed, so that going back to the presets keeps it alive: Textual removes a
-            # popped screen that is not installed, and a removed screen cannot be shown again.
-            screen = RunScreen(run, self.refresh_hz)
-            self.install_screen(screen, name=LIVE_RUN_SCREEN)
-        if self.screen is not screen:
-            self._pop_above_presets()
-            self.push_screen(screen)
+        self.watch_live(run, pop=True)
 
     def run_detached(self, run_dir: Path) -> None:
-        self._pop_above_presets()
-        self.open_run(AttachSource(run_dir))
+        self.watch_live(AttachSource(run_dir), pop=True)
 
     def sweep_compared(self, runs: list[records.RunRecord], baseline: str) -> None:
         self.push_screen(CompareScreen(runs, baseline=baseline))
@@ -167,6 +330,10 @@ class AmpscopeApp(App):
 
     def _pop_above_presets(self) -> None:
         while len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    def _pop_above(self, screen: Screen) -> None:
+        while self.screen is not screen and len(self.screen_stack) > 1:
             self.pop_screen()
 
 
@@ -192,14 +359,34 @@ def _install_exit_handlers() -> None:
     signal.signal(signal.SIGHUP, handler)
 
 
+DUMB_TERMINALS = ("dumb", "unknown")
+
+
+def terminal_refusal(term: str | None) -> str | None:
+    """Why the dashboard will not start in this terminal, or None when it can."""
+    if term not in DUMB_TERMINALS:
+        return None
+    return (
+        f"ampscope: this terminal (TERM={term}) cannot show the dashboard: it has no cursor "
+        "movement or colours. The headless commands work here: 'ampscope run PRESET' "
+        "(progress and a summary), 'ampscope runs', 'ampscope bench', 'ampscope stop'. Or "
+        "set TERM to your terminal's type (xterm-256color for most)."
+    )
+
+
 def run_dashboard(
     runs_dir: Path | None = None, refresh_hz: float | None = None, **options: Any
 ) -> int:
     """Run the dashboard in this terminal and return the exit code.
 
     ``$AMPSCOPE_AUTOSTART`` (``"PRESET [key=value ...]"``) starts a run right away, unless
-    ``open_run`` names a run to show.
+    ``open_run`` names a run to show. A terminal that cannot draw it (``TERM=dumb``) is told
+    which commands work there instead, with exit code 2.
     """
+    refusal = terminal_refusal(os.environ.get("TERM"))
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     try:
         autostart = parse_autostart(os.environ.get(AUTOSTART_ENV))
     except ValueError as exc:

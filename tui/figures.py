@@ -64,12 +64,14 @@ def points_for_width(columns: int) -> int:
 
 
 def cards(state: RunState) -> list[Card]:
-    """The eight cards, in the order the grid shows them."""
+    """The ten cards, in the order the grid shows them: speed first, then the numerics."""
     return [
         *_speed_cards(state),
-        *_loss_cards(state),
         _memory_card(state),
         _util_card(state),
+        *_loss_cards(state),
+        _grad_zero_card(state),
+        _elapsed_card(state),
     ]
 
 
@@ -83,19 +85,22 @@ def _speed_cards(state: RunState) -> list[Card]:
     sub = f"median of last {len(recent)}" if recent else ""
     if data is not None:  # the wait for the next batch, a part of the step: shown first
         sub = f"data {fmt_ms(data)} · median of {len(recent)}"
+    flops = "-" if tfl is None else f"{tfl:.3g}"
+    if tfl is not None and mfu is not None:
+        flops += f" · {mfu * 100:.0f}%"
     return [
         Card("step_ms", "Step time", fmt_ms(state.median_step_ms()), sub),
         Card(
             "throughput",
-            "Throughput",
-            "-" if sps is None else f"{fmt_num(sps)} samples/s",
+            "Samples/s",
+            "-" if sps is None else fmt_num(sps),
             "" if tps is None else f"{fmt_num(tps)} tokens/s",
         ),
         Card(
             "tflops",
             "TFLOP/s · MFU",
-            "-" if tfl is None else f"{tfl:.3g}",
-            "MFU n/a" if mfu is None else f"MFU {mfu * 100:.1f}%",
+            flops,
+            "MFU n/a (no peak known)" if mfu is None else f"MFU {mfu * 100:.1f}%",
         ),
     ]
 
@@ -114,6 +119,53 @@ def _loss_cards(state: RunState) -> list[Card]:
     total = state.step + 1 if state.step is not None else 0
     skipped = Card("skipped", "Skipped steps", str(state.skipped), f"of {total}" if total else "")
     return [loss, scale, skipped]
+
+
+def _grad_zero_card(state: RunState) -> Card:
+    """The underflow demo's number: output-gradient values that are exactly zero."""
+    seen = state.grad_zero
+    if seen is None:
+        return Card("grad_zeros", "Grad zeros", "-", "not measured yet")
+    step, frac = seen
+    return Card(
+        "grad_zeros",
+        "Grad zeros",
+        _percent(frac),
+        f"at step {step} · max {_percent(state.grad_zero_max)}",
+    )
+
+
+def _percent(frac: float) -> str:
+    """45.0%, 0.04% (a small share is not rounded away), 0%."""
+    pct = frac * 100
+    if pct == 0 or pct >= 1:
+        return f"{pct:.1f}%" if pct else "0%"
+    return f"{pct:.2g}%"
+
+
+def _elapsed_card(state: RunState) -> Card:
+    seconds = state.last_t if state.hello is not None or state.step_count else None
+    value = "-" if seconds is None else fmt_duration(seconds)
+    sub = ""
+    total, median = state.total_steps, state.median_step_ms()
+    if total and state.step is not None and median is not None and not state.finished:
+        sub = f"ETA {fmt_duration((total - state.step - 1) * median / 1000)}"
+    elif state.done is not None:
+        sub = f"{state.done.steps_done} steps"
+    return Card("elapsed", "Elapsed", value, sub)
+
+
+def fmt_duration(seconds: float) -> str:
+    """5.2 s, 3m 20s, 1h 05m: a duration read at a glance."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
 
 
 def _loss_card(last: ev.StepEvent | None, done: ev.DoneEvent | None) -> Card:
@@ -135,10 +187,9 @@ def _memory_card(state: RunState) -> Card:
     last, peak = state.last_step, fmt_bytes(state.mem_peak)
     if last is None or last.mem_peak is None:  # the engine reports no allocator on the CPU
         return Card("memory", "Peak memory", peak, "process RSS" if last else "")
-    sub = "peak allocated"
-    if last.mem_reserved is not None:
-        sub += f" · resv {fmt_bytes(last.mem_reserved)}"
-    return Card("memory", "Peak memory", peak, sub)
+    # named in the title: a card is 14 columns wide at 80, its detail line hidden
+    sub = "" if last.mem_reserved is None else f"resv {fmt_bytes(last.mem_reserved)}"
+    return Card("memory", "Peak allocated", peak, sub)
 
 
 def _util_card(state: RunState) -> Card:
@@ -148,53 +199,62 @@ def _util_card(state: RunState) -> Card:
         sub = f"CPU {cpu:.0f}%" if cpu is not None else ""
         if s.power_w is not None:
             sub = f"{s.power_w:.0f} W" + (f" · {sub}" if sub else "")
-        return Card("util", "GPU util", f"{s.gpu_util:.0f}%", sub)
+        return Card("util", "Utilization", f"GPU {s.gpu_util:.0f}%", sub)
     proc = None if s is None else s.proc_cpu
     value = "-" if cpu is None else f"CPU {cpu:.0f}%"
     sub = "no NVIDIA GPU" + ("" if proc is None else f" · engine {proc:.0f}%")
-    return Card("util", "GPU util", value, sub)
+    return Card("util", "Utilization", value, sub)
 
 
 # --------------------------------------------------------------------------- plot series
 
 
+def _thinned(series: Series, max_points: int) -> Series:
+    xs, ys = series
+    return series if len(xs) <= max_points else thin(xs, ys, max_points)
+
+
 def step_time_series(state: RunState, max_points: int) -> Series:
     """Milliseconds against the step."""
-    return thin([s[0] for s in state.steps], [s[2] for s in state.steps], max_points)
+    return _thinned(state.step_columns.series("step", "step_ms"), max_points)
 
 
 def loss_series(state: RunState, max_points: int) -> tuple[Series, Series]:
     """The finite losses, and log2 of the loss scale, against the step."""
-    pts = [(s[0], s[3]) for s in state.steps if s[3] is not None and math.isfinite(s[3])]
-    loss = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-    sc = [(s[0], math.log2(s[4])) for s in state.steps if s[4] is not None and s[4] > 0]
-    scale = thin([p[0] for p in sc], [p[1] for p in sc], max_points)
-    return loss, scale
+    columns = state.step_columns
+    loss = _thinned(columns.series("step", "loss"), max_points)
+    return loss, _thinned(columns.series("step", "log2_scale"), max_points)
+
+
+def grad_zero_series(state: RunState, max_points: int) -> Series:
+    """Percent of output-gradient values that are exactly zero, on the steps that measured it."""
+    return _thinned(state.step_columns.series("step", "grad_zero_pct"), max_points)
 
 
 def memory_series(state: RunState, max_points: int) -> dict[str, Series]:
-    """MiB against seconds since the run started."""
+    """Bytes against seconds since the run started."""
     out: dict[str, Series] = {}
     on_cpu = state.hello is not None and state.hello.device == "cpu"
     allocated = "process RSS" if on_cpu else "allocated"  # the engine reports RSS on CPU
-    for name, idx in ((allocated, 9), ("reserved", 10)):
-        pts = [(s[1], s[idx] / 2**20) for s in state.steps if s[idx] is not None]
-        if pts:
-            out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
-    for name, idx in (("device used", 4), ("device total", 5)):
-        pts = [(s[0], s[idx] / 2**20) for s in state.sys if s[idx] is not None]
-        if pts:
-            out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
+    for name, source, column in (
+        (allocated, state.step_columns, "alloc"),
+        ("reserved", state.step_columns, "resv"),
+        ("device used", state.sys_columns, "device_used"),
+        ("device total", state.sys_columns, "device_total"),
+    ):
+        series = source.series("t", column)
+        if series[0]:
+            out[name] = _thinned(series, max_points)
     return out
 
 
 def util_series(state: RunState, max_points: int) -> dict[str, Series]:
-    """Percent against seconds since the run started."""
+    """GPU and system CPU in percent, and the engine's CPU in cores, against seconds."""
     out: dict[str, Series] = {}
-    for name, idx in (("GPU", 1), ("CPU", 2), ("engine CPU", 3)):
-        pts = [(s[0], s[idx]) for s in state.sys if s[idx] is not None]
-        if pts:
-            out[name] = thin([p[0] for p in pts], [p[1] for p in pts], max_points)
+    for name, column in (("GPU", "gpu"), ("CPU", "cpu"), ("engine CPU", "engine_cores")):
+        series = state.sys_columns.series("t", column)
+        if series[0]:
+            out[name] = _thinned(series, max_points)
     return out
 
 

@@ -103,9 +103,21 @@ class AttachSource:
         return owner is not None and owner[1] == socket.gethostname()
 
     def allows(self, control: str) -> bool | None:
-        if control not in (STOP, RESTART) or not self.allow_stop:
+        """Stop while its engine runs here; restart never (this dashboard did not start it)."""
+        if control != STOP or not self.allow_stop:
             return False
-        return True if control == STOP and self.can_stop else None
+        return True if self.can_stop else None
+
+    def why_not(self, control: str) -> str:
+        if control == RESTART:
+            return "this dashboard did not start the run (start it again from the presets)"
+        if not self.allow_stop:
+            return "this view is read-only"
+        if self.ended:
+            return "the run has ended"
+        if self.stopping:
+            return "it is stopping"
+        return "its engine runs on another host"
 
     def label(self) -> str:
         if self.crashed:

@@ -16,11 +16,12 @@ from pathlib import Path
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.run_state import RunState
-from ampscope.tui.source import PAUSE, RESTART, STOP
+from ampscope.tui.source import PAUSE
 
 TICK_S = 0.05
 SEEK_STEP = 0.1
 """left/right move by this fraction of the run."""
+NO_ENGINE = "a record has no engine behind it (the run is over)"
 
 
 class RecordSource:
@@ -40,7 +41,10 @@ class RecordSource:
         return ""
 
     def allows(self, control: str) -> bool | None:
-        return None if control in (STOP, RESTART) else False  # shown disabled: no engine
+        return False  # a record has no engine: no stop, no restart, nothing to play
+
+    def why_not(self, control: str) -> str:
+        return NO_ENGINE
 
     async def feed(self) -> None:
         return
@@ -91,9 +95,10 @@ class ReplaySource:
         return f"{mark} {self.fraction * 100:.0f}% · {self.speed:g}x"
 
     def allows(self, control: str) -> bool | None:
-        if control == PAUSE:
-            return True
-        return None if control in (STOP, RESTART) else False  # shown disabled: no engine
+        return control == PAUSE  # a replay has no engine: stop and restart are not offered
+
+    def why_not(self, control: str) -> str:
+        return NO_ENGINE
 
     async def stop(self) -> None:
         return

@@ -7,6 +7,7 @@ The Run view reads it on a timer: the header from here, stat cards and plot seri
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -17,6 +18,7 @@ from typing import Any
 from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
+from ampscope.tui.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
 from ampscope.tui.rank_table import RankTable
 
 MAX_POINTS = 4096
@@ -66,10 +68,13 @@ class RunState:
         self.stop_requested = False
         self.queue_note: str | None = None  # "sweep 2/4" while a queued sweep runs
         self.exit_code: int | None = None
-        # (step, t, step_ms, loss, loss_scale, samples/s, tokens/s, tflops, mfu, alloc, reserved)
+        # (step, t, step_ms, loss, loss_scale, samples/s, tokens/s, tflops, mfu, alloc, reserved,
+        #  grad_zero_frac)
         self.steps: deque[tuple] = deque(maxlen=maxlen)
         # (t, gpu_util, cpu_util, proc_cpu, gpu_mem_used, gpu_mem_total)
         self.sys: deque[tuple] = deque(maxlen=maxlen)
+        self.step_columns = Columns(STEP_COLUMNS, maxlen)
+        self.sys_columns = Columns(SYS_COLUMNS, maxlen)
         self.recent_ms: deque[float] = deque(maxlen=RECENT)
         self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
         self.last_step: ev.StepEvent | None = None
@@ -77,6 +82,8 @@ class RunState:
         self.step_count = 0  # step events ever seen (the deque forgets)
         self.sys_count = 0
         self.mem_peak: int | None = None
+        self.grad_zero: tuple[int, float] | None = None  # (step, fraction) last measured
+        self.grad_zero_max = 0.0
         self.last_sys: ev.SysEvent | None = None
         self.gpu_seen = False
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
@@ -135,7 +142,23 @@ class RunState:
                 e.mfu,
                 e.mem_allocated,
                 e.mem_reserved,
+                e.grad_zero_frac,
             )
+        )
+        zeros = e.grad_zero_frac
+        if zeros is not None:
+            self.grad_zero = (e.step, zeros)
+            self.grad_zero_max = max(self.grad_zero_max, zeros)
+        loss, scale = e.loss, e.loss_scale
+        self.step_columns.add(
+            e.step,
+            e.t,
+            e.step_ms,
+            loss if loss is not None and math.isfinite(loss) else None,
+            math.log2(scale) if scale is not None and scale > 0 else None,
+            e.mem_allocated,
+            e.mem_reserved,
+            None if zeros is None else zeros * 100,
         )
         self.recent_ms.append(e.step_ms)
         if e.data_ms is not None:
@@ -155,6 +178,8 @@ class RunState:
         if e.gpu_util is not None or e.gpu_mem_total is not None:
             self.gpu_seen = True
         self.sys.append((e.t, e.gpu_util, e.cpu_util, e.proc_cpu, e.gpu_mem_used, e.gpu_mem_total))
+        cores = None if e.proc_cpu is None else e.proc_cpu / 100
+        self.sys_columns.add(e.t, e.gpu_util, e.cpu_util, cores, e.gpu_mem_used, e.gpu_mem_total)
 
     def _on_phase(self, e: ev.PhaseEvent) -> None:
         if self.status in FINAL_STATES:

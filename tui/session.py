@@ -133,6 +133,9 @@ class LiveRun:
             return None if self.state.finished else True
         return control == RESTART
 
+    def why_not(self, control: str) -> str:
+        return "the run has ended" if control == STOP else "only a replay pauses and seeks"
+
     async def feed(self) -> None:
         await self.ended.wait()  # the engine's events arrive through the session
 

@@ -12,13 +12,14 @@ from pathlib import Path
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ampscope.core import records
 from ampscope.core.text import visible
 from ampscope.tui.follow import AttachSource
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.widgets.key_bar import KeyBar
 
 POLL_S = 1.0
 
@@ -29,6 +30,11 @@ class WaitingScreen(Screen):
     It polls the runs dir and opens the newest live run when it is not the one shown.
     """
 
+    HELP_TITLE = "Viewer (read-only)"
+    HELP = (
+        "A read-only view of the presenter's runs: it follows the newest live run and moves "
+        "to the next when one starts. Runs are started and stopped in the presenter's terminal."
+    )
     BINDINGS = [
         Binding("enter", "show_run", "Current run", id="viewer.current-run"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -46,7 +52,7 @@ class WaitingScreen(Screen):
             id="viewer-waiting",
             markup=False,
         )
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.call_after_refresh(self.poll)

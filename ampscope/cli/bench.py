@@ -14,6 +14,7 @@ table from any runs in the history.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,7 +152,8 @@ def cmd_bench(args) -> int:
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
     rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
-    print(render(rows, baseline, fmt))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(render(rows, baseline, fmt, width=width))
     sweep = write_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0

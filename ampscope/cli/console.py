@@ -73,9 +73,10 @@ class ConsoleReporter:
             if self.last_step is not None:
                 self._progress()
             self._clear()
-            if event.steps_done == 0 and event.status == "failed":
-                return  # nothing ran: the error said it all
-            self.out.write(summary_table(event) + "\n")
+            if not (event.steps_done == 0 and event.status == "failed"):  # else the error said it
+                self.out.write(summary_table(event) + "\n")
+            if self.hello is not None and self.hello.run_dir:
+                self._line(f"run record: {self.hello.run_dir}")
             self.out.flush()
 
     def _progress(self) -> None:

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_refresh_argument(parser)
     add_model_argument(parser)  # the dashboard: every run it starts trains this model
-    add_launch_arguments(parser, prefix="top_")  # and runs on this many processes
+    add_launch_arguments(parser, prefix="top_")  # the dashboard: every run it starts
     sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
@@ -72,7 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_detach_arguments(run)
     add_launch_arguments(run)
     presets = sub.add_parser("presets", help="list the presets found (shipped and user)")
-    presets.add_argument("--json", action="store_true")
+    presets.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list: name, description, path, source (shipped or user), problem",
+    )
     bench = sub.add_parser(
         "bench", help="run presets one after another and compare them in one table"
     )
@@ -87,8 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
     )
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument(
+        "--json", action="store_true", help="print the findings as one JSON object (for scripts)"
+    )
     add_runs_parsers(sub)
+    from ampscope.cli.stop import add_stop_parser
+
+    add_stop_parser(sub)
     return parser
 
 
@@ -124,6 +133,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         from ampscope.cli.memory import cmd_memory
 
         return cmd_memory(args)
+    if args.command == "stop":
+        from ampscope.cli.stop import cmd_stop
+
+        return cmd_stop(args)
     if args.command in ("runs", "attach", "replay", "serve"):
         from ampscope.cli import runs
 

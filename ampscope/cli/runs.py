@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -309,11 +310,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    server = Server(command, host=args.host, port=args.port, title="ampscope")
-    try:
-        server.serve()
-    except OSError as exc:
-        return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
-    except KeyboardInterrupt:
-        pass
+    from ampscope.cli.serve_page import offline_templates
+
+    with tempfile.TemporaryDirectory(prefix="ampscope-serve-") as pages:
+        templates = offline_templates(Path(pages))  # no font from the internet
+        server = Server(
+            command, host=args.host, port=args.port, title="ampscope", templates_path=templates
+        )
+        try:
+            server.serve()
+        except OSError as exc:
+            return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
+        except KeyboardInterrupt:
+            pass
     return 0

@@ -68,8 +68,10 @@ def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
 
 
 def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
+    """One row from a preset's runs. A stopped run's figures count: they measure the steps it
+    ran (its status says it stopped); a failed run's do not."""
     dones = [r.done for r in runs if r.done is not None]
-    ok = [d for d in dones if d.status == "ok"]
+    measured = [d for d in dones if d.status in ("ok", "stopped") and d.steps_done > 0]
     statuses = {r.status for r in runs}
     status = statuses.pop() if len(statuses) == 1 else "mixed"
     row = Row(preset=preset, status=status, runs=len(runs), run_dirs=[str(r.path) for r in runs])
@@ -89,11 +91,11 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
         row.loss_nonfinite_step = went_nonfinite.loss_final_step
     row.setup = setup_of(runs[0]) if runs else {}
     row.run_medians = [
-        r.done.step_ms_median if r.done is not None and r.done.status == "ok" else None
-        for r in runs
+        r.done.step_ms_median if r.done is not None and r.done in measured else None for r in runs
     ]
-    if not ok:
+    if not measured:
         return row
+    ok = measured
     medians = [d.step_ms_median for d in ok if d.step_ms_median is not None]
     if medians:
         row.step_ms = statistics.median(medians)
@@ -173,10 +175,16 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
     for row in rows:
         if row.preset == baseline:
             continue
-        if row.status != "ok":
+        if row.status == "stopped" and not row.reason:
+            lines.append(
+                f"{row.preset} was stopped before its last step: its figures cover the steps "
+                "it ran."
+            )
+        elif row.status != "ok":
             lines.append(
                 f"{row.preset} {row.status}: {(row.reason or 'see its run record').rstrip('.')}."
             )
+        if row.status != "ok" and row.step_ms is None:
             continue
         if row.differs and base is not None:
             lines.append(_not_comparable(row, base))
@@ -273,6 +281,27 @@ def cells(row: Row) -> dict[str, str]:
     }
 
 
+def text_table(heads: list[str], body: list[list[str]], width: int | None = None) -> list[str]:
+    """Columns padded to their widest cell. Wider than ``width``: cut into blocks of whole
+    columns, one under the other, each starting with the first column (the preset)."""
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(heads)]
+    blocks: list[list[int]] = [[0]]
+    used = widths[0]
+    for i in range(1, len(heads)):
+        if width is not None and used + 2 + widths[i] > width and len(blocks[-1]) > 1:
+            blocks.append([0])
+            used = widths[0]
+        blocks[-1].append(i)
+        used += 2 + widths[i]
+    lines: list[str] = []
+    for block in blocks:
+        if lines:
+            lines.append("")
+        lines.append("  ".join(heads[i].ljust(widths[i]) for i in block).rstrip())
+        lines += ["  ".join(r[i].ljust(widths[i]) for i in block).rstrip() for r in body]
+    return lines
+
+
 def _speed_cell(row: Row) -> str:
     """'1.31x (1.22-1.41)' tested and significant, '~' not significant, '?' untested."""
     if row.differs:
@@ -287,7 +316,8 @@ def _speed_cell(row: Row) -> str:
     return interval + ("" if row.significant else " ~")
 
 
-def render(rows: list[Row], baseline: str, fmt: str = "text") -> str:
+def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None = None) -> str:
+    """The comparison as text (fitted to ``width`` columns when given), markdown, CSV or JSON."""
     if fmt == "json":
         return json.dumps(
             {
@@ -312,9 +342,7 @@ def render(rows: list[Row], baseline: str, fmt: str = "text") -> str:
         lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         lines += ["| " + " | ".join(r) + " |" for r in body]
     else:
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(heads)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+        lines = text_table(heads, body, width)
     notes = verdicts(rows, baseline) + legend(rows)
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 

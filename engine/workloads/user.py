@@ -9,7 +9,6 @@ as for the built-in workloads.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -109,22 +108,17 @@ class UserBatches:
                     "iterable nor callable. Accepted: an iterable of batches (a DataLoader, a "
                     "list) or a callable step -> batch."
                 ) from None
-        self.rank, self.world_size = 0, 1
         self.served = 0  # batches read in the current pass over an iterable
         self.restarted = False
         self.first: tuple[Any, Any] | None = None
         self.first_seen = ""  # what the first batch held, for a message about it
         self.batch_size = 0  # known once the first batch is in
+        self.rank, self.world_size = 0, 1
 
     def shard(self, rank: int, world_size: int) -> None:
-        """Data parallelism: a callable is asked for batch ``step * world_size + rank``, an
-        iterable gives each rank every world_size-th batch, from its rank on."""
+        """Data parallelism: rank r trains on batch r of every ``world_size`` (a callable is
+        asked for ``step * world_size + rank``). The first batch, read before, is every rank's."""
         self.rank, self.world_size = rank, world_size
-        if self.it is not None:
-            self.it = self._iter()
-
-    def _iter(self) -> Any:
-        return itertools.islice(iter(self.source), self.rank, None, self.world_size)
 
     def cast_inputs(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
@@ -146,8 +140,14 @@ class UserBatches:
         return self._fetch(step)
 
     def _fetch(self, step: int) -> tuple[Any, Any]:
-        index = step * self.world_size + self.rank
-        raw = self.fn(index) if self.fn is not None else self._next(step)
+        if self.fn is not None:
+            raw = self.fn(step * self.world_size + self.rank)
+        else:
+            for _ in range(self.rank):
+                self._next(step)
+            raw = self._next(step)
+            for _ in range(self.world_size - self.rank - 1):
+                self._next(step)
         if isinstance(raw, Mapping):
             inputs, targets = raw, None
         elif isinstance(raw, (tuple, list)) and len(raw) == 2:
@@ -170,7 +170,7 @@ class UserBatches:
     def _restart(self, step: int) -> Any:
         """Start the iterable over, once per epoch; say so (once) in the record."""
         epoch, self.served = self.served, 0
-        self.it = self._iter()
+        self.it = iter(self.source)
         try:
             raw = next(self.it)
         except StopIteration:

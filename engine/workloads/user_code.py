@@ -4,7 +4,8 @@ Everything that can go wrong in the user's own code (a missing file or function,
 that fails, a factory that raises, an answer without a model) becomes a :class:`UserCodeError`:
 a ``ConfigError``, so the run ends with an ``error`` event of kind ``config`` and exit 2. Its
 message names the spec, what was wrong and what is accepted; its traceback keeps the frames
-of the user's files and drops ampscope's, so the file and line shown are theirs.
+of the user's code (and of the libraries it calls) and drops ampscope's and torch's call
+plumbing, so the file and line shown are theirs.
 """
 
 from __future__ import annotations

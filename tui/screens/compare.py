@@ -8,17 +8,40 @@ from __future__ import annotations
 
 from collections import Counter
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
-from textual_plotext import PlotextPlot
+from textual.widgets import DataTable, Static
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.tui.figures import points_for_width, thin
+from ampscope.core.text import visible
+from ampscope.tui.chart import LEGEND_GLYPHS, LINE_ORDER, Line
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.plots import ChartView, Figure, data_axis, say, step_axis
+from ampscope.tui.widgets.tables import fill
+
+FIT_ORDER = (
+    "preset",
+    "step time",
+    "speedup",
+    "status",
+    "peak mem",
+    "final loss",
+    "samples/s",
+    "MFU",
+    "skipped",
+    "grad zeros",
+    "TFLOP/s",
+    "tokens/s",
+    "mem vs base",
+    "loss vs base",
+    "compile",
+)
+"""Which columns stay on a narrow terminal, most wanted first (all of comparison.COLUMNS)."""
 
 COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
 # The columns the sort key cycles through: (title, Row attribute, largest first?)
@@ -34,12 +57,12 @@ SORTS = [
 ]
 
 
-class OverlayPlot(PlotextPlot):
-    """One series per run against the step, thinned to about two points a column."""
+class OverlayPlot(ChartView):
+    """One line per run against the step; lines differ by marker as well as by colour."""
 
-    def __init__(self, title: str, **kwargs) -> None:
+    def __init__(self, title: str, short: str, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.title = title
+        self.quantity, self.short = title, short
         self.series: list[tuple[str, list[float], list[float]]] = []
 
     def show(self, series: list[tuple[str, list[float], list[float]]]) -> None:
@@ -50,16 +73,25 @@ class OverlayPlot(PlotextPlot):
         self.redraw()
 
     def redraw(self) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        plt.title(self.title)
-        width = points_for_width(max(1, self.size.width - 10))
-        for i, (label, xs, ys) in enumerate(self.series):
-            if xs:
-                txs, tys = thin(xs, ys, width)
-                plt.plot(txs, tys, marker="hd", color=COLORS[i % len(COLORS)], label=label)
-        self.refresh()
+        width, height = self.size
+        if width <= 0 or height <= 0:
+            return
+        lines = [
+            Line(label, xs, ys, COLORS[i % len(COLORS)], LINE_ORDER[i % len(LINE_ORDER)])
+            for i, (label, xs, ys) in enumerate(self.series)
+            if xs
+        ]
+        first = min((line.xs[0] for line in lines), default=0)
+        last = max((line.xs[-1] for line in lines), default=1)
+        values = [y for line in lines for y in (min(line.ys), max(line.ys))]
+        named = [part for line in lines for part in (" ", (line, line.label))]
+        titles = [
+            say(f"{self.quantity} / step:", *named),
+            say(f"{self.short}:", *named),
+            say(f"{self.quantity} / step"),
+        ]
+        fig = Figure(titles, step_axis([first, last], width), data_axis(values, height), lines)
+        self.paint(fig, (width, height))
 
 
 def labels_for(runs: list[records.RunRecord]) -> list[str]:
@@ -74,6 +106,12 @@ def labels_for(runs: list[records.RunRecord]) -> list[str]:
 
 
 class CompareScreen(Screen):
+    HELP_TITLE = "Compare"
+    HELP = (
+        "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
+        "against the baseline (a ~ marks a difference smaller than the step-time spread), "
+        "step time and loss curves overlaid, and a verdict in words."
+    )
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
         Binding("o", "sort", "Sort", id="compare.sort"),
@@ -88,10 +126,7 @@ class CompareScreen(Screen):
         self.base_rows = [
             comparison.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
         ]
-        default = next(
-            (lbl for lbl, r in zip(self.labels, runs, strict=True) if r.preset == "fp32"), None
-        )
-        self.baseline = baseline or default or (self.labels[0] if self.labels else "")
+        self.baseline = baseline or default_baseline(self.base_rows)
         self.sort_index = 0
         self.rows: list[comparison.Row] = []
 
@@ -99,15 +134,13 @@ class CompareScreen(Screen):
         yield Static("", id="compare-title")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="compare-plots"):
-            yield OverlayPlot("step time (ms) / step", id="compare-step")
-            yield OverlayPlot("loss / step", id="compare-loss")
+            yield OverlayPlot("step time (ms)", "ms / step", id="compare-step")
+            yield OverlayPlot("loss", "loss / step", id="compare-loss")
         yield Static("", id="compare-verdict")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for title, _key in comparison.COLUMNS:
-            table.add_column(title, key=title)
         self.render_table()
         self.query_one("#compare-step", OverlayPlot).show(self.curves("step_ms"))
         self.query_one("#compare-loss", OverlayPlot).show(self.curves("loss"))
@@ -132,17 +165,38 @@ class CompareScreen(Screen):
             rows = sorted(present, key=lambda r: getattr(r, key), reverse=largest_first) + missing
         self.rows = rows
         table = self.query_one(DataTable)
-        table.clear()
+        cursor = table.cursor_row
+        body: list[list[object]] = []
         for row in rows:
             cells = comparison.cells(row)
-            table.add_row(*[literal(cells[k]) for _, k in comparison.COLUMNS], key=row.preset)
+            cells["status"] = row.status  # the reason is in the verdict under the plots
+            line: list[object] = [literal(cells[k]) for _, k in comparison.COLUMNS]
+            line[0] = self.legend_cell(row.preset)
+            body.append(line)
+        heads = [title for title, _ in comparison.COLUMNS]
+        order = [heads.index(h) for h in FIT_ORDER]
+        fill(table, heads, body, self.size.width, order, keys=[r.preset for r in rows])
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
         self.query_one("#compare-title", Static).update(
             f"{len(rows)} runs · baseline [b]{literal(self.baseline)}[/b] · sorted by {title}"
-            "  (b: make the highlighted row the baseline, o: next sort column)"
         )
         self.query_one("#compare-verdict", Static).update(
             "\n".join(literal(v) for v in comparison.verdicts(rows, self.baseline))
         )
+
+    def legend_cell(self, label: str) -> Text:
+        """The run's name behind its line's marker, in its colour: the table is the legend."""
+        i = self.labels.index(label) if label in self.labels else 0
+        return Text.assemble(
+            (LEGEND_GLYPHS[LINE_ORDER[i % len(LINE_ORDER)]], COLORS[i % len(COLORS)]),
+            " ",
+            visible(label),
+        )
+
+    def on_resize(self) -> None:
+        if self.is_mounted:
+            self.render_table()
 
     def action_baseline(self) -> None:
         table = self.query_one(DataTable)
@@ -164,6 +218,14 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def default_baseline(rows: list[comparison.Row]) -> str:
+    """fp32 if it has figures, else the first run that has any: never an empty run."""
+    measured = [r for r in rows if r.step_ms is not None]
+    fp32 = next((r for r in measured if r.preset.split("#")[0] == "fp32"), None)
+    chosen = fp32 or (measured[0] if measured else rows[0] if rows else None)
+    return chosen.preset if chosen else ""
 
 
 def _fields(row: comparison.Row) -> dict:

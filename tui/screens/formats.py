@@ -1,4 +1,8 @@
-"""The number-format explorer: what each format stores for a value, its facts, and the demos."""
+"""The number-format explorer: what each format stores for a value, its facts, and the demos.
+
+``ampscope.core.formats`` (numpy, ml_dtypes: seconds to import) is imported when the screen
+opens, never with the dashboard.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import (
     DataTable,
-    Footer,
     Input,
     Label,
     OptionList,
@@ -18,7 +21,8 @@ from textual.widgets import (
     TabPane,
 )
 
-from ampscope.core import formats as fm
+from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.tables import fill
 
 DEFAULT_VALUES = "65504, 65520, 1e-8, 1 + 2**-8, 0.1"
 FIELD_STYLES = ("bold red", "bold cyan", "bold green")  # sign, exponent, mantissa
@@ -38,7 +42,40 @@ def split_values(text: str) -> list[str]:
     return [part.strip() for part in text.replace(";", ",").split(",") if part.strip()]
 
 
+VALUE_COLUMNS = ("value", "format", "stored", "rel. error", "flags")
+"""The Values tab's columns, in the order its rows are written. The bits (66 columns for an
+fp64) are spelled out under the table for the highlighted row: no terminal is wide enough to
+show them in a column beside the rest."""
+FACT_COLUMNS = (
+    "format",
+    "bits",
+    "exp",
+    "man",
+    "max",
+    "smallest normal",
+    "smallest subnormal",
+    "eps",
+    "digits",
+    "decades",
+    "past the range",
+)
+
+
+def _fm():
+    from ampscope.core import formats
+
+    return formats
+
+
 class FormatsScreen(Screen):
+    HELP_TITLE = "Number formats"
+    HELP = (
+        "What each number format stores for a value. Values: type numbers or expressions "
+        "(1 + 2**-9, 1e-8), enter shows every format's stored value, its relative error, "
+        "flags (overflow, underflow, saturated) and its bits; the line under the table spells "
+        "out the highlighted row's bits. Formats: each format's range and precision. Demos: "
+        "the lecture's cases (fp16 overflow, underflow, loss scaling)."
+    )
     BINDINGS = [
         Binding("escape", "back", "Back", id="formats.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -50,35 +87,25 @@ class FormatsScreen(Screen):
                 yield Label("Values or expressions, separated by commas (e.g. 1 + 2**-9):")
                 yield Input(value=DEFAULT_VALUES, id="formats-input")
                 yield Label("", id="formats-error", classes="error", markup=False)
-                yield DataTable(id="formats-table", zebra_stripes=True)
+                yield DataTable(id="formats-table", zebra_stripes=True, cursor_type="row")
+                yield Static("", id="formats-bits", markup=False)
             with TabPane("Formats", id="tab-facts"):
                 yield DataTable(id="facts-table", zebra_stripes=True)
             with TabPane("Demos", id="tab-demos"):
                 yield OptionList(id="demo-list")
                 yield Static("", id="demo-text")
-        yield Footer()
+        yield KeyBar()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bits: list[tuple[str, str, tuple[str, ...]]] = []
+        self.value_rows: list[list[object]] = []
+        self.fact_rows: list[list[str]] = []
 
     def on_mount(self) -> None:
-        table = self.query_one("#formats-table", DataTable)
-        table.add_columns(
-            "value", "format", "stored", "bits (sign|exponent|mantissa)", "rel. error", "flags"
-        )
-        facts = self.query_one("#facts-table", DataTable)
-        facts.add_columns(
-            "format",
-            "bits",
-            "exp",
-            "man",
-            "max",
-            "smallest normal",
-            "smallest subnormal",
-            "eps",
-            "digits",
-            "decades",
-            "past the range",
-        )
-        for f in fm.facts_table():
-            facts.add_row(
+        fm = _fm()
+        self.fact_rows = [
+            [
                 f["label"],
                 str(f["bits"]),
                 str(f["exponent_bits"]),
@@ -90,19 +117,28 @@ class FormatsScreen(Screen):
                 _g(f["decimal_digits"]),
                 _g(f["range_decades"]),
                 f["overflow"],
-            )
+            ]
+            for f in fm.facts_table()
+        ]
         demos = self.query_one("#demo-list", OptionList)
         for name, (title, _fn) in fm.DEMOS.items():
             demos.add_option(f"{name}: {title}")
         self.show_values(DEFAULT_VALUES)
         self.query_one("#formats-input", Input).focus()
 
+    @on(TabbedContent.TabActivated)
+    def _tab(self, event: TabbedContent.TabActivated) -> None:
+        """Each tab gives the focus to what it is about: esc then goes back in one press."""
+        pane = event.pane.id or ""
+        target = {"tab-facts": "#facts-table", "tab-demos": "#demo-list"}.get(pane)
+        self.query_one(target or "#formats-input").focus()
+
     @on(Input.Submitted, "#formats-input")
     def _submitted(self, event: Input.Submitted) -> None:
         self.show_values(event.value)
 
     def show_values(self, text: str) -> None:
-        table = self.query_one("#formats-table", DataTable)
+        fm = _fm()
         error = self.query_one("#formats-error", Label)
         try:
             described = [fm.describe(v) for v in split_values(text)]
@@ -110,19 +146,58 @@ class FormatsScreen(Screen):
             error.update(str(exc))
             return
         error.update("")
-        table.clear()
+        self.value_rows = []
+        self.bits = []
         for d in described:
             for row in d.rows:
-                flags = Text(", ".join(row.flags), style="bold yellow" if row.flags else "")
-                rel = "-" if row.rel_error is None else f"{row.rel_error:.2e}"
-                table.add_row(d.input, row.format, row.text, flags, rel, bits_text(row.fields))
+                cells = {
+                    "value": d.input,
+                    "format": row.format,
+                    "stored": row.text,
+                    "rel. error": "-" if row.rel_error is None else f"{row.rel_error:.2e}",
+                    "flags": Text(", ".join(row.flags), style="bold yellow" if row.flags else ""),
+                }
+                self.value_rows.append([cells[c] for c in VALUE_COLUMNS])
+                self.bits.append((d.input, row.format, tuple(row.fields)))
+        self.fit_tables()
+        self.show_bits(0)
+
+    def fit_tables(self) -> None:
+        width = self.size.width
+        fill(self.query_one("#formats-table", DataTable), VALUE_COLUMNS, self.value_rows, width)
+        fill(self.query_one("#facts-table", DataTable), FACT_COLUMNS, self.fact_rows, width)
+
+    def on_resize(self) -> None:
+        if self.is_mounted and self.fact_rows:
+            self.fit_tables()
+
+    @on(DataTable.RowHighlighted, "#formats-table")
+    def _row(self, event: DataTable.RowHighlighted) -> None:
+        self.show_bits(event.cursor_row)
+
+    def show_bits(self, index: int) -> None:
+        """The highlighted row's bits, spelled out: at 80 columns the bits column is off screen."""
+        line = self.query_one("#formats-bits", Static)
+        if not 0 <= index < len(self.bits):
+            line.update("")
+            return
+        value, name, fields = self.bits[index]
+        names = ("sign", "exponent", "mantissa") if len(fields) == 3 else ("bits",)
+        text = Text(f"{value} as {name}, bits ({' | '.join(names[: len(fields)])}):\n")
+        text.append_text(bits_text(fields))
+        line.update(text)
 
     @on(OptionList.OptionSelected, "#demo-list")
     def _demo(self, event: OptionList.OptionSelected) -> None:
+        fm = _fm()
         name = list(fm.DEMOS)[event.option_index]
         self.query_one("#demo-text", Static).update("\n".join(fm.run_demo(name).lines))
 
     def action_back(self) -> None:
+        """esc: out of the value field first, then back to the screen below."""
+        if isinstance(self.focused, Input):
+            self.query_one("#formats-table", DataTable).focus()
+            return
         self.app.pop_screen()
 
 

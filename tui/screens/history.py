@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 from pathlib import Path
@@ -9,18 +10,45 @@ from pathlib import Path
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from ampscope.core import records
-from ampscope.core.units import fmt_final_loss, fmt_ms
+from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.tables import fill
+
+HEADS = ("preset", "state", "steps", "median step", "final loss", "started")
+ORDER = (0, 1, 5, 3, 4, 2)
+"""Which columns stay on a narrow terminal: the preset, its state, when, then its figures."""
+
+STAMP = "%Y%m%dT%H%M%SZ"
+"""How a run folder's name starts (``records.new_run_dir``): its start, in UTC."""
+
+
+def started(run: records.RunRecord) -> str:
+    """When the run started, in local time, one format whether or not it said hello."""
+    if run.hello is not None:
+        return fmt_time(run.hello.started_at)
+    try:
+        return fmt_time(calendar.timegm(time.strptime(run.name.split("-", 1)[0], STAMP)))
+    except ValueError:
+        return "-"
 
 
 class HistoryScreen(Screen):
+    HELP_TITLE = "History"
+    HELP = (
+        "Every run recorded in the runs folder, newest first. Enter opens one (a live run is "
+        "followed as it goes, a finished one shown whole); space marks runs and c compares "
+        "the marked ones (with none marked, the last sweep's)."
+    )
     BINDINGS = [
         Binding("enter", "open", "Open", show=True, id="history.open"),
+        Binding("home", "cursor(0)", "First run", show=False, priority=True, id="history.first"),
+        Binding("end", "cursor(-1)", "Last run", show=False, priority=True, id="history.last"),
         Binding("space", "mark", "Mark", id="history.mark"),
         Binding("c", "compare", "Compare", id="history.compare"),
         Binding("f5", "reload", "Reload", id="history.reload"),
@@ -37,47 +65,59 @@ class HistoryScreen(Screen):
         self.marked: list[str] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"Runs in {literal(self.runs_dir)}", id="history-title")
+        yield Static("", id="history-title")
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-empty")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("preset", "state", "steps", "median step", "final loss", "started")
-        table.add_column("compare", key="mark")
         self.action_reload()
-        table.focus()
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        self.action_reload()
+
+    def preset_cell(self, name: str, preset: str) -> str:
+        """The preset, behind a dot when it is marked for comparison."""
+        return ("● " if name in self.marked else "  ") + literal(preset)
 
     def action_reload(self) -> None:
         table = self.query_one(DataTable)
-        table.clear()
+        row = table.cursor_row
         self.paths.clear()
         runs = records.list_runs(self.runs_dir)
+        rows = []
         for run in runs:
+            self.states[run.name] = state = run.state  # fills in ``done`` from the stream
             done = run.done
-            started = (
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.hello.started_at))
-                if run.hello
-                else run.name.split("-", 1)[0]
-            )
-            self.states[run.name] = state = run.state
-            table.add_row(
-                literal(run.preset),
-                state,
-                "-" if done is None else str(done.steps_done),
-                fmt_ms(done.step_ms_median if done else None),
-                fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
-                if done
-                else "-",
-                literal(started),
-                "x" if run.name in self.marked else "",
-                key=run.name,
+            rows.append(
+                [
+                    self.preset_cell(run.name, run.preset),
+                    state,
+                    "-" if done is None else str(done.steps_done),
+                    fmt_ms(done.step_ms_median if done else None),
+                    fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
+                    if done
+                    else "-",
+                    started(run),
+                ]
             )
             self.paths[run.name] = run.path
+        fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
+        if rows:
+            table.move_cursor(row=min(row, len(rows) - 1))
+        count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+        self.query_one("#history-title", Static).update(
+            f"History · {count} in {literal(self.runs_dir)} · newest first"
+        )
         self.query_one("#history-empty", Static).update(
             "" if runs else "No runs recorded yet. Start one from the presets (enter)."
         )
+
+    def action_cursor(self, row: int) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            table.move_cursor(row=row % table.row_count)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
@@ -105,7 +145,8 @@ class HistoryScreen(Screen):
             self.marked.remove(name)
         else:
             self.marked.append(name)
-        table.update_cell(name, "mark", "x" if name in self.marked else "")
+        preset = records.load_run(self.paths[name], with_events=False).preset
+        table.update_cell(name, "preset", self.preset_cell(name, preset))
         table.move_cursor(row=min(table.cursor_row + 1, table.row_count - 1))
 
     def action_compare(self) -> None:

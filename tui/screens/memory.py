@@ -7,17 +7,40 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Select, Static
+from textual.widgets import DataTable, Input, Label, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.tables import fill
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
+HEADS = (
+    "regime",
+    "B/param",
+    "TRAIN",
+    "INFER",
+    "smallest GPU",
+    "weights",
+    "grads",
+    "master",
+    "optim.",
+    "casts",
+    "activ.",
+    "logits",
+)
+"""The totals and the GPU first: a narrow terminal keeps the columns that fit, in this order."""
 
 
 class MemoryScreen(Screen):
+    HELP_TITLE = "Memory plan"
+    HELP = (
+        "How much memory training and inference take per precision regime, for a parameter "
+        "count (125M, 7B, 1.5e9) or the highlighted preset's model, and the smallest GPU that "
+        "fits. Type a count and press enter; tab reaches the optimizer."
+    )
     BINDINGS = [
         Binding("escape", "back", "Back", id="memory.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -27,6 +50,8 @@ class MemoryScreen(Screen):
         super().__init__()
         self.preset = preset
         self.workload: mp.Workload | None = None
+        self.rows: list[list[str]] = []
+        self.keys: list[str] = []
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="memory-inputs"):
@@ -44,24 +69,9 @@ class MemoryScreen(Screen):
         yield Static("", id="memory-title")
         yield DataTable(id="memory-table", zebra_stripes=True)
         yield Static("", id="memory-notes")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns(
-            "regime",
-            "B/param",
-            "weights",
-            "grads",
-            "master",
-            "optim.",
-            "casts",
-            "activ.",
-            "logits",
-            "TRAIN",
-            "INFER",
-            "fits from",
-        )
         if self.preset:
             try:
                 workload = mp.workload_from_preset(self.preset, on_cuda=True)
@@ -89,13 +99,14 @@ class MemoryScreen(Screen):
     def show(self, params: int, shape: mp.Shape | None, title: str) -> None:
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
-        rows = mp.plan(params, optimizer=optimizer, shape=shape)
-        table = self.query_one(DataTable)
-        table.clear()
-        for r in rows:
-            table.add_row(
+        plan = mp.plan(params, optimizer=optimizer, shape=shape)
+        self.rows = [
+            [
                 r.label,
                 f"{r.train_bpp}/{r.inference_bpp}",
+                fmt_bytes(r.train_total),
+                fmt_bytes(r.inference_total),
+                smallest_fit(r.fits_train),
                 fmt_bytes(r.weights),
                 fmt_bytes(r.grads),
                 fmt_bytes(r.master),
@@ -103,11 +114,11 @@ class MemoryScreen(Screen):
                 fmt_bytes(r.cast_copies),
                 fmt_bytes(r.activations),
                 fmt_bytes(r.logits),
-                fmt_bytes(r.train_total),
-                fmt_bytes(r.inference_total),
-                smallest_fit(r.fits_train),
-                key=r.regime,
-            )
+            ]
+            for r in plan
+        ]
+        self.keys = [r.regime for r in plan]
+        self.fit_table()
         self.query_one("#memory-title", Static).update(
             f"{literal(title)}, {optimizer}"
             + (
@@ -117,14 +128,27 @@ class MemoryScreen(Screen):
             )
         )
         self.query_one("#memory-notes", Static).update(
-            f"B/param: bytes per parameter, training/inference. TRAIN adds the columns before "
-            "it (gradients included, though freed before each forward: the measured peak is up "
+            f"B/param: bytes per parameter, training/inference. TRAIN adds weights to logits "
+            "(gradients included, though freed before each forward: the measured peak is up "
             f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
             "memory. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
-            "logit-sized buffers at the start of backward; inference ignores the KV cache."
+            "logit-sized buffers at the start of backward; inference ignores the KV cache. "
+            "Smallest GPU: the listed GPU with the least memory that fits training; +N: that "
+            "many larger ones fit too."
         )
 
+    def fit_table(self) -> None:
+        fill(self.query_one(DataTable), HEADS, self.rows, self.size.width, keys=self.keys)
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self.fit_table()
+
     def action_back(self) -> None:
+        """esc: out of the count field first, then back to the screen below."""
+        if isinstance(self.focused, (Input, Select)):
+            self.query_one(DataTable).focus()
+            return
         self.app.pop_screen()
 
 
@@ -134,6 +158,5 @@ def smallest_fit(names: list[str]) -> str:
     if not names:
         return "none listed (shard it, or use a smaller batch)"
     first = min(names, key=lambda n: sizes.get(n, 0))
-    return f"{first} ({sizes.get(first, 0):g} GiB)" + (
-        f" +{len(names) - 1} more" if len(names) > 1 else ""
-    )
+    more = f" +{len(names) - 1}" if len(names) > 1 else ""
+    return f"{first} {sizes.get(first, 0):g} GiB{more}"

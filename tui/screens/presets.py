@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import copy
-import re
 import typing
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
@@ -23,7 +21,9 @@ from ampscope.core.text import visible
 from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
+from ampscope.tui.screens.save import SaveDialog, save_user_preset
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.key_bar import KeyBar
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -37,20 +37,10 @@ FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("workload.kind", "workload", typing.get_args(cfg.WorkloadKind)),
     ("workload.size", "size", typing.get_args(cfg.WorkloadSize)),
 ]
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def field_id(key: str) -> str:
     return "field-" + key.replace(".", "-").replace("_", "-")
-
-
-def save_user_preset(preset: cfg.Preset, name: str) -> Path:
-    """Write ``preset`` as the user preset ``name`` (it then lists as 'NAME  (user)')."""
-    folder = cfg.user_presets_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.toml"
-    path.write_text(cfg.to_toml(msgspec.structs.replace(preset, name=name)))
-    return path
 
 
 def parse_field(key: str, text: str) -> Any:
@@ -60,46 +50,22 @@ def parse_field(key: str, text: str) -> Any:
     return cfg.parse_value(text)
 
 
-class SaveDialog(ModalScreen[str | None]):
-    """Ask for the name of a new user preset."""
-
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="save.cancel")]
-
-    def __init__(self, suggestion: str) -> None:
-        super().__init__()
-        self.suggestion = suggestion
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="save-dialog"):
-            yield Label(f"Save as a user preset in {cfg.user_presets_dir()}")
-            yield Input(value=self.suggestion, placeholder="name", id="save-name")
-            yield Label("", id="save-error", classes="error", markup=False)
-            with Horizontal(id="save-buttons"):
-                yield Button("Save", variant="primary", id="save-ok")
-                yield Button("Cancel", id="save-cancel")
-
-    @on(Input.Submitted, "#save-name")
-    @on(Button.Pressed, "#save-ok")
-    def _save(self) -> None:
-        name = self.query_one("#save-name", Input).value.strip()
-        if not NAME_PATTERN.match(name):
-            self.query_one("#save-error", Label).update(
-                "A name is letters, digits, '-', '_' or '.', starting with a letter or digit."
-            )
-            return
-        self.dismiss(name)
-
-    @on(Button.Pressed, "#save-cancel")
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
 class PresetsScreen(Screen):
     """The first screen. Runs are asked of the app (messages); ``read_only`` offers none."""
 
+    HELP_TITLE = "Presets"
+    HELP = (
+        "A preset is a training run: a precision (fp32, tf32, bf16, fp16, AMP with or without "
+        "loss scaling), a torch.compile mode and a workload. Pick one on the left; its fields on "
+        "the right can be edited (a value that cannot run is refused with the reason). Run it "
+        "and the Run view opens. Up and down move in the list, tab and shift+tab between the "
+        "list and the fields, esc leaves a field."
+    )
     BINDINGS = [
-        Binding("enter", "run", "Run", show=False, id="presets.run-enter"),
         Binding("r", "run", "Run", id="presets.run"),
+        # shown only while a field has the letters (the bar shows one key per action)
+        Binding("enter", "run", "Run", id="presets.run-enter"),
+        Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
         Binding("m", "mark", "Mark for sweep", id="presets.mark"),
         Binding("w", "sweep", "Run sweep", id="presets.sweep"),
@@ -146,14 +112,27 @@ class PresetsScreen(Screen):
                             )
                 yield Label("", id="preset-error", classes="error", markup=False)
                 yield Static("", id="preset-status")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.reload()
         self.query_one("#preset-list", OptionList).focus()
 
     def on_screen_resume(self) -> None:
+        """Back from another screen, the list has the keys (never a field: 'h' is no text)."""
+        self.query_one("#preset-list", OptionList).focus()
         self.refresh_bindings()
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()  # esc 'Done editing' comes and goes with a field's focus
+
+    @property
+    def editing(self) -> bool:
+        focused = self.focused
+        return focused is not None and focused.has_class("form-input")
+
+    def action_leave_field(self) -> None:
+        self.query_one("#preset-list", OptionList).focus()
 
     def reload(self, select: str | None = None) -> None:
         self.presets = cfg.list_presets()
@@ -170,6 +149,8 @@ class PresetsScreen(Screen):
                 for p in self.presets
             ]
         )
+        longest = max((len(visible(p.name)) for p in self.presets), default=10)
+        options.styles.width = min(max(longest + 9, 20), 40)  # names whole, never wrapped
         if not self.presets:
             self.query_one("#preset-error", Label).update(
                 f"No presets found. Add .toml files to {cfg.user_presets_dir()}."
@@ -201,8 +182,9 @@ class PresetsScreen(Screen):
         self.base = cfg.to_dict(preset)
         self.edited = copy.deepcopy(self.base)
         self.preset = preset
+        where = "shipped" if info.source == "shipped" else f"{info.source}: {literal(info.path)}"
         self.query_one("#preset-description", Static).update(
-            f"[b]{literal(info.name)}[/b]  [dim]{info.source}: {literal(info.path)}[/dim]\n"
+            f"[b]{literal(info.name)}[/b]  [dim]({where})[/dim]\n"
             + escape(visible(preset.description, keep_newlines=True))
         )
         for key, _label, choices in FIELDS:
@@ -299,10 +281,10 @@ class PresetsScreen(Screen):
         self.query_one("#preset-status", Static).update(
             f"sweep queue: {literal(', '.join(self.marked))}  (w runs it)" if self.marked else ""
         )
+        self.refresh_bindings()
 
     async def action_sweep(self) -> None:
         if len(self.marked) < 2:
-            self.app.notify("Mark two or more presets with m, then press w.", title="Sweep")
             return
         queue, self.marked = list(self.marked), []
         self.reload(select=self.current.name if self.current else None)
@@ -360,7 +342,19 @@ class PresetsScreen(Screen):
             return self.app.is_screen_installed(LIVE_RUN_SCREEN)
         if action == "toggle_detach":
             return not self.read_only and parameters[0] != self.detach
+        if action == "leave_field":
+            return self.editing
+        if action == "sweep":
+            return True if len(self.marked) >= 2 else None
         return True
+
+    def key_note(self, action: str) -> str:
+        return {
+            "view_run": "no run has been watched yet",
+            "leave_field": "no field has the focus",
+            "sweep": "mark two or more presets with m first",
+            "toggle_detach": "this dashboard is read-only",
+        }.get(action, "")
 
     def action_toggle_detach(self, detach: bool) -> None:
         """Runs started while on outlive the dashboard ('ampscope attach' finds them)."""

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.text import visible
 from ampscope.tui import figures
 from ampscope.tui.replay import SEEK_STEP
 from ampscope.tui.run_state import RunState
-from ampscope.tui.source import PAUSE, Playback, RunSource
+from ampscope.tui.screens.dialogs import ConfirmDialog
+from ampscope.tui.source import PAUSE, STOP, Playback, RunSource
 from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
 from ampscope.tui.widgets.ranks import RankStrip
 from ampscope.tui.widgets.stat_cards import StatCards
@@ -29,6 +33,13 @@ PLAYBACK_ACTIONS = ("pause", "seek", "seek_to")
 class RunScreen(Screen):
     """Shows one run source. What it offers (stop, restart, pause, seek) is the source's say."""
 
+    HELP_TITLE = "Run view"
+    HELP = (
+        "One run, live or recorded: the header says its phase, step, preset, device and "
+        "precision; the cards its latest figures (medians of the last 20 steps); the plots its "
+        "history (each title names its lines by their marker); the log its warnings and "
+        "errors with their step. A replay plays a record at its pace."
+    )
     BINDINGS = [
         Binding("s", "stop", "Stop", id="run.stop"),
         Binding("r", "restart", "Restart", id="run.restart"),
@@ -49,6 +60,7 @@ class RunScreen(Screen):
         self.refresh_hz = refresh_hz
         self.redraws = 0
         self.displayed_step: int | None = None
+        self._header_lines = 0
 
     @property
     def state(self) -> RunState:
@@ -66,7 +78,7 @@ class RunScreen(Screen):
             yield MemoryPlot(id="plot-mem")
             yield UtilPlot(id="plot-util")
         yield EventLog(id="event-log")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self._feed()
@@ -108,7 +120,11 @@ class RunScreen(Screen):
         note = self.source.label()
         if note:
             header += " · " + note
-        self.query_one("#run-header", Static).update(visible(header), layout=False)
+        width = self.size.width - 2
+        header = fit_header(visible(header), width)
+        lines = header.count("\n") + 1  # a relayout only when that changes
+        self.query_one("#run-header", Static).update(header, layout=lines != self._header_lines)
+        self._header_lines = lines
         error = self.query_one("#run-error", Static)
         error.update(visible(state.error or "", keep_newlines=True))
         error.display = bool(state.error)
@@ -130,6 +146,15 @@ class RunScreen(Screen):
             return self.source.allows(action)
         return True
 
+    def key_note(self, action: str) -> str:
+        """Why a key does nothing here (the help screen says it)."""
+        if action in PLAYBACK_ACTIONS:
+            return "only a replay pauses and seeks"
+        if action in ("stop", "restart"):
+            why_not = getattr(self.source, "why_not", None)
+            return why_not(action) if why_not else ""
+        return ""
+
     def on_screen_resume(self) -> None:
         self.refresh_bindings()
 
@@ -144,7 +169,20 @@ class RunScreen(Screen):
             self.refresh_bindings()
 
     async def action_restart(self) -> None:
-        await self.source.restart()
+        """Start the run again; when it is still going, only once the user said so."""
+        source = self.source
+        if source.allows(STOP) is not True:
+            await source.restart()
+            return
+        state = self.state
+        step = "" if state.step is None else f" (step {state.step + 1})"
+        question = f"{state.label} is still running{step}. Restart stops it and starts it again?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(source.restart(), group="restart", exclusive=True)
+
+        self.app.push_screen(ConfirmDialog(question, yes="Restart"), answered)
 
     def action_pause(self) -> None:
         if isinstance(self.source, Playback):
@@ -165,3 +203,18 @@ class RunScreen(Screen):
         """Back to what was below (the presets, the history, the viewer's waiting screen)."""
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
+
+
+DEVICE_NAME = re.compile(r" \([^()]*\)(?= · )")
+
+
+def fit_header(header: str, width: int) -> str:
+    """The header on one line when it can be: the device's name goes first (the log has it);
+    when it is still too long, it breaks between two of its parts, never inside one."""
+    if len(header) <= width:
+        return header
+    header = DEVICE_NAME.sub("", header, count=1)
+    if len(header) <= width:
+        return header
+    cut = header.rfind(" · ", 0, width)
+    return header if cut < 0 else header[:cut] + "\n" + header[cut + 3 :]

@@ -1,107 +1,306 @@
-"""The Run view's plots. Drawn from the run state's ring buffers on a timer, never per event."""
+"""The Run view's plots, drawn from the run state on a timer, never per event.
+
+Each plot is a ``Chart`` (plotext's frame, the data rasterised into it) handed to Textual as
+strips through the line API: a redraw is one pass over the points and the cells, and a plot
+whose data, size and axes are unchanged is not redrawn at all.
+"""
 
 from __future__ import annotations
 
-from textual_plotext import PlotextPlot
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
 
 from ampscope.tui import figures
-from ampscope.tui.figures import points_for_width
+from ampscope.tui.chart import LEGEND_GLYPHS, Axis, Chart, Line, Run, nice_axis
 from ampscope.tui.run_state import RunState
 
-MARKER = "hd"  # cheaper than braille, still two points a column
-AXIS_COLUMNS = 10  # what the y axis labels take from the width
+ALL_POINTS = 1 << 30
+"""Series are not thinned before drawing: the chart keeps each pixel column's extremes."""
+GIB = 1 << 30
+MIB = 1 << 20
 
 
-class RunPlot(PlotextPlot):
-    """A plot that redraws itself from a RunState when the state (or its size) changed."""
+def x_intervals(width: int) -> int:
+    return max(1, min(8, (width - 10) // 12))
 
-    TITLE = ""
+
+def y_intervals(height: int) -> int:
+    return max(2, min(5, (height - 3) // 3))
+
+
+def step_axis(xs: Sequence[float], width: int) -> Axis:
+    """Whole steps, from the first kept to the last (never fractional labels)."""
+    lo = xs[0] if xs else 0
+    hi = xs[-1] if xs else 1
+    return nice_axis(lo, max(hi, lo + 1), x_intervals(width), whole=True, tight=True)
+
+
+def time_axis(state: RunState, width: int) -> Axis:
+    """Seconds since the run started: one range for every plot against time, so they align."""
+    return nice_axis(0.0, max(state.last_t, 1.0), x_intervals(width), from_zero=True, tight=True)
+
+
+FLAT = 0.05
+"""A y axis spans at least this fraction of its values: a 0.02 MiB wobble is not a cliff."""
+
+
+def data_axis(
+    ys: Sequence[float], height: int, min_span: float = 0.0, scale: float = 1.0, **kwargs
+) -> Axis:
+    """A y axis for ``ys`` (times ``scale``); present values are finite (``Columns``)."""
+    if not ys:
+        return nice_axis(0.0, 1.0, y_intervals(height), min_span=min_span, **kwargs)
+    lo, hi = min(ys) * scale, max(ys) * scale
+    span = max(min_span, FLAT * max(abs(lo), abs(hi)))
+    return nice_axis(lo, hi, y_intervals(height), min_span=span, **kwargs)
+
+
+@dataclass(frozen=True)
+class Figure:
+    titles: list[Title]
+    """What the plot shows, longest first: the chart writes the first that fits."""
+    x: Axis
+    y: Axis
+    lines: list[Line]
+    y_right: Axis | None = None
+
+
+Title = list[Run]
+
+
+def say(*parts: str | tuple[Line, str]) -> Title:
+    """A title: plain words, and (line, name) pairs shown as the line's marker and its name."""
+    runs: Title = []
+    for part in parts:
+        if isinstance(part, str):
+            runs.append((part, None))
+        else:
+            line, name = part
+            runs += [(LEGEND_GLYPHS.get(line.marker, "•"), line.color), (f" {name}", None)]
+    return runs
+
+
+_STYLES: dict[str | None, Style] = {None: Style()}
+
+
+def style_for(color: str | None) -> Style:
+    style = _STYLES.get(color)
+    if style is None:
+        name = color or "default"
+        name = f"bright_{name[:-1]}" if name.endswith("+") else name
+        try:
+            style = Style(color=name)
+        except Exception:  # a colour rich does not know: the widget's own
+            style = Style()
+        _STYLES[color] = style
+    return style
+
+
+class ChartView(Widget):
+    """A chart as a widget: its rows are kept as strips and handed out by the line API."""
+
+    DEFAULT_CSS = """
+    ChartView {
+        width: 1fr;
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.chart = Chart()
+        self.strips: list[Strip] = []
+        self.points_drawn = 0
+        self.title = ""
+
+    def paint(self, fig: Figure, size: tuple[int, int], note: str = "") -> None:
+        if any(line.xs for line in fig.lines):
+            note = ""
+        rows = self.chart.draw(size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right, note)
+        self.title = self.chart.title
+        self.strips = [
+            Strip([Segment(text, style_for(color)) for text, color in row], size[0]) for row in rows
+        ]
+        self.points_drawn = sum(len(line.xs) for line in fig.lines)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        style = self.rich_style  # every segment styled: a None style breaks NO_COLOR's filter
+        if y < len(self.strips):
+            return self.strips[y].adjust_cell_length(width, style)
+        return Strip.blank(width, style)
+
+    @property
+    def text(self) -> str:
+        """What the plot shows, as plain text (tests, copy)."""
+        return "\n".join(strip.text for strip in self.strips)
+
+
+class RunPlot(ChartView):
+    """A plot that redraws itself from a RunState when its data, size or axes changed."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._drawn: tuple = ()
-        self.points_drawn = 0
-
-    @property
-    def max_points(self) -> int:
-        return points_for_width(max(1, self.size.width - AXIS_COLUMNS))
+        self._state: RunState | None = None
 
     def data_key(self, state: RunState) -> object:
         """Changes when this plot's data changed: no redraw otherwise."""
         return state.step_count
 
+    def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
+        raise NotImplementedError
+
     def draw(self, state: RunState) -> bool:
-        key = (id(state), self.data_key(state), self.size.width, self.size.height)
+        self._state = state
+        size = (self.size.width, self.size.height)
+        if size[0] <= 0 or size[1] <= 0:
+            return False
+        key = (id(state), self.data_key(state), size)
         if key == self._drawn:
             return False
         self._drawn = key
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        plt.title(self.TITLE)
-        self.points_drawn = self.plot_state(state, self.max_points)
+        fig = self.figure(state, size)
+        rows = self.chart.draw(size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right)
+        self.title = self.chart.title
+        self.strips = [
+            Strip([Segment(text, style_for(color)) for text, color in row], size[0]) for row in rows
+        ]
+        self.points_drawn = sum(len(line.xs) for line in fig.lines)
         self.refresh()
         return True
 
-    def plot_state(self, state: RunState, max_points: int) -> int:
-        raise NotImplementedError
+    def on_resize(self) -> None:
+        if self._state is not None:
+            self.draw(self._state)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        style = self.rich_style  # every segment styled: a None style breaks NO_COLOR's filter
+        if y < len(self.strips):
+            return self.strips[y].adjust_cell_length(width, style)
+        return Strip.blank(width, style)
+
+    @property
+    def text(self) -> str:
+        """What the plot shows, as plain text (tests, copy)."""
+        return "\n".join(strip.text for strip in self.strips)
 
 
 class StepTimePlot(RunPlot):
-    TITLE = "step time (ms) / step"
-
-    def plot_state(self, state: RunState, max_points: int) -> int:
-        xs, ys = figures.step_time_series(state, max_points)
-        if xs:
-            self.plt.plot(xs, ys, marker=MARKER, color="cyan")
-        return len(xs)
+    def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
+        xs, ys = figures.step_time_series(state, ALL_POINTS)
+        return Figure(
+            [say("step time (ms) / step"), say("step ms / step"), say("ms / step")],
+            step_axis(xs, size[0]),
+            data_axis(ys, size[1]),
+            [Line("step time", xs, ys, "cyan", "hd")],
+        )
 
 
 class LossPlot(RunPlot):
-    TITLE = "loss (left) · log2 loss scale (right)"
+    """Loss on the left; on the right the loss scale (log2), or without a scaler, grad zeros."""
 
-    def plot_state(self, state: RunState, max_points: int) -> int:
-        (lx, ly), (sx, sy) = figures.loss_series(state, max_points)
-        if lx:
-            self.plt.plot(lx, ly, marker=MARKER, color="green", label="loss")
+    def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
+        (lx, ly), (sx, sy) = figures.loss_series(state, ALL_POINTS)
+        width, height = size
+        x = step_axis(sorted({*lx[:1], *lx[-1:], *sx[:1], *sx[-1:]}), width)
+        loss = Line("loss", lx, ly, "green", "hd")
+        titles, right, lines = [say("loss / step"), say("loss")], None, [loss]
         if sx:
-            self.plt.plot(sx, sy, marker=MARKER, color="magenta", label="log2 scale", yside="right")
-        return len(lx) + len(sx)
+            scale = Line("log2 scale", sx, sy, "magenta", "braille", right=True)
+            right, lines = data_axis(sy, height, whole=True, min_span=2), [loss, scale]
+            titles = [
+                say((loss, "loss"), " · ", (scale, "log2 loss scale (right)"), " / step"),
+                say((loss, "loss"), " · ", (scale, "log2 loss scale (right)")),
+                say((loss, "loss"), " · ", (scale, "log2 scale (right)")),
+                say((loss, "loss"), " ", (scale, "scale (right)")),
+            ]
+        else:
+            zx, zy = figures.grad_zero_series(state, ALL_POINTS)
+            if zx:
+                zeros = Line("grad zeros %", zx, zy, "yellow", "braille", right=True)
+                right = data_axis(zy, height, from_zero=True, min_span=1.0)
+                lines = [loss, zeros]
+                titles = [
+                    say((loss, "loss"), " · ", (zeros, "grad zeros % (right)"), " / step"),
+                    say((loss, "loss"), " · ", (zeros, "grad zeros % (right)")),
+                    say((loss, "loss"), " ", (zeros, "zeros % (right)")),
+                ]
+        return Figure(titles, x, data_axis(ly, height), lines, right)
 
 
 class MemoryPlot(RunPlot):
-    TITLE = "memory (MiB) / s"
-    COLORS = {
-        "allocated": "cyan",
-        "process RSS": "cyan",
-        "reserved": "blue",
-        "device used": "yellow",
-        "device total": "red",
+    STYLE = {
+        "allocated": ("cyan", "hd", "alloc"),
+        "process RSS": ("cyan", "hd", "RSS"),
+        "reserved": ("blue", "braille", "resv"),
+        "device used": ("yellow", "dot", "device"),
     }
 
     def data_key(self, state: RunState) -> object:
         return (state.step_count, state.sys_count)
 
-    def plot_state(self, state: RunState, max_points: int) -> int:
-        n = 0
-        for name, (xs, ys) in figures.memory_series(state, max_points).items():
-            self.plt.plot(xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name)
-            n += len(xs)
-        return n
+    def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
+        series = figures.memory_series(state, ALL_POINTS)
+        series.pop("device total", None)  # the headroom is the device's, not the run's
+        top = max((max(ys) for _, ys in series.values() if ys), default=0)
+        unit, scale = ("GiB", GIB) if top >= 4 * GIB else ("MiB", MIB)
+        lines, values = [], [0.0, top]
+        long: list = [f"memory ({unit}) / s:"]
+        short: list = [f"{unit}:"]
+        for name, (xs, ys) in series.items():
+            color, marker, brief = self.STYLE.get(name, ("white", "dot", name))
+            line = Line(name, xs, ys, color, marker, scale=1 / scale)
+            lines.append(line)
+            long += [" ", (line, name)]
+            short += [" ", (line, brief)]
+        titles = [say(*long), say(f"{unit} / s:", *long[1:]), say(*short)]
+        if not lines:
+            titles = [say(f"memory ({unit}) / s")]
+        return Figure(
+            titles,
+            time_axis(state, size[0]),
+            data_axis(values, size[1], scale=1 / scale, from_zero=True),
+            lines,
+        )
 
 
 class UtilPlot(RunPlot):
-    TITLE = "utilization (%) / s"
-    COLORS = {"GPU": "green", "CPU": "cyan", "engine CPU": "yellow"}
+    """GPU and system CPU in percent (0-100); the engine's own CPU in cores, on the right."""
+
+    STYLE = {
+        "GPU": ("green", "hd", "GPU", "GPU%"),
+        "CPU": ("cyan", "braille", "CPU", "CPU%"),
+        "engine CPU": ("yellow", "dot", "engine CPU cores (right)", "cores (right)"),
+    }
 
     def data_key(self, state: RunState) -> object:
-        return state.sys_count
+        return (state.sys_count, time_axis(state, self.size.width))
 
-    def plot_state(self, state: RunState, max_points: int) -> int:
-        n = 0
-        for name, (xs, ys) in figures.util_series(state, max_points).items():
-            self.plt.plot(xs, ys, marker=MARKER, color=self.COLORS.get(name, "white"), label=name)
-            n += len(xs)
-        if n:
-            self.plt.ylim(0, None)
-        return n
+    def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
+        series = figures.util_series(state, ALL_POINTS)
+        width, height = size
+        percent = nice_axis(0.0, 100.0, 4 if height >= 14 else 2)
+        lines, right = [], None
+        long: list = ["utilization (%) / s:"]
+        short: list = []
+        for name, (xs, ys) in series.items():
+            color, marker, label, brief = self.STYLE.get(name, ("white", "dot", name, name))
+            is_engine = name == "engine CPU"
+            if is_engine:
+                right = data_axis(ys, height, from_zero=True, min_span=1.0)
+            line = Line(name, xs, ys, color, marker, right=is_engine)
+            lines.append(line)
+            long += [" ", (line, label)]
+            short += [" ", (line, brief)]
+        titles = [say(*long), say("% / s:", *long[1:]), say(*short[1:]), say(*short[1:4])]
+        if not lines:
+            titles = [say("utilization (%) / s")]
+        return Figure(titles, time_axis(state, width), percent, lines, right)

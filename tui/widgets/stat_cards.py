@@ -9,7 +9,18 @@ from textual.widgets import Static
 
 from ampscope.tui.figures import Card
 
-CARD_KEYS = ("step_ms", "throughput", "tflops", "loss", "loss_scale", "skipped", "memory", "util")
+CARD_KEYS = (
+    "step_ms",
+    "throughput",
+    "tflops",
+    "memory",
+    "util",
+    "loss",
+    "loss_scale",
+    "skipped",
+    "grad_zeros",
+    "elapsed",
+)
 
 
 class StatCard(Static):

@@ -1,0 +1,107 @@
+"""``ampscope stop [RUN]``: stop a run that outlives its terminal (``run --detach``).
+
+Only the process ``live.json`` names is signalled, and only while it is that very process
+(``records.verified_pid``: same host, same start time), so a stale record after pid reuse
+never gets an innocent process killed. SIGTERM first: the engine finishes its step and
+writes ``done`` and its summary; SIGKILL only when it has not gone after ``--wait`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ampscope.cli.output import fail
+from ampscope.core import records
+from ampscope.core.text import visible
+
+DEFAULT_WAIT_S = 10.0
+POLL_S = 0.1
+
+
+def add_stop_parser(sub: Any) -> None:
+    stop = sub.add_parser(
+        "stop", help="stop a detached run: it finishes its step and writes its summary"
+    )
+    stop.add_argument(
+        "run", nargs="?", help="a run folder or its name in the runs dir (default: newest live)"
+    )
+    stop.add_argument(
+        "--wait",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help=f"how long it may take to finish before it is killed (default {DEFAULT_WAIT_S:g})",
+    )
+    stop.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="where run records are (default ./runs or $AMPSCOPE_RUNS_DIR)",
+    )
+
+
+def find_run(arg: str | None, root: Path) -> Path | None:
+    if arg is None:
+        live = next((r for r in records.list_runs(root) if r.state in ("live", "stalled")), None)
+        return live.path if live else None
+    for candidate in (Path(arg), root / arg):
+        if (candidate / records.EVENTS_FILE).is_file():
+            return candidate
+    return None
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.wait) and args.wait >= 0):
+        return fail(f"--wait {args.wait:g} is out of range. Accepted: 0 or more seconds.")
+    root = getattr(args, "runs_dir", None) or records.default_runs_dir()
+    path = find_run(args.run, root)
+    if path is None:
+        if args.run is None:
+            return fail(f"no live run in {root}: nothing to stop. 'ampscope runs' lists them.", 1)
+        return fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
+    live = records.read_live(path)
+    pid = records.verified_pid(live) if live else None
+    if pid is None:
+        state = records.run_state(records.load_run(path, with_events=False))
+        return fail(f"{path.name} is not running on this host ({state}): nothing to stop.", 1)
+    name = visible(path.name)
+    print(f"stopping {name} (pid {pid}) ...", file=sys.stderr, flush=True)
+    _signal(pid, signal.SIGTERM)
+    if not _gone(pid, args.wait):
+        _signal(pid, signal.SIGKILL)
+        _gone(pid, 2.0)
+        print(
+            f"ampscope: {name} did not finish its step within {args.wait:g} s and was killed; "
+            "its record has no summary.",
+            file=sys.stderr,
+        )
+        return 0
+    state = records.run_state(records.load_run(path, with_events=False))
+    print(f"{visible(str(path))}: {state}")
+    return 0
+
+
+def _gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while records.pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    """The engine's group when it leads one (a detached engine does), else the pid alone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)

@@ -1,0 +1,112 @@
+"""The charts: axes a person can read, and the data drawn where plotext itself draws it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from textual_plotext.plot import Plot
+
+from ampscope.tui.chart import DOT, LEGEND_GLYPHS, LINE_ORDER, Chart, Line, nice_axis
+from ampscope.tui.run_state import RunState
+from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, UtilPlot, step_axis, time_axis
+from tests.helpers import hello, step
+
+pytestmark = pytest.mark.unit
+
+
+def plotext_canvas(xs, ys, x, y, size, marker):
+    """plotext's own drawing of the line, as canvas rows (top first), for comparison."""
+    fig = Plot()
+    fig.theme("clear")
+    fig.plotsize(*size)
+    fig._set_size(*size)
+    fig.yaxes(True, False)
+    fig.plot(xs, ys, marker=marker)
+    fig.xlim(x.lo, x.hi)
+    fig.ylim(y.lo, y.hi)
+    fig.xticks(list(x.ticks), list(x.labels))
+    fig.yticks(list(y.ticks), list(y.labels))
+    fig._set_sizes()
+    fig._build_matrix()
+    m = fig.monitor.matrix
+    return ["".join(m.marker[r][c] for c in m.Cols_canvas) for r in reversed(m.Rows_canvas)], m
+
+
+@pytest.mark.parametrize("marker", ["hd", "braille"])
+def test_lines_land_on_the_cells_plotext_draws(marker: str) -> None:
+    size = (60, 16)
+    xs = list(range(0, 101))
+    ys = [50 + 40 * math.sin(i / 9) for i in xs]
+    x = nice_axis(0, 100, 4, whole=True)
+    y = nice_axis(0, 100, 4)
+    expected, matrix = plotext_canvas(xs, ys, x, y, size, marker)
+    chart = Chart()
+    rows = chart.draw(size, [[("t", None)]], x, y, [Line("", xs, ys, "cyan", marker)])
+    text = ["".join(part for part, _ in row) for row in rows]
+    top = len(text) - matrix.Rows_canvas.stop
+    cols = slice(matrix.Cols_canvas.start, matrix.Cols_canvas.stop)
+    ours = [line[cols] for line in text[top : top + len(matrix.Rows_canvas)]]
+    # The same mapping, joining and glyph table: cell for cell. (With several points in one
+    # pixel column the chart keeps the column's extremes where plotext joins them in order.)
+    cells = [
+        (a, b)
+        for mine, theirs in zip(ours, expected, strict=True)
+        for a, b in zip(mine, theirs, strict=True)
+    ]
+    differing = sum(1 for a, b in cells if a != b)
+    drawn = sum(1 for _a, b in cells if b != " ")
+    assert drawn > 50 and differing == 0, "\n".join(ours) + "\n\n" + "\n".join(expected)
+
+
+def test_tick_labels_are_short_and_round() -> None:
+    axis = nice_axis(327.5208, 327.5234, 3, min_span=16)  # a flat memory line
+    assert all(len(label) <= 5 for label in axis.labels)
+    assert axis.hi - axis.lo >= 16
+    steps = nice_axis(0, 7, 4, whole=True)
+    assert all("." not in label for label in steps.labels)
+    big = nice_axis(0, 12_000, 4, whole=True)
+    assert big.labels[-1].endswith("k") and big.labels[0] == "0"
+    small = nice_axis(0.0001, 0.0005, 3)
+    assert small.labels[0] == "0" and small.labels[1] == "0.0002"
+
+
+def test_memory_and_utilization_share_one_time_axis() -> None:
+    state = RunState()
+    state.ingest(hello())
+    for i in range(50):
+        state.ingest(step(i, t=1.0 + i * 0.3))
+    from ampscope.core import events as ev
+
+    state.ingest(ev.SysEvent(t=3.0, cpu_util=50.0, proc_cpu=180.0))
+    memory = MemoryPlot().figure(state, (60, 15))
+    util = UtilPlot().figure(state, (60, 15))
+    assert memory.x == util.x == time_axis(state, 60)
+    assert util.y.hi == 100  # percent stays 0-100; the engine's 180 % is 1.8 cores on the right
+    assert util.y_right is not None and util.y_right.hi >= 1.8
+
+
+def test_steps_are_whole_and_lines_differ_without_colour() -> None:
+    axis = step_axis([0, 333], 60)
+    assert all(t == int(t) for t in axis.ticks)
+    state = RunState()
+    state.ingest(hello())
+    for i in range(40):
+        state.ingest(step(i, loss_scale=2.0**16, grad_zero_frac=0.1 if i % 5 == 0 else None))
+    fig = LossPlot().figure(state, (60, 15))
+    markers = [line.marker for line in fig.lines]
+    assert len(set(markers)) == len(markers) == 2
+    title = "".join(part for part, _ in fig.titles[0])
+    assert all(LEGEND_GLYPHS[m] in title for m in markers)  # the title names lines by marker
+    assert set(LINE_ORDER) == set(LEGEND_GLYPHS) and DOT in LEGEND_GLYPHS.values()
+
+
+def test_without_a_scaler_the_loss_plot_shows_grad_zeros() -> None:
+    state = RunState()
+    state.ingest(hello())
+    for i in range(40):
+        state.ingest(step(i, grad_zero_frac=i / 100 if i % 5 == 0 else None))
+    fig = LossPlot().figure(state, (60, 15))
+    zeros = fig.lines[-1]
+    assert zeros.right and zeros.ys[-1] == pytest.approx(35.0)  # percent
+    assert "grad zeros" in "".join(part for part, _ in fig.titles[0])

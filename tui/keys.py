@@ -1,0 +1,124 @@
+"""The dashboard's keys: which matter most, and the user's own from ``keys.toml``.
+
+Every binding has an id (``run.stop``, ``presets.history``, ``quit``...). A user remaps keys in
+``~/.config/ampscope/keys.toml`` (``$XDG_CONFIG_HOME`` is honoured), one line per binding::
+
+    "run.stop" = "x"
+    "presets.history" = "H,ctrl+h"
+
+The help screen (``?``) lists every id with its keys. A file that cannot be read, an unknown
+id or a key Textual has no name for is said in one notice and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual.keys import Keys, _character_to_key, key_to_character
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+KEYS_FILE = "keys.toml"
+MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
+NAMED_KEYS = {k.value for k in Keys if "+" not in k.value and not k.value.startswith("<")}
+
+PRIORITY: dict[str, int] = {
+    # the screen's own main key first
+    "presets.run": 0,
+    "run.stop": 0,
+    "replay.pause": 0,
+    "history.open": 0,
+    "viewer.current-run": 0,
+    "confirm.yes": 0,
+    "confirm.no": 0,
+    "help.close": 0,
+    "too-small.quit": 0,
+    # then the two a newcomer needs everywhere
+    "help": 1,
+    "quit": 1,
+    "app.quit": 1,
+    # then the way back and the next things to try
+    "run.back": 2,
+    "history.back": 2,
+    "compare.back": 2,
+    "formats.back": 2,
+    "memory.back": 2,
+    "save.cancel": 2,
+    "form.leave": 2,
+    "run.restart": 3,
+    "presets.history": 3,
+    "presets.live-run": 3,
+    "history.compare": 3,
+    "history.mark": 3,
+    "compare.baseline": 3,
+}
+"""Which keys the footer keeps when the terminal is narrow: lower first. Others rank 5."""
+DEFAULT_PRIORITY = 5
+
+
+def priority(binding_id: str | None) -> int:
+    return PRIORITY.get(binding_id or "", DEFAULT_PRIORITY)
+
+
+def keys_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "ampscope" / KEYS_FILE
+
+
+def valid_key(key: str) -> bool:
+    """A key Textual can bind: ``x``, ``?``, ``f5``, ``ctrl+x``, ``shift+tab``, ``question_mark``."""
+    *mods, base = key.strip().split("+")
+    if not base or any(m not in MODIFIERS for m in mods):
+        return False
+    if len(base) == 1:
+        return base.isprintable()
+    return base in NAMED_KEYS or key_to_character(base) is not None
+
+
+def normalise(keys: str) -> str:
+    """``?,F5`` -> ``question_mark,f5``: the names Textual matches key presses with."""
+    out = []
+    for key in keys.split(","):
+        key = key.strip()
+        *mods, base = key.split("+")
+        if len(base) == 1:
+            base = _character_to_key(base)
+        elif not mods:
+            base = base.lower()
+        out.append("+".join([*(m.lower() for m in mods), base]))
+    return ",".join(out)
+
+
+def load_keymap(path: Path, known_ids: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """The keymap in ``path`` (empty when there is no file), and what was wrong with it."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return {}, []
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return {}, [f"{path} cannot be read ({exc}); the default keys apply."]
+    known = set(known_ids)
+    keymap: dict[str, str] = {}
+    problems: list[str] = []
+    for binding_id, keys in data.items():
+        if binding_id not in known:
+            problems.append(f"'{binding_id}' is no binding id (the help screen, ?, lists them)")
+        elif not isinstance(keys, str) or not keys.strip():
+            problems.append(f'\'{binding_id}\' needs keys as a string, such as "x" or "x,ctrl+x"')
+        elif bad := [k for k in keys.split(",") if not valid_key(k)]:
+            problems.append(
+                f"'{binding_id}': {', '.join(repr(k.strip()) for k in bad)} is no key "
+                "(accepted: a character, f1-f24, home, end, escape, enter, tab, space, "
+                "arrows, with ctrl+, shift+ or alt+ in front)"
+            )
+        else:
+            keymap[binding_id] = normalise(keys)
+    if problems:
+        problems = [f"{path}: " + "; ".join(problems) + ". Those lines are ignored."]
+    return keymap, problems

@@ -1,0 +1,64 @@
+"""Save the Presets screen's edited preset as a user preset, under a name the user gives."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+from ampscope.core import config as cfg
+from ampscope.tui.widgets.key_bar import KeyBar
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def save_user_preset(preset: cfg.Preset, name: str) -> Path:
+    """Write ``preset`` as the user preset ``name`` (it then lists as 'NAME  (user)')."""
+    folder = cfg.user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    path.write_text(cfg.to_toml(msgspec.structs.replace(preset, name=name)))
+    return path
+
+
+class SaveDialog(ModalScreen[str | None]):
+    """Ask for the name of a new user preset."""
+
+    HELP_TITLE = "Save as a user preset"
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="save.cancel")]
+
+    def __init__(self, suggestion: str) -> None:
+        super().__init__()
+        self.suggestion = suggestion
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="save-dialog"):
+            yield Label(f"Save as a user preset in {cfg.user_presets_dir()}")
+            yield Input(value=self.suggestion, placeholder="name", id="save-name")
+            yield Label("", id="save-error", classes="error", markup=False)
+            with Horizontal(id="save-buttons"):
+                yield Button("Save", variant="primary", id="save-ok")
+                yield Button("Cancel", id="save-cancel")
+        yield KeyBar()
+
+    @on(Input.Submitted, "#save-name")
+    @on(Button.Pressed, "#save-ok")
+    def _save(self) -> None:
+        name = self.query_one("#save-name", Input).value.strip()
+        if not NAME_PATTERN.match(name):
+            self.query_one("#save-error", Label).update(
+                "A name is letters, digits, '-', '_' or '.', starting with a letter or digit."
+            )
+            return
+        self.dismiss(name)
+
+    @on(Button.Pressed, "#save-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

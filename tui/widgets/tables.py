@@ -1,0 +1,58 @@
+"""Tables that fit: whole columns only, the most important first, never one cut at the edge."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.widgets import DataTable
+
+CELL_PADDING = 2
+"""A DataTable cell pads its text by one column each side."""
+TABLE_CHROME = 4
+"""The table's left border and a vertical scrollbar."""
+
+
+def text_width(cell: object) -> int:
+    if isinstance(cell, Text):
+        return cell.cell_len
+    return max((cell_len(line) for line in str(cell).splitlines()), default=0)
+
+
+def column_widths(heads: Sequence[str], rows: Sequence[Sequence[object]]) -> list[int]:
+    """Each column's widest cell (or header), in terminal cells."""
+    return [max([text_width(h), *(text_width(r[i]) for r in rows)]) for i, h in enumerate(heads)]
+
+
+def fitting_columns(widths: Sequence[int], width: int, order: Sequence[int]) -> list[int]:
+    """Indexes of the columns that fit in ``width``, picked in ``order`` (most wanted first),
+    returned in table order. The first of ``order`` is always kept."""
+    chosen: list[int] = []
+    used = 0
+    for i in order:
+        if chosen and used + widths[i] + CELL_PADDING > width:
+            continue
+        chosen.append(i)
+        used += widths[i] + CELL_PADDING
+    return sorted(chosen)
+
+
+def fill(
+    table: DataTable,
+    heads: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    width: int,
+    order: Sequence[int] | None = None,
+    keys: Sequence[str] | None = None,
+) -> list[int]:
+    """Rebuild ``table`` with the columns of ``heads``/``rows`` that fit in ``width``."""
+    order = list(range(len(heads))) if order is None else order
+    widths = column_widths(heads, rows)
+    shown = fitting_columns(widths, width - TABLE_CHROME, order)
+    table.clear(columns=True)
+    for i in shown:  # widths given: a cursor moved before the table measures would cut them
+        table.add_column(heads[i], width=widths[i], key=heads[i])
+    for n, row in enumerate(rows):
+        table.add_row(*(row[i] for i in shown), key=None if keys is None else keys[n])
+    return shown
