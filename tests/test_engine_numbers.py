@@ -190,7 +190,7 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     setup = SimpleNamespace(
         info=cuda,
         policy=SimpleNamespace(use_scaler=False),
-        preset=SimpleNamespace(lr=1e-3, warmup_steps=0),
+        preset=SimpleNamespace(lr=1e-3),
         flops=SimpleNamespace(per_step=1e12),
         workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None),
     )
