@@ -125,8 +125,7 @@ def train(
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
     landed = [memory.figures(link.rank, item) for item in probe.drain()]
-    ready, _ = link.exchange(landed, False, sample())
-    for ranks in ready:
+    for ranks in link.exchange(landed, False, sample())[0]:
         reporter.report(ranks)
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)

@@ -131,6 +131,8 @@ def cmd_bench(args) -> int:
     problem = port_in_use(launch)
     if problem is not None:
         return fail(problem)
+    if launch.distributed:
+        print(f"every run on {launch.describe()} (torchrun)", file=sys.stderr)
     runs_dir = args.runs_dir or records.default_runs_dir()
     order = interleaved(presets, args.repeats)
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}

@@ -58,10 +58,11 @@ def cmd_run_distributed(args: argparse.Namespace, launch: Launch) -> int:
     command = engine_command(args.preset, overrides, args.runs_dir, extra=extra, launch=launch)
     if launch.node_rank not in (None, 0):
         first = launch.node_rank * launch.nproc_per_node
+        last = first + launch.nproc_per_node - 1
+        here = f"rank {first} trains" if first == last else f"ranks {first} to {last} train"
         print(
-            f"ampscope: node {launch.node_rank} of {launch.nnodes}: ranks {first} to "
-            f"{first + launch.nproc_per_node - 1} train here; node 0 (rank 0) writes the record "
-            "and shows the progress.",
+            f"ampscope: node {launch.node_rank} of {launch.nnodes}: {here} here; node 0 "
+            "(rank 0) writes the record and shows the progress.",
             file=sys.stderr,
         )
     watch = TorchrunWatch(command, launch, json_out=args.json)
