@@ -4,9 +4,22 @@ The package is layered, bottom to top:
 
 - ``ampscope.core``: presets, events, records and analyses; imports neither torch nor textual;
 - ``ampscope.engine`` (trains, torch) and ``ampscope.tui`` (draws, textual), side by side;
-- ``ampscope.cli``: the command lines, the only code that reaches both.
+- ``ampscope.watch``: records a training loop ampscope did not start, like an engine run;
+- ``ampscope.cli`` and ``ampscope.integrations`` (Lightning, Hugging Face): the front-ends.
 
-Importing ``ampscope`` loads none of torch and textual.
+Importing ``ampscope`` loads none of torch and textual; ``ampscope.watch`` is loaded on first
+use, and torch only when ``ampscope.watch(...)`` is called.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "watch":  # the package, callable: ampscope.watch(model, optimizer, ...)
+        return importlib.import_module("ampscope.watch")
+    raise AttributeError(f"module 'ampscope' has no attribute {name!r}")

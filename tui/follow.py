@@ -102,7 +102,8 @@ class AttachSource:
         if not self.allow_stop or self.ended or self.stopping:
             return False
         owner = self.owner()
-        return owner is not None and owner[1] == socket.gethostname()
+        allowed, _ = records.stop_rule(records.read_live(self.run_dir) or {})
+        return allowed and owner is not None and owner[1] == socket.gethostname()
 
     def label(self) -> str:
         if self.crashed:
@@ -176,6 +177,10 @@ class AttachSource:
         pid = owner[0]
         self.stopping = True
         self.state.stop_requested = True
+        if (records.read_live(self.run_dir) or {}).get("source") == "watch":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGINT)  # the user's own process: Ctrl+C, never SIGKILL
+            return
         _signal(pid, signal.SIGTERM)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_s

@@ -42,6 +42,10 @@ class HelloEvent(Event, tag="hello"):
     flops_per_step: float
     samples_per_step: int
     tokens_per_step: int | None
+    # Who trains: ampscope's engine, or a user's own loop seen through ``ampscope.watch``.
+    source: Literal["engine", "watch"] = "engine"
+    # Whether a viewer may stop the run; a watched process allows it only when asked to.
+    allow_stop: bool = True
 
 
 class PhaseEvent(Event, tag="phase"):

@@ -141,14 +141,23 @@ LIVE_STALE_S = 10.0
 LIVE_STATES = ("live", "crashed")
 
 
-def write_live(run_dir: Path, pid: int, started_at: float | None = None) -> None:
-    """``live.json``: who runs this record, refreshed by the engine about once a second."""
+def write_live(
+    run_dir: Path,
+    pid: int,
+    started_at: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """``live.json``: who runs this record, refreshed by the engine about once a second.
+
+    ``extra`` adds fields: a watched process says how (and whether) a viewer may stop it.
+    """
     now = time.time()
     data = {
         "pid": pid,
         "host": socket.gethostname(),
         "heartbeat": now,
         "started_at": now if started_at is None else started_at,
+        **(extra or {}),
     }
     tmp = run_dir / f".{LIVE_FILE}.{os.getpid()}.tmp"  # engine and launcher may both write
     tmp.write_text(json.dumps(data) + "\n")
@@ -161,6 +170,20 @@ def read_live(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def stop_rule(live: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a viewer may stop the process ``live.json`` names, and if not, why.
+
+    An engine always may be stopped. A process watched with ``ampscope.watch`` is the user's
+    own training: only when it was started with ``allow_stop=True``, and then with SIGINT
+    (as Ctrl+C would), to that process alone.
+    """
+    if live.get("source") != "watch":
+        return True, ""
+    if live.get("allow_stop") is True:
+        return True, ""
+    return False, "this training loop was watched without allow_stop=True"
 
 
 def clear_live(run_dir: Path) -> None:

@@ -1,0 +1,452 @@
+"""The monitor ``ampscope.watch()`` returns: a user's own loop, recorded like an engine run.
+
+Per step (``Monitor.step``) the work is small and never waits on the device: the readout
+hands back figures that have landed, each becomes a ``step`` event, and the event is queued
+for a writer thread. Everything that can go wrong on ampscope's side (folder, disk, NVML, a
+bug here) is caught, warned about once, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.engine.emitter import EventWriter
+from ampscope.watch import exits
+from ampscope.watch.describe import RunFacts, describe, first_lr, hello_event
+from ampscope.watch.gradients import GradNormHook, ZeroGradHook
+from ampscope.watch.options import Options
+from ampscope.watch.readout import StepValues, make_readout
+from ampscope.watch.record import Troubles, WatchRecord
+from ampscope.watch.stats import RunFigures
+
+MAX_NONFINITE_WITH_SCALER = 20
+"""Non-finite losses in a row a GradScaler may skip before it counts as not recovering."""
+RSS_EVERY_S = 0.5
+
+
+class Monitor:
+    """Records one training run. Call ``step(loss)`` once per optimizer step, after it."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scaler: Any = None,
+        options: Options | None = None,
+    ) -> None:
+        self.options = options or Options()
+        self.troubles = Troubles()
+        self.flops_per_step: float | None = self.options.flops_per_step
+        self.run_dir: Path | None = None
+        self._optimizer = optimizer
+        self._record: WatchRecord | None = None
+        self._writer: EventWriter | None = None
+        self._hello: ev.HelloEvent | None = None
+        self._facts: RunFacts | None = None
+        self._readout: Any = None
+        self._sampler: Any = None
+        self._norm_hook: GradNormHook | None = None
+        self._zero_hook: ZeroGradHook | None = None
+        self._flop_counter: Any = None
+        self._compile_stats: Any = None
+        self._compile_watch: Any = None
+        self._figures = RunFigures(self.options.warmup_steps)
+        self._next_step = 0
+        self._nonfinite = 0
+        self._told: set[str] = set()
+        self._signal: int | None = None
+        self._closed = False
+        self._cuda: torch.device | None = None
+        self._process = psutil.Process()
+        self._rss: int | None = None
+        self._rss_at = -math.inf
+        self._started = time.perf_counter()
+        try:
+            self._start(model, scaler)
+        except Exception as exc:  # noqa: BLE001 - watching must never stop the training
+            self.troubles.report("could not start watching this run", exc)
+            with contextlib.suppress(Exception):  # already warned; nothing more to do
+                self._abandon(exc)
+
+    # ------------------------------------------------------------------ start
+
+    def _start(self, model: torch.nn.Module, scaler: Any) -> None:
+        o = self.options
+        name = o.name or default_name()
+        facts = describe(model, self._optimizer, scaler, o, name)
+        self._facts = facts
+        live = {"source": "watch", "allow_stop": o.allow_stop, "stop_signal": "SIGINT"}
+        root = Path(o.runs_dir) if o.runs_dir is not None else records.default_runs_dir()
+        self._record = WatchRecord.create(root, name, facts.config, live, self.troubles)
+        if self._record is None:
+            return
+        self.run_dir = self._record.dir
+        writer = self._writer = EventWriter([self._record.file])  # type: ignore[list-item]
+        writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
+        run_dir = str(self.run_dir.resolve())
+        self._hello = hello_event(
+            facts, self.run_dir.name, run_dir, self.flops_per_step, o.allow_stop
+        )
+        writer.emit(self._hello, urgent=True)
+        self._setup_warnings(facts)
+        self._start_telemetry(facts)
+        if o.grad_norm and self._optimizer is not None:
+            self._norm_hook = GradNormHook(self._optimizer, self.troubles)
+        if o.grad_zero_every > 0:
+            self._zero_hook = ZeroGradHook(model, o.grad_zero_every, self.troubles)
+        self._cuda = facts.info.device if facts.info.is_cuda else None
+        writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
+        phase = "compile" if facts.compiled else "train"
+        writer.emit(ev.PhaseEvent(phase=phase, state="start", step=0), urgent=True)
+        exits.register(self)
+        self._started = time.perf_counter()
+        self._readout = make_readout(facts.info.device, scaler)
+        if o.count_flops and not facts.compiled:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self._flop_counter = FlopCounterMode(display=False)
+            self._flop_counter.__enter__()
+
+    def _setup_warnings(self, facts: RunFacts) -> None:
+        notes: list[tuple[str, str]] = []
+        if self.options.count_flops and facts.compiled:
+            notes.append(
+                (
+                    "flops-not-counted",
+                    "count_flops=True needs an eager model: counting runs a step under "
+                    "FlopCounterMode, and torch.compile then gives up compiling it for good. "
+                    "Count once on the eager model (ampscope.watch.count_flops) and pass "
+                    "flops_per_step=.",
+                )
+            )
+        if (
+            facts.precision_inferred
+            and facts.info.is_cuda
+            and not facts.precision.startswith("amp")
+        ):
+            notes.append(
+                (
+                    "precision-inferred",
+                    f"Precision taken as {facts.precision} from the parameters' dtype: autocast "
+                    "cannot be seen from outside the loop. If the loop runs under torch.autocast, "
+                    "pass precision='amp-bf16' (or 'amp-fp16') so MFU uses the right peak.",
+                )
+            )
+        for code, message in notes:
+            self._emit(ev.WarningEvent(code=code, message=message), urgent=True)
+
+    def _start_telemetry(self, facts: RunFacts) -> None:
+        from ampscope.engine.telemetry import start_for_run
+
+        try:
+            self._sampler = start_for_run(self._writer, facts.info, hz=self.options.telemetry_hz)
+        except Exception as exc:  # noqa: BLE001 - no sys figures, the rest goes on
+            self.troubles.report("device and host figures are unavailable", exc)
+
+    # ------------------------------------------------------------------ per step
+
+    def step(
+        self,
+        loss: Any = None,
+        *,
+        tokens: Any = None,
+        samples: int | None = None,
+        grad_norm: Any = None,
+    ) -> None:
+        """Record one optimizer step; call it after ``optimizer.step()`` (or ``scaler.update()``).
+
+        ``loss``: the step's (unscaled) loss, a tensor or a number. ``tokens``: tokens in the
+        step, a number or a device tensor (read without a sync). ``samples``: the batch size.
+        ``grad_norm``: the norm ``clip_grad_norm_`` returned, if the loop clips.
+        """
+        if self._readout is None or self._closed:
+            return
+        try:
+            self._step(loss, tokens, samples, grad_norm)
+        except Exception as exc:  # noqa: BLE001 - never into the user's loop
+            self._readout = None
+            self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
+
+    def _step(self, loss: Any, tokens: Any, samples: int | None, grad_norm: Any) -> None:
+        step = self._next_step
+        self._next_step = step + 1
+        if self._flop_counter is not None:
+            self._end_flop_count()
+        if self._norm_hook is not None:
+            hooked = self._norm_hook.take()
+            grad_norm = hooked if grad_norm is None else grad_norm
+        zeros = self._zero_hook.take(step + 1) if self._zero_hook is not None else None
+        lr = first_lr(self._optimizer)
+        finished = self._readout.end(step, loss, grad_norm, zeros, tokens, samples or 0, lr)
+        if step == 0:
+            self._first_step_done()
+        if "torch._dynamo" in sys.modules:
+            self._check_compile(step)
+        for values in finished:
+            self._report(values)
+
+    def restart_timer(self) -> None:
+        """The next step's time starts now: call after work that is no training step
+        (evaluation, a checkpoint), so it does not count as one."""
+        if self._readout is not None and not self._closed:
+            self._readout.restart()
+
+    def _report(self, v: StepValues) -> None:
+        scaled = not math.isnan(v.scale)
+        skipped = scaled and v.scale < v.scale_before
+        finite = v.loss is None or math.isfinite(v.loss)
+        allocated, reserved, peak_mem = self._memory()
+        seconds = max(v.step_ms / 1000.0, 1e-9)
+        flops = self.flops_per_step
+        tflops = flops / seconds / 1e12 if flops else 0.0
+        peak = self._facts.peak if self._facts else None
+        tokens = v.tokens if v.tokens is not None and math.isfinite(v.tokens) else None
+        self._emit(
+            ev.StepEvent(
+                step=v.step,
+                step_ms=round(v.step_ms, 4),
+                loss=v.loss if finite else None,
+                loss_scale=v.scale if scaled else None,
+                skipped=skipped,
+                grad_norm=v.grad_norm if math.isfinite(v.grad_norm) else None,
+                samples_per_s=v.samples / seconds,
+                tokens_per_s=tokens / seconds if tokens is not None else None,
+                tflops=tflops,
+                mfu=tflops / peak if peak and flops else None,
+                mem_allocated=allocated,
+                mem_reserved=reserved,
+                mem_peak=peak_mem,
+                grad_zero_frac=None if math.isnan(v.zeros) else v.zeros,
+                lr=v.lr,
+            )
+        )
+        loss = math.nan if v.loss is None else v.loss
+        memory = peak_mem if peak_mem is not None else allocated
+        self._figures.add(v.step, v.step_ms, loss, skipped, v.samples, tokens, memory)
+        if finite:
+            self._nonfinite = 0
+        if skipped or not finite or not flops:
+            self._notes(v, skipped, scaled, finite)
+
+    def _notes(self, v: StepValues, skipped: bool, scaled: bool, finite: bool) -> None:
+        """What a step says beyond its figures: a skip, a collapsing scale, a NaN loss."""
+        if skipped and self._once("skipped-step"):
+            self._warn(
+                "skipped-step",
+                v.step,
+                f"GradScaler skipped step {v.step}: gradients held inf/NaN; loss scale "
+                f"{v.scale_before:g} -> {v.scale:g}. A few early skips are normal while the scale settles.",
+            )
+        if skipped and v.scale < 1.0 <= v.scale_before:
+            self._warn(
+                "scale-collapse",
+                v.step,
+                f"Loss scale fell below 1 ({v.scale:g}) at step {v.step}: gradients overflow even "
+                "unscaled. Look for inf/NaN in the forward pass or lower the learning rate.",
+            )
+        if not self.flops_per_step and self._once("flops-unknown"):
+            self._warn(
+                "flops-unknown",
+                None,
+                "No TFLOP/s or MFU: the FLOPs of a step are unknown. Pass flops_per_step= or "
+                "count_flops=True to ampscope.watch().",
+            )
+        if not finite:
+            self._nonfinite += 1
+            if (
+                not scaled and self._nonfinite == 1
+            ) or self._nonfinite == MAX_NONFINITE_WITH_SCALER:
+                self._emit(
+                    ev.ErrorEvent(kind="nan", message=self._nan_message(v, scaled), step=v.step),
+                    urgent=True,
+                )
+
+    def _nan_message(self, v: StepValues, scaled: bool) -> str:
+        if scaled:
+            return (
+                f"Loss has been {v.loss} for {self._nonfinite} steps in a row (to step {v.step}): "
+                "the GradScaler skips them but is not recovering. Your loop goes on; ampscope only "
+                "records this. Lower the learning rate or look for inf/NaN in the forward pass."
+            )
+        fp16 = self._facts is not None and self._facts.precision == "fp16"
+        hint = (
+            "Pure fp16 has no master weights or loss scaling; use autocast with a GradScaler."
+            if fp16
+            else "Lower the learning rate or use a wider format."
+        )
+        return (
+            f"Loss became {v.loss} at step {v.step}: the numbers left the format's range. "
+            f"Your loop goes on; ampscope only records this. {hint}"
+        )
+
+    def _memory(self) -> tuple[int | None, int | None, int | None]:
+        if self._cuda is not None:
+            d = self._cuda
+            return (
+                torch.cuda.memory_allocated(d),
+                torch.cuda.memory_reserved(d),
+                torch.cuda.max_memory_allocated(d),
+            )
+        now = time.monotonic()
+        if now - self._rss_at >= RSS_EVERY_S:  # ~30 us a read: not every step
+            self._rss_at = now
+            self._rss = self._process.memory_info().rss
+        return self._rss, None, None
+
+    def _first_step_done(self) -> None:
+        if self._facts is None or not self._facts.compiled:
+            return
+        seconds = round(time.perf_counter() - self._started, 3)
+        self._figures.compile_s = seconds
+        self._emit(
+            ev.PhaseEvent(phase="compile", state="end", seconds=seconds, step=0), urgent=True
+        )
+        self._emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)
+
+    def _check_compile(self, step: int) -> None:
+        if self._compile_watch is None:
+            if self._compile_stats is None:
+                from ampscope.engine import compile_stats
+
+                self._compile_stats = compile_stats
+            if not any(self._compile_stats.snapshot()):
+                return
+            self._compile_watch = self._compile_stats.CompileWatch(self._writer)
+        self._compile_watch.after_step(step, self._figures.compile_s)
+
+    def _end_flop_count(self) -> None:
+        counter, self._flop_counter = self._flop_counter, None
+        counter.__exit__(None, None, None)
+        counted = float(counter.get_total_flops())
+        if counted > 0 and self.flops_per_step is None:
+            self.flops_per_step = counted
+
+    # ------------------------------------------------------------------ the end
+
+    def note_signal(self, signum: int) -> None:
+        """SIGTERM or SIGINT reached the process: however it ends now, it was stopped."""
+        self._signal = signum
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End the record with ``done``: ok, failed (``error``'s type and message) or stopped.
+
+        Called by ``with``, by the integrations, and on process exit; more calls do nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        exits.unregister(self)
+        try:
+            self._finish(error)
+        except Exception as exc:  # noqa: BLE001 - never into the user's code
+            self.troubles.report("finishing the run record failed", exc)
+        finally:
+            self._remove_hooks()
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._flop_counter is not None:
+            self._end_flop_count()
+        if self._writer is None or self._record is None or self._hello is None:
+            return
+        if self._readout is not None:
+            try:
+                for values in self._readout.drain():
+                    self._report(values)
+            except Exception:  # noqa: BLE001 - a broken device: the steps in flight are lost
+                pass
+        status, message = outcome(error, self._signal)
+        if status == "failed" and error is not None:
+            self._emit(error_event(error, self._next_step), urgent=True)
+        last = self._figures.steps_done - 1 if self._figures.steps_done else None
+        self._emit(ev.PhaseEvent(phase="train", state="end", step=last), urgent=True)
+        if self._sampler is not None:
+            self._sampler.stop()
+        peak = self._facts.peak if self._facts else None
+        done = self._figures.done(status, self.flops_per_step, peak, message)
+        self._emit(done, urgent=True)
+        self._writer.close()
+        self._record.finish(self._hello, done)
+
+    def _abandon(self, exc: BaseException) -> None:
+        """Starting failed half-way: end what was begun, so no record claims to be live."""
+        self._readout = None
+        self._closed = True
+        exits.unregister(self)
+        self._remove_hooks()
+        if self._flop_counter is not None:
+            self._flop_counter.__exit__(None, None, None)
+            self._flop_counter = None
+        if self._sampler is not None:
+            self._sampler.stop()
+        done = ev.empty_done("failed", f"ampscope could not watch this run: {exc}")
+        if self._writer is not None:
+            self._writer.emit(done, urgent=True)
+            self._writer.close()
+        if self._record is not None:
+            self._record.finish(self._hello, done)
+
+    def _remove_hooks(self) -> None:
+        for hook in (self._norm_hook, self._zero_hook):
+            if hook is not None:
+                hook.remove()
+        self._norm_hook = self._zero_hook = None
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+        self.close(error)
+        return False
+
+    # ------------------------------------------------------------------ helpers
+
+    def _emit(self, event: ev.Event, urgent: bool = False) -> None:
+        if self._writer is not None:
+            self._writer.emit(event, urgent=urgent)
+
+    def _warn(self, code: str, step: int | None, message: str) -> None:
+        self._emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
+
+    def _once(self, key: str) -> bool:
+        if key in self._told:
+            return False
+        self._told.add(key)
+        return True
+
+
+def outcome(error: BaseException | None, signum: int | None) -> tuple[str, str | None]:
+    """The ``done`` status and error message for a run that ends with ``error`` (or none)."""
+    if signum is not None or isinstance(error, KeyboardInterrupt):
+        return "stopped", None
+    if isinstance(error, SystemExit):
+        if error.code in (0, None):
+            return "ok", None
+        return "failed", f"SystemExit: {error.code}"
+    if error is not None:
+        return "failed", f"{type(error).__name__}: {error}"
+    return "ok", None
+
+
+def error_event(error: BaseException, step: int) -> ev.ErrorEvent:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = f"{type(error).__name__}: {error}"
+    if isinstance(error, torch.OutOfMemoryError):
+        return ev.ErrorEvent(kind="oom", message=message, step=step, traceback=text)
+    return ev.ErrorEvent(kind="exception", message=message, step=step, traceback=text)
+
+
+def default_name() -> str:
+    """The script's name (``train`` for ``python train.py``), else 'watch'."""
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
+    return script or "watch"
