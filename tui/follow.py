@@ -174,10 +174,13 @@ class AttachSource:
         owner = self.owner()
         if owner is None or owner[1] != socket.gethostname() or self.ended:
             return
+        live = records.read_live(self.run_dir) or {}
+        if not records.stop_rule(live)[0]:
+            return
         pid = owner[0]
         self.stopping = True
         self.state.stop_requested = True
-        if (records.read_live(self.run_dir) or {}).get("source") == "watch":
+        if live.get("source") == "watch":
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGINT)  # the user's own process: Ctrl+C, never SIGKILL
             return

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 
 from ampscope.integrations import batch_size
 from ampscope.watch import Monitor, watch
@@ -69,6 +70,7 @@ class AmpscopeCallback(pl.Callback):
         self._samples = self._tokens = 0  # over the batches of the step in progress
         self.grad_norm = grad_norm  # taken by this callback, before Lightning clips
         self._norm: Any = None
+        self._loss: Any = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -96,17 +98,21 @@ class AmpscopeCallback(pl.Callback):
     ) -> None:
         if self.monitor is None:
             return  # not global rank 0
+        # Lightning divides each batch's loss by the batches accumulated: their sum is the step's
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(loss, torch.Tensor):
+            self._loss = loss.detach() if self._loss is None else self._loss + loss.detach()
         self._samples += batch_size(batch) or 0
         if self.tokens is not None:
             self._tokens += self.tokens(batch)
         if trainer.global_step == self._steps_seen:
             return  # still accumulating gradients
         self._steps_seen = trainer.global_step
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         tokens = self._tokens if self.tokens is not None else None
-        self.monitor.step(loss, samples=self._samples or None, tokens=tokens, grad_norm=self._norm)
+        samples = self._samples or None
+        self.monitor.step(self._loss, samples=samples, tokens=tokens, grad_norm=self._norm)
         self._samples = self._tokens = 0
-        self._norm = None
+        self._loss = self._norm = None
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any

@@ -12,7 +12,6 @@ import contextlib
 import math
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +24,12 @@ from ampscope.engine.emitter import EventWriter
 from ampscope.watch import exits
 from ampscope.watch.describe import RunFacts, describe, first_lr, hello_event
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
+from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
 from ampscope.watch.readout import StepValues, make_readout
 from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
 
-MAX_NONFINITE_WITH_SCALER = 20
-"""Non-finite losses in a row a GradScaler may skip before it counts as not recovering."""
 RSS_EVERY_S = 0.5
 
 
@@ -63,8 +61,7 @@ class Monitor:
         self._compile_watch: Any = None
         self._figures = RunFigures(self.options.warmup_steps)
         self._next_step = 0
-        self._nonfinite = 0
-        self._told: set[str] = set()
+        self._notes = StepNotes(self.options.precision or "")
         self._signal: int | None = None
         self._closed = False
         self._cuda: torch.device | None = None
@@ -86,6 +83,7 @@ class Monitor:
         name = o.name or default_name()
         facts = describe(model, self._optimizer, scaler, o, name)
         self._facts = facts
+        self._notes.precision = facts.precision
         live = {"source": "watch", "allow_stop": o.allow_stop, "stop_signal": "SIGINT"}
         root = Path(o.runs_dir) if o.runs_dir is not None else records.default_runs_dir()
         self._record = WatchRecord.create(root, name, facts.config, live, self.troubles)
@@ -119,32 +117,14 @@ class Monitor:
             self._flop_counter.__enter__()
 
     def _setup_warnings(self, facts: RunFacts) -> None:
-        notes: list[tuple[str, str]] = []
-        if self.options.count_flops and facts.compiled:
-            notes.append(
-                (
-                    "flops-not-counted",
-                    "count_flops=True needs an eager model: counting runs a step under "
-                    "FlopCounterMode, and torch.compile then gives up compiling it for good. "
-                    "Count once on the eager model (ampscope.watch.count_flops) and pass "
-                    "flops_per_step=.",
-                )
-            )
-        if (
-            facts.precision_inferred
-            and facts.info.is_cuda
-            and not facts.precision.startswith("amp")
+        for warning in setup_warnings(
+            self.options.count_flops,
+            facts.compiled,
+            facts.precision,
+            facts.precision_inferred,
+            facts.info.is_cuda,
         ):
-            notes.append(
-                (
-                    "precision-inferred",
-                    f"Precision taken as {facts.precision} from the parameters' dtype: autocast "
-                    "cannot be seen from outside the loop. If the loop runs under torch.autocast, "
-                    "pass precision='amp-bf16' (or 'amp-fp16') so MFU uses the right peak.",
-                )
-            )
-        for code, message in notes:
-            self._emit(ev.WarningEvent(code=code, message=message), urgent=True)
+            self._emit(warning, urgent=True)
 
     def _start_telemetry(self, facts: RunFacts) -> None:
         from ampscope.engine.telemetry import start_for_run
@@ -235,60 +215,10 @@ class Monitor:
         memory = peak_mem if peak_mem is not None else allocated
         self._figures.add(v.step, v.step_ms, loss, skipped, v.samples, tokens, memory)
         if finite:
-            self._nonfinite = 0
+            self._notes.nonfinite = 0
         if skipped or not finite or not flops:
-            self._notes(v, skipped, scaled, finite)
-
-    def _notes(self, v: StepValues, skipped: bool, scaled: bool, finite: bool) -> None:
-        """What a step says beyond its figures: a skip, a collapsing scale, a NaN loss."""
-        if skipped and self._once("skipped-step"):
-            self._warn(
-                "skipped-step",
-                v.step,
-                f"GradScaler skipped step {v.step}: gradients held inf/NaN; loss scale "
-                f"{v.scale_before:g} -> {v.scale:g}. A few early skips are normal while the scale settles.",
-            )
-        if skipped and v.scale < 1.0 <= v.scale_before:
-            self._warn(
-                "scale-collapse",
-                v.step,
-                f"Loss scale fell below 1 ({v.scale:g}) at step {v.step}: gradients overflow even "
-                "unscaled. Look for inf/NaN in the forward pass or lower the learning rate.",
-            )
-        if not self.flops_per_step and self._once("flops-unknown"):
-            self._warn(
-                "flops-unknown",
-                None,
-                "No TFLOP/s or MFU: the FLOPs of a step are unknown. Pass flops_per_step= or "
-                "count_flops=True to ampscope.watch().",
-            )
-        if not finite:
-            self._nonfinite += 1
-            if (
-                not scaled and self._nonfinite == 1
-            ) or self._nonfinite == MAX_NONFINITE_WITH_SCALER:
-                self._emit(
-                    ev.ErrorEvent(kind="nan", message=self._nan_message(v, scaled), step=v.step),
-                    urgent=True,
-                )
-
-    def _nan_message(self, v: StepValues, scaled: bool) -> str:
-        if scaled:
-            return (
-                f"Loss has been {v.loss} for {self._nonfinite} steps in a row (to step {v.step}): "
-                "the GradScaler skips them but is not recovering. Your loop goes on; ampscope only "
-                "records this. Lower the learning rate or look for inf/NaN in the forward pass."
-            )
-        fp16 = self._facts is not None and self._facts.precision == "fp16"
-        hint = (
-            "Pure fp16 has no master weights or loss scaling; use autocast with a GradScaler."
-            if fp16
-            else "Lower the learning rate or use a wider format."
-        )
-        return (
-            f"Loss became {v.loss} at step {v.step}: the numbers left the format's range. "
-            f"Your loop goes on; ampscope only records this. {hint}"
-        )
+            for event in self._notes.after(v, skipped, scaled, finite, bool(flops)):
+                self._emit(event, urgent=True)
 
     def _memory(self) -> tuple[int | None, int | None, int | None]:
         if self._cuda is not None:
@@ -414,39 +344,3 @@ class Monitor:
     def _emit(self, event: ev.Event, urgent: bool = False) -> None:
         if self._writer is not None:
             self._writer.emit(event, urgent=urgent)
-
-    def _warn(self, code: str, step: int | None, message: str) -> None:
-        self._emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
-
-    def _once(self, key: str) -> bool:
-        if key in self._told:
-            return False
-        self._told.add(key)
-        return True
-
-
-def outcome(error: BaseException | None, signum: int | None) -> tuple[str, str | None]:
-    """The ``done`` status and error message for a run that ends with ``error`` (or none)."""
-    if signum is not None or isinstance(error, KeyboardInterrupt):
-        return "stopped", None
-    if isinstance(error, SystemExit):
-        if error.code in (0, None):
-            return "ok", None
-        return "failed", f"SystemExit: {error.code}"
-    if error is not None:
-        return "failed", f"{type(error).__name__}: {error}"
-    return "ok", None
-
-
-def error_event(error: BaseException, step: int) -> ev.ErrorEvent:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    message = f"{type(error).__name__}: {error}"
-    if isinstance(error, torch.OutOfMemoryError):
-        return ev.ErrorEvent(kind="oom", message=message, step=step, traceback=text)
-    return ev.ErrorEvent(kind="exception", message=message, step=step, traceback=text)
-
-
-def default_name() -> str:
-    """The script's name (``train`` for ``python train.py``), else 'watch'."""
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
-    return script or "watch"

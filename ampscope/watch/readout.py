@@ -111,7 +111,10 @@ class HostReadout:
 
 
 class DeviceReadout:
-    def __init__(self, device: torch.device, scaler: Any) -> None:
+    """``probe``: the engine's CudaProbe by default; tests hand in one that lands late."""
+
+    def __init__(self, device: torch.device, scaler: Any, probe: Any = None) -> None:
+        self.device = device
         self.scaler = scaler
         self.nan = torch.full((), NAN, device=device)
         live = _live_scale(scaler)
@@ -121,7 +124,7 @@ class DeviceReadout:
             self._previous = torch.full((), _init_scale(scaler), device=device)
         # per step in flight, what the host knows: loss, grad norm, tokens, given?, samples, lr
         self._host: deque[tuple[Any, ...]] = deque()
-        self.probe = make_probe(device, WIDTH)
+        self.probe = probe if probe is not None else make_probe(device, WIDTH)
         self.probe.begin()
 
     def restart(self) -> None:
@@ -129,8 +132,12 @@ class DeviceReadout:
 
     def _split(self, value: Any) -> tuple[torch.Tensor, float | None]:
         """A figure on the device stays there; one already on the host is kept aside."""
-        if isinstance(value, torch.Tensor) and value.device.type == "cuda":
+        if isinstance(value, torch.Tensor) and (
+            value.device == self.device or value.device.type == "cuda"
+        ):
             t = value.detach()
+            if t.device != self.device:  # a loss on another GPU: copied, never read
+                t = t.to(self.device, non_blocking=True)
             return (t.float().reshape(()) if t.numel() == 1 else t.float().mean()), None
         if value is None:
             return self.nan, None
