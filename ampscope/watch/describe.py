@@ -125,6 +125,8 @@ def first_lr(optimizer: torch.optim.Optimizer | None) -> float:
     if optimizer is None or not optimizer.param_groups:
         return 0.0
     lr = optimizer.param_groups[0].get("lr", 0.0)
+    if type(lr) is float:
+        return lr
     if isinstance(lr, torch.Tensor):
         return float(lr) if lr.device.type == "cpu" and lr.numel() == 1 else 0.0
     return float(lr) if isinstance(lr, (int, float)) else 0.0

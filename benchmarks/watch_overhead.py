@@ -1,0 +1,190 @@
+"""What watching a training loop costs: bare, ampscope.watch, wandb.log, TensorBoard, side by side.
+
+One user loop (an MLP on the CPU, about 20 ms a step by default) runs in blocks of steps,
+interleaved ABCD: bare; with ``ampscope.watch`` (``mon.step(loss, ...)``); with ``wandb.log``
+of 8 scalars (offline); with TensorBoard's ``SummaryWriter.add_scalar`` of the same 8 scalars.
+It prints each loop's step time against the bare one, and the host time per step of the
+logging call itself (``mon.step``, ``wandb.log``, the 8 ``add_scalar`` calls and the ``.item()``
+calls they need), median over all steps.
+
+    python benchmarks/watch_overhead.py [--width 512] [--batch 256] [--blocks 10] [--block-steps 20]
+    python benchmarks/watch_overhead.py --install   # wandb and tensorboard into a venv of its own
+
+ampscope never installs wandb or tensorboard. Without them a row says it was skipped; with
+``--install`` this script creates ``benchmarks/.venv-watch-overhead`` (the current environment's
+packages stay visible through a .pth file), installs both there, and runs itself again inside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import site
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+VENV = Path(__file__).resolve().parent / ".venv-watch-overhead"
+SCALARS = ("loss", "lr", "grad_norm", "loss_scale", "step", "samples", "tokens", "epoch")
+
+
+def install_and_rerun(argv: list[str]) -> int:
+    """A venv beside this script with wandb and tensorboard; this environment stays as it was."""
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        parents = [
+            p for p in site.getsitepackages() + [site.getusersitepackages()] if Path(p).is_dir()
+        ]
+        Path(purelib, "parent-environment.pth").write_text("\n".join(parents) + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "wandb", "tensorboard"], check=True)
+    rest = [a for a in argv if a != "--install"]
+    return subprocess.run([str(python), __file__, *rest]).returncode
+
+
+def make_loop(width: int, batch: int, layers: int):
+    import torch
+
+    torch.manual_seed(0)
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*blocks, torch.nn.Linear(width, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, width)
+    y = torch.randint(0, 10, (batch,))
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss, norm
+
+    return model, opt, step
+
+
+def loggers(model, opt, batch: int, tmp: Path) -> tuple[dict[str, Callable | str], Callable]:
+    """Each loop's logging call (or why it is skipped), and what ends them all."""
+    import ampscope
+
+    mon = ampscope.watch(model, opt, name="overhead", runs_dir=tmp / "runs")
+    out: dict[str, Callable | str] = {
+        "bare": lambda step, loss, norm: None,
+        "ampscope.watch": lambda step, loss, norm: mon.step(
+            loss, samples=batch, tokens=batch, grad_norm=norm
+        ),
+    }
+
+    def values(step, loss, norm):
+        return dict(
+            zip(
+                SCALARS, (loss.item(), 1e-3, norm.item(), 1.0, step, batch, batch, 0.0), strict=True
+            )
+        )
+
+    try:
+        import wandb
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        wandb.init(mode="offline", dir=str(tmp), project="watch-overhead")
+        out["wandb.log"] = lambda step, loss, norm: wandb.log(values(step, loss, norm), step=step)
+    except ImportError:
+        out["wandb.log"] = (
+            "skipped: wandb is not installed (--install puts it in a venv of its own)"
+        )
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(tmp / "tb"))
+
+        def tensorboard(step, loss, norm):
+            for key, value in values(step, loss, norm).items():
+                writer.add_scalar(key, value, step)
+
+        out["tensorboard"] = tensorboard
+    except ImportError:
+        out["tensorboard"] = (
+            "skipped: tensorboard is not installed (--install puts it in a venv of its own)"
+        )
+
+    def close() -> None:
+        mon.close()
+        if "wandb" in sys.modules:
+            sys.modules["wandb"].finish()
+
+    return out, close
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--block-steps", type=int, default=20)
+    parser.add_argument("--install", action="store_true", help="wandb and tensorboard in a venv")
+    args = parser.parse_args()
+    if args.install:
+        return install_and_rerun(sys.argv[1:])
+
+    import torch
+
+    model, opt, step_fn = make_loop(args.width, args.batch, args.layers)
+    with tempfile.TemporaryDirectory() as tmp:
+        calls, close = loggers(model, opt, args.batch, Path(tmp))
+        runnable = {k: v for k, v in calls.items() if callable(v)}
+        step_ms: dict[str, list[float]] = {k: [] for k in runnable}
+        host_us: dict[str, list[float]] = {k: [] for k in runnable}
+        step = 0
+        for block in range(args.blocks + 1):  # the first round warms every path up
+            for name, log in runnable.items():
+                t0 = time.perf_counter()
+                for _ in range(args.block_steps):
+                    loss, norm = step_fn()
+                    h0 = time.perf_counter_ns()
+                    log(step, loss, norm)
+                    if block:
+                        host_us[name].append((time.perf_counter_ns() - h0) / 1e3)
+                    step += 1
+                if block:
+                    step_ms[name].append((time.perf_counter() - t0) / args.block_steps * 1e3)
+        close()
+
+    bare = statistics.median(step_ms["bare"])
+    watch_us = statistics.median(host_us["ampscope.watch"])
+    print(
+        f"MLP {args.layers}x{args.width}, batch {args.batch}, torch {torch.__version__} on the CPU "
+        f"({torch.get_num_threads()} threads); {args.blocks} blocks x {args.block_steps} steps "
+        "per loop, interleaved\n"
+    )
+    print("| loop | step time | vs bare | host time per step | vs ampscope.watch |")
+    print("|---|---|---|---|---|")
+    for name, log in calls.items():
+        if not callable(log):
+            print(f"| {name} | {log} | | | |")
+            continue
+        ms = statistics.median(step_ms[name])
+        us = statistics.median(host_us[name])
+        versus = (
+            "" if name == "bare" else f"{us / watch_us:.0f}x" if name != "ampscope.watch" else "1x"
+        )
+        print(f"| {name} | {ms:.2f} ms | {ms / bare:.4f} | {us:.1f} µs | {versus} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
