@@ -4,7 +4,8 @@ One user loop (an MLP on the CPU, about 20 ms a step by default) runs in blocks 
 interleaved ABCD: bare; with ``ampscope.watch`` (``mon.step(loss, ...)``); with ``wandb.log``
 of 8 scalars (offline); with TensorBoard's ``SummaryWriter.add_scalar`` of the same 8 scalars.
 It prints each loop's step time against the bare one, and the host time per step of the
-logging call itself (``mon.step``, ``wandb.log``, the 8 ``add_scalar`` calls and the ``.item()``
+logging call itself (wall time, and the CPU time of the training thread, which a busy shared
+machine inflates less) (``mon.step``, ``wandb.log``, the 8 ``add_scalar`` calls and the ``.item()``
 calls they need), median over all steps.
 
     python benchmarks/watch_overhead.py [--width 512] [--batch 256] [--blocks 10] [--block-steps 20]
@@ -129,6 +130,62 @@ def loggers(model, opt, batch: int, tmp: Path) -> tuple[dict[str, Callable | str
     return out, close
 
 
+def call_alone(log: Callable, step_fn: Callable, calls: int = 2000) -> float:
+    """The logging call back to back, without the step around it: its own cost, median µs.
+
+    In the loop, the call runs right after torch's kernels, on caches they evicted and, on a
+    machine with few cores, beside torch's spinning worker threads; that can slow any Python
+    there ten times over. Alone, it shows what the call itself asks of the interpreter.
+    """
+    loss, norm = step_fn()
+    times = []
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        log(i, loss, norm)
+        times.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(times)
+
+
+def interleaved(runnable: dict, step_fn: Callable, blocks: int, block_steps: int) -> dict:
+    """Per loop: step times per block (ms), and wall and CPU µs of each logging call."""
+    out = {name: {"step_ms": [], "wall": [], "cpu": []} for name in runnable}
+    step = 0
+    for block in range(blocks + 1):  # the first round warms every path up
+        for name, log in runnable.items():
+            t0 = time.perf_counter()
+            for _ in range(block_steps):
+                loss, norm = step_fn()
+                h0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+                log(step, loss, norm)
+                if block:
+                    out[name]["wall"].append((time.perf_counter_ns() - h0) / 1e3)
+                    out[name]["cpu"].append((time.thread_time_ns() - c0) / 1e3)
+                step += 1
+            if block:
+                out[name]["step_ms"].append((time.perf_counter() - t0) / block_steps * 1e3)
+    return {name: {k: statistics.median(v) for k, v in m.items()} for name, m in out.items()}
+
+
+def table(calls: dict, measured: dict, alone: dict) -> None:
+    bare, watch = measured["bare"], measured["ampscope.watch"]
+    print(
+        "| loop | step time | vs bare | host time per step in the loop: wall / CPU | the call alone |"
+    )
+    print("|---|---|---|---|---|")
+    for name, log in calls.items():
+        if not callable(log):
+            print(f"| {name} | {log} | | | |")
+            continue
+        m = measured[name]
+        in_loop = f"{m['wall']:.1f} / {m['cpu']:.1f} µs"
+        apart = f"{alone[name]:.1f} µs"
+        if name not in ("bare", "ampscope.watch"):
+            in_loop += f" ({m['wall'] / watch['wall']:.0f}x / {m['cpu'] / watch['cpu']:.0f}x)"
+            apart += f" ({alone[name] / alone['ampscope.watch']:.0f}x)"
+        ratio = m["step_ms"] / bare["step_ms"]
+        print(f"| {name} | {m['step_ms']:.2f} ms | {ratio:.3f} | {in_loop} | {apart} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=512)
@@ -147,42 +204,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         calls, close = loggers(model, opt, args.batch, Path(tmp))
         runnable = {k: v for k, v in calls.items() if callable(v)}
-        step_ms: dict[str, list[float]] = {k: [] for k in runnable}
-        host_us: dict[str, list[float]] = {k: [] for k in runnable}
-        step = 0
-        for block in range(args.blocks + 1):  # the first round warms every path up
-            for name, log in runnable.items():
-                t0 = time.perf_counter()
-                for _ in range(args.block_steps):
-                    loss, norm = step_fn()
-                    h0 = time.perf_counter_ns()
-                    log(step, loss, norm)
-                    if block:
-                        host_us[name].append((time.perf_counter_ns() - h0) / 1e3)
-                    step += 1
-                if block:
-                    step_ms[name].append((time.perf_counter() - t0) / args.block_steps * 1e3)
+        measured = interleaved(runnable, step_fn, args.blocks, args.block_steps)
+        alone = {name: call_alone(log, step_fn) for name, log in runnable.items()}
         close()
-
-    bare = statistics.median(step_ms["bare"])
-    watch_us = statistics.median(host_us["ampscope.watch"])
     print(
         f"MLP {args.layers}x{args.width}, batch {args.batch}, torch {torch.__version__} on the CPU "
-        f"({torch.get_num_threads()} threads); {args.blocks} blocks x {args.block_steps} steps "
-        "per loop, interleaved\n"
+        f"({torch.get_num_threads()} threads, {os.cpu_count()} CPUs); {args.blocks} blocks x "
+        f"{args.block_steps} steps per loop, interleaved. Medians; (Nx): that many times "
+        "ampscope.watch's.\n"
     )
-    print("| loop | step time | vs bare | host time per step | vs ampscope.watch |")
-    print("|---|---|---|---|---|")
-    for name, log in calls.items():
-        if not callable(log):
-            print(f"| {name} | {log} | | | |")
-            continue
-        ms = statistics.median(step_ms[name])
-        us = statistics.median(host_us[name])
-        versus = (
-            "" if name == "bare" else f"{us / watch_us:.0f}x" if name != "ampscope.watch" else "1x"
-        )
-        print(f"| {name} | {ms:.2f} ms | {ms / bare:.4f} | {us:.1f} µs | {versus} |")
+    table(calls, measured, alone)
     return 0
 
 
