@@ -1,9 +1,11 @@
 """The monitor ``ampscope.watch()`` returns: a user's own loop, recorded like an engine run.
 
 On the training thread, ``Monitor.step`` only reads the step's figures (never waiting on the
-device) and queues those that have landed: about 2 us a step on a CPU. A reporter thread turns
-them into ``step`` events every 50 ms, mostly while the training thread is inside torch with the
-GIL released, and a writer thread puts the lines on disk. Everything that can go wrong on
+device) and queues those that have landed: about 2 us a step on a CPU. The monitor's one thread
+wakes ten times a second, mostly while the training thread is inside torch with the GIL
+released: it turns landed steps into ``step`` events, puts the lines on disk and refreshes the
+heartbeat. Few wake-ups matter: on a machine whose cores torch keeps busy, every thread that
+wakes in the process can stall torch's worker threads. Everything that can go wrong on
 ampscope's side (folder, disk, NVML, a bug here) is caught, warned about once, and the loop
 goes on.
 """
@@ -35,8 +37,10 @@ from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
 
 RSS_EVERY_S = 0.5
-REPORT_EVERY_S = 0.05
-"""Landed steps are turned into events this often, off the training thread."""
+TICK_S = 0.1
+"""How often landed steps become events and lines go to disk (off the training thread)."""
+FLUSH_S = 1.0
+"""The event writer's own flush thread: the monitor's tick flushes it well before that."""
 
 
 class Monitor:
@@ -100,7 +104,8 @@ class Monitor:
         if self._record is None:
             return
         self.run_dir = self._record.dir
-        writer = self._writer = EventWriter([self._record.file])  # type: ignore[list-item]
+        streams: list[Any] = [self._record.file]
+        writer = self._writer = EventWriter(streams, flush_interval=FLUSH_S)
         writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
         run_dir = str(self.run_dir.resolve())
         self._hello = hello_event(
@@ -121,7 +126,7 @@ class Monitor:
         self._started = time.perf_counter()
         self._readout = make_readout(facts.info.device, scaler)
         self._reporter = threading.Thread(
-            target=self._report_periodically, name="ampscope-watch-steps", daemon=True
+            target=self._tick_periodically, name="ampscope-watch", daemon=True
         )
         self._reporter.start()
         if o.count_flops and not facts.compiled:
@@ -196,10 +201,15 @@ class Monitor:
         if self._readout is not None and not self._closed:
             self._readout.restart()
 
-    def _report_periodically(self) -> None:
-        """Steps become events here, off the training thread, while it is busy in torch."""
-        while not self._stop_reporting.wait(REPORT_EVERY_S):
+    def _tick_periodically(self) -> None:
+        """Off the training thread, while it is busy in torch: landed steps become events, the
+        lines go to disk and the heartbeat is refreshed. One thread, woken ten times a second."""
+        while not self._stop_reporting.wait(TICK_S):
             self._report_landed()
+            with contextlib.suppress(Exception):  # the record reports its own troubles
+                if self._writer is not None and self._record is not None:
+                    self._writer.flush()
+                    self._record.tick()
 
     def _report_landed(self) -> None:
         try:
@@ -325,7 +335,7 @@ class Monitor:
             return
         self._stop_reporting.set()
         if self._reporter is not None:
-            self._reporter.join(REPORT_EVERY_S * 40)
+            self._reporter.join(TICK_S * 20)
         if self._readout is not None:
             with contextlib.suppress(Exception):  # a broken device: the steps in flight are lost
                 self._landed.extend(self._readout.drain())

@@ -3,7 +3,7 @@
 The folder layout is an engine run's (see ``ampscope.core.records``), so ``ampscope runs``,
 ``attach``, ``replay``, History and Compare read it unchanged. Two things differ:
 
-- ``events.jsonl`` is written by a background thread (``RecordFile``): the training loop only
+- ``events.jsonl`` is written off the training thread (``RecordFile``): the training loop only
   hands bytes to a queue, so a slow, stalled or full disk never blocks or breaks it;
 - every failure (an unwritable runs folder, a full disk) becomes one ``WatchWarning`` for the
   run and the record stops where it is. Training goes on.
@@ -25,8 +25,6 @@ from ampscope.core import events as ev
 from ampscope.core import records
 
 HEARTBEAT_S = 1.0
-POLL_S = 0.05
-"""How often queued lines go to disk: well within the 100 ms a line may wait (docs/events.md)."""
 MAX_QUEUED_BYTES = 32 << 20
 """Lines waiting for a stalled disk beyond this are dropped (and said so), not held in memory."""
 CLOSE_WAIT_S = 5.0
@@ -58,10 +56,10 @@ class Troubles:
 class RecordFile:
     """``events.jsonl`` behind a queue: ``write`` hands bytes over and returns at once.
 
-    Given to ``EventWriter`` as its stream. A writer thread picks the lines up every
-    ``POLL_S`` (nobody is woken per write: waking a thread costs the writer milliseconds on a
-    busy machine) and appends them to the file; an OSError there (disk full, folder gone) is
-    reported once and later lines are dropped.
+    Given to ``EventWriter`` as its stream. The monitor's own thread calls ``write_queued``
+    every tick to put the lines on disk; an OSError there (disk full, folder gone) is reported
+    once and later lines are dropped. Nothing wakes a thread per write: on a busy machine that
+    costs the writer milliseconds.
     """
 
     def __init__(self, path: Path, troubles: Troubles) -> None:
@@ -72,13 +70,11 @@ class RecordFile:
         self._chunks: list[bytes] = []
         self._queued = 0
         self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ampscope-record", daemon=True)
-        self._thread.start()
+        self._closed = False
 
     def write(self, data: bytes) -> int:
         with self._lock:
-            if self.failed or self._closing.is_set():
+            if self.failed or self._closed:
                 return len(data)
             if self._queued + len(data) > MAX_QUEUED_BYTES:
                 self.troubles.report(f"the disk holding {self.path} does not keep up")
@@ -88,21 +84,9 @@ class RecordFile:
         return len(data)
 
     def flush(self) -> None:
-        """Nothing to do here: the writer thread writes what is queued within POLL_S."""
+        """Nothing to do here: ``write_queued`` puts the lines on disk, off the training thread."""
 
-    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
-        self._closing.set()
-        self._thread.join(wait_s)
-        if not self._thread.is_alive():
-            with contextlib.suppress(OSError):
-                self._fh.close()
-
-    def _run(self) -> None:
-        while not self._closing.wait(POLL_S):
-            self._write_queued()
-        self._write_queued()
-
-    def _write_queued(self) -> None:
+    def write_queued(self) -> None:
         with self._lock:
             chunks, self._chunks, self._queued = self._chunks, [], 0
         if not chunks or self.failed:
@@ -114,27 +98,36 @@ class RecordFile:
             self.failed = True
             self.troubles.report(f"cannot write the run record {self.path}", exc)
 
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """The last lines, waiting at most ``wait_s`` for a stalled disk."""
+        self._closed = True
+        last = threading.Thread(target=self.write_queued, name="ampscope-record", daemon=True)
+        last.start()
+        last.join(wait_s)
+        if not last.is_alive():
+            with contextlib.suppress(OSError):
+                self._fh.close()
+
 
 class Heartbeat:
-    """``live.json`` now and every HEARTBEAT_S: the run is live while it is fresh."""
+    """``live.json``: the run is live while its heartbeat is fresh (``beat`` refreshes it)."""
 
     def __init__(self, run_dir: Path, extra: dict[str, Any]) -> None:
         self.run_dir = run_dir
         self.extra = extra
         self.started = time.time()
+        self._last = time.monotonic()
         records.write_live(run_dir, os.getpid(), self.started, extra)
-        self._ended = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="ampscope-heartbeat", daemon=True)
-        self._thread.start()
 
-    def _beat(self) -> None:
-        while not self._ended.wait(HEARTBEAT_S):
-            with contextlib.suppress(OSError):
-                records.write_live(self.run_dir, os.getpid(), self.started, self.extra)
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last < HEARTBEAT_S:
+            return
+        self._last = now
+        with contextlib.suppress(OSError):
+            records.write_live(self.run_dir, os.getpid(), self.started, self.extra)
 
     def stop(self) -> None:
-        self._ended.set()
-        self._thread.join(2.0)
         records.clear_live(self.run_dir)
 
 
@@ -165,6 +158,11 @@ class WatchRecord:
             troubles.report(f"cannot create a run record under {root}", exc)
             return None
         return cls(run_dir, file, heartbeat)
+
+    def tick(self) -> None:
+        """Queued lines to disk and the heartbeat refreshed: called by the monitor's thread."""
+        self.file.write_queued()
+        self.heartbeat.beat()
 
     def finish(self, hello: ev.HelloEvent | None, done: ev.DoneEvent) -> None:
         """Last lines to disk, then ``summary.json``, then the heartbeat goes (as the engine does)."""
