@@ -21,7 +21,7 @@ from ampscope.cli.main import main as cli_main
 from ampscope.core import comparison, memory_plan, records
 from ampscope.core import events as ev
 from ampscope.watch import WatchWarning
-from ampscope.watch.readout import WIDTH, DeviceReadout
+from ampscope.watch.readout import WIDTH, DeviceReadout, StepValues
 from tests.helpers import events_of, linear_flops, tiny_model
 
 pytestmark = pytest.mark.unit
@@ -306,12 +306,12 @@ def test_figures_that_land_late_belong_to_their_own_step() -> None:
     scaler._lazy_init_scale_growth_tracker(torch.device("cpu"))
     probe = LateProbe()
     readout = DeviceReadout(torch.device("cpu"), scaler, probe=probe)
-    got = []
     for step, (loss, scale) in enumerate([(3.0, 8.0), (2.0, 4.0), (1.5, 4.0)]):
         scaler._scale.fill_(scale)  # as update() leaves it
-        got += readout.end(step, torch.tensor(loss), 0.5, None, torch.tensor(100), 4, 1e-3)
-    assert [v.step for v in got] == [0, 1]  # step 2 is still in flight
-    got += readout.drain()
+        readout.end(step, torch.tensor(loss), 0.5, None, torch.tensor(100), 4, 1e-3)
+    assert [raw[0] for raw in readout.landed] == [0, 1]  # step 2 is still in flight
+    readout.drain()
+    got = [StepValues.from_raw(raw) for raw in readout.landed]
     assert [(v.step, v.loss, v.scale_before, v.scale) for v in got] == [
         (0, 3.0, 8.0, 8.0),
         (1, 2.0, 8.0, 4.0),  # the scale dropped across this step's update(): skipped

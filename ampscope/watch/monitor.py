@@ -28,11 +28,11 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.engine.emitter import EventWriter
 from ampscope.watch import exits
-from ampscope.watch.describe import RunFacts, describe, first_lr, hello_event
+from ampscope.watch.describe import RunFacts, describe, hello_event
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
 from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
-from ampscope.watch.readout import StepValues, make_readout
+from ampscope.watch.readout import Raw, StepValues, make_readout
 from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
 
@@ -80,7 +80,10 @@ class Monitor:
         self._rss: int | None = None
         self._rss_at = -math.inf
         self._started = time.perf_counter()
-        self._landed: deque[StepValues] = deque()  # steps read back, waiting to be reported
+        self._landed: deque[Raw] = deque()  # steps read back, waiting to be reported
+        self._extras = True  # this step needs more than the reading (the first one always does)
+        groups = optimizer.param_groups if optimizer is not None else []
+        self._lr_group: dict[str, Any] | None = groups[0] if groups else None
         self._reporter: threading.Thread | None = None
         self._stop_reporting = threading.Event()
         try:
@@ -125,6 +128,7 @@ class Monitor:
         exits.register(self)
         self._started = time.perf_counter()
         self._readout = make_readout(facts.info.device, scaler)
+        self._landed = self._readout.landed
         self._reporter = threading.Thread(
             target=self._tick_periodically, name="ampscope-watch", daemon=True
         )
@@ -169,31 +173,39 @@ class Monitor:
         step, a number or a device tensor (read without a sync). ``samples``: the batch size.
         ``grad_norm``: the norm ``clip_grad_norm_`` returned, if the loop clips.
         """
-        if self._readout is None or self._closed:
+        readout = self._readout
+        if readout is None or self._closed:
             return
-        try:
-            self._step(loss, tokens, samples, grad_norm)
+        try:  # kept short: right after torch's kernels every line runs on cold caches
+            step = self._next_step
+            zeros = None
+            if self._extras:
+                grad_norm, zeros = self._extra_work(step, grad_norm)
+            group = self._lr_group
+            readout.end(step, loss, grad_norm, zeros, tokens, samples, group and group["lr"])
+            self._next_step = step + 1
+            counters = self._counters
+            if counters is None:
+                if "torch._dynamo" in sys.modules:
+                    self._check_compile(step)
+            elif counters["frames"].get("total", 0) != self._frames_seen:
+                self._check_compile(step)
         except Exception as exc:  # noqa: BLE001 - never into the user's loop
             self._readout = None
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
 
-    def _step(self, loss: Any, tokens: Any, samples: int | None, grad_norm: Any) -> None:
-        step = self._next_step
-        self._next_step = step + 1
+    def _extra_work(self, step: int, grad_norm: Any) -> tuple[Any, Any]:
+        """What only some steps need: the FLOP count's end, the hooks' figures, the first step."""
         if self._flop_counter is not None:
             self._end_flop_count()
         if self._norm_hook is not None:
             hooked = self._norm_hook.take()
             grad_norm = hooked if grad_norm is None else grad_norm
         zeros = self._zero_hook.take(step + 1) if self._zero_hook is not None else None
-        lr = first_lr(self._optimizer)
-        finished = self._readout.end(step, loss, grad_norm, zeros, tokens, samples or 0, lr)
         if step == 0:
             self._first_step_done()
-        if "torch._dynamo" in sys.modules:
-            self._check_compile(step)
-        if finished:
-            self._landed.extend(finished)  # reported by the reporter thread
+        self._extras = self._norm_hook is not None or self._zero_hook is not None
+        return grad_norm, zeros
 
     def restart_timer(self) -> None:
         """The next step's time starts now: call after work that is no training step
@@ -214,7 +226,7 @@ class Monitor:
     def _report_landed(self) -> None:
         try:
             while self._landed:
-                self._report(self._landed.popleft())
+                self._report(StepValues.from_raw(self._landed.popleft()))
         except Exception as exc:  # noqa: BLE001 - a fault here must not reach the loop
             self._readout = None
             self._landed.clear()
@@ -289,7 +301,7 @@ class Monitor:
             from torch._dynamo.utils import counters
 
             self._counters = counters
-        frames = self._counters["frames"]["total"]
+        frames = self._counters["frames"].get("total", 0)
         if frames == self._frames_seen:
             return
         self._frames_seen = frames
@@ -338,7 +350,7 @@ class Monitor:
             self._reporter.join(TICK_S * 20)
         if self._readout is not None:
             with contextlib.suppress(Exception):  # a broken device: the steps in flight are lost
-                self._landed.extend(self._readout.drain())
+                self._readout.drain()
         self._report_landed()
         status, message = outcome(error, self._signal)
         if status == "failed" and error is not None:

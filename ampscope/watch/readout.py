@@ -6,6 +6,11 @@ step is timed with CUDA events and its figures are stacked into one small device
 copied to pinned memory without blocking, and handed back once they have landed (normally
 one step later). Nothing here calls ``.item()`` on a CUDA tensor.
 
+Both put each step that has landed on ``landed`` as a plain tuple (``Raw``): the training
+thread does as little as it can, and the monitor's own thread makes ``StepValues`` of them.
+Right after torch's kernels every line of Python runs on cold caches, so the per-step path
+here is kept short.
+
 Loss scale: a step the scaler skipped is one whose scale dropped across ``update()``, which is
 what Hugging Face's Trainer checks too; the scale after the previous step is this step's
 "before".
@@ -27,6 +32,10 @@ NAN = math.nan
 LOSS, GRAD_NORM, SCALE_BEFORE, SCALE, ZEROS, TOKENS = range(6)
 WIDTH = 6
 
+Raw = tuple
+"""(step, step_ms, loss, grad_norm, scale_before, scale, zeros, tokens, samples, lr), each
+figure a float, or None where the loop gave none; lr as the optimizer holds it."""
+
 
 @dataclass
 class StepValues:
@@ -41,14 +50,42 @@ class StepValues:
     samples: int
     lr: float
 
+    @classmethod
+    def from_raw(cls, raw: Raw) -> StepValues:
+        step, step_ms, loss, norm, before, scale, zeros, tokens, samples, lr = raw
+        return cls(
+            step,
+            step_ms,
+            loss,
+            NAN if norm is None else norm,
+            before,
+            scale,
+            NAN if zeros is None else zeros,
+            tokens,
+            samples or 0,
+            host_lr(lr),
+        )
 
-def host_value(value: Any) -> float:
-    """A figure that already is on the host (a number, or a CPU tensor) as a float; NaN if none."""
-    if value is None:
-        return NAN
+
+def host_value(value: Any) -> float | None:
+    """A figure already on the host (a number, or a CPU tensor) as a float; None stays None."""
+    if value is None or type(value) is float:
+        return value
     if isinstance(value, torch.Tensor):
-        return float(value.item() if value.numel() == 1 else value.float().mean().item())
+        try:
+            return value.item()
+        except RuntimeError:  # more than one element: their mean
+            return value.float().mean().item()
     return float(value)
+
+
+def host_lr(lr: Any) -> float:
+    """A learning rate as the optimizer holds it, as a float; 0 where reading it would sync."""
+    if type(lr) is float:
+        return lr
+    if isinstance(lr, torch.Tensor):
+        return float(lr) if lr.device.type == "cpu" and lr.numel() == 1 else 0.0
+    return float(lr) if isinstance(lr, (int, float)) else 0.0
 
 
 def _live_scale(scaler: Any) -> torch.Tensor | None:
@@ -66,9 +103,10 @@ def _init_scale(scaler: Any) -> float:
 
 class HostReadout:
     def __init__(self, scaler: Any) -> None:
-        self.scaler = scaler
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         live = _live_scale(scaler)
-        self._previous = host_value(live) if live is not None else _init_scale(scaler)
+        self._previous = float(live.item()) if live is not None else _init_scale(scaler)
+        self.landed: deque[Raw] = deque()
         self._t0 = time.perf_counter()
 
     def restart(self) -> None:
@@ -81,33 +119,34 @@ class HostReadout:
         grad_norm: Any,
         zeros: Any,
         tokens: Any,
-        samples: int,
-        lr: float,
-    ) -> list[StepValues]:
+        samples: int | None,
+        lr: Any,
+    ) -> None:
         now = time.perf_counter()
         step_ms = (now - self._t0) * 1000.0
         self._t0 = now
-        live = _live_scale(self.scaler)
-        scale = host_value(live) if live is not None else self._previous
-        before, self._previous = self._previous, scale
-        count = None if tokens is None else host_value(tokens)
-        return [
-            StepValues(
+        before = scale = self._previous
+        if self.scaler is not None:
+            live = self.scaler._scale
+            if live is not None:
+                scale = self._previous = live.item()
+        self.landed.append(
+            (
                 step,
                 step_ms,
-                None if loss is None else host_value(loss),
+                host_value(loss),
                 host_value(grad_norm),
                 before,
                 scale,
-                host_value(zeros),
-                count,
+                None if zeros is None else host_value(zeros),
+                tokens if tokens is None or type(tokens) is int else host_value(tokens),
                 samples,
                 lr,
             )
-        ]
+        )
 
-    def drain(self) -> list[StepValues]:
-        return []
+    def drain(self) -> None:
+        """Nothing is in flight on the host."""
 
 
 class DeviceReadout:
@@ -122,6 +161,7 @@ class DeviceReadout:
             self._previous = live.detach().clone().float().reshape(())
         else:
             self._previous = torch.full((), _init_scale(scaler), device=device)
+        self.landed: deque[Raw] = deque()
         # per step in flight, what the host knows: loss, grad norm, tokens, given?, samples, lr
         self._host: deque[tuple[Any, ...]] = deque()
         self.probe = probe if probe is not None else make_probe(device, WIDTH)
@@ -139,8 +179,6 @@ class DeviceReadout:
             if t.device != self.device:  # a loss on another GPU: copied, never read
                 t = t.to(self.device, non_blocking=True)
             return (t.float().reshape(()) if t.numel() == 1 else t.float().mean()), None
-        if value is None:
-            return self.nan, None
         return self.nan, host_value(value)
 
     def end(
@@ -150,9 +188,9 @@ class DeviceReadout:
         grad_norm: Any,
         zeros: Any,
         tokens: Any,
-        samples: int,
-        lr: float,
-    ) -> list[StepValues]:
+        samples: int | None,
+        lr: Any,
+    ) -> None:
         loss_t, loss_h = self._split(loss)
         norm_t, norm_h = self._split(grad_norm)
         zeros_t, _ = self._split(zeros)
@@ -164,29 +202,27 @@ class DeviceReadout:
         self.probe.end(step, metrics)
         self.probe.begin()
         self._host.append((loss is None, loss_h, norm_h, tokens is None, tokens_h, samples, lr))
-        return [self._values(item) for item in self.probe.poll()]
+        self.landed.extend(self._raw(item) for item in self.probe.poll())
 
-    def _values(self, item: FinishedStep) -> StepValues:
+    def _raw(self, item: FinishedStep) -> Raw:
         no_loss, loss_h, norm_h, no_tokens, tokens_h, samples, lr = self._host.popleft()
         v = item.values
-        loss = None if no_loss else (v[LOSS] if loss_h is None else loss_h)
-        tokens = None if no_tokens else (v[TOKENS] if tokens_h is None else tokens_h)
-        return StepValues(
+        return (
             item.step,
             item.step_ms,
-            loss,
+            None if no_loss else (v[LOSS] if loss_h is None else loss_h),
             v[GRAD_NORM] if norm_h is None else norm_h,
             v[SCALE_BEFORE],
             v[SCALE],
             v[ZEROS],
-            tokens,
+            None if no_tokens else (v[TOKENS] if tokens_h is None else tokens_h),
             samples,
             lr,
         )
 
-    def drain(self) -> list[StepValues]:
+    def drain(self) -> None:
         """Every step still in flight; synchronises, so only at the end of the run."""
-        return [self._values(item) for item in self.probe.drain()]
+        self.landed.extend(self._raw(item) for item in self.probe.drain())
 
 
 def make_readout(device: torch.device, scaler: Any) -> HostReadout | DeviceReadout:
