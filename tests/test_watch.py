@@ -185,6 +185,24 @@ def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path, mo
     assert not (mon.run_dir / records.LIVE_FILE).exists()  # type: ignore[operator]
 
 
+def test_telemetry_that_cannot_start_costs_one_warning(tmp_path: Path, monkeypatch) -> None:
+    from ampscope.engine import telemetry
+
+    def broken(*args, **kwargs):
+        raise OSError("libnvidia-ml.so: cannot open shared object file")
+
+    monkeypatch.setattr(telemetry, "start_for_run", broken)
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            losses = train(mon, model, opt, steps=4)
+    (warning,) = caught
+    assert "device and host figures are unavailable" in str(warning.message)
+    assert len(losses) == 4 and records.load_run(mon.run_dir).status == "ok"
+    assert len(events_of(mon.run_dir, ev.StepEvent)) == 4
+
+
 def test_grad_norm_and_zero_gradients_on_request(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 10)

@@ -20,6 +20,7 @@ from ampscope.core import events as ev
 from ampscope.core.peaks import peak_tflops
 from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device
 from ampscope.watch.options import Options
+from ampscope.watch.readout import host_lr
 
 COMPUTE_DTYPE = {"amp-bf16": "bf16", "amp-fp16": "fp16"}
 PARAM_PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
@@ -124,12 +125,7 @@ def first_lr(optimizer: torch.optim.Optimizer | None) -> float:
     """The first parameter group's learning rate, read without a device sync (0 if unknown)."""
     if optimizer is None or not optimizer.param_groups:
         return 0.0
-    lr = optimizer.param_groups[0].get("lr", 0.0)
-    if type(lr) is float:
-        return lr
-    if isinstance(lr, torch.Tensor):
-        return float(lr) if lr.device.type == "cpu" and lr.numel() == 1 else 0.0
-    return float(lr) if isinstance(lr, (int, float)) else 0.0
+    return host_lr(optimizer.param_groups[0].get("lr", 0.0))
 
 
 def _peak(facts: RunFacts, options: Options) -> tuple[float | None, str]:
