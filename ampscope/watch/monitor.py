@@ -21,7 +21,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
 from ampscope.core import events as ev
@@ -32,11 +31,10 @@ from ampscope.watch.describe import RunFacts, describe, hello_event
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
 from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
-from ampscope.watch.readout import Raw, StepValues, make_readout
+from ampscope.watch.readout import MemoryReader, Raw, StepValues, make_readout
 from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
 
-RSS_EVERY_S = 0.5
 TICK_S = 0.1
 """How often landed steps become events and lines go to disk (off the training thread)."""
 FLUSH_S = 1.0
@@ -75,10 +73,7 @@ class Monitor:
         self._notes = StepNotes(self.options.precision or "")
         self._signal: int | None = None
         self._closed = False
-        self._cuda: torch.device | None = None
-        self._process = psutil.Process()
-        self._rss: int | None = None
-        self._rss_at = -math.inf
+        self._memory = MemoryReader(None)
         self._started = time.perf_counter()
         self._landed: deque[Raw] = deque()  # steps read back, waiting to be reported
         self._extras = True  # this step needs more than the reading (the first one always does)
@@ -121,7 +116,7 @@ class Monitor:
             self._norm_hook = GradNormHook(self._optimizer, self.troubles)
         if o.grad_zero_every > 0:
             self._zero_hook = ZeroGradHook(model, o.grad_zero_every, self.troubles)
-        self._cuda = facts.info.device if facts.info.is_cuda else None
+        self._memory = MemoryReader(facts.info.device if facts.info.is_cuda else None)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         phase = "compile" if facts.compiled else "train"
         writer.emit(ev.PhaseEvent(phase=phase, state="start", step=0), urgent=True)
@@ -236,7 +231,7 @@ class Monitor:
         scaled = not math.isnan(v.scale)
         skipped = scaled and v.scale < v.scale_before
         finite = v.loss is None or math.isfinite(v.loss)
-        allocated, reserved, peak_mem = self._memory()
+        allocated, reserved, peak_mem = self._memory.read()
         seconds = max(v.step_ms / 1000.0, 1e-9)
         flops = self.flops_per_step
         tflops = flops / seconds / 1e12 if flops else 0.0
@@ -269,20 +264,6 @@ class Monitor:
         if skipped or not finite or not flops:
             for event in self._notes.after(v, skipped, scaled, finite, bool(flops)):
                 self._emit(event, urgent=True)
-
-    def _memory(self) -> tuple[int | None, int | None, int | None]:
-        if self._cuda is not None:
-            d = self._cuda
-            return (
-                torch.cuda.memory_allocated(d),
-                torch.cuda.memory_reserved(d),
-                torch.cuda.max_memory_allocated(d),
-            )
-        now = time.monotonic()
-        if now - self._rss_at >= RSS_EVERY_S:  # ~30 us a read: not every step
-            self._rss_at = now
-            self._rss = self._process.memory_info().rss
-        return self._rss, None, None
 
     def _first_step_done(self) -> None:
         if self._facts is None or not self._facts.compiled:

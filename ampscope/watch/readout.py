@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 
 from ampscope.engine.probe import FinishedStep, make_probe
@@ -31,6 +32,7 @@ from ampscope.engine.probe import FinishedStep, make_probe
 NAN = math.nan
 LOSS, GRAD_NORM, SCALE_BEFORE, SCALE, ZEROS, TOKENS = range(6)
 WIDTH = 6
+RSS_EVERY_S = 0.5
 
 Raw = tuple
 """(step, step_ms, loss, grad_norm, scale_before, scale, zeros, tokens, samples, lr), each
@@ -223,6 +225,32 @@ class DeviceReadout:
     def drain(self) -> None:
         """Every step still in flight; synchronises, so only at the end of the run."""
         self.landed.extend(self._raw(item) for item in self.probe.drain())
+
+
+class MemoryReader:
+    """Memory per step: torch's CUDA allocator on a GPU (host-side counters, no sync), else
+    the process RSS, read at most every ``RSS_EVERY_S`` (a read costs ~30 us)."""
+
+    def __init__(self, cuda: torch.device | None) -> None:
+        self.cuda = cuda
+        self._process = psutil.Process()
+        self._rss: int | None = None
+        self._rss_at = -math.inf
+
+    def read(self) -> tuple[int | None, int | None, int | None]:
+        """Allocated, reserved and peak bytes (on the CPU: RSS, None, None)."""
+        if self.cuda is not None:
+            d = self.cuda
+            return (
+                torch.cuda.memory_allocated(d),
+                torch.cuda.memory_reserved(d),
+                torch.cuda.max_memory_allocated(d),
+            )
+        now = time.monotonic()
+        if now - self._rss_at >= RSS_EVERY_S:
+            self._rss_at = now
+            self._rss = self._process.memory_info().rss
+        return self._rss, None, None
 
 
 def make_readout(device: torch.device, scaler: Any) -> HostReadout | DeviceReadout:
