@@ -421,3 +421,33 @@ def meta_batch(kind: str, dims: dict[str, int], batch_size: int, device: str = "
         return torch.zeros(batch_size, dims["width"], device=device), labels
     size = dims["image_size"]
     return torch.zeros(batch_size, 3, size, size, device=device), labels
+
+
+# A user's own model and loop, for ampscope.watch.
+
+
+def tiny_model(seed: int = 0):
+    """32 -> 64 -> 4 MLP and its AdamW, as a user's script would build them."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def linear_flops(batch: int, widths: tuple[int, ...]) -> int:
+    """FLOPs of a training step of a stack of linear layers fed by data (no input gradient).
+
+    Forward 2·b·i·o per layer, backward twice that (input and weight gradients), less the
+    first layer's input gradient, which nothing needs.
+    """
+    pairs = list(zip(widths, widths[1:], strict=False))
+    return sum(6 * batch * i * o for i, o in pairs) - 2 * batch * pairs[0][0] * pairs[0][1]
+
+
+def events_of(run_dir, kind: type) -> list:
+    """The events of one type in a run record, in order."""
+    from ampscope.core import records
+
+    events, _ = records.read_events(run_dir / records.EVENTS_FILE)
+    return [e for e in events if isinstance(e, kind)]

@@ -115,7 +115,8 @@ class AttachSource:
     def can_stop(self) -> bool:
         if not self.allow_stop or self.ended or self.stopping:
             return False
-        return self.engine_pid() is not None
+        allowed, _ = records.stop_rule(records.read_live(self.run_dir) or {})
+        return allowed and self.engine_pid() is not None
 
     def allows(self, control: str) -> bool | None:
         """Stop while its engine runs here; restart never (this dashboard did not start it)."""
@@ -128,6 +129,9 @@ class AttachSource:
             return "this dashboard did not start the run (start it again from the presets)"
         if not self.allow_stop:
             return "this view is read-only"
+        allowed, why = records.stop_rule(records.read_live(self.run_dir) or {})
+        if not allowed:
+            return why
         if self.ended:
             return "the run has ended"
         if self.stopping:
@@ -198,8 +202,15 @@ class AttachSource:
         pid = self.engine_pid()
         if not self.allow_stop or pid is None or self.ended:
             return
+        live = records.read_live(self.run_dir) or {}
+        if not records.stop_rule(live)[0]:
+            return
         self.stopping = True
         self.state.stop_requested = True
+        if live.get("source") == "watch":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGINT)  # the user's own process: Ctrl+C, never SIGKILL
+            return
         _signal(pid, signal.SIGTERM)
         _signal(pid, signal.SIGCONT)
         loop = asyncio.get_running_loop()

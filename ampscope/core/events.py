@@ -80,6 +80,10 @@ class HelloEvent(Event, tag="hello"):
     backend: str | None = None  # "nccl" or "gloo"; null on one process
     strategy: str | None = None  # "ddp" or "fsdp2"; null on one process
     ranks: list[RankDevice] | None = None
+    # Who trains: ampscope's engine, or a user's own loop seen through ``ampscope.watch``.
+    source: Literal["engine", "watch"] = "engine"
+    # Whether a viewer may stop the run; a watched process allows it only when asked to.
+    allow_stop: bool = True
 
 
 class PhaseEvent(Event, tag="phase"):

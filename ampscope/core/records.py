@@ -196,11 +196,17 @@ def process_start(pid: int) -> float | None:
         return None
 
 
-def write_live(run_dir: Path, pid: int, started_at: float | None = None, **extra: Any) -> None:
+def write_live(
+    run_dir: Path,
+    pid: int,
+    started_at: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """``live.json``: who runs this record, refreshed by the engine about once a second.
 
     ``proc_start`` (the writer's process start time) lets a viewer make sure a pid still
     belongs to this run before it signals it: pids are reused.
+    ``extra`` adds fields: a watched process says how (and whether) a viewer may stop it.
     """
     now = time.time()
     data = {
@@ -209,7 +215,7 @@ def write_live(run_dir: Path, pid: int, started_at: float | None = None, **extra
         "heartbeat": now,
         "started_at": now if started_at is None else started_at,
         "proc_start": process_start(pid),
-        **extra,
+        **(extra or {}),
     }
     tmp = run_dir / f".{LIVE_FILE}.{os.getpid()}.tmp"  # engine and launcher may both write
     _replace_with(run_dir / LIVE_FILE, tmp, json.dumps(data) + "\n")
@@ -221,6 +227,20 @@ def read_live(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def stop_rule(live: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a viewer may stop the process ``live.json`` names, and if not, why.
+
+    An engine always may be stopped. A process watched with ``ampscope.watch`` is the user's
+    own training: only when it was started with ``allow_stop=True``, and then with SIGINT
+    (as Ctrl+C would), to that process alone.
+    """
+    if live.get("source") != "watch":
+        return True, ""
+    if live.get("allow_stop") is True:
+        return True, ""
+    return False, "this training loop was watched without allow_stop=True"
 
 
 def clear_live(run_dir: Path) -> None:

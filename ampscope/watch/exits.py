@@ -1,0 +1,114 @@
+"""How a watched run learns that its process is ending, so its record ends with ``done``.
+
+Three ways out, each ending every open run:
+
+- the interpreter exits (the script ran to its end, or ``sys.exit``): an ``atexit`` hook;
+- an exception nobody caught: a ``sys.excepthook`` wrapper, which then calls the previous hook;
+- SIGTERM or SIGINT: a handler that notes the signal (the run then ends ``stopped``) and
+  chains to the handler that was there before. Where that was the default, it does what the
+  default would, but as an exception (SystemExit(143) for SIGTERM, KeyboardInterrupt for
+  SIGINT), so the record can be finished on the way out. An ignored signal stays ignored.
+
+Handlers are installed when the first run opens and put back when the last one closes, if
+nobody replaced them meanwhile. Signal handlers need the main thread; from another thread
+only the atexit and excepthook paths are used. Torch-free.
+"""
+
+from __future__ import annotations
+
+import atexit
+import signal
+import sys
+import threading
+from types import FrameType, TracebackType
+from typing import Any, Protocol
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class OpenRun(Protocol):
+    def note_signal(self, signum: int) -> None: ...
+
+    def close(self, error: BaseException | None = None) -> None: ...
+
+
+_open: list[OpenRun] = []
+_previous_handlers: dict[int, Any] = {}
+_previous_excepthook: Any = None
+_atexit_registered = False
+
+
+def register(run: OpenRun) -> None:
+    global _atexit_registered
+    if not _open:
+        _install()
+    _open.append(run)
+    if not _atexit_registered:
+        atexit.register(_at_exit)
+        _atexit_registered = True
+
+
+def unregister(run: OpenRun) -> None:
+    if run in _open:
+        _open.remove(run)
+        if not _open:
+            _uninstall()
+
+
+def _install() -> None:
+    global _previous_excepthook
+    if sys.excepthook is not _except_hook:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _except_hook
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in SIGNALS:
+        current = signal.getsignal(signum)
+        if current is _on_signal:
+            continue
+        try:
+            signal.signal(signum, _on_signal)
+        except (ValueError, OSError):
+            continue
+        _previous_handlers[signum] = current
+
+
+def _uninstall() -> None:
+    global _previous_excepthook
+    if sys.excepthook is _except_hook and _previous_excepthook is not None:
+        sys.excepthook = _previous_excepthook
+        _previous_excepthook = None
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum, previous in list(_previous_handlers.items()):
+        if signal.getsignal(signum) is _on_signal:
+            try:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, OSError, TypeError):
+                continue
+            del _previous_handlers[signum]
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> Any:
+    previous = _previous_handlers.get(signum, signal.SIG_DFL)
+    if previous == signal.SIG_IGN:
+        return None
+    for run in list(_open):
+        run.note_signal(signum)
+    if callable(previous):
+        return previous(signum, frame)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    hook = _previous_excepthook or sys.__excepthook__  # closing the last run puts it back
+    for run in list(_open):
+        run.close(value)
+    hook(kind, value, tb)
+
+
+def _at_exit() -> None:
+    for run in list(_open):
+        run.close(None)

@@ -1,0 +1,157 @@
+"""What a watched run says in words: notes at the start, what steps say beyond their figures,
+and how the run ended. Torch-free (an exception's class is only looked at by name).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ampscope.core import events as ev
+
+if TYPE_CHECKING:
+    from ampscope.watch.readout import StepValues
+
+MAX_NONFINITE_WITH_SCALER = 20
+"""Non-finite losses in a row a GradScaler may skip before it counts as not recovering."""
+
+
+def setup_warnings(
+    count_flops: bool, compiled: bool, precision: str, inferred: bool, on_cuda: bool
+) -> list[ev.WarningEvent]:
+    notes = []
+    if count_flops and compiled:
+        notes.append(
+            ev.WarningEvent(
+                code="flops-not-counted",
+                message=(
+                    "count_flops=True needs an eager model: counting runs a step under "
+                    "FlopCounterMode, and torch.compile then gives up compiling it for good. "
+                    "Count once on the eager model (ampscope.watch.count_flops) and pass "
+                    "flops_per_step=."
+                ),
+            )
+        )
+    if inferred and on_cuda and not precision.startswith("amp"):
+        notes.append(
+            ev.WarningEvent(
+                code="precision-inferred",
+                message=(
+                    f"Precision taken as {precision} from the parameters' dtype: autocast cannot "
+                    "be seen from outside the loop. If the loop runs under torch.autocast, pass "
+                    "precision='amp-bf16' (or 'amp-fp16') so MFU uses the right peak."
+                ),
+            )
+        )
+    return notes
+
+
+class StepNotes:
+    """Warnings and errors a run's steps call for: each kind said once, NaN once per streak."""
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+        self.told: set[str] = set()
+        self.nonfinite = 0  # non-finite losses in a row; the monitor resets it on a finite one
+
+    def after(
+        self, v: StepValues, skipped: bool, scaled: bool, finite: bool, flops_known: bool
+    ) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        if skipped and self._once("skipped-step"):
+            out.append(
+                ev.WarningEvent(
+                    code="skipped-step",
+                    step=v.step,
+                    message=(
+                        f"GradScaler skipped step {v.step}: gradients held inf/NaN; loss scale "
+                        f"{v.scale_before:g} -> {v.scale:g}. A few early skips are normal while "
+                        "the scale settles."
+                    ),
+                )
+            )
+        if skipped and v.scale < 1.0 <= v.scale_before:
+            out.append(
+                ev.WarningEvent(
+                    code="scale-collapse",
+                    step=v.step,
+                    message=(
+                        f"Loss scale fell below 1 ({v.scale:g}) at step {v.step}: gradients "
+                        "overflow even unscaled. Look for inf/NaN in the forward pass or lower "
+                        "the learning rate."
+                    ),
+                )
+            )
+        if not flops_known and self._once("flops-unknown"):
+            out.append(
+                ev.WarningEvent(
+                    code="flops-unknown",
+                    message=(
+                        "No TFLOP/s or MFU: the FLOPs of a step are unknown. Pass "
+                        "flops_per_step= or count_flops=True to ampscope.watch()."
+                    ),
+                )
+            )
+        if not finite:
+            self.nonfinite += 1
+            if (not scaled and self.nonfinite == 1) or self.nonfinite == MAX_NONFINITE_WITH_SCALER:
+                out.append(
+                    ev.ErrorEvent(kind="nan", message=self.nan_message(v, scaled), step=v.step)
+                )
+        return out
+
+    def nan_message(self, v: StepValues, scaled: bool) -> str:
+        if scaled:
+            return (
+                f"Loss has been {v.loss} for {self.nonfinite} steps in a row (to step {v.step}): "
+                "the GradScaler skips them but is not recovering. Your loop goes on; ampscope "
+                "only records this. Lower the learning rate or look for inf/NaN in the forward "
+                "pass."
+            )
+        hint = (
+            "Pure fp16 has no master weights or loss scaling; use autocast with a GradScaler."
+            if self.precision == "fp16"
+            else "Lower the learning rate or use a wider format."
+        )
+        return (
+            f"Loss became {v.loss} at step {v.step}: the numbers left the format's range. "
+            f"Your loop goes on; ampscope only records this. {hint}"
+        )
+
+    def _once(self, key: str) -> bool:
+        if key in self.told:
+            return False
+        self.told.add(key)
+        return True
+
+
+def outcome(error: BaseException | None, signum: int | None) -> tuple[str, str | None]:
+    """The ``done`` status and error message for a run that ends with ``error`` (or none).
+
+    After SIGTERM or SIGINT any ending is a stop: trainers turn the signal into their own
+    exception (Lightning's SIGTERMException) or into a clean return.
+    """
+    if signum is not None or isinstance(error, KeyboardInterrupt):
+        return "stopped", None
+    if isinstance(error, SystemExit):
+        if error.code in (0, None):
+            return "ok", None
+        return "failed", f"SystemExit: {error.code}"
+    if error is not None:
+        return "failed", f"{type(error).__name__}: {error}"
+    return "ok", None
+
+
+def error_event(error: BaseException, step: int) -> ev.ErrorEvent:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    message = f"{type(error).__name__}: {error}"
+    kind = "oom" if type(error).__name__ == "OutOfMemoryError" else "exception"
+    return ev.ErrorEvent(kind=kind, message=message, step=step, traceback=text)  # type: ignore[arg-type]
+
+
+def default_name() -> str:
+    """The script's name (``train`` for ``python train.py``), else 'watch'."""
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
+    return script or "watch"

@@ -1,0 +1,108 @@
+"""What ``ampscope.watch()`` accepts, checked before anything is recorded.
+
+Torch-free, so a bad argument is reported the same way whether or not torch is loaded. A bad
+argument raises ``ValueError`` at the ``watch()`` call, before the first step: it is the
+caller's to fix. Everything after that never raises into the training loop.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+from ampscope.core.config import Precision
+
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+MIN_HZ, MAX_HZ = 0.25, 10.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything about a watched run that is not one of the user's objects."""
+
+    name: str | None = None
+    runs_dir: Path | None = None
+    allow_stop: bool = False
+    precision: str | None = None
+    steps: int | None = None
+    flops_per_step: float | None = None
+    count_flops: bool = False
+    peak_tflops: float | None = None
+    grad_norm: bool = False
+    grad_zero_every: int = 0
+    warmup_steps: int = 5
+    telemetry_hz: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check(
+            self.precision is None or self.precision in PRECISIONS,
+            "precision",
+            self.precision,
+            "one of " + ", ".join(repr(p) for p in PRECISIONS) + ", or None to infer it",
+        )
+        _check(
+            self.steps is None or (_is_int(self.steps) and self.steps >= 1),
+            "steps",
+            self.steps,
+            "a whole number of optimizer steps, 1 or more, or None when unknown",
+        )
+        _check(
+            self.flops_per_step is None or _positive(self.flops_per_step),
+            "flops_per_step",
+            self.flops_per_step,
+            "a positive number of floating-point operations per optimizer step, or None",
+        )
+        _check(
+            self.peak_tflops is None or _positive(self.peak_tflops),
+            "peak_tflops",
+            self.peak_tflops,
+            "the device's positive peak TFLOP/s (for MFU), or None",
+        )
+        _check(
+            _is_int(self.grad_zero_every) and self.grad_zero_every >= 0,
+            "grad_zero_every",
+            self.grad_zero_every,
+            "0 (off) or measure every N steps, N a whole number",
+        )
+        _check(
+            _is_int(self.warmup_steps) and self.warmup_steps >= 0,
+            "warmup_steps",
+            self.warmup_steps,
+            "a whole number of first steps left out of the summary, 0 or more",
+        )
+        _check(
+            _is_number(self.telemetry_hz) and MIN_HZ <= self.telemetry_hz <= MAX_HZ,
+            "telemetry_hz",
+            self.telemetry_hz,
+            f"{MIN_HZ:g} to {MAX_HZ:g} samples a second",
+        )
+        _check(
+            self.name is None or isinstance(self.name, str),
+            "name",
+            self.name,
+            "a string that names the run, or None for the script's name",
+        )
+        for flag in ("allow_stop", "count_flops", "grad_norm"):
+            value = getattr(self, flag)
+            _check(isinstance(value, bool), flag, value, "True or False")
+
+
+def _check(ok: bool, name: str, value: object, accepted: str) -> None:
+    if not ok:
+        raise ValueError(
+            f"ampscope.watch(): {name}={value!r} is not accepted. Accepted: {accepted}."
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value: object) -> bool:
+    return _is_number(value) and value > 0  # type: ignore[operator]

@@ -1,0 +1,179 @@
+"""A watched run's record on disk, written so that its troubles never become the user's.
+
+The folder layout is an engine run's (see ``ampscope.core.records``), so ``ampscope runs``,
+``attach``, ``replay``, History and Compare read it unchanged. Two things differ:
+
+- ``events.jsonl`` is written off the training thread (``RecordFile``): the training loop only
+  hands bytes to a queue, so a slow, stalled or full disk never blocks or breaks it;
+- every failure (an unwritable runs folder, a full disk) becomes one ``WatchWarning`` for the
+  run and the record stops where it is. Training goes on.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ampscope.core import events as ev
+from ampscope.core import records
+
+HEARTBEAT_S = 1.0
+MAX_QUEUED_BYTES = 32 << 20
+"""Lines waiting for a stalled disk beyond this are dropped (and said so), not held in memory."""
+CLOSE_WAIT_S = 5.0
+"""At the end of the run, how long the last lines may take to reach the disk."""
+
+
+class WatchWarning(RuntimeWarning):
+    """ampscope could not record part of a watched run; the training itself is unaffected."""
+
+
+class Troubles:
+    """One Python warning per kind of trouble and run, then silence."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def report(self, what: str, exc: BaseException | None = None) -> None:
+        if what in self.seen:
+            return
+        self.seen.add(what)
+        cause = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        warnings.warn(
+            f"ampscope.watch: {what}{cause}. Your training goes on; ampscope records no more of it.",
+            WatchWarning,
+            stacklevel=4,
+        )
+
+
+class RecordFile:
+    """``events.jsonl`` behind a queue: ``write`` hands bytes over and returns at once.
+
+    Given to ``EventWriter`` as its stream. The monitor's own thread calls ``write_queued``
+    every tick to put the lines on disk; an OSError there (disk full, folder gone) is reported
+    once and later lines are dropped. Nothing wakes a thread per write: on a busy machine that
+    costs the writer milliseconds.
+    """
+
+    def __init__(self, path: Path, troubles: Troubles) -> None:
+        self.path = path
+        self.troubles = troubles
+        self.failed = False
+        self._fh = path.open("ab")
+        self._chunks: list[bytes] = []
+        self._queued = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def write(self, data: bytes) -> int:
+        with self._lock:
+            if self.failed or self._closed:
+                return len(data)
+            if self._queued + len(data) > MAX_QUEUED_BYTES:
+                self.troubles.report(f"the disk holding {self.path} does not keep up")
+                return len(data)
+            self._chunks.append(data)
+            self._queued += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing to do here: ``write_queued`` puts the lines on disk, off the training thread."""
+
+    def write_queued(self) -> None:
+        with self._lock:
+            chunks, self._chunks, self._queued = self._chunks, [], 0
+        if not chunks or self.failed:
+            return
+        try:
+            self._fh.write(b"".join(chunks))
+            self._fh.flush()
+        except (OSError, ValueError) as exc:
+            self.failed = True
+            self.troubles.report(f"cannot write the run record {self.path}", exc)
+
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """The last lines, waiting at most ``wait_s`` for a stalled disk."""
+        self._closed = True
+        last = threading.Thread(target=self.write_queued, name="ampscope-record", daemon=True)
+        last.start()
+        last.join(wait_s)
+        if not last.is_alive():
+            with contextlib.suppress(OSError):
+                self._fh.close()
+
+
+class Heartbeat:
+    """``live.json``: the run is live while its heartbeat is fresh (``beat`` refreshes it)."""
+
+    def __init__(self, run_dir: Path, extra: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.extra = extra
+        self.started = time.time()
+        self._last = time.monotonic()
+        records.write_live(run_dir, os.getpid(), self.started, extra)
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last < HEARTBEAT_S:
+            return
+        self._last = now
+        with contextlib.suppress(OSError):
+            records.write_live(self.run_dir, os.getpid(), self.started, self.extra)
+
+    def stop(self) -> None:
+        records.clear_live(self.run_dir)
+
+
+class WatchRecord:
+    """The run folder of one watched run: config, events, heartbeat, and the summary at the end."""
+
+    def __init__(self, run_dir: Path, file: RecordFile, heartbeat: Heartbeat) -> None:
+        self.dir = run_dir
+        self.file = file
+        self.heartbeat = heartbeat
+
+    @classmethod
+    def create(
+        cls,
+        root: Path,
+        name: str,
+        config: dict[str, Any],
+        live_extra: dict[str, Any],
+        troubles: Troubles,
+    ) -> WatchRecord | None:
+        """The record, or None (and one warning) when the runs folder cannot hold one."""
+        try:
+            run_dir = records.new_run_dir(root, name)
+            records.write_json(run_dir / records.CONFIG_FILE, config)
+            file = RecordFile(run_dir / records.EVENTS_FILE, troubles)
+            heartbeat = Heartbeat(run_dir, live_extra)
+        except (OSError, RuntimeError) as exc:
+            troubles.report(f"cannot create a run record under {root}", exc)
+            return None
+        return cls(run_dir, file, heartbeat)
+
+    def tick(self) -> None:
+        """Queued lines to disk and the heartbeat refreshed: called by the monitor's thread."""
+        self.file.write_queued()
+        self.heartbeat.beat()
+
+    def finish(self, hello: ev.HelloEvent | None, done: ev.DoneEvent) -> None:
+        """Last lines to disk, then ``summary.json``, then the heartbeat goes (as the engine does)."""
+        self.file.close()
+        try:
+            if not self.file.failed:
+                records.write_json(
+                    self.dir / records.SUMMARY_FILE,
+                    {"hello": ev.to_dict(hello) if hello else None, "done": ev.to_dict(done)},
+                )
+        except OSError:
+            pass  # the events hold the same; the disk already said why, once
+        finally:
+            self.heartbeat.stop()

@@ -1,0 +1,384 @@
+"""ampscope.watch on a user's own loop, in-process: the record, its figures, and its troubles.
+
+Figures are checked against what the loop itself knows (its losses, the scaler's scale read
+directly, torch's own norm) or against arithmetic (FLOPs of linear layers, a gradient with a
+known share of zeros).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ampscope
+from ampscope.cli.main import main as cli_main
+from ampscope.core import comparison, memory_plan, records
+from ampscope.core import events as ev
+from ampscope.watch import WatchWarning
+from ampscope.watch.readout import WIDTH, DeviceReadout, StepValues
+from tests.helpers import events_of, linear_flops, tiny_model
+
+pytestmark = pytest.mark.unit
+
+
+# --------------------------------------------------------------------------- a user's loop
+
+
+def train(mon, model, opt, steps=12, scaler=None, inf_at=None, nan_at=None, fail_at=None):
+    """A user's training loop, written as users write them. Returns the losses it saw."""
+    torch.manual_seed(1)
+    losses = []
+    for i in range(steps):
+        x = torch.randn(16, 32)
+        y = torch.randint(0, 4, (16,))
+        with torch.autocast("cpu", dtype=torch.float16, enabled=scaler is not None):
+            logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.float(), y)
+        if i == inf_at:
+            loss = loss * math.inf
+        if i == nan_at:
+            loss = loss * math.nan
+        if i == fail_at:
+            raise RuntimeError(f"boom at {i}")
+        losses.append(loss.item())
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        opt.zero_grad()
+        mon.step(loss, samples=16, tokens=16 * 7)
+    return losses
+
+
+def test_a_training_loop_leaves_a_record_every_reader_accepts(tmp_path: Path, capsys) -> None:
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, name="mine", runs_dir=tmp_path, steps=12) as mon:
+        losses = train(mon, model, opt)
+
+    run = records.load_run(mon.run_dir)
+    assert run.state == "ok" and run.hello is not None and run.done is not None
+    assert run.hello.source == "watch" and run.hello.allow_stop is False
+    assert run.hello.preset == "mine" and run.hello.device == "cpu"
+    assert run.hello.param_count == sum(p.numel() for p in model.parameters())
+    steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
+    assert [s.step for s in steps] == list(range(12))
+    assert [s.loss for s in steps] == pytest.approx(losses)
+    assert all(s.tokens_per_s == pytest.approx(16 * 7e3 / s.step_ms, rel=1e-3) for s in steps)
+    assert run.done.steps_done == 12 and run.done.skipped_steps == 0
+    assert run.done.loss_first == pytest.approx(losses[0])
+    assert run.done.loss_final == pytest.approx(losses[-1])
+    assert run.unreadable_lines == 0
+    order = [type(e).__name__ for e in run.events if not isinstance(e, ev.SysEvent)]
+    assert order[:4] == ["PhaseEvent", "HelloEvent", "PhaseEvent", "PhaseEvent"]
+    assert order[-2:] == ["PhaseEvent", "DoneEvent"]
+    assert json.loads((mon.run_dir / records.CONFIG_FILE).read_text())["source"] == "watch"
+    assert not (mon.run_dir / records.LIVE_FILE).exists()
+
+    # the summary, as `ampscope runs`, History and Compare read it
+    summary = records.load_run(mon.run_dir, with_events=False)
+    assert summary.done is not None and summary.done.steps_done == 12
+    capsys.readouterr()
+    assert cli_main(["runs", "--json", "--runs-dir", str(tmp_path)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["state"], row["preset"], row["steps"]) == ("ok", "mine", 12)
+    row = comparison.row_from_runs("mine", [run])
+    assert row.status == "ok" and row.loss_final == pytest.approx(losses[-1])
+    assert memory_plan.compare_run(mon.run_dir).params == run.hello.param_count
+
+
+def test_flops_counted_on_the_first_step_match_the_arithmetic(tmp_path: Path) -> None:
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True, peak_tflops=1.0) as mon:
+        train(mon, model, opt, steps=3)
+    # forward 2mnk per linear, backward twice that, minus the first layer's input gradient
+    assert mon.flops_per_step == linear_flops(batch=16, widths=(32, 64, 4))
+    steps = events_of(mon.run_dir, ev.StepEvent)
+    for s in steps:
+        assert s.tflops == pytest.approx(mon.flops_per_step / s.step_ms / 1e9, rel=1e-3)
+        assert s.mfu == pytest.approx(s.tflops / 1.0)
+
+
+def test_amp_fp16_skipped_step_is_recorded_at_its_step(tmp_path: Path) -> None:
+    model, opt = tiny_model()
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    with ampscope.watch(model, opt, scaler=scaler, runs_dir=tmp_path, grad_norm=True) as mon:
+        train(mon, model, opt, steps=8, scaler=scaler, inf_at=5)
+    steps = events_of(mon.run_dir, ev.StepEvent)
+    assert [s.step for s in steps if s.skipped] == [5]
+    assert [s.loss_scale for s in steps] == [1024.0] * 5 + [512.0] * 3  # halved by update()
+    assert steps[5].loss is None
+    # optimizer.step() never ran on the skipped step, so it has no gradient norm
+    assert [s.grad_norm is None for s in steps] == [False] * 5 + [True] + [False] * 2
+    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if w.code == "skipped-step"]
+    assert warning.step == 5 and "1024 -> 512" in warning.message
+    assert records.load_run(mon.run_dir).done.skipped_steps == 1  # type: ignore[union-attr]
+    assert not [e for e in events_of(mon.run_dir, ev.ErrorEvent)]  # a skip is no NaN error
+
+
+def test_a_nan_loss_is_an_error_event_and_the_loop_goes_on(tmp_path: Path) -> None:
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+        losses = train(mon, model, opt, steps=6, nan_at=2)
+    assert len(losses) == 6
+    (error,) = events_of(mon.run_dir, ev.ErrorEvent)
+    assert (error.kind, error.step) == ("nan", 2)
+    assert "Your loop goes on" in error.message
+    assert records.load_run(mon.run_dir).status == "ok"
+
+
+def test_an_exception_in_the_loop_ends_the_record_failed(tmp_path: Path) -> None:
+    model, opt = tiny_model()
+    with pytest.raises(RuntimeError, match="boom at 4"):  # noqa: SIM117 - the raise is the test
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            train(mon, model, opt, steps=8, fail_at=4)
+    run = records.load_run(mon.run_dir)
+    assert run.status == "failed" and run.done is not None
+    assert run.done.error == "RuntimeError: boom at 4" and run.done.steps_done == 4
+    (error,) = events_of(mon.run_dir, ev.ErrorEvent)
+    assert error.kind == "exception" and "raise RuntimeError" in (error.traceback or "")
+
+
+def test_an_unwritable_runs_folder_costs_one_warning_and_nothing_else(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = ampscope.watch(model, opt, runs_dir=blocker / "runs")
+        losses = train(mon, model, opt, steps=5)
+        mon.close()
+    assert len(losses) == 5 and mon.run_dir is None
+    ours = [w for w in caught if issubclass(w.category, WatchWarning)]
+    assert len(ours) == 1 and len(caught) == 1
+    text = str(ours[0].message)
+    assert str(blocker / "runs") in text and "Your training goes on" in text
+
+
+def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path, monkeypatch) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux) to fill the disk")
+    new_run_dir = records.new_run_dir
+
+    def onto_a_full_disk(root: Path, name: str) -> Path:
+        path = new_run_dir(root, name)
+        (path / records.EVENTS_FILE).symlink_to("/dev/full")
+        return path
+
+    monkeypatch.setattr(records, "new_run_dir", onto_a_full_disk)
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            losses = train(mon, model, opt, steps=6)
+    assert len(losses) == 6
+    (warning,) = caught
+    assert issubclass(warning.category, WatchWarning) and "No space left" in str(warning.message)
+    assert not (mon.run_dir / records.LIVE_FILE).exists()  # type: ignore[operator]
+
+
+def test_telemetry_that_cannot_start_costs_one_warning(tmp_path: Path, monkeypatch) -> None:
+    from ampscope.engine import telemetry
+
+    def broken(*args, **kwargs):
+        raise OSError("libnvidia-ml.so: cannot open shared object file")
+
+    monkeypatch.setattr(telemetry, "start_for_run", broken)
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            losses = train(mon, model, opt, steps=4)
+    (warning,) = caught
+    assert "device and host figures are unavailable" in str(warning.message)
+    assert len(losses) == 4 and records.load_run(mon.run_dir).status == "ok"
+    assert len(events_of(mon.run_dir, ev.StepEvent)) == 4
+
+
+def test_grad_norm_and_zero_gradients_on_request(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    norms, zeros = [], []
+    with ampscope.watch(model, opt, runs_dir=tmp_path, grad_norm=True, grad_zero_every=2) as mon:
+        for _ in range(4):
+            out = model(torch.randn(4, 8))
+            out[:, :3].square().sum().backward()  # 7 of the 10 output columns get no gradient
+            norms.append(
+                torch.linalg.vector_norm(
+                    torch.cat([p.grad.flatten() for p in model.parameters()])
+                ).item()
+            )
+            zeros.append(7 / 10)
+            opt.step()
+            opt.zero_grad()
+            mon.step()
+    steps = events_of(mon.run_dir, ev.StepEvent)
+    assert [s.grad_norm for s in steps] == pytest.approx(norms, rel=1e-5)
+    assert [s.grad_zero_frac for s in steps] == [pytest.approx(0.7), None, pytest.approx(0.7), None]
+    assert all(s.loss is None for s in steps)  # no loss given: none recorded, no NaN error
+    assert not events_of(mon.run_dir, ev.ErrorEvent)
+
+
+def test_compile_counters_moving_become_compile_events(tmp_path: Path) -> None:
+    from torch._dynamo.utils import counters
+
+    model, opt = tiny_model()
+    counters.clear()
+    try:
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            train(mon, model, opt, steps=2)
+            counters["frames"]["total"] += 2  # as a compile with a graph break would
+            counters["stats"]["unique_graphs"] += 1
+            counters["graph_break"]["a data-dependent branch"] += 2
+            train(mon, model, opt, steps=2)
+            counters["frames"]["total"] += 1  # a recompile
+            counters["stats"]["unique_graphs"] += 1
+            train(mon, model, opt, steps=1)
+    finally:
+        counters.clear()
+    compiles = events_of(mon.run_dir, ev.CompileEvent)
+    assert [(c.step, c.graphs, c.recompiles, c.graph_breaks) for c in compiles] == [
+        (2, 1, 0, 2),
+        (4, 2, 1, 2),
+    ]
+    assert [w.step for w in events_of(mon.run_dir, ev.WarningEvent) if w.code == "recompile"] == [4]
+
+
+def test_count_flops_refuses_a_compiled_model_instead_of_breaking_it(tmp_path: Path) -> None:
+    model, opt = tiny_model()
+    model._orig_mod = torch.nn.Identity()  # what torch.compile's wrapper carries
+    with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True) as mon:
+        train(mon, model, opt, steps=2)
+    assert mon.flops_per_step is None
+    codes = [w.code for w in events_of(mon.run_dir, ev.WarningEvent)]
+    assert "flops-not-counted" in codes and "flops-unknown" in codes
+    phases = [(p.phase, p.state) for p in events_of(mon.run_dir, ev.PhaseEvent)]
+    assert ("compile", "end") in phases  # the first step of a compiled model is its compile
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"precision": "fp12"}, "precision='fp12'"),
+        ({"steps": 0}, "steps=0"),
+        ({"telemetry_hz": 100}, "telemetry_hz=100"),
+        ({"grad_zero_every": -1}, "grad_zero_every=-1"),
+        ({"flops_per_step": float("nan")}, "flops_per_step=nan"),
+    ],
+)
+def test_a_bad_argument_names_itself_and_what_is_accepted(kwargs, named, tmp_path) -> None:
+    model, opt = tiny_model()
+    with pytest.raises(ValueError, match="Accepted") as info:
+        ampscope.watch(model, opt, runs_dir=tmp_path, **kwargs)
+    assert named in str(info.value)
+    assert not list(tmp_path.iterdir())  # nothing recorded for a call that was refused
+
+
+def test_ampscope_watch_stays_callable_whichever_import_came_first() -> None:
+    import ampscope.watch.options  # binds ampscope.watch to the package
+
+    assert callable(ampscope.watch)
+    assert ampscope.watch.watch.__doc__ and ampscope.watch.count_flops
+
+
+# --------------------------------------------------------------------------- the CUDA path, faked
+
+
+class LateProbe:
+    """Hands a step back one step late, as the CUDA probe does once its copy has landed."""
+
+    def __init__(self) -> None:
+        from ampscope.engine.probe import FinishedStep
+
+        self.finished = FinishedStep
+        self.waiting: list = []
+        self.begun = 0
+
+    def begin(self) -> None:
+        self.begun += 1
+
+    def end(self, step: int, metrics: torch.Tensor) -> None:
+        assert metrics.shape == (WIDTH,)
+        self.waiting.append(self.finished(step, 10.0 + step, metrics.tolist()))
+
+    def poll(self) -> list:
+        ready, self.waiting = self.waiting[:-1], self.waiting[-1:]
+        return ready
+
+    def drain(self) -> list:
+        ready, self.waiting = self.waiting, []
+        return ready
+
+
+def test_figures_that_land_late_belong_to_their_own_step() -> None:
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    scaler._lazy_init_scale_growth_tracker(torch.device("cpu"))
+    probe = LateProbe()
+    readout = DeviceReadout(torch.device("cpu"), scaler, probe=probe)
+    for step, (loss, scale) in enumerate([(3.0, 8.0), (2.0, 4.0), (1.5, 4.0)]):
+        scaler._scale.fill_(scale)  # as update() leaves it
+        readout.end(step, torch.tensor(loss), 0.5, None, torch.tensor(100), 4, 1e-3)
+    assert [raw[0] for raw in readout.landed] == [0, 1]  # step 2 is still in flight
+    readout.drain()
+    got = [StepValues.from_raw(raw) for raw in readout.landed]
+    assert [(v.step, v.loss, v.scale_before, v.scale) for v in got] == [
+        (0, 3.0, 8.0, 8.0),
+        (1, 2.0, 8.0, 4.0),  # the scale dropped across this step's update(): skipped
+        (2, 1.5, 4.0, 4.0),
+    ]
+    assert [(v.step_ms, v.grad_norm, v.tokens, v.samples) for v in got][1] == (11.0, 0.5, 100, 4)
+    assert probe.begun == 4  # at the start, then after every step
+
+
+# --------------------------------------------------------------------------- the dashboard
+
+
+def test_history_compare_and_replay_take_watched_runs(tmp_path: Path) -> None:
+    from ampscope.tui.app import AmpscopeApp
+    from ampscope.tui.screens.compare import CompareScreen
+    from ampscope.tui.screens.history import HistoryScreen
+    from ampscope.tui.screens.run import RunScreen
+    from tests.helpers import SIZE, run, wait_for
+
+    for name in ("mine-a", "mine-b"):
+        model, opt = tiny_model()
+        with ampscope.watch(model, opt, name=name, runs_dir=tmp_path, steps=6) as mon:
+            train(mon, model, opt, steps=6)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("h")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, HistoryScreen)
+            table = app.screen.query_one("#history-table")
+            rows = [table.get_row_at(i) for i in range(2)]
+            assert sorted(str(r[0]) for r in rows) == ["mine-a", "mine-b"]
+            assert [str(r[1]) for r in rows] == ["ok", "ok"]
+            await pilot.press("space", "down", "space", "c")
+            await pilot.pause(0.5)
+            compare = app.screen
+            assert isinstance(compare, CompareScreen)
+            assert sorted(r.preset for r in compare.rows) == ["mine-a", "mine-b"]
+            assert all(r.status == "ok" and r.step_ms for r in compare.rows)
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+            await pilot.press("enter")  # a finished record: replayed
+            await pilot.pause(0.5)
+            screen = app.screen
+            assert isinstance(screen, RunScreen) and screen.state.read_only
+            assert await wait_for(pilot, lambda: screen.state.step_count == 6, 20)
+            header = screen.state.header()
+            assert "mine-" in header and "fp32" in header and "compile off" in header
+
+    run(go())
