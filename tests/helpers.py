@@ -390,6 +390,7 @@ def simulated_bench(rng: random.Random, repeats: int, log_speedup: float) -> com
             ms = 100.0 * math.exp(drift + rng.gauss(0.0, RUN_SIGMA) - truth)
             d = ev.empty_done("ok")
             d.step_ms_median = d.step_ms_p10 = d.step_ms_p90 = ms
+            d.steps_done = 100  # a run that measured something
             runs.append(records.RunRecord(path=Path("/sim"), done=d))
     rows = [comparison.row_from_runs("a", base), comparison.row_from_runs("b", other)]
     return comparison.compare(rows, "a")[1]

@@ -18,7 +18,7 @@ import torch
 
 import ampscope
 from ampscope.cli.main import main as cli_main
-from ampscope.core import comparison, memory_plan, records
+from ampscope.core import comparison, memory_runs, records
 from ampscope.core import events as ev
 from ampscope.watch import WatchWarning
 from ampscope.watch.readout import WIDTH, DeviceReadout, StepValues
@@ -92,7 +92,7 @@ def test_a_training_loop_leaves_a_record_every_reader_accepts(tmp_path: Path, ca
     assert (row["state"], row["preset"], row["steps"]) == ("ok", "mine", 12)
     row = comparison.row_from_runs("mine", [run])
     assert row.status == "ok" and row.loss_final == pytest.approx(losses[-1])
-    assert memory_plan.compare_run(mon.run_dir).params == run.hello.param_count
+    assert memory_runs.compare_run(mon.run_dir).params == run.hello.param_count
 
 
 def test_flops_counted_on_the_first_step_match_the_arithmetic(tmp_path: Path) -> None:
@@ -363,7 +363,7 @@ def test_history_compare_and_replay_take_watched_runs(tmp_path: Path) -> None:
             assert isinstance(app.screen, HistoryScreen)
             table = app.screen.query_one("#history-table")
             rows = [table.get_row_at(i) for i in range(2)]
-            assert sorted(str(r[0]) for r in rows) == ["mine-a", "mine-b"]
+            assert sorted(str(r[0]).strip() for r in rows) == ["mine-a", "mine-b"]
             assert [str(r[1]) for r in rows] == ["ok", "ok"]
             await pilot.press("space", "down", "space", "c")
             await pilot.pause(0.5)

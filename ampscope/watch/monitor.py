@@ -102,8 +102,7 @@ class Monitor:
         if self._record is None:
             return
         self.run_dir = self._record.dir
-        streams: list[Any] = [self._record.file]
-        writer = self._writer = EventWriter(streams, flush_interval=FLUSH_S)
+        writer = self._writer = EventWriter(self._record.file, flush_interval=FLUSH_S)
         writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
         run_dir = str(self.run_dir.resolve())
         self._hello = hello_event(

@@ -56,7 +56,7 @@ class Troubles:
 class RecordFile:
     """``events.jsonl`` behind a queue: ``write`` hands bytes over and returns at once.
 
-    Given to ``EventWriter`` as its stream. The monitor's own thread calls ``write_queued``
+    Given to ``EventWriter`` as its record (a ``RecordSink``). The monitor's own thread calls ``write_queued``
     every tick to put the lines on disk; an OSError there (disk full, folder gone) is reported
     once and later lines are dropped. Nothing wakes a thread per write: on a busy machine that
     costs the writer milliseconds.
@@ -82,6 +82,14 @@ class RecordFile:
             self._chunks.append(data)
             self._queued += len(data)
         return len(data)
+
+    @property
+    def fault(self) -> Exception | None:
+        """Never a reason to stop: a watched loop goes on when its record cannot (it warned)."""
+        return None
+
+    def append(self, data: bytes) -> None:
+        self.write(data)
 
     def flush(self) -> None:
         """Nothing to do here: ``write_queued`` puts the lines on disk, off the training thread."""
