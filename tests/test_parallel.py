@@ -7,6 +7,7 @@ import socket
 from types import SimpleNamespace
 
 import pytest
+import tomllib
 
 from ampscope.cli.main import build_parser, main
 from ampscope.core import config as cfg
@@ -93,7 +94,7 @@ def test_a_changed_parallel_table_survives_saving() -> None:
     preset = cfg.load_preset("amp-fp16", ["parallel.strategy='fsdp2'", "debug.rank=1"])
     text = cfg.to_toml(preset)
     assert "[parallel]" in text and 'strategy = "fsdp2"' in text
-    again = cfg.validate(cfg.tomllib.loads(text))
+    again = cfg.validate(tomllib.loads(text))
     assert again.parallel == preset.parallel and again.debug.rank == 1
     assert "[parallel]" not in cfg.to_toml(cfg.load_preset("fp32"))
 

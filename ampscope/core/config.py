@@ -19,8 +19,18 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from ampscope.core.config_error import ConfigError
+from ampscope.core.config_messages import describe_validation_error as _describe
 from ampscope.core.fp8_recipes import Fp8Options
 from ampscope.core.parallel import Parallel, check_parallel
+from ampscope.core.preset_toml import (
+    MAX_PRESET_BYTES,
+    MAX_VALUE_CHARS,
+    parse_value,
+    read_toml,
+    reason,
+    toml_value,
+)
 from ampscope.core.workload_rules import (
     TRANSFORMERS,
     WORKLOAD_SIZES,
@@ -29,9 +39,9 @@ from ampscope.core.workload_rules import (
 )
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    pass
 
 Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp64", "fp8"]
 ScalerMode = Literal["auto", "on", "off"]
@@ -118,21 +128,6 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
-class ConfigError(Exception):
-    """A user error in a preset or an override: the message is meant to be shown as is.
-
-    ``key`` is the dotted field at fault (``workload.layers``) when one is, and ``source``
-    where its value came from (a preset file, or ``--set KEY=VALUE``), so that a form can
-    mark the field and a command line can name the flag, without reading the message.
-    """
-
-    def __init__(self, message: str, *, key: str | None = None, source: str | None = None):
-        super().__init__(f"{source}: {message}" if source else message)
-        self.detail = message
-        self.key = key
-        self.source = source
-
-
 @dataclass(frozen=True)
 class PresetInfo:
     name: str
@@ -183,7 +178,7 @@ def list_presets() -> list[PresetInfo]:
             continue
         for path in sorted(folder.glob("*.toml")):
             try:
-                raw = _read_toml(path)
+                raw = read_toml(path)
             except ConfigError as exc:  # listed as broken, so the user can find and fix it
                 found.setdefault(path.stem, PresetInfo(path.stem, "", path, source, exc.detail))  # type: ignore[arg-type]
                 continue
@@ -198,7 +193,7 @@ def find_preset(name_or_path: str) -> PresetInfo:
     path = Path(name_or_path).expanduser()
     looks_like_path = name_or_path.endswith(".toml") or os.sep in name_or_path
     if looks_like_path and path.is_file():
-        raw = _read_toml(path)
+        raw = read_toml(path)
         return PresetInfo(
             str(raw.get("name", path.stem)), str(raw.get("description", "")), path, "path"
         )
@@ -222,7 +217,7 @@ def find_preset(name_or_path: str) -> PresetInfo:
 def load_preset(name_or_path: str, overrides: typing.Sequence[str] = ()) -> Preset:
     """Find, override and validate a preset. Raises ConfigError with a user-facing message."""
     info = find_preset(name_or_path)
-    raw = _read_toml(info.path)
+    raw = read_toml(info.path)
     raw.setdefault("name", info.path.stem)
     for item in overrides:
         apply_override(raw, item)
@@ -257,24 +252,6 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         return key.split("."), parse_value(text.strip())
     except ConfigError as exc:
         raise ConfigError(exc.detail, key=key, source=f"--set {key}") from None
-
-
-MAX_VALUE_CHARS = 1000
-"""No preset value needs more; longer text (a pasted 5,000-digit number) is refused early."""
-
-
-def parse_value(text: str) -> Any:
-    """A value as TOML reads it (50, 1e-3, true, [1, 2]); anything else is a string."""
-    if len(text) > MAX_VALUE_CHARS:
-        raise ConfigError(
-            f"a value of {len(text):,} characters is too long (at most {MAX_VALUE_CHARS:,})."
-        )
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"'{text[:40]}' cannot be read as a value ({_reason(exc)}).") from None
 
 
 def get_dotted(data: dict[str, Any], key: str) -> Any:
@@ -313,7 +290,7 @@ def validate(raw: dict[str, Any], source: str = "preset") -> Preset:
         key, message = describe_validation_error(str(exc))
         raise ConfigError(message, key=key, source=source) from None
     except (RecursionError, ValueError, OverflowError) as exc:
-        raise ConfigError(f"not a usable preset ({_reason(exc)}).", source=source) from None
+        raise ConfigError(f"not a usable preset ({reason(exc)}).", source=source) from None
     problems = check_combinations(preset)
     if problems:
         key, message = problems[0]
@@ -378,7 +355,7 @@ def to_toml(preset: Preset) -> str:
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     for key, value in data.items():
         if key not in tables and value is not None:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     for table, fields in tables.items():
         defaults = to_dict(getattr(Preset(name="_"), table))
         changed = {k: v for k, v in fields.items() if v is not None and v != defaults.get(k)}
@@ -386,135 +363,13 @@ def to_toml(preset: Preset) -> str:
             lines.append(f"\n[{table}]")
             for key, value in (fields if table == "workload" else changed).items():
                 if value is not None:
-                    lines.append(f"{key} = {_toml_value(value)}")
+                    lines.append(f"{key} = {toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
-def _toml_value(value: Any) -> str:
-    """A TOML literal that reads back as ``value``: any text (newlines, quotes, control
-    characters from a description) stays one valid basic string."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return '"' + "".join(_TOML_ESCAPES.get(c) or _toml_char(c) for c in str(value)) + '"'
-
-
-_TOML_ESCAPES = {
-    "\\": "\\\\",
-    '"': '\\"',
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def _toml_char(c: str) -> str:
-    return f"\\u{ord(c):04X}" if ord(c) < 0x20 or ord(c) == 0x7F else c
-
-
-MAX_PRESET_BYTES = 1 << 20
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    """A preset file's table; ConfigError (naming the file) for anything that is not one."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_PRESET_BYTES + 1)
-        if len(data) > MAX_PRESET_BYTES:
-            raise ConfigError("larger than 1 MiB: not a preset.", source=str(path))
-        return tomllib.loads(data.decode("utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML ({exc}).", source=str(path)) from None
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text, so not TOML.", source=str(path)) from None
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(
-            f"cannot be read as a preset ({_reason(exc)}).", source=str(path)
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot be read ({exc.strerror}).", source=str(path)) from None
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    text = str(exc)
-    if "digits" in text or isinstance(exc, OverflowError):
-        return "a number too large"
-    return text[:200]
-
-
-_AT = re.compile(r"\s*-\s*at\s*`\$(?P<path>[^`]*)`\s*$")
-
-
 def describe_validation_error(message: str) -> tuple[str | None, str]:
-    """msgspec's message as (dotted key at fault, a message naming it and what is accepted)."""
-    match = _AT.search(message)
-    path = match.group("path") if match else ""
-    body = message[: match.start()] if match else message
-    key = re.sub(r"\[(\d+)\]", r".\1", path).lstrip(".")
-    unknown = re.match(r"Object contains unknown field `(?P<field>[^`]+)`", body)
-    if unknown:
-        field = f"{key}.{unknown['field']}" if key else unknown["field"]
-        accepted = ", ".join(_fields_at(key))
-        return field, f"unknown field '{field}'. Accepted fields here: {accepted}."
-    missing = re.match(r"Object missing required field `(?P<field>[^`]+)`", body)
-    if missing:
-        field = f"{key}.{missing['field']}" if key else missing["field"]
-        return field, f"missing required field '{field}'."
-    accepted = _accepted_at(key)
-    body = body.replace("Expected `", "expected `").replace("Invalid enum value", "invalid value")
-    return key or None, f"'{key}': {body}." + (f" Accepted: {accepted}." if accepted else "")
+    """msgspec's message about a preset as (dotted key at fault, a message for people)."""
+    return _describe(message, Preset)
 
 
-def _struct_at(key: str) -> type[msgspec.Struct]:
-    struct: type[msgspec.Struct] = Preset
-    for part in [p for p in key.split(".") if p]:
-        hint = typing.get_type_hints(struct).get(part)
-        if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
-            struct = hint
-    return struct
-
-
-def _fields_at(key: str) -> list[str]:
-    return list(_struct_at(key).__struct_fields__)
-
-
-def _accepted_at(key: str) -> str:
-    parts = [p for p in key.split(".") if p]
-    if not parts:
-        return ""
-    struct = _struct_at(".".join(parts[:-1]))
-    hint = typing.get_type_hints(struct, include_extras=True).get(parts[-1])
-    return _describe_type(hint) if hint is not None else ""
-
-
-def _describe_type(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return " | ".join(repr(v) for v in typing.get_args(hint))
-    if origin is Annotated:
-        base, *metas = typing.get_args(hint)
-        bounds = []
-        for meta in metas:
-            for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-                if getattr(meta, attr, None) is not None:
-                    bounds.append(f"{sign} {getattr(meta, attr)}")
-        return f"{_describe_type(base)} {' and '.join(bounds)}".strip()
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        parts = [_describe_type(a) for a in typing.get_args(hint) if a is not type(None)]
-        text = " or ".join(parts)
-        return text + (" (or leave unset)" if type(None) in typing.get_args(hint) else "")
-    if isinstance(hint, type):
-        return {
-            "int": "an integer",
-            "float": "a number",
-            "str": "a string",
-            "bool": "true or false",
-        }.get(hint.__name__, hint.__name__)
-    return str(hint)
+__all__ = ["MAX_PRESET_BYTES", "MAX_VALUE_CHARS", "ConfigError", "parse_value"]
