@@ -52,10 +52,3 @@ def _left_behind(ours: str) -> list[psutil.Process]:
         if proc.info["pid"] in mine or ours in cmdline:
             left.append(proc)
     return left
-
-
-def engine_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env

@@ -17,6 +17,18 @@ from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: the tests run its code, and child processes get it first on their path."""
+
+
+def engine_env(**extra: str) -> dict[str, str]:
+    """The environment of a child that runs this checkout's ampscope."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
 FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds a step on a CPU
 SIZE = (120, 40)
 

@@ -21,8 +21,19 @@ from ampscope.tui import follow
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.follow import AttachSource
 from ampscope.tui.screens.presets import PresetsScreen
-from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, gone, hello, run, shown, step, text, wait_for, wait_gone
+from tests.helpers import (
+    ROOT,
+    SIZE,
+    engine_env,
+    gone,
+    hello,
+    run,
+    shown,
+    step,
+    text,
+    wait_for,
+    wait_gone,
+)
 
 FAKE_ENGINE = """
 import os, sys, time

@@ -14,7 +14,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-from tests.conftest import ROOT, engine_env
+from tests.helpers import ROOT, engine_env
 
 pytestmark = pytest.mark.unit
 

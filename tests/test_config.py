@@ -161,7 +161,7 @@ def test_piping_into_head_is_no_error() -> None:
     import subprocess
     import sys
 
-    from tests.conftest import ROOT, engine_env
+    from tests.helpers import ROOT, engine_env
 
     proc = subprocess.run(
         f"'{sys.executable}' -m ampscope dtypes $(seq 1 300) | head -1",  # > a pipe's buffer

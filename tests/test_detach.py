@@ -24,9 +24,10 @@ from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
-from tests.conftest import ROOT, engine_env
 from tests.helpers import (
+    ROOT,
     SIZE,
+    engine_env,
     gone,
     hello,
     run,

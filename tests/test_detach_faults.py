@@ -15,8 +15,7 @@ from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import launch, records
 from ampscope.core.launch import EngineDidNotStart, launch_detached
-from tests.conftest import ROOT, engine_env
-from tests.helpers import FAST, gone, wait_gone, wait_until
+from tests.helpers import FAST, ROOT, engine_env, gone, wait_gone, wait_until
 
 AWKWARD_TEXT = [
     "two\nlines",

@@ -14,7 +14,7 @@ import pytest
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
-from tests.conftest import ROOT, engine_env
+from tests.helpers import ROOT, engine_env
 
 FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds per step on a CPU
 

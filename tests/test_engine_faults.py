@@ -21,8 +21,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.engine.emitter import LiveStream
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
-from tests.conftest import ROOT, engine_env
-from tests.helpers import FAST, gone, wait_until
+from tests.helpers import FAST, ROOT, engine_env, gone, wait_until
 
 TINY = [*FAST, "workload.width=16", "workload.layers=2", "batch_size=4", "telemetry_hz=1"]
 

@@ -23,8 +23,7 @@ from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.stats import RunStats
 from ampscope.tui.figures import cards
 from ampscope.tui.run_state import RunState
-from tests.conftest import ROOT
-from tests.helpers import FAST, hello, step
+from tests.helpers import FAST, ROOT, hello, step
 
 
 def run_fast(name: str, *overrides: str) -> tuple[int, list[ev.Event]]:

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from ampscope.cli.main import main
 from ampscope.core import formats as fm
-from tests.conftest import ROOT, engine_env
+from tests.helpers import ROOT, engine_env
 
 TORCH_FLOATS = {
     "fp64": torch.float64,

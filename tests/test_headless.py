@@ -130,7 +130,7 @@ def test_a_dumb_terminal_is_told_what_works_there() -> None:
 
 @pytest.mark.subprocess
 def test_the_dashboard_refuses_term_dumb_without_escape_codes(tmp_path: Path) -> None:
-    from tests.conftest import ROOT, engine_env
+    from tests.helpers import ROOT, engine_env
 
     proc = subprocess.run(
         [sys.executable, "-m", "ampscope", "--runs-dir", str(tmp_path)],

@@ -13,7 +13,7 @@ from ampscope.core import events as ev
 from ampscope.core import memory_plan as mp
 from ampscope.core import memory_runs, records
 from tests import helpers
-from tests.conftest import ROOT, engine_env
+from tests.helpers import ROOT, engine_env
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,17 @@ from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.stat_cards import StatCard
-from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, model_set, select_preset, shown, text, user_model, wait_for
+from tests.helpers import (
+    ROOT,
+    SIZE,
+    engine_env,
+    model_set,
+    select_preset,
+    shown,
+    text,
+    user_model,
+    wait_for,
+)
 from tests.helpers import run as run_async
 
 EXAMPLES = ROOT / "examples"

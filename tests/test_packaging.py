@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:

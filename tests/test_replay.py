@@ -20,8 +20,7 @@ from ampscope.tui.replay import ReplaySource
 from ampscope.tui.run_state import RunState
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLog
-from tests.conftest import ROOT
-from tests.helpers import SIZE, hello, run, shown, step, text, wait_for
+from tests.helpers import ROOT, SIZE, hello, run, shown, step, text, wait_for
 
 EXAMPLE = "amp-fp16-skipped-step"
 

@@ -23,8 +23,7 @@ from ampscope.tui.follow import AttachSource
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.viewer import WaitingScreen
-from tests.conftest import ROOT, engine_env
-from tests.helpers import SIZE, run, shown, wait_for
+from tests.helpers import ROOT, SIZE, engine_env, run, shown, wait_for
 from tests.test_detach import make_record
 
 HAS_SERVE = importlib.util.find_spec("textual_serve") is not None

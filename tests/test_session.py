@@ -15,8 +15,16 @@ from ampscope.core import comparison, records
 from ampscope.core import config as cfg
 from ampscope.tui.session import LiveRun, RunSession
 from ampscope.tui.source import PAUSE, RESTART, STOP
-from tests.conftest import ROOT, engine_env
-from tests.helpers import FakeEngine, FakeListener, done, hello, step, write_finished_record
+from tests.helpers import (
+    ROOT,
+    FakeEngine,
+    FakeListener,
+    done,
+    engine_env,
+    hello,
+    step,
+    write_finished_record,
+)
 
 pytestmark = pytest.mark.unit
 

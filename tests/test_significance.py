@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.core import significance
-from tests.conftest import ROOT
-from tests.helpers import RUN_SIGMA, verdict_rate
+from tests.helpers import ROOT, RUN_SIGMA, verdict_rate
 
 TRIALS = 4000
 REPEATS = (1, 2, 3, 5, 10)

@@ -20,8 +20,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.launch import engine_command, launch_env
 from ampscope.core.parallel import Launch
-from tests.conftest import ROOT, engine_env
-from tests.helpers import wait_gone
+from tests.helpers import ROOT, engine_env, wait_gone
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 

@@ -25,10 +25,11 @@ from ampscope.tui.screens.presets import PresetsScreen, SaveDialog, field_id
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.plots import RunPlot
-from tests.conftest import ROOT, engine_env
 from tests.helpers import (
     FAST,
+    ROOT,
     SIZE,
+    engine_env,
     gone,
     run,
     select_preset,

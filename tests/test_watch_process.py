@@ -19,8 +19,7 @@ import pytest
 from ampscope.cli.main import main as cli_main
 from ampscope.core import records
 from ampscope.tui.follow import AttachSource
-from tests.conftest import ROOT, engine_env
-from tests.helpers import wait_gone
+from tests.helpers import ROOT, engine_env, wait_gone
 
 pytestmark = pytest.mark.subprocess
 
