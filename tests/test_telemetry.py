@@ -19,19 +19,17 @@ from ampscope.engine.telemetry import TelemetrySampler, nvml_report
 
 pytestmark = pytest.mark.unit
 
-GPU_FIELDS = (
-    "gpu_util",
-    "gpu_mem_util",
-    "gpu_mem_used",
-    "gpu_mem_total",
-    "proc_gpu_mem",
-    "power_w",
-    "power_limit_w",
-    "temp_c",
-    "sm_clock_mhz",
-    "throttle",
-)
-HOST_FIELDS = ("cpu_util", "proc_cpu", "proc_rss", "sys_mem_used", "sys_mem_total")
+GPU_FIELDS = ev.SYS_GPU_FIELDS
+HOST_FIELDS = ev.SYS_HOST_FIELDS
+
+
+def test_every_sys_field_is_either_the_gpus_or_the_hosts() -> None:
+    """A new SysEvent field must be read by one of the two readers (or be the ranks' list)."""
+    fields = set(ev.SysEvent.__struct_fields__) - set(ev.Event.__struct_fields__) - {"ranks"}
+    assert fields == set(GPU_FIELDS) | set(HOST_FIELDS)
+    assert not set(GPU_FIELDS) & set(HOST_FIELDS)
+
+
 GiB = 2**30
 
 

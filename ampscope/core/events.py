@@ -210,6 +210,22 @@ class SysEvent(Event, tag="sys"):
     ranks: list[RankSys] | None = None
 
 
+SYS_GPU_FIELDS = (
+    "gpu_util",
+    "gpu_mem_util",
+    "gpu_mem_used",
+    "gpu_mem_total",
+    "proc_gpu_mem",
+    "power_w",
+    "power_limit_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "throttle",
+)
+"""The SysEvent fields NVML fills (all null without a GPU); the rest come from the host."""
+SYS_HOST_FIELDS = ("cpu_util", "proc_cpu", "proc_rss", "sys_mem_used", "sys_mem_total")
+
+
 class RankDone(msgspec.Struct, kw_only=True):
     """One rank at the end: its typical step, memory peak, skips, and a checksum of its weights."""
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ampscope.core import events as ev
 from ampscope.engine.telemetry.codes import W_FIELD, W_GPU_LOST, W_GPU_NOT_FOUND, W_PROCESS
 from ampscope.engine.telemetry.nvml import (
     decode_throttle_reasons,
@@ -131,20 +132,7 @@ class GpuReader:
 
     def read(self) -> dict[str, Any]:
         """The GPU fields of a SysEvent; every field None when there is no GPU to read."""
-        out: dict[str, Any] = dict.fromkeys(
-            (
-                "gpu_util",
-                "gpu_mem_util",
-                "gpu_mem_used",
-                "gpu_mem_total",
-                "proc_gpu_mem",
-                "power_w",
-                "power_limit_w",
-                "temp_c",
-                "sm_clock_mhz",
-                "throttle",
-            )
-        )
+        out: dict[str, Any] = dict.fromkeys(ev.SYS_GPU_FIELDS)
         if not self.opened:
             self.open()
         if not self.active:
