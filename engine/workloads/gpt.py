@@ -97,7 +97,10 @@ def lm_flops(model: nn.Module, dims: dict[str, int], tokens: int) -> float:
     return float((6 * linear_params(model) + attention) * tokens)
 
 
-class GptWorkload(Workload):
+class LanguageModelWorkload(Workload):
+    """A decoder LM on the synthetic token pool: the GPT, nanoGPT's GPT-2 and the Llama share
+    the data, the token count and the FLOP formula; each builds its own model."""
+
     def __init__(
         self,
         dims: dict[str, int],
@@ -114,9 +117,11 @@ class GptWorkload(Workload):
         )
 
     @staticmethod
-    def build_model(dims: dict[str, int]) -> nn.Module:
-        return Gpt(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])
-
-    @staticmethod
     def train_flops(model: nn.Module, dims: dict[str, int], batch_size: int) -> float:
         return lm_flops(model, dims, batch_size * dims["seq_len"])
+
+
+class GptWorkload(LanguageModelWorkload):
+    @staticmethod
+    def build_model(dims: dict[str, int]) -> nn.Module:
+        return Gpt(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])

@@ -14,8 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.engine.workloads.base import Workload
-from ampscope.engine.workloads.gpt import lm_flops, token_pool
+from ampscope.engine.workloads.gpt import LanguageModelWorkload, lm_flops
 
 
 class Block(nn.Module):
@@ -62,22 +61,7 @@ class Gpt2(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-class Gpt2Workload(Workload):
-    def __init__(
-        self,
-        dims: dict[str, int],
-        batch_size: int,
-        device: torch.device,
-        generator: torch.Generator,
-    ) -> None:
-        model = self.build_model(dims).to(device)
-        super().__init__(
-            model,
-            token_pool(dims, batch_size, device, generator),
-            tokens_per_step=batch_size * dims["seq_len"],
-            flops_per_step=self.train_flops(model, dims, batch_size),
-        )
-
+class Gpt2Workload(LanguageModelWorkload):
     @staticmethod
     def build_model(dims: dict[str, int]) -> nn.Module:
         return Gpt2(dims["vocab"], dims["seq_len"], dims["width"], dims["layers"], dims["heads"])

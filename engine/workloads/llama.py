@@ -13,8 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.engine.workloads.base import Workload
-from ampscope.engine.workloads.gpt import lm_flops, token_pool
+from ampscope.engine.workloads.gpt import LanguageModelWorkload, lm_flops
 
 ROPE_BASE = 500_000.0  # Llama 3's rotary base
 
@@ -105,22 +104,7 @@ class Llama(nn.Module):
         return self.output(self.norm(x))
 
 
-class LlamaWorkload(Workload):
-    def __init__(
-        self,
-        dims: dict[str, int],
-        batch_size: int,
-        device: torch.device,
-        generator: torch.Generator,
-    ) -> None:
-        model = self.build_model(dims).to(device)
-        super().__init__(
-            model,
-            token_pool(dims, batch_size, device, generator),
-            tokens_per_step=batch_size * dims["seq_len"],
-            flops_per_step=self.train_flops(model, dims, batch_size),
-        )
-
+class LlamaWorkload(LanguageModelWorkload):
     @staticmethod
     def build_model(dims: dict[str, int]) -> nn.Module:
         names = ("vocab", "seq_len", "width", "layers", "heads", "kv_heads")
