@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import platform
+import socket
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -120,3 +124,19 @@ def cpu_has_fast_bf16() -> bool:
 
 def cpu_has_fast_fp16() -> bool:
     return bool({"avx512_fp16", "amx_fp16"} & cpu_flags())
+
+
+def where_it_runs(info: DeviceInfo) -> dict[str, Any]:
+    """The hello fields that say which process, host, versions and device run the job: the
+    same for an engine run and a watched loop."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": time.time(),
+        "python_version": sys.version.split()[0],
+        "torch_version": str(torch.__version__),
+        "cuda_version": torch.version.cuda,
+        "device": str(info.device),
+        "device_name": info.name,
+        "compute_capability": list(info.capability) if info.capability else None,
+    }

@@ -7,16 +7,12 @@ figures as built, not as the preset asked ("auto" sizes decided, the device name
 from __future__ import annotations
 
 import os
-import socket
-import sys
-import time
 from pathlib import Path
-
-import torch
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.peaks import peak_tflops
+from ampscope.engine.device import where_it_runs
 from ampscope.engine.setup import Setup
 
 CPU_PEAK_NOTE = "no peak TFLOP/s for CPUs; set peak_tflops in the preset to get MFU"
@@ -45,15 +41,7 @@ def make_hello(
         run_dir=str(run_dir.resolve()) if run_dir else None,
         preset=s.preset.name,
         config=resolved,
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        started_at=time.time(),
-        python_version=sys.version.split()[0],
-        torch_version=str(torch.__version__),
-        cuda_version=torch.version.cuda,
-        device=str(info.device),
-        device_name=info.name,
-        compute_capability=list(info.capability) if info.capability else None,
+        **where_it_runs(info),
         compute_dtype=s.policy.compute_dtype,
         peak_tflops=peak,
         peak_tflops_note=note,

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import math
 import os
 import random
+import struct
+import subprocess
+import sys
+import termios
+import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -464,3 +472,42 @@ def events_of(run_dir, kind: type) -> list:
 
     events, _ = records.read_events(run_dir / records.EVENTS_FILE)
     return [e for e in events if isinstance(e, kind)]
+
+
+# The dashboard on a real (pseudo) terminal, for signals and hang-ups.
+
+
+@dataclass
+class DashboardOnATerminal:
+    proc: subprocess.Popen
+    master: int  # the terminal's side: what the app writes arrives in ``output``
+    slave: int  # the app's side (close it where the test wants the terminal gone)
+    output: bytearray
+    before: list  # the terminal's settings before the app started (termios.tcgetattr)
+
+
+def dashboard_on_a_terminal(**env: str) -> DashboardOnATerminal:
+    """``ampscope``'s dashboard in its own session on an 80x24 pty, its output read into
+    ``output`` by a thread (as a terminal would read it)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    before = termios.tcgetattr(slave)
+    code = "import sys; from ampscope.tui.app import run_dashboard; sys.exit(run_dashboard())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        env=engine_env(TERM="xterm-256color", **env),
+        cwd=ROOT,
+    )
+    output = bytearray()
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(master, 65536):
+                output.extend(chunk)
+
+    threading.Thread(target=drain, daemon=True).start()
+    return DashboardOnATerminal(proc, master, slave, output, before)

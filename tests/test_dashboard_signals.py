@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import signal
-import struct
-import subprocess
-import sys
 import termios
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, engine_env, wait_until
+from tests.helpers import dashboard_on_a_terminal, wait_until
 
 MOUSE_ON, MOUSE_OFF = b"\x1b[?1000h", b"\x1b[?1000l"
 ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"
@@ -24,28 +18,10 @@ ALT_SCREEN_ON, ALT_SCREEN_OFF = b"\x1b[?1049h", b"\x1b[?1049l"
 
 @pytest.mark.subprocess
 def test_sigterm_leaves_the_terminal_as_it_was(tmp_path: Path) -> None:
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    before = termios.tcgetattr(slave)
+    term = dashboard_on_a_terminal(AMPSCOPE_RUNS_DIR=str(tmp_path))
+    proc, master, slave, output = term.proc, term.master, term.slave, term.output
+    before = term.before
     assert before[3] & termios.ICANON and before[3] & termios.ECHO  # a cooked terminal
-    code = "import sys; from ampscope.tui.app import run_dashboard; sys.exit(run_dashboard())"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-        env=engine_env(AMPSCOPE_RUNS_DIR=str(tmp_path), TERM="xterm-256color"),
-        cwd=ROOT,
-    )
-    output = bytearray()
-
-    def drain() -> None:  # a terminal that reads what the app writes
-        with contextlib.suppress(OSError):
-            while chunk := os.read(master, 65536):
-                output.extend(chunk)
-
-    threading.Thread(target=drain, daemon=True).start()
     try:
         up = wait_until(lambda: MOUSE_ON in output and b"fp32" in output, 60)
         assert up, bytes(output[-2000:])

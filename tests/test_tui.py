@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import os
 import signal
-import struct
-import subprocess
-import sys
-import termios
-import threading
 import time
 from pathlib import Path
 
@@ -27,9 +21,8 @@ from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import (
     FAST,
-    ROOT,
     SIZE,
-    engine_env,
+    dashboard_on_a_terminal,
     gone,
     run,
     select_preset,
@@ -221,32 +214,12 @@ def test_quit_mid_run_leaves_no_engine(tmp_path: Path) -> None:
 
 @pytest.mark.subprocess
 def test_hangup_kills_dashboard_and_engine(tmp_path: Path) -> None:
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = engine_env(
+    term = dashboard_on_a_terminal(
         AMPSCOPE_AUTOSTART="fp32 workload.kind=mlp device=cpu steps=100000",
         AMPSCOPE_RUNS_DIR=str(tmp_path),
-        TERM="xterm-256color",
     )
-    code = "import sys; from ampscope.tui.app import run_dashboard; sys.exit(run_dashboard())"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        start_new_session=True,
-        env=env,
-        cwd=ROOT,
-    )
-    os.close(slave)
-    output = bytearray()
-
-    def drain() -> None:  # a terminal that reads what the app writes
-        with contextlib.suppress(OSError):
-            while chunk := os.read(master, 65536):
-                output.extend(chunk)
-
-    threading.Thread(target=drain, daemon=True).start()
+    proc, master, output = term.proc, term.master, term.output
+    os.close(term.slave)
     engine_pid = None
     try:
         deadline = time.monotonic() + 30

@@ -7,10 +7,6 @@ loop. MFU is measured against the same datasheet peaks as engine runs (``core.pe
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +14,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.peaks import peak_tflops
-from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device
+from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
 from ampscope.watch.options import Options
 from ampscope.watch.readout import host_lr
 
@@ -145,15 +141,7 @@ def hello_event(
         run_dir=run_dir,
         preset=str(facts.config["name"]),
         config=facts.config,
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        started_at=time.time(),
-        python_version=sys.version.split()[0],
-        torch_version=str(torch.__version__),
-        cuda_version=torch.version.cuda,
-        device=str(info.device),
-        device_name=info.name,
-        compute_capability=list(info.capability) if info.capability else None,
+        **where_it_runs(info),
         compute_dtype=facts.compute_dtype,
         peak_tflops=facts.peak,
         peak_tflops_note=facts.peak_note,
