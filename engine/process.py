@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_STOPPED
@@ -14,7 +15,12 @@ from ampscope.engine.exits import EXIT_STOPPED
 PARENT_GRACE_S = 5.0
 
 
-def install_signal_handlers(stop: threading.Event, in_loop: threading.Event) -> None:
+STUCK_GRACE_S = 2.0
+
+
+def install_signal_handlers(
+    stop: threading.Event, in_loop: threading.Event, end_now: Callable[[], None]
+) -> None:
     """SIGTERM/SIGINT/SIGHUP in the loop: finish the current step and write ``done``.
 
     SIGHUP is a hang-up (an SSH link that dropped under a headless ``ampscope run``): the run
@@ -22,6 +28,11 @@ def install_signal_handlers(stop: threading.Event, in_loop: threading.Event) -> 
 
     During setup (``in_loop`` not yet set: importing torch, building the model), or on a second
     signal, interrupt at once: setup can take seconds and a stop must not wait for it.
+
+    Python runs a signal handler only between bytecodes, so a main thread blocked inside torch
+    (a rank waiting at the rendezvous for a peer that is already gone) would not see it until
+    a 30-minute timeout. A thread woken by the same signal through ``set_wakeup_fd`` calls
+    ``end_now`` when the main thread has not ended the run ``STUCK_GRACE_S`` later.
     """
 
     def handler(signum: int, frame: object) -> None:
@@ -32,6 +43,27 @@ def install_signal_handlers(stop: threading.Event, in_loop: threading.Event) -> 
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
+    _watch_for_a_stuck_stop(in_loop, end_now)
+
+
+def _watch_for_a_stuck_stop(in_loop: threading.Event, end_now: Callable[[], None]) -> None:
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        seen = 0
+        while True:
+            arrived = os.read(read_end, 64)
+            if not arrived:
+                return
+            seen += len(arrived)
+            if in_loop.is_set() and seen < 2:
+                continue  # the loop finishes its step: that is the main thread's to do
+            time.sleep(STUCK_GRACE_S)
+            end_now()  # the process is still here: the main thread is stuck in torch
+
+    threading.Thread(target=watch, name="ampscope-stop-watch", daemon=True).start()
 
 
 def watch_parent(stop: threading.Event, writer: EventWriter) -> None:

@@ -59,7 +59,20 @@ def run(
         live = LiveStream(sys.stdout.fileno(), recorded=saved is not None)
     writer = EventWriter(saved, live, on_event)
     stop, in_loop = threading.Event(), threading.Event()
-    install_signal_handlers(stop, in_loop)
+    ending = threading.Lock()  # the main thread or the stop watch ends the run, never both
+
+    def end_stuck() -> None:
+        if not ending.acquire(blocking=False):
+            return
+        done = ev.empty_done("stopped")
+        writer.emit(done, urgent=True)
+        writer.close()
+        if saved:
+            saved.close(None, done)
+        sys.stdout.flush()
+        os._exit(EXIT_STOPPED)
+
+    install_signal_handlers(stop, in_loop, end_stuck)
     if exit_with_parent:
         watch_parent(stop, writer)
 
@@ -76,6 +89,7 @@ def run(
         writer.emit(done, urgent=True)
         code = EXIT_STOPPED
     finally:
+        ending.acquire()
         writer.close()
         if saved:
             saved.close(hello, done)

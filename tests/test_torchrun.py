@@ -255,6 +255,49 @@ def test_sigterm_to_torchrun_stops_every_rank_and_the_record_says_stopped(
         assert_all_gone([proc.pid, *rank_pids(events)])
 
 
+def test_a_stop_reaches_a_rank_still_waiting_for_its_peer(tmp_path: Path) -> None:
+    """Rank 0 of two, whose peer never comes, waits inside torch's rendezvous, where Python
+    runs no signal handler. A stop still ends it in seconds, ``stopped``, not after torch's
+    30-minute timeout (or torchrun's SIGKILL, 30 s on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = engine_env(
+        RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ampscope.engine", "fp32", *FAST, "--runs-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        waiting = False
+        while not waiting and time.monotonic() < deadline and proc.poll() is None:
+            with socket.socket() as probe:  # rank 0 hosts the store it waits at
+                waiting = probe.connect_ex(("127.0.0.1", port)) == 0
+            time.sleep(0.2)
+        assert waiting, "rank 0 never reached the rendezvous"
+        time.sleep(1.0)  # well inside the wait for rank 1
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130, proc.stderr.read().decode() if proc.stderr else code
+    assert took < 10
+    (run_dir,) = tmp_path.iterdir()
+    events, _ = records.read_events(run_dir / records.EVENTS_FILE)
+    done = [e for e in events if isinstance(e, ev.DoneEvent)]
+    assert [d.status for d in done] == ["stopped"]
+
+
 def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Path) -> None:
     from ampscope.tui.app import AmpscopeApp
     from ampscope.tui.widgets.ranks import RankStrip
