@@ -211,23 +211,14 @@ class AttachSource:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGINT)  # the user's own process: Ctrl+C, never SIGKILL
             return
-        _signal(pid, signal.SIGTERM)
-        _signal(pid, signal.SIGCONT)
+        records.signal_engine(pid, signal.SIGTERM)
+        records.signal_engine(pid, signal.SIGCONT)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_s
         while loop.time() < deadline and records.pid_alive(pid):
             await asyncio.sleep(0.1)
         if records.pid_alive(pid) and self.engine_pid() == pid:
-            _signal(pid, signal.SIGKILL)
+            records.signal_engine(pid, signal.SIGKILL)
 
     async def restart(self) -> None:
         """Not offered: the engine is not this dashboard's child."""
-
-
-def _signal(pid: int, sig: int) -> None:
-    """The engine's group when it leads one (a detached engine does), else the pid alone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)

@@ -9,9 +9,7 @@ writes ``done`` and its summary; SIGKILL only when it has not gone after ``--wai
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
 import signal
 import sys
 import time
@@ -74,9 +72,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return fail(f"{path.name} is not running on this host ({state}): nothing to stop.", 1)
     name = visible(path.name)
     print(f"stopping {name} (pid {pid}) ...", file=sys.stderr, flush=True)
-    _signal(pid, signal.SIGTERM)
+    records.signal_engine(pid, signal.SIGTERM)
     if not _gone(pid, args.wait):
-        _signal(pid, signal.SIGKILL)
+        records.signal_engine(pid, signal.SIGKILL)
         _gone(pid, 2.0)
         print(
             f"ampscope: {name} did not finish its step within {args.wait:g} s and was killed; "
@@ -96,12 +94,3 @@ def _gone(pid: int, seconds: float) -> bool:
             return False
         time.sleep(POLL_S)
     return True
-
-
-def _signal(pid: int, sig: int) -> None:
-    """The engine's group when it leads one (a detached engine does), else the pid alone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)

@@ -278,6 +278,16 @@ def _heartbeat_age(live: dict[str, Any], now: float) -> float | None:
     return max(age, 0.0)
 
 
+def signal_engine(pid: int, sig: int) -> None:
+    """Signal a verified engine: its group when it leads one (a detached engine does), else
+    the pid alone. A process already gone, or not ours to signal, is let be."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
 def verified_pid(live: dict[str, Any]) -> int | None:
     """The pid ``live.json`` names, only while that very process runs on this host.
 
