@@ -13,8 +13,6 @@ from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_STOPPED
 
 PARENT_GRACE_S = 5.0
-
-
 STUCK_GRACE_S = 2.0
 
 
@@ -46,24 +44,41 @@ def install_signal_handlers(
     _watch_for_a_stuck_stop(in_loop, end_now)
 
 
-def _watch_for_a_stuck_stop(in_loop: threading.Event, end_now: Callable[[], None]) -> None:
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+class _StopWatch:
+    """One thread a process, woken by every handled signal through ``set_wakeup_fd``; it acts
+    for the run installed last (in-process runs, as the tests make, each install theirs)."""
 
-    def watch() -> None:
-        seen = 0
-        while True:
-            arrived = os.read(read_end, 64)
-            if not arrived:
-                return
-            seen += len(arrived)
-            if in_loop.is_set() and seen < 2:
+    def __init__(self) -> None:
+        self.in_loop = threading.Event()
+        self.end_now: Callable[[], None] = lambda: None
+        self.seen = 0
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        self._read_end = read_end
+        threading.Thread(target=self._watch, name="ampscope-stop-watch", daemon=True).start()
+
+    def follow(self, in_loop: threading.Event, end_now: Callable[[], None]) -> None:
+        self.in_loop, self.end_now, self.seen = in_loop, end_now, 0
+
+    def _watch(self) -> None:
+        while arrived := os.read(self._read_end, 64):
+            self.seen += len(arrived)
+            if self.in_loop.is_set() and self.seen < 2:
                 continue  # the loop finishes its step: that is the main thread's to do
+            end_now = self.end_now
             time.sleep(STUCK_GRACE_S)
             end_now()  # the process is still here: the main thread is stuck in torch
 
-    threading.Thread(target=watch, name="ampscope-stop-watch", daemon=True).start()
+
+_stop_watch: _StopWatch | None = None
+
+
+def _watch_for_a_stuck_stop(in_loop: threading.Event, end_now: Callable[[], None]) -> None:
+    global _stop_watch
+    if _stop_watch is None:
+        _stop_watch = _StopWatch()
+    _stop_watch.follow(in_loop, end_now)
 
 
 def watch_parent(stop: threading.Event, writer: EventWriter) -> None:
