@@ -1,6 +1,6 @@
 """torchvision's ResNet-50 on synthetic images: the precision sweep on a real vision model.
 
-    pip install 'ampscope[vision]'
+    pip install 'torchvision==0.N.*'   # N = your torch's minor + 15: 0.29 for torch 2.14
     ampscope bench --model examples/resnet50.py:make
 
 Random weights (no download). The images are a fixed pool made once on the device, so the
@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision.models import resnet50
+
+try:
+    from torchvision.models import resnet50
+except ImportError as exc:  # each torchvision release is built for one torch release
+    minor = int(torch.__version__.split(".")[1])
+    raise ImportError(
+        f"this example needs torchvision, the release built for your torch "
+        f"{torch.__version__}: pip install 'torchvision==0.{minor + 15}.*' (a newer "
+        "torchvision would replace your torch)"
+    ) from exc
 
 
 def make(ctx):

@@ -193,3 +193,20 @@ def test_the_torchvision_example_runs_a_few_steps() -> None:
     seen = run_example(f"{EXAMPLES / 'resnet50.py'}:make", "fp32", steps=2)
     hello = next(e for e in seen if isinstance(e, ev.HelloEvent))
     assert hello.workload == "resnet50" and 25e6 < hello.param_count < 26e6
+
+
+@pytest.mark.unit
+def test_the_torchvision_example_without_torchvision_names_the_release_to_install(
+    capsys,
+) -> None:
+    try:
+        import torchvision  # noqa: F401
+    except (ImportError, RuntimeError):
+        pass
+    else:
+        pytest.skip("torchvision is installed: the example runs instead")
+    code = main(["run", "fp32", "--model", f"{EXAMPLES / 'resnet50.py'}:make", "--no-record"])
+    err = capsys.readouterr().err
+    minor = int(torch.__version__.split(".")[1])
+    assert code == 2
+    assert f"pip install 'torchvision==0.{minor + 15}.*'" in err and "resnet50.py" in err

@@ -43,3 +43,21 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     assert {n.split("/")[0] for n in names if not n.startswith("ampscope-")} == {"ampscope"}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "ampscope = ampscope.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_no_extra_asks_for_a_package_that_would_replace_the_users_torch() -> None:
+    """torch itself, and torchvision and torchaudio, whose every release pins one torch: an
+    extra that named them would swap a user's CUDA (or CPU) torch for another."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins_torch = {"torch", "torchvision", "torchaudio"}
+    named = [
+        (extra, re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip().lower())
+        for extra, requirements in project["optional-dependencies"].items()
+        for requirement in requirements
+    ]
+    assert len(named) > len(project["optional-dependencies"])  # every requirement, not one each
+    assert [(extra, name) for extra, name in named if name in pins_torch] == []
+    assert "torch" in {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in project["dependencies"]}
