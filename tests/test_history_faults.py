@@ -172,6 +172,7 @@ def test_q_quits_while_a_record_is_still_loading(tmp_path: Path, monkeypatch) ->
             await pilot.press("q")
             assert await wait_for(pilot, lambda: not app.is_running, 10)
             assert not released.is_set()  # it quit while the read was still going
+            released.set()  # let the reading thread end: no need to sit out its 30 s
 
     try:
         run(go())
