@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 from tests.helpers import ROOT
 
@@ -48,9 +51,6 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
 def test_no_extra_asks_for_a_package_that_would_replace_the_users_torch() -> None:
     """torch itself, and torchvision and torchaudio, whose every release pins one torch: an
     extra that named them would swap a user's CUDA (or CPU) torch for another."""
-    import re
-    import tomllib
-
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins_torch = {"torch", "torchvision", "torchaudio"}
     named = [

@@ -290,6 +290,23 @@ def test_a_sweep_runs_in_order_and_ends_compared(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+def test_a_sweep_runs_a_preset_as_edited_on_the_form(tmp_path: Path) -> None:
+    async def go() -> None:
+        engines = Engines()
+        session, listener = session_with(tmp_path, engines)
+        edited = cfg.load_preset("mlp-demo", ["steps=60", "lr=0.01"])
+        await session.start_sweep([edited, "fp32"])
+        (first,) = engines.made
+        ran = cfg.load_preset(first.preset)  # the temporary TOML the engine was given
+        assert (ran.name, ran.steps, ran.lr) == ("mlp-demo-edited", 60, 0.01)
+        assert listener.started[0].state.label == "mlp-demo-edited"
+        assert listener.started[0].state.queue_note == "sweep 1/2"
+        assert session.sweep is not None and session.sweep.names == ["mlp-demo-edited", "fp32"]
+        await listener.started[0].stop()
+
+    asyncio.run(go())
+
+
 def test_stopping_a_sweep_run_cancels_the_rest(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input
 
 from ampscope.cli.bench import run_one
 from ampscope.core import comparison, records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen, OverlayPlot
 from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.presets import PresetsScreen, field_id
 from tests.helpers import FAST, SIZE, run, select_preset, shown, wait_for
 
 SHORT = [*FAST, "steps=6", "warmup_steps=2"]
@@ -23,29 +24,36 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=SHORT)
         async with app.run_test(size=SIZE) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            for name in ("fp32", "mlp-demo"):
-                select_preset(app, name)
-                await pilot.press("m")
+            presets = await shown(pilot, app, PresetsScreen)
+            select_preset(app, "fp32")
+            await pilot.press("m")
+            select_preset(app, "mlp-demo")  # marked as edited on the form: lr 0.02
+            await pilot.pause()
+            presets.query_one("#" + field_id("lr"), Input).value = "0.02"
+            await pilot.pause()
+            await pilot.press("m")
+            assert "mlp-demo (edited)" in str(presets.query_one("#preset-status").render())
             await pilot.press("w")
             assert await wait_for(pilot, lambda: app.session.state is not None, 10)
             assert "sweep 1/2" in app.session.state.header()
             screen = await shown(pilot, app, CompareScreen, 120)
             table = screen.query_one("#compare-table")
             assert await wait_for(pilot, lambda: table.row_count == 2, 5)
-            assert [r.preset for r in screen.rows] == ["fp32", "mlp-demo"]
+            assert [r.preset for r in screen.rows] == ["fp32", "mlp-demo-edited"]
             assert screen.rows[0].speedup == 1.0  # fp32 is the baseline
             plot = screen.query_one("#compare-loss", OverlayPlot)
-            assert [label for label, _, _ in plot.series] == ["fp32", "mlp-demo"]
+            assert [label for label, _, _ in plot.series] == ["fp32", "mlp-demo-edited"]
             assert all(len(xs) == 6 for _, xs, _ in plot.series)
             # b makes the highlighted row the baseline
             table.move_cursor(row=1)
             await pilot.press("b")
-            assert screen.baseline == "mlp-demo"
-            assert next(r for r in screen.rows if r.preset == "mlp-demo").speedup == 1.0
+            assert screen.baseline == "mlp-demo-edited"
+            assert next(r for r in screen.rows if r.preset == "mlp-demo-edited").speedup == 1.0
             (sweep,) = tmp_path.glob("*-sweep")
             data = json.loads((sweep / comparison.SWEEP_FILE).read_text())
-            assert data["order"] == ["fp32", "mlp-demo"] and len(data["rows"]) == 2
+            assert data["order"] == ["fp32", "mlp-demo-edited"] and len(data["rows"]) == 2
+            edited = next(r for r in records.list_runs(tmp_path) if r.name.endswith("-edited"))
+            assert edited.hello is not None and edited.hello.config["lr"] == 0.02
 
     run(go())
 

@@ -122,6 +122,30 @@ def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -
     run(go())
 
 
+def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        app, engines = app_with_fake_engines(tmp_path)
+        async with app.run_test(size=SMALL) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            select_preset(app, "fp32")
+            await pilot.press("r")
+            await shown(pilot, app, RunScreen)
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
+            assert "v Live run" in footer(app)
+            assert "Run sweep" not in footer(app)  # nothing marked: w gives way
+            for name in ("fp32", "mlp-demo"):
+                select_preset(app, name)
+                await pilot.press("m")
+            keys = footer(app)
+            assert "w Run sweep" in keys and "m Mark for sweep" in keys
+            assert "r Run" in keys and "? Help" in keys and "q Quit" in keys
+
+    run(go())
+
+
 def test_v_returns_to_an_attached_run_and_its_keys_all_work(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:

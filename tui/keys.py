@@ -54,6 +54,8 @@ PRIORITY: dict[str, int] = {
     "run.restart": 3,
     "presets.history": 3,
     "presets.live-run": 3,
+    "presets.sweep": 3,  # shown once two presets are marked
+    "presets.mark": 4,
     "history.compare": 3,
     "history.mark": 3,
     "compare.baseline": 3,

@@ -34,7 +34,7 @@ class EditedRunRequested(Message):
 class SweepRequested(Message):
     """Run these presets one after another, then compare them."""
 
-    presets: list[str]
+    presets: list[str | cfg.Preset]  # a name, or a preset edited on the Presets screen
 
 
 @dataclass

@@ -87,13 +87,25 @@ class SessionListener(Protocol):
         """A one-line notice."""
 
 
+SweepEntry = str | cfg.Preset
+"""A preset by name, or one edited on the Presets screen (it runs as ``NAME-edited``)."""
+
+
+def edited_name(preset: cfg.Preset) -> str:
+    return f"{preset.name}-edited"
+
+
 @dataclass
 class SweepQueue:
     """Presets queued from the Presets screen, run one after another."""
 
-    presets: list[str]
+    presets: list[SweepEntry]
     index: int = 0
     run_dirs: list[Path] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [p if isinstance(p, str) else edited_name(p) for p in self.presets]
 
     @property
     def progress(self) -> str:
@@ -101,7 +113,8 @@ class SweepQueue:
 
     @property
     def baseline(self) -> str:
-        return "fp32" if "fp32" in self.presets else self.presets[0]
+        names = self.names
+        return "fp32" if "fp32" in names else names[0]
 
 
 @dataclass(frozen=True)
@@ -235,9 +248,11 @@ class RunSession:
         self.listener.tell(f"{run_dir.name} runs detached (pid {pid}): quitting leaves it running.")
         self.listener.run_detached(run_dir)
 
-    async def start_edited_run(self, preset: cfg.Preset, *, detach: bool = False) -> None:
+    async def start_edited_run(
+        self, preset: cfg.Preset, *, detach: bool = False, queued: bool = False
+    ) -> None:
         """An edited preset runs from a temporary TOML file (``NAME-edited``)."""
-        edited = msgspec.structs.replace(preset, name=f"{preset.name}-edited")
+        edited = msgspec.structs.replace(preset, name=edited_name(preset))
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="ampscope-")
         path = Path(self._tmp.name) / f"{records.safe_file_name(edited.name)}.toml"
@@ -249,7 +264,7 @@ class RunSession:
             )
             return
         await self.start_run(
-            str(path), label=edited.name, config=cfg.to_dict(edited), detach=detach
+            str(path), label=edited.name, config=cfg.to_dict(edited), detach=detach, queued=queued
         )
 
     async def restart_run(self, run: LiveRun | None = None) -> None:
@@ -271,12 +286,18 @@ class RunSession:
 
     # ------------------------------------------------------------------ sweeps
 
-    async def start_sweep(self, presets: Sequence[str]) -> None:
+    async def start_sweep(self, presets: Sequence[SweepEntry]) -> None:
         """Run presets one after another; the Run view follows each, Compare opens at the end."""
         if self.read_only or not presets:
             return
         self.sweep = SweepQueue(list(presets))
-        await self.start_run(self.sweep.presets[0], queued=True)
+        await self._start_queued(self.sweep.presets[0])
+
+    async def _start_queued(self, entry: SweepEntry) -> None:
+        if isinstance(entry, str):
+            await self.start_run(entry, queued=True)
+        else:
+            await self.start_edited_run(entry, queued=True)
 
     def _continue_sweep(self, sweep: SweepQueue, run: LiveRun) -> None:
         hello = run.state.hello
@@ -288,14 +309,14 @@ class RunSession:
             return
         sweep.index += 1
         if sweep.index < len(sweep.presets):
-            self._spawn(self.start_run(sweep.presets[sweep.index], queued=True))
+            self._spawn(self._start_queued(sweep.presets[sweep.index]))
             return
         self.sweep = None
         runs = [records.load_run(d) for d in sweep.run_dirs if d.is_dir()]
         rows = comparison.compare(
             [comparison.row_from_runs(r.preset, [r]) for r in runs], sweep.baseline
         )
-        comparison.write_sweep(self.runs_dir, rows, sweep.baseline, sweep.presets)
+        comparison.write_sweep(self.runs_dir, rows, sweep.baseline, sweep.names)
         if len(runs) >= 2:
             self.listener.sweep_compared(runs, sweep.baseline)
 

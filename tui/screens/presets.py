@@ -90,7 +90,8 @@ class PresetsScreen(Screen):
         self.edited: dict[str, Any] = {}
         self.preset: cfg.Preset | None = None
         self.problem: str | None = None
-        self.marked: list[str] = []
+        self.marked: list[str] = []  # the sweep queue, by preset name
+        self.marked_edits: dict[str, cfg.Preset] = {}  # marked with the form's edits
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
@@ -269,8 +270,20 @@ class PresetsScreen(Screen):
         self.query_one("#preset-error", Label).update(visible(message or "", keep_newlines=True))
         for fkey, _label, _choices in FIELDS:
             self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
-        status = "" if message else ("edited: runs as a temporary copy" if self.is_edited else "")
-        self.query_one("#preset-status", Static).update(status)
+        self.show_status()
+
+    def show_status(self) -> None:
+        """Under the form: that the form is edited, else what the sweep queue holds."""
+        if self.problem:
+            status = ""
+        elif self.is_edited:
+            status = "edited: runs as a temporary copy"
+        elif self.marked:
+            queue = [f"{n} (edited)" if n in self.marked_edits else n for n in self.marked]
+            status = f"sweep queue: {', '.join(queue)}  (w runs it)"
+        else:
+            status = ""
+        self.query_one("#preset-status", Static).update(literal(status))
 
     def action_formats(self) -> None:
         from ampscope.tui.screens.formats import (
@@ -285,12 +298,24 @@ class PresetsScreen(Screen):
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
 
     def action_mark(self) -> None:
-        """Add the highlighted preset to the sweep queue, or take it out."""
+        """Add the highlighted preset, as the form shows it, to the sweep queue, or take it out."""
         if self.current is None:
             return
         name = self.current.name
         if name in self.marked:
             self.marked.remove(name)
+            self.marked_edits.pop(name, None)
+        elif self.is_edited:
+            if not self.revalidate() or self.preset is None:
+                self.app.notify(
+                    visible(self.problem or "This preset cannot run."),
+                    severity="error",
+                    title="Not marked",
+                    markup=False,
+                )
+                return
+            self.marked.append(name)
+            self.marked_edits[name] = self.preset
         else:
             self.marked.append(name)
         options = self.query_one("#preset-list", OptionList)
@@ -298,15 +323,14 @@ class PresetsScreen(Screen):
         self.reload(select=name)
         if index is not None and index + 1 < options.option_count:
             options.highlighted = index + 1
-        self.query_one("#preset-status", Static).update(
-            literal(f"sweep queue: {', '.join(self.marked)}  (w runs it)") if self.marked else ""
-        )
+        self.show_status()
         self.refresh_bindings()
 
     async def action_sweep(self) -> None:
         if len(self.marked) < 2:
             return
-        queue, self.marked = list(self.marked), []
+        queue: list[str | cfg.Preset] = [self.marked_edits.get(n, n) for n in self.marked]
+        self.marked, self.marked_edits = [], {}
         self.reload(select=self.current.name if self.current else None)
         self.post_message(SweepRequested(queue))
 

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import Widget
 
-from ampscope.tui.keys import priority
+from ampscope.tui.keys import DEFAULT_PRIORITY, priority
 
 GAP = 2
 
@@ -51,7 +51,13 @@ def key_items(screen: Screen) -> list[KeyItem]:
             priority(binding.id),
         )
         order.setdefault(name, index)
-    return sorted(items.values(), key=lambda item: (item.rank, order[item.description]))
+    return sorted(items.values(), key=lambda item: (shown_rank(item), order[item.description]))
+
+
+def shown_rank(item: KeyItem) -> int:
+    """A dimmed key keeps its place only among the main few (a stop after the run ended);
+    otherwise it gives way to every key that works now."""
+    return item.rank if item.enabled or item.rank <= 1 else DEFAULT_PRIORITY + 1
 
 
 def fit(items: list[KeyItem], width: int) -> list[KeyItem]:
