@@ -138,6 +138,11 @@ def test_bad_override_is_blamed_on_the_override(capsys) -> None:
     assert "--set steps=0" in output and ">= 1" in output
     code, output = run_cli(["run", "fp32", "--set", "nonsense", "--no-record"], capsys)
     assert code == 2 and "key=value" in output
+    code, output = run_cli(["run", "fp32", "--set", "steps=abc", "--no-record"], capsys)
+    assert code == 2
+    assert "--set steps=abc: 'steps' cannot be text. Accepted: an integer >= 1" in output
+    code, output = run_cli(["run", "fp32", "--set", "lr=true", "--no-record"], capsys)
+    assert "'lr' cannot be true or false. Accepted: a number > 0" in output
 
 
 def test_presets_command_lists_shipped_presets(capsys) -> None:

@@ -122,7 +122,7 @@ def test_run_with_a_missing_model_file_is_one_line_and_exit_2(tmp_path: Path) ->
         timeout=120,
     )
     assert out.returncode == 2
-    assert out.stderr.startswith("ampscope: ") and "'nowhere/net.py:make'" in out.stderr
+    assert out.stderr.startswith("ampscope: --model nowhere/net.py:make: ")  # as typed
     assert "does not exist" in out.stderr and "Traceback" not in out.stderr
 
 

@@ -211,6 +211,8 @@ def test_help_says_why_a_key_does_nothing(tmp_path: Path) -> None:
             rows = {ids: note for _keys, _does, note, ids in key_rows(presets)}
             assert rows["presets.sweep"] == "unavailable now: mark two or more presets with m first"
             assert rows["presets.live-run"].startswith("not here")
+            detach = [(what, note) for _k, what, note, ids in key_rows(presets) if "detach" in ids]
+            assert detach == [("Detached: off", "")]  # the toggle once, as it stands
 
     run(go())
 

@@ -8,9 +8,9 @@ file, the key and what would be accepted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +37,7 @@ from ampscope.core.workload_rules import (
     check_workload,
     head_problems,
 )
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover - exercised on 3.10 only
-    pass
+from ampscope.core.workload_spec import model_override
 
 Precision = Literal["fp32", "tf32", "amp-bf16", "amp-fp16", "bf16", "fp16", "fp64", "fp8"]
 ScalerMode = Literal["auto", "on", "off"]
@@ -227,7 +223,18 @@ def load_preset(name_or_path: str, overrides: typing.Sequence[str] = ()) -> Pres
         blamed = _blame_override(exc, overrides)
         if blamed is None:
             raise
-        raise ConfigError(exc.detail, key=exc.key, source=f"--set {blamed}") from None
+        raise ConfigError(exc.detail, key=exc.key, source=_flag_for(blamed)) from None
+
+
+def _flag_for(override: str) -> str:
+    """How the user most likely wrote it: ``--model SPEC`` stands for a workload.model --set."""
+    key, _, value = override.partition("=")
+    if key.strip() == "workload.model":
+        with contextlib.suppress(ConfigError):
+            spec = parse_value(value.strip())
+            if isinstance(spec, str) and model_override(spec) == override:
+                return f"--model {spec}"
+    return f"--set {override}"
 
 
 def _blame_override(exc: ConfigError, overrides: typing.Sequence[str]) -> str | None:

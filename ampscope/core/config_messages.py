@@ -27,8 +27,26 @@ def describe_validation_error(message: str, root: type[msgspec.Struct]) -> tuple
         field = f"{key}.{missing['field']}" if key else missing["field"]
         return field, f"missing required field '{field}'."
     accepted = _accepted_at(root, key)
+    types = _TYPE_MISMATCH.match(body)
+    if types:
+        got = _TYPE_WORDS.get(types["got"], types["got"])
+        return key or None, f"'{key}' cannot be {got}." + (
+            f" Accepted: {accepted}." if accepted else ""
+        )
     body = body.replace("Expected `", "expected `").replace("Invalid enum value", "invalid value")
     return key or None, f"'{key}': {body}." + (f" Accepted: {accepted}." if accepted else "")
+
+
+_TYPE_MISMATCH = re.compile(r"Expected `[^`]+`, got `(?P<got>[^`]+)`$")
+_TYPE_WORDS = {
+    "str": "text",
+    "int": "a whole number",
+    "float": "a fractional number",
+    "bool": "true or false",
+    "null": "empty",
+    "array": "a list",
+    "object": "a table",
+}
 
 
 def _struct_at(root: type[msgspec.Struct], key: str) -> type[msgspec.Struct]:

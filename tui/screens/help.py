@@ -54,10 +54,26 @@ def key_rows(screen: Screen) -> list[tuple[str, str, str, str]]:
             keys.append(display)
         if binding.id not in ids:
             ids.append(binding.id)
-    return [
+    rows = [
         (", ".join(keys), binding.description, _note(screen, binding, node), ", ".join(ids))
         for keys, ids, binding, node in groups.values()
     ]
+    return _one_row_per_id(rows)
+
+
+def _one_row_per_id(rows: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+    """A key with two faces (the detach toggle names its state) is listed once: as the face
+    that works now, else as its first."""
+    working = {ids for _keys, _what, note, ids in rows if not note}
+    kept: list[tuple[str, str, str, str]] = []
+    seen: set[str] = set()
+    for row in rows:
+        ids, note = row[3], row[2]
+        if note and (ids in working or ids in seen):
+            continue
+        seen.add(ids)
+        kept.append(row)
+    return kept
 
 
 def _note(screen: Screen, binding: Binding, node: object) -> str:
