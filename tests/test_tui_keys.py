@@ -20,7 +20,17 @@ from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen, field_id
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.key_bar import KeyBar, KeyItem, fit
-from tests.helpers import FakeEngine, hello, run, select_preset, shown, step, wait_for
+from ampscope.tui.widgets.plots import RunPlot
+from tests.helpers import (
+    FakeEngine,
+    done,
+    hello,
+    run,
+    select_preset,
+    shown,
+    step,
+    wait_for,
+)
 from tests.test_detach import make_record
 
 pytestmark = pytest.mark.unit
@@ -142,6 +152,25 @@ def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
             keys = footer(app)
             assert "w Run sweep" in keys and "m Mark for sweep" in keys
             assert "r Run" in keys and "? Help" in keys and "q Quit" in keys
+
+    run(go())
+
+
+def test_a_run_view_says_none_recorded_once_a_run_without_samples_ends(tmp_path: Path) -> None:
+    async def go() -> None:
+        app, engines = app_with_fake_engines(tmp_path)
+        async with app.run_test(size=SMALL) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            select_preset(app, "fp32")
+            await pilot.press("r")
+            screen = await shown(pilot, app, RunScreen)
+            util = screen.query_one("#plot-util", RunPlot)
+            assert await wait_for(pilot, lambda: "waiting for the first samples" in util.text)
+            (engine,) = engines.made
+            engine.on_event(step(0))
+            engine.on_event(done(steps=1))
+            engine.finish(0)
+            assert await wait_for(pilot, lambda: "none recorded" in util.text, 5)
 
     run(go())
 

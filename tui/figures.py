@@ -24,6 +24,8 @@ class Card:
     title: str
     value: str
     sub: str = ""
+    short: tuple[str, str] | None = None
+    """Title and value where the detail line is hidden (80x24), for a card with more to say."""
 
 
 PLOT_MAX = 1e15
@@ -168,13 +170,14 @@ def _percent(frac: float) -> str:
 def _elapsed_card(state: RunState) -> Card:
     seconds = state.last_t if state.hello is not None or state.step_count else None
     value = "-" if seconds is None else fmt_duration(seconds)
-    sub = ""
+    sub, short = "", None
     total, median = state.total_steps, state.median_step_ms()
     if total and state.step is not None and median is not None and not state.finished:
-        sub = f"ETA {fmt_duration((total - state.step - 1) * median / 1000)}"
+        eta = fmt_duration((total - state.step - 1) * median / 1000)
+        sub, short = f"ETA {eta}", (f"Elapsed {value}", f"ETA {eta}")
     elif state.done is not None:
         sub = f"{state.done.steps_done} steps"
-    return Card("elapsed", "Elapsed", value, sub)
+    return Card("elapsed", "Elapsed", value, sub, short)
 
 
 def fmt_duration(seconds: float) -> str:

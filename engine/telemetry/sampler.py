@@ -10,6 +10,7 @@ the accepted range is 0.25-10 Hz and the default 2 Hz.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -87,6 +88,7 @@ class TelemetrySampler:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._fault_reported = False
+        self.ticks = 0  # samples taken
         self.samples = 0
 
     # -- one sample
@@ -106,6 +108,7 @@ class TelemetrySampler:
     def tick(self) -> ev.SysEvent:
         """Take one sample and emit it, preceded by any new warnings."""
         event = self.read()
+        self.ticks += 1
         with self._lock:
             pending, self._pending = self._pending, []
         for code, message in pending:
@@ -172,13 +175,18 @@ class TelemetrySampler:
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop the thread (wakes it at once) and shut NVML down. Safe to call more than once."""
+        """Stop the thread (wakes it at once) and shut NVML down. Safe to call more than once.
+
+        A run shorter than one period still gets one sample, over its whole length."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
                 return  # stuck in a driver call: leave NVML initialised rather than race it
+            if self.ticks == 0:
+                with contextlib.suppress(Exception):  # the run is ending: a lost sample is no fault
+                    self.tick()
         with self._lock:
             if self.gpu is not None:
                 self.gpu.close()

@@ -88,7 +88,9 @@ class RunScreen(Screen):
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view, name="redraw")
 
     def on_resize(self, event: events.Resize) -> None:
-        self.set_class(event.size.height < SHORT_HEIGHT, "-short")
+        short = event.size.height < SHORT_HEIGHT
+        self.set_class(short, "-short")
+        self.query_one(StatCards).set_compact(short)
 
     def show(self, source: RunSource) -> None:
         """Show another source in this view (the dashboard's next run)."""

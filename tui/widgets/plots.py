@@ -164,7 +164,7 @@ class RunPlot(ChartView):
         size = (self.size.width, self.size.height)
         if size[0] <= 0 or size[1] <= 0:
             return False
-        key = (id(state), self.data_key(state), size)
+        key = (id(state), self.data_key(state), size, state.finished)  # the note changes too
         if key == self._drawn:
             return False
         self._drawn = key

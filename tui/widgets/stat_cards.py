@@ -30,14 +30,16 @@ class StatCard(Static):
         super().__init__("", id=f"card-{key}", classes="stat-card", **kwargs)
         self.key = key
         self._shown: Card | None = None
+        self.compact = False  # two lines: the detail line is hidden (an 80x24 terminal)
 
     def show(self, card: Card) -> None:
         if card == self._shown:
             return
         self._shown = card
+        title, value = card.short if self.compact and card.short else (card.title, card.value)
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(card.title + "\n", style="dim")
-        text.append(card.value + "\n", style="bold")
+        text.append(title + "\n", style="dim")
+        text.append(value + "\n", style="bold")
         text.append(card.sub, style="dim")
         self.update(text, layout=False)  # fixed-size cells: no relayout per update
 
@@ -58,3 +60,13 @@ class StatCards(Grid):
     def show(self, cards: list[Card]) -> None:
         for card in cards:
             self.query_one(f"#card-{card.key}", StatCard).show(card)
+
+    def set_compact(self, compact: bool) -> None:
+        """Two-line cards (the detail line hidden): a card with more to say puts it beside
+        its value."""
+        for card in self.query(StatCard):
+            if card.compact != compact:
+                card.compact = compact
+                shown, card._shown = card._shown, None
+                if shown is not None:
+                    card.show(shown)
