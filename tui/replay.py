@@ -43,7 +43,7 @@ class RecordSource:
     def __init__(
         self, events: Iterable[ev.Event] = (), label: str = "", run_dir: Path | None = None
     ) -> None:
-        self.state = RunState(label=label, read_only=True)
+        self.state = RunState(label=label, read_only=True, read_from="record")
         self.run_dir = run_dir  # still to be read
         if run_dir is None:
             self.state.ingest_many(events)

@@ -52,10 +52,12 @@ class RunState:
         launch: dict[str, Any] | None = None,
         maxlen: int = MAX_POINTS,
         read_only: bool = False,
+        read_from: str = "replay",
     ) -> None:
         self.label = label
         self.launch: dict[str, Any] = dict(launch or {})
         self.read_only = read_only
+        self.read_from = read_from  # what the header says a read-only view shows
         self.maxlen = maxlen
         self.hello: ev.HelloEvent | None = None
         self.done: ev.DoneEvent | None = None
@@ -350,7 +352,7 @@ class RunState:
             f"compile {cfg.get('compile', '?')}",
         ]
         if self.read_only:
-            parts.append("replay")
+            parts.append(self.read_from)
         if self.queue_note:
             parts.append(self.queue_note)
         return " · ".join(parts)

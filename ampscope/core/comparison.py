@@ -255,9 +255,10 @@ COLUMNS = [
 ]
 
 
-def cells(row: Row) -> dict[str, str]:
+def cells(row: Row, with_spread: bool = True) -> dict[str, str]:
+    """Each figure of a row as shown; ``with_spread``: the step time's p10-p90 beside it."""
     spread = ""
-    if row.spread_lo is not None and row.spread_hi is not None:
+    if with_spread and row.spread_lo is not None and row.spread_hi is not None:
         spread = f" ({fmt_ms(row.spread_lo)}-{fmt_ms(row.spread_hi)})"
     speedup = _speed_cell(row)
     return {

@@ -44,6 +44,9 @@ FIT_ORDER = (
 )
 """Which columns stay on a narrow terminal, most wanted first (all of comparison.COLUMNS)."""
 
+ROOMY_WIDTH = 120
+"""From this width the step time carries its spread; narrower, the columns after it fit."""
+
 COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
 # The columns the sort key cycles through: (title, Row attribute, largest first?)
 SORTS = [
@@ -173,8 +176,9 @@ class CompareScreen(Screen):
         table = self.query_one(DataTable)
         cursor = table.cursor_row
         body: list[list[object]] = []
+        roomy = self.size.width >= ROOMY_WIDTH  # else memory and loss go before the spread
         for row in rows:
-            cells = comparison.cells(row)
+            cells = comparison.cells(row, with_spread=roomy)
             cells["status"] = row.status  # the reason is in the verdict under the plots
             line: list[object] = [literal(cells[k]) for _, k in comparison.COLUMNS]
             line[0] = self.legend_cell(row.preset)
