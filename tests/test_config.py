@@ -152,6 +152,24 @@ def test_presets_command_lists_shipped_presets(capsys) -> None:
         assert name in output
 
 
+def test_presets_on_an_80_column_terminal_wrap_between_words(capsys, monkeypatch) -> None:
+    import os
+    import shutil
+    import sys
+
+    monkeypatch.setattr(shutil, "get_terminal_size", lambda *a: os.terminal_size((80, 24)))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, output = run_cli(["presets"], capsys)
+    assert code == 0
+    lines = output.splitlines()
+    assert max(len(line) for line in lines) < 80
+    indent = " " * (len("compile-reduce-overhead") + 2)  # the longest name, then two spaces
+    continued = [line for line in lines if line.startswith(indent)]
+    assert continued and all(line[len(indent)] != " " for line in continued)
+    words = set(cfg.load_preset("amp-fp16").description.split())
+    assert words <= set(output.split())  # no word cut in two
+
+
 def test_piping_into_head_is_no_error() -> None:
     import subprocess
     import sys

@@ -218,8 +218,13 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
         assert rows[0]["steps"] == 7 and rows[0]["pid"] == sleeper.pid
         capsys.readouterr()
         assert cli_main(["runs", "--runs-dir", str(tmp_path)]) == 0
-        table = capsys.readouterr().out
-        assert "crashed" in table and "live" in table
+        table = capsys.readouterr().out.splitlines()
+        assert table[0].startswith(f"Runs in {tmp_path}")
+        assert table[1].split() == ["run", "state", "steps", "median", "step", "final", "loss"]
+        assert [line.split()[:2] for line in table[2:]] == [
+            [r["path"].rsplit("/", 1)[-1], r["state"]] for r in rows
+        ]  # a run's name first: what attach, replay and stop take
+        assert max(len(line) for line in table[1:]) <= 80
 
         async def go() -> None:
             app = AmpscopeApp(runs_dir=tmp_path)

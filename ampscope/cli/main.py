@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -189,10 +191,16 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     width = min(max((len(visible(p.name)) for p in found), default=0), 32)
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
     for p in found:
         tag = "" if p.source == "shipped" else f"  [{p.source}: {visible(p.path)}]"
         about = f"BROKEN: {p.problem}" if p.problem else p.description
-        print(f"{visible(p.name, 64):<{width}}  {visible(about, 500)}{tag}")
+        line = f"{visible(p.name, 64):<{width}}  {visible(about, 500)}{tag}"
+        if columns > width + 20:  # a terminal: wrapped between words, under the description
+            line = textwrap.fill(
+                line, columns - 1, subsequent_indent=" " * (width + 2), break_on_hyphens=False
+            )
+        print(line)
     print(f"\nUser presets: {visible(cfg.user_presets_dir())}/*.toml")
     return 0
 

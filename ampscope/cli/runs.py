@@ -197,22 +197,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not rows:
         print(f"No runs in {root}.", file=sys.stderr)
         return 0
-    table = [("state", "preset", "steps", "median step", "final loss", "path")]
+    print(f"Runs in {visible(root, 300)}, newest first; attach, replay and stop take a run:")
+    table = [("run", "state", "steps", "median step", "final loss")]
     for row in rows:
-        path = visible(row["path"], 300)
         table.append(
             (
+                visible(Path(row["path"]).name, 300),  # its folder: a timestamp and the preset
                 row["state"],
-                visible(row["preset"], 40),
                 "-" if row["steps"] is None else str(row["steps"]),
                 fmt_ms(row["step_ms_median"]),
                 fmt_final_loss(row["loss_final"], row["loss_nonfinite"], row["loss_final_step"]),
-                f"{path}  ({row['problem']})" if row["problem"] else path,
             )
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
-    for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r, row in zip(table, [None, *rows], strict=True):
+        line = "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        print(line + (f"  ({visible(row['problem'], 300)})" if row and row["problem"] else ""))
     return 0
 
 
