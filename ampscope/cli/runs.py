@@ -249,7 +249,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     from ampscope.tui.follow import AttachSource
 
-    return _dashboard(args, AttachSource(path))
+    code = _dashboard(args, AttachSource(path))
+    if records.run_state(records.load_run(path, with_events=False)) in ("live", "stalled"):
+        print(
+            f"ampscope: {visible(path.name)} is still running; 'ampscope attach {visible(path.name)}' "
+            f"follows it again, 'ampscope stop {visible(path.name)}' ends it.",
+            file=sys.stderr,
+        )
+    return code
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
