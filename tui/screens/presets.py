@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -48,6 +48,11 @@ def parse_field(key: str, text: str) -> Any:
     if key == "device":
         return text
     return cfg.parse_value(text)
+
+
+class PresetForm(VerticalScroll, can_focus=False):
+    """The fields of the highlighted preset: tab goes from the list straight to a field (the
+    form scrolls to the focused one; it takes no focus of its own, which nothing would show)."""
 
 
 class PresetsScreen(Screen):
@@ -96,7 +101,7 @@ class PresetsScreen(Screen):
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
             yield OptionList(id="preset-list")
-            with VerticalScroll(id="preset-form"):
+            with PresetForm(id="preset-form"):
                 yield Static("", id="preset-description")
                 for key, label, choices in FIELDS:
                     with Horizontal(classes="form-row"):
@@ -115,6 +120,12 @@ class PresetsScreen(Screen):
                 yield Static("", id="preset-status")
         yield KeyBar()
 
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        """The focused field's row lights its label too (the name says which field it is)."""
+        for row in self.query(".form-row"):
+            row.set_class(event.widget in row.children, "-focused")
+        self.refresh_bindings()  # esc 'Done editing' comes and goes with a field's focus
+
     def on_mount(self) -> None:
         self.reload()
         self.query_one("#preset-list", OptionList).focus()
@@ -123,9 +134,6 @@ class PresetsScreen(Screen):
         """Back from another screen, the list has the keys (never a field: 'h' is no text)."""
         self.query_one("#preset-list", OptionList).focus()
         self.refresh_bindings()
-
-    def on_descendant_focus(self) -> None:
-        self.refresh_bindings()  # esc 'Done editing' comes and goes with a field's focus
 
     @property
     def editing(self) -> bool:

@@ -176,9 +176,7 @@ class RunScreen(Screen):
         if source.allows(STOP) is not True:
             await source.restart()
             return
-        state = self.state
-        step = "" if state.step is None else f" (step {state.step + 1})"
-        question = f"{state.label} is still running{step}. Restart stops it and starts it again?"
+        question = f"{self.state.label} is still running. Restart stops it and starts it again?"
 
         def answered(yes: bool | None) -> None:
             if yes:
