@@ -197,3 +197,16 @@ def test_a_paused_engine_is_stalled_not_crashed(tmp_path: Path) -> None:
     assert records.run_state(record, now=later) == "stalled"
     live_json(tmp_path, pid=2**22 + 12345, heartbeat=time.time() - 60)  # gone for good
     assert records.run_state(record) == "crashed"
+
+
+def test_byte_sizes_read_at_a_glance_never_in_exponents() -> None:
+    mib, gib = 1 << 20, 1 << 30
+    sizes = [1010 * mib, 1.5 * gib, 26.14 * gib, 150 * mib, 3 * 1024, 512]
+    assert [fmt_bytes(n) for n in sizes] == [
+        "1010 MiB",
+        "1.5 GiB",
+        "26.1 GiB",
+        "150 MiB",
+        "3 KiB",
+        "512 B",
+    ]

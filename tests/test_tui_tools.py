@@ -15,6 +15,7 @@ from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.formats import VALUE_COLUMNS, FormatsScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.widgets.key_bar import KeyBar
 from tests.helpers import SIZE, run, select_preset, shown, text, wait_for
 
 
@@ -63,6 +64,16 @@ def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) 
             demos.highlighted = 0
             demos.action_select()
             assert await wait_for(pilot, lambda: "65504" in text(screen, "#demo-text"), 5)
+            # esc says what it does: out of the field first, then back
+            screen.query_one("#formats-tabs").active = "tab-values"
+            box.focus()
+            await pilot.pause()
+            keys = screen.query_one(KeyBar).plain
+            assert "esc Done editing" in keys and "Back" not in keys
+            await pilot.press("escape")
+            assert screen.focused is table and "esc Back" in screen.query_one(KeyBar).plain
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
 
     run(go())
 

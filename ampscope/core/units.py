@@ -68,8 +68,14 @@ def fmt_bytes(n: float | None) -> str:
     assert n is not None
     for limit, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if abs(n) >= limit:
-            return f"{n / limit:.3g} {suffix}"
+            return f"{_three_digits(n / limit)} {suffix}"
     return f"{int(n)} B"
+
+
+def _three_digits(value: float) -> str:
+    """1.5, 26.1, 327, 1010: three significant digits, never an exponent (1,000 to 1,023 of
+    a unit come before the next unit)."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 def fmt_time(seconds_since_epoch: float | None) -> str:

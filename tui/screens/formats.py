@@ -77,6 +77,8 @@ class FormatsScreen(Screen):
         "the lecture's cases (fp16 overflow, underflow, loss scaling)."
     )
     BINDINGS = [
+        # one of the two shows (check_action): esc leaves a field first
+        Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("escape", "back", "Back", id="formats.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
@@ -193,11 +195,24 @@ class FormatsScreen(Screen):
         name = list(fm.DEMOS)[event.option_index]
         self.query_one("#demo-text", Static).update("\n".join(fm.run_demo(name).lines))
 
+    @property
+    def editing(self) -> bool:
+        return isinstance(self.focused, Input)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_field":
+            return self.editing
+        if action == "back":
+            return not self.editing
+        return True
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()  # esc says what it will do: leave the field, or go back
+
+    def action_leave_field(self) -> None:
+        self.query_one("#formats-table", DataTable).focus()
+
     def action_back(self) -> None:
-        """esc: out of the value field first, then back to the screen below."""
-        if isinstance(self.focused, Input):
-            self.query_one("#formats-table", DataTable).focus()
-            return
         self.app.pop_screen()
 
 

@@ -43,6 +43,8 @@ class MemoryScreen(Screen):
         "fits. Type a count and press enter; tab reaches the optimizer."
     )
     BINDINGS = [
+        # one of the two shows (check_action): esc leaves a field first
+        Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("escape", "back", "Back", id="memory.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
@@ -147,11 +149,24 @@ class MemoryScreen(Screen):
         if self.rows:
             self.fit_table()
 
+    @property
+    def editing(self) -> bool:
+        return isinstance(self.focused, (Input, Select))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_field":
+            return self.editing
+        if action == "back":
+            return not self.editing
+        return True
+
+    def on_descendant_focus(self) -> None:
+        self.refresh_bindings()  # esc says what it will do: leave the field, or go back
+
+    def action_leave_field(self) -> None:
+        self.query_one(DataTable).focus()
+
     def action_back(self) -> None:
-        """esc: out of the count field first, then back to the screen below."""
-        if isinstance(self.focused, (Input, Select)):
-            self.query_one(DataTable).focus()
-            return
         self.app.pop_screen()
 
 
