@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.table import Table
 from rich.text import Text
 from textual.widgets import RichLog
 
@@ -34,12 +35,18 @@ class EventLog(RichLog):
         for entry in state.log_since(self._seq):
             self._seq = entry.seq
             where = f"step {entry.step:>6}" if entry.step is not None else " " * 11
-            line = Text(no_wrap=False)
-            line.append(f"{where}  ", style="dim")
-            line.append(f"{entry.level:<8} ", style=STYLES.get(entry.level, ""))
             shown = visible(entry.text, keep_newlines=True)  # a record's text is seen, never obeyed
-            line.append(shown, style=STYLES.get(entry.level, "") if entry.level == "error" else "")
-            self.write(line)
+            # a grid: a long message wraps under itself, not under the step column
+            line = Table.grid(padding=(0, 1))
+            line.add_column(width=12, no_wrap=True)
+            line.add_column(width=8, no_wrap=True)
+            line.add_column(ratio=1, overflow="fold")
+            line.add_row(
+                Text(where, style="dim"),
+                Text(entry.level, style=STYLES.get(entry.level, "")),
+                Text(shown, style=STYLES.get(entry.level, "") if entry.level == "error" else ""),
+            )
+            self.write(line, expand=True)
             self.texts.append(f"{where.strip()} {entry.level} {shown}")
             if len(self.texts) > self._max_texts:
                 del self.texts[: len(self.texts) - self._max_texts]
