@@ -189,3 +189,20 @@ def test_memory_run_on_a_bad_record_is_a_message(tmp_path: Path, capsys) -> None
     empty = write_record(tmp_path, "20260101T000001Z-empty", b"\x00garbage\n")
     assert cli_main(["memory", "--run", str(empty)]) == 2
     assert "no hello event" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_runs_start_time_is_the_same_while_it_runs_and_after(tmp_path: Path) -> None:
+    import calendar
+
+    from ampscope.core.units import fmt_time
+    from ampscope.tui.screens.history import started
+
+    stamp = calendar.timegm((2026, 1, 1, 0, 0, 1, 0, 0, 0))
+    running = records.RunRecord(tmp_path / "20260101T000001Z-fp32")  # no hello read yet
+    ended = records.RunRecord(
+        tmp_path / "20260101T000001Z-fp32", hello=hello(started_at=stamp + 4.0)
+    )  # hello comes after torch's import
+    assert started(running) == started(ended) == fmt_time(stamp)
+    odd = records.RunRecord(tmp_path / "my-folder", hello=hello(started_at=stamp + 4.0))
+    assert started(odd) == fmt_time(stamp + 4.0)

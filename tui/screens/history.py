@@ -30,13 +30,12 @@ STAMP = "%Y%m%dT%H%M%SZ"
 
 
 def started(run: records.RunRecord) -> str:
-    """When the run started, in local time, one format whether or not it said hello."""
-    if run.hello is not None:
-        return fmt_time(run.hello.started_at)
+    """When the run started, in local time: its folder's time stamp (the same while it runs
+    and after), else the time its hello gives."""
     try:
         return fmt_time(calendar.timegm(time.strptime(run.name.split("-", 1)[0], STAMP)))
     except ValueError:
-        return "-"
+        return fmt_time(run.hello.started_at) if run.hello is not None else "-"
 
 
 class HistoryScreen(Screen):
