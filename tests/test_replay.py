@@ -227,3 +227,13 @@ def test_the_run_view_says_a_record_is_from_a_newer_schema(tmp_path: Path) -> No
             assert screen.state.skipped == record.done.skipped_steps
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_replay_sought_back_to_its_start_still_names_the_runs_settings() -> None:
+    source = ReplaySource([hello(t=1.0), step(0, t=2.0), step(1, t=3.0)], label="a-run")
+    source.seek_to(source.duration)
+    source.seek_to(0.0)  # before the hello: the header reads the record's settings anyway
+    header = source.state.header()
+    assert "?" not in header and "compile off" in header and "cpu" in header
+    assert source.label().endswith("at 1x")

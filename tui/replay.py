@@ -112,7 +112,10 @@ class ReplaySource:
         return source
 
     def _new_state(self) -> RunState:
-        return RunState(label=self.label_text, read_only=True)
+        """Before the replay reaches the hello, the header still names the run's settings."""
+        hello = next((e for e in self.events if isinstance(e, ev.HelloEvent)), None)
+        launch = dict(hello.config or {}) if hello is not None else None
+        return RunState(label=self.label_text, launch=launch, read_only=True)
 
     @property
     def at_end(self) -> bool:
@@ -126,7 +129,7 @@ class ReplaySource:
         if self.run_dir is not None:
             return "loading"
         mark = "end" if self.at_end else "paused" if self.paused else "playing"
-        return f"{mark} {self.fraction * 100:.0f}% · {self.speed:g}x"
+        return f"{mark} {self.fraction * 100:.0f}% at {self.speed:g}x"
 
     def allows(self, control: str) -> bool | None:
         return control == PAUSE  # a replay has no engine: stop and restart are not offered
