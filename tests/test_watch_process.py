@@ -135,7 +135,7 @@ def test_sigterm_reaches_the_scripts_own_handler_too(tmp_path) -> None:
     assert records.load_run(run_dir).status == "stopped"
 
 
-def test_the_viewer_stops_a_watched_run_only_when_it_allows_it(tmp_path) -> None:
+def test_the_viewer_stops_a_watched_run_only_when_it_allows_it(tmp_path, capsys) -> None:
     proc, run_dir = start(tmp_path, "plain")
     try:
         source = AttachSource(run_dir)
@@ -147,6 +147,11 @@ def test_the_viewer_stops_a_watched_run_only_when_it_allows_it(tmp_path) -> None
         asyncio.run(source.stop())  # refused: the process trains on
         time.sleep(0.5)
         assert proc.poll() is None and not source.stopping
+        capsys.readouterr()
+        assert cli_main(["stop", str(run_dir)]) == 2  # nor does 'ampscope stop' go around it
+        assert "without allow_stop=True" in capsys.readouterr().err
+        time.sleep(0.5)
+        assert proc.poll() is None
     finally:
         (tmp_path / "gate").touch()
         finish(proc)
@@ -159,6 +164,11 @@ def test_the_viewer_stops_a_watched_run_only_when_it_allows_it(tmp_path) -> None
     code, err = finish(allowed)
     assert code != 0 and "KeyboardInterrupt" in err
     assert records.load_run(allowed_dir).status == "stopped"
+
+    by_command, command_dir = start(tmp_path / "by-command", "allow-stop")
+    assert cli_main(["stop", str(command_dir), "--wait", "60"]) == 0  # SIGINT too, no kill
+    code, err = finish(by_command)
+    assert "KeyboardInterrupt" in err and records.load_run(command_dir).status == "stopped"
 
 
 @pytest.mark.unit

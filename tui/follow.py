@@ -9,7 +9,6 @@ once its pid is verified to be that engine (``records.verified_pid``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -207,12 +206,8 @@ class AttachSource:
             return
         self.stopping = True
         self.state.stop_requested = True
-        if live.get("source") == "watch":
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGINT)  # the user's own process: Ctrl+C, never SIGKILL
-            return
-        records.signal_engine(pid, signal.SIGTERM)
-        records.signal_engine(pid, signal.SIGCONT)
+        if not records.ask_to_stop(live, pid):
+            return  # the user's own process: Ctrl+C, never SIGKILL
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_s
         while loop.time() < deadline and records.pid_alive(pid):

@@ -251,9 +251,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     code = _dashboard(args, AttachSource(path))
     if records.run_state(records.load_run(path, with_events=False)) in ("live", "stalled"):
+        name = visible(path.name)
+        stoppable, _why = records.stop_rule(records.read_live(path) or {})
+        ends = f", 'ampscope stop {name}' ends it" if stoppable else ""
         print(
-            f"ampscope: {visible(path.name)} is still running; 'ampscope attach {visible(path.name)}' "
-            f"follows it again, 'ampscope stop {visible(path.name)}' ends it.",
+            f"ampscope: {name} is still running; 'ampscope attach {name}' follows it again{ends}.",
             file=sys.stderr,
         )
     return code

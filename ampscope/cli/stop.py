@@ -71,9 +71,22 @@ def cmd_stop(args: argparse.Namespace) -> int:
         state = records.run_state(records.load_run(path, with_events=False))
         return fail(f"{path.name} is not running on this host ({state}): nothing to stop.", 1)
     name = visible(path.name)
+    allowed, why = records.stop_rule(live or {})
+    if not allowed:
+        return fail(
+            f"{name} is not ampscope's to stop: {why}. Stop it where it runs (Ctrl+C), or "
+            "start it with ampscope.watch(..., allow_stop=True)."
+        )
     print(f"stopping {name} (pid {pid}) ...", file=sys.stderr, flush=True)
-    records.signal_engine(pid, signal.SIGTERM)
-    if not _gone(pid, args.wait):
+    if not records.ask_to_stop(live or {}, pid):  # a watched process: never killed
+        if not _gone(pid, args.wait):
+            print(
+                f"ampscope: {name} was asked to stop (SIGINT, as Ctrl+C) and is still running "
+                f"after {args.wait:g} s; it is your own process, and ampscope does not kill it.",
+                file=sys.stderr,
+            )
+            return 1
+    elif not _gone(pid, args.wait):
         records.signal_engine(pid, signal.SIGKILL)
         _gone(pid, 2.0)
         print(

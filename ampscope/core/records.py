@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -286,6 +287,23 @@ def signal_engine(pid: int, sig: int) -> None:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
+
+
+def ask_to_stop(live: dict[str, Any], pid: int) -> bool:
+    """Send a verified run (``verified_pid``) the stop ``stop_rule`` allows; True when it is an
+    engine, which may be killed once its grace is over.
+
+    An engine gets SIGTERM, and SIGCONT in case it is paused: it finishes its step and writes
+    ``done``. A watched process is the user's own training: SIGINT to it alone, as Ctrl+C
+    would, and never a kill.
+    """
+    if live.get("source") == "watch":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGINT)
+        return False
+    signal_engine(pid, signal.SIGTERM)
+    signal_engine(pid, signal.SIGCONT)
+    return True
 
 
 def verified_pid(live: dict[str, Any]) -> int | None:
