@@ -175,7 +175,7 @@ def test_prediction_matches_a_real_cpu_training_step():
     assert data["grown"] == pytest.approx(predicted, rel=0.35), (data, predicted)
 
 
-def test_run_record_comparison(tmp_path, capsys):
+def test_run_record_comparison(tmp_path, capsys, monkeypatch):
     """--run on a real (tiny) CPU run: the prediction, and no ratio against process RSS.
 
     The record holds RSS only (the runtime included, ~300 MB), so nothing is compared; the
@@ -200,6 +200,12 @@ def test_run_record_comparison(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "compared / predicted" not in out and "not compared" in out
     assert main(["memory", "--run", str(tmp_path)]) == 2
+    monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(runs))  # by its name, as 'ampscope runs' lists it
+    capsys.readouterr()
+    assert main(["memory", "--run", run_dir.name]) == 0
+    assert "not compared" in capsys.readouterr().out
+    assert main(["memory", "--run", "no-such-run"]) == 2
+    assert "no run record 'no-such-run'" in capsys.readouterr().err
 
 
 def fake_record(tmp_path, device: str, peak: int, rss_before: int | None = None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from ampscope.core.config import ConfigError
@@ -29,7 +30,12 @@ def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--params", metavar="N", help="parameter count: 7e9, 7B, 125M, 1.3b, 350k")
     src.add_argument("--preset", metavar="NAME", help="take the model from a preset")
-    src.add_argument("--run", metavar="RUNDIR", help="compare with a finished run's measured peak")
+    src.add_argument(
+        "--run",
+        metavar="RUN",
+        help="compare with a finished run's measured peak: its folder, or its name in the runs "
+        "folder (./runs or $AMPSCOPE_RUNS_DIR), as 'ampscope runs' lists it",
+    )
     src.add_argument(
         "--model", metavar="SPEC", help="your model's factory, FILE.py:FUNCTION or MODULE:FUNCTION"
     )
@@ -270,11 +276,16 @@ def _count(n: int) -> str:
 
 
 def _memory_run(args: argparse.Namespace) -> int:
+    from ampscope.cli.runs import resolve_run
     from ampscope.core import memory_plan as mp
-    from ampscope.core import memory_runs
+    from ampscope.core import memory_runs, records
 
+    root = records.default_runs_dir()
+    found = resolve_run(args.run, root)
+    if found is None and not Path(args.run).exists():
+        return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
     try:
-        c = memory_runs.compare_run(args.run)
+        c = memory_runs.compare_run(str(found) if found is not None else args.run)
     except mp.PlanError as exc:
         return _fail(str(exc))
     if args.json:
