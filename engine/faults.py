@@ -13,6 +13,7 @@ from ampscope.engine.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.record import IO_HINT, RecordLost
 from ampscope.engine.stats import RunStats
+from ampscope.engine.workloads.user_code import user_traceback
 
 OOM_HINT = (
     "Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
@@ -59,11 +60,14 @@ def failure(
             mem_reserved=torch.cuda.memory_reserved(gpu) if gpu else None,
         )
         return event, EXIT_FAILED
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if preset.workload.model is not None:  # the user's model failed: their frames, as theirs
+        trace = user_traceback(exc) or trace
     event = ev.ErrorEvent(
         kind="exception",
         message=f"{type(exc).__name__}: {exc}",
         step=stats.steps_done or None,
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        traceback=trace,
     )
     return event, EXIT_FAILED
 

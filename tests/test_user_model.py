@@ -217,3 +217,26 @@ def test_the_parameter_count_is_built_on_the_meta_device_when_the_factory_allows
     path = user_model(tmp_path)
     assert count_model_parameters(f"{path}:make") == (1348, "meta", "teacher-mlp")
     assert count_model_parameters(f"{path}:make_on_cpu_only") == (1348, "cpu", "teacher-mlp")
+
+
+def test_a_fault_in_their_model_mid_run_shows_their_frames_only(tmp_path: Path) -> None:
+    path = user_model(tmp_path)
+    code, events = run_model(path, "make_fails_later")
+    assert code == 1  # a fault of the run, after steps that trained
+    (error,) = of(events, ev.ErrorEvent)
+    assert error.kind == "exception" and error.step is not None and error.step >= 3
+    trace = error.traceback or ""
+    line = line_of('            raise ValueError("a corrupt sample in the fifth batch")')
+    assert f'File "{path}", line {line}, in forward' in trace
+    assert "ampscope" not in trace.replace(str(tmp_path), "") and "torch/nn" not in trace
+    assert trace.splitlines()[-1] == "ValueError: a corrupt sample in the fifth batch"
+
+
+def test_a_loss_that_takes_the_wrong_arguments_is_named_as_the_loss(tmp_path: Path) -> None:
+    path = user_model(tmp_path)
+    code, events = run_model(path, "make_loss_one_argument")
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    assert "loss_without_targets() takes 1 positional argument" in error.message
+    assert "For the loss, give 'loss' as (output, targets) -> scalar tensor" in error.message
+    assert error.traceback is None  # no frame of theirs to show: the message says it all

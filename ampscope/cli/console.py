@@ -48,7 +48,12 @@ class ConsoleReporter:
                 f"{fmt_num(event.param_count)} params, {workload_label(event)}, {peak}"
             )
             if (event.config.get("workload") or {}).get("model") and event.flops_note:
-                self._line(f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})")
+                self._line(
+                    f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})"
+                    if event.flops_per_step
+                    else "model FLOPs per step: not counted, so TFLOP/s and MFU show '-' (a "
+                    "Workload's flops_per_step gives them)"
+                )
             if event.fp8 is not None:
                 self._line(layers_line(event.fp8))
         elif isinstance(event, ev.PhaseEvent):

@@ -335,7 +335,8 @@ class UserWorkload(Workload):
         seen = f" ({self.batches.first_seen})" if self.batches.first_seen else ""
         return UserCodeError(
             f"workload.model = '{self.spec_text}': the first training step failed on the first "
-            f"batch{seen}: {describe_exception(exc)}. Accepted batches: {BATCH_FORMS}.",
+            f"batch{seen}: {describe_exception(exc)}. Accepted batches: {BATCH_FORMS}. "
+            f"For the loss, {LOSS_FORMS}.",
             user_traceback(exc),
         )
 

@@ -69,10 +69,13 @@ def _hidden(frame: traceback.FrameSummary) -> bool:
     return False
 
 
-def user_traceback(exc: BaseException) -> str:
+def user_traceback(exc: BaseException) -> str | None:
     """The traceback of ``exc`` without ampscope's frames nor torch's plumbing: what the
-    user would see had they run the step themselves."""
+    user would see had they run the step themselves. None when none of its frames is theirs
+    (a factory or loss called with the wrong arguments): the message says it all."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _hidden(f)]
+    if not frames:
+        return None
     lines = ["Traceback (most recent call last):\n"]
     lines += traceback.format_list(frames)
     lines += traceback.format_exception_only(type(exc), exc)

@@ -160,3 +160,32 @@ def make_vector_loss(ctx):
     x, y = data(ctx.seed)
     per_example = nn.CrossEntropyLoss(reduction="none")
     return {"model": Net(), "batches": [(x[:8], y[:8])], "loss": per_example}
+
+
+class FailsLater(Net):
+    """Trains a few steps, then its forward raises: a fault of theirs in mid-run."""
+
+    calls = 0
+
+    def forward(self, x):
+        FailsLater.calls += 1
+        if FailsLater.calls > 4:
+            raise ValueError("a corrupt sample in the fifth batch")
+        return self.body(x)
+
+
+def make_fails_later(ctx):
+    answer = make(ctx)
+    answer.model = FailsLater()
+    answer.flops_per_step = 1e6  # no counting pass: the forward's calls are the steps'
+    return answer
+
+
+def loss_without_targets(output):
+    return output.mean()
+
+
+def make_loss_one_argument(ctx):
+    answer = make(ctx)
+    answer.loss = loss_without_targets
+    return answer
