@@ -176,6 +176,8 @@ def test_a_run_view_says_none_recorded_once_a_run_without_samples_ends(tmp_path:
             engine.on_event(done(steps=1))
             engine.finish(0)
             assert await wait_for(pilot, lambda: "none recorded" in util.text, 5)
+            await pilot.press("s")  # dimmed now: pressed, it says why
+            assert [n.message for n in app._notifications] == ["Stop: the run has ended"]
 
     run(go())
 

@@ -192,6 +192,17 @@ class AmpscopeApp(Navigation, App):
         await self.session.stop_run()
         self.exit(0)
 
+    def on_key(self, event: events.Key) -> None:
+        """A dimmed key, pressed, says why it does nothing now, rather than nothing at all."""
+        active = self.screen.active_bindings.get(event.key)
+        if active is None or active.enabled:
+            return
+        action = active.binding.action.partition("(")[0]
+        note = getattr(self.screen, "key_note", lambda _action: "")(action)
+        if note:
+            message = f"{active.binding.description}: {note}"
+            self.notify(visible(message), title="Not now", markup=False, timeout=4)
+
     async def on_unmount(self) -> None:
         """The last chance (exit without quit): the engine never outlives the app."""
         await self.session.close()
