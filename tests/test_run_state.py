@@ -155,3 +155,17 @@ def test_control_characters_are_spelled_out() -> None:
     assert visible("two\nlines") == "two\\nlines"
     assert visible("\x9b31m") == "\\x9b31m"  # the one-byte CSI too
     assert visible("fp32 · ok ✓") == "fp32 · ok ✓"
+
+
+def test_rates_a_watched_loop_did_not_give_are_dashes_not_zeros() -> None:
+    state = RunState()
+    state.ingest(hello())
+    for i in range(5):  # no batch size and no FLOP count given: the step says 0 for both
+        state.ingest(step(i, samples_per_s=0.0, tflops=0.0))
+    by_key = {c.key: c for c in cards(state)}
+    assert by_key["throughput"].value == "-" and by_key["tflops"].value == "-"
+    assert by_key["tflops"].sub == "FLOPs not known"
+    for i in range(5, 11):  # given from here on: the median of the recent steps has them
+        state.ingest(step(i, samples_per_s=640.0, tflops=0.25))
+    known = {c.key: c for c in cards(state)}
+    assert known["throughput"].value != "-" and known["tflops"].value.startswith("0.")

@@ -101,9 +101,10 @@ def cards(state: RunState) -> list[Card]:
 
 def _speed_cards(state: RunState) -> list[Card]:
     recent = list(state.steps)[-RECENT:]
-    sps = _median([s[5] for s in recent])
+    # a zero rate is an unknown one (a watched loop that gave no batch size or FLOP count)
+    sps = _median([s[5] for s in recent]) or None
     tps = _median([s[6] for s in recent if s[6] is not None])
-    tfl = _median([s[7] for s in recent])
+    tfl = _median([s[7] for s in recent]) or None
     mfu = _median([s[8] for s in recent if s[8] is not None])
     data = state.median_data_ms()
     sub = f"median of last {len(recent)}" if recent else ""
@@ -124,7 +125,11 @@ def _speed_cards(state: RunState) -> list[Card]:
             "tflops",
             "TFLOP/s · MFU",
             flops,
-            "MFU n/a (no peak known)" if mfu is None else f"MFU {mfu * 100:.1f}%",
+            "FLOPs not known"
+            if tfl is None and recent
+            else "MFU n/a (no peak known)"
+            if mfu is None
+            else f"MFU {mfu * 100:.1f}%",
         ),
     ]
 
