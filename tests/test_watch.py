@@ -161,6 +161,7 @@ def test_an_unwritable_runs_folder_costs_one_warning_and_nothing_else(tmp_path: 
     assert len(ours) == 1 and len(caught) == 1
     text = str(ours[0].message)
     assert str(blocker / "runs") in text and "Your training goes on" in text
+    assert ours[0].filename == __file__  # the user's watch() line, not ampscope's
 
 
 def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path, monkeypatch) -> None:

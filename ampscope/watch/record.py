@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 import warnings
@@ -49,8 +50,23 @@ class Troubles:
         warnings.warn(
             f"ampscope.watch: {what}{cause}. Your training goes on; ampscope records no more of it.",
             WatchWarning,
-            stacklevel=4,
+            stacklevel=_users_level(),
         )
+
+
+_PACKAGE = Path(__file__).parent.parent
+_OURS = tuple(
+    str(p) + os.sep for p in {_PACKAGE, _PACKAGE.resolve(), (_PACKAGE / "engine").resolve()}
+)  # the package as imported, and where its engine/ link points
+
+
+def _users_level() -> int:
+    """The ``stacklevel`` of the first caller outside ampscope: the warning names the user's
+    line (their ``watch()`` or ``mon.step()`` call), not ours."""
+    level, frame = 2, sys._getframe(2)  # 1 is report(), which calls warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class RecordFile:
