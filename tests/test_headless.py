@@ -24,10 +24,11 @@ def test_run_says_where_its_record_is(tmp_path: Path, capsys) -> None:
         ["run", "fp32", "--steps", "2", "--device", "cpu", "--set", "workload.kind='mlp'"]
         + ["--runs-dir", str(tmp_path)]
     )
-    err = capsys.readouterr().err
+    out = capsys.readouterr().out  # stdout: what a script captures
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert code == 0
-    assert err.rstrip().splitlines()[-1] == f"run record: {run_dir}"  # the last line, whole
+    assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"  # the last line, whole
+    assert "loss first -> final" in out and "[#" not in out  # the summary, no progress bar
     assert (run_dir / records.EVENTS_FILE).is_file()
 
 

@@ -16,10 +16,15 @@ REDRAW_S = 0.1
 
 
 class ConsoleReporter:
-    """An ``on_event`` callback. Redraws the progress line at most 10 times a second."""
+    """An ``on_event`` callback. Redraws the progress line at most 10 times a second.
 
-    def __init__(self, out: TextIO | None = None) -> None:
+    Progress, warnings and errors go to ``out`` (stderr); what the run gave, the summary table
+    and the record's folder, to ``result`` (stdout), where a script captures it.
+    """
+
+    def __init__(self, out: TextIO | None = None, result: TextIO | None = None) -> None:
         self.out = out or sys.stderr
+        self.result = result or sys.stdout
         self.tty = self.out.isatty()
         self.steps = 0
         self.last_draw = 0.0
@@ -78,11 +83,12 @@ class ConsoleReporter:
             if self.last_step is not None:
                 self._progress()
             self._clear()
-            if not (event.steps_done == 0 and event.status == "failed"):  # else the error said it
-                self.out.write(summary_table(event) + "\n")
-            if self.hello is not None and self.hello.run_dir:
-                self._line(f"run record: {self.hello.run_dir}")
             self.out.flush()
+            if not (event.steps_done == 0 and event.status == "failed"):  # else the error said it
+                self.result.write(summary_table(event) + "\n")
+            if self.hello is not None and self.hello.run_dir:
+                self.result.write(visible(f"run record: {self.hello.run_dir}") + "\n")
+            self.result.flush()
 
     def _progress(self) -> None:
         s = self.last_step
