@@ -21,6 +21,7 @@ from pathlib import Path
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.workload_spec import record_name
 
 HEARTBEAT_S = 1.0
 
@@ -138,7 +139,8 @@ def open_run_dir(
     if run_dir is not None:  # made by the launcher of a detached run
         run_dir.mkdir(parents=True, exist_ok=True)
         return run_dir
-    return records.new_run_dir(runs_dir or records.default_runs_dir(), preset.name)
+    name = record_name(preset.name, preset.workload.model)
+    return records.new_run_dir(runs_dir or records.default_runs_dir(), name)
 
 
 def write_summary(run_dir: Path, hello: ev.HelloEvent, done: ev.DoneEvent | None = None) -> None:

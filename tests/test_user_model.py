@@ -240,3 +240,16 @@ def test_a_loss_that_takes_the_wrong_arguments_is_named_as_the_loss(tmp_path: Pa
     assert "loss_without_targets() takes 1 positional argument" in error.message
     assert "For the loss, give 'loss' as (output, targets) -> scalar tensor" in error.message
     assert error.traceback is None  # no frame of theirs to show: the message says it all
+
+
+def test_runs_of_two_models_have_folders_that_tell_them_apart(tmp_path: Path) -> None:
+    from ampscope.core.workload_spec import record_name
+
+    path = user_model(tmp_path)
+    seen: list[ev.Event] = []
+    sets = [model_set(path, "make"), "device='cpu'", "steps=2"]
+    assert run("fp32", sets, runs_dir=tmp_path / "runs", on_event=seen.append) == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.endswith("-fp32-user_model")  # the preset, then the model's file
+    assert record_name("amp-bf16", "my_pkg.models:small") == "amp-bf16-models-small"
+    assert record_name("fp32", None) == "fp32"

@@ -23,6 +23,7 @@ from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.parallel import Launch
+from ampscope.core.workload_spec import record_name
 
 ENGINE_MODULE = "ampscope.engine"
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -140,7 +141,8 @@ def launch_detached(
     EngineDidNotStart when it exits before.
     """
     resolved = cfg.load_preset(preset, overrides)
-    run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), resolved.name)
+    name = record_name(resolved.name, resolved.workload.model)
+    run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), name)
     (run_dir / PRESET_COPY).write_text(cfg.to_toml(resolved))
     (run_dir / records.EVENTS_FILE).touch()  # listed (and attachable) from now on
     command = [

@@ -107,6 +107,20 @@ def parse_model_spec(text: str) -> ModelSpec:
     return ModelSpec(text, "module", target, function)
 
 
+def record_name(preset_name: str, model: str | None) -> str:
+    """A run folder's name after its timestamp: the preset, and for a user's model its file or
+    module (and the factory when it is not ``make``), so runs of two models tell apart."""
+    if not model:
+        return preset_name
+    try:
+        spec = parse_model_spec(model)
+    except SpecError:
+        return preset_name
+    where = spec.path.stem if spec.source == "file" else spec.target.rsplit(".", 1)[-1]
+    factory = "" if spec.function == "make" else f"-{spec.function}"
+    return f"{preset_name}-{where}{factory}"
+
+
 def check_model_spec(text: str) -> ModelSpec:
     """Parse the spec and, for a file, check that it is there: what can be known without
     importing anything. The rest (the module, the function, what it returns) is the engine's."""
