@@ -105,6 +105,7 @@ BAD = [
     ("make_wrong_width_given_flops", "the first training step failed on the first batch"),
     ("make_generator", "the batches ran out after 3 batches and cannot be read again"),
     ("make_typo", "unknown key(s) 'lossfn'. Accepted keys: model, batches, loss,"),
+    ("make_net_not_model", "unknown key(s) 'net', and it has no 'model'. Accepted keys: model,"),
     ("make_vector_loss", "the loss is a tensor of shape [8] (float32), not a scalar"),
 ]
 

@@ -189,9 +189,12 @@ def workload_fields(result: Any, spec_text: str) -> dict[str, Any]:
         answer = dict(result)
         unknown = [str(k) for k in answer if k not in RESULT_KEYS]
         if unknown:
+            missing = [k for k in ("model", "batches") if answer.get(k) is None]
+            lacks = f", and it has no {' or '.join(repr(k) for k in missing)}" if missing else ""
             raise UserCodeError(
                 f"workload.model = '{spec_text}': the factory's mapping has unknown key(s) "
-                f"{', '.join(repr(k) for k in unknown)}. Accepted keys: {', '.join(RESULT_KEYS)}."
+                f"{', '.join(repr(k) for k in unknown)}{lacks}. Accepted keys: "
+                f"{', '.join(RESULT_KEYS)} (model and batches required)."
             )
     elif is_dataclass(result) or hasattr(result, "model"):
         answer = {k: getattr(result, k) for k in RESULT_KEYS if hasattr(result, k)}

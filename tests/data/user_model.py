@@ -189,3 +189,8 @@ def make_loss_one_argument(ctx):
     answer = make(ctx)
     answer.loss = loss_without_targets
     return answer
+
+
+def make_net_not_model(ctx):
+    x, y = data(ctx.seed)
+    return {"net": Net(), "batches": [(x, y)], "loss": nn.functional.cross_entropy}
