@@ -30,16 +30,19 @@ def failure(
         trace = getattr(exc, "traceback", None)
         return ev.ErrorEvent(kind="config", message=str(exc), traceback=trace), EXIT_USAGE
     if isinstance(exc, NonFiniteLoss):
-        advice = (
-            "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
-            if preset.precision == "fp16"
-            else "Lower the learning rate or use a wider format."
-        )
         where = f" (the loss on rank(s) {', '.join(map(str, exc.ranks))})" if exc.ranks else ""
-        message = (
-            f"Loss became {exc.loss} at step {exc.step}{where}: the numbers left the format's "
-            "range. " + advice
-        )
+        if exc.step == 0 and preset.precision in ("fp32", "tf32", "fp64"):
+            cause = (  # before any update, in a wide format: the model or its data
+                "before any update, in a format with fp32's range or more: the model or its "
+                "data gives it (a log or a division by zero, a NaN in a batch), not the format."
+            )
+        else:
+            cause = "the numbers left the format's range. " + (
+                "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
+                if preset.precision == "fp16"
+                else "Lower the learning rate or use a wider format."
+            )
+        message = f"Loss became {exc.loss} at step {exc.step}{where}: {cause}"
         return ev.ErrorEvent(kind="nan", message=message, step=exc.step), EXIT_FAILED
     if isinstance(exc, ReplicasDiverged):
         return ev.ErrorEvent(kind="diverged", message=str(exc), step=exc.step), EXIT_FAILED

@@ -254,3 +254,13 @@ def test_runs_of_two_models_have_folders_that_tell_them_apart(tmp_path: Path) ->
     assert folder.name.endswith("-fp32-user_model")  # the preset, then the model's file
     assert record_name("amp-bf16", "my_pkg.models:small") == "amp-bf16-models-small"
     assert record_name("fp32", None) == "fp32"
+
+
+def test_a_nan_before_any_update_in_fp32_blames_the_model_not_the_format(tmp_path: Path) -> None:
+    path = user_model(tmp_path)
+    code, events = run_model(path, "make_nan_loss")
+    assert code == 1
+    (error,) = of(events, ev.ErrorEvent)
+    assert error.kind == "nan" and error.step == 0
+    assert "the model or its data gives it" in error.message
+    assert "wider format" not in error.message

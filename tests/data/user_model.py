@@ -194,3 +194,13 @@ def make_loss_one_argument(ctx):
 def make_net_not_model(ctx):
     x, y = data(ctx.seed)
     return {"net": Net(), "batches": [(x, y)], "loss": nn.functional.cross_entropy}
+
+
+def nan_loss(output, targets):
+    return (output - output).div(0.0).mean()  # 0 / 0 in every element
+
+
+def make_nan_loss(ctx):
+    answer = make(ctx)
+    answer.loss = nan_loss
+    return answer
