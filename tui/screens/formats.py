@@ -10,7 +10,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import (
     DataTable,
     Input,
@@ -21,6 +20,7 @@ from textual.widgets import (
     TabPane,
 )
 
+from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.tables import fill
 
@@ -67,7 +67,8 @@ def _fm():
     return formats
 
 
-class FormatsScreen(Screen):
+class FormatsScreen(ToolScreen):
+    TABLE = "#formats-table"
     HELP_TITLE = "Number formats"
     HELP = (
         "What each number format stores for a value. Values: type numbers or expressions "
@@ -77,8 +78,7 @@ class FormatsScreen(Screen):
         "the lecture's cases (fp16 overflow, underflow, loss scaling)."
     )
     BINDINGS = [
-        # one of the two shows (check_action): esc leaves a field first
-        Binding("escape", "leave_field", "Done editing", id="form.leave"),
+        *ESC_BINDINGS,
         Binding("escape", "back", "Back", id="formats.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
@@ -194,26 +194,6 @@ class FormatsScreen(Screen):
         fm = _fm()
         name = list(fm.DEMOS)[event.option_index]
         self.query_one("#demo-text", Static).update("\n".join(fm.run_demo(name).lines))
-
-    @property
-    def editing(self) -> bool:
-        return isinstance(self.focused, Input)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "leave_field":
-            return self.editing
-        if action == "back":
-            return not self.editing
-        return True
-
-    def on_descendant_focus(self) -> None:
-        self.refresh_bindings()  # esc says what it will do: leave the field, or go back
-
-    def action_leave_field(self) -> None:
-        self.query_one("#formats-table", DataTable).focus()
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
 
 
 def _g(x: object) -> str:

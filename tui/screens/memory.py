@@ -6,13 +6,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
+from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.tables import fill
@@ -35,7 +35,8 @@ HEADS = (
 """The totals and the GPU first: a narrow terminal keeps the columns that fit, in this order."""
 
 
-class MemoryScreen(Screen):
+class MemoryScreen(ToolScreen):
+    FIELDS = (Input, Select)
     HELP_TITLE = "Memory plan"
     HELP = (
         "How much memory training and inference take per precision regime, for a parameter "
@@ -43,8 +44,7 @@ class MemoryScreen(Screen):
         "fits. Type a count and press enter; tab reaches the optimizer."
     )
     BINDINGS = [
-        # one of the two shows (check_action): esc leaves a field first
-        Binding("escape", "leave_field", "Done editing", id="form.leave"),
+        *ESC_BINDINGS,
         Binding("escape", "back", "Back", id="memory.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
@@ -148,26 +148,6 @@ class MemoryScreen(Screen):
     def on_resize(self) -> None:
         if self.rows:
             self.fit_table()
-
-    @property
-    def editing(self) -> bool:
-        return isinstance(self.focused, (Input, Select))
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "leave_field":
-            return self.editing
-        if action == "back":
-            return not self.editing
-        return True
-
-    def on_descendant_focus(self) -> None:
-        self.refresh_bindings()  # esc says what it will do: leave the field, or go back
-
-    def action_leave_field(self) -> None:
-        self.query_one(DataTable).focus()
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
 
 
 def smallest_fit(names: list[str]) -> str:
