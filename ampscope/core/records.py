@@ -280,8 +280,7 @@ def _heartbeat_age(live: dict[str, Any], now: float) -> float | None:
 
 
 def signal_engine(pid: int, sig: int) -> None:
-    """Signal a verified engine: its group when it leads one (a detached engine does), else
-    the pid alone. A process already gone, or not ours to signal, is let be."""
+    """A verified engine's group when it leads one (a detached engine does), else its pid."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if os.getpgid(pid) == pid:
             os.killpg(pid, sig)
@@ -290,13 +289,9 @@ def signal_engine(pid: int, sig: int) -> None:
 
 
 def ask_to_stop(live: dict[str, Any], pid: int) -> bool:
-    """Send a verified run (``verified_pid``) the stop ``stop_rule`` allows; True when it is an
-    engine, which may be killed once its grace is over.
-
-    An engine gets SIGTERM, and SIGCONT in case it is paused: it finishes its step and writes
-    ``done``. A watched process is the user's own training: SIGINT to it alone, as Ctrl+C
-    would, and never a kill.
-    """
+    """Stop a verified run as ``stop_rule`` allows. An engine gets SIGTERM (and SIGCONT, if
+    paused) and may be killed after its grace: True. A watched process is the user's own:
+    SIGINT to it alone, as Ctrl+C, and never a kill: False."""
     if live.get("source") == "watch":
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGINT)

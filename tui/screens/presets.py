@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
@@ -20,39 +19,11 @@ from ampscope.core import config as cfg
 from ampscope.core.text import visible
 from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
 from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.preset_form import FIELDS, PresetForm, field_id, parse_field
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 from ampscope.tui.screens.save import SaveDialog, save_user_preset
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
-
-# (key in the preset, label, choices or None for a free input)
-FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
-    ("precision", "precision", typing.get_args(cfg.Precision)),
-    ("grad_scaler", "grad scaler", typing.get_args(cfg.ScalerMode)),
-    ("compile", "compile", typing.get_args(cfg.CompileMode)),
-    ("steps", "steps", None),
-    ("batch_size", "batch size", None),
-    ("lr", "lr", None),
-    ("device", "device", None),
-    ("workload.kind", "workload", typing.get_args(cfg.WorkloadKind)),
-    ("workload.size", "size", typing.get_args(cfg.WorkloadSize)),
-]
-
-
-def field_id(key: str) -> str:
-    return "field-" + key.replace(".", "-").replace("_", "-")
-
-
-def parse_field(key: str, text: str) -> Any:
-    text = text.strip()
-    if key == "device":
-        return text
-    return cfg.parse_value(text)
-
-
-class PresetForm(VerticalScroll, can_focus=False):
-    """The fields of the highlighted preset: tab goes from the list straight to a field (the
-    form scrolls to the focused one; it takes no focus of its own, which nothing would show)."""
 
 
 class PresetsScreen(Screen):
@@ -101,23 +72,7 @@ class PresetsScreen(Screen):
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
             yield OptionList(id="preset-list")
-            with PresetForm(id="preset-form"):
-                yield Static("", id="preset-description")
-                for key, label, choices in FIELDS:
-                    with Horizontal(classes="form-row"):
-                        yield Label(label, classes="form-label")
-                        if choices is None:
-                            yield Input(id=field_id(key), compact=True, classes="form-input")
-                        else:
-                            yield Select(
-                                [(c, c) for c in choices],
-                                id=field_id(key),
-                                allow_blank=False,
-                                compact=True,
-                                classes="form-input",
-                            )
-                yield Label("", id="preset-error", classes="error", markup=False)
-                yield Static("", id="preset-status")
+            yield PresetForm(id="preset-form")
         yield KeyBar()
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
