@@ -56,6 +56,14 @@ def app_with_fake_engines(tmp_path: Path) -> tuple[AmpscopeApp, Engines]:
     return app, engines
 
 
+async def start_from_presets(pilot, app, name: str = "fp32") -> RunScreen:
+    """From the Presets screen: highlight ``name``, press r, and wait for the Run view."""
+    await shown(pilot, app, PresetsScreen)
+    select_preset(app, name)
+    await pilot.press("r")
+    return await shown(pilot, app, RunScreen)
+
+
 def footer(app) -> str:
     return app.screen.query_one(KeyBar).plain
 
@@ -78,10 +86,7 @@ def test_starting_a_run_while_one_runs_asks_first(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
         async with app.run_test(size=SMALL) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            select_preset(app, "fp32")
-            await pilot.press("r")
-            await shown(pilot, app, RunScreen)
+            await start_from_presets(pilot, app)
             assert await wait_for(pilot, lambda: len(engines.made) == 1, 5)
             await pilot.press("escape")
             await shown(pilot, app, PresetsScreen)
@@ -143,10 +148,7 @@ def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
         async with app.run_test(size=SMALL) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            select_preset(app, "fp32")
-            await pilot.press("r")
-            await shown(pilot, app, RunScreen)
+            await start_from_presets(pilot, app)
             await pilot.press("escape")
             await shown(pilot, app, PresetsScreen)
             assert "v Live run" in footer(app)
@@ -165,10 +167,7 @@ def test_a_run_view_says_none_recorded_once_a_run_without_samples_ends(tmp_path:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
         async with app.run_test(size=SMALL) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            select_preset(app, "fp32")
-            await pilot.press("r")
-            screen = await shown(pilot, app, RunScreen)
+            screen = await start_from_presets(pilot, app)
             util = screen.query_one("#plot-util", RunPlot)
             assert await wait_for(pilot, lambda: "waiting for the first samples" in util.text)
             (engine,) = engines.made

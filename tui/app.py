@@ -39,7 +39,7 @@ from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
 from ampscope.tui.screens.formats import FormatsScreen
-from ampscope.tui.screens.help import HelpScreen
+from ampscope.tui.screens.help import HelpScreen, key_reason
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -198,7 +198,7 @@ class AmpscopeApp(Navigation, App):
         if active is None or active.enabled:
             return
         action = active.binding.action.partition("(")[0]
-        note = getattr(self.screen, "key_note", lambda _action: "")(action)
+        note = key_reason(self.screen, action)
         if note:
             message = f"{active.binding.description}: {note}"
             self.notify(visible(message), title="Not now", markup=False, timeout=4)

@@ -88,7 +88,6 @@ class TelemetrySampler:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._fault_reported = False
-        self.ticks = 0  # samples taken
         self.samples = 0
 
     # -- one sample
@@ -108,7 +107,6 @@ class TelemetrySampler:
     def tick(self) -> ev.SysEvent:
         """Take one sample and emit it, preceded by any new warnings."""
         event = self.read()
-        self.ticks += 1
         with self._lock:
             pending, self._pending = self._pending, []
         for code, message in pending:
@@ -184,7 +182,7 @@ class TelemetrySampler:
             thread.join(timeout)
             if thread.is_alive():
                 return  # stuck in a driver call: leave NVML initialised rather than race it
-            if self.ticks == 0:
+            if self.samples == 0:
                 with contextlib.suppress(Exception):  # the run is ending: a lost sample is no fault
                     self.tick()
         with self._lock:

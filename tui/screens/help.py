@@ -76,6 +76,11 @@ def _one_row_per_id(rows: list[tuple[str, str, str, str]]) -> list[tuple[str, st
     return kept
 
 
+def key_reason(screen: Screen, action: str) -> str:
+    """Why ``action`` does nothing on ``screen`` now, as the screen says (``key_note``)."""
+    return getattr(screen, "key_note", lambda _action: "")(action)
+
+
 def _note(screen: Screen, binding: Binding, node: object) -> str:
     action, _, params = binding.action.partition("(")
     if "." in action:  # app.quit and the like: always there
@@ -83,7 +88,7 @@ def _note(screen: Screen, binding: Binding, node: object) -> str:
     state = screen.app._check_action_state(binding.action, node)  # type: ignore[arg-type]
     if state is True:
         return ""
-    why = getattr(screen, "key_note", lambda _action: "")(action)
+    why = key_reason(screen, action)
     if state is None:
         return f"unavailable now: {why}" if why else "unavailable now"
     return f"not here: {why}" if why else "not here"

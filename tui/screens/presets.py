@@ -66,8 +66,8 @@ class PresetsScreen(Screen):
         self.edited: dict[str, Any] = {}
         self.preset: cfg.Preset | None = None
         self.problem: str | None = None
-        self.marked: list[str] = []  # the sweep queue, by preset name
-        self.marked_edits: dict[str, cfg.Preset] = {}  # marked with the form's edits
+        # the sweep queue, in order: preset name -> the form's edits when it was marked edited
+        self.marked: dict[str, cfg.Preset | None] = {}
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
@@ -242,7 +242,7 @@ class PresetsScreen(Screen):
         elif self.is_edited:
             status = "edited: runs as a temporary copy"
         elif self.marked:
-            queue = [f"{n} (edited)" if n in self.marked_edits else n for n in self.marked]
+            queue = [f"{n} (edited)" if edit else n for n, edit in self.marked.items()]
             status = f"sweep queue: {', '.join(queue)}  (w runs it)"
         else:
             status = ""
@@ -266,21 +266,13 @@ class PresetsScreen(Screen):
             return
         name = self.current.name
         if name in self.marked:
-            self.marked.remove(name)
-            self.marked_edits.pop(name, None)
-        elif self.is_edited:
-            if not self.revalidate() or self.preset is None:
-                self.app.notify(
-                    visible(self.problem or "This preset cannot run."),
-                    severity="error",
-                    title="Not marked",
-                    markup=False,
-                )
-                return
-            self.marked.append(name)
-            self.marked_edits[name] = self.preset
+            del self.marked[name]
+        elif not self.is_edited:
+            self.marked[name] = None
+        elif self.runnable("Not marked"):
+            self.marked[name] = self.preset
         else:
-            self.marked.append(name)
+            return
         options = self.query_one("#preset-list", OptionList)
         index = options.highlighted
         self.reload(select=name)
@@ -292,21 +284,27 @@ class PresetsScreen(Screen):
     async def action_sweep(self) -> None:
         if len(self.marked) < 2:
             return
-        queue: list[str | cfg.Preset] = [self.marked_edits.get(n, n) for n in self.marked]
-        self.marked, self.marked_edits = [], {}
+        queue: list[str | cfg.Preset] = [edit or name for name, edit in self.marked.items()]
+        self.marked = {}
         self.reload(select=self.current.name if self.current else None)
         self.post_message(SweepRequested(queue))
+
+    def runnable(self, title: str) -> bool:
+        """The form, validated again; when it cannot run, say why under ``title``."""
+        if self.base and self.revalidate() and self.preset is not None:
+            return True
+        self.app.notify(
+            visible(self.problem or "This preset cannot run."),
+            severity="error",
+            title=title,
+            markup=False,
+        )
+        return False
 
     async def action_run(self) -> None:
         if self.current is None:
             return
-        if not self.base or not self.revalidate() or self.preset is None:
-            self.app.notify(
-                visible(self.problem or "This preset cannot run."),
-                severity="error",
-                title="Not valid",
-                markup=False,
-            )
+        if not self.runnable("Not valid"):
             return
         if self.is_edited:
             self.post_message(EditedRunRequested(self.preset, detach=self.detach))
