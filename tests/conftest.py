@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -10,8 +11,48 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Under pytest-xdist each worker gets its share of the cores, so that workers (and the
+# engines they start) do not each spin a thread per core.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+TIERS = ("unit", "subprocess", "slow")
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    return {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test names its tier, so that `-m unit` is the quick tier: unit alone, or
+    subprocess, slow or both (a torchrun test starts processes and takes tens of seconds)."""
+    wrong = []
+    for item in items:
+        tiers = tiers_of(item)
+        if not tiers or ("unit" in tiers and len(tiers) > 1):
+            wrong.append(f"{item.nodeid} ({', '.join(sorted(tiers)) or 'no tier'})")
+    if wrong:
+        raise pytest.UsageError(
+            "every test needs the mark unit alone, or subprocess and/or slow:\n  "
+            + "\n  ".join(wrong)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """A test marked unit runs in this process: one that starts a child is in the wrong tier."""
+    if tiers_of(request.node) != {"unit"}:
+        return
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a test marked unit started a child process: mark it subprocess")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 @pytest.fixture(autouse=True)

@@ -63,6 +63,7 @@ def fixed_rows() -> list[comparison.Row]:
     return comparison.compare(rows, "fp32")
 
 
+@pytest.mark.unit
 def test_verdict_is_derived_from_the_numbers() -> None:
     lines = comparison.verdicts(fixed_rows(), "fp32")
     # By hand: ln(100/41.7), ln(101/42), ln(99/41.4) have mean 0.87465 and sd 0.0028075;
@@ -80,6 +81,7 @@ def test_verdict_is_derived_from_the_numbers() -> None:
     assert not any(line.startswith("fp32") for line in lines)
 
 
+@pytest.mark.unit
 def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() -> None:
     rows = {r.preset: r for r in fixed_rows()}
     assert rows["fp32"].speedup == 1.0 and rows["fp32"].mem_change == 0.0
@@ -92,6 +94,7 @@ def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() 
     assert "1.00x" in text and "~" in text  # tf32's interval contains 1.0
 
 
+@pytest.mark.unit
 def test_exports_parse() -> None:
     rows = fixed_rows()
     data = json.loads(comparison.render(rows, "fp32", "json"))
@@ -103,16 +106,19 @@ def test_exports_parse() -> None:
     assert markdown[0].startswith("| preset |") and set(markdown[1]) <= {"|", "-"}
 
 
+@pytest.mark.unit
 def test_repeats_are_interleaved() -> None:
     assert comparison.interleaved(["a", "b", "c"], 2) == ["a", "b", "c", "a", "b", "c"]
 
 
+@pytest.mark.unit
 def test_repeats_use_the_spread_across_runs() -> None:
     runs = [record("x", done(ms, 1, 1.0)) for ms in (40.0, 50.0, 60.0)]
     row = comparison.row_from_runs("x", runs)
     assert (row.step_ms, row.spread_lo, row.spread_hi, row.runs) == (50.0, 40.0, 60.0, 3)
 
 
+@pytest.mark.subprocess
 def test_a_real_sweep_on_the_cpu(tmp_path: Path, capsys) -> None:
     code = main(
         [
@@ -151,6 +157,7 @@ def test_a_real_sweep_on_the_cpu(tmp_path: Path, capsys) -> None:
     assert len(records.list_runs(tmp_path)) == 3
 
 
+@pytest.mark.unit
 def test_unknown_preset_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
     code = main(["bench", "fp32", "nope", "--runs-dir", str(tmp_path)])
     assert code == 2 and "Unknown preset 'nope'" in capsys.readouterr().err
@@ -258,6 +265,7 @@ def test_the_default_repeats_give_a_verdict_and_help_says_so(capsys) -> None:
     assert f"(default: {args.repeats})" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.unit
 def test_a_run_that_ended_on_nan_shows_nan_as_its_final_loss_in_the_table() -> None:
     """Not an earlier finite loss: the shipped fp16 record went NaN at its first step."""
     example = Path(__file__).resolve().parent.parent / "ampscope" / "examples" / "fp16-nan"

@@ -16,9 +16,8 @@ import pytest
 
 from tests.helpers import ROOT, engine_env
 
-pytestmark = pytest.mark.unit
 
-
+@pytest.mark.subprocess
 def test_every_import_linter_contract_is_kept() -> None:
     lint_imports = Path(sys.executable).parent / "lint-imports"
     out = subprocess.run([lint_imports, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
@@ -64,6 +63,7 @@ def import_circles(graph: grimp.ImportGraph) -> list[list[str]]:
     return circles
 
 
+@pytest.mark.unit
 def test_no_import_circle_anywhere() -> None:
     graph = grimp.build_graph("ampscope", include_external_packages=True, cache_dir=None)
     assert len([m for m in graph.modules if m.startswith("ampscope.")]) > 40  # the scan saw it all
@@ -83,6 +83,7 @@ def loaded_after(statement: str) -> set[str]:
     return set(out.split())
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "statement",
     [
@@ -96,6 +97,7 @@ def test_ui_side_and_package_root_load_without_torch(statement: str) -> None:
     assert "torch" not in loaded_after(statement)
 
 
+@pytest.mark.subprocess
 def test_core_loads_neither_torch_nor_textual() -> None:
     core = sorted(p.stem for p in (ROOT / "ampscope" / "core").glob("*.py") if p.stem != "__init__")
     loaded = loaded_after("; ".join(f"import ampscope.core.{m}" for m in core))
@@ -122,6 +124,7 @@ def test_the_engine_is_always_ampscopes_own_whatever_the_folder_holds(tmp_path: 
     assert '"type": "done"' in out.stdout or '"type":"done"' in out.stdout
 
 
+@pytest.mark.unit
 def test_no_source_file_is_over_400_lines() -> None:
     """A file a newcomer can read whole: past 400 lines, a module holds more than one idea."""
     sources = [p for top in ("ampscope", "engine", "tui") for p in (ROOT / top).rglob("*.py")]

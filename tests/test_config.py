@@ -12,12 +12,14 @@ from ampscope.core import config as cfg
 SHIPPED = [p.name for p in cfg.list_presets() if p.source == "shipped"]
 
 
+@pytest.mark.unit
 def test_every_preset_in_the_lectures_order_is_shipped() -> None:
     """The listing order names the lecture's presets: each must exist as a shipped file."""
     assert set(cfg.PRESET_ORDER) <= set(SHIPPED)
     assert {"fp32", "amp-fp16-noscale", "compile-max-autotune"} <= set(cfg.PRESET_ORDER)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_preset_resolves(name: str) -> None:
     preset = cfg.load_preset(name)
@@ -28,6 +30,7 @@ def test_shipped_preset_resolves(name: str) -> None:
         assert batch >= 1 and all(v >= 1 for v in dims.values())
 
 
+@pytest.mark.unit
 def test_presets_mean_what_their_names_say() -> None:
     assert cfg.load_preset("amp-fp16").uses_scaler
     assert not cfg.load_preset("amp-fp16-noscale").uses_scaler
@@ -37,6 +40,7 @@ def test_presets_mean_what_their_names_say() -> None:
         assert (preset.compile, preset.precision) == (mode, "amp-bf16")
 
 
+@pytest.mark.unit
 def test_auto_size_is_small_on_cpu_and_about_100m_params_on_cuda() -> None:
     preset = cfg.load_preset("fp32")
     small, _ = cfg.resolve_workload(preset, on_cuda=False)
@@ -47,6 +51,7 @@ def test_auto_size_is_small_on_cpu_and_about_100m_params_on_cuda() -> None:
     assert large["width"] % 64 == 0 and large["vocab"] % 64 == 0
 
 
+@pytest.mark.unit
 def test_overrides_are_parsed_as_toml_values() -> None:
     preset = cfg.load_preset(
         "fp32",
@@ -63,12 +68,14 @@ def test_overrides_are_parsed_as_toml_values() -> None:
     assert preset.device == "cpu" and preset.batch_size == "auto"
 
 
+@pytest.mark.unit
 def test_explicit_sizes_override_auto() -> None:
     preset = cfg.load_preset("fp32", ["workload.width=96", "batch_size=3"])
     dims, batch = cfg.resolve_workload(preset, on_cuda=True)
     assert dims["width"] == 96 and batch == 3
 
 
+@pytest.mark.unit
 def test_user_preset_directory_and_save_roundtrip(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     edited = cfg.load_preset(
@@ -113,6 +120,7 @@ BAD_FILES = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("case", list(BAD_FILES))
 def test_bad_preset_file_exits_2_naming_the_key(case: str, tmp_path: Path, capsys) -> None:
     text, expected = BAD_FILES[case]
@@ -126,12 +134,14 @@ def test_bad_preset_file_exits_2_naming_the_key(case: str, tmp_path: Path, capsy
     assert "Traceback" not in output
 
 
+@pytest.mark.unit
 def test_unknown_preset_lists_the_available_ones(capsys) -> None:
     code, output = run_cli(["run", "fp33", "--no-record"], capsys)
     assert code == 2
     assert "Unknown preset 'fp33'" in output and "fp32" in output and "amp-bf16" in output
 
 
+@pytest.mark.unit
 def test_bad_override_is_blamed_on_the_override(capsys) -> None:
     code, output = run_cli(["run", "fp32", "--set", "steps=0", "--no-record"], capsys)
     assert code == 2
@@ -145,6 +155,7 @@ def test_bad_override_is_blamed_on_the_override(capsys) -> None:
     assert "'lr' cannot be true or false. Accepted: a number > 0" in output
 
 
+@pytest.mark.unit
 def test_presets_command_lists_shipped_presets(capsys) -> None:
     code, output = run_cli(["presets"], capsys)
     assert code == 0
@@ -152,6 +163,7 @@ def test_presets_command_lists_shipped_presets(capsys) -> None:
         assert name in output
 
 
+@pytest.mark.unit
 def test_presets_on_an_80_column_terminal_wrap_between_words(capsys, monkeypatch) -> None:
     import os
     import shutil
@@ -170,6 +182,7 @@ def test_presets_on_an_80_column_terminal_wrap_between_words(capsys, monkeypatch
     assert words <= set(output.split())  # no word cut in two
 
 
+@pytest.mark.subprocess
 def test_piping_into_head_is_no_error() -> None:
     import subprocess
     import sys

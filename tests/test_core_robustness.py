@@ -24,8 +24,6 @@ from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
 from tests.helpers import hello
 
-pytestmark = pytest.mark.unit
-
 ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
 
 
@@ -37,6 +35,7 @@ def user_preset(name: str, text: str) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_visible_shows_control_characters_and_caps_length() -> None:
     assert visible(ESCAPE) == "evil\\x1b]0;pwned\\x07\\x1b[2J"
     assert (
@@ -46,6 +45,7 @@ def test_visible_shows_control_characters_and_caps_length() -> None:
     assert visible("x" * 50, 10) == "x" * 10 + "… (40 more characters)"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "text", "reason"),
     [
@@ -72,6 +72,7 @@ def test_a_broken_user_preset_is_listed_as_broken_and_the_rest_works(
     assert str(path) in err and reason in err and "Traceback" not in err
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "override",
     [
@@ -90,6 +91,7 @@ def test_absurd_overrides_are_refused_with_exit_2(override: str, capsys) -> None
     assert len(err) < 1000
 
 
+@pytest.mark.unit
 def test_preset_names_and_descriptions_are_printed_literally(capsys) -> None:
     toml_name = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in ESCAPE)
     user_preset("esc", f'name = "{toml_name}"\ndescription = "[/] d"\n')
@@ -99,6 +101,7 @@ def test_preset_names_and_descriptions_are_printed_literally(capsys) -> None:
     assert "evil\\x1b]0;pwned\\x07" in out and "[/] d" in out
 
 
+@pytest.mark.unit
 def test_config_errors_name_the_key_and_the_flag_at_fault() -> None:
     with pytest.raises(cfg.ConfigError) as info:
         cfg.load_preset("fp32", ["workload.layers=0"])
@@ -120,6 +123,7 @@ def write_record(root: Path, name: str, summary: object | None, events: str | No
     return path
 
 
+@pytest.mark.unit
 def test_a_corpus_of_bad_records_never_breaks_the_listing(tmp_path: Path, capsys) -> None:
     line = ev.encode(hello()).decode().strip()
     write_record(tmp_path, "20260101T000000Z-list", [1, 2], line + "\n")
@@ -143,6 +147,7 @@ def test_a_corpus_of_bad_records_never_breaks_the_listing(tmp_path: Path, capsys
         records.load_run(record.path)  # the full read too: never raises
 
 
+@pytest.mark.unit
 def test_an_unreadable_record_is_named_not_raised(tmp_path: Path, monkeypatch) -> None:
     path = write_record(tmp_path, "20260101T000000Z-locked", {"hello": None}, "{}\n")
     real = Path.read_text
@@ -157,6 +162,7 @@ def test_an_unreadable_record_is_named_not_raised(tmp_path: Path, monkeypatch) -
     assert run.problem and "Permission denied" in run.problem
 
 
+@pytest.mark.unit
 def test_formatters_take_whatever_a_record_holds() -> None:
     inf, nan = float("inf"), float("nan")
     assert [fmt_bytes(inf), fmt_num(nan), fmt_ms(-inf)] == ["inf", "nan", "-inf"]
@@ -169,6 +175,7 @@ def live_json(run_dir: Path, **fields: object) -> None:
     (run_dir / records.LIVE_FILE).write_text(json.dumps(data))
 
 
+@pytest.mark.subprocess
 def test_a_foreign_pid_in_live_json_is_never_taken_for_the_engine(tmp_path: Path) -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -183,12 +190,14 @@ def test_a_foreign_pid_in_live_json_is_never_taken_for_the_engine(tmp_path: Path
         sleeper.wait()
 
 
+@pytest.mark.unit
 def test_a_heartbeat_from_the_future_does_not_keep_a_record_live(tmp_path: Path) -> None:
     record = records.RunRecord(tmp_path)
     live_json(tmp_path, heartbeat=time.time() + 10 * 365 * 86400)
     assert records.run_state(record) != "live"
 
 
+@pytest.mark.unit
 def test_a_paused_engine_is_stalled_not_crashed(tmp_path: Path) -> None:
     record = records.RunRecord(tmp_path)
     records.write_live(tmp_path, os.getpid())
@@ -199,6 +208,7 @@ def test_a_paused_engine_is_stalled_not_crashed(tmp_path: Path) -> None:
     assert records.run_state(record) == "crashed"
 
 
+@pytest.mark.unit
 def test_byte_sizes_read_at_a_glance_never_in_exponents() -> None:
     mib, gib = 1 << 20, 1 << 30
     sizes = [1010 * mib, 1.5 * gib, 26.14 * gib, 150 * mib, 3 * 1024, 512]

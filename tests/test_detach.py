@@ -290,7 +290,7 @@ def test_tail_keeps_a_torn_line_until_it_is_complete(tmp_path: Path) -> None:
     assert tail.read() == ([], False)
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_quitting_attach_on_a_live_run_says_how_to_return_or_stop(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:

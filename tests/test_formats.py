@@ -55,10 +55,12 @@ def same(a: float, b: float) -> bool:
 # -- facts ------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_layout_facts_match_finfo():
     assert fm.crosscheck() == []
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key", list(TORCH_FLOATS))
 def test_facts_match_torch_finfo(key):
     f, ti = fm.FORMATS[key], torch.finfo(TORCH_FLOATS[key])
@@ -69,12 +71,14 @@ def test_facts_match_torch_finfo(key):
     assert f.bits == ti.bits
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key,dtype", [("int8", torch.int8), ("uint8", torch.uint8)])
 def test_integer_facts_match_torch_iinfo(key, dtype):
     f, ii = fm.FORMATS[key], torch.iinfo(dtype)
     assert (f.min, f.max, f.bits) == (ii.min, ii.max, ii.bits)
 
 
+@pytest.mark.unit
 def test_known_values():
     F = fm.FORMATS
     assert F["fp16"].max == 65504 and F["bf16"].eps == 2**-7
@@ -118,6 +122,7 @@ def oracle(x: float, key: str) -> float:
     return lo if codes[lo] % 2 == 0 else hi
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key", SMALL)
 @SETTINGS
 @given(st.floats(allow_nan=False, allow_infinity=False))
@@ -169,6 +174,7 @@ EDGES = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key", list(TORCH_FLOATS))
 @pytest.mark.parametrize("x", EDGES + [-v for v in EDGES[6:-3]])
 def test_edges_agree_with_torch(key, x):
@@ -177,6 +183,7 @@ def test_edges_agree_with_torch(key, x):
     assert same(fm.convert(x32, key, saturate=saturate), torch_cast(x32, key))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key", list(TORCH_FLOATS))
 @SETTINGS
 @given(st.floats(width=32))
@@ -186,6 +193,7 @@ def test_fp32_inputs_agree_with_torch(key, x):
     assert same(fm.convert(x, key, saturate=saturate), torch_cast(x, key))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key", ["bf16", "fp16", "fp8-e4m3fn", "fp8-e5m2"])
 @SETTINGS
 @given(st.floats())
@@ -198,12 +206,14 @@ def test_torch_casts_fp64_through_fp32(key, x):
     assert same(torch_cast(x, key), fm.convert(x32, key, saturate=saturate))
 
 
+@pytest.mark.unit
 def test_double_rounding_difference_is_real():
     x = 1 + 2**-8 + 2**-40
     assert fm.convert(x, "bf16") == 1 + 2**-7  # correctly rounded: above the tie
     assert torch_cast(x, "bf16") in (1.0, 1 + 2**-7)  # 1.0 in torch 2.13 (via fp32)
 
 
+@pytest.mark.unit
 def test_e4m3fn_overflow_nan_by_default_saturate_on_request():
     assert math.isnan(fm.convert(500.0, "fp8-e4m3fn"))
     assert fm.convert(464.0, "fp8-e4m3fn") == 448  # the tie goes to the even code, 448
@@ -215,6 +225,7 @@ def test_e4m3fn_overflow_nan_by_default_saturate_on_request():
 # -- tf32 -------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "x,want",
     [
@@ -234,6 +245,7 @@ def test_tf32_rounding_hand_cases(x, want):
     assert fm.to_tf32(x) == want
 
 
+@pytest.mark.unit
 def test_tf32_passes_nan_and_inf():
     assert math.isnan(fm.to_tf32(math.nan)) and fm.to_tf32(-math.inf) == -math.inf
 
@@ -241,6 +253,7 @@ def test_tf32_passes_nan_and_inf():
 # -- describe: flags, bits, errors ------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_describe_flags_and_bits():
     d = fm.describe("65504*2", ["fp16", "bf16", "int8", "fp4-e2m1"])
     assert d.row("fp16").overflow and math.isinf(d.row("fp16").value)
@@ -256,6 +269,7 @@ def test_describe_flags_and_bits():
     assert fm.describe("65504", ["fp16"]).row("fp16").bits == "0|11110|1111111111"
 
 
+@pytest.mark.unit
 def test_integer_quantization_rounds_half_even():
     assert fm.convert(2.5, "int8") == 2 and fm.convert(3.5, "int8") == 4
     assert fm.convert(-128.5, "int8") == -128 and fm.convert(127.5, "int8") == 127
@@ -264,6 +278,7 @@ def test_integer_quantization_rounds_half_even():
     assert fm.convert(-3.0, "uint8") == 0 and fm.convert(9.0, "int4") == 7
 
 
+@pytest.mark.unit
 def test_exact_decimal_and_errors():
     d = fm.describe("0.1", ["fp64", "fp32"])
     assert d.exact_text == "0.1"
@@ -271,6 +286,7 @@ def test_exact_decimal_and_errors():
     assert d.row("fp32").abs_error == pytest.approx(1.4901161193847656e-09)
 
 
+@pytest.mark.unit
 def test_expressions():
     assert fm.evaluate("1 + 2**-9") == 1 + Fraction(1, 512)
     assert fm.evaluate("65504*2") == 131008
@@ -285,6 +301,7 @@ def test_expressions():
 # -- demonstrations ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_demo_fp16_overflow():
     r = fm.run_demo("fp16-overflow")
     assert r.data["fp16"]["65504.0"] == 65504 and r.data["fp16"]["65519.0"] == 65504
@@ -292,17 +309,20 @@ def test_demo_fp16_overflow():
     assert r.data["bf16"]["65520.0"] == 65536
 
 
+@pytest.mark.unit
 def test_demo_fp16_underflow():
     r = fm.run_demo("fp16-underflow")
     assert r.data["fp16"] == 0.0 and r.data["bf16"] != 0.0
 
 
+@pytest.mark.unit
 def test_demo_bf16_precision():
     r = fm.run_demo("bf16-precision")
     assert r.data["1+2**-8"] == 1.0 and r.data["1+2**-7"] == 1 + 2**-7
     assert r.data["fp16 1+2**-8"] == 1 + 2**-8 and r.data["1+0.001"] == 1.0
 
 
+@pytest.mark.unit
 def test_demo_sum_tenth():
     r = fm.run_demo("sum-0.1")
     e = r.data["errors"]
@@ -311,6 +331,7 @@ def test_demo_sum_tenth():
     assert r.data["results"]["fp16"] == 256 and r.data["results"]["bf16"] == 32
 
 
+@pytest.mark.unit
 def test_demo_loss_scale():
     r = fm.run_demo("loss-scale")
     first = r.data["rows"][0]
@@ -322,6 +343,7 @@ def test_demo_loss_scale():
 # -- the command ------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_cli_json(capsys):
     assert main(["dtypes", "65504", "1e-8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -336,6 +358,7 @@ def test_cli_json(capsys):
     assert {f["key"] for f in out["formats"]} >= set(TORCH_FLOATS)
 
 
+@pytest.mark.unit
 def test_cli_text_plain_bits(capsys, monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     assert main(["dtypes", "65504", "-1e-8"]) == 0
@@ -344,12 +367,14 @@ def test_cli_text_plain_bits(capsys, monkeypatch):
     assert "underflow" in out
 
 
+@pytest.mark.unit
 def test_cli_bad_expression(capsys):
     assert main(["dtypes", "1 + x"]) == 2
     err = capsys.readouterr().err
     assert "1 + x" in err and "not allowed" in err
 
 
+@pytest.mark.unit
 def test_cli_demo_list_and_run(capsys):
     assert main(["dtypes", "--demo", "list"]) == 0
     assert "sum-0.1" in capsys.readouterr().out
@@ -358,12 +383,14 @@ def test_cli_demo_list_and_run(capsys):
     assert main(["dtypes", "--demo", "nope"]) == 2
 
 
+@pytest.mark.unit
 def test_cli_facts_table(capsys):
     assert main(["dtypes", "--formats", "fp16,bf16,e4m3"]) == 0
     out = capsys.readouterr().out
     assert "65504" in out and "448" in out
 
 
+@pytest.mark.subprocess
 def test_import_does_not_pull_torch():
     code = "import ampscope.core.formats, ampscope.core.memory_plan, ampscope.cli.formats, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=engine_env())

@@ -276,7 +276,7 @@ def test_the_planner_follows_the_recipe() -> None:
 # Training: emulated fp8 on the CPU
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_emulated_fp8_trains_the_small_gpt(recipe: str, tmp_path: Path) -> None:
     pytest.importorskip("torchao")
@@ -321,7 +321,7 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
     assert "amp-bf16" in plain.header() and "linear" not in plain.header()
 
 
-@pytest.mark.unit
+@pytest.mark.subprocess
 def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
     from ampscope.engine import doctor
 

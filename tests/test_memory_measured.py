@@ -68,7 +68,6 @@ def measured_peak(
     return alive + peak
 
 
-@pytest.mark.unit
 @pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("regime", REGIMES)

@@ -8,11 +8,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import tomllib
 
 from tests.helpers import ROOT
 
 
+@pytest.mark.subprocess
 def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     subprocess.run(
         [
@@ -48,6 +50,7 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     assert "ampscope = ampscope.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
+@pytest.mark.unit
 def test_no_extra_asks_for_a_package_that_would_replace_the_users_torch() -> None:
     """torch itself, and torchvision and torchaudio, whose every release pins one torch: an
     extra that named them would swap a user's CUDA (or CPU) torch for another."""

@@ -110,6 +110,7 @@ def test_pause_and_seek() -> None:
     run(go())
 
 
+@pytest.mark.unit
 def test_speed_scales_the_clock() -> None:
     events = records.load_run(example()).events
     slow, fast = ReplaySource(events, speed=1.0), ReplaySource(events, speed=20.0)

@@ -157,6 +157,7 @@ def test_control_characters_are_spelled_out() -> None:
     assert visible("fp32 · ok ✓") == "fp32 · ok ✓"
 
 
+@pytest.mark.unit
 def test_rates_a_watched_loop_did_not_give_are_dashes_not_zeros() -> None:
     state = RunState()
     state.ingest(hello())

@@ -255,6 +255,7 @@ def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypat
 
 
 @pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
 def test_serve_refuses_a_viewer_limit_out_of_range(capsys) -> None:
     assert cli_main(["serve", "--max-viewers", "0"]) == 2
     assert "--max-viewers 0 is out of range (1 to 64)" in capsys.readouterr().err

@@ -26,8 +26,6 @@ from tests.helpers import (
     write_finished_record,
 )
 
-pytestmark = pytest.mark.unit
-
 WAIT_S = 5.0
 """Only a guard against a hang: every wait below ends on a condition."""
 
@@ -56,6 +54,7 @@ async def ended(run: LiveRun) -> None:
     await asyncio.wait_for(run.ended.wait(), WAIT_S)
 
 
+@pytest.mark.unit
 def test_a_run_is_shown_before_it_speaks_and_ends_with_its_done(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -80,6 +79,7 @@ def test_a_run_is_shown_before_it_speaks_and_ends_with_its_done(tmp_path: Path) 
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_starting_a_run_stops_the_one_running(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -95,6 +95,7 @@ def test_starting_a_run_stops_the_one_running(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_a_stop_the_engine_does_not_answer_still_ends_the_run(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines(writes_done_on_stop=False)
@@ -110,6 +111,7 @@ def test_a_stop_the_engine_does_not_answer_still_ends_the_run(tmp_path: Path) ->
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_a_crash_without_an_error_event_shows_stderr(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -125,6 +127,7 @@ def test_a_crash_without_an_error_event_shows_stderr(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_restart_runs_the_same_preset_and_overrides_again(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -142,6 +145,7 @@ def test_restart_runs_the_same_preset_and_overrides_again(tmp_path: Path) -> Non
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_an_edited_preset_runs_from_a_temporary_copy_removed_on_close(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -159,6 +163,7 @@ def test_an_edited_preset_runs_from_a_temporary_copy_removed_on_close(tmp_path: 
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_close_kills_a_running_engine_and_starts_nothing_after(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -173,6 +178,7 @@ def test_close_kills_a_running_engine_and_starts_nothing_after(tmp_path: Path) -
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_read_only_starts_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         launched: list = []
@@ -193,6 +199,7 @@ def test_read_only_starts_nothing(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_a_failure_in_the_background_is_told(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines(fails_with=RuntimeError("pipe broke"))
@@ -210,6 +217,7 @@ def test_a_failure_in_the_background_is_told(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- detached
 
 
+@pytest.mark.unit
 def test_a_detached_start_is_told_and_followed(tmp_path: Path) -> None:
     async def go() -> None:
         launched: list = []
@@ -237,6 +245,7 @@ def test_a_detached_start_is_told_and_followed(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_a_detached_start_that_fails_is_told_and_nothing_runs(tmp_path: Path) -> None:
     def launch(preset, overrides, runs_dir):
         return cfg.load_preset(preset, overrides), 0  # raises: no such preset
@@ -271,6 +280,7 @@ class SweepEngines(Engines):
         return engine
 
 
+@pytest.mark.unit
 def test_a_sweep_runs_in_order_and_ends_compared(tmp_path: Path) -> None:
     async def go() -> None:
         engines = SweepEngines(tmp_path, {"bf16": 5.0, "fp32": 10.0, "mlp-demo": 2.0})
@@ -290,6 +300,7 @@ def test_a_sweep_runs_in_order_and_ends_compared(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_a_sweep_runs_a_preset_as_edited_on_the_form(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -307,6 +318,7 @@ def test_a_sweep_runs_a_preset_as_edited_on_the_form(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_stopping_a_sweep_run_cancels_the_rest(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -322,6 +334,7 @@ def test_stopping_a_sweep_run_cancels_the_rest(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_a_run_the_user_starts_cancels_a_queued_sweep(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
@@ -335,6 +348,7 @@ def test_a_run_the_user_starts_cancels_a_queued_sweep(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.subprocess
 def test_the_session_needs_neither_textual_nor_torch() -> None:
     code = "import sys, ampscope.tui.session; print(' '.join(sys.modules))"
     out = subprocess.run(

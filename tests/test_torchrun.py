@@ -22,7 +22,8 @@ from ampscope.core.launch import engine_command, launch_env
 from ampscope.core.parallel import Launch
 from tests.helpers import ROOT, engine_env, wait_gone
 
-pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+# one worker runs them all, one after the other: two ranks each, and rendezvous timeouts
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
 
 FAST = ["--set", "workload.kind='mlp'", "--set", "device='cpu'", "--set", "warmup_steps=2"]
 STEPS = 24

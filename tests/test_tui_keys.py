@@ -33,7 +33,6 @@ from tests.helpers import (
 )
 from tests.test_detach import make_record
 
-pytestmark = pytest.mark.unit
 SMALL = (80, 24)
 
 
@@ -68,6 +67,7 @@ def footer(app) -> str:
     return app.screen.query_one(KeyBar).plain
 
 
+@pytest.mark.unit
 def test_the_footer_keeps_run_help_and_quit_when_space_is_short() -> None:
     items = [
         KeyItem("h", "h", "History", True, 3),
@@ -82,6 +82,7 @@ def test_the_footer_keeps_run_help_and_quit_when_space_is_short() -> None:
     assert sum(len(i.display) + 1 + len(i.description) for i in shown) + 2 * 2 <= 22
 
 
+@pytest.mark.unit
 def test_starting_a_run_while_one_runs_asks_first(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
@@ -112,6 +113,7 @@ def test_starting_a_run_while_one_runs_asks_first(tmp_path: Path) -> None:
     run(go())
 
 
+@pytest.mark.unit
 def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
@@ -142,6 +144,7 @@ def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -
     run(go())
 
 
+@pytest.mark.unit
 def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
     tmp_path: Path,
 ) -> None:
@@ -163,6 +166,7 @@ def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
     run(go())
 
 
+@pytest.mark.unit
 def test_a_run_view_says_none_recorded_once_a_run_without_samples_ends(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
@@ -181,6 +185,7 @@ def test_a_run_view_says_none_recorded_once_a_run_without_samples_ends(tmp_path:
     run(go())
 
 
+@pytest.mark.subprocess
 def test_v_returns_to_an_attached_run_and_its_keys_all_work(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
@@ -210,6 +215,7 @@ def test_v_returns_to_an_attached_run_and_its_keys_all_work(tmp_path: Path) -> N
         sleeper.wait()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "open_it",
     [
@@ -238,6 +244,7 @@ def test_every_screen_has_help_listing_its_keys(tmp_path: Path, open_it) -> None
     run(go())
 
 
+@pytest.mark.unit
 def test_help_says_why_a_key_does_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -252,6 +259,7 @@ def test_help_says_why_a_key_does_nothing(tmp_path: Path) -> None:
     run(go())
 
 
+@pytest.mark.unit
 def test_the_palette_reaches_every_screen(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -279,6 +287,7 @@ def test_the_palette_reaches_every_screen(tmp_path: Path) -> None:
     run(go())
 
 
+@pytest.mark.unit
 def test_keys_toml_moves_a_key_and_a_bad_line_is_said(tmp_path: Path, monkeypatch) -> None:
     config = tmp_path / "config"
     (config / "ampscope").mkdir(parents=True)
@@ -305,6 +314,7 @@ def test_keys_toml_moves_a_key_and_a_bad_line_is_said(tmp_path: Path, monkeypatc
     run(go())
 
 
+@pytest.mark.unit
 def test_key_names_are_checked_as_textual_reads_them() -> None:
     assert all(valid_key(k) for k in ("x", "?", "f5", "ctrl+x", "shift+tab", "question_mark"))
     assert not any(valid_key(k) for k in ("ctlr+x", "", "f99", "ctrl+"))
@@ -312,6 +322,7 @@ def test_key_names_are_checked_as_textual_reads_them() -> None:
     assert keymap == {} and problems == []
 
 
+@pytest.mark.unit
 def test_a_replay_stream_shows_steps_and_no_engine_keys(tmp_path: Path) -> None:
     from ampscope.tui.replay import ReplaySource
 
@@ -330,6 +341,7 @@ def test_a_replay_stream_shows_steps_and_no_engine_keys(tmp_path: Path) -> None:
     run(go())
 
 
+@pytest.mark.unit
 def test_the_run_header_breaks_between_its_parts_never_inside_one() -> None:
     from ampscope.tui.screens.run import fit_header
 

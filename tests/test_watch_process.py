@@ -171,7 +171,6 @@ def test_the_viewer_stops_a_watched_run_only_when_it_allows_it(tmp_path, capsys)
     assert "KeyboardInterrupt" in err and records.load_run(command_dir).status == "stopped"
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize(
     "statement",
     [
