@@ -45,7 +45,7 @@ from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
 from ampscope.tui.screens.save import SaveDialog
-from ampscope.tui.session import LiveRun, RunSession, start_engine_process
+from ampscope.tui.session import LiveRun, RunSession, edited_name, start_engine_process
 from ampscope.tui.source import RunSource
 from ampscope.tui.terminal import SavedTerminal
 from ampscope.tui.viewer import WaitingScreen
@@ -215,7 +215,7 @@ class AmpscopeApp(Navigation, App):
         )
 
     async def on_edited_run_requested(self, message: EditedRunRequested) -> None:
-        name = f"{message.preset.name}-edited"
+        name = edited_name(message.preset)
         self.after_stopping(
             name, lambda: self.session.start_edited_run(message.preset, detach=message.detach)
         )

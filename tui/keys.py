@@ -12,12 +12,13 @@ id or a key Textual has no name for is said in one notice and otherwise ignored.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from textual.keys import Keys, _character_to_key, key_to_character
+
+from ampscope.core.config import user_config_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,8 +70,7 @@ def priority(binding_id: str | None) -> int:
 
 
 def keys_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ampscope" / KEYS_FILE
+    return user_config_dir() / KEYS_FILE
 
 
 def valid_key(key: str) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from ampscope import __version__
 from ampscope.cli.output import fail
 from ampscope.core import config as cfg
+from ampscope.core import significance
 from ampscope.core.parallel import LaunchError
 from ampscope.core.run_args import (
     ArgParser,
@@ -40,8 +41,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help=(
             "runs per preset, interleaved ABAB (default: %(default)s). A speed difference is "
-            "called only when its 95%% confidence interval across the repeats excludes 1.0, "
-            "which needs 3 or more"
+            f"called only when its {significance.LEVEL * 100:.0f}%% confidence interval across the "
+            f"repeats excludes 1.0, which needs {significance.MIN_REPEATS} or more"
         ),
     )
     p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")

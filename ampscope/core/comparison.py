@@ -221,7 +221,7 @@ def _speed_words(row: Row, baseline: str) -> str:
             f"{row.speedup:.2g}x the speed of {baseline}, untested (a speed verdict needs {n} "
             f"or more interleaved runs of each: --repeats {n})"
         )
-    interval = f"95% CI {row.speedup_low:.3g}-{row.speedup_high:.3g}x"
+    interval = f"{significance.LEVEL:.0%} CI {row.speedup_low:.3g}-{row.speedup_high:.3g}x"
     if not row.significant:
         return f"no significant speed difference from {baseline} ({interval})"
     if row.speedup >= 1:
@@ -353,7 +353,8 @@ def legend(rows: list[Row]) -> list[str]:
     notes = []
     if any(r.significant is not None for r in rows):
         notes.append(
-            "speedup: geometric mean over the interleaved repeats (95% confidence interval); "
+            "speedup: geometric mean over the interleaved repeats "
+            f"({significance.LEVEL:.0%} confidence interval); "
             "~ marks an interval that contains 1.0: not significant."
         )
     if any(r.significant is None and r.speedup is not None and not r.is_baseline for r in rows):

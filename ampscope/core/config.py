@@ -142,9 +142,14 @@ def shipped_presets_dir() -> Path:
     return package.parent / "presets"  # a source checkout keeps them at the top
 
 
-def user_presets_dir() -> Path:
+def user_config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/ampscope`` (``~/.config/ampscope``): user presets and key bindings."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "ampscope" / "presets"
+    return Path(base) / "ampscope"
+
+
+def user_presets_dir() -> Path:
+    return user_config_dir() / "presets"
 
 
 # The order presets are listed in: the lecture's story, from the baseline to compile modes.
