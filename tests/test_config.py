@@ -173,7 +173,8 @@ def test_presets_on_an_80_column_terminal_wrap_between_words(capsys, monkeypatch
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     code, output = run_cli(["presets"], capsys)
     assert code == 0
-    lines = output.splitlines()
+    # the user presets folder is printed whole, however long its path (a test's is long)
+    lines = [line for line in output.splitlines() if not line.startswith("User presets: ")]
     assert max(len(line) for line in lines) < 80
     indent = " " * (len("compile-reduce-overhead") + 2)  # the longest name, then two spaces
     continued = [line for line in lines if line.startswith(indent)]
