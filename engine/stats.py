@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ampscope.core import events as ev
+from ampscope.core import summary
 
 
 @dataclass
@@ -63,14 +62,10 @@ class RunStats:
         return [self.step_ms[i] for i in self.timed_steps()]
 
     def timed_steps(self) -> list[int]:
-        """The steps that say how fast training runs: after warm-up, never the compile step,
-        and without the steps that also counted grad_zero_frac (work of ours, not the model's)
-        unless no others are left. A run shorter than its warm-up drops its first step."""
-        steps = range(len(self.step_ms))
-        kept = steps[max(self.warmup_steps, int(self.compiled)) :] or steps[1:]
-        if not kept and not self.compiled:
-            kept = steps
-        return [i for i in kept if i not in self.instrumented] or list(kept)
+        """The steps that say how fast training runs (``core.summary.timed_steps``)."""
+        return summary.timed_steps(
+            len(self.step_ms), self.warmup_steps, self.compiled, self.instrumented
+        )
 
     def done(
         self,
@@ -85,27 +80,26 @@ class RunStats:
     ) -> ev.DoneEvent:
         """``samples``, ``tokens`` and ``flops`` are one rank's per step; the rates are the
         job's (times ``world_size``), MFU against ``world_size`` times the peak."""
-        samples, flops = samples * world_size, flops * world_size
         tokens = tokens * world_size if tokens else tokens
         peak = peak * world_size if peak else peak
-        times = sorted(self.timed())
-        median = statistics.median(times) if times else None
-        per_s = 1000.0 / median if median else None
+        speed = summary.rates(
+            self.step_ms, self.timed_steps(), samples * world_size, tokens, flops * world_size, peak
+        )
         return ev.DoneEvent(
             status=status,
             steps_done=self.steps_done,
-            step_ms_median=median,
-            step_ms_p10=_quantile(times, 0.1),
-            step_ms_p90=_quantile(times, 0.9),
-            samples_per_s=samples * per_s if per_s else None,
-            tokens_per_s=tokens * per_s if per_s and tokens else None,
-            tflops=flops * per_s / 1e12 if per_s else None,
-            mfu=flops * per_s / 1e12 / peak if per_s and peak else None,
+            step_ms_median=speed.step_ms_median,
+            step_ms_p10=speed.step_ms_p10,
+            step_ms_p90=speed.step_ms_p90,
+            samples_per_s=speed.samples_per_s,
+            tokens_per_s=speed.tokens_per_s,
+            tflops=speed.tflops,
+            mfu=speed.mfu,
             mem_peak=self.mem_peak,
             loss_first=self.loss_first,
-            loss_final=self.loss_final if finite(self.loss_final) else None,
+            loss_final=self.loss_final if summary.finite(self.loss_final) else None,
             loss_final_step=self.loss_final_step,
-            loss_nonfinite=nonfinite_name(self.loss_final),
+            loss_nonfinite=summary.nonfinite_name(self.loss_final),
             skipped_steps=self.skipped,
             compile_s=self.compile_s,
             wall_s=round(time.monotonic() - self.started, 3),
@@ -113,22 +107,3 @@ class RunStats:
             world_size=world_size,
             ranks=ranks,
         )
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
-def nonfinite_name(x: float | None) -> Literal["nan", "inf", "-inf"] | None:
-    """How a non-finite loss is named in ``done`` (JSON has no inf or NaN)."""
-    if x is None or math.isfinite(x):
-        return None
-    if math.isnan(x):
-        return "nan"
-    return "inf" if x > 0 else "-inf"
-
-
-def _quantile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]

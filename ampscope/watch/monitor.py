@@ -255,9 +255,11 @@ class Monitor:
                 lr=v.lr,
             )
         )
-        loss = math.nan if v.loss is None else v.loss
         memory = peak_mem if peak_mem is not None else allocated
-        self._figures.add(v.step, v.step_ms, loss, skipped, v.samples, tokens, memory)
+        counted_zeros = not math.isnan(v.zeros)
+        self._figures.add(
+            v.step, v.step_ms, v.loss, skipped, v.samples, tokens, memory, counted_zeros
+        )
         if finite:
             self._notes.nonfinite = 0
         if skipped or not finite or not flops:

@@ -1,0 +1,102 @@
+"""How a run is summarised in ``done``: one rule for engine runs and watched loops alike.
+
+Compare sets an engine run beside a watched loop, so both summarise their steps the same way:
+
+- the timed steps: after warm-up, never the compile step, and without the steps that also
+  measured something for ampscope (gradient zeros) unless no others are left; a run shorter
+  than its warm-up drops its first step only;
+- step time: the median of the timed steps, with the 10th and 90th percentiles;
+- rates: a typical step's amount (the median samples, tokens or FLOPs of the timed steps) over
+  the median step time, so that one slow step moves neither;
+- the final loss: the last step's, finite or not; a non-finite one is named (``nan``, ``inf``)
+  since JSON has neither.
+
+Torch-free: the engine and ``ampscope.watch`` both call it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+
+def timed_steps(
+    count: int, warmup_steps: int, compiled: bool = False, instrumented: Collection[int] = ()
+) -> list[int]:
+    """The steps (0-based) that say how fast training runs, of ``count`` steps."""
+    steps = range(count)
+    kept = steps[max(warmup_steps, int(compiled)) :] or steps[1:]
+    if not kept and not compiled:
+        kept = steps
+    return [i for i in kept if i not in instrumented] or list(kept)
+
+
+@dataclass(frozen=True)
+class Rates:
+    step_ms_median: float | None
+    step_ms_p10: float | None
+    step_ms_p90: float | None
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    tflops: float | None
+    mfu: float | None
+
+
+def rates(
+    step_ms: Sequence[float],
+    kept: Sequence[int],
+    samples: Sequence[float] | float,
+    tokens: Sequence[float] | float | None,
+    flops: float | None,
+    peak_tflops: float | None,
+) -> Rates:
+    """The summary's speed figures over the ``kept`` steps.
+
+    ``samples`` and ``tokens`` are per step: one number for every step, or one a step (NaN
+    where a step gave none). ``flops`` is per step; ``peak_tflops`` the device's peak, for MFU.
+    """
+    times = sorted(step_ms[i] for i in kept)
+    median = statistics.median(times) if times else None
+    per_s = 1000.0 / median if median else None
+    typical_samples = typical(samples, kept)
+    typical_tokens = typical(tokens, kept) if tokens is not None else None
+    tflops = flops * per_s / 1e12 if per_s and flops else None
+    return Rates(
+        step_ms_median=median,
+        step_ms_p10=quantile(times, 0.1),
+        step_ms_p90=quantile(times, 0.9),
+        samples_per_s=typical_samples * per_s if per_s and typical_samples else None,
+        tokens_per_s=typical_tokens * per_s if per_s and typical_tokens else None,
+        tflops=tflops,
+        mfu=tflops / peak_tflops if tflops is not None and peak_tflops else None,
+    )
+
+
+def typical(per_step: Sequence[float] | float, kept: Sequence[int]) -> float | None:
+    """The median amount of the kept steps that gave one (NaN: none given)."""
+    if isinstance(per_step, (int, float)):
+        return float(per_step)
+    given = [per_step[i] for i in kept if i < len(per_step) and not math.isnan(per_step[i])]
+    return statistics.median(given) if given else None
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def nonfinite_name(x: float | None) -> Literal["nan", "inf", "-inf"] | None:
+    """How a non-finite loss is named in ``done`` (JSON has no inf or NaN)."""
+    if x is None or math.isfinite(x):
+        return None
+    if math.isnan(x):
+        return "nan"
+    return "inf" if x > 0 else "-inf"

@@ -1,0 +1,92 @@
+"""One rule for a run's summary: an engine run and a watched loop given the same steps write
+the same ``done`` figures, so Compare sets them side by side on the same statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ampscope.core import summary
+from ampscope.engine.stats import RunStats
+from ampscope.watch.stats import RunFigures
+
+# step 0 compiles, step 3 also counted gradient zeros, the last loss is NaN
+STEPS = [
+    # (step_ms, loss, skipped, counted zeros)
+    (30_000.0, 4.0, False, False),
+    (10.0, 3.5, False, False),
+    (11.0, 3.0, True, False),
+    (90.0, 2.5, False, True),
+    (12.0, 2.0, False, False),
+    (13.0, math.nan, False, False),
+]
+SAMPLES, TOKENS, FLOPS, PEAK = 8, 8 * 128, 2e9, 100.0
+
+
+def engine_done():
+    stats = RunStats(warmup_steps=1, compiled=True, compile_s=29.9)
+    for step, (ms, loss, skipped, zeros) in enumerate(STEPS):
+        stats.steps_done = step + 1
+        stats.step_ms.append(ms)
+        if zeros:
+            stats.instrumented.add(step)
+        stats.skipped += skipped
+        stats.loss_final, stats.loss_final_step = loss, step
+        if math.isfinite(loss) and stats.loss_first is None:
+            stats.loss_first = loss
+    return stats.done("ok", SAMPLES, TOKENS, FLOPS, PEAK)
+
+
+def watch_done():
+    figures = RunFigures(warmup_steps=1)
+    figures.compile_s = 29.9
+    for step, (ms, loss, skipped, zeros) in enumerate(STEPS):
+        figures.add(step, ms, loss, skipped, SAMPLES, TOKENS, None, zeros)
+    return figures.done("ok", FLOPS, PEAK)
+
+
+FIELDS = [
+    "steps_done",
+    "step_ms_median",
+    "step_ms_p10",
+    "step_ms_p90",
+    "samples_per_s",
+    "tokens_per_s",
+    "tflops",
+    "mfu",
+    "loss_first",
+    "loss_final",
+    "loss_final_step",
+    "loss_nonfinite",
+    "skipped_steps",
+    "compile_s",
+]
+
+
+@pytest.mark.unit
+def test_an_engine_run_and_a_watched_loop_summarise_the_same_steps_alike() -> None:
+    engine, watched = engine_done(), watch_done()
+    assert {f: getattr(watched, f) for f in FIELDS} == {f: getattr(engine, f) for f in FIELDS}
+    # the compile step and the zero-counting step are out; the median is of 10, 11, 12, 13
+    assert engine.step_ms_median == 11.5 and engine.samples_per_s == pytest.approx(8 / 0.0115)
+    assert engine.loss_final is None and engine.loss_nonfinite == "nan"
+    assert engine.loss_final_step == 5 and engine.loss_first == 4.0
+
+
+@pytest.mark.unit
+def test_a_watched_loops_rates_are_a_typical_steps_so_one_odd_batch_moves_nothing() -> None:
+    figures = RunFigures(warmup_steps=0)
+    for step, (ms, samples) in enumerate([(10.0, 8), (10.0, 8), (10.0, 8), (40.0, 4096)]):
+        figures.add(step, ms, 1.0, False, samples, None, None)
+    done = figures.done("ok", None, None)
+    assert done.step_ms_median == 10.0 and done.samples_per_s == pytest.approx(800.0)
+    assert done.tokens_per_s is None and done.tflops is None  # never given: '-', not 0
+
+
+@pytest.mark.unit
+def test_the_timed_steps_rule() -> None:
+    assert summary.timed_steps(5, 2) == [2, 3, 4]
+    assert summary.timed_steps(5, 0, compiled=True) == [1, 2, 3, 4]
+    assert summary.timed_steps(2, 5) == [1]  # shorter than its warm-up: the first step out
+    assert summary.timed_steps(4, 1, instrumented={1, 2, 3}) == [1, 2, 3]  # none else left
