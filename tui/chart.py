@@ -188,7 +188,6 @@ class Chart:
 
     figure: Plot = field(default_factory=Plot)
     frame: Frame | None = None
-    frames_built: int = 0
     title: str = ""
 
     def draw(
@@ -249,7 +248,6 @@ class Chart:
         self.frame = Frame(
             key, [row[:] for row in matrix.marker], colors, matrix.Cols_canvas, matrix.Rows_canvas
         )
-        self.frames_built += 1
         return self.frame
 
 

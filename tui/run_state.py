@@ -64,7 +64,6 @@ class RunState:
         self.status = "starting"  # starting, compiling, training, done, failed, stopped
         self.error: str | None = None
         self.compile_s: float | None = None
-        self.compile_info: ev.CompileEvent | None = None
         self._compile_started: float | None = None  # monotonic, for the ticking label
         self._compile_started_t: float | None = None  # event time, for replays
         self.last_t = 0.0
@@ -221,7 +220,6 @@ class RunState:
             self.status = "failed"
 
     def _on_compile(self, e: ev.CompileEvent) -> None:
-        self.compile_info = e
         if e.compile_s is not None:
             self.compile_s = e.compile_s
 

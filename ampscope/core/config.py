@@ -47,7 +47,6 @@ CompileMode = Literal[
 WorkloadKind = Literal["gpt", "mlp", "cnn", "gpt2-124m", "llama"]
 WorkloadSize = Literal["auto", "small", "large"]
 
-PositiveInt = Annotated[int, Meta(ge=1)]
 # Upper bounds far beyond any real run, so that a typo (or 10**23) is refused at once
 # instead of running for ever or asking the allocator for terabytes.
 MAX_STEPS = 10_000_000

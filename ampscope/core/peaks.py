@@ -6,9 +6,6 @@ import ``identify`` and ``peak_tflops`` from here.
 
 from __future__ import annotations
 
-from ampscope.core.hardware import DTYPES, GPUS, Gpu, identify, peak_tflops
+from ampscope.core.hardware import identify, peak_tflops
 
-GpuPeaks = Gpu
-PEAKS = GPUS
-
-__all__ = ["DTYPES", "PEAKS", "GpuPeaks", "identify", "peak_tflops"]
+__all__ = ["identify", "peak_tflops"]

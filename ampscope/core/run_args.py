@@ -98,6 +98,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)  # set by the launcher
 
 
+# the flags add_launch_arguments adds, in make_launch's order
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout")
 
 
@@ -145,13 +146,7 @@ def launch_from_args(args: argparse.Namespace, prefix: str = "") -> Launch:
         own = getattr(args, name, None)
         return own if own is not None else getattr(args, prefix + name, None)
 
-    return make_launch(
-        value("nproc_per_node"),  # type: ignore[arg-type]
-        value("nnodes"),  # type: ignore[arg-type]
-        value("node_rank"),  # type: ignore[arg-type]
-        value("rdzv_endpoint"),  # type: ignore[arg-type]
-        value("rdzv_timeout"),  # type: ignore[arg-type]
-    )
+    return make_launch(*(value(name) for name in LAUNCH_FLAGS))  # type: ignore[arg-type]
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:
