@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ampscope.core import events as ev  # noqa: E402
 from ampscope.core import records  # noqa: E402
+from tests.helpers import hello, step  # noqa: E402
 
 WARMUP_S = 5.0
 FLUSH_S = 0.05
@@ -50,7 +51,7 @@ def write_ampscope(run_dir: Path, rate: float) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     records.write_live(run_dir, os.getpid())
     started = time.monotonic()
-    hello = ev.HelloEvent(
+    first = hello(
         run_id=run_dir.name,
         run_dir=str(run_dir),
         preset="peer-bench",
@@ -58,22 +59,17 @@ def write_ampscope(run_dir: Path, rate: float) -> None:
         pid=os.getpid(),
         host="bench",
         started_at=time.time(),
-        python_version="3",
-        torch_version="-",
-        cuda_version=None,
         device="cuda:0",
         device_name="stand-in GPU",
-        compute_capability=None,
         compute_dtype="float16",
         peak_tflops=100.0,
-        peak_tflops_note="",
         param_count=10**8,
         flops_per_step=1e12,
         samples_per_step=16,
         tokens_per_step=16384,
     )
     with (run_dir / records.EVENTS_FILE).open("wb") as out:
-        out.write(ev.encode(hello))
+        out.write(ev.encode(first))
         sent, next_sys, next_beat = 0, 0.0, 1.0
         while True:
             elapsed = time.monotonic() - started
@@ -94,13 +90,12 @@ def write_ampscope(run_dir: Path, rate: float) -> None:
 
 
 def _step(i: int, t: float) -> ev.StepEvent:
-    return ev.StepEvent(
-        step=i,
-        step_ms=10.0 + (i % 17) * 0.3,
+    return step(
+        i,
+        10.0 + (i % 17) * 0.3,
         loss=5.0 / (1 + i / 1000),
         loss_scale=2.0 ** (16 - (i // 2000) % 4),
         skipped=i % 997 == 0,
-        grad_norm=1.0,
         samples_per_s=1600.0,
         tokens_per_s=1.6e6,
         tflops=95.0,
@@ -108,8 +103,6 @@ def _step(i: int, t: float) -> ev.StepEvent:
         mem_allocated=(20 << 30) + (i % 50) * (1 << 20),
         mem_reserved=24 << 30,
         mem_peak=22 << 30,
-        grad_zero_frac=None,
-        lr=1e-3,
         t=t,
     )
 

@@ -25,6 +25,7 @@ from ampscope.core import events as ev  # noqa: E402
 from ampscope.tui.app import AmpscopeApp  # noqa: E402
 from ampscope.tui.run_state import RunState  # noqa: E402
 from ampscope.tui.widgets.plots import RunPlot  # noqa: E402
+from tests.helpers import hello, step  # noqa: E402
 
 TICK_S = 0.01
 
@@ -52,9 +53,8 @@ class StreamSource:
 
 
 def fake_hello() -> ev.HelloEvent:
-    return ev.HelloEvent(
+    return hello(
         run_id="bench",
-        run_dir=None,
         preset="bench",
         config={
             "name": "bench",
@@ -62,19 +62,13 @@ def fake_hello() -> ev.HelloEvent:
             "compile": "off",
             "steps": 10**9,
             "device": "cuda",
-        },
-        pid=0,
+        },  # fmt: skip
         host="bench",
         started_at=time.time(),
-        python_version="3",
-        torch_version="-",
-        cuda_version=None,
         device="cuda:0",
         device_name="fake GPU",
-        compute_capability=None,
         compute_dtype="float16",
         peak_tflops=100.0,
-        peak_tflops_note="",
         param_count=10**8,
         flops_per_step=1e12,
         samples_per_step=16,
@@ -83,15 +77,13 @@ def fake_hello() -> ev.HelloEvent:
 
 
 def fake_step(i: int, t: float) -> ev.StepEvent:
-    ms = 10.0 + (i % 17) * 0.3 + (40.0 if i % 500 == 0 else 0.0)
-    scale = 2.0 ** (16 - (i // 2000) % 4)
-    return ev.StepEvent(
-        step=i,
-        step_ms=ms,
+    """A 10 ms step with a spike every 500, the loss scale halving now and then."""
+    return step(
+        i,
+        10.0 + (i % 17) * 0.3 + (40.0 if i % 500 == 0 else 0.0),
         loss=5.0 / (1 + i / 1000),
-        loss_scale=scale,
+        loss_scale=2.0 ** (16 - (i // 2000) % 4),
         skipped=i % 997 == 0,
-        grad_norm=1.0,
         samples_per_s=1600.0,
         tokens_per_s=1.6e6,
         tflops=95.0,
@@ -99,8 +91,6 @@ def fake_step(i: int, t: float) -> ev.StepEvent:
         mem_allocated=(20 << 30) + i,
         mem_reserved=24 << 30,
         mem_peak=22 << 30,
-        grad_zero_frac=None,
-        lr=1e-3,
         t=t,
     )
 
