@@ -268,6 +268,6 @@ def test_the_default_repeats_give_a_verdict_and_help_says_so(capsys) -> None:
 @pytest.mark.unit
 def test_a_run_that_ended_on_nan_shows_nan_as_its_final_loss_in_the_table() -> None:
     """Not an earlier finite loss: the shipped fp16 record went NaN at its first step."""
-    example = Path(__file__).resolve().parent.parent / "ampscope" / "examples" / "fp16-nan"
+    example = Path(__file__).resolve().parent.parent / "ampscope" / "example_runs" / "fp16-nan"
     row = comparison.row_from_runs("fp16", [records.load_run(example)])
     assert comparison.cells(row)["loss"] == "nan at step 1"

@@ -170,7 +170,7 @@ def test_wheel_ships_the_examples(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in runs_cli.example_runs():
         for f in ("events.jsonl", "config.json", "summary.json"):
-            assert f"ampscope/examples/{path.name}/{f}" in names
+            assert f"ampscope/example_runs/{path.name}/{f}" in names
     assert {
         "ampscope/cli/runs.py",
         "ampscope/tui/follow.py",

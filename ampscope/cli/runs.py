@@ -22,7 +22,7 @@ from ampscope.core import records
 from ampscope.core.launch import EngineDidNotStart, launch_detached
 from ampscope.core.text import visible
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "example_runs"
 FINISHED = ("ok", "failed", "stopped")
 SPEED_RANGE = (0.1, 100.0)
 
