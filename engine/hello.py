@@ -55,6 +55,7 @@ def make_hello(
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
         fp8=s.fp8,
+        rss_before_model=s.rss_before_model,
         workload=wl.name or None,
         world_size=s.link.world_size,
         backend=s.link.backend,

@@ -10,6 +10,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import memory_plan
 from ampscope.core.config import Preset, resolve_workload
+from ampscope.core.host_memory import current_rss
 from ampscope.core.units import fmt_bytes
 from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
@@ -42,6 +43,7 @@ class Setup:
     flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
     fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
     link: Link = field(default_factory=SoloLink)  # the other ranks, if any
+    rss_before_model: int | None = None  # process RSS before the model was built (CPU runs)
 
 
 def build(
@@ -55,6 +57,7 @@ def build(
     link = link or SoloLink()
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
+    rss_before = None if info.is_cuda else current_rss()
     workload, dims = make_workload(preset, info)
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
@@ -86,6 +89,7 @@ def build(
         flops,
         fp8_layers,
         link,
+        rss_before,
     )
 
 

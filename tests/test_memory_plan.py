@@ -178,8 +178,9 @@ def test_prediction_matches_a_real_cpu_training_step():
 def test_run_record_comparison(tmp_path, capsys, monkeypatch):
     """--run on a real (tiny) CPU run: the prediction, and no ratio against process RSS.
 
-    The record holds RSS only (the runtime included, ~300 MB), so nothing is compared; the
-    old output divided RSS by tensor memory ("measured / predicted = 106").
+    The record holds RSS (the runtime included, ~300 MB) and the RSS read before the model
+    was built, so the growth from it is compared, never RSS itself (the old output divided
+    RSS by tensor memory: "measured / predicted = 106").
     """
     runs = tmp_path / "runs"
     subprocess.run(
@@ -194,16 +195,16 @@ def test_run_record_comparison(tmp_path, capsys, monkeypatch):
     run_dir = next(runs.iterdir())
     c = memory_runs.compare_run(run_dir)
     assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)
-    assert c.measured_peak and c.ratio is None and c.compared is None
-    assert "RSS" in c.measured_what and any("not compared" in n for n in c.notes)
+    assert c.measured_peak and c.compared and c.compared < c.measured_peak
+    assert "RSS" in c.measured_what and "RSS growth" in c.compared_what
     assert main(["memory", "--run", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "compared / predicted" not in out and "not compared" in out
+    assert "compared / predicted" in out and "RSS growth" in out
     assert main(["memory", "--run", str(tmp_path)]) == 2
     monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(runs))  # by its name, as 'ampscope runs' lists it
     capsys.readouterr()
     assert main(["memory", "--run", run_dir.name]) == 0
-    assert "not compared" in capsys.readouterr().out
+    assert "compared / predicted" in capsys.readouterr().out
     assert main(["memory", "--run", "no-such-run"]) == 2
     assert "no run record 'no-such-run'" in capsys.readouterr().err
 
