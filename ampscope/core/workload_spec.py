@@ -121,6 +121,29 @@ def record_name(preset_name: str, model: str | None) -> str:
     return f"{preset_name}-{where}{factory}"
 
 
+def model_label(model: str | None, name: str | None = None) -> str | None:
+    """What every screen calls a user's model: the factory's ``name`` (or its model's class)
+    once the engine has built it, else ``FILE:FUNCTION`` (the file's name alone) or the spec
+    as written: the same for a run that failed before it got a name. None: no user's model."""
+    if not model:
+        return None
+    if name:
+        return name
+    try:
+        spec = parse_model_spec(model)
+    except SpecError:
+        return model
+    where = spec.path.name if spec.source == "file" else spec.target
+    return f"{where}:{spec.function}"
+
+
+def config_model(config: Any) -> str | None:
+    """The ``workload.model`` spec of a run's (or a record's) configuration, if any."""
+    workload = config.get("workload") if isinstance(config, dict) else None
+    model = workload.get("model") if isinstance(workload, dict) else None
+    return str(model) if model else None
+
+
 def check_model_spec(text: str) -> ModelSpec:
     """Parse the spec and, for a file, check that it is there: what can be known without
     importing anything. The rest (the module, the function, what it returns) is the engine's."""
