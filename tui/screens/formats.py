@@ -200,5 +200,7 @@ def _g(x: object) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e7:  # a format's exact maxima: 65504, 57344, 448
+            return f"{x:.0f}"
         return f"{x:.4g}"
     return str(x)
