@@ -58,7 +58,7 @@ def build(
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     rss_before = None if info.is_cuda else current_rss()
-    workload, dims = make_workload(preset, info)
+    workload, dims = make_workload(preset, info, link)
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
@@ -93,11 +93,15 @@ def build(
     )
 
 
-def make_workload(preset: Preset, info: DeviceInfo) -> tuple[Workload, dict[str, int]]:
+def make_workload(
+    preset: Preset, info: DeviceInfo, link: Link | None = None
+) -> tuple[Workload, dict[str, int]]:
     """The user's model when ``workload.model`` names one, else the built-in kind."""
     if preset.workload.model is not None:
         batch = None if preset.batch_size == "auto" else preset.batch_size
-        ctx = ModelContext(info.device, batch, preset.seed, preset.precision)
+        link = link or SoloLink()
+        where = (link.rank, link.world_size, getattr(link, "local_rank", 0))
+        ctx = ModelContext(info.device, batch, preset.seed, preset.precision, *where)
         return build_user_workload(preset.workload.model, ctx), {}
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     return build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed), dims

@@ -143,3 +143,48 @@ def test_compare_of_one_model_names_it_in_the_title(tmp_path: Path) -> None:
             assert "confidence interval" in CompareScreen.HELP and "?" in CompareScreen.HELP
 
     helpers.run(go())
+
+
+RANKED_MODEL = """
+import torch
+from torch import nn
+
+
+def make(ctx):
+    y = torch.randint(0, 2, (8,))
+    return {
+        "model": nn.Linear(4, 2),
+        "batches": [(torch.full((1, 4), float(i)), y[i : i + 1]) for i in range(8)],
+        "loss": nn.functional.cross_entropy,
+        "name": f"rank{ctx.rank}-of{ctx.world_size}-local{ctx.local_rank}",
+        "sharded": ctx.world_size > 1,
+    }
+"""
+
+
+@pytest.mark.unit
+def test_the_factory_is_told_its_rank_and_a_sharded_loader_is_not_sharded_again(
+    tmp_path: Path,
+) -> None:
+    import types
+
+    import torch
+
+    from ampscope.core import config as cfg
+    from ampscope.engine.device import DeviceInfo
+    from ampscope.engine.setup import make_workload
+
+    path = tmp_path / "ranked.py"
+    path.write_text(RANKED_MODEL)
+    preset = cfg.load_preset("fp32", [model_set(path), "device='cpu'"])
+    cpu = DeviceInfo(torch.device("cpu"), "cpu", None, None, None, None)
+    link = types.SimpleNamespace(rank=1, world_size=2, local_rank=1)
+    workload, _ = make_workload(preset, cpu, link)  # type: ignore[arg-type]
+    assert workload.name == "rank1-of2-local1"
+    workload.prepare()
+    workload.pool.shard(1, 2)
+    served = [float(workload.batch(step)[0][0, 0]) for step in range(3)]
+    assert served == [0.0, 1.0, 2.0]  # sharded again, rank 1 would get 0, 3, 5
+    assert workload.pool.world_size == 1  # the loader's batches are this rank's already
+    solo, _ = make_workload(preset, cpu)
+    assert solo.name == "rank0-of1-local0"

@@ -45,18 +45,24 @@ class Workload:
     tokens_per_step: int | None = None
     samples_per_step: int | None = None
     name: str | None = None
+    sharded: bool = False  # the batches are this rank's already (a DistributedSampler)
 
 
 @dataclass(frozen=True)
 class ModelContext:
     """What the factory is told: build on ``device``, batches of ``batch_size`` (None: the
     preset says ``auto``, so the factory picks), seeded with ``seed``, for ``precision`` (the
-    preset's name for it, such as ``amp-bf16``: the engine applies it, the factory need not)."""
+    preset's name for it, such as ``amp-bf16``: the engine applies it, the factory need not).
+    Under torchrun, ``rank`` of ``world_size`` (``local_rank`` on its node) is this process:
+    for a ``DistributedSampler``, with ``sharded=True`` in the answer."""
 
     device: Any  # a torch.device
     batch_size: int | None
     seed: int
     precision: str
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
 
 
 @dataclass(frozen=True)

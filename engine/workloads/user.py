@@ -117,11 +117,13 @@ class UserBatches:
         self.first_seen = ""  # what the first batch held, for a message about it
         self.batch_size = 0  # known once the first batch is in
         self.rank, self.world_size = 0, 1
+        self.sharded = False
 
     def shard(self, rank: int, world_size: int) -> None:
         """Data parallelism: rank r trains on batch r of every ``world_size`` (a callable is
         asked for ``step * world_size + rank``). The first batch, read before, is every rank's."""
-        self.rank, self.world_size = rank, world_size
+        if not self.sharded:  # a DistributedSampler's batches are this rank's already
+            self.rank, self.world_size = rank, world_size
 
     def cast_inputs(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
@@ -246,6 +248,7 @@ class UserWorkload(Workload):
         flops = _positive(answer, "flops_per_step", spec_text, whole=False)
         warnings: list[tuple[str, str, int | None]] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
+        batches.sharded = bool(answer.get("sharded"))
         name = answer.get("name")
         super().__init__(
             model,
