@@ -281,3 +281,18 @@ def test_readme_gives_the_large_gpt_s_parameter_counts():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"{wl.params:,} parameters" in readme and "~110M-parameter" not in readme
     assert f"{matmuls / 1e6:.1f}M in its matmul weights" in readme
+
+
+@pytest.mark.unit
+def test_gpus_that_cannot_run_a_format_never_fit_it(capsys):
+    """fp8 needs compute capability 8.9 and bf16 8.0: a V100 'fitting' either misleads."""
+    plan = {r.regime: r for r in mp.plan(10**6)}
+    for old in ("V100-16", "T4"):
+        assert old in plan["fp32"].fits_train
+        assert old not in plan["bf16"].fits_train and old not in plan["amp-bf16"].fits_train
+    for pre_ada in ("V100-32", "T4", "A10", "A100-80"):
+        assert pre_ada not in plan["fp8"].fits_train and pre_ada not in plan["fp8"].fits_inference
+    assert "L4" in plan["fp8"].fits_train and "A100-80" in plan["bf16"].fits_train
+    assert main(["memory", "--params", "1M"]) == 0
+    out = capsys.readouterr().out
+    assert "x = cannot run the format" in out

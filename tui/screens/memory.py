@@ -138,8 +138,9 @@ class MemoryScreen(ToolScreen):
             f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
             "memory. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
             "logit-sized buffers at the start of backward; inference ignores the KV cache. "
-            "Smallest GPU: the listed GPU with the least memory that fits training; +N: that "
-            "many larger ones fit too."
+            "Smallest GPU: the listed GPU with the least memory that fits training and can run "
+            "the format (bf16 needs compute capability 8.0, fp8 8.9); +N: that many larger ones "
+            "fit too."
         )
 
     def fit_table(self) -> None:
