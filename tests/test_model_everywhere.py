@@ -188,3 +188,26 @@ def test_the_factory_is_told_its_rank_and_a_sharded_loader_is_not_sharded_again(
     assert workload.pool.world_size == 1  # the loader's batches are this rank's already
     solo, _ = make_workload(preset, cpu)
     assert solo.name == "rank0-of1-local0"
+
+
+@pytest.mark.subprocess
+def test_the_memory_plan_of_a_model_dashboard_plans_the_users_model(tmp_path: Path) -> None:
+    from textual.widgets import Input
+
+    from ampscope.tui.screens.memory import MemoryScreen, model_spec
+
+    path = user_model(tmp_path)
+    assert model_spec([model_set(path)]) == f"{path}:make"
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[model_set(path)])
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("p")
+            screen = await shown(pilot, app, MemoryScreen)
+            assert await wait_for(pilot, lambda: screen.model_params is not None, 120)
+            assert screen.model_params == 1348  # the test model, not the preset's GPT
+            assert screen.query_one("#memory-params", Input).value == "1348"
+            assert "1,348 parameters" in str(screen.query_one("#memory-title").render())
+
+    helpers.run(go())
