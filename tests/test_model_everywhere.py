@@ -211,3 +211,22 @@ def test_the_memory_plan_of_a_model_dashboard_plans_the_users_model(tmp_path: Pa
             assert "1,348 parameters" in str(screen.query_one("#memory-title").render())
 
     helpers.run(go())
+
+
+@pytest.mark.unit
+def test_the_presets_form_of_a_model_dashboard_shows_the_model_not_workload_gpt(
+    tmp_path: Path,
+) -> None:
+    path = user_model(tmp_path)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[model_set(path)])
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.pause()
+            text = helpers.screen_capture(app, "presets")[0]
+            assert "model      user_model.py:make" in text
+            assert "workload" not in text.split("model      ")[1].splitlines()[0]
+            assert not app.screen.query_one("#field-workload-kind").parent.display
+
+    helpers.run(go())
