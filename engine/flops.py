@@ -8,6 +8,12 @@ the model-FLOPs convention the formulas use (the flash kernels' formula adds the
 recompute of QK^T on top). A model that cannot be copied to the meta device is counted on its
 own device, with its gradients and buffers put back afterwards.
 
+torch's formula for a convolution's backward charges the weight gradient of a grouped
+convolution as if it had one group (``groups`` times over: 64x for a 64-channel depthwise
+conv). ampscope counts that kernel itself: each gradient (input, weight) repeats every
+multiply-add of the forward exactly once, whatever the groups, stride, dilation or
+transposition, so each costs the forward's count.
+
 Some kernels have no FLOP formula in torch (the CPU flash-attention kernel in torch 2.13, for
 one): a count that ran one is *partial*, a lower bound, and says which kernels it missed.
 """
@@ -25,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 Forward = Callable[[nn.Module, Any], Any]
@@ -35,6 +41,7 @@ Forward = Callable[[nn.Module, Any], Any]
 # torch makes the count partial; elementwise ops have no formula by design and cost little.
 HEAVY_KERNEL = re.compile(r"mm|matmul|conv|attention|einsum|linear|gemm|rnn|lstm|gru")
 META = torch.device("meta")
+aten = torch.ops.aten
 
 
 class FlopCount(NamedTuple):
@@ -91,8 +98,8 @@ def measure_train_flops(
 
 def _to_meta(value: Any) -> Any:
     """Tensors to the meta device, inside tuples, lists and dicts too; anything else as is."""
-    if isinstance(value, torch.Tensor):
-        return value.to(META)
+    if isinstance(value, torch.Tensor):  # a leaf of its own: no gradient flows back to the CPU
+        return value.detach().to(META).requires_grad_(value.requires_grad)
     if isinstance(value, Mapping):
         return {k: _to_meta(v) for k, v in value.items()}
     if type(value) in (tuple, list):  # (a named tuple stays as it is)
@@ -100,11 +107,38 @@ def _to_meta(value: Any) -> Any:
     return value
 
 
+def conv_backward_flops(
+    grad_out_shape: list[int],
+    x_shape: list[int],
+    w_shape: list[int],
+    _bias: Any,
+    _stride: Any,
+    _padding: Any,
+    _dilation: Any,
+    transposed: bool,
+    _output_padding: Any,
+    _groups: int,
+    output_mask: Sequence[bool],
+    out_shape: Any = None,
+    **_: Any,
+) -> int:
+    """A convolution's backward: the forward's count once for each gradient asked for.
+
+    The weight's shape already holds ``in_channels / groups``, so the forward's count is
+    right for grouped convolutions; torch's own backward formula rebuilds the weight gradient
+    from the input's full channel count and so counts it ``groups`` times."""
+    forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed=transposed)
+    return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
+
+
+CUSTOM_FORMULAS = {aten.convolution_backward: conv_backward_flops}
+
+
 def _count(
     model: nn.Module, batch: list[Any], loss_fn: LossFn, where: str, forward: Forward | None
 ) -> FlopCount:
     seen = _SeenKernels()
-    with seen, FlopCounterMode(display=False) as counter:
+    with seen, FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS) as counter:
         if forward is None:
             output, target = model(*batch[:-1]), batch[-1]
         else:

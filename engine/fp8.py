@@ -46,11 +46,16 @@ def convert_for_fp8(model: nn.Module, preset: Preset, info: DeviceInfo) -> ev.Fp
     float8 = import_torchao_float8()
     converted, skipped = choose_layers(model, options.skip_head)
     if not converted:
+        wider = (
+            "give your model's linear layers such dimensions"
+            if preset.workload.model
+            else "use a wider workload (workload.width)"
+        )
         raise ConfigError(
             "precision = 'fp8', but none of this workload's linear layers can run in fp8 ("
             + "; ".join(f"{name}: {why}" for name, why in skipped.items())
-            + "). fp8 matmuls need layers whose dimensions are multiples of 16: use a wider "
-            "workload (workload.width), or precision = 'amp-bf16'.",
+            + f"). fp8 matmuls need layers whose dimensions are multiples of 16: {wider}, or "
+            "precision = 'amp-bf16'.",
             key="precision",
         )
     config = float8.Float8LinearConfig.from_recipe_name(options.recipe)

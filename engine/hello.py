@@ -12,6 +12,7 @@ from pathlib import Path
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.peaks import peak_tflops
+from ampscope.core.workload_spec import model_label
 from ampscope.engine.device import where_it_runs
 from ampscope.engine.setup import Setup
 
@@ -36,6 +37,8 @@ def make_hello(
     resolved["batch_size"] = s.batch_size
     resolved["workload"].update(s.dims)
     wl, info = s.workload, s.info
+    if s.preset.workload.model:  # a user's model: it is the workload, not the preset's kind
+        resolved["workload"]["kind"] = model_label(s.preset.workload.model, wl.name)
     return ev.HelloEvent(
         run_id=run_dir.name if run_dir else f"{s.preset.name}-{os.getpid()}",
         run_dir=str(run_dir.resolve()) if run_dir else None,
@@ -55,6 +58,7 @@ def make_hello(
         samples_per_step=wl.samples_per_step,
         tokens_per_step=wl.tokens_per_step,
         fp8=s.fp8,
+        rss_before_model=s.rss_before_model,
         workload=wl.name or None,
         world_size=s.link.world_size,
         backend=s.link.backend,

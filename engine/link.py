@@ -56,6 +56,7 @@ class SoloLink:
 
     rank = 0
     world_size = 1
+    local_rank = 0
     backend: str | None = None
     lead = True
     grouped = False
@@ -93,6 +94,7 @@ class RankLink:
         self.grouped = True
         self.rank = ranks.rank
         self.world_size = ranks.world_size
+        self.local_rank = ranks.local_rank
         self.lead = ranks.lead
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":

@@ -39,7 +39,7 @@ def train_step(s: Setup, step: int, measure_zeros: bool) -> tuple[torch.Tensor, 
     the milliseconds the host waited for the batch."""
     t0 = time.perf_counter()
     x, y = s.workload.batch(step)
-    data_ms = (time.perf_counter() - t0) * 1000.0
+    data_ms = (time.perf_counter() - t0) * 1000.0 + s.workload.read_ahead_ms(step)
     with s.policy.autocast(s.info.device.type):  # autocast covers the forward pass and the loss
         output = s.workload.forward(s.model, x)
         loss = s.workload.loss(output, y)

@@ -11,17 +11,16 @@ import math
 from collections.abc import Iterable
 from typing import NamedTuple
 
-import psutil
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.host_memory import HostPeak
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.link import RankFigures
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
 
-RSS_EVERY = 10  # CPU runs: process RSS is re-read every this many steps (~30 us a read)
 ZERO_COUNT_CHUNK = 1 << 22  # grad_zero_frac counts this many elements at a time (4 MiB of bools)
 INPUT_BOUND_SHARE = 0.25  # waiting for batches above this share of step time: input-bound
 INPUT_BOUND_AFTER = 10  # timed steps (after warm-up) seen before the share is judged
@@ -98,16 +97,17 @@ def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tenso
 
 
 class MemoryReader:
-    """This rank's memory after a step: the CUDA allocator's figures, or the process RSS."""
+    """This rank's memory after a step: the CUDA allocator's figures, or on the CPU the
+    process RSS and its true peak since the loop began (``core.host_memory``)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.process = psutil.Process()
-        self.rss: int | None = None
-        self.reads = 0
+        self.host = HostPeak()
+        if device.type != "cuda":
+            self.host.reset()  # setup's own peak (imports, the FLOP count) does not count
 
     def read(self) -> tuple[int | None, int | None, int | None]:
-        """(allocated, reserved, peak allocated) bytes; on the CPU only the process RSS is known.
+        """(allocated, reserved, peak allocated) bytes; on the CPU (RSS, None, peak RSS).
 
         On CUDA one read of the allocator's statistics a step: ``memory_allocated`` and its
         siblings each rebuild (and flatten) the whole statistics dict to return one number.
@@ -117,10 +117,8 @@ class MemoryReader:
             allocated = stats.get("allocated_bytes", {}).get("all", {})
             reserved = stats.get("reserved_bytes", {}).get("all", {})
             return allocated.get("current"), reserved.get("current"), allocated.get("peak")
-        self.reads += 1
-        if self.reads % RSS_EVERY == 1 or self.rss is None:
-            self.rss = self.process.memory_info().rss
-        return self.rss, None, None
+        rss, peak = self.host.read()  # one read of /proc/self/status (~20 us)
+        return rss, None, peak
 
     def figures(self, rank: int, item: FinishedStep) -> RankFigures:
         return RankFigures(rank, item.step, item.step_ms, item.values, *self.read())

@@ -10,6 +10,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import memory_plan
 from ampscope.core.config import Preset, resolve_workload
+from ampscope.core.host_memory import current_rss
 from ampscope.core.units import fmt_bytes
 from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
@@ -42,6 +43,7 @@ class Setup:
     flops: FlopFigures  # the formula's and FlopCounterMode's figures, and the one MFU uses
     fp8: ev.Fp8Layers | None = None  # the layers an fp8 run converted
     link: Link = field(default_factory=SoloLink)  # the other ranks, if any
+    rss_before_model: int | None = None  # process RSS before the model was built (CPU runs)
 
 
 def build(
@@ -55,7 +57,8 @@ def build(
     link = link or SoloLink()
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
-    workload, dims = make_workload(preset, info)
+    rss_before = None if info.is_cuda else current_rss()
+    workload, dims = make_workload(preset, info, link)
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
@@ -86,14 +89,19 @@ def build(
         flops,
         fp8_layers,
         link,
+        rss_before,
     )
 
 
-def make_workload(preset: Preset, info: DeviceInfo) -> tuple[Workload, dict[str, int]]:
+def make_workload(
+    preset: Preset, info: DeviceInfo, link: Link | None = None
+) -> tuple[Workload, dict[str, int]]:
     """The user's model when ``workload.model`` names one, else the built-in kind."""
     if preset.workload.model is not None:
         batch = None if preset.batch_size == "auto" else preset.batch_size
-        ctx = ModelContext(info.device, batch, preset.seed, preset.precision)
+        link = link or SoloLink()
+        where = (link.rank, link.world_size, getattr(link, "local_rank", 0))
+        ctx = ModelContext(info.device, batch, preset.seed, preset.precision, *where)
         return build_user_workload(preset.workload.model, ctx), {}
     dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
     return build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed), dims

@@ -234,7 +234,7 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
                 history = await shown(pilot, app, HistoryScreen)
                 table = history.query_one("#history-table")
                 assert await wait_for(pilot, lambda: table.row_count == 3, 5)
-                assert [table.get_row_at(i)[1] for i in range(3)] == ["live", "crashed", "stalled"]
+                assert [table.get_row_at(i)[2] for i in range(3)] == ["live", "crashed", "stalled"]
                 await pilot.press("enter")  # the live one: attached, not replayed
                 screen = await shown(pilot, app, RunScreen)
                 assert isinstance(screen.source, AttachSource)

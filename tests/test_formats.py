@@ -394,3 +394,11 @@ def test_cli_facts_table(capsys):
 def test_import_does_not_pull_torch():
     code = "import ampscope.core.formats, ampscope.core.memory_plan, ampscope.cli.formats, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=engine_env())
+
+
+@pytest.mark.unit
+def test_the_formats_table_shows_exact_maxima() -> None:
+    from ampscope.tui.screens.formats import _g
+
+    assert [_g(65504.0), _g(57344.0), _g(448.0)] == ["65504", "57344", "448"]
+    assert _g(3.4028234663852886e38) == "3.403e+38" and _g(6.103515625e-05) == "6.104e-05"

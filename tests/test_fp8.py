@@ -333,3 +333,17 @@ def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> N
     monkeypatch.setattr(doctor, "_torchao_version", lambda: "0.18.0")
     assert doctor.doctor() == 0
     assert "fp8 training: torchao 0.18.0" in capsys.readouterr().out
+
+
+@pytest.mark.unit
+def test_nothing_to_convert_in_a_users_model_names_their_layers_not_workload_width(
+    tmp_path,
+) -> None:
+    pytest.importorskip("torchao")
+    model = nn.Sequential(nn.Linear(20, 30), nn.Linear(30, 10))
+    (tmp_path / "m.py").write_text("def make(ctx): ...\n")
+    spec = f'workload.model="{tmp_path / "m.py"}:make"'
+    with pytest.raises(cfg.ConfigError) as caught:
+        fp8.convert_for_fp8(model, fp8_preset("tensorwise", "fp8.emulate=true", spec), CPU)
+    assert "workload.width" not in str(caught.value)
+    assert "give your model's linear layers such dimensions" in str(caught.value)

@@ -192,8 +192,9 @@ def test_prediction_matches_a_real_cpu_training_step():
 def test_run_record_comparison(tmp_path, capsys, monkeypatch):
     """--run on a real (tiny) CPU run: the prediction, and no ratio against process RSS.
 
-    The record holds RSS only (the runtime included, ~300 MB), so nothing is compared; the
-    old output divided RSS by tensor memory ("measured / predicted = 106").
+    The record holds RSS (the runtime included, ~300 MB) and the RSS read before the model
+    was built, so the growth from it is compared, never RSS itself (the old output divided
+    RSS by tensor memory: "measured / predicted = 106").
     """
     runs = tmp_path / "runs"
     subprocess.run(
@@ -208,16 +209,16 @@ def test_run_record_comparison(tmp_path, capsys, monkeypatch):
     run_dir = next(runs.iterdir())
     c = memory_runs.compare_run(run_dir)
     assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)
-    assert c.measured_peak and c.ratio is None and c.compared is None
-    assert "RSS" in c.measured_what and any("not compared" in n for n in c.notes)
+    assert c.measured_peak and c.compared and c.compared < c.measured_peak
+    assert "RSS" in c.measured_what and "RSS growth" in c.compared_what
     assert main(["memory", "--run", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "compared / predicted" not in out and "not compared" in out
+    assert "compared / predicted" in out and "RSS growth" in out
     assert main(["memory", "--run", str(tmp_path)]) == 2
     monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(runs))  # by its name, as 'ampscope runs' lists it
     capsys.readouterr()
     assert main(["memory", "--run", run_dir.name]) == 0
-    assert "not compared" in capsys.readouterr().out
+    assert "compared / predicted" in capsys.readouterr().out
     assert main(["memory", "--run", "no-such-run"]) == 2
     assert "no run record 'no-such-run'" in capsys.readouterr().err
 
@@ -299,3 +300,18 @@ def test_readme_gives_the_large_gpt_s_parameter_counts():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"{wl.params:,} parameters" in readme and "~110M-parameter" not in readme
     assert f"{matmuls / 1e6:.1f}M in its matmul weights" in readme
+
+
+@pytest.mark.unit
+def test_gpus_that_cannot_run_a_format_never_fit_it(capsys):
+    """fp8 needs compute capability 8.9 and bf16 8.0: a V100 'fitting' either misleads."""
+    plan = {r.regime: r for r in mp.plan(10**6)}
+    for old in ("V100-16", "T4"):
+        assert old in plan["fp32"].fits_train
+        assert old not in plan["bf16"].fits_train and old not in plan["amp-bf16"].fits_train
+    for pre_ada in ("V100-32", "T4", "A10", "A100-80"):
+        assert pre_ada not in plan["fp8"].fits_train and pre_ada not in plan["fp8"].fits_inference
+    assert "L4" in plan["fp8"].fits_train and "A100-80" in plan["bf16"].fits_train
+    assert main(["memory", "--params", "1M"]) == 0
+    out = capsys.readouterr().out
+    assert "x = cannot run the format" in out

@@ -74,7 +74,7 @@ def test_eight_ranks_fit_80_columns_in_three_lines_with_the_slowest_marked() -> 
     lines = text.plain.split("\n")
     assert len(lines) == 3 and all(len(line) <= 80 for line in lines)
     assert lines[0] == (
-        "8 ranks ddp/nccl · slowest r3 124.5 ms, +4.35 vs median · ms, GPU mem, util"
+        "8 ranks ddp/nccl · slowest r3 124.5 ms, +4.35 ms vs median · ms, GPU mem, util"
     )
     assert lines[1].split() == [
         *("r0", "120.1", "40G", "-", "r1", "120.4", "40G", "-"),

@@ -122,7 +122,8 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             history = await shown(pilot, app, HistoryScreen)
             table = history.query_one("#history-table")
             assert await wait_for(pilot, lambda: table.row_count == 1, 5)
-            assert [str(c).strip() for c in table.get_row_at(0)[:2]] == ["fp32", "stopped"]
+            row = [str(c).strip() for c in table.get_row_at(0)]
+            assert [row[0], row[2]] == ["fp32", "stopped"]  # preset, (model,) state
             await pilot.press("enter")
             assert await wait_for(pilot, lambda: app.screen not in (history, screen), 5)
             replayed = app.screen

@@ -365,7 +365,7 @@ def test_history_compare_and_replay_take_watched_runs(tmp_path: Path) -> None:
             table = app.screen.query_one("#history-table")
             rows = [table.get_row_at(i) for i in range(2)]
             assert sorted(str(r[0]).strip() for r in rows) == ["mine-a", "mine-b"]
-            assert [str(r[1]) for r in rows] == ["ok", "ok"]
+            assert [str(r[2]) for r in rows] == ["ok", "ok"]  # preset, model, state
             await pilot.press("space", "down", "space", "c")
             await pilot.pause(0.5)
             compare = app.screen

@@ -249,6 +249,23 @@ def step_time_series(state: RunState, max_points: int) -> Series:
     return _thinned(state.step_columns.series("step", "step_ms"), max_points)
 
 
+OUTLIER_TIMES_MEDIAN = 4.0
+"""A step slower than this many medians is drawn at the ceiling, so one stall (a checkpoint,
+a recompile) does not flatten the axis for every other step."""
+
+
+def clip_outliers(ys: Sequence[float]) -> tuple[list[float], float | None, int]:
+    """``ys`` with the outliers drawn at a ceiling, the ceiling (None: nothing clipped), and
+    how many were clipped."""
+    if len(ys) < 3:
+        return list(ys), None, 0
+    ceiling = OUTLIER_TIMES_MEDIAN * statistics.median(ys)
+    clipped = sum(1 for y in ys if y > ceiling)
+    if not clipped or ceiling <= 0:
+        return list(ys), None, 0
+    return [min(y, ceiling) for y in ys], ceiling, clipped
+
+
 def loss_series(state: RunState, max_points: int) -> tuple[Series, Series]:
     """The finite losses, and log2 of the loss scale, against the step."""
     columns = state.step_columns

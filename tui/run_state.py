@@ -19,6 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
+from ampscope.core.workload_spec import config_model, model_label
 from ampscope.tui.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
 from ampscope.tui.rank_table import RankTable
 
@@ -82,6 +83,7 @@ class RunState:
         self.sys_columns = Columns(SYS_COLUMNS, maxlen)
         self.recent_ms: deque[float] = deque(maxlen=RECENT)
         self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
+        self.epoch = 1  # passes over a user's batches begun (``epoch`` notes)
         self.last_step: ev.StepEvent | None = None
         self.skipped = 0
         self.step_count = 0  # step events ever seen (the deque forgets)
@@ -203,6 +205,10 @@ class RunState:
             self.status = "training"
 
     def _on_warning(self, e: ev.WarningEvent) -> None:
+        if e.code == ev.EPOCH_NOTE:  # a new pass over the user's batches: a note, counted
+            self.epoch += 1
+            self.add_log("info", e.step, e.message)
+            return
         self.add_log("warning", e.step, f"[{e.code}] {e.message}")
 
     def _on_error(self, e: ev.ErrorEvent) -> None:
@@ -339,16 +345,21 @@ class RunState:
         step = "-" if self.step is None else str(self.step + 1)
         total = self.total_steps
         progress = f"step {step}/{total}" if total else f"step {step}"
-        parts = [
-            self.phase_label(now),
-            progress,
-            preset,
-            device,
+        if self.epoch > 1:
+            progress += f" (epoch {self.epoch})"
+        parts = [self.phase_label(now), progress, preset]
+        model = model_label(config_model(cfg), self.hello.workload if self.hello else None)
+        if model:
+            parts.append(f"model {model}")
+        parts.append(device)
+        precision = (
             layers_short(self.hello.fp8)
             if self.hello and self.hello.fp8
-            else str(cfg.get("precision", "?")),
-            f"compile {cfg.get('compile', '?')}",
-        ]
+            else str(cfg.get("precision", "?"))
+        )
+        if precision != preset:  # a preset named after its precision says it once
+            parts.append(precision)
+        parts.append(f"compile {cfg.get('compile', '?')}")
         if self.read_only:
             parts.append(self.read_from)
         if self.queue_note:

@@ -68,7 +68,8 @@ class ConsoleReporter:
                 self._line(f"compiled in {event.seconds:.1f} s")
         elif isinstance(event, ev.WarningEvent):
             where = f" (step {event.step})" if event.step is not None else ""
-            self._line(f"warning{where}: {event.message}")
+            said = "note" if event.code == ev.EPOCH_NOTE else "warning"
+            self._line(f"{said}{where}: {event.message}")
         elif isinstance(event, ev.ErrorEvent):
             where = f" at step {event.step}" if event.step is not None else ""
             if event.kind == "config":  # a user error: one message, as for any bad input

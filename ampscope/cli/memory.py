@@ -112,13 +112,18 @@ def format_plan(rows: list[Any], title: str, shape: Any) -> list[str]:
             f"{r.optimizer_bpp:>3} {r.train_bpp:>4} {r.cast_bpp:>5}  "
             + " ".join(f"{_gb(f):>9}" for f in figures)
         )
-    lines += ["", "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither"]
+    lines += [
+        "",
+        "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither, "
+        "x = cannot run the format (bf16 needs compute capability 8.0, fp8 8.9)",
+    ]
     names = mp.gpu_names()
     lines.append(f"{'':<23} " + " ".join(names))
     for r in rows:
         marks = []
         for n in names:
             mark = "T" if n in r.fits_train else ("i" if n in r.fits_inference else ".")
+            mark = "x" if n in mp.unable_gpus(r.regime) else mark
             marks.append(f"{mark:^{len(n)}}")
         lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
     return lines + _plan_notes(rows, shape)

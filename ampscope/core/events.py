@@ -155,6 +155,10 @@ class CompileEvent(Event, tag="compile"):
     compile_s: float | None
 
 
+EPOCH_NOTE = "epoch"
+"""A warning event's code for a plain note, not trouble: a user's batches began a new epoch."""
+
+
 class WarningEvent(Event, tag="warning"):
     code: str
     message: str

@@ -137,6 +137,14 @@ def peak_tflops(
     return value, f"{gpu.model} dense {dtype} datasheet peak"
 
 
+def cannot_run(dtype: str) -> frozenset[str]:
+    """The fit chart's GPUs without a Tensor Core path for ``dtype`` ("bf16" or "fp8"): bf16
+    needs compute capability 8.0 (Ampere), fp8 8.9 (Ada, Hopper); the engine refuses fp8 there."""
+    return frozenset(
+        gpu.chart for gpu in GPUS if gpu.chart is not None and getattr(gpu, dtype, 0.0) is None
+    )
+
+
 def fit_chart() -> tuple[tuple[str, float], ...]:
     """(label, GiB) for the memory planner's chart, smallest first, one per memory size."""
     rows = [(gpu.chart, gpu.memory_gib) for gpu in GPUS if gpu.chart is not None]

@@ -250,8 +250,18 @@ def logits_bytes(shape: Shape, bytes_per_value: int) -> int | None:
     return shape.seq * shape.batch * shape.vocab * (bytes_per_value + 4 * LOGIT_BUFFERS_FP32)
 
 
-def fits(total: int, fraction: float = FIT_FRACTION) -> list[str]:
-    return [name for name, gib in GPUS if total <= fraction * gib * GIB]
+def fits(total: int, fraction: float = FIT_FRACTION, regime: str = "fp32") -> list[str]:
+    """The chart's GPUs whose memory holds ``total`` and that can run the regime's format."""
+    return [n for n, g in GPUS if total <= fraction * g * GIB and n not in unable_gpus(regime)]
+
+
+def unable_gpus(regime: str) -> frozenset[str]:
+    """The chart's GPUs that cannot run ``regime`` at all (no bf16 or fp8 Tensor Cores)."""
+    if regime.startswith("fp8"):
+        return hardware.cannot_run("fp8")
+    if "bf16" in regime:
+        return hardware.cannot_run("bf16")
+    return frozenset()
 
 
 def plan_regime(
@@ -305,8 +315,8 @@ def plan_regime(
         static=static,
         train_total=total,
         inference_total=inference,
-        fits_train=fits(total),
-        fits_inference=fits(inference),
+        fits_train=fits(total, regime=r.key),
+        fits_inference=fits(inference, regime=r.key),
         note=r.note,
     )
 

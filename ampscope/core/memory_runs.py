@@ -100,7 +100,8 @@ def compare_run(run_dir: Any) -> RunComparison:
                 "with an RSS read from before the model was built is)"
             )
     if p.activations is None:
-        notes.append(f"no transformer shape for a {kind} workload: activations are not predicted")
+        what = f"a user's model ({kind})" if wl.get("model") else f"a {kind} workload"
+        notes.append(f"no transformer shape for {what}: activations are not predicted")
     else:
         notes.append(ATTENTION)
     notes.append(

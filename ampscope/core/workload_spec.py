@@ -45,18 +45,24 @@ class Workload:
     tokens_per_step: int | None = None
     samples_per_step: int | None = None
     name: str | None = None
+    sharded: bool = False  # the batches are this rank's already (a DistributedSampler)
 
 
 @dataclass(frozen=True)
 class ModelContext:
     """What the factory is told: build on ``device``, batches of ``batch_size`` (None: the
     preset says ``auto``, so the factory picks), seeded with ``seed``, for ``precision`` (the
-    preset's name for it, such as ``amp-bf16``: the engine applies it, the factory need not)."""
+    preset's name for it, such as ``amp-bf16``: the engine applies it, the factory need not).
+    Under torchrun, ``rank`` of ``world_size`` (``local_rank`` on its node) is this process:
+    for a ``DistributedSampler``, with ``sharded=True`` in the answer."""
 
     device: Any  # a torch.device
     batch_size: int | None
     seed: int
     precision: str
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,29 @@ def record_name(preset_name: str, model: str | None) -> str:
     where = spec.path.stem if spec.source == "file" else spec.target.rsplit(".", 1)[-1]
     factory = "" if spec.function == "make" else f"-{spec.function}"
     return f"{preset_name}-{where}{factory}"
+
+
+def model_label(model: str | None, name: str | None = None) -> str | None:
+    """What every screen calls a user's model: the factory's ``name`` (or its model's class)
+    once the engine has built it, else ``FILE:FUNCTION`` (the file's name alone) or the spec
+    as written: the same for a run that failed before it got a name. None: no user's model."""
+    if not model:
+        return None
+    if name:
+        return name
+    try:
+        spec = parse_model_spec(model)
+    except SpecError:
+        return model
+    where = spec.path.name if spec.source == "file" else spec.target
+    return f"{where}:{spec.function}"
+
+
+def config_model(config: Any) -> str | None:
+    """The ``workload.model`` spec of a run's (or a record's) configuration, if any."""
+    workload = config.get("workload") if isinstance(config, dict) else None
+    model = workload.get("model") if isinstance(workload, dict) else None
+    return str(model) if model else None
 
 
 def check_model_spec(text: str) -> ModelSpec:

@@ -7,12 +7,14 @@ loop. MFU is measured against the same datasheet peaks as engine runs (``core.pe
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.host_memory import current_rss
 from ampscope.core.peaks import peak_tflops
 from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
 from ampscope.watch.options import Options
@@ -132,8 +134,22 @@ def _peak(facts: RunFacts, options: Options) -> tuple[float | None, str]:
     return None, "no peak TFLOP/s for CPUs; pass peak_tflops= to ampscope.watch() to get MFU"
 
 
+def rss_without_model(model: torch.nn.Module) -> int:
+    """The process RSS less the model's parameters and buffers: as near as a loop that built
+    its model before watching allows to the engine's reading from before the model was built
+    (``ampscope memory --run`` compares the peak's growth from it with the planner)."""
+    tensors = itertools.chain(model.parameters(), model.buffers())
+    held = sum(t.numel() * t.element_size() for t in tensors if t.device.type == "cpu")
+    return max(0, current_rss() - held)
+
+
 def hello_event(
-    facts: RunFacts, run_id: str, run_dir: str | None, flops: float | None, allow_stop: bool
+    facts: RunFacts,
+    run_id: str,
+    run_dir: str | None,
+    flops: float | None,
+    allow_stop: bool,
+    rss_before_model: int | None = None,
 ) -> ev.HelloEvent:
     info = facts.info
     return ev.HelloEvent(
@@ -151,4 +167,5 @@ def hello_event(
         tokens_per_step=None,
         source="watch",
         allow_stop=allow_stop,
+        rss_before_model=rss_before_model,
     )

@@ -27,7 +27,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.engine.emitter import EventWriter
 from ampscope.watch import exits
-from ampscope.watch.describe import RunFacts, describe, hello_event
+from ampscope.watch.describe import RunFacts, describe, hello_event, rss_without_model
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
 from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
@@ -105,8 +105,9 @@ class Monitor:
         writer = self._writer = EventWriter(self._record.file, flush_interval=FLUSH_S)
         writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
         run_dir = str(self.run_dir.resolve())
+        rss_before = None if facts.info.is_cuda else rss_without_model(model)
         self._hello = hello_event(
-            facts, self.run_dir.name, run_dir, self.flops_per_step, o.allow_stop
+            facts, self.run_dir.name, run_dir, self.flops_per_step, o.allow_stop, rss_before
         )
         writer.emit(self._hello, urgent=True)
         self._setup_warnings(facts)

@@ -24,9 +24,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
 import torch
 
+from ampscope.core.host_memory import HostPeak
 from ampscope.engine.probe import FinishedStep, make_probe
 
 NAN = math.nan
@@ -229,16 +229,19 @@ class DeviceReadout:
 
 class MemoryReader:
     """Memory per step: torch's CUDA allocator on a GPU (host-side counters, no sync), else
-    the process RSS, read at most every ``RSS_EVERY_S`` (a read costs ~30 us)."""
+    the process RSS and its true peak since watching began (``core.host_memory``), read at
+    most every ``RSS_EVERY_S`` (a read costs ~20 us)."""
 
     def __init__(self, cuda: torch.device | None) -> None:
         self.cuda = cuda
-        self._process = psutil.Process()
-        self._rss: int | None = None
-        self._rss_at = -math.inf
+        self._host = HostPeak()
+        if cuda is None:
+            self._host.reset()
+        self._read: tuple[int | None, int | None, int | None] = (None, None, None)
+        self._read_at = -math.inf
 
     def read(self) -> tuple[int | None, int | None, int | None]:
-        """Allocated, reserved and peak bytes (on the CPU: RSS, None, None)."""
+        """Allocated, reserved and peak bytes (on the CPU: RSS, None, peak RSS)."""
         if self.cuda is not None:
             d = self.cuda
             return (
@@ -247,10 +250,11 @@ class MemoryReader:
                 torch.cuda.max_memory_allocated(d),
             )
         now = time.monotonic()
-        if now - self._rss_at >= RSS_EVERY_S:
-            self._rss_at = now
-            self._rss = self._process.memory_info().rss
-        return self._rss, None, None
+        if now - self._read_at >= RSS_EVERY_S:
+            self._read_at = now
+            rss, peak = self._host.read()
+            self._read = (rss, None, peak)
+        return self._read
 
 
 def make_readout(device: torch.device, scaler: Any) -> HostReadout | DeviceReadout:

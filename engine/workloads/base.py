@@ -102,6 +102,11 @@ class Workload:
         """Step 0's batch, for counting FLOPs before timing starts; step 0 still gets it."""
         return self.batch(0)
 
+    def read_ahead_ms(self, step: int) -> float:
+        """How long this step's batch took when it was read ahead (step 0's, to count FLOPs
+        and learn the batch size), so that its data wait is the real one, not ~0."""
+        return 0.0
+
     def forward(self, model: nn.Module, inputs: Any) -> Any:
         return model(inputs)
 

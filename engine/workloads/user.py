@@ -10,12 +10,14 @@ as for the built-in workloads.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from ampscope.core import events as ev
 from ampscope.core.config import ConfigError
 from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.workloads.base import Workload
@@ -109,16 +111,19 @@ class UserBatches:
                     "list) or a callable step -> batch."
                 ) from None
         self.served = 0  # batches read in the current pass over an iterable
-        self.restarted = False
+        self.epoch = 1  # passes begun over an iterable
         self.first: tuple[Any, Any] | None = None
+        self.first_ms = 0.0  # how long the first batch took, read ahead of step 0
         self.first_seen = ""  # what the first batch held, for a message about it
         self.batch_size = 0  # known once the first batch is in
         self.rank, self.world_size = 0, 1
+        self.sharded = False
 
     def shard(self, rank: int, world_size: int) -> None:
         """Data parallelism: rank r trains on batch r of every ``world_size`` (a callable is
         asked for ``step * world_size + rank``). The first batch, read before, is every rank's."""
-        self.rank, self.world_size = rank, world_size
+        if not self.sharded:  # a DistributedSampler's batches are this rank's already
+            self.rank, self.world_size = rank, world_size
 
     def cast_inputs(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
@@ -128,7 +133,9 @@ class UserBatches:
 
     def peek(self) -> tuple[Any, Any]:
         if self.first is None:
+            t0 = time.perf_counter()
             self.first = self._fetch(0)
+            self.first_ms = (time.perf_counter() - t0) * 1000.0
             inputs, targets = self.first
             self.first_seen = f"inputs {describe(inputs)}, targets {describe(targets)}"
         return self.first
@@ -168,7 +175,7 @@ class UserBatches:
         return raw
 
     def _restart(self, step: int) -> Any:
-        """Start the iterable over, once per epoch; say so (once) in the record."""
+        """Start the iterable over: a new epoch, noted in the record (not a warning)."""
         epoch, self.served = self.served, 0
         self.it = iter(self.source)
         try:
@@ -184,13 +191,12 @@ class UserBatches:
                 f"workload.model = '{self.spec_text}': {what}. Accepted: a list, a DataLoader "
                 "or another iterable that can be read again, or a callable step -> batch."
             ) from None
-        if not self.restarted:
-            self.restarted = True
-            message = (
-                f"The batches ran out after {epoch} steps and started again from the first: "
-                f"from step {step} on, the model sees the same data again."
-            )
-            self.warnings.append(("batches-restarted", message, step))
+        self.epoch += 1
+        message = (
+            f"epoch {self.epoch} from step {step}: the batches ran out after {epoch} steps "
+            "and started again from the first"
+        )
+        self.warnings.append((ev.EPOCH_NOTE, message, step))
         return raw
 
 
@@ -242,6 +248,7 @@ class UserWorkload(Workload):
         flops = _positive(answer, "flops_per_step", spec_text, whole=False)
         warnings: list[tuple[str, str, int | None]] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
+        batches.sharded = bool(answer.get("sharded"))
         name = answer.get("name")
         super().__init__(
             model,
@@ -283,6 +290,9 @@ class UserWorkload(Workload):
 
     def first_batch(self) -> tuple[Any, Any]:
         return self.batches.peek()
+
+    def read_ahead_ms(self, step: int) -> float:
+        return self.batches.first_ms if step == 0 else 0.0
 
     def forward(self, model: nn.Module, inputs: Any) -> Any:
         if isinstance(inputs, Mapping):

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Static
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
+from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.text import visible
 from ampscope.tui.chart import LEGEND_GLYPHS, LINE_ORDER, Line
 from ampscope.tui.figures import plottable
@@ -104,22 +105,36 @@ class OverlayPlot(ChartView):
 
 
 def labels_for(runs: list[records.RunRecord]) -> list[str]:
-    """Preset names, numbered where the same preset appears more than once."""
-    counts = Counter(r.preset for r in runs)
+    """Preset names, with the model when the runs train different ones, numbered where the
+    same name appears more than once."""
+    several = len({run_model(r) for r in runs}) > 1
+    names = [f"{run_preset(r)} {run_model(r)}" if several else run_preset(r) for r in runs]
+    counts = Counter(names)
     seen: Counter[str] = Counter()
     out = []
-    for run in runs:
-        seen[run.preset] += 1
-        out.append(run.preset if counts[run.preset] == 1 else f"{run.preset}#{seen[run.preset]}")
+    for name in names:
+        seen[name] += 1
+        out.append(name if counts[name] == 1 else f"{name}#{seen[name]}")
     return out
+
+
+def models_of(runs: list[records.RunRecord]) -> str:
+    """``model X`` for the title when every run trains the same one, else '' (each row says)."""
+    models = {run_model(r) for r in runs}
+    model = models.pop() if len(models) == 1 else "-"
+    return f"model {model} · " if model != "-" else ""
 
 
 class CompareScreen(Screen):
     HELP_TITLE = "Compare"
     HELP = (
         "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
-        "against the baseline (a ~ marks a difference smaller than the step-time spread), "
-        "step time and loss curves overlaid, and a verdict in words."
+        "against the baseline, step time and loss curves overlaid, and a verdict in words. "
+        "A speed-up is called only when repeated runs show it: repeat k of a preset is paired "
+        "with repeat k of the baseline, and the 95 % confidence interval of their median "
+        "step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
+        "difference shown), ? a preset with fewer than 3 repeats (untested: run a sweep "
+        "with repeats 3 or more, or 'ampscope bench --repeats 3')."
     )
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
@@ -190,7 +205,7 @@ class CompareScreen(Screen):
             table.move_cursor(row=min(cursor, len(rows) - 1))
         self.query_one("#compare-title", Static).update(
             Text.assemble(
-                f"{len(rows)} runs · baseline ",
+                f"{len(rows)} runs · {models_of(self.runs)}baseline ",
                 literal(self.baseline, "bold"),
                 f" · sorted by {title}",
             )
@@ -237,7 +252,7 @@ class CompareScreen(Screen):
 def default_baseline(rows: list[comparison.Row]) -> str:
     """fp32 if it has figures, else the first run that has any: never an empty run."""
     measured = [r for r in rows if r.step_ms is not None]
-    fp32 = next((r for r in measured if r.preset.split("#")[0] == "fp32"), None)
+    fp32 = next((r for r in measured if r.preset.split("#")[0].split(" ")[0] == "fp32"), None)
     chosen = fp32 or (measured[0] if measured else rows[0] if rows else None)
     return chosen.preset if chosen else ""
 

@@ -75,7 +75,8 @@ class FormatsScreen(ToolScreen):
         "(1 + 2**-9, 1e-8), enter shows every format's stored value, its relative error, "
         "flags (overflow, underflow, saturated) and its bits; the line under the table spells "
         "out the highlighted row's bits. Formats: each format's range and precision. Demos: "
-        "the lecture's cases (fp16 overflow, underflow, loss scaling)."
+        "the lecture's cases (fp16 overflow, underflow, loss scaling): up/down picks one, enter "
+        "runs it. To change tab, shift+tab up to the tab bar, then left/right (or click a tab)."
     )
     BINDINGS = [
         *ESC_BINDINGS,
@@ -200,5 +201,7 @@ def _g(x: object) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):
+        if x.is_integer() and abs(x) < 1e7:  # a format's exact maxima: 65504, 57344, 448
+            return f"{x:.0f}"
         return f"{x:.4g}"
     return str(x)

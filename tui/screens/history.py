@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ampscope.core import records
+from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
@@ -21,9 +22,10 @@ from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.tables import fill
 
-HEADS = ("preset", "state", "steps", "median step", "final loss", "started")
-ORDER = (0, 1, 5, 3, 4, 2)
-"""Which columns stay on a narrow terminal: the preset, its state, when, then its figures."""
+HEADS = ("preset", "model", "state", "steps", "median step", "final loss", "started")
+ORDER = (0, 1, 2, 6, 4, 5, 3)
+"""Which columns stay on a narrow terminal: the preset, its model, its state, when, then its
+figures."""
 
 STAMP = "%Y%m%dT%H%M%SZ"
 """How a run folder's name starts (``records.new_run_dir``): its start, in UTC."""
@@ -92,7 +94,8 @@ class HistoryScreen(Screen):
             done = run.done
             rows.append(
                 [
-                    self.preset_cell(run.name, run.preset),
+                    self.preset_cell(run.name, run_preset(run)),
+                    literal(run_model(run)),
                     state,
                     "-" if done is None else str(done.steps_done),
                     fmt_ms(done.step_ms_median if done else None),

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from functools import partial
+
+import tomllib
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -53,6 +59,8 @@ class MemoryScreen(ToolScreen):
         super().__init__()
         self.preset = preset
         self.workload: mp.Workload | None = None
+        self.model_spec = ""  # a --model dashboard's model
+        self.model_params: int | None = None
         self.rows: list[list[str]] = []
         self.keys: list[str] = []
 
@@ -75,7 +83,12 @@ class MemoryScreen(ToolScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        if self.preset:
+        spec = model_spec(getattr(getattr(self.app, "session", None), "extra_overrides", []))
+        if spec:  # a --model dashboard plans the user's model, as `ampscope memory --model`
+            self.model_spec = spec
+            self.query_one("#memory-title", Static).update(literal(f"counting {spec} ..."))
+            self.run_worker(partial(self.count_model, spec), thread=True, exit_on_error=False)
+        elif self.preset:
             try:
                 workload = mp.workload_from_preset(self.preset, on_cuda=True)
             except (cfg.ConfigError, mp.PlanError, KeyError) as exc:
@@ -94,7 +107,9 @@ class MemoryScreen(ToolScreen):
         except mp.PlanError as exc:
             self.query_one("#memory-error", Label).update(visible(str(exc)))
             return
-        if self.workload is not None and params == self.workload.params:
+        if self.model_params is not None and params == self.model_params:
+            self.show(params, None, f"model {self.model_spec}: {params:,} parameters")
+        elif self.workload is not None and params == self.workload.params:
             self.show(params, self.workload.shape, f"preset {self.preset} at its GPU size")
         else:
             self.show(params, None, f"{text.strip()} parameters")
@@ -138,9 +153,30 @@ class MemoryScreen(ToolScreen):
             f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
             "memory. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
             "logit-sized buffers at the start of backward; inference ignores the KV cache. "
-            "Smallest GPU: the listed GPU with the least memory that fits training; +N: that "
-            "many larger ones fit too."
+            "Smallest GPU: the listed GPU with the least memory that fits training and can run "
+            "the format (bf16 needs compute capability 8.0, fp8 8.9); +N: that many larger ones "
+            "fit too."
         )
+
+    def count_model(self, spec: str) -> None:
+        """In a thread: the model's parameter count from ``ampscope memory --model`` (the
+        dashboard never imports torch), then the plan for it."""
+        command = [sys.executable, "-m", "ampscope", "memory", "--model", spec, "--json"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            params = int(json.loads(done.stdout)["params"]) if done.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+            params, done = None, None
+        self.app.call_from_thread(self.model_counted, params, done.stderr if done else "")
+
+    def model_counted(self, params: int | None, error: str) -> None:
+        if params is None:
+            said = error.strip() or f"the model {self.model_spec} could not be counted"
+            self.query_one("#memory-error", Label).update(visible(said, 400))
+            return
+        self.model_params = params
+        self.query_one("#memory-params", Input).value = str(params)
+        self.recompute()
 
     def fit_table(self) -> None:
         fill(self.query_one(DataTable), HEADS, self.rows, self.size.width, keys=self.keys)
@@ -148,6 +184,18 @@ class MemoryScreen(ToolScreen):
     def on_resize(self) -> None:
         if self.rows:
             self.fit_table()
+
+
+def model_spec(overrides: list[str]) -> str | None:
+    """The ``workload.model`` spec among the dashboard's ``--set`` overrides (``--model``)."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "workload.model":
+            try:
+                return str(tomllib.loads(f"v = {value}")["v"])
+            except (tomllib.TOMLDecodeError, KeyError):
+                return value.strip().strip("\"'")
+    return None
 
 
 def smallest_fit(names: list[str]) -> str:

@@ -42,6 +42,7 @@ class PresetForm(VerticalScroll, can_focus=False):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="preset-description")
+        yield Static("", id="preset-model")  # a --model dashboard: the model, for workload
         for key, label, choices in FIELDS:
             with Horizontal(classes="form-row"):
                 yield Label(label, classes="form-label")

@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
 from ampscope.core.text import visible
+from ampscope.core.workload_spec import model_label
 from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import FIELDS, PresetForm, field_id, parse_field
@@ -158,6 +159,7 @@ class PresetsScreen(Screen):
                 literal(preset.description, keep_newlines=True),
             )
         )
+        self.show_model()
         for key, _label, choices in FIELDS:
             value = cfg.get_dotted(self.base, key)
             widget = self.query_one("#" + field_id(key))
@@ -168,6 +170,21 @@ class PresetsScreen(Screen):
                 assert isinstance(widget, Select)
                 widget.value = value
         self.show_problem(None)
+
+    def show_model(self) -> None:
+        """With ``--model`` the workload and size fields do not apply: the model's row says
+        what trains instead."""
+        from ampscope.tui.screens.memory import model_spec
+
+        spec = model_spec(getattr(getattr(self.app, "session", None), "extra_overrides", []))
+        row = self.query_one("#preset-model", Static)
+        row.display = spec is not None
+        if spec is not None:
+            row.update(Text.assemble(("model      ", "bold"), literal(model_label(spec) or spec)))
+        for key in ("workload.kind", "workload.size"):
+            parent = self.query_one("#" + field_id(key)).parent
+            if parent is not None:
+                parent.display = spec is None
 
     def form_values(self) -> dict[str, Any]:
         """The loaded preset with the form's fields applied (not yet validated).

@@ -180,8 +180,16 @@ class RunPlot(ChartView):
 class StepTimePlot(RunPlot):
     def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
         xs, ys = figures.step_time_series(state, ALL_POINTS)
+        ys, ceiling, clipped = figures.clip_outliers(ys)
+        mark = f" · {clipped} over {ceiling:.4g} drawn at top ▲" if ceiling is not None else ""
+        short = f" · {clipped} clipped ▲" if ceiling is not None else ""
         return Figure(
-            [say("step time (ms) / step"), say("step ms / step"), say("ms / step")],
+            [
+                say(f"step time (ms) / step{mark}"),
+                say(f"step ms / step{short}"),
+                say(f"ms / step{short}"),
+                say("ms / step"),
+            ],
             step_axis(xs, size[0]),
             data_axis(ys, size[1]),
             [Line("step time", xs, ys, "cyan", "hd")],

@@ -52,7 +52,7 @@ def header(table: RankTable) -> str:
     if slowest is not None:
         parts.append(
             f"slowest r{slowest.rank} {compact_ms(slowest.step_ms)} ms, "
-            f"+{compact_ms(slowest.lag_ms)} vs median"
+            f"+{compact_ms(slowest.lag_ms)} ms vs median"
         )
     parts.append("ms, GPU mem, util" if table.on_gpus else "ms, RSS, CPU")
     return " · ".join(parts)

@@ -1,0 +1,43 @@
+"""What a recorded run is called on every screen: its preset and its model.
+
+A run that failed before its ``hello`` (a factory with a typo) has only the configuration
+the engine wrote first (``config.json``); it is named from that the same way, not by its
+folder's name.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ampscope.core import records
+from ampscope.core.workload_spec import config_model, model_label
+
+
+def launch_config(run: records.RunRecord) -> dict[str, Any]:
+    """The configuration the run was started with: its hello's, else its ``config.json``."""
+    if run.hello is not None:
+        return run.hello.config or {}
+    try:
+        conf = json.loads((run.path / records.CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return conf if isinstance(conf, dict) else {}
+
+
+def run_preset(run: records.RunRecord) -> str:
+    if run.hello is not None:
+        return run.hello.preset
+    name = launch_config(run).get("name")
+    return str(name) if name else run.preset
+
+
+def run_model(run: records.RunRecord) -> str:
+    """The user's model by name (``model_label``), else the built-in workload's kind."""
+    conf = launch_config(run)
+    label = model_label(config_model(conf), run.hello.workload if run.hello else None)
+    if label:
+        return label
+    workload = conf.get("workload")
+    kind = workload.get("kind") if isinstance(workload, dict) else None
+    return str(kind) if kind else "-"
