@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from ampscope.core import comparison, records
+from ampscope.core import comparison, ownership, records
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
@@ -60,6 +60,17 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def owning_sleeper(run_dir: Path, seconds: int = 60) -> subprocess.Popen:
+    """A process that runs ``run_dir`` as an engine does: it holds the record's ``.owner``
+    open (inherited), so ampscope may signal it. A bare ``sleep`` holds nothing."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = ownership.claim_for_child(run_dir)
+    try:
+        return subprocess.Popen(["sleep", str(seconds)], pass_fds=(fd,), start_new_session=True)
+    finally:
+        os.close(fd)
 
 
 def wait_until(cond: Callable[[], bool], timeout: float) -> bool:

@@ -125,8 +125,9 @@ def test_stop_never_signals_a_process_live_json_merely_names(tmp_path: Path) -> 
         (run_dir / records.LIVE_FILE).write_text(json.dumps(live))
 
         source = AttachSource(run_dir, grace_s=0.5)
-        assert records.live_owner(run_dir) is not None  # fresh heartbeat, pid alive...
-        assert source.engine_pid() is None and not source.can_stop  # ...but not the engine
+        # fresh heartbeat, pid alive, but not the engine: not live (ampscope stop agrees)
+        assert records.live_owner(run_dir) is None
+        assert source.engine_pid() is None and not source.can_stop
         asyncio.run(source.stop())
         time.sleep(0.5)
         assert not gone(innocent.pid)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,10 +17,10 @@ import pytest
 from ampscope.cli.main import main
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import records
+from ampscope.core import records, stopping
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
-from tests.helpers import hello
+from tests.helpers import hello, owning_sleeper
 
 ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
 
@@ -177,14 +175,14 @@ def live_json(run_dir: Path, **fields: object) -> None:
 
 @pytest.mark.subprocess
 def test_a_foreign_pid_in_live_json_is_never_taken_for_the_engine(tmp_path: Path) -> None:
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleeper = owning_sleeper(tmp_path)
     try:
         live_json(tmp_path, pid=sleeper.pid, proc_start=time.time() - 3600)  # a reused pid
-        assert records.verified_pid(records.read_live(tmp_path) or {}) is None
+        assert stopping.verified_pid(records.read_live(tmp_path) or {}, tmp_path) is None
         live_json(tmp_path, pid=sleeper.pid)  # no start time at all: a crafted record
-        assert records.verified_pid(records.read_live(tmp_path) or {}) is None
+        assert stopping.verified_pid(records.read_live(tmp_path) or {}, tmp_path) is None
         records.write_live(tmp_path, sleeper.pid)  # what the engine writes about itself
-        assert records.verified_pid(records.read_live(tmp_path) or {}) == sleeper.pid
+        assert stopping.verified_pid(records.read_live(tmp_path) or {}, tmp_path) == sleeper.pid
     finally:
         sleeper.kill()
         sleeper.wait()

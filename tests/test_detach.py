@@ -183,7 +183,7 @@ def test_detach_refuses_a_bad_preset_and_no_record(tmp_path: Path, capsys) -> No
 
 def make_record(root: Path, name: str, pid: int, steps: int = 5, heartbeat_age: float = 0.0):
     run_dir = root / name
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     items = [
         ev.PhaseEvent(phase="setup", state="start"),
         hello(pid=pid, host=socket.gethostname(), started_at=time.time()),

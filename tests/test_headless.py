@@ -14,7 +14,7 @@ from ampscope.cli.main import build_parser
 from ampscope.cli.main import main as cli_main
 from ampscope.core import comparison, records
 from ampscope.tui.app import terminal_refusal
-from tests.helpers import gone, wait_gone, write_finished_record
+from tests.helpers import gone, owning_sleeper, wait_gone, write_finished_record
 from tests.test_detach import make_record
 
 
@@ -34,7 +34,7 @@ def test_run_says_where_its_record_is(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.subprocess
 def test_stop_signals_only_the_verified_engine_of_a_live_run(tmp_path: Path, capsys) -> None:
-    engine = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    engine = owning_sleeper(tmp_path / "20260101T000002Z-fp32")  # holds the record's .owner
     bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         live = make_record(tmp_path, "20260101T000002Z-fp32", engine.pid)

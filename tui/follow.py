@@ -3,7 +3,7 @@
 Used by ``ampscope attach``, by History (Enter on a live run), by runs the dashboard starts
 detached, and by the read-only viewer ``ampscope serve`` runs. Reading a file takes nothing from
 the engine, so any number of viewers may attach to one run. Stop signals the record's engine,
-once its pid is verified to be that engine (``records.verified_pid``).
+once its pid is verified to be that engine (``stopping.verified_pid``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core import records
+from ampscope.core import records, stopping
 from ampscope.tui.run_state import RunState
 from ampscope.tui.source import RESTART, STOP
 
@@ -102,7 +102,7 @@ class AttachSource:
         """The engine's pid, only while that very process runs on this host (never a pid
         ``live.json`` merely names: it may be stale after pid reuse, or crafted)."""
         live = records.read_live(self.run_dir)
-        return records.verified_pid(live) if live is not None else None
+        return stopping.verified_pid(live, self.run_dir) if live is not None else None
 
     def engine_state(self) -> str:
         """``live``, ``stalled`` (the heartbeat stopped, the process is still there) or ``gone``."""
@@ -195,7 +195,7 @@ class AttachSource:
     async def stop(self) -> None:
         """SIGTERM the engine (it finishes its step and writes ``done``), SIGKILL after grace.
 
-        Only a verified engine is signalled (``records.verified_pid``); a stalled (stopped)
+        Only a verified engine is signalled (``stopping.verified_pid``); a stalled (stopped)
         one gets SIGCONT too, so that it can act on the SIGTERM.
         """
         pid = self.engine_pid()
@@ -206,14 +206,14 @@ class AttachSource:
             return
         self.stopping = True
         self.state.stop_requested = True
-        if not records.ask_to_stop(live, pid):
+        if not stopping.ask_to_stop(self.run_dir, live, pid):
             return  # the user's own process: Ctrl+C, never SIGKILL
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_s
         while loop.time() < deadline and records.pid_alive(pid):
             await asyncio.sleep(0.1)
         if records.pid_alive(pid) and self.engine_pid() == pid:
-            records.signal_engine(pid, signal.SIGKILL)
+            stopping.signal_engine(self.run_dir, pid, signal.SIGKILL)
 
     async def restart(self) -> None:
         """Not offered: the engine is not this dashboard's child."""

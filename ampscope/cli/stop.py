@@ -1,8 +1,9 @@
 """``ampscope stop [RUN]``: stop a run that outlives its terminal (``run --detach``).
 
-Only the process ``live.json`` names is signalled, and only while it is that very process
-(``records.verified_pid``: same host, same start time), so a stale record after pid reuse
-never gets an innocent process killed. SIGTERM first: the engine finishes its step and
+Only the process ``live.json`` names is signalled, and only while it proves that it runs the
+record (``stopping.verified_pid``: same host, same start time, and it holds the record's
+``.owner`` open), so a stale record after pid reuse, or a forged one, never gets a foreign
+process killed. SIGTERM first: the engine finishes its step and
 writes ``done`` and its summary; SIGKILL only when it has not gone after ``--wait`` seconds.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.cli.output import fail
-from ampscope.core import records
+from ampscope.core import records, stopping
 from ampscope.core.text import visible
 
 DEFAULT_WAIT_S = 10.0
@@ -66,7 +67,15 @@ def cmd_stop(args: argparse.Namespace) -> int:
             return fail(f"no live run in {root}: nothing to stop. 'ampscope runs' lists them.", 1)
         return fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
     live = records.read_live(path)
-    pid = records.verified_pid(live) if live else None
+    pid = stopping.verified_pid(live, path) if live else None
+    named = records.same_process(live) if live else None
+    if pid is None and named is not None:
+        return fail(
+            f"{visible(path.name)}: the process its live.json names (pid {named}) does not "
+            "prove that it runs this record (it does not hold the record's .owner file), so "
+            "ampscope does not signal it. Stop it where it runs.",
+            1,
+        )
     if pid is None:
         state = records.run_state(records.load_run(path, with_events=False))
         return fail(f"{path.name} is not running on this host ({state}): nothing to stop.", 1)
@@ -78,7 +87,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
             "start it with ampscope.watch(..., allow_stop=True)."
         )
     print(f"stopping {name} (pid {pid}) ...", file=sys.stderr, flush=True)
-    if not records.ask_to_stop(live or {}, pid):  # a watched process: never killed
+    if not stopping.ask_to_stop(path, live or {}, pid):  # a watched process: never killed
         if not _gone(pid, args.wait):
             print(
                 f"ampscope: {name} was asked to stop (SIGINT, as Ctrl+C) and is still running "
@@ -87,7 +96,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
             )
             return 1
     elif not _gone(pid, args.wait):
-        records.signal_engine(pid, signal.SIGKILL)
+        stopping.signal_engine(path, pid, signal.SIGKILL)
         _gone(pid, 2.0)
         print(
             f"ampscope: {name} did not finish its step within {args.wait:g} s and was killed; "

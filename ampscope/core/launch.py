@@ -21,7 +21,7 @@ from typing import Any
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import records
+from ampscope.core import ownership, records
 from ampscope.core.parallel import Launch
 from ampscope.core.workload_spec import record_name
 
@@ -155,16 +155,24 @@ def launch_detached(
         str(run_dir),
         *(launch.flags() if launch is not None else []),
     ]
-    with open(run_dir / ENGINE_LOG, "ab") as log:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            env=child_env(),
-        )
+    # The child inherits a descriptor on the record's .owner and holds it for its lifetime:
+    # its proof, before any stop signals it, that it runs this record (core.ownership).
+    owner = ownership.claim_for_child(run_dir)
+    try:
+        with open(run_dir / ENGINE_LOG, "ab") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(owner,),
+                env=child_env(),
+            )
+        ownership.note_group(owner, proc.pid)  # its session, so a stop may end all of it
+    finally:
+        os.close(owner)
     # Until the engine writes its own, this one says who runs the record.
     records.write_live(run_dir, proc.pid)
     code = wait_for_hello(proc, run_dir, wait_s)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import math
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 import psutil
 
 from ampscope.core import events as ev
+from ampscope.core import ownership
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -208,7 +208,10 @@ def write_live(
     ``proc_start`` (the writer's process start time) lets a viewer make sure a pid still
     belongs to this run before it signals it: pids are reused.
     ``extra`` adds fields: a watched process says how (and whether) a viewer may stop it.
+    Written about itself, the process also holds the folder's ``.owner`` (``core.ownership``).
     """
+    if pid == os.getpid():
+        ownership.claim(run_dir)
     now = time.time()
     data = {
         "pid": pid,
@@ -247,6 +250,7 @@ def stop_rule(live: dict[str, Any]) -> tuple[bool, str]:
 def clear_live(run_dir: Path) -> None:
     with contextlib.suppress(OSError):
         (run_dir / LIVE_FILE).unlink()
+    ownership.release(run_dir)
 
 
 def pid_alive(pid: int) -> bool:
@@ -279,33 +283,11 @@ def _heartbeat_age(live: dict[str, Any], now: float) -> float | None:
     return max(age, 0.0)
 
 
-def signal_engine(pid: int, sig: int) -> None:
-    """A verified engine's group when it leads one (a detached engine does), else its pid."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
+def same_process(live: dict[str, Any]) -> int | None:
+    """The pid ``live.json`` names while a process started at that time runs on this host.
 
-
-def ask_to_stop(live: dict[str, Any], pid: int) -> bool:
-    """Stop a verified run as ``stop_rule`` allows. An engine gets SIGTERM (and SIGCONT, if
-    paused) and may be killed after its grace: True. A watched process is the user's own:
-    SIGINT to it alone, as Ctrl+C, and never a kill: False."""
-    if live.get("source") == "watch":
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGINT)
-        return False
-    signal_engine(pid, signal.SIGTERM)
-    signal_engine(pid, signal.SIGCONT)
-    return True
-
-
-def verified_pid(live: dict[str, Any]) -> int | None:
-    """The pid ``live.json`` names, only while that very process runs on this host.
-
-    Checked by host name and by the process's start time, so a stale record after pid reuse
-    (or a crafted one) never gets an innocent process signalled.
+    Public facts only (anyone can read them for any process): enough to list a run as live,
+    never enough to signal it (``stopping.verified_pid``).
     """
     try:
         pid = int(live.get("pid", 0))
@@ -328,12 +310,8 @@ def live_owner(run_dir: Path, now: float | None = None) -> dict[str, Any] | None
     age = _heartbeat_age(live, time.time() if now is None else now)
     if age is None or age >= LIVE_STALE_S:
         return None
-    if live.get("host") == socket.gethostname():
-        try:
-            if not pid_alive(int(live.get("pid", 0))):
-                return None
-        except (TypeError, ValueError, OverflowError):
-            return None
+    if live.get("host") == socket.gethostname() and same_process(live) is None:
+        return None  # gone, or a reused pid: ``ampscope stop`` says the same
     return live
 
 
@@ -343,7 +321,7 @@ def is_stalled(run_dir: Path, now: float | None = None) -> bool:
     if live is None:
         return False
     age = _heartbeat_age(live, time.time() if now is None else now)
-    return age is not None and age >= LIVE_STALE_S and verified_pid(live) is not None
+    return age is not None and age >= LIVE_STALE_S and same_process(live) is not None
 
 
 def tail_events(path: Path, max_bytes: int = 1 << 16) -> list[ev.Event]:

@@ -1,0 +1,52 @@
+"""Signalling a run's process: only one that proves it runs the record, only as allowed.
+
+``ampscope stop``, the dashboard's stop and ``attach`` + ``s`` all come here. Public facts
+(pid, host, start time: ``records.same_process``) say a run is live; only the held ``.owner``
+file (``core.ownership``) says a process is the run's, and only then is it signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from ampscope.core import ownership
+from ampscope.core.records import same_process
+
+
+def signal_engine(run_dir: Path, pid: int, sig: int) -> bool:
+    """Signal the engine of ``run_dir`` only if ``pid`` proves it runs it (``verified_pid``);
+    its whole group only when ampscope created that group for it. False when not signalled."""
+    if not ownership.holds_owner(pid, run_dir):
+        return False  # checked again before every signal: it may have gone meanwhile
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if ownership.group_leader(run_dir) == pid and os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    return True
+
+
+def ask_to_stop(run_dir: Path, live: dict[str, Any], pid: int) -> bool:
+    """Stop a verified run as ``stop_rule`` allows. An engine gets SIGTERM (and SIGCONT, if
+    paused) and may be killed after its grace: True. A watched process is the user's own:
+    SIGINT to it alone, as Ctrl+C, and never a kill: False."""
+    if live.get("source") == "watch":
+        if ownership.holds_owner(pid, run_dir):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGINT)
+        return False
+    signal_engine(run_dir, pid, signal.SIGTERM)
+    signal_engine(run_dir, pid, signal.SIGCONT)
+    return True
+
+
+def verified_pid(live: dict[str, Any], run_dir: Path) -> int | None:
+    """The pid ``live.json`` names, only while that very process runs this record here: same
+    host and start time, and it holds the record's ``.owner`` open (``core.ownership``), so a
+    stale record after pid reuse, or a forged one, never gets a foreign process signalled."""
+    pid = same_process(live)
+    return pid if pid is not None and ownership.holds_owner(pid, run_dir) else None
