@@ -25,6 +25,7 @@ class DeviceInfo:
     total_memory: int | None
     power_limit_w: float | None
     uuid: str | None
+    multiprocessors: int | None = None  # SMs this device has: a MIG slice has a share
 
     @property
     def is_cuda(self) -> bool:
@@ -54,6 +55,9 @@ def resolve_device(spec: str, ranks: RankEnv | None = None) -> DeviceInfo:
             f"Accepted: cuda:0 to cuda:{torch.cuda.device_count() - 1}."
         )
     device = torch.device("cuda", index)
+    # CUDA events, synchronize() and the current stream follow the current device: without
+    # this, on cuda:N the step would be timed (and its metrics read) on device 0.
+    torch.cuda.set_device(index)
     props = torch.cuda.get_device_properties(index)
     uuid = str(getattr(props, "uuid", "")) or None
     return DeviceInfo(
@@ -63,6 +67,7 @@ def resolve_device(spec: str, ranks: RankEnv | None = None) -> DeviceInfo:
         props.total_memory,
         nvml_power_limit_w(uuid),
         uuid,
+        getattr(props, "multi_processor_count", None),
     )
 
 

@@ -24,7 +24,9 @@ def choose_peak(s: Setup) -> tuple[float | None, str]:
     if s.preset.peak_tflops is not None:
         return s.preset.peak_tflops, "peak_tflops set in the preset"
     if s.info.is_cuda:
-        return peak_tflops(s.info.name, s.policy.compute_dtype, s.info.power_limit_w)
+        return peak_tflops(
+            s.info.name, s.policy.compute_dtype, s.info.power_limit_w, s.info.multiprocessors
+        )
     return None, CPU_PEAK_NOTE
 
 

@@ -73,22 +73,68 @@ TF32_API_SINCE = "2.9"  # torch.backends.cuda.matmul.fp32_precision first shippe
 
 
 def set_matmul_precision(tf32: bool) -> None:
-    """TF32 for fp32 matmuls and convolutions, through the one (new) API, both ways explicit.
+    """TF32 for fp32 matmuls and convolutions, set so that every getter, old and new, agrees.
 
-    Only the new API: once it is set, torch's legacy getters (``allow_tf32``,
-    ``get_float32_matmul_precision``) raise, so the two cannot be mixed. A torch without it
-    (older than 2.9, the floor in pyproject.toml) is refused with a message, not a traceback.
+    torch's own compiler reads the legacy getters (inductor's mm autotuning reads
+    ``get_float32_matmul_precision()`` and ``cuda.matmul.allow_tf32``, its convolutions
+    ``cudnn.allow_tf32``), and those raise once only the new ``fp32_precision`` API has set
+    the flags (torch reads that as a mix of the two). So the legacy setters go first, which
+    keep both views in step, then the new per-operator flags of cuDNN are set explicitly (the
+    legacy one leaves them at 'none'). A torch without the new API (older than 2.9, the floor
+    in pyproject.toml) is refused with a message, not a traceback.
     """
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-    if not hasattr(matmul, "fp32_precision") or not hasattr(conv, "fp32_precision"):
+    backends = torch.backends
+    cudnn = backends.cudnn
+    if not hasattr(backends.cuda.matmul, "fp32_precision") or not hasattr(cudnn, "conv"):
         raise ConfigError(
             f"ampscope needs torch {TF32_API_SINCE} or newer (it sets TF32 through "
             f"torch.backends.cuda.matmul.fp32_precision, new in {TF32_API_SINCE}), but this is "
             f"torch {torch.__version__}. Upgrade it: pip install -U 'torch>={TF32_API_SINCE}'."
         )
     mode = "tf32" if tf32 else "ieee"
-    matmul.fp32_precision = mode
-    conv.fp32_precision = mode
+    backends.cuda.matmul.allow_tf32 = tf32
+    cudnn.allow_tf32 = tf32
+    cudnn.conv.fp32_precision = mode
+    cudnn.rnn.fp32_precision = mode
+
+
+def tf32_getters() -> dict[str, object]:
+    """What every TF32 getter answers (an exception's name where one raises): for doctor and
+    the GPU check, which must see the same answers inductor will."""
+    backends = torch.backends
+    reads = {
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+        "torch.backends.cuda.matmul.allow_tf32": lambda: backends.cuda.matmul.allow_tf32,
+        "torch.backends.cudnn.allow_tf32": lambda: backends.cudnn.allow_tf32,
+        "torch.backends.cuda.matmul.fp32_precision": lambda: backends.cuda.matmul.fp32_precision,
+        "torch.backends.cudnn.conv.fp32_precision": lambda: backends.cudnn.conv.fp32_precision,
+        "torch.backends.cudnn.rnn.fp32_precision": lambda: backends.cudnn.rnn.fp32_precision,
+    }
+    answers: dict[str, object] = {}
+    for name, read in reads.items():
+        try:
+            answers[name] = read()
+        except Exception as exc:  # noqa: BLE001 - a getter that raises is the finding
+            answers[name] = f"raises {type(exc).__name__}"
+    return answers
+
+
+def tf32_disagreements(tf32: bool) -> list[str]:
+    """The getters that raise or disagree with ``tf32`` (empty when all agree)."""
+    want = {
+        "torch.get_float32_matmul_precision()": "high" if tf32 else "highest",
+        "torch.backends.cuda.matmul.allow_tf32": tf32,
+        "torch.backends.cudnn.allow_tf32": tf32,
+        "torch.backends.cuda.matmul.fp32_precision": "tf32" if tf32 else "ieee",
+        "torch.backends.cudnn.conv.fp32_precision": "tf32" if tf32 else "ieee",
+        "torch.backends.cudnn.rnn.fp32_precision": "tf32" if tf32 else "ieee",
+    }
+    got = tf32_getters()
+    return [
+        f"{name} = {got[name]!r} (want {value!r})"
+        for name, value in want.items()
+        if got[name] != value
+    ]
 
 
 def check_device_support(policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:

@@ -87,6 +87,7 @@ class FakeGpu:
     cc: tuple[int, int] = (9, 0)
     errors: dict[str, Exception] = field(default_factory=dict)  # function name -> raised
     lost: bool = False
+    parent: FakeGpu | None = None  # a MIG slice's full GPU
 
 
 @dataclass
@@ -221,6 +222,15 @@ class FakeNvml:
 
     def nvmlDeviceGetCudaComputeCapability(self, h: FakeGpu) -> tuple[int, int]:
         return self._dev("nvmlDeviceGetCudaComputeCapability", h).cc
+
+    def nvmlDeviceIsMigDeviceHandle(self, h: FakeGpu) -> int:
+        return int(self._dev("nvmlDeviceIsMigDeviceHandle", h).parent is not None)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h: FakeGpu) -> FakeGpu:
+        parent = self._dev("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", h).parent
+        if parent is None:
+            raise NVMLError(2)  # NVML_ERROR_INVALID_ARGUMENT: not a MIG handle
+        return parent
 
 
 UUID_A = "GPU-11111111-2222-3333-4444-555555555555"
@@ -504,11 +514,51 @@ def test_process_memory_none_when_nvml_cannot_attribute_it() -> None:
 
 
 def test_process_not_listed_warns_once_about_pid_namespaces() -> None:
-    s, out = sampler(FakeNvml(FakeGpu(UUID_A, procs=[Obj(pid=1, usedGpuMemory=GiB)])))
+    others = [Obj(pid=1, usedGpuMemory=GiB), Obj(pid=2, usedGpuMemory=GiB)]
+    s, out = sampler(FakeNvml(FakeGpu(UUID_A, procs=others)))
     events = [s.tick() for _ in range(telemetry.PID_MISSES_BEFORE_WARNING + 3)]
     [w] = out.warnings()
     assert w.code == "nvml-process-not-listed" and "--pid=host" in w.message
     assert all(e.proc_gpu_mem is None and e.gpu_util == 50.0 for e in events)
+
+
+@pytest.mark.unit
+def test_in_a_container_the_one_compute_process_listed_is_taken_for_ours() -> None:
+    """NVML lists host pids inside a container: ours is never found under its own pid."""
+    s, out = sampler(FakeNvml(FakeGpu(UUID_A, procs=[Obj(pid=4242, usedGpuMemory=3 * GiB)])))
+    events = [s.tick() for _ in range(telemetry.PID_MISSES_BEFORE_WARNING + 2)]
+    assert all(e.proc_gpu_mem == 3 * GiB for e in events)
+    [w] = out.warnings()
+    assert w.code == "nvml-process-not-listed"
+    assert "exactly one compute process (pid 4242)" in w.message and "host pids" in w.message
+
+
+NOT_SUPPORTED = NVMLError_NotSupported()
+
+
+@pytest.mark.unit
+def test_a_mig_slice_reads_utilization_and_power_through_its_parent() -> None:
+    full = FakeGpu(UUID_B, util=77, power_mw=400_000)
+    errors = {
+        "nvmlDeviceGetUtilizationRates": NOT_SUPPORTED,
+        "nvmlDeviceGetPowerUsage": NOT_SUPPORTED,
+    }
+    mig = FakeGpu(UUID_A, util=0, power_mw=0, errors=errors, parent=full, procs=[me()])
+    s, out = sampler(FakeNvml(mig, full))
+    first, second = s.tick(), s.tick()
+    for e in (first, second):
+        assert e.gpu_util == 77.0 and e.power_w == pytest.approx(400.0)
+        assert e.gpu_mem_used == 10 * GiB  # the slice's own figures stay the slice's
+    assert out.warnings() == []
+
+
+@pytest.mark.unit
+def test_a_whole_gpu_that_cannot_report_power_says_so_and_has_no_parent() -> None:
+    gpu = FakeGpu(UUID_A, errors={"nvmlDeviceGetPowerUsage": NOT_SUPPORTED}, procs=[me()])
+    s, out = sampler(FakeNvml(gpu))
+    e = s.tick()
+    assert e.power_w is None and e.gpu_util == 50.0
+    assert [w.code for w in out.warnings()] == ["nvml-field-unsupported"]
 
 
 # --------------------------------------------------------------------------- rate and thread

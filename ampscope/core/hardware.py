@@ -122,10 +122,39 @@ def by_model(model: str) -> Gpu:
     return next(gpu for gpu in GPUS if gpu.model == model)
 
 
+# Streaming multiprocessors of the full chip, for the boards that can be split into MIG slices
+# (the vendors' architecture whitepapers and datasheets).
+FULL_CHIP_SMS = {
+    "A100 80GB": 108,
+    "A100 40GB": 108,
+    "H100 SXM": 132,
+    "H100 PCIe": 114,
+    "H100 NVL": 132,
+    "H200 SXM": 132,
+    "H200 NVL": 132,
+    "B200": 148,
+}
+MIG_NOTE = (
+    "; where the slice cannot report GPU utilization or power, the figures are the whole GPU's"
+)
+
+
+def is_mig(device_name: str) -> bool:
+    """A MIG slice: torch names it after the full GPU plus its profile ('... MIG 3g.40gb')."""
+    return re.search(r"\bMIG\b", _normal(device_name)) is not None
+
+
 def peak_tflops(
-    device_name: str, dtype: str, power_limit_w: float | None = None
+    device_name: str,
+    dtype: str,
+    power_limit_w: float | None = None,
+    multiprocessors: int | None = None,
 ) -> tuple[float | None, str]:
-    """Peak dense TFLOP/s for MFU and a note saying where it came from or why there is none."""
+    """Peak dense TFLOP/s for MFU and a note saying where it came from or why there is none.
+
+    A MIG slice matches the full GPU's row, so its peak is scaled by its share of the chip's
+    multiprocessors (``multiprocessors``, torch's ``multi_processor_count`` for the slice).
+    """
     gpu = identify(device_name, power_limit_w)
     if gpu is None:
         return None, (
@@ -134,7 +163,19 @@ def peak_tflops(
     value = getattr(gpu, dtype, None) if dtype in DTYPES else None
     if value is None:
         return None, f"{gpu.model} has no {dtype} Tensor Core peak in the table"
-    return value, f"{gpu.model} dense {dtype} datasheet peak"
+    note = f"{gpu.model} dense {dtype} datasheet peak"
+    if not is_mig(device_name):
+        return value, note
+    full = FULL_CHIP_SMS.get(gpu.model)
+    if full is None or not multiprocessors:
+        return None, (
+            f"'{device_name}' is a MIG slice of a {gpu.model}, whose share of the chip is not "
+            "known here; set peak_tflops in the preset to get MFU"
+        )
+    share = min(multiprocessors, full) / full
+    return value * share, (
+        f"{note} scaled to this MIG slice's {multiprocessors} of {full} multiprocessors{MIG_NOTE}"
+    )
 
 
 def cannot_run(dtype: str) -> frozenset[str]:

@@ -25,6 +25,7 @@ from ampscope.engine.telemetry.nvml import (
 
 POWER_LIMIT_REFRESH_S = 30.0  # the enforced limit changes only when someone runs nvidia-smi -pl
 PID_MISSES_BEFORE_WARNING = 5
+PARENT_FIELDS = ("utilization", "power")  # read through a MIG slice's parent GPU if need be
 
 _EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
 _THROTTLE_REASONS = "nvmlDeviceGetCurrentClocksThrottleReasons"  # drivers before 535
@@ -77,6 +78,9 @@ class GpuReader:
         self._power_limit_at = -float("inf")
         self._pid_seen = False
         self._pid_misses = 0
+        self._stand_in: int | None = None  # the one process NVML lists, taken for ours
+        self._parent: Any = None  # a MIG slice's parent GPU, once a field needed it
+        self.via_parent: set[str] = set()  # fields read through the parent (the whole GPU's)
 
     def open(self) -> bool:
         """Initialise NVML and find the GPU. False (with one reason recorded) if not possible."""
@@ -114,6 +118,8 @@ class GpuReader:
         missing (an older driver or nvidia-ml-py). None when the field cannot be read."""
         if not self.active or field in self.failed:
             return None
+        if field in self.via_parent:
+            args = (self._parent, *args[1:])
         candidates = [names] if isinstance(names, str) else list(names)
         if field in self._fn:
             candidates = [self._fn[field]]
@@ -127,8 +133,23 @@ class GpuReader:
             if not missing_function(self.nvml, exc):
                 break
         assert exc is not None
+        if field in PARENT_FIELDS and field not in self.via_parent and self._parent_answers(exc):
+            self.via_parent.add(field)
+            return self.call(field, names, *args)
         self._fail(field, exc)
         return None
+
+    def _parent_answers(self, exc: BaseException) -> bool:
+        """A MIG slice answers NOT_SUPPORTED for utilization and power: its parent GPU does."""
+        if not is_nvml_error(self.nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
+            return False
+        if self._parent is None:
+            mig, _ = nvml_call(self.nvml, "nvmlDeviceIsMigDeviceHandle", self.handle)
+            if not mig:
+                return False
+            name = "nvmlDeviceGetDeviceHandleFromMigDeviceHandle"
+            self._parent, _ = nvml_call(self.nvml, name, self.handle)
+        return self._parent is not None
 
     def read(self) -> dict[str, Any]:
         """The GPU fields of a SysEvent; every field None when there is no GPU to read."""
@@ -182,8 +203,13 @@ class GpuReader:
         for proc in procs:
             if getattr(proc, "pid", None) == self.pid:
                 self._pid_seen = True
-                used = getattr(proc, "usedGpuMemory", None)  # None on Windows WDDM / some vGPUs
-                return int(used) if used is not None else None
+                return _used(proc)
+        if len(procs) == 1 and not self._pid_seen:  # in a container NVML lists host pids
+            if self._stand_in is None:
+                self._stand_in = getattr(procs[0], "pid", None)
+                self._reasons.append((W_PROCESS, self._stand_in_note()))
+            if getattr(procs[0], "pid", None) == self._stand_in:
+                return _used(procs[0])
         self._pid_misses += 1
         if not self._pid_seen and self._pid_misses == PID_MISSES_BEFORE_WARNING:
             self._reasons.append(
@@ -197,6 +223,13 @@ class GpuReader:
                 )
             )
         return None
+
+    def _stand_in_note(self) -> str:
+        return (
+            f"NVML does not list this process (pid {self.pid}) on the GPU, but exactly one "
+            f"compute process (pid {self._stand_in}): in a container NVML reports host pids, so "
+            "its GPU memory is shown as this process's."
+        )
 
     def _no_gpu(self, code: str, why: str) -> None:
         self.unavailable = why
@@ -223,3 +256,8 @@ class GpuReader:
         why = describe_nvml_error(self.nvml, exc)
         self.failed[field] = why
         self._reasons.append((W_FIELD, f"NVML cannot report {label} ({why}); it stays blank."))
+
+
+def _used(proc: Any) -> int | None:
+    used = getattr(proc, "usedGpuMemory", None)  # None on Windows WDDM / some vGPUs
+    return int(used) if used is not None else None
