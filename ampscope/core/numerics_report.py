@@ -6,6 +6,7 @@ same shares, the same sentences. No torch here.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from ampscope.core import events as ev
@@ -14,6 +15,7 @@ from ampscope.core.text import visible
 
 PASS_WORDS = {"activation": "outputs", "gradient": "gradients"}
 NOTABLE = 0.01  # a share below this is not worth a sentence
+KEEP_EVENTS = 240  # sampled steps a view keeps for its heatmap (the summary keeps them all)
 
 
 @dataclass
@@ -36,8 +38,10 @@ class NumericsSummary:
     first_nonfinite: FirstNonfinite | None = None
     loss_scale: float | None = None
     modules_total: int = 0
+    recent: deque[ev.NumericsEvent] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
 
     def add(self, event: ev.NumericsEvent) -> None:
+        self.recent.append(event)
         self.steps.append(event.step)
         self.loss_scale = event.loss_scale
         self.modules_total = max(self.modules_total, event.modules_total)
