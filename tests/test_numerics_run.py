@@ -79,3 +79,33 @@ def test_cli_table_and_verdicts_name_the_planted_layers():
     assert "fp16: 100% of head.tiny's outputs round to zero" in under.stdout
     bad = numerics_cli("fp32", "--set", "numerics.every=-1")
     assert bad.returncode == 2 and "numerics.every" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.unit
+def test_watch_numerics_every_records_the_planted_layer(tmp_path):
+    import importlib.util
+
+    import torch
+
+    import ampscope
+    from tests.helpers import events_of
+
+    spec = importlib.util.spec_from_file_location("planted_numerics", MODEL)
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    model = planted.Planted(1e5, 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16) * 4, torch.randint(0, 4, (32,))
+    with ampscope.watch(model, opt, runs_dir=tmp_path, numerics_every=2) as mon:
+        for _ in range(5):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss)
+    events = events_of(mon.run_dir, ev.NumericsEvent)
+    assert [e.step for e in events] == [0, 2, 4]
+    boost = next(m for m in events[0].modules if m.name == "trunk.boost")
+    assert boost.activation.formats["fp16"].overflow > 0.3 and boost.gradient is not None
+    with pytest.raises(ValueError, match="numerics_every"):
+        ampscope.watch(model, opt, runs_dir=tmp_path, numerics_every=-1)

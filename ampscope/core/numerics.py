@@ -23,7 +23,7 @@ from ampscope.core.formats import convert, get_format
 FORMATS = {"fp16": "fp16", "bf16": "bf16", "e4m3": "fp8-e4m3fn", "e5m2": "fp8-e5m2"}
 FP8_KEYS = ("e4m3", "e5m2")  # also measured after per-tensor amax scaling
 MODULE_CAP = 256  # leaf modules measured at most; beyond it, one of each repeated kind first
-DEFAULT_EVERY = 100  # see benchmarks/numerics_cost.py and the README
+DEFAULT_EVERY = 250  # at most 2 % of step time: benchmarks/numerics_cost.py, the README
 
 
 class NumericsOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
