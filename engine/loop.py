@@ -28,6 +28,7 @@ from ampscope.engine.metrics import (
     ZeroGradCounter,
     scaler_scale,
 )
+from ampscope.engine.numerics import loop_numerics
 from ampscope.engine.parallelize import plain
 from ampscope.engine.probe import make_probe
 from ampscope.engine.setup import Setup
@@ -92,6 +93,7 @@ def train(
     probe = make_probe(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
+    numerics = loop_numerics(s, writer, stats)  # None when off: nothing added to a step
     first_phase = "compile" if compiled else "train"
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status = "ok"
@@ -108,7 +110,11 @@ def train(
         t0 = time.perf_counter()
         probe.begin()  # the step is timed from here...
         try:
+            if numerics:
+                numerics.before(step)
             metrics, data_ms = train_step(s, step, measure_zeros)
+            if numerics:
+                numerics.after(step)
         except Exception as exc:
             # A user's model refusing its first batch is a user error, not a crash.
             told = s.workload.first_step_failure(exc) if step == 0 else exc
@@ -124,6 +130,8 @@ def train(
             end_compile_phase(writer, stats.compile_s)
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
+    if numerics:
+        numerics.finish()
     landed = [memory.figures(link.rank, item) for item in probe.drain()]
     for ranks in link.exchange(landed, False, sample())[0]:
         reporter.report(ranks)

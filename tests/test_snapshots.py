@@ -279,6 +279,8 @@ SCENES = (
     "confirm",
     "save",
     "viewer-waiting",
+    "numerics",  # tests/test_numerics_view.py
+    "numerics-bf16-underflow",
 )
 
 

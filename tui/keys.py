@@ -60,6 +60,10 @@ PRIORITY: dict[str, int] = {
     "history.compare": 3,
     "history.mark": 3,
     "compare.baseline": 3,
+    "run.numerics": 3,
+    "numerics.format": 0,
+    "numerics.metric": 0,
+    "numerics.back": 2,
 }
 """Which keys the footer keeps when the terminal is narrow: lower first. Others rank 5."""
 DEFAULT_PRIORITY = 5

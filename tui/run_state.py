@@ -17,6 +17,7 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_short
+from ampscope.core.numerics_report import NumericsSummary
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
 from ampscope.core.workload_spec import config_model, model_label
@@ -96,6 +97,7 @@ class RunState:
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
         self.ranks = RankTable()  # each rank of a run on several processes
+        self.numerics = NumericsSummary()  # per-layer numerics of the sampled steps
 
     # ---------------------------------------------------------------- ingest
 
@@ -376,5 +378,6 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     ev.ErrorEvent: RunState._on_error,
     ev.CompileEvent: RunState._on_compile,
     ev.DoneEvent: RunState._on_done,
+    ev.NumericsEvent: lambda state, e: state.numerics.add(e),
 }
 """What each event type changes; a type this table lacks is counted in ``version`` only."""

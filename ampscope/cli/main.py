@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_dtypes_parser(sub)
     add_memory_parser(sub)
+    from ampscope.cli.numerics import add_numerics_parser
+
+    add_numerics_parser(sub)
     doctor = sub.add_parser(
         "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
     )
@@ -136,6 +139,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         from ampscope.cli.memory import cmd_memory
 
         return cmd_memory(args)
+    if args.command == "numerics":
+        from ampscope.cli.numerics import cmd_numerics
+
+        return cmd_numerics(args)
     if args.command == "stop":
         from ampscope.cli.stop import cmd_stop
 

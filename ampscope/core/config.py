@@ -22,6 +22,7 @@ from msgspec import Meta
 from ampscope.core.config_error import ConfigError
 from ampscope.core.config_messages import describe_validation_error as _describe
 from ampscope.core.fp8_recipes import Fp8Options
+from ampscope.core.numerics import NumericsOptions
 from ampscope.core.parallel import Parallel, check_parallel
 from ampscope.core.preset_toml import (
     MAX_PRESET_BYTES,
@@ -112,6 +113,7 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     parallel: Parallel = msgspec.field(default_factory=Parallel)
     debug: Debug = msgspec.field(default_factory=Debug)
     fp8: Fp8Options = msgspec.field(default_factory=Fp8Options)  # read with precision = "fp8"
+    numerics: NumericsOptions = msgspec.field(default_factory=NumericsOptions)  # per-layer ranges
 
     @property
     def uses_scaler(self) -> bool:

@@ -11,6 +11,8 @@ from typing import Any, Literal, Union
 
 import msgspec
 
+from ampscope.core.numerics import FirstNonfinite, ModuleNumerics
+
 SCHEMA_VERSION = 1
 
 
@@ -181,6 +183,16 @@ class ErrorEvent(Event, tag="error"):
     rank: int | None = None
 
 
+class NumericsEvent(Event, tag="numerics"):
+    """One sampled step's per-layer numerics (see ampscope.core.numerics and docs/events.md)."""
+
+    step: int
+    loss_scale: float | None  # the GradScaler's scale the gradients carry; null without one
+    modules: list[ModuleNumerics]
+    modules_total: int  # leaf modules in the model; more than len(modules) beyond the cap
+    first_nonfinite: FirstNonfinite | None = None  # this step's first inf/NaN tensor
+
+
 class RankSys(msgspec.Struct, kw_only=True):
     """One rank's device and process, as last sampled."""
 
@@ -296,6 +308,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union object here
     ErrorEvent,
     SysEvent,
     DoneEvent,
+    NumericsEvent,
 ]
 
 _encoder = msgspec.json.Encoder()

@@ -49,6 +49,7 @@ def watch(
     peak_tflops: float | None = None,
     grad_norm: bool = False,
     grad_zero_every: int = 0,
+    numerics_every: int = 0,
     warmup_steps: int = 5,
     telemetry_hz: float = 2.0,
 ) -> Monitor:
@@ -68,6 +69,8 @@ def watch(
       fused kernel); or pass ``grad_norm=`` to ``step()`` when the loop clips anyway.
     - ``grad_zero_every=N``: every N steps, the fraction of zeros in the gradient of the
       model's output (fp16 underflow).
+    - ``numerics_every=N``: every N steps, each leaf module's outputs and gradients against
+      fp16, bf16 and fp8 (``numerics`` events, the Numerics view; eager models only).
     - ``warmup_steps``: first steps the summary leaves out; ``telemetry_hz``: ``sys`` samples a
       second (GPU utilisation, power, memory, CPU).
 
@@ -85,6 +88,7 @@ def watch(
         peak_tflops=peak_tflops,
         grad_norm=grad_norm,
         grad_zero_every=grad_zero_every,
+        numerics_every=numerics_every,
         warmup_steps=warmup_steps,
         telemetry_hz=telemetry_hz,
     )

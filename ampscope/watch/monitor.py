@@ -64,6 +64,7 @@ class Monitor:
         self._sampler: Any = None
         self._norm_hook: GradNormHook | None = None
         self._zero_hook: ZeroGradHook | None = None
+        self._numerics: Any = None  # watch.numerics.WatchNumerics, with numerics_every=N
         self._flop_counter: Any = None
         self._counters: Any = None  # torch._dynamo's, once dynamo is loaded
         self._compile_watch: Any = None
@@ -116,6 +117,12 @@ class Monitor:
             self._norm_hook = GradNormHook(self._optimizer, self.troubles)
         if o.grad_zero_every > 0:
             self._zero_hook = ZeroGradHook(model, o.grad_zero_every, self.troubles)
+        if o.numerics_every > 0 and not facts.compiled:  # hooks would recompile a compiled one
+            from ampscope.watch.numerics import WatchNumerics
+
+            self._numerics = WatchNumerics(
+                model, facts.info.device, writer.emit, o.numerics_every, scaler
+            )
         self._memory = MemoryReader(facts.info.device if facts.info.is_cuda else None)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         phase = "compile" if facts.compiled else "train"
@@ -197,9 +204,12 @@ class Monitor:
             hooked = self._norm_hook.take()
             grad_norm = hooked if grad_norm is None else grad_norm
         zeros = self._zero_hook.take(step + 1) if self._zero_hook is not None else None
+        if self._numerics is not None:
+            self._numerics.after(step)
         if step == 0:
             self._first_step_done()
-        self._extras = self._norm_hook is not None or self._zero_hook is not None
+        hooks = (self._norm_hook, self._zero_hook, self._numerics)
+        self._extras = any(h is not None for h in hooks)
         return grad_norm, zeros
 
     def restart_timer(self) -> None:
@@ -368,10 +378,10 @@ class Monitor:
             self._record.finish(self._hello, done)
 
     def _remove_hooks(self) -> None:
-        for hook in (self._norm_hook, self._zero_hook):
+        for hook in (self._norm_hook, self._zero_hook, self._numerics):
             if hook is not None:
                 hook.remove()
-        self._norm_hook = self._zero_hook = None
+        self._norm_hook = self._zero_hook = self._numerics = None
 
     def __enter__(self) -> Monitor:
         return self

@@ -32,6 +32,7 @@ class Options:
     peak_tflops: float | None = None
     grad_norm: bool = False
     grad_zero_every: int = 0
+    numerics_every: int = 0
     warmup_steps: int = 5
     telemetry_hz: float = 2.0
 
@@ -65,6 +66,12 @@ class Options:
             "grad_zero_every",
             self.grad_zero_every,
             "0 (off) or measure every N steps, N a whole number",
+        )
+        _check(
+            _is_int(self.numerics_every) and self.numerics_every >= 0,
+            "numerics_every",
+            self.numerics_every,
+            "0 (off) or measure every leaf module every N steps, N a whole number",
         )
         _check(
             _is_int(self.warmup_steps) and self.warmup_steps >= 0,

@@ -43,6 +43,7 @@ class RunScreen(Screen):
     BINDINGS = [
         Binding("s", "stop", "Stop", id="run.stop"),
         Binding("r", "restart", "Restart", id="run.restart"),
+        Binding("n", "numerics", "Numerics", id="run.numerics"),
         Binding("escape", "back", "Back", id="run.back"),
         Binding("b", "back", "Back", show=False, id="run.back-alt"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -198,6 +199,12 @@ class RunScreen(Screen):
         if isinstance(self.source, Playback):
             self.source.seek_fraction(float(fraction))
             self.refresh_view()
+
+    def action_numerics(self) -> None:
+        """Per-layer numerics of this run (tui/screens/numerics.py)."""
+        from ampscope.tui.screens.numerics import NumericsScreen
+
+        self.app.push_screen(NumericsScreen(self.source, self.refresh_hz))
 
     def action_back(self) -> None:
         """Back to what was below (the presets, the history, the viewer's waiting screen)."""

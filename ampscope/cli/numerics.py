@@ -1,0 +1,105 @@
+"""``ampscope numerics PRESET``: train N steps with every leaf module measured at every step,
+then say, per module, what fp16, bf16 and fp8 would lose, and the verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core.numerics import FORMATS
+from ampscope.core.numerics_report import NumericsSummary, magnitude, verdicts
+from ampscope.core.run_args import add_run_arguments, run_overrides
+from ampscope.core.text import visible
+
+
+def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "numerics",
+        help="which layer overflows or underflows in fp16, bf16, fp8: every module, every step",
+        description=(
+            "Train the preset with every leaf module's outputs and gradients measured at every "
+            "step, then print each module's largest magnitude and what fp16, bf16, fp8 e4m3 and "
+            "e5m2 would lose (overflow, underflow), and a verdict per format. --json prints one "
+            "JSON object instead."
+        ),
+    )
+    add_run_arguments(p)
+
+
+def cmd_numerics(args: argparse.Namespace) -> int:
+    from ampscope.cli.console import ConsoleReporter
+    from ampscope.engine.run import run
+
+    overrides = ["numerics.every=1", *run_overrides(args)]
+    try:
+        if cfg.load_preset(args.preset, overrides).compile != "off":
+            overrides.append("compile='off'")
+            print(
+                "ampscope: numerics hook every layer, so this run does not compile", file=sys.stderr
+            )
+    except cfg.ConfigError:
+        pass  # run() says what is wrong, as 'ampscope run' does
+    summary = NumericsSummary()
+    console = ConsoleReporter(out=sys.stderr, result=sys.stderr)
+    preset_name = args.preset
+
+    def on_event(event: ev.Event) -> None:
+        nonlocal preset_name
+        if isinstance(event, ev.NumericsEvent):
+            summary.add(event)
+            return
+        if isinstance(event, ev.HelloEvent):
+            preset_name = event.preset
+        if not args.json or isinstance(event, (ev.ErrorEvent, ev.WarningEvent)):
+            console(event)
+
+    code = run(
+        args.preset,
+        overrides,
+        runs_dir=args.runs_dir,
+        record=not args.no_record,
+        on_event=on_event,
+    )
+    if code == 2 or not summary.steps:
+        return code
+    if args.json:
+        print(json.dumps(summary.to_json(preset_name), indent=1))
+    else:
+        print(report(summary))
+    return code
+
+
+def _share(x: float) -> str:
+    return "    0" if x == 0 else (f"{x:5.0%}" if x >= 0.01 else " <1%")
+
+
+def report(summary: NumericsSummary) -> str:
+    """The terminal's table: per module and pass, amax and each format's losses."""
+    keys = list(FORMATS)
+    head = f"{'module':<28} {'pass':<4} {'amax':>8} " + " ".join(f"{k:>11}" for k in keys)
+    lines = [
+        f"{len(summary.steps)} steps sampled; {len(summary.modules)} of "
+        f"{summary.modules_total} leaf modules measured"
+        + (f"; gradients carry loss scale {summary.loss_scale:g}" if summary.loss_scale else ""),
+        "shares: over/under (values beyond the largest finite / rounding to zero)",
+        head,
+    ]
+    for m in summary.modules.values():
+        for which, label in (("activation", "out"), ("gradient", "grad")):
+            t = m.side(which)
+            if not t.steps:
+                continue
+            cells = " ".join(f"{_share(t.share(k, 0))}/{_share(t.share(k, 1))}" for k in keys)
+            amax = f"{magnitude(t.amax):>8}"
+            lines.append(f"{visible(m.name, 28):<28} {label:<4} {amax} {cells}")
+    first = summary.first_nonfinite
+    if first:
+        lines.append(
+            f"first inf/NaN: step {first.step}, {visible(first.module, 120)} ({first.pass_})"
+        )
+    lines.append("")
+    lines.extend(verdicts(summary))
+    return "\n".join(lines)

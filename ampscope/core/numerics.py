@@ -1,0 +1,200 @@
+"""Per-layer numerics: which layer's values a format cannot hold, shared by engine, CLI and views.
+
+The engine measures each leaf module's output (forward) and the gradient at that output
+(backward) against fp16, bf16 and the two fp8 formats; this module holds the format limits
+it measures against (taken from ``core.formats``, checked by real casts with ml_dtypes), the
+summary of many sampled steps, and the sentences a lecturer can read out. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import msgspec
+import numpy as np
+from msgspec import Meta
+
+from ampscope.core.formats import convert, get_format
+
+# The formats a layer is measured against: short key -> core.formats key.
+FORMATS = {"fp16": "fp16", "bf16": "bf16", "e4m3": "fp8-e4m3fn", "e5m2": "fp8-e5m2"}
+FP8_KEYS = ("e4m3", "e5m2")  # also measured after per-tensor amax scaling
+MODULE_CAP = 256  # leaf modules measured at most; beyond it, one of each repeated kind first
+DEFAULT_EVERY = 250  # at most 2 % of step time: benchmarks/numerics_cost.py, the README
+
+
+class NumericsOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[numerics]``: measure every leaf module's outputs and gradients every ``every`` steps
+    (0: never)."""
+
+    every: Annotated[int, Meta(ge=0, le=10_000_000)] = DEFAULT_EVERY
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Where a format stops holding a magnitude ``a``, as fp32 boundaries ``b`` read "a >= b".
+
+    ``overflow_at``: the smallest magnitude that rounds beyond the largest finite value
+    (fp16: 65520, since 65504 + half a step rounds to even, upward). ``zero_below``: the
+    smallest magnitude that does *not* round to zero (half the smallest subnormal rounds to
+    zero under round-to-nearest-even, anything above it rounds up)."""
+
+    key: str
+    largest: float
+    smallest: float  # the smallest subnormal
+    overflow_at: float
+    zero_below: float
+
+
+def _next_up(x: float) -> float:
+    return float(np.nextafter(np.float32(x), np.float32(np.inf)))
+
+
+def _limits(key: str) -> Limits:
+    fmt = get_format(FORMATS[key])
+    largest, smallest = fmt.max, fmt.smallest_subnormal
+    step_at_max = 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
+    tie = largest + step_at_max / 2
+    overflow_at = tie if not math.isfinite(convert(tie, fmt)) else _next_up(tie)
+    half = smallest / 2
+    zero_below = _next_up(half) if convert(half, fmt) == 0 else half
+    return Limits(key, largest, smallest, float(np.float32(overflow_at)), zero_below)
+
+
+LIMITS = {key: _limits(key) for key in FORMATS}
+
+
+class FormatShare(msgspec.Struct, kw_only=True):
+    """Shares (0-1) of a tensor's values that a format would lose."""
+
+    overflow: float  # finite values beyond the format's largest finite value
+    underflow: float  # non-zero values that round to zero
+    scaled_underflow: float | None = None  # fp8 only: after scaling the tensor by its amax
+
+
+class TensorNumerics(msgspec.Struct, kw_only=True):
+    """One module's output or output gradient in one step (all tensors of a tuple or dict,
+    and every call of the module in the step, together)."""
+
+    numel: int
+    amax: float | None  # the largest finite magnitude; null when none is finite
+    min_nonzero: float | None  # the smallest non-zero finite magnitude
+    nonfinite: int  # inf and NaN values
+    formats: dict[str, FormatShare]
+
+
+class ModuleNumerics(msgspec.Struct, kw_only=True):
+    name: str  # as model.named_modules() names it
+    kind: str  # the module's class name
+    activation: TensorNumerics | None = None
+    gradient: TensorNumerics | None = None  # scaled by the loss scale under a GradScaler
+
+
+class FirstNonfinite(msgspec.Struct, kw_only=True):
+    step: int
+    module: str
+    pass_: str = msgspec.field(name="pass")  # "forward" or "backward"
+
+
+def headroom_bits(amax: float | None, key: str) -> float | None:
+    """log2(largest finite / amax): negative when the values are beyond the format."""
+    if amax is None or amax <= 0:
+        return None
+    return math.log2(LIMITS[key].largest / amax)
+
+
+def group_label(names: list[str]) -> str:
+    """``blocks.0.attn.proj`` .. ``blocks.11.attn.proj`` -> ``blocks.0-11.attn.proj``."""
+    if len(names) == 1:
+        return names[0]
+    parts = [n.split(".") for n in names]
+    out = []
+    for i, first in enumerate(parts[0]):
+        column = [p[i] for p in parts]
+        if all(c == first for c in column):
+            out.append(first)
+        else:
+            numbers = sorted(int(c) for c in column)
+            out.append(f"{numbers[0]}-{numbers[-1]}")
+    return ".".join(out)
+
+
+def pattern(name: str) -> str:
+    """A module name with its block numbers blanked: the members of a repeated block share it."""
+    return re.sub(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)", "*", name)
+
+
+def group_names(names: list[str]) -> list[tuple[str, list[str]]]:
+    """Repeated blocks as one row each, in the model's order: (label, member names)."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(pattern(name), []).append(name)
+    return [(group_label(members), members) for members in groups.values()]
+
+
+def choose_modules(names: list[str], cap: int = MODULE_CAP) -> list[str]:
+    """At most ``cap`` names, in the model's order; beyond the cap, every repeated kind of
+    layer keeps a member before any kind keeps a second one."""
+    if len(names) <= cap:
+        return list(names)
+    members = [m for _, m in group_names(names)]
+    chosen: set[str] = set()
+    depth = 0
+    while len(chosen) < cap:
+        for group in members:
+            if depth < len(group) and len(chosen) < cap:
+                chosen.add(group[depth])
+        depth += 1
+    return [n for n in names if n in chosen]
+
+
+@dataclass
+class PassTotals:
+    """One module's output (or gradient) over many sampled steps."""
+
+    numel: int = 0
+    amax: float | None = None
+    min_nonzero: float | None = None
+    nonfinite: int = 0
+    lost: dict[str, list[float]] = field(default_factory=dict)  # key -> [over, under, scaled]
+    steps: int = 0
+    overflow_steps: dict[str, int] = field(default_factory=dict)  # steps with any overflow
+
+    def add(self, t: TensorNumerics) -> None:
+        self.steps += 1
+        self.numel += t.numel
+        self.nonfinite += t.nonfinite
+        if t.amax is not None:
+            self.amax = t.amax if self.amax is None else max(self.amax, t.amax)
+        if t.min_nonzero is not None:
+            low = self.min_nonzero
+            self.min_nonzero = t.min_nonzero if low is None else min(low, t.min_nonzero)
+        for key, share in t.formats.items():
+            lost = self.lost.setdefault(key, [0.0, 0.0, 0.0])
+            lost[0] += share.overflow * t.numel
+            lost[1] += share.underflow * t.numel
+            lost[2] += (share.scaled_underflow or 0.0) * t.numel
+            self.overflow_steps[key] = self.overflow_steps.get(key, 0) + (share.overflow > 0)
+
+    def share(self, key: str, which: int) -> float:
+        return self.lost.get(key, [0.0, 0.0, 0.0])[which] / self.numel if self.numel else 0.0
+
+    def to_json(self) -> dict[str, object]:
+        formats: dict[str, object] = {}
+        for key in FORMATS:
+            entry: dict[str, float] = {
+                "overflow": self.share(key, 0),
+                "underflow": self.share(key, 1),
+            }
+            if key in FP8_KEYS:
+                entry["scaled_underflow"] = self.share(key, 2)
+            formats[key] = entry
+        return {
+            "amax": self.amax,
+            "min_nonzero": self.min_nonzero,
+            "nonfinite": self.nonfinite,
+            "formats": formats,
+        }

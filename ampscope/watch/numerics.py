@@ -1,0 +1,53 @@
+"""``watch(numerics_every=N)``: the engine's per-layer numerics probe in a user's own loop.
+
+The hooks go on right after the ``step()`` before a sampled step and come off at that step's
+``step()``, so the user's forward and backward of that one step are measured, and nothing is
+registered on the others. Any failure is the probe's one warning; the loop goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ampscope.core import events as ev
+from ampscope.engine.numerics.probe import NumericsProbe
+
+
+class WatchNumerics:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        emit: Callable[[ev.Event], None],
+        every: int,
+        scaler: Any,
+    ) -> None:
+        self.probe = NumericsProbe(model, device, emit, every)
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self.nan = torch.full((), math.nan, device=device)
+        self.armed = False
+        self._arm(0)
+
+    def _arm(self, step: int) -> None:
+        if self.probe.wants(step):
+            scale = getattr(self.scaler, "_scale", None) if self.scaler is not None else None
+            self.probe.begin(
+                step, scale.detach().float().reshape(()) if scale is not None else self.nan
+            )
+            self.armed = True
+
+    def after(self, step: int) -> None:
+        """At ``step()``: the measured step's rows on their way, the next one armed if sampled."""
+        if self.armed:
+            self.probe.end(step)
+            self.armed = False
+        self.probe.poll()
+        self._arm(step + 1)
+
+    def remove(self) -> None:
+        self.probe.remove()
+        self.probe.poll(wait=True)

@@ -1,0 +1,185 @@
+"""Hooks on every leaf module, on sampled steps only: outputs forward, their gradients backward.
+
+The hooks are registered just before a sampled step and removed right after it, so other
+steps run exactly as without numerics. A hook only reads: it never changes a value, a grad
+or the RNG, so training is bit-identical with and without (a test checks). Each measured
+tensor leaves one row on the device; the rows of a step are stacked and copied to the host
+once, without a wait on CUDA (read when the copy has landed, normally a step later).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ampscope.core import events as ev
+from ampscope.core.numerics import MODULE_CAP, choose_modules
+from ampscope.engine.numerics.measure import BOUNDS, measure
+from ampscope.engine.numerics.summary import module_numerics
+
+FORWARD, BACKWARD = "forward", "backward"
+
+
+def tensors_in(out: object) -> Iterator[torch.Tensor]:
+    """The floating-point tensors inside a module's output (tuples, lists, dicts, dataclass-like
+    ``ModelOutput``s are dicts); anything else is skipped."""
+    if isinstance(out, torch.Tensor):
+        if out.is_floating_point() and out.numel() > 0:
+            yield out
+    elif isinstance(out, (list, tuple)):
+        for item in out:
+            yield from tensors_in(item)
+    elif isinstance(out, dict):
+        for item in out.values():
+            yield from tensors_in(item)
+
+
+def leaf_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if n and not any(m.children())]
+
+
+@dataclass
+class Pending:
+    """One sampled step's rows, on their way to the host."""
+
+    step: int
+    slots: list[tuple[int, str]]  # (module index, pass) of each row, in the order measured
+    rows: torch.Tensor  # [rows + 1, WIDTH] on the host (pinned) or still in flight
+    ready: Callable[[], bool]
+
+
+@dataclass
+class NumericsProbe:
+    model: torch.nn.Module
+    device: torch.device
+    emit: Callable[[ev.Event], None]
+    every: int
+    cap: int = MODULE_CAP
+    names: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    total: int = 0
+    failed: bool = False
+
+    def __post_init__(self) -> None:
+        leaves = leaf_modules(self.model)
+        self.total = len(leaves)
+        by_name = dict(leaves)
+        self.names = choose_modules([n for n, _ in leaves], self.cap)
+        self.modules = [by_name[n] for n in self.names]
+        self.kinds = [type(m).__name__ for m in self.modules]
+        self.bounds = torch.tensor(BOUNDS, dtype=torch.float32, device=self.device)
+        self.handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.rows: list[torch.Tensor] = []
+        self.slots: list[tuple[int, str]] = []
+        self.pending: collections.deque[Pending] = collections.deque()
+        self.extra: set[int] = set()  # steps sampled out of turn (after a skipped step)
+
+    def wants(self, step: int) -> bool:
+        if self.failed or not self.names:
+            return False
+        return step in self.extra or (self.every > 0 and step % self.every == 0)
+
+    def sample_next(self, step: int) -> None:
+        """Measure ``step`` too: the step after a skip shows where the inf comes from."""
+        self.extra.add(step)
+
+    def begin(self, step: int, scale: torch.Tensor) -> None:
+        self.scale = scale
+        self.rows, self.slots = [], []
+        for index, module in enumerate(self.modules):
+            self.handles.append(module.register_forward_hook(self._forward_hook(index)))
+
+    def _forward_hook(self, index: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, inputs: object, out: object) -> None:
+            if self.failed:
+                return
+            try:
+                for t in tensors_in(out):
+                    self._take(index, FORWARD, t)
+                    if t.requires_grad:
+                        t.register_hook(self._grad_hook(index))
+            except Exception as exc:  # never the user's run: one warning, numerics off
+                self._fail(exc)
+
+        return hook
+
+    def _grad_hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            if self.failed:
+                return
+            try:
+                if grad.is_floating_point() and grad.numel() > 0:
+                    self._take(index, BACKWARD, grad)
+            except Exception as exc:
+                self._fail(exc)
+
+        return hook
+
+    def _take(self, index: int, which: str, t: torch.Tensor) -> None:
+        with torch.no_grad():
+            self.rows.append(measure(t, self.bounds))
+        self.slots.append((index, which))
+
+    def _fail(self, exc: Exception) -> None:
+        self.failed = True
+        self.remove()
+        message = (
+            f"numerics stopped: measuring a layer failed ({type(exc).__name__}: {exc}). "
+            "Training goes on unchanged; set numerics.every = 0 to leave them off."
+        )
+        self.emit(ev.WarningEvent(code="numerics-failed", message=message[:2000]))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def end(self, step: int) -> None:
+        """After the step: hooks off, the rows on their way to the host (one copy)."""
+        self.remove()
+        self.extra.discard(step)
+        if self.failed or not self.rows:
+            return
+        try:
+            scale = self.scale.to(torch.float64).reshape(1).expand(self.rows[0].shape[0])
+            stacked = torch.stack([*self.rows, scale])
+            self.rows = []
+            if self.device.type == "cuda":
+                host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+                host.copy_(stacked, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record()
+                self.pending.append(Pending(step, self.slots, host, done.query))
+            else:
+                self.pending.append(Pending(step, self.slots, stacked, lambda: True))
+        except Exception as exc:
+            self._fail(exc)
+        self.poll()
+
+    def poll(self, wait: bool = False) -> None:
+        """Emit the steps whose rows have landed (all of them when ``wait``)."""
+        while self.pending and (wait or self.pending[0].ready()):
+            item = self.pending.popleft()
+            if wait and self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            try:
+                self.emit(self._event(item))
+            except Exception as exc:
+                self._fail(exc)
+
+    def _event(self, item: Pending) -> ev.NumericsEvent:
+        table = item.rows.tolist()
+        scale = table[-1][0]
+        modules, first = module_numerics(self.names, self.kinds, item.slots, table[:-1])
+        return ev.NumericsEvent(
+            step=item.step,
+            loss_scale=scale if scale == scale else None,  # NaN: no GradScaler
+            modules=modules,
+            modules_total=self.total,
+            first_nonfinite=ev.FirstNonfinite(step=item.step, module=first[0], pass_=first[1])
+            if first
+            else None,
+        )

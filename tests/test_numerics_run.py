@@ -1,0 +1,111 @@
+"""Numerics in a run: training unchanged, events out, and 'ampscope numerics' naming the layers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.engine.run import EXIT_OK, run
+
+MODEL = Path(__file__).parent / "data" / "planted_numerics.py"
+CPU = ["device='cpu'", "warmup_steps=0"]
+
+
+def run_model(factory: str, *overrides: str) -> list[ev.Event]:
+    seen: list[ev.Event] = []
+    spec = f"workload.model='{MODEL}:{factory}'"
+    assert run("fp32", [*CPU, spec, *overrides], record=False, on_event=seen.append) == EXIT_OK
+    return seen
+
+
+@pytest.mark.unit
+def test_hooks_never_change_training_losses_bit_identical():
+    on = run_model("make_overflow", "steps=5", "numerics.every=1")
+    off = run_model("make_overflow", "steps=5", "numerics.every=0")
+    loss = lambda seen: [e.loss for e in seen if isinstance(e, ev.StepEvent)]  # noqa: E731
+    assert loss(on) == loss(off) and len(loss(on)) == 5
+    assert [e.step for e in on if isinstance(e, ev.NumericsEvent)] == [0, 1, 2, 3, 4]
+    assert not [e for e in off if isinstance(e, ev.NumericsEvent)]
+
+
+@pytest.mark.unit
+def test_every_n_steps_samples_those_steps_only_and_the_event_round_trips():
+    seen = run_model("make_underflow", "steps=5", "numerics.every=2")
+    events = [e for e in seen if isinstance(e, ev.NumericsEvent)]
+    assert [e.step for e in events] == [0, 2, 4]
+    again = ev.decode(ev.encode(events[0]))
+    assert again == events[0]
+    tiny = next(m for m in again.modules if m.name == "head.tiny")
+    assert tiny.kind == "Scale" and tiny.activation.formats["fp16"].underflow == 1.0
+
+
+def numerics_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ampscope", "numerics", *args, "--no-record", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.subprocess
+def test_cli_json_names_the_planted_overflow_and_the_first_inf():
+    done = numerics_cli("amp-fp16", "--model", f"{MODEL}:make_overflow", "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    names = [m["name"] for m in out["modules"]]
+    assert names == ["trunk.embed", "trunk.boost", "trunk.act", "pair", "head.tiny", "head.out"]
+    boost = out["modules"][1]
+    assert set(boost["activation"]["formats"]) == {"fp16", "bf16", "e4m3", "e5m2"}
+    assert set(boost["gradient"]["formats"]["fp16"]) == {"overflow", "underflow"}
+    assert out["first_nonfinite"] == {"step": 0, "module": "trunk.boost", "pass": "forward"}
+    assert out["preset"] == "amp-fp16" and out["loss_scale"] == 65536.0 / 2
+
+
+@pytest.mark.subprocess
+def test_cli_table_and_verdicts_name_the_planted_layers():
+    done = numerics_cli("fp32", "--model", f"{MODEL}:make_overflow", "--steps", "2")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "fp16: trunk.boost's outputs reach 8.0e5, beyond fp16's 65504; amp-fp16 will skip "
+        "every step. bf16 holds it." in done.stdout
+    )
+    under = numerics_cli("fp32", "--model", f"{MODEL}:make_underflow", "--steps", "1")
+    assert "fp16: 100% of head.tiny's outputs round to zero" in under.stdout
+    bad = numerics_cli("fp32", "--set", "numerics.every=-1")
+    assert bad.returncode == 2 and "numerics.every" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.unit
+def test_watch_numerics_every_records_the_planted_layer(tmp_path):
+    import importlib.util
+
+    import torch
+
+    import ampscope
+    from tests.helpers import events_of
+
+    spec = importlib.util.spec_from_file_location("planted_numerics", MODEL)
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    model = planted.Planted(1e5, 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16) * 4, torch.randint(0, 4, (32,))
+    with ampscope.watch(model, opt, runs_dir=tmp_path, numerics_every=2) as mon:
+        for _ in range(5):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss)
+    events = events_of(mon.run_dir, ev.NumericsEvent)
+    assert [e.step for e in events] == [0, 2, 4]
+    boost = next(m for m in events[0].modules if m.name == "trunk.boost")
+    assert boost.activation.formats["fp16"].overflow > 0.3 and boost.gradient is not None
+    with pytest.raises(ValueError, match="numerics_every"):
+        ampscope.watch(model, opt, runs_dir=tmp_path, numerics_every=-1)

@@ -1,0 +1,154 @@
+"""The Numerics view, from fixed events: heatmap, format and measure switches, the first inf."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.core.numerics import FirstNonfinite, FormatShare, ModuleNumerics, TensorNumerics
+from ampscope.core.numerics_grid import build_grid
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.numerics import NumericsScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.widgets.key_bar import KeyBar
+from tests.helpers import assert_snapshot, run, shown
+from tests.snapshot_runs import FrozenSource, gpu_run
+
+
+@pytest.fixture(autouse=True)
+def _fixed_world(tmp_path: Path, monkeypatch) -> Path:
+    """The same paths, clock zone and (absent) user files on every machine."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/home/you/.config")
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield tmp_path
+    monkeypatch.delenv("TZ")
+    time.tzset()
+
+
+async def open_run_view(pilot, app, state) -> RunScreen:
+    await shown(pilot, app, PresetsScreen)
+    app.open_run(FrozenSource(state))
+    screen = await shown(pilot, app, RunScreen)
+    for _ in range(3):
+        await pilot.pause()
+    return screen
+
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+
+
+def tensor(amax: float, over16: float = 0.0, under16: float = 0.0) -> TensorNumerics:
+    shares = {
+        "fp16": FormatShare(overflow=over16, underflow=under16),
+        "bf16": FormatShare(overflow=0.0, underflow=0.0),
+        "e4m3": FormatShare(
+            overflow=0.3 if amax > 448 else 0.0, underflow=0.2, scaled_underflow=0.01
+        ),
+        "e5m2": FormatShare(overflow=over16, underflow=0.05, scaled_underflow=0.0),
+    }
+    return TensorNumerics(numel=4096, amax=amax, min_nonzero=1e-9, nonfinite=0, formats=shares)
+
+
+def events() -> list[ev.NumericsEvent]:
+    """A 12-block model sampled every 50 steps; trunk.boost overflows fp16 from step 300 on,
+    and its output is the first inf at step 400."""
+    out = []
+    for i, step in enumerate(range(0, 1000, 50)):
+        modules = [ModuleNumerics(name="embed", kind="Embedding", activation=tensor(3.0))]
+        for block in range(12):
+            for part, amax in (("attn.proj", 40.0 + block), ("mlp.fc", 9.0)):
+                modules.append(
+                    ModuleNumerics(
+                        name=f"blocks.{block}.{part}",
+                        kind="Linear",
+                        activation=tensor(amax),
+                        gradient=tensor(1e-4, under16=0.02 * (i % 5)),
+                    )
+                )
+        big = step >= 300
+        modules.append(
+            ModuleNumerics(
+                name="trunk.boost",
+                kind="Scale",
+                activation=tensor(7.8e4 if big else 2e4, over16=0.4 if big else 0.0),
+                gradient=tensor(0.01),
+            )
+        )
+        first = FirstNonfinite(step=400, module="trunk.boost", pass_="forward")
+        out.append(
+            ev.NumericsEvent(
+                step=step,
+                loss_scale=65536.0,
+                modules=modules,
+                modules_total=26,
+                first_nonfinite=first if step == 400 else None,
+            )
+        )
+    return out
+
+
+def numerics_state():
+    state = gpu_run()
+    for e in events():
+        state.ingest(e)
+    return state
+
+
+@pytest.mark.unit
+def test_repeated_blocks_share_a_row_and_the_first_inf_is_marked():
+    steps, rows = build_grid(events(), "fp16", "overflow")
+    labels = [(r.label, r.pass_label) for r in rows]
+    assert ("blocks.0-11.attn.proj", "out") in labels and len(rows) == 7
+    boost = next(r for r in rows if r.label == "trunk.boost" and r.pass_label == "out")
+    assert steps[boost.first_nonfinite] == 400
+    assert boost.cells[steps.index(250)] == 0.0 and boost.cells[steps.index(300)] == 0.4
+    _, headroom = build_grid(events(), "fp16", "headroom")
+    boost = next(r for r in headroom if r.label == "trunk.boost" and r.pass_label == "out")
+    assert boost.cells[-1] < 0  # beyond fp16's 65504
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("size", SIZES)
+def test_numerics_view(size):
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=Path("runs"))
+        async with app.run_test(size=size) as pilot:
+            run_screen = await open_run_view(pilot, app, numerics_state())
+            assert "n Numerics" in run_screen.query_one(KeyBar).plain
+            await pilot.press("n")
+            await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            text = assert_snapshot(app, f"numerics-{size[0]}x{size[1]}")
+            assert "trunk.boost's outputs reach 7.8e4, beyond fp16's 65504" in text
+            assert "blocks.0-11.attn.proj" in text and "XX" in text
+            assert "f Format" in app.screen.query_one(KeyBar).plain
+            await pilot.press("f")
+            await pilot.press("m")
+            await pilot.pause()
+            text = assert_snapshot(app, f"numerics-bf16-underflow-{size[0]}x{size[1]}")
+            assert "bf16" in text and "underflow share" in text
+            await pilot.press("escape")
+            await shown(pilot, app, RunScreen)
+
+    run(go())
+
+
+@pytest.mark.unit
+def test_a_run_without_numerics_says_why():
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=Path("runs"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_run_view(pilot, app, gpu_run())
+            await pilot.press("n")
+            await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            text = "".join(app.screen.query_one("#numerics-verdict").render().plain)
+            assert "numerics.every" in text and "ampscope numerics" in text
+
+    run(go())
