@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
+from ampscope.core import profiles
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
@@ -95,6 +96,7 @@ class RunState:
         self.log: deque[LogEntry] = deque(maxlen=MAX_LOG)
         self.log_seq = 0
         self.ranks = RankTable()  # each rank of a run on several processes
+        self.profile: ev.ProfileEvent | None = None  # the latest, asked for with the Run view's p
 
     # ---------------------------------------------------------------- ingest
 
@@ -241,6 +243,10 @@ class RunState:
         )
         self.add_log("error" if e.status == "failed" else "info", None, text)
 
+    def _on_profile(self, e: ev.ProfileEvent) -> None:
+        self.profile = e
+        self.add_log("info", e.step, f"profile of {e.steps} steps: {profiles.headline(e)}")
+
     # ---------------------------------------------------------------- endings the stream omits
 
     def process_exited(self, code: int, stderr_tail: Sequence[str] = ()) -> None:
@@ -367,5 +373,6 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     ev.ErrorEvent: RunState._on_error,
     ev.CompileEvent: RunState._on_compile,
     ev.DoneEvent: RunState._on_done,
+    ev.ProfileEvent: RunState._on_profile,
 }
 """What each event type changes; a type this table lacks is counted in ``version`` only."""
