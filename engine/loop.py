@@ -13,6 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 from torch.nn.utils import clip_grad_norm_
@@ -31,29 +32,42 @@ from ampscope.engine.metrics import (
 from ampscope.engine.numerics import loop_numerics
 from ampscope.engine.parallelize import plain
 from ampscope.engine.probe import make_probe
+from ampscope.engine.profiling import ProfileControl, no_phase
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
 
 
-def train_step(s: Setup, step: int, measure_zeros: bool) -> tuple[torch.Tensor, float]:
+def train_step(
+    s: Setup,
+    step: int,
+    measure_zeros: bool,
+    phase: Callable[[str], AbstractContextManager[object]] = no_phase,
+) -> tuple[torch.Tensor, float]:
     """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync), and
-    the milliseconds the host waited for the batch."""
+    the milliseconds the host waited for the batch. ``phase`` marks the step's parts for a
+    profile; it does nothing otherwise."""
     t0 = time.perf_counter()
-    x, y = s.workload.batch(step)
+    with phase("data"):
+        x, y = s.workload.batch(step)
     data_ms = (time.perf_counter() - t0) * 1000.0 + s.workload.read_ahead_ms(step)
-    with s.policy.autocast(s.info.device.type):  # autocast covers the forward pass and the loss
+    with phase("forward"), s.policy.autocast(s.info.device.type):  # the forward pass and loss
         output = s.workload.forward(s.model, x)
         loss = s.workload.loss(output, y)
     graded = s.workload.graded_output(output) if measure_zeros else None
     zeros = ZeroGradCounter(graded, s.nan) if graded is not None else None
     loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
-    s.scaler.scale(loss).backward()
-    s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
-    grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
-    scale_before = scaler_scale(s.scaler, s.nan)
-    s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
-    s.scaler.update()  # halves the scale after a skip, grows it after growth_interval good steps
-    s.optimizer.zero_grad(set_to_none=True)
+    with phase("backward"):
+        s.scaler.scale(loss).backward()
+    with phase("scaler"):
+        s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
+    with phase("optimizer"):
+        grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
+        scale_before = scaler_scale(s.scaler, s.nan)
+        s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
+    with phase("scaler"):
+        s.scaler.update()  # halves the scale after a skip, grows it after growth_interval steps
+    with phase("optimizer"):
+        s.optimizer.zero_grad(set_to_none=True)
     scale_after = scaler_scale(s.scaler, s.nan)
     zero_frac = zeros.fraction if zeros else s.nan
     metrics = torch.stack(
@@ -81,12 +95,13 @@ def train(
     peak: float | None,
     stop: threading.Event,
     sample: Callable[[], ev.RankSys | None] = lambda: None,
+    profiler: ProfileControl | None = None,
 ) -> str:
     """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions.
 
     A record that cannot be written any more stops the run on every rank alike (the caller
     then raises its fault). ``sample`` gives this rank's latest telemetry for the exchange
-    (none on one process)."""
+    (none on one process). ``profiler`` takes profiles when asked (none: never)."""
     preset, link = s.preset, s.link
     reporter = StepReporter(s, writer, stats, peak)
     memory = MemoryReader(s.info.device)
@@ -107,12 +122,15 @@ def train(
             status = "stopped"
             break
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
+        if profiler is not None:
+            profiler.before_step(step)  # a profile asked for starts here, before the timing
         t0 = time.perf_counter()
         probe.begin()  # the step is timed from here...
         try:
             if numerics:
                 numerics.before(step)
-            metrics, data_ms = train_step(s, step, measure_zeros)
+            phase = profiler.phase if profiler is not None else no_phase
+            metrics, data_ms = train_step(s, step, measure_zeros, phase)
             if numerics:
                 numerics.after(step)
         except Exception as exc:
@@ -122,6 +140,8 @@ def train(
                 raise
             raise told from None
         probe.end(step, metrics)  # ...to here: CUDA events on a GPU, the host clock on a CPU
+        if profiler is not None:
+            profiler.after_step(step)
         reporter.data_ms[step] = data_ms
         if s.workload.warnings:  # found while serving batches (an iterable that restarted)
             reporter.warn_from(s.workload.warnings)
@@ -132,6 +152,8 @@ def train(
             compile_watch.after_step(step, stats.compile_s)
     if numerics:
         numerics.finish()
+    if profiler is not None:
+        profiler.end_run()  # a run that stopped mid-profile: the steps profiled so far
     landed = [memory.figures(link.rank, item) for item in probe.drain()]
     for ranks in link.exchange(landed, False, sample())[0]:
         reporter.report(ranks)

@@ -37,6 +37,7 @@ def run(
     on_event: Callable[[ev.Event], None] | None = None,
     exit_with_parent: bool = False,
     run_dir: Path | None = None,
+    profile: tuple[int, int] | None = None,
 ) -> int:
     try:
         ranks = RankEnv.from_environ()
@@ -83,7 +84,7 @@ def run(
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         from ampscope.engine.session import train_preset  # imports torch: seconds
 
-        code, hello, done = train_preset(preset, run_dir, writer, stop, in_loop, ranks)
+        code, hello, done = train_preset(preset, run_dir, writer, stop, in_loop, ranks, profile)
     except KeyboardInterrupt:  # stopped while torch was still importing
         done = ev.empty_done("stopped")
         writer.emit(done, urgent=True)

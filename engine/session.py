@@ -21,6 +21,7 @@ from ampscope.engine.loop import train
 from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.precision import precision_policy
 from ampscope.engine.preflight import check_memory, gpu_memory
+from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.replicas import compare_weights, rank_devices, start_sampler
 from ampscope.engine.setup import build, check_setup, memory_estimate
@@ -38,8 +39,12 @@ def train_preset(
     stop: threading.Event,
     in_loop: threading.Event,
     ranks: RankEnv | None = None,
+    profile: tuple[int, int] | None = None,
 ) -> tuple[int, ev.HelloEvent | None, ev.DoneEvent]:
-    """The exit code, hello when the run got that far, and done. Faults end as events."""
+    """The exit code, hello when the run got that far, and done. Faults end as events.
+
+    ``profile`` is ``(step, K)``: profile K steps from that step on (``ampscope profile``);
+    without it, only when a viewer asks (rank 0, which has the run folder, profiles)."""
     ranks = ranks or RankEnv()
     stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     info: DeviceInfo | None = None
@@ -48,6 +53,7 @@ def train_preset(
     link: Link = SoloLink()
     error: str | None = None
     checksums: list[str | None] | None = None
+    profiler: ProfileControl | None = None
     try:
         info = resolve_device(preset.device, ranks)
         policy = precision_policy(preset)
@@ -64,7 +70,8 @@ def train_preset(
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         in_loop.set()
-        status = train(setup, writer, stats, hello.peak_tflops, stop, sample)
+        profiler = ProfileControl(writer, info.device, run_dir if ranks.lead else None, profile)
+        status = train(setup, writer, stats, hello.peak_tflops, stop, sample, profiler)
         checksums = compare_weights(setup, stats.steps_done - 1 if stats.steps_done else None)
         writer.flush()
         writer.check_record()  # every step on disk before the run is called a success
@@ -84,6 +91,8 @@ def train_preset(
             if event.traceback:  # the user's own code failed: their frames, to stderr too
                 print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
+    if profiler is not None:
+        profiler.close()
     if sampler is not None:
         sampler.stop()
     done = done_event(stats, status, hello, error, checksums)

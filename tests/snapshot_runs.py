@@ -204,3 +204,39 @@ def write_history(root: Path) -> list[Path]:
         write_record(root, "20261130T092000Z-amp-fp16", "amp-fp16", "stopped", 6.5, 120, 0.6),
         write_record(root, "20261130T093000Z-fp16", "fp16", "failed", 5.0, 40, 1.0),
     ]
+
+
+def gpu_profile(step: int = 600) -> ev.ProfileEvent:
+    """amp-fp16 on an H100, five steps profiled: matmuls in fp16, casts, some idle time."""
+    ops = [
+        ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64", "matmul", 0.412, 240, "fp16"),
+        ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", "elementwise", 0.081, 610, None),
+        ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>", "elementwise", 0.064, 480, None),
+        ("flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>", "attention", 0.058, 60, None),
+        ("void at::native::vectorized_layer_norm_kernel<c10::Half, float>", "norm_act", 0.049, 130, None),
+        ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor>", "optimizer", 0.045, 10, None),
+        ("void at::native::_amp_foreach_non_finite_check_and_unscale_cuda", "loss_scaling", 0.018, 5, None),
+        ("Memcpy HtoD (Pageable -> Device)", "memcpy", 0.011, 10, None),
+    ]  # fmt: skip
+    return ev.ProfileEvent(
+        step=step,
+        steps=5,
+        step_ms=38.4,
+        timing="device",
+        classes={
+            "matmul": 0.431,
+            "attention": 0.062,
+            "elementwise": 0.171,
+            "norm_act": 0.083,
+            "optimizer": 0.051,
+            "loss_scaling": 0.021,
+            "memcpy": 0.012,
+            "idle": 0.162,
+            "other": 0.007,
+        },  # fmt: skip
+        dtypes={"matmul": {"fp16": 0.431}},
+        casts=0.064,
+        top_ops=[ev.ProfileOp(name=n, kind=c, share=s, calls=k, dtype=d) for n, c, s, k, d in ops],
+        trace=f"runs/20260301T101500Z-amp-fp16/profile-step{step}.trace.json.gz",
+        trace_bytes=812_000,
+    )

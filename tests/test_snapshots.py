@@ -22,13 +22,14 @@ from ampscope.tui.screens.help import HelpScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.screens.save import SaveDialog
 from ampscope.tui.viewer import WaitingScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import assert_snapshot, run, shown, wait_for
-from tests.snapshot_runs import FrozenSource, gpu_run, underflow_run, write_history
+from tests.snapshot_runs import FrozenSource, gpu_profile, gpu_run, underflow_run, write_history
 
 pytestmark = pytest.mark.unit
 
@@ -101,6 +102,27 @@ def test_run_view_of_a_live_gpu_run(size) -> None:
             assert "GPU 96%" in text or "GPU 9" in text
             keys = footer(app)
             assert keys.startswith("s Stop") and "q Quit" in keys and "? Help" in keys
+
+    run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_profile_of_a_live_gpu_run(size) -> None:
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=size) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            state = gpu_run()
+            state.ingest(gpu_profile())
+            app.open_run(FrozenSource(state))
+            await shown(pilot, app, RunScreen)
+            app.push_screen(ProfileScreen(FrozenSource(state)))
+            await shown(pilot, app, ProfileScreen)
+            await settle(pilot)
+            text = assert_snapshot(app, name("profile", size))
+            assert "matmul (fp16)" in text and "43%" in text and "idle (no kernel)" in text
+            assert "torch.compile" in text  # what would help most
+            assert "esc Back" in footer(app)
 
     run(go())
 
@@ -270,6 +292,7 @@ SCENES = (
     "run-gpu",
     "run-underflow",
     "run-record",
+    "profile",
     "history",
     "compare",
     "formats-values",

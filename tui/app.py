@@ -43,6 +43,7 @@ from ampscope.tui.screens.help import HelpScreen, key_reason
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
 from ampscope.tui.screens.save import SaveDialog
 from ampscope.tui.session import LiveRun, RunSession, edited_name, start_engine_process
@@ -81,6 +82,7 @@ class AmpscopeApp(Navigation, App):
         CompareScreen,
         FormatsScreen,
         MemoryScreen,
+        ProfileScreen,
         WaitingScreen,
         HelpScreen,
         ConfirmDialog,

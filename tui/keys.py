@@ -53,6 +53,8 @@ PRIORITY: dict[str, int] = {
     "save.cancel": 2,
     "form.leave": 2,
     "run.restart": 3,
+    "run.profile": 4,
+    "profile.back": 2,
     "presets.history": 3,
     "presets.live-run": 3,
     "presets.sweep": 3,  # shown once two presets are marked

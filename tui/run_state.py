@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
+from ampscope.core import profiles
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.numerics_report import NumericsSummary
 from ampscope.core.text import visible
@@ -98,6 +99,7 @@ class RunState:
         self.log_seq = 0
         self.ranks = RankTable()  # each rank of a run on several processes
         self.numerics = NumericsSummary()  # per-layer numerics of the sampled steps
+        self.profile: ev.ProfileEvent | None = None  # the latest, asked for with the Run view's p
 
     # ---------------------------------------------------------------- ingest
 
@@ -247,6 +249,10 @@ class RunState:
         )
         self.add_log("error" if e.status == "failed" else "info", None, text)
 
+    def _on_profile(self, e: ev.ProfileEvent) -> None:
+        self.profile = e
+        self.add_log("info", e.step, f"profile of {e.steps} steps: {profiles.headline(e)}")
+
     # ---------------------------------------------------------------- endings the stream omits
 
     def process_exited(self, code: int, stderr_tail: Sequence[str] = ()) -> None:
@@ -379,5 +385,6 @@ _HANDLERS: dict[type, Callable[[RunState, Any], None]] = {
     ev.CompileEvent: RunState._on_compile,
     ev.DoneEvent: RunState._on_done,
     ev.NumericsEvent: lambda state, e: state.numerics.add(e),
+    ev.ProfileEvent: RunState._on_profile,
 }
 """What each event type changes; a type this table lacks is counted in ``version`` only."""

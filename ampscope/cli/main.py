@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ampscope.cli.stop import add_stop_parser
 
     add_stop_parser(sub)
+    from ampscope.cli.profile import add_profile_parser
+
+    add_profile_parser(sub)
     return parser
 
 
@@ -143,6 +146,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         from ampscope.cli.numerics import cmd_numerics
 
         return cmd_numerics(args)
+    if args.command == "profile":
+        from ampscope.cli.profile import cmd_profile
+
+        return cmd_profile(args)
     if args.command == "stop":
         from ampscope.cli.stop import cmd_stop
 

@@ -277,6 +277,34 @@ class DoneEvent(Event, tag="done"):
     ranks: list[RankDone] | None = None
 
 
+class ProfileOp(msgspec.Struct, kw_only=True):
+    """One op (CPU) or kernel (GPU) of a profile, by its self time."""
+
+    name: str
+    kind: str = msgspec.field(name="class")  # the class of the split it counts in
+    share: float  # of the measured step time
+    calls: int  # over the profiled steps
+    dtype: str | None = None  # matmul and conv: the format they ran in, when known
+
+
+class ProfileEvent(Event, tag="profile"):
+    """Where the step goes, over ``steps`` steps from ``step`` on, asked for while the run runs
+    (the Run view's key) or by ``ampscope profile``. ``classes`` are shares of the measured
+    step time (summing to 1); ``timing`` says whose time: kernels on the GPU, or CPU ops."""
+
+    step: int
+    steps: int
+    step_ms: float
+    timing: Literal["device", "cpu"]
+    classes: dict[str, float]
+    dtypes: dict[str, dict[str, float]] = {}  # matmul, conv: share by number format
+    casts: float = 0.0  # the part of elementwise that converts number formats
+    top_ops: list[ProfileOp] = []
+    trace: str | None = None  # the Chrome trace in the run folder (Perfetto opens it)
+    trace_bytes: int | None = None
+    note: str | None = None
+
+
 def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> DoneEvent:
     """A ``done`` for a run that ended before any step (stopped during setup, never started)."""
     return DoneEvent(
@@ -309,6 +337,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union object here
     SysEvent,
     DoneEvent,
     NumericsEvent,
+    ProfileEvent,
 ]
 
 _encoder = msgspec.json.Encoder()

@@ -17,6 +17,14 @@ from ampscope.tui import figures
 from ampscope.tui.replay import SEEK_STEP
 from ampscope.tui.run_state import RunState
 from ampscope.tui.screens.dialogs import ConfirmDialog
+from ampscope.tui.screens.profile import (
+    ASK,
+    DEFAULT_STEPS,
+    NO,
+    ProfileScreen,
+    ask_engine,
+    profile_offer,
+)
 from ampscope.tui.source import PAUSE, STOP, Playback, RunSource
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.key_bar import KeyBar
@@ -44,6 +52,7 @@ class RunScreen(Screen):
         Binding("s", "stop", "Stop", id="run.stop"),
         Binding("r", "restart", "Restart", id="run.restart"),
         Binding("n", "numerics", "Numerics", id="run.numerics"),
+        Binding("p", "profile", "Profile", id="run.profile"),
         Binding("escape", "back", "Back", id="run.back"),
         Binding("b", "back", "Back", show=False, id="run.back-alt"),
         Binding("q", "app.quit", "Quit", id="quit"),
@@ -147,6 +156,8 @@ class RunScreen(Screen):
             return self.source.allows(PAUSE) is True  # False: not shown at all
         if action in ("stop", "restart"):
             return self.source.allows(action)
+        if action == "profile":
+            return None if profile_offer(self.state)[0] == NO else True
         return True
 
     def key_note(self, action: str) -> str:
@@ -156,6 +167,8 @@ class RunScreen(Screen):
         if action in ("stop", "restart"):
             why_not = getattr(self.source, "why_not", None)
             return why_not(action) if why_not else ""
+        if action == "profile":
+            return profile_offer(self.state)[1]
         return ""
 
     def on_screen_resume(self) -> None:
@@ -184,6 +197,21 @@ class RunScreen(Screen):
                 self.run_worker(source.restart(), group="restart", exclusive=True)
 
         self.app.push_screen(ConfirmDialog(question, yes="Restart"), answered)
+
+    def action_profile(self) -> None:
+        """Ask the engine to profile its next steps (or show the profile a record holds)."""
+        offer, why = profile_offer(self.state)
+        if offer == NO:
+            self.app.notify(visible(f"Profile: {why}"), title="Not now", markup=False)
+            return
+        before, steps = self.state.profile, None
+        if offer == ASK:
+            problem = ask_engine(self.state)
+            if problem:
+                self.app.notify(visible(problem), severity="error", markup=False)
+                return
+            steps = DEFAULT_STEPS
+        self.app.push_screen(ProfileScreen(self.source, steps, before))
 
     def action_pause(self) -> None:
         if isinstance(self.source, Playback):

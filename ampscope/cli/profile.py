@@ -1,0 +1,119 @@
+"""``ampscope profile PRESET --steps K``: where the step goes, from torch.profiler.
+
+The preset runs as ``ampscope run`` would (same flags), for a few warm-up steps and then K
+profiled ones; the engine's ``profile`` event is printed as a split into classes, the top ops
+and one line on what would help most (or, with ``--json``, as one object). Progress goes to
+stderr, the profile to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from ampscope.cli.output import fail
+from ampscope.core import config as cfg
+from ampscope.core import events as ev
+from ampscope.core import profiles
+from ampscope.core.run_args import add_launch_arguments, add_model_argument, model_overrides
+from ampscope.core.text import visible
+
+WARMUP_STEPS = 3
+"""Steps before the profile: allocator, cuDNN and autotuning settle (one more to compile)."""
+
+
+def add_profile_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="profile a few steps with torch.profiler: where the step goes, what would help",
+    )
+    p.add_argument("preset", help="a preset name (see 'ampscope presets') or a .toml file")
+    add_model_argument(p)
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=profiles.DEFAULT_STEPS,
+        metavar="K",
+        help=f"steps to profile, 1 to {profiles.MAX_STEPS} (default: %(default)s), after "
+        f"{WARMUP_STEPS} warm-up steps",
+    )
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the preset, dotted for tables: --set workload.layers=4",
+    )
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
+    p.add_argument(
+        "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
+    )
+    p.add_argument(
+        "--no-record", action="store_true", help="do not write a run record (nor the trace)"
+    )
+    add_launch_arguments(p)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    k = args.steps
+    if not 1 <= k <= profiles.MAX_STEPS:
+        return fail(
+            f"--steps {k}: accepted a whole number of steps to profile from 1 to "
+            f"{profiles.MAX_STEPS} (the Chrome trace grows with every step)."
+        )
+    if args.launch.distributed:
+        return fail(
+            "ampscope profile runs on one process; drop --nproc-per-node/--nnodes (a run on "
+            "several processes is profiled from the Run view, on rank 0)."
+        )
+    overrides = model_overrides(args) + list(args.overrides)
+    if args.device is not None:
+        overrides.append(f"device='{args.device}'")
+    try:
+        preset = cfg.load_preset(args.preset, overrides)
+    except cfg.ConfigError as exc:
+        return fail(exc)
+    start = max(WARMUP_STEPS, preset.warmup_steps) + (preset.compile != "off")
+    overrides.append(f"steps={start + k}")
+
+    from ampscope.cli.console import ConsoleReporter
+    from ampscope.engine.run import run
+
+    found: list[ev.ProfileEvent] = []
+    errors: list[ev.ErrorEvent] = []
+    progress = None if args.json else ConsoleReporter(result=sys.stderr)
+
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.ProfileEvent):
+            found.append(event)
+        elif isinstance(event, ev.ErrorEvent):
+            errors.append(event)
+        if progress is not None:
+            progress(event)
+        elif isinstance(event, ev.WarningEvent):
+            print(f"ampscope: warning: {visible(event.message)}", file=sys.stderr)
+
+    code = run(
+        args.preset,
+        overrides,
+        runs_dir=args.runs_dir,
+        record=not args.no_record,
+        on_event=on_event,
+        profile=(start, k),
+    )
+    if not found:
+        if errors and progress is None:
+            print(f"ampscope: {visible(errors[0].message)}", file=sys.stderr)
+        return code or 1
+    profile = found[-1]
+    if args.json:
+        print(json.dumps(profiles.to_json(profile, preset.name)))
+    else:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
+        print(visible(profiles.render(profile, preset.name, width), keep_newlines=True))
+    return code

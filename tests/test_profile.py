@@ -1,0 +1,276 @@
+"""``ampscope profile`` and the engine's profiles: the split, its rules, and torch.profiler's own
+figures for the same steps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.core import profiles
+from ampscope.core.profile_rules import OpTime, op_class, short_dtype
+from tests.helpers import ROOT, engine_env
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("name", "phase", "cls"),
+    [
+        ("aten::addmm", "forward", "matmul"),
+        ("aten::mm", "backward", "matmul"),
+        ("aten::add_", "optimizer", "optimizer"),  # the phase decides first
+        ("aten::mul", "scaler", "loss_scaling"),
+        ("aten::gelu", "forward", "norm_act"),
+        ("aten::native_layer_norm_backward", "backward", "norm_act"),
+        ("aten::_to_copy", "forward", "elementwise"),
+        ("aten::_scaled_dot_product_flash_attention", "forward", "attention"),
+        ("aten::convolution", "forward", "conv"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "forward", "matmul"),
+        ("void at::native::vectorized_elementwise_kernel<4, ...>", None, "elementwise"),
+        ("triton_poi_fused_add_gelu_0", "forward", "elementwise"),
+        ("flash_fwd_kernel", "forward", "attention"),
+        ("Memcpy HtoD (Pageable -> Device)", None, "memcpy"),
+        ("ncclDevKernel_AllReduce_Sum_f32", "optimizer", "communication"),
+        ("void at::native::_amp_foreach_non_finite_check_and_unscale_cuda", None, "loss_scaling"),
+        ("ampscope.data", None, "data"),
+        ("ampscope.forward", None, "other"),
+        ("aten::t", "forward", "other"),
+    ],
+)
+def test_each_op_lands_in_its_class(name: str, phase: str | None, cls: str) -> None:
+    assert op_class(name, phase) == cls
+
+
+@pytest.mark.unit
+def test_the_format_of_a_matmul_comes_from_its_inputs_or_its_kernel() -> None:
+    assert short_dtype(["c10::BFloat16", "c10::BFloat16"]) == "bf16"
+    assert short_dtype(["float"]) == "fp32"
+    assert short_dtype((), "ampere_sgemm_128x64_tn") == "fp32"
+    assert short_dtype((), "sm80_xmma_gemm_f16f16_f16f32") == "fp16"
+    assert short_dtype((), "some_kernel") is None
+
+
+def _profile(timing: str, idle_us: float = 0.0, **us: float) -> ev.ProfileEvent:
+    ops = [
+        OpTime(f"op-{cls}", cls, t, 2, "fp32" if cls == "matmul" else None) for cls, t in us.items()
+    ]
+    return profiles.summarize(ops, 1000.0 * 2, step=3, steps=2, timing=timing, idle_us=idle_us)
+
+
+@pytest.mark.unit
+def test_the_shares_sum_to_one_with_python_time_as_other_on_a_cpu() -> None:
+    p = _profile("cpu", matmul=1000, elementwise=600)
+    assert sum(p.classes.values()) == pytest.approx(1.0, abs=1e-4)
+    assert p.classes["matmul"] == pytest.approx(0.5) and p.classes["other"] == pytest.approx(0.2)
+    assert p.step_ms == pytest.approx(1.0) and p.classes["idle"] == 0.0
+    assert [o.name for o in p.top_ops] == ["op-matmul", "op-elementwise"]
+
+
+@pytest.mark.unit
+def test_on_a_gpu_time_with_no_kernel_is_idle_and_overlapping_kernels_are_scaled_to_fit() -> None:
+    p = _profile("device", idle_us=500, matmul=1000, elementwise=500)
+    assert p.classes["idle"] == pytest.approx(0.25) and p.classes["other"] == 0.0
+    # two streams: 2400 us of kernels in 1500 us of busy time
+    q = _profile("device", idle_us=500, matmul=1600, elementwise=800)
+    assert sum(q.classes.values()) == pytest.approx(1.0, abs=1e-4)
+    assert q.classes["matmul"] == pytest.approx(0.5) and q.classes["idle"] == pytest.approx(0.25)
+
+
+@pytest.mark.unit
+def test_kernels_are_classed_with_the_op_and_the_phase_that_launched_them() -> None:
+    from ampscope.engine.profiling.collect import covered_us, device_op_times
+
+    cpu = SimpleNamespace(name="x", device_type="CPU", cpu_parent=None)
+    opt = SimpleNamespace(name="ampscope.optimizer", device_type="CPU", cpu_parent=None, id=1)
+    fwd = SimpleNamespace(name="ampscope.forward", device_type="CPU", cpu_parent=None, id=2)
+    mm = SimpleNamespace(
+        name="aten::mm", device_type="CPU", cpu_parent=fwd, id=3, input_dtypes=["c10::BFloat16"]
+    )
+    add = SimpleNamespace(name="aten::_foreach_add_", device_type="CPU", cpu_parent=opt, id=4)
+    del cpu
+
+    def kernel(name: str, start: float, end: float, launcher: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            name=name,
+            device_type="CUDA",
+            time_range=SimpleNamespace(start=start, end=end),
+            linked_correlation_id=launcher,
+            cpu_parent=None,
+        )
+
+    events = [
+        opt, fwd, mm, add,
+        kernel("sm90_xmma_gemm_bf16bf16", 0, 60, 3),
+        kernel("multi_tensor_apply_kernel", 70, 90, 4),
+        kernel("vectorized_elementwise_kernel", 80, 100, 4),  # overlaps the one before
+    ]  # fmt: skip
+    rows, busy = device_op_times(events)
+    assert [(r.cls, r.dtype) for r in rows] == [
+        ("matmul", "bf16"),
+        ("optimizer", None),
+        ("optimizer", None),
+    ]
+    assert busy == 90.0 == covered_us([(0, 60), (70, 90), (80, 100)])
+
+
+@pytest.mark.unit
+def test_the_advice_names_the_largest_cost_and_the_diff_says_what_moved() -> None:
+    fp32 = _profile("device", idle_us=100, matmul=1500, elementwise=300)
+    assert "fp32" in profiles.advice(fp32) and "bf16 autocast" in profiles.advice(fp32)
+    bf16 = profiles.summarize(
+        [
+            OpTime("gemm", "matmul", 480, 2, "bf16"),
+            OpTime("aten::add", "elementwise", 236, 2),
+            OpTime("aten::_to_copy", "elementwise", 100, 2),
+        ],
+        1000.0,
+        step=3,
+        steps=2,
+        timing="device",
+        idle_us=184,
+    )
+    line = profiles.diff_line(fp32, bf16)
+    assert "matmul \u221268 %" in line and "elementwise +12 % (casts)" in line
+    idle = _profile("device", idle_us=1400, matmul=300)
+    assert "idle" in profiles.advice(idle) and "torch.compile" in profiles.advice(idle)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.events: list[ev.Event] = []
+
+    def emit(self, event: ev.Event, urgent: bool = False) -> None:
+        self.events.append(event)
+
+
+@pytest.mark.unit
+def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ampscope.core import config as cfg
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.loop import train_step
+    from ampscope.engine.profiling import ProfileControl
+    from ampscope.engine.setup import build
+
+    preset = cfg.load_preset(
+        "amp-bf16",
+        ["workload.kind='mlp'", "workload.width=64", "workload.layers=3", "batch_size=16"],
+    )
+    s = build(preset, resolve_device("cpu"))
+    writer = _Writer()
+    control = ProfileControl(writer, s.info.device, tmp_path, first=(2, 3))  # type: ignore[arg-type]
+    seen: dict[str, object] = {}
+    summarize = ProfileControl._summarize
+
+    def keep(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
+        seen.update(prof=prof, measured_us=measured_us)
+        return summarize(self, prof, measured_us, steps)
+
+    monkeypatch.setattr(ProfileControl, "_summarize", keep)
+    for step in range(6):
+        control.before_step(step)
+        train_step(s, step, False, control.phase)
+        control.after_step(step)
+    (profile,) = [e for e in writer.events if isinstance(e, ev.ProfileEvent)]
+    assert (profile.step, profile.steps, profile.timing) == (2, 3, "cpu")
+    assert sum(profile.classes.values()) == pytest.approx(1.0, abs=0.05)
+
+    rows = {r.key: r for r in seen["prof"].key_averages()}  # type: ignore[attr-defined]
+    total = float(seen["measured_us"])  # type: ignore[arg-type]
+
+    def whole(range_name: str) -> float:
+        row = rows.get(range_name)
+        return row.cpu_time_total / total if row else 0.0
+
+    def own(*names: str) -> float:
+        return sum(rows[n].self_cpu_time_total for n in names if n in rows) / total
+
+    reference = {
+        "optimizer": whole("ampscope.optimizer"),
+        "loss_scaling": whole("ampscope.scaler"),
+        "data": whole("ampscope.data"),
+        "matmul": own("aten::mm", "aten::addmm"),
+        "norm_act": own(
+            "aten::gelu", "aten::gelu_backward", "aten::_log_softmax",
+            "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
+            "aten::nll_loss_backward",
+        ),
+    }  # fmt: skip
+    assert reference["matmul"] > 0.05 and reference["optimizer"] > 0.02
+    for cls, share in reference.items():
+        assert profile.classes[cls] == pytest.approx(share, abs=0.02), cls
+    assert profile.dtypes["matmul"].keys() == {"bf16"}  # autocast ran the matmuls in bf16
+    top = profile.top_ops[0]  # the op with the most self time, counted as torch counts it
+    if [o.name for o in profile.top_ops].count(top.name) == 1:
+        assert top.calls == rows[top.name].count
+        assert top.share == pytest.approx(rows[top.name].self_cpu_time_total / total, abs=0.02)
+    with gzip.open(profile.trace) as fh:  # type: ignore[arg-type]
+        assert json.load(fh)["traceEvents"]
+    assert not control.active
+
+
+@pytest.mark.unit
+def test_unasked_the_loop_gets_a_do_nothing_phase_until_a_request_file_appears(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from ampscope.engine.profiling import ProfileControl, control, no_phase
+
+    writer = _Writer()
+    watch = ProfileControl(writer, torch.device("cpu"), tmp_path)  # type: ignore[arg-type]
+    watch.before_step(0)
+    assert watch.phase is no_phase and not watch.active
+    profiles.ask_to_profile(tmp_path, 2)
+    watch.before_step(1)  # checked at most twice a second: not yet
+    assert not watch.active
+    watch._next_check = 0.0
+    watch.before_step(2)
+    assert watch.active and not (tmp_path / profiles.REQUEST_FILE).exists()
+    with watch.phase("forward"):
+        torch.ones(4) @ torch.ones(4)
+    watch.after_step(2)
+    watch.end_run()  # stopped after one of the two steps asked: profiled what it got
+    (profile,) = writer.events
+    assert isinstance(profile, ev.ProfileEvent) and profile.steps == 1
+    assert control.CHECK_EVERY_S == 0.5
+
+
+@pytest.mark.unit
+def test_profile_refuses_a_step_count_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    from ampscope.cli.main import main
+
+    assert main(["profile", "fp32", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps 0" in err and f"1 to {profiles.MAX_STEPS}" in err
+    assert main(["profile", "no-such-preset"]) == 2
+
+
+@pytest.mark.subprocess
+def test_ampscope_profile_json_prints_the_split_and_keeps_the_trace(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "ampscope.cli.main", "profile", "mlp-demo", "--device", "cpu",
+            "--steps", "2", "--json", "--runs-dir", str(tmp_path),
+            "--set", "workload.width=64", "--set", "workload.layers=2", "--set", "batch_size=8",
+        ],
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["preset"] == "mlp-demo" and data["steps"] == 2 and data["step_ms"] > 0
+    assert abs(sum(data["classes"].values()) - 1.0) < 0.05
+    assert {"name", "share", "calls", "class"} <= data["top_ops"][0].keys()
+    assert Path(data["trace"]).is_file() and Path(data["trace"]).parent.parent == tmp_path
+    assert data["advice"]
