@@ -256,10 +256,10 @@ def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) 
 
     real_step = loop.train_step
 
-    def step_that_runs_out(s, step: int, measure_zeros: bool):
+    def step_that_runs_out(s, step: int, *rest):
         if step == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
-        return real_step(s, step, measure_zeros)
+        return real_step(s, step, *rest)
 
     monkeypatch.setattr(loop, "train_step", step_that_runs_out)
     code, seen = run_preset("fp32", "steps=6", runs_dir=tmp_path)
@@ -280,7 +280,7 @@ def test_out_of_memory_in_a_cpu_run_on_a_gpu_machine_still_ends_with_done(monkey
     def cuda_only(device=None) -> int:
         raise ValueError(f"Expected a cuda device, but got: {device}")
 
-    def step_that_runs_out(s, step: int, measure_zeros: bool):
+    def step_that_runs_out(s, step: int, *rest):
         raise torch.OutOfMemoryError("CPU out of memory. Tried to allocate 20.00 GiB")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

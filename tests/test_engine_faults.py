@@ -283,10 +283,10 @@ def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, mo
         refusal = exc
     real_step = loop.train_step
 
-    def step_that_runs_out(s, step: int, measure_zeros: bool):
+    def step_that_runs_out(s, step: int, *rest):
         if step == 2:
             raise refusal
-        return real_step(s, step, measure_zeros)
+        return real_step(s, step, *rest)
 
     monkeypatch.setattr(loop, "train_step", step_that_runs_out)
     seen: list[ev.Event] = []
