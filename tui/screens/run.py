@@ -8,6 +8,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -120,8 +121,11 @@ class RunScreen(Screen):
             self.refresh_bindings()
 
     def refresh_view(self) -> None:
-        self.refresh_text()
-        self.redraw_plots()
+        try:
+            self.refresh_text()
+            self.redraw_plots()
+        except NoMatches:  # a feed that ended while the app tears the screen down
+            return
 
     def refresh_text(self) -> None:
         if not self.is_attached:
