@@ -18,6 +18,12 @@ import numpy as np
 from msgspec import Meta
 
 from ampscope.core.formats import convert, get_format
+from ampscope.core.numerics_event import (  # noqa: F401 - the event's parts, named here too
+    FirstNonfinite,
+    FormatShare,
+    ModuleNumerics,
+    TensorNumerics,
+)
 
 # The formats a layer is measured against: short key -> core.formats key.
 FORMATS = {"fp16": "fp16", "bf16": "bf16", "e4m3": "fp8-e4m3fn", "e5m2": "fp8-e5m2"}
@@ -65,38 +71,6 @@ def _limits(key: str) -> Limits:
 
 
 LIMITS = {key: _limits(key) for key in FORMATS}
-
-
-class FormatShare(msgspec.Struct, kw_only=True):
-    """Shares (0-1) of a tensor's values that a format would lose."""
-
-    overflow: float  # finite values beyond the format's largest finite value
-    underflow: float  # non-zero values that round to zero
-    scaled_underflow: float | None = None  # fp8 only: after scaling the tensor by its amax
-
-
-class TensorNumerics(msgspec.Struct, kw_only=True):
-    """One module's output or output gradient in one step (all tensors of a tuple or dict,
-    and every call of the module in the step, together)."""
-
-    numel: int
-    amax: float | None  # the largest finite magnitude; null when none is finite
-    min_nonzero: float | None  # the smallest non-zero finite magnitude
-    nonfinite: int  # inf and NaN values
-    formats: dict[str, FormatShare]
-
-
-class ModuleNumerics(msgspec.Struct, kw_only=True):
-    name: str  # as model.named_modules() names it
-    kind: str  # the module's class name
-    activation: TensorNumerics | None = None
-    gradient: TensorNumerics | None = None  # scaled by the loss scale under a GradScaler
-
-
-class FirstNonfinite(msgspec.Struct, kw_only=True):
-    step: int
-    module: str
-    pass_: str = msgspec.field(name="pass")  # "forward" or "backward"
 
 
 def headroom_bits(amax: float | None, key: str) -> float | None:
