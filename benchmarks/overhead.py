@@ -3,7 +3,10 @@
 Runs one preset's setup twice over (same model, same data) and alternates blocks of steps
 between a bare loop (forward, backward, optimizer; nothing read back) and the engine's loop
 (metric vector, probe, step event written to a file), ABAB, then prints the step-time ratio.
-It also times one step event's emission against json.dumps + write + flush.
+It also times one step event's emission against json.dumps + write + flush, and says how
+much of the loop's wall time the reported ``step_ms`` covers (each step is timed from the end
+of the one before, so the host's work between steps is in it: ~100 %; a step timed from its
+own start read 98.8 % here on a 0.1 s CPU step, and misses ~7 % on a launch-bound GPU model).
 
 With ``--model`` the model is a user's (``benchmarks/overhead_model.py:make`` by default,
 about 0.1 s a step on two CPU cores): the bare loop calls their batches callable, model and
@@ -23,22 +26,25 @@ CPU clock, one thread) 1.000 (paired per block 1.001); wall clock under load (0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import msgspec  # noqa: E402
 import torch  # noqa: E402
 
 from ampscope.core import config as cfg  # noqa: E402
 from ampscope.core import events as ev  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
 from ampscope.engine.emitter import EventWriter, LiveStream  # noqa: E402
-from ampscope.engine.loop import train_step  # noqa: E402
+from ampscope.engine.loop import train, train_step  # noqa: E402
 from ampscope.engine.metrics import METRICS_WIDTH, MemoryReader, StepReporter  # noqa: E402
 from ampscope.engine.probe import make_probe  # noqa: E402
 from ampscope.engine.setup import build  # noqa: E402
@@ -110,22 +116,33 @@ def main() -> None:
     memory = MemoryReader(info.device)
     probe = make_probe(info.device, width=METRICS_WIDTH)
 
+    reported: dict[int, float] = {}  # step -> the step_ms the engine reported for it
+
+    def land(items) -> None:
+        for item in items:
+            reported[item.step] = item.step_ms
+            for ranks in setup.link.exchange([memory.figures(0, item)], False)[0]:
+                reporter.report(ranks)
+
     def instrumented(step: int) -> None:
+        """The engine loop's order: read back and report, then the step, timed from the end
+        of the step before (``probe.begin`` once a block, then after every ``end``)."""
+        land(probe.poll())
         measure = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
-        probe.begin()
         metrics, data_ms = train_step(setup, step, measure)
         probe.end(step, metrics)
+        probe.begin()
         reporter.data_ms[step] = data_ms
-        landed = [memory.figures(0, item) for item in probe.poll()]
-        for ranks in setup.link.exchange(landed, False)[0]:
-            reporter.report(ranks)
 
     for step in range(10):  # warm-up both paths
         bare_step(setup, step)
+        probe.begin()
         instrumented(step)
     sync(setup)
+    land(probe.drain())
     sampler = TelemetrySampler(writer.emit, uuid=info.uuid, cuda=info.is_cuda)
     per_step: dict[str, list[float]] = {"bare": [], "instrumented": [], "sampler": []}
+    covered: list[float] = []  # per instrumented block: reported step_ms over the wall clock
     step = 10
     for _ in range(args.blocks):
         for name, fn in (
@@ -136,26 +153,43 @@ def main() -> None:
             if name == "sampler":
                 sampler.start()
             sync(setup)
-            t0 = clock()
+            first = step
+            t0, wall0 = clock(), time.perf_counter()
+            if name != "bare":
+                probe.begin()
             for _ in range(args.block_steps):
                 fn(setup, step) if name == "bare" else fn(step)
                 step += 1
             sync(setup)
             per_step[name].append((clock() - t0) / args.block_steps * 1e3)
+            wall_ms = (time.perf_counter() - wall0) * 1e3  # step_ms is wall time, whatever --clock
+            if name != "bare":
+                land(probe.drain())
+                covered.append(sum(reported[i] for i in range(first, step)) / wall_ms)
             if name == "sampler":
                 sampler.stop()
                 sampler = TelemetrySampler(writer.emit, uuid=info.uuid, cuda=info.is_cuda)
-    for item in probe.drain():
-        reporter.report([memory.figures(0, item)])
 
+    print(
+        f"{what_runs(args, setup)}, {args.blocks} blocks x {args.block_steps} steps each way, "
+        f"interleaved, {args.clock} clock, {torch.get_num_threads()} torch thread(s)"
+    )
+    print_ratios(per_step, covered)
+    print_loop_coverage(setup, writer, args.blocks * args.block_steps)
+    print_emission_cost(writer, sink)
+    writer.close()
+
+
+def what_runs(args: argparse.Namespace, setup) -> str:
+    preset, info = setup.preset, setup.info
+    what = f"model {setup.workload.name} ({args.model})" if args.model else f"preset {preset.name}"
+    return f"{what}, {preset.precision}, on {info.name} ({info.device})"
+
+
+def print_ratios(per_step: dict[str, list[float]], covered: list[float]) -> None:
+    """The engine loop against the bare one, and how much of its wall time step_ms covers."""
     bare = statistics.median(per_step["bare"])
     inst = statistics.median(per_step["instrumented"])
-    what = f"model {setup.workload.name} ({args.model})" if args.model else f"preset {preset.name}"
-    print(
-        f"{what}, {preset.precision}, on {info.name} ({info.device}), {args.blocks} blocks x "
-        f"{args.block_steps} steps each way, interleaved, {args.clock} clock, "
-        f"{torch.get_num_threads()} torch thread(s)"
-    )
     print(f"  bare loop           {bare:8.3f} ms/step (median of blocks)")
     print(f"  engine loop         {inst:8.3f} ms/step")
     with_sampler = statistics.median(per_step["sampler"])
@@ -173,8 +207,26 @@ def main() -> None:
         f"  engine + 2 Hz sys   {with_sampler:8.3f} ms/step  ratio to bare {with_sampler / bare:.4f}"
     )
 
-    print_emission_cost(writer, sink)
-    writer.close()
+    share = statistics.median(covered)
+    print(
+        f"  step_ms covers      {share:8.1%}  of the engine loop's wall time a step (median of "
+        "blocks; below ~99 % the host work between steps is missing from step times)"
+    )
+
+
+def print_loop_coverage(setup, writer: EventWriter, steps: int) -> None:
+    """engine.loop.train itself, timed whole: its steps' step_ms against its wall time. A
+    loop that timed only from each step's start would leave the host work out and read low."""
+    s = dataclasses.replace(setup, preset=msgspec.structs.replace(setup.preset, steps=steps))
+    stats = RunStats(warmup_steps=0)
+    sync(setup)
+    t0 = time.perf_counter()
+    train(s, writer, stats, None, threading.Event())
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    print(
+        f"  engine.loop.train   {sum(stats.step_ms) / wall_ms:8.1%}  of its wall time is in "
+        f"step_ms ({steps} steps)"
+    )
 
 
 def print_emission_cost(writer: EventWriter, sink) -> None:

@@ -1,10 +1,12 @@
 """The training loop: one optimizer step per iteration, every step timed and reported.
 
 ``train_step`` is the whole of a step, in the order torch's AMP recipe prescribes. ``train``
-times it with the probe (CUDA events on a GPU), and reports each step once its metrics have
-landed on the host, normally a step later, so the loop never waits for the GPU. Before each
-step the ranks exchange what has landed and whether to stop (``link``; nothing to exchange on
-one process), so that every rank stops at the same step.
+times it with the probe (CUDA events on a GPU) from the end of the step before to its own
+end, so that the host's work between steps (reading back, emitting) is in the figure. It
+reports each step once its metrics have landed on the host, normally a step later, so the
+loop never waits for the GPU. Before each step the ranks exchange what has landed and whether
+to stop (``link``; nothing to exchange on one process), so that every rank stops at the same
+step.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def train(
     preset, link = s.preset, s.link
     reporter = StepReporter(s, writer, stats, peak)
     memory = MemoryReader(s.info.device)
+    memory.reset_peak()  # setup's peak (weights cast, FLOPs counted) is not training's
     probe = make_probe(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
@@ -112,6 +115,7 @@ def train(
     first_phase = "compile" if compiled else "train"
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status = "ok"
+    probe.begin()  # step 0 is timed from here, every later step from the end of the one before
     for step in range(preset.steps):
         landed = [memory.figures(link.rank, item) for item in probe.poll()]
         halt = stop.is_set() or writer.broken or writer.fault is not None
@@ -122,10 +126,10 @@ def train(
             status = "stopped"
             break
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
-        if profiler is not None:
-            profiler.before_step(step)  # a profile asked for starts here, before the timing
+        if profiler is not None and profiler.before_step(step):
+            probe.begin()  # starting the profiler is not the step's work
         t0 = time.perf_counter()
-        probe.begin()  # the step is timed from here...
+        stats.step_running = step
         try:
             if numerics:
                 numerics.before(step)
@@ -139,14 +143,16 @@ def train(
             if told is exc:
                 raise
             raise told from None
-        probe.end(step, metrics)  # ...to here: CUDA events on a GPU, the host clock on a CPU
+        probe.end(step, metrics)  # CUDA events on a GPU, the host clock on a CPU
         if profiler is not None:
-            profiler.after_step(step)
+            profiler.after_step(step)  # a profile's analysis is not the next step's work
+        probe.begin()  # the host work up to the next step (polling, reporting) counts in it
         reporter.data_ms[step] = data_ms
         if s.workload.warnings:  # found while serving batches (an iterable that restarted)
             reporter.warn_from(s.workload.warnings)
         if compiled and step == 0:  # the first call compiled the model
             stats.compile_s = round(time.perf_counter() - t0, 3)
+            stats.mem_peak_compile = memory.reset_peak()  # compile and autotuning, apart
             end_compile_phase(writer, stats.compile_s)
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)

@@ -120,6 +120,16 @@ class MemoryReader:
         rss, peak = self.host.read()  # one read of /proc/self/status (~20 us)
         return rss, None, peak
 
+    def reset_peak(self) -> int | None:
+        """The CUDA allocator's peak so far, then the peak restarted from what is held now:
+        after setup and after the compile step, so that ``mem_peak`` is the training peak.
+        Host-side statistics: no sync. None on the CPU (RSS has no peak to restart)."""
+        if self.device.type != "cuda":
+            return None
+        peak = torch.cuda.max_memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peak
+
     def figures(self, rank: int, item: FinishedStep) -> RankFigures:
         return RankFigures(rank, item.step, item.step_ms, item.values, *self.read())
 

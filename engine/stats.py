@@ -23,7 +23,11 @@ class RunStats:
     skipped: int = 0
     nonfinite_run: int = 0  # consecutive non-finite losses, the current streak
     compile_s: float | None = None
-    mem_peak: int | None = None
+    mem_peak: int | None = None  # the training peak: the statistics are reset after compile
+    mem_peak_compile: int | None = None  # CUDA: the compile step's peak (autotuning included)
+    step_running: int | None = (
+        None  # the step the loop is in (a fault's step), not the last reported
+    )
     started: float = field(default_factory=time.monotonic)
     rank_ms: list[list[float]] = field(default_factory=list)  # several processes: by rank
     rank_mem_peak: list[int | None] = field(default_factory=list)
@@ -96,6 +100,7 @@ class RunStats:
             tflops=speed.tflops,
             mfu=speed.mfu,
             mem_peak=self.mem_peak,
+            mem_peak_compile=self.mem_peak_compile,
             loss_first=self.loss_first,
             loss_final=self.loss_final if summary.finite(self.loss_final) else None,
             loss_final_step=self.loss_final_step,

@@ -5,17 +5,23 @@ No GPU here: torch.cuda and pynvml are faked where a path needs them.
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.config import load_preset
 from ampscope.core.hardware import peak_tflops
-from ampscope.engine import device
+from ampscope.engine import device, doctor, loop, session
+from ampscope.engine import setup as engine_setup
+from ampscope.engine.faults import failure
 from ampscope.engine.hello import choose_peak
+from ampscope.engine.metrics import MemoryReader, StepReporter
 from ampscope.engine.precision import set_matmul_precision, tf32_disagreements, tf32_getters
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, run
+from ampscope.engine.stats import RunStats
 from tests.helpers import FAST
 
 
@@ -104,3 +110,160 @@ def test_a_full_gpu_keeps_the_datasheet_peak_and_an_unknown_slice_gets_none(monk
     assert peak_of(device.resolve_device("cuda:0"))[0] == pytest.approx(989.4)
     peak, note = peak_tflops("NVIDIA L4 MIG 1g.5gb", "bf16", None, 10)
     assert peak is None and "set peak_tflops" in note
+
+
+# --------------------------------------------------------------------------- peak memory
+
+
+@pytest.mark.unit
+def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatch) -> None:
+    """mem_peak is training's; the compile step's peak (autotuning included) is its own field."""
+    calls: list[int | None] = []
+    compile_peak = 7 << 30
+
+    def reset_peak(self) -> int | None:
+        calls.append(stats_step())
+        return None if len(calls) == 1 else compile_peak
+
+    stats_seen: list = []
+    real_train = loop.train
+
+    def train(s, writer, stats, *rest, **kw):
+        stats_seen.append(stats)
+        return real_train(s, writer, stats, *rest, **kw)
+
+    def stats_step() -> int | None:
+        return stats_seen[0].step_running if stats_seen else None
+
+    monkeypatch.setattr(MemoryReader, "reset_peak", reset_peak)
+    monkeypatch.setattr(engine_setup, "compile_model", lambda model, preset: model)  # no cost
+    monkeypatch.setattr(session, "train", train)
+    code, seen = run_fast("amp-bf16", "steps=3", "compile='default'")
+    assert code == EXIT_OK
+    assert calls == [None, 0]  # before the first step, and right after the compile step
+    done = [e for e in seen if isinstance(e, ev.DoneEvent)][0]
+    assert done.mem_peak_compile == compile_peak
+    assert ev.decode(ev.encode(done)) == done
+
+
+@pytest.mark.unit
+def test_reset_peak_reads_then_restarts_the_cuda_allocators_peak(monkeypatch) -> None:
+    state = {"peak": 9 << 30, "now": 2 << 30}
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: state["peak"])
+    monkeypatch.setattr(
+        torch.cuda, "reset_peak_memory_stats", lambda d=None: state.update(peak=state["now"])
+    )
+    reader = MemoryReader(torch.device("cuda", 0))
+    assert reader.reset_peak() == 9 << 30 and state["peak"] == 2 << 30
+    assert MemoryReader(torch.device("cpu")).reset_peak() is None
+
+
+# --------------------------------------------------------------------------- OOM in compile
+
+
+def compile_oom() -> Exception:
+    """An OOM of inductor's autotuning, as torch.compile raises it: wrapped."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    try:
+        try:
+            raise oom
+        except torch.OutOfMemoryError as exc:
+            raise BackendCompilerFailed(lambda: None, exc, None) from exc
+    except BackendCompilerFailed as wrapped:
+        return wrapped
+
+
+@pytest.mark.unit
+def test_an_oom_wrapped_by_the_compiler_is_an_oom_at_the_step_that_ran_out() -> None:
+    preset = load_preset("amp-bf16")
+    stats = RunStats(warmup_steps=0, compiled=True)
+    stats.steps_done, stats.step_running = 4, 5  # on CUDA metrics land a step late
+    event, code = failure(compile_oom(), preset, None, stats)
+    assert event.kind == "oom" and event.step == 5 and code == EXIT_FAILED
+    assert (
+        "Out of memory at step 5: CUDA out of memory. Tried to allocate 20.00 GiB" in event.message
+    )
+
+
+@pytest.mark.unit
+def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
+    real_step = loop.train_step
+
+    def train_step(s, step, measure_zeros, phase):
+        if step == 2:
+            raise compile_oom()
+        return real_step(s, step, measure_zeros, phase)
+
+    monkeypatch.setattr(loop, "train_step", train_step)
+    code, seen = run_fast("fp32", "steps=4")
+    [error] = [e for e in seen if isinstance(e, ev.ErrorEvent)]
+    assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
+
+
+# --------------------------------------------------------------------------- step time
+
+
+@pytest.mark.unit
+def test_host_work_between_steps_is_in_the_step_time(monkeypatch) -> None:
+    """step k runs from the end of step k-1 to its own end: 1000 / step_ms is the loop's rate."""
+    real_report = StepReporter.report
+
+    def slow_report(self, ranks):
+        time.sleep(0.05)  # a slow reader of figures, between two steps
+        return real_report(self, ranks)
+
+    monkeypatch.setattr(StepReporter, "report", slow_report)
+    code, seen = run_fast("fp32", "steps=5")
+    steps = [e for e in seen if isinstance(e, ev.StepEvent)]
+    assert code == EXIT_OK and len(steps) == 5
+    assert all(e.step_ms >= 50.0 for e in steps[1:]), [e.step_ms for e in steps]
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+@pytest.mark.unit
+def test_doctor_says_yes_to_compile_only_after_trying(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(doctor, "try_compiling", lambda device: None)
+    report = doctor.compile_report(cuda=True, try_compile=False)
+    if report["cpu"]["ok"] is False:
+        pytest.skip(f"this machine cannot compile: {report['cpu']['why']}")
+    triton = report["cuda"]["why"] != "Triton is not installed (comes with CUDA torch)"
+    assert (
+        report["cpu"]["ok"] is None
+        and "not tried (ampscope doctor --try-compile)" in (report["cpu"]["why"])
+    )
+    assert report["cuda"]["ok"] is (None if triton else False)
+    tried = doctor.compile_report(cuda=False, try_compile=True)
+    assert tried["cpu"]["ok"] is True and tried["cuda"]["ok"] is False
+    assert doctor.doctor(try_compile=False) == 0
+    assert "torch.compile on cpu: untried" in capsys.readouterr().out
+
+
+@pytest.mark.unit
+def test_doctor_names_a_missing_c_compiler_and_python_h(monkeypatch) -> None:
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
+    monkeypatch.setattr(doctor.sysconfig, "get_paths", lambda: {"include": "/nowhere/include"})
+    report = doctor.compile_report(cuda=False, try_compile=True)
+    assert report["cpu"]["ok"] is False
+    assert "no C compiler (install gcc)" in report["cpu"]["why"]
+    assert "no Python.h in /nowhere/include (install python3-dev)" in report["cpu"]["why"]
+
+
+@pytest.mark.unit
+def test_doctor_try_compile_reports_the_failure(monkeypatch) -> None:
+    def broken(fn):
+        raise RuntimeError("Triton needs a C compiler\nmore lines")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    assert doctor.try_compiling("cpu") == "RuntimeError: Triton needs a C compiler"
+    monkeypatch.setattr(doctor, "try_compiling", lambda device: "RuntimeError: no")
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/cc")
+    monkeypatch.setattr(doctor.Path, "is_file", lambda self: True)
+    report = doctor.compile_report(cuda=False, try_compile=True)
+    assert report["cpu"] == {
+        "ok": False,
+        "why": "a tiny function did not compile: RuntimeError: no",
+    }

@@ -275,6 +275,7 @@ class DoneEvent(Event, tag="done"):
     loss_nonfinite: Literal["nan", "inf", "-inf"] | None = None  # the last loss, when not finite
     world_size: int = 1
     ranks: list[RankDone] | None = None
+    mem_peak_compile: int | None = None  # CUDA, compiled runs: the compile step's own peak
 
 
 class ProfileOp(msgspec.Struct, kw_only=True):

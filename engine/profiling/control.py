@@ -61,12 +61,15 @@ class ProfileControl:
     def active(self) -> bool:
         return self._profiler is not None
 
-    def before_step(self, step: int) -> None:
+    def before_step(self, step: int) -> bool:
+        """Starts a profile asked for at this step; True when one started just now."""
         if self._profiler is not None:
-            return
+            return False
         steps = self._asked(step)
-        if steps is not None:
-            self._start(step, steps)
+        if steps is None:
+            return False
+        self._start(step, steps)
+        return True
 
     def _asked(self, step: int) -> int | None:
         if self.planned is not None and step >= self.planned[0]:
