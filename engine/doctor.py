@@ -7,13 +7,15 @@ import json
 import platform
 import shutil
 import sys
+import sysconfig
 import warnings
+from pathlib import Path
 from typing import Any
 
 from ampscope.core.fp8_recipes import INSTALL_HINT
 
 
-def machine_report() -> dict[str, Any]:
+def machine_report(try_compile: bool = False) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
@@ -54,22 +56,66 @@ def machine_report() -> dict[str, Any]:
                 }
             )
     report["nvml"] = nvml_report()
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    triton = importlib.util.find_spec("triton") is not None
-    report["compile"] = {
-        "cpu": {
-            "ok": compiler is not None,
-            "why": f"C compiler {compiler}" if compiler else "no C compiler (install gcc)",
-        },
-        "cuda": {
-            "ok": torch.cuda.is_available() and triton,
-            "why": "Triton installed"
-            if triton
-            else "Triton is not installed (comes with CUDA builds of torch)",
-        },
-    }
+    report["compile"] = compile_report(torch.cuda.is_available(), try_compile)
     report["torchao"] = _torchao_version()
     return report
+
+
+def compile_report(cuda: bool, try_compile: bool) -> dict[str, dict[str, Any]]:
+    """Whether torch.compile can work here, per device. ``ok`` is true only once a tiny
+    function compiled (``--try-compile``); null when everything it needs is present but it
+    was not tried; false when a piece is missing or the try failed.
+
+    inductor builds C++ (CPU) and Triton (CUDA) kernels at run time, and both need a C
+    compiler and Python's headers (Python.h): a machine with torch and Triton but without
+    them fails on the first compiled step.
+    """
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    missing = []
+    if compiler is None:
+        missing.append("no C compiler (install gcc)")
+    if not header.is_file():
+        missing.append(f"no Python.h in {header.parent} (install python3-dev)")
+    found = f"C compiler {compiler}, {header}" if not missing else "; ".join(missing)
+    report = {"cpu": _verdict("cpu", missing, found, try_compile)}
+    if not cuda:
+        report["cuda"] = {"ok": False, "why": "no CUDA GPU visible to torch"}
+    elif importlib.util.find_spec("triton") is None:
+        report["cuda"] = {"ok": False, "why": "Triton is not installed (comes with CUDA torch)"}
+    else:
+        report["cuda"] = _verdict("cuda", missing, f"Triton, {found}", try_compile)
+    return report
+
+
+def _verdict(device: str, missing: list[str], found: str, try_compile: bool) -> dict[str, Any]:
+    if missing:
+        return {"ok": False, "why": found}
+    if not try_compile:
+        return {"ok": None, "why": f"{found}; not tried (ampscope doctor --try-compile)"}
+    failed = try_compiling(device)
+    if failed is not None:
+        return {"ok": False, "why": f"a tiny function did not compile: {failed}"}
+    return {"ok": True, "why": f"a tiny function compiled and ran ({found})"}
+
+
+def try_compiling(device: str) -> str | None:
+    """Compile and run a tiny function on ``device`` (20-40 s cold); None if it worked, else
+    the failure's first line."""
+    import torch
+
+    def tiny(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2.0).sin() + 1.0
+
+    try:
+        x = torch.arange(64, dtype=torch.float32, device=device)
+        got = torch.compile(tiny)(x)
+        if not torch.allclose(got, tiny(x)):
+            return "the compiled function gave different numbers from the eager one"
+    except Exception as exc:  # noqa: BLE001 - every failure is the finding
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first}"[:300]
+    return None
 
 
 def _torchao_version() -> str | None:
@@ -82,8 +128,8 @@ def _torchao_version() -> str | None:
         return None
 
 
-def doctor(as_json: bool = False) -> int:
-    report = machine_report()
+def doctor(as_json: bool = False, try_compile: bool = False) -> int:
+    report = machine_report(try_compile)
     if as_json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -112,8 +158,9 @@ def doctor(as_json: bool = False) -> int:
             else f"unavailable: {nvml.get('why')}"
         )
     )
+    said = {True: "yes", False: "no", None: "untried"}
     for where, c in report["compile"].items():
-        lines.append(f"torch.compile on {where}: {yes[c['ok']]} ({c['why']})")
+        lines.append(f"torch.compile on {where}: {said[c['ok']]} ({c['why']})")
     ao = report["torchao"]
     lines.append(
         f"fp8 training: torchao {ao}"

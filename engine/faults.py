@@ -53,11 +53,12 @@ def failure(
         return event, EXIT_FAILED
     reason = out_of_memory(exc)
     if reason is not None:
+        step = stats.step_running if stats.step_running is not None else stats.steps_done
         gpu = info.device if info is not None and info.is_cuda else None  # a CPU run has no pool
         event = ev.ErrorEvent(
             kind="oom",
-            message=f"Out of memory at step {stats.steps_done}: {reason}",
-            step=stats.steps_done,
+            message=f"Out of memory at step {step}: {reason}",
+            step=step,
             hint=OOM_HINT,
             mem_allocated=torch.cuda.memory_allocated(gpu) if gpu else None,
             mem_reserved=torch.cuda.memory_reserved(gpu) if gpu else None,
@@ -79,11 +80,30 @@ CPU_ALLOC_FAILED = "DefaultCPUAllocator: can't allocate memory"
 
 
 def out_of_memory(exc: BaseException) -> str | None:
-    """The first line of an allocation failure, CUDA's or the host's; None for anything else.
+    """The first line of an allocation failure anywhere in the cause chain; None if none.
 
-    torch raises OutOfMemoryError for CUDA only; a failed host allocation is a RuntimeError
-    from the CPU allocator (or Python's MemoryError).
+    torch.compile wraps an OOM of compiling or autotuning (BackendCompilerFailed, ...): the
+    allocation failure is its cause, or the cause's cause.
     """
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        reason = _allocation_failure(link)
+        if reason is not None:
+            return reason
+        inner = getattr(link, "inner_exception", None)  # torch._dynamo's wrappers keep it too
+        link = (
+            link.__cause__
+            or (inner if isinstance(inner, BaseException) else None)
+            or (None if link.__suppress_context__ else link.__context__)
+        )
+    return None
+
+
+def _allocation_failure(exc: BaseException) -> str | None:
+    """torch raises OutOfMemoryError for CUDA only; a failed host allocation is a RuntimeError
+    from the CPU allocator (or Python's MemoryError)."""
     if isinstance(exc, torch.OutOfMemoryError):
         return str(exc).splitlines()[0] if str(exc) else "CUDA out of memory"
     if isinstance(exc, MemoryError):

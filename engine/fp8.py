@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ampscope.core import events as ev
-from ampscope.core.config import ConfigError, Preset
+from ampscope.core.config import ConfigError, Preset, resolve_workload
 from ampscope.core.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 from ampscope.engine.device import DeviceInfo
 
@@ -97,6 +97,40 @@ def require_fp8_support(preset: Preset, info: DeviceInfo) -> None:
     """Raise ConfigError where an fp8 preset cannot run here; nothing for other presets."""
     if preset.precision == "fp8":
         require_support(preset.fp8, info, torchao_installed())
+        if not preset.fp8.emulate:
+            require_token_multiple(preset, info)
+
+
+def require_token_multiple(preset: Preset, info: DeviceInfo) -> None:
+    """torch._scaled_mm needs every matmul's rows (the tokens of a batch: batch x sequence) to
+    be a multiple of 16 too, not only the weights: refused before anything is built, with the
+    nearest sizes that fit. A user's model is sized by its batches, known only once read."""
+    if preset.workload.model is not None:
+        return
+    dims, batch = resolve_workload(preset, on_cuda=info.is_cuda)
+    seq = dims.get("seq_len", 1)
+    tokens = batch * seq
+    if tokens % FP8_MULTIPLE == 0:
+        return
+    fits = [f"batch_size = {_next_fit(batch, seq)}"]
+    counted = f"batch_size {batch}"
+    if "seq_len" in dims:
+        counted = f"batch_size x workload.seq_len = {batch} x {seq}"
+        fits.append(f"workload.seq_len = {_next_fit(seq, batch)}")
+    raise ConfigError(
+        f"precision = 'fp8' needs the token count of a batch ({counted} = {tokens}) to be a "
+        f"multiple of {FP8_MULTIPLE}: torch's fp8 matmul (torch._scaled_mm) refuses other row "
+        f"counts. Set {' or '.join(fits)}, or emulate fp8 (--set fp8.emulate=true).",
+        key="batch_size",
+    )
+
+
+def _next_fit(value: int, other: int) -> int:
+    """The smallest value >= ``value`` whose product with ``other`` is a multiple of 16."""
+    fit = value
+    while fit * other % FP8_MULTIPLE:
+        fit += 1
+    return fit
 
 
 def require_support(options: Fp8Options, info: DeviceInfo, has_torchao: bool) -> None:

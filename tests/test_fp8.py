@@ -22,6 +22,7 @@ from ampscope.core.formats import catalog
 from ampscope.core.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
 from ampscope.engine import fp8
 from ampscope.engine import session as engine_session
+from ampscope.engine import setup as engine_setup
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads import build_workload
@@ -152,6 +153,32 @@ def test_a_gpu_below_8_9_is_refused_before_anything_is_built(monkeypatch) -> Non
     assert code == EXIT_USAGE and error.kind == "config"
     assert "NVIDIA A100-SXM4-40GB has compute capability 8.0" in error.message
     assert not of(seen, ev.HelloEvent) and of(seen, ev.DoneEvent)[0].status == "failed"
+
+
+@pytest.mark.unit
+def test_a_token_count_not_a_multiple_of_16_is_refused_before_building(monkeypatch, capsys) -> None:
+    """torch._scaled_mm needs batch x sequence rows in multiples of 16, not only the weights."""
+    h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0))
+    monkeypatch.setattr(engine_session, "resolve_device", lambda spec, ranks=None: h100)
+    built: list[object] = []
+    monkeypatch.setattr(engine_setup, "make_workload", lambda *a: built.append(a))
+    code = main(["run", "fp8-tensorwise", "--no-record", "--set", "batch_size=3",
+                 "--set", "workload.seq_len=100", "--steps", "2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE and not built, err
+    assert "batch_size x workload.seq_len = 3 x 100 = 300" in err
+    assert "batch_size = 4 or workload.seq_len = 112" in err and "fp8.emulate=true" in err
+
+
+@pytest.mark.unit
+def test_token_counts_that_fit_pass_and_emulation_needs_none() -> None:
+    h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0))
+    fp8.require_token_multiple(fp8_preset("tensorwise", "batch_size=3"), h100)  # 3 x 1024
+    odd = fp8_preset("tensorwise", "batch_size=3", "workload.seq_len=100")
+    with pytest.raises(cfg.ConfigError):
+        fp8.require_token_multiple(odd, h100)
+    emulated = fp8_preset("tensorwise", "batch_size=3", "workload.seq_len=100", "fp8.emulate=true")
+    fp8.require_fp8_support(emulated, CPU)
 
 
 @pytest.mark.unit

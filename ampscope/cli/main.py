@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--json", action="store_true", help="print the findings as one JSON object (for scripts)"
     )
+    doctor.add_argument(
+        "--try-compile",
+        action="store_true",
+        help="compile a tiny function on each device with torch.compile (20-40 s) instead of "
+        "only checking that Triton, a C compiler and Python.h are there",
+    )
     add_runs_parsers(sub)
     from ampscope.cli.stop import add_stop_parser
 
@@ -161,7 +167,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
     if args.command == "doctor":
         from ampscope.engine.doctor import doctor
 
-        return doctor(as_json=args.json)
+        return doctor(as_json=args.json, try_compile=args.try_compile)
     return cmd_dashboard(args)
 
 
