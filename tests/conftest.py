@@ -3,7 +3,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _workers > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 TIERS = ("unit", "subprocess", "slow")

@@ -94,6 +94,10 @@ def test_a_watched_cpu_loop_records_rss_before_its_model_and_a_true_peak(tmp_pat
             mon.step(loss)
     (hello,) = events_of(mon.run_dir, ev.HelloEvent)
     weights = 512 * 513 * 4
-    assert hello.rss_before_model and hello.rss_before_model < host_memory.current_rss() - weights
+    # The model's bytes are left out. In a long-lived process the loop's own allocations can
+    # reuse freed pages, so RSS need not grow past the watch() call: allow a few pages.
+    slack = 64 * 1024
+    assert hello.rss_before_model
+    assert hello.rss_before_model <= host_memory.current_rss() - weights + slack
     done = events_of(mon.run_dir, ev.DoneEvent)[-1]
     assert done.mem_peak and done.mem_peak > hello.rss_before_model + 100 * MIB

@@ -1,10 +1,13 @@
-"""An installed (non-editable) wheel carries the presets, the engine and the UI."""
+"""What an install holds: the wheel carries the presets, the engine and the UI; the sdist is
+the checkout's tree once; an editable install exposes ampscope alone."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -48,6 +51,52 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     assert {n.split("/")[0] for n in names if not n.startswith("ampscope-")} == {"ampscope"}
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "ampscope = ampscope.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+@pytest.mark.subprocess
+def test_the_sdist_holds_each_source_file_once_under_ampscope(tmp_path: Path) -> None:
+    """The top-level engine/ and tui/ are links into ampscope/: the sdist has the tree once,
+    under the module names it is imported by, and nothing the checkout lacks."""
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "sdist", "-d", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    (sdist,) = tmp_path.glob("ampscope-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        members = [m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name]
+    tops = {name.split("/")[0] for name in members}
+    assert {"ampscope", "tests", "docs", "pyproject.toml", "README.md"} <= tops
+    assert not tops & {"engine", "tui", "presets", "examples"}, sorted(tops)
+    sources = sorted(m for m in members if m.endswith(".py") and m.startswith("ampscope/"))
+    assert len(sources) == len(set(sources))
+    tracked = subprocess.run(
+        ["git", "ls-files", "ampscope"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    if tracked:  # a git checkout (CI's clone is one): the sdist is its package tree
+        assert sources == sorted(p for p in tracked if p.endswith(".py"))
+    assert "ampscope/engine/loop.py" in sources and "ampscope/tui/app.py" in sources
+    assert any(m.startswith("ampscope/presets/") and m.endswith(".toml") for m in members)
+
+
+@pytest.mark.subprocess
+def test_an_install_makes_only_ampscope_importable(tmp_path: Path) -> None:
+    """From any folder, ampscope imports and the checkout's other folders do not: with the
+    checkout on sys.path, ``engine.exits`` and ``ampscope.engine.exits`` were two modules."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = (
+        "import importlib.util as u, ampscope.engine.loop as loop; "
+        "print(loop.__file__); "
+        "print([n for n in ('engine', 'tui', 'tests', 'benchmarks', 'examples') if u.find_spec(n)])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    where, leaked = out.stdout.splitlines()
+    assert leaked == "[]"
+    assert Path(where).name == "loop.py" and Path(where).parent.name == "engine"
 
 
 @pytest.mark.unit

@@ -136,11 +136,8 @@ class PresetInfo:
 
 
 def shipped_presets_dir() -> Path:
-    package = Path(__file__).resolve().parent.parent
-    installed = package / "presets"  # the wheel carries them inside the package
-    if installed.is_dir():
-        return installed
-    return package.parent / "presets"  # a source checkout keeps them at the top
+    """The presets ship inside the package (the checkout's top-level presets/ links here)."""
+    return Path(__file__).resolve().parent.parent / "presets"
 
 
 def user_config_dir() -> Path:
