@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ampscope.core import events as ev  # noqa: E402
 from ampscope.tui.app import AmpscopeApp  # noqa: E402
-from ampscope.tui.run_state import RunState  # noqa: E402
+from ampscope.tui.model.run_state import RunState  # noqa: E402
 from ampscope.tui.widgets.plots import RunPlot  # noqa: E402
 from tests.helpers import hello, step  # noqa: E402
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.tui.run_state import RunState
-from ampscope.tui.source import RESTART, STOP
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.model.source import RESTART, STOP
 from tests.helpers import done, hello, step
 
 GIB = 1 << 30

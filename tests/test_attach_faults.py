@@ -17,9 +17,9 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.tui import follow
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource
+from ampscope.tui.model import follow
+from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import (
     ROOT,

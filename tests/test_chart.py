@@ -7,8 +7,8 @@ import math
 import pytest
 from textual_plotext.plot import Plot
 
-from ampscope.tui.chart import DOT, LEGEND_GLYPHS, LINE_ORDER, Chart, Line, nice_axis
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.widgets.chart import DOT, LEGEND_GLYPHS, LINE_ORDER, Chart, Line, nice_axis
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, UtilPlot, step_axis, time_axis
 from tests.helpers import hello, step
 

@@ -19,8 +19,8 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.launch import ENGINE_LOG
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource, RecordTail
-from ampscope.tui.replay import RecordSource
+from ampscope.tui.model.follow import AttachSource, RecordTail
+from ampscope.tui.model.replay import RecordSource
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen

@@ -92,7 +92,7 @@ def test_an_engine_that_cannot_even_start_is_reported_from_its_log(
 def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) -> None:
     import asyncio
 
-    from ampscope.tui.session import RunSession
+    from ampscope.tui.model.session import RunSession
     from tests.helpers import FakeListener
 
     def launch_that_fails(preset, overrides, runs_dir):

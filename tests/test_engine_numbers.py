@@ -21,8 +21,8 @@ from ampscope.engine.precision import TF32_API_SINCE
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.stats import RunStats
-from ampscope.tui.figures import cards
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.figures import cards
+from ampscope.tui.model.run_state import RunState
 from tests.helpers import FAST, ROOT, hello, step
 
 

@@ -22,7 +22,7 @@ import pytest
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import ownership, records, stopping
-from ampscope.tui.follow import AttachSource
+from ampscope.tui.model.follow import AttachSource
 from tests.helpers import gone, hello, owning_sleeper, step, wait_gone
 
 SHELL_WITH_CHILDREN = "sleep 60 & sleep 60 & wait"

@@ -26,7 +26,7 @@ from ampscope.engine import setup as engine_setup
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads import build_workload
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.run_state import RunState
 from tests.helpers import hello
 
 CPU = DeviceInfo(torch.device("cpu"), "AMD EPYC 7B13", None, None, None, None)

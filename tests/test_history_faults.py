@@ -13,8 +13,8 @@ from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.replay import RecordSource, ReplaySource
-from ampscope.tui.run_state import LOG_LINE_CHARS, MAX_LOG
+from ampscope.tui.model.replay import RecordSource, ReplaySource
+from ampscope.tui.model.run_state import LOG_LINE_CHARS, MAX_LOG
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -153,7 +153,7 @@ def test_q_quits_while_a_record_is_still_loading(tmp_path: Path, monkeypatch) ->
     """A record on a slow disk: the view is up at once, reads in a thread, and q works."""
     import threading
 
-    from ampscope.tui import replay
+    from ampscope.tui.model import replay
 
     released = threading.Event()
 

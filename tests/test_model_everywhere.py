@@ -13,7 +13,7 @@ from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.workload_spec import model_label
 from ampscope.engine.run import EXIT_OK, run
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen

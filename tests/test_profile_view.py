@@ -15,7 +15,7 @@ import pytest
 from ampscope.core import events as ev
 from ampscope.core import profiles
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import RunScreen

@@ -6,7 +6,7 @@ import pytest
 
 from ampscope.cli.console import rank_rows, summary_table, where_it_runs
 from ampscope.core import events as ev
-from ampscope.tui.rank_table import RankTable
+from ampscope.tui.model.rank_table import RankTable
 from ampscope.tui.widgets.ranks import render
 from tests.helpers import hello, step
 

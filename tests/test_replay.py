@@ -15,9 +15,9 @@ from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource
-from ampscope.tui.replay import ReplaySource
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.follow import AttachSource
+from ampscope.tui.model.replay import ReplaySource
+from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLog
 from tests.helpers import ROOT, SIZE, hello, run, shown, step, text, wait_for
@@ -173,8 +173,8 @@ def test_wheel_ships_the_examples(tmp_path: Path) -> None:
             assert f"ampscope/example_runs/{path.name}/{f}" in names
     assert {
         "ampscope/cli/runs.py",
-        "ampscope/tui/follow.py",
-        "ampscope/tui/replay.py",
+        "ampscope/tui/model/follow.py",
+        "ampscope/tui/model/replay.py",
         "ampscope/cli/viewer.py",
     } <= names
 

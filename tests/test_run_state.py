@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.tui.figures import (
+from ampscope.tui.model.figures import (
     cards,
     loss_series,
     memory_series,
@@ -17,8 +17,8 @@ from ampscope.tui.figures import (
     thin,
     util_series,
 )
-from ampscope.tui.replay import RecordSource
-from ampscope.tui.run_state import MAX_POINTS, RunState
+from ampscope.tui.model.replay import RecordSource
+from ampscope.tui.model.run_state import MAX_POINTS, RunState
 from tests.helpers import done, hello, step
 
 

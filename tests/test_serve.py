@@ -19,7 +19,7 @@ from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.commands import PresetCommands
-from ampscope.tui.follow import AttachSource
+from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.viewer import WaitingScreen

@@ -13,8 +13,8 @@ import pytest
 
 from ampscope.core import comparison, records
 from ampscope.core import config as cfg
-from ampscope.tui.session import LiveRun, RunSession
-from ampscope.tui.source import PAUSE, RESTART, STOP
+from ampscope.tui.model.session import LiveRun, RunSession
+from ampscope.tui.model.source import PAUSE, RESTART, STOP
 from tests.helpers import (
     ROOT,
     FakeEngine,
@@ -350,7 +350,7 @@ def test_a_run_the_user_starts_cancels_a_queued_sweep(tmp_path: Path) -> None:
 
 @pytest.mark.subprocess
 def test_the_session_needs_neither_textual_nor_torch() -> None:
-    code = "import sys, ampscope.tui.session; print(' '.join(sys.modules))"
+    code = "import sys, ampscope.tui.model.session; print(' '.join(sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True
     )

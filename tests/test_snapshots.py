@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.replay import RecordSource
+from ampscope.tui.model.replay import RecordSource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.dialogs import ConfirmDialog, TooSmallScreen
 from ampscope.tui.screens.formats import FormatsScreen

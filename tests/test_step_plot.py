@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.tui.figures import clip_outliers
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.figures import clip_outliers
+from ampscope.tui.model.run_state import RunState
 from ampscope.tui.widgets.plots import StepTimePlot
 from tests import helpers
 

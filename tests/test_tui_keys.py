@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource
 from ampscope.tui.keys import load_keymap, valid_key
+from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.dialogs import ConfirmDialog
 from ampscope.tui.screens.formats import FormatsScreen
@@ -324,7 +324,7 @@ def test_key_names_are_checked_as_textual_reads_them() -> None:
 
 @pytest.mark.unit
 def test_a_replay_stream_shows_steps_and_no_engine_keys(tmp_path: Path) -> None:
-    from ampscope.tui.replay import ReplaySource
+    from ampscope.tui.model.replay import ReplaySource
 
     events = [hello(), *(step(i) for i in range(20))]
 

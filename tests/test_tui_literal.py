@@ -15,8 +15,8 @@ from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.follow import AttachSource
-from ampscope.tui.replay import ReplaySource
+from ampscope.tui.model.follow import AttachSource
+from ampscope.tui.model.replay import ReplaySource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen

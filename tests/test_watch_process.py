@@ -18,7 +18,7 @@ import pytest
 
 from ampscope.cli.main import main as cli_main
 from ampscope.core import records
-from ampscope.tui.follow import AttachSource
+from ampscope.tui.model.follow import AttachSource
 from tests.helpers import ROOT, engine_env, wait_gone
 
 pytestmark = pytest.mark.subprocess

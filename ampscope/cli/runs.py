@@ -247,7 +247,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
             f"ampscope: {path.name} is not running ({state}); showing its record.", file=sys.stderr
         )
 
-    from ampscope.tui.follow import AttachSource
+    from ampscope.tui.model.follow import AttachSource
 
     code = _dashboard(args, AttachSource(path))
     if records.run_state(records.load_run(path, with_events=False)) in ("live", "stalled"):
@@ -281,6 +281,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"ampscope: no finished run in {root}; replaying the example {path.name}.")
         else:
             return fail(f"no finished run in {root} to replay.", 1)
-    from ampscope.tui.replay import ReplaySource
+    from ampscope.tui.model.replay import ReplaySource
 
     return _dashboard(args, ReplaySource.load(path, speed=args.speed))

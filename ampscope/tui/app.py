@@ -26,16 +26,18 @@ from ampscope.core.run_args import DEFAULT_REFRESH_HZ, check_refresh
 from ampscope.core.text import visible
 from ampscope.tui import keys
 from ampscope.tui.commands import PresetCommands
-from ampscope.tui.engine_process import kill_all_now
-from ampscope.tui.follow import AttachSource
 from ampscope.tui.messages import (
     EditedRunRequested,
     RecordOpened,
     RunRequested,
     SweepRequested,
 )
+from ampscope.tui.model.engine_process import kill_all_now
+from ampscope.tui.model.follow import AttachSource
+from ampscope.tui.model.replay import RecordSource
+from ampscope.tui.model.session import LiveRun, RunSession, edited_name, start_engine_process
+from ampscope.tui.model.source import RunSource
 from ampscope.tui.navigation import Navigation
-from ampscope.tui.replay import RecordSource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
 from ampscope.tui.screens.formats import FormatsScreen
@@ -46,8 +48,6 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
 from ampscope.tui.screens.save import SaveDialog
-from ampscope.tui.session import LiveRun, RunSession, edited_name, start_engine_process
-from ampscope.tui.source import RunSource
 from ampscope.tui.terminal import SavedTerminal
 from ampscope.tui.viewer import WaitingScreen
 

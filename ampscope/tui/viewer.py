@@ -17,8 +17,8 @@ from textual.widgets import Static
 
 from ampscope.core import records
 from ampscope.core.text import visible
-from ampscope.tui.follow import AttachSource
 from ampscope.tui.messages import RecordOpened
+from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 

@@ -19,9 +19,9 @@ from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.text import visible
-from ampscope.tui.chart import LEGEND_GLYPHS, LINE_ORDER, Line
-from ampscope.tui.figures import plottable
+from ampscope.tui.model.figures import plottable
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.chart import LEGEND_GLYPHS, LINE_ORDER, Line
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import ChartView, Figure, data_axis, say, step_axis
 from ampscope.tui.widgets.tables import fill

@@ -19,7 +19,7 @@ from ampscope.core.numerics_grid import METRICS, GridRow, build_grid
 from ampscope.core.numerics_report import NumericsSummary, limit, verdict
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.text import visible
-from ampscope.tui.source import RunSource
+from ampscope.tui.model.source import RunSource
 from ampscope.tui.widgets.key_bar import KeyBar
 
 LABEL_WIDTH = 26

@@ -17,8 +17,8 @@ from ampscope.core import events as ev
 from ampscope.core import profiles
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_ms
-from ampscope.tui.run_state import RunState
-from ampscope.tui.source import RunSource
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.model.source import RunSource
 from ampscope.tui.widgets.key_bar import KeyBar
 
 DEFAULT_STEPS = profiles.DEFAULT_STEPS

@@ -14,9 +14,10 @@ from textual.widgets import Static
 
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.text import visible
-from ampscope.tui import figures
-from ampscope.tui.replay import SEEK_STEP
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model import figures
+from ampscope.tui.model.replay import SEEK_STEP
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.model.source import PAUSE, STOP, Playback, RunSource
 from ampscope.tui.screens.dialogs import ConfirmDialog
 from ampscope.tui.screens.profile import (
     ASK,
@@ -26,7 +27,6 @@ from ampscope.tui.screens.profile import (
     ask_engine,
     profile_offer,
 )
-from ampscope.tui.source import PAUSE, STOP, Playback, RunSource
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot

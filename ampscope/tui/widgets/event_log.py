@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from ampscope.core.text import visible
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.run_state import RunState
 
 STYLES = {
     "error": "bold red",

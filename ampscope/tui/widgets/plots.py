@@ -15,9 +15,9 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ampscope.tui import figures
-from ampscope.tui.chart import LEGEND_GLYPHS, Axis, Chart, Line, Run, nice_axis
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model import figures
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.widgets.chart import LEGEND_GLYPHS, Axis, Chart, Line, Run, nice_axis
 
 ALL_POINTS = 1 << 30
 """Series are not thinned before drawing: the chart keeps each pixel column's extremes."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ampscope.tui.rank_table import RankRow, RankTable
+from ampscope.tui.model.rank_table import RankRow, RankTable
 
 MAX_CELL_LINES = 2
 

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.widgets import Static
 
-from ampscope.tui.figures import Card
+from ampscope.tui.model.figures import Card
 
 CARD_KEYS = (
     "step_ms",

@@ -21,9 +21,9 @@ from ampscope.core import comparison, parallel, records
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.launch import EngineDidNotStart, launch_detached
-from ampscope.tui.engine_process import EngineProcess
-from ampscope.tui.run_state import RunState
-from ampscope.tui.source import RESTART, STOP
+from ampscope.tui.model.engine_process import EngineProcess
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.model.source import RESTART, STOP
 
 DRAIN_S = 1.0
 """After a stop, how long the last lines (the ``done`` event) may take to arrive."""

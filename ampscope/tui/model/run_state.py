@@ -2,7 +2,7 @@
 
 Everything is held in bounded ring buffers, so memory stays flat however long a run is.
 The Run view reads it on a timer: the header from here, stat cards and plot series through
-``ampscope.tui.figures``.
+``ampscope.tui.model.figures``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from ampscope.core.numerics_report import NumericsSummary
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
 from ampscope.core.workload_spec import config_model, model_label
-from ampscope.tui.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
-from ampscope.tui.rank_table import RankTable
+from ampscope.tui.model.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
+from ampscope.tui.model.rank_table import RankTable
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.tui.run_state import RunState
-from ampscope.tui.source import PAUSE
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.model.source import PAUSE
 
 TICK_S = 0.05
 SEEK_STEP = 0.1

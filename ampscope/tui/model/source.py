@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ampscope.tui.run_state import RunState
+from ampscope.tui.model.run_state import RunState
 
 STOP = "stop"
 RESTART = "restart"

@@ -17,8 +17,8 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core import records, stopping
-from ampscope.tui.run_state import RunState
-from ampscope.tui.source import RESTART, STOP
+from ampscope.tui.model.run_state import RunState
+from ampscope.tui.model.source import RESTART, STOP
 
 POLL_S = 0.15
 """How often the file is checked for new lines once caught up."""
