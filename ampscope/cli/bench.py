@@ -77,7 +77,7 @@ def run_one(
                     run_dir = Path(event.run_dir)
                 elif isinstance(event, ev.ErrorEvent):
                     reason = event.message
-                if on_line is not None:
+                if on_line is not None and isinstance(event, ev.Event):  # a newer kind: skipped
                     on_line(event)
             proc.wait()
         except BaseException:

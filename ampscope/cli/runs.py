@@ -198,7 +198,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"No runs in {root}.", file=sys.stderr)
         return 0
     print(f"Runs in {visible(root, 300)}, newest first; attach, replay and stop take a run:")
-    table = [("run", "state", "steps", "median step", "final loss")]
+    table: list[tuple[str, ...]] = [("run", "state", "steps", "median step", "final loss")]
     for row in rows:
         table.append(
             (
@@ -210,9 +210,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             )
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    for r, row in zip(table, [None, *rows], strict=True):
+    for r, listed in zip(table, [None, *rows], strict=True):
         line = "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        print(line + (f"  ({visible(row['problem'], 300)})" if row and row["problem"] else ""))
+        problem = listed["problem"] if listed else None
+        print(line + (f"  ({visible(problem, 300)})" if problem else ""))
     return 0
 
 

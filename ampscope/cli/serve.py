@@ -75,7 +75,8 @@ def viewer_server_class() -> type:
             self.viewers = 0
             self.loopback = is_loopback(self.host)
 
-        async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
+        # A refused viewer gets a plain HTTP answer, not a websocket: wider than the base's.
+        async def handle_websocket(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
             why = refusal(request.headers.get("Origin"), request.host, self.loopback)
             if why is not None:
                 return web.Response(status=403, text=f"ampscope serve: refused: {why}.\n")

@@ -67,7 +67,7 @@ class HelloEvent(Event, tag="hello"):
     flops_per_step: float  # the figure TFLOP/s and MFU use: see flops_source
     samples_per_step: int
     tokens_per_step: int | None
-    flops_source: Literal["analytic", "counted"] | None = None  # None: a record from before
+    flops_source: FlopsSource | None = None  # None: a record from before
     flops_analytic: float | None = None  # the workload's formula
     flops_counted: float | None = None  # FlopCounterMode, one forward and backward
     flops_counted_partial: bool = False  # kernels without a FLOP formula ran: a lower bound
@@ -88,10 +88,15 @@ class HelloEvent(Event, tag="hello"):
     allow_stop: bool = True
 
 
+Phase = Literal["setup", "compile", "train"]
+DoneStatus = Literal["ok", "failed", "stopped"]
+FlopsSource = Literal["analytic", "counted"]
+
+
 class PhaseEvent(Event, tag="phase"):
     """A stretch of the run a UI should name: setup, compile, train."""
 
-    phase: Literal["setup", "compile", "train"]
+    phase: Phase
     state: Literal["start", "end"]
     seconds: float | None = None
     step: int | None = None
@@ -255,7 +260,7 @@ class RankDone(msgspec.Struct, kw_only=True):
 class DoneEvent(Event, tag="done"):
     """Last line of every run. Timing figures exclude warm-up and compile steps."""
 
-    status: Literal["ok", "failed", "stopped"]
+    status: DoneStatus
     steps_done: int
     step_ms_median: float | None
     step_ms_p10: float | None
@@ -380,10 +385,8 @@ def decode(line: bytes | str) -> Event | UnknownEvent:
 
 
 def newer_schema_warning(item: Event | UnknownEvent) -> str | None:
-    """What to tell a reader when ``item`` comes from a newer schema than this one reads.
-
-    docs/events.md promises it: a newer stream is read for what this version knows, and said so.
-    """
+    """What to tell a reader when ``item`` comes from a newer schema than this one reads
+    (docs/events.md: a newer stream is read for what this version knows, and said so)."""
     if item.v is None or item.v <= SCHEMA_VERSION:
         return None
     return (

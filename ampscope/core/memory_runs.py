@@ -132,7 +132,7 @@ def _measured_peak(rec: records.RunRecord) -> int | None:
     if rec.done is not None and rec.done.mem_peak is not None:
         return rec.done.mem_peak
     steps = [e for e in rec.events if isinstance(e, ev.StepEvent)]
-    figures = [e.mem_peak or e.mem_allocated for e in steps if e.mem_peak or e.mem_allocated]
+    figures = [f for e in steps if (f := e.mem_peak or e.mem_allocated)]
     return max(figures) if figures else None
 
 

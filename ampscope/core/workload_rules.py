@@ -98,12 +98,18 @@ TRANSFORMERS = ("gpt", "gpt2-124m", "llama")
 class WorkloadFields(Protocol):
     """A preset's ``[workload]`` table (``config.Workload``), as far as these rules read it."""
 
-    kind: str
-    model: str | None
-    size: str
-    width: int | None
-    heads: int | None
-    kv_heads: int | None
+    @property
+    def kind(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def size(self) -> str: ...
+    @property
+    def width(self) -> int | None: ...
+    @property
+    def heads(self) -> int | None: ...
+    @property
+    def kv_heads(self) -> int | None: ...
 
 
 def check_workload(w: WorkloadFields) -> list[tuple[str, str]]:

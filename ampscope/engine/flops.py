@@ -33,6 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
 
+from ampscope.core import events as ev
+
 LossFn = Callable[[Any, Any], torch.Tensor]
 Forward = Callable[[nn.Module, Any], Any]
 """How a workload calls its model on a batch's inputs (a user's model takes tuples and dicts)."""
@@ -58,7 +60,7 @@ class _SeenKernels(TorchDispatchMode):
         super().__init__()
         self.packets: set[Any] = set()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.packets.add(func._overloadpacket)
         return func(*args, **(kwargs or {}))
 
@@ -183,7 +185,7 @@ class FlopFigures(NamedTuple):
     """Both figures for hello, and the one TFLOP/s and MFU are computed from."""
 
     per_step: float
-    source: str  # "analytic" (the workload's formula) or "counted" (FlopCounterMode)
+    source: ev.FlopsSource  # the workload's formula, or FlopCounterMode's count
     analytic: float | None
     counted: float | None
     partial: bool

@@ -98,7 +98,7 @@ def train(
     stop: threading.Event,
     sample: Callable[[], ev.RankSys | None] = lambda: None,
     profiler: ProfileControl | None = None,
-) -> str:
+) -> ev.DoneStatus:
     """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions.
 
     A record that cannot be written any more stops the run on every rank alike (the caller
@@ -112,9 +112,9 @@ def train(
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
     numerics = loop_numerics(s, writer, stats)  # None when off: nothing added to a step
-    first_phase = "compile" if compiled else "train"
+    first_phase: ev.Phase = "compile" if compiled else "train"
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
-    status = "ok"
+    status: ev.DoneStatus = "ok"
     probe.begin()  # step 0 is timed from here, every later step from the end of the one before
     for step in range(preset.steps):
         landed = [memory.figures(link.rank, item) for item in probe.poll()]

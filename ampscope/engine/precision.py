@@ -95,20 +95,21 @@ def set_matmul_precision(tf32: bool) -> None:
     backends.cuda.matmul.allow_tf32 = tf32
     cudnn.allow_tf32 = tf32
     cudnn.conv.fp32_precision = mode
-    cudnn.rnn.fp32_precision = mode
+    cudnn.rnn.fp32_precision = mode  # type: ignore[attr-defined]  # torch's stubs lack rnn's
 
 
 def tf32_getters() -> dict[str, object]:
     """What every TF32 getter answers (an exception's name where one raises): for doctor and
     the GPU check, which must see the same answers inductor will."""
-    backends = torch.backends
+    backends, cudnn = torch.backends, torch.backends.cudnn
+    # The ignores below: torch's stubs do not show cudnn.conv and cudnn.rnn (new in 2.9).
     reads = {
         "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
         "torch.backends.cuda.matmul.allow_tf32": lambda: backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": lambda: backends.cudnn.allow_tf32,
         "torch.backends.cuda.matmul.fp32_precision": lambda: backends.cuda.matmul.fp32_precision,
-        "torch.backends.cudnn.conv.fp32_precision": lambda: backends.cudnn.conv.fp32_precision,
-        "torch.backends.cudnn.rnn.fp32_precision": lambda: backends.cudnn.rnn.fp32_precision,
+        "torch.backends.cudnn.conv.fp32_precision": lambda: cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
+        "torch.backends.cudnn.rnn.fp32_precision": lambda: cudnn.rnn.fp32_precision,  # type: ignore[attr-defined]
     }
     answers: dict[str, object] = {}
     for name, read in reads.items():

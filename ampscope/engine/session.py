@@ -102,7 +102,7 @@ def train_preset(
 
 def done_event(
     stats: RunStats,
-    status: str,
+    status: ev.DoneStatus,
     hello: ev.HelloEvent | None,
     error: str | None,
     checksums: list[str | None] | None = None,

@@ -73,7 +73,7 @@ class RunStats:
 
     def done(
         self,
-        status: str,
+        status: ev.DoneStatus,
         samples: int,
         tokens: int | None,
         flops: float,

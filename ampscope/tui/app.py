@@ -18,6 +18,7 @@ from typing import Any
 from textual import events
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from ampscope.core import parallel, records
@@ -296,7 +297,7 @@ class AmpscopeApp(Navigation, App):
         self.push_screen(CompareScreen(runs, baseline=baseline))
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
-        severity = "error" if error else "information"
+        severity: SeverityLevel = "error" if error else "information"
         self.notify(visible(message), title=visible(title), severity=severity, markup=False)
 
     def _pop_above_presets(self) -> None:

@@ -12,18 +12,13 @@ id or a key Textual has no name for is said in one notice and otherwise ignored.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from textual.keys import Keys, _character_to_key, key_to_character
 
 from ampscope.core.config import user_config_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
 
 KEYS_FILE = "keys.toml"
 MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")

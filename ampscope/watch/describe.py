@@ -8,6 +8,7 @@ loop. MFU is measured against the same datasheet peaks as engine runs (``core.pe
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +90,7 @@ def device_info(device: torch.device) -> DeviceInfo:
     return DeviceInfo(device, name, None, None, None, None)
 
 
-def infer_precision(params: list[torch.Tensor], scaler: Any, info: DeviceInfo) -> str:
+def infer_precision(params: Sequence[torch.Tensor], scaler: Any, info: DeviceInfo) -> str:
     dtype = next((p.dtype for p in params if p.is_floating_point()), torch.float32)
     if dtype in PARAM_PRECISION:
         return PARAM_PRECISION[dtype]

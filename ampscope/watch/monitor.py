@@ -125,7 +125,7 @@ class Monitor:
             )
         self._memory = MemoryReader(facts.info.device if facts.info.is_cuda else None)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
-        phase = "compile" if facts.compiled else "train"
+        phase: ev.Phase = "compile" if facts.compiled else "train"
         writer.emit(ev.PhaseEvent(phase=phase, state="start", step=0), urgent=True)
         exits.register(self)
         self._started = time.perf_counter()
@@ -298,6 +298,8 @@ class Monitor:
         if frames == self._frames_seen:
             return
         self._frames_seen = frames
+        if self._writer is None:  # closed: nothing to write to
+            return
         if self._compile_watch is None:
             from ampscope.engine.compile_stats import CompileWatch
 
@@ -386,9 +388,8 @@ class Monitor:
     def __enter__(self) -> Monitor:
         return self
 
-    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
-        self.close(error)
-        return False
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self.close(error)  # an exception goes on to the caller
 
     # ------------------------------------------------------------------ helpers
 

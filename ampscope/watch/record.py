@@ -20,6 +20,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ampscope.core import events as ev
@@ -63,7 +64,8 @@ _OURS = tuple(
 def _users_level() -> int:
     """The ``stacklevel`` of the first caller outside ampscope: the warning names the user's
     line (their ``watch()`` or ``mon.step()`` call), not ours."""
-    level, frame = 2, sys._getframe(2)  # 1 is report(), which calls warnings.warn
+    level = 2
+    frame: FrameType | None = sys._getframe(2)  # 1 is report(), which calls warnings.warn
     while frame is not None and frame.f_code.co_filename.startswith(_OURS):
         frame, level = frame.f_back, level + 1
     return level

@@ -93,9 +93,9 @@ class GpuReader:
             self._no_gpu(code, why)
             return False
         self.initialised = True
-        handle, why = find_gpu_handle(self.nvml, self.uuid, self.pci_bus_id)
+        handle, found = find_gpu_handle(self.nvml, self.uuid, self.pci_bus_id)
         if handle is None:
-            self._no_gpu(W_GPU_NOT_FOUND, why or "the GPU was not found")
+            self._no_gpu(W_GPU_NOT_FOUND, found or "the GPU was not found")
             return False
         self.handle = handle
         return True

@@ -9,6 +9,8 @@ model FLOPs per step so the engine can report achieved TFLOP/s and MFU. A user's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
@@ -20,7 +22,7 @@ from ampscope.engine.workloads.mlp import MlpWorkload
 
 __all__ = ["BatchPool", "Workload", "build_workload", "linear_params"]
 
-BUILDERS: dict[str, type[Workload]] = {
+BUILDERS: dict[str, Callable[[dict[str, int], int, torch.device, torch.Generator], Workload]] = {
     "gpt": GptWorkload,
     "mlp": MlpWorkload,
     "cnn": CnnWorkload,

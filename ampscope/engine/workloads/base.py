@@ -7,7 +7,7 @@ weights and inputs are cast (``Workload.cast``), and the loss is always computed
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -16,6 +16,18 @@ from torch.nn import functional as F
 # Cross-entropy always sees fp32 logits: a softmax over a large vocabulary in fp16 or bf16
 # loses the low bits of the loss and of its gradient, whatever the compute dtype.
 LOSS_DTYPE = torch.float32
+
+
+class Batches(Protocol):
+    """What a workload's steps are served from: the built-in pool, or a user's batches."""
+
+    batch_size: int
+
+    def shard(self, rank: int, world_size: int) -> None: ...
+
+    def get(self, step: int) -> tuple[Any, Any]: ...
+
+    def cast_inputs(self, dtype: torch.dtype) -> None: ...
 
 
 @dataclass
@@ -77,7 +89,7 @@ class Workload:
     def __init__(
         self,
         model: nn.Module,
-        pool: BatchPool,
+        pool: Batches,
         *,
         tokens_per_step: int | None,
         flops_per_step: float | None,

@@ -79,6 +79,9 @@ class Layer(nn.Module):
 
 
 class Llama(nn.Module):
+    cos: torch.Tensor  # rotary tables, buffers (register_buffer)
+    sin: torch.Tensor
+
     def __init__(
         self, vocab: int, seq_len: int, width: int, layers: int, heads: int, kv_heads: int
     ) -> None:

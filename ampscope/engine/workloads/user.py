@@ -252,7 +252,7 @@ class UserWorkload(Workload):
         name = answer.get("name")
         super().__init__(
             model,
-            batches,  # type: ignore[arg-type] - a pool in all but name
+            batches,
             tokens_per_step=_positive(answer, "tokens_per_step", spec_text, whole=True),
             flops_per_step=flops,  # None: counted with FlopCounterMode (engine.flops)
             name=str(name) if name else type(model).__name__,
@@ -284,7 +284,9 @@ class UserWorkload(Workload):
                 )
             self.samples_per_step = int(first.shape[0])
         self.pool.batch_size = self.samples_per_step
-        is_ids = first is not None and first.dim() == 2 and not first.is_floating_point()
+        if first is None:
+            return
+        is_ids = first.dim() == 2 and not first.is_floating_point()
         if self.tokens_per_step is None and is_ids and first.dtype != torch.bool:
             self.tokens_per_step = int(first.numel())  # (batch, sequence) token ids
 

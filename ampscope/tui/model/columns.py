@@ -19,7 +19,7 @@ class Columns:
     """Named columns of one length, each a ring of ``maxlen`` values (None where missing)."""
 
     def __init__(self, names: Sequence[str], maxlen: int) -> None:
-        self.rings = tuple(deque(maxlen=maxlen) for _ in names)
+        self.rings: tuple[deque[object], ...] = tuple(deque(maxlen=maxlen) for _ in names)
         self.by_name = dict(zip(names, self.rings, strict=True))
 
     def add(self, *values: object) -> None:

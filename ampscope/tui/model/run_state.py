@@ -181,8 +181,8 @@ class RunState:
             self.mem_peak = peak
         if e.skipped:
             self.skipped += 1
-            scale = "-" if e.loss_scale is None else fmt_num(e.loss_scale)
-            self.add_log("skipped", e.step, f"step skipped (inf/NaN gradients), loss scale {scale}")
+            shown = "-" if e.loss_scale is None else fmt_num(e.loss_scale)
+            self.add_log("skipped", e.step, f"step skipped (inf/NaN gradients), loss scale {shown}")
 
     def _on_sys(self, e: ev.SysEvent) -> None:
         """The engine's samples are the one source of host and GPU figures (engine/telemetry)."""

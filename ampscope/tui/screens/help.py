@@ -27,7 +27,7 @@ EVERYWHERE = (
 
 def screen_bindings(screen: Screen) -> list[tuple[Binding, object]]:
     """The screen's and the app's bindings as the keymap made them, with their namespace."""
-    out = []
+    out: list[tuple[Binding, object]] = []
     for node in (screen, screen.app):
         bindings: BindingsMap = node._bindings.copy()
         if screen.app._keymap:

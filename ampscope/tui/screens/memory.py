@@ -7,7 +7,6 @@ import subprocess
 import sys
 from functools import partial
 
-import tomllib
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,6 +15,7 @@ from textual.widgets import DataTable, Input, Label, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core import memory_plan as mp
+from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen

@@ -323,7 +323,7 @@ class PresetsScreen(Screen):
             return
         if not self.runnable("Not valid"):
             return
-        if self.is_edited:
+        if self.is_edited and self.preset is not None:
             self.post_message(EditedRunRequested(self.preset, detach=self.detach))
         else:
             self.post_message(RunRequested(self.current.name, detach=self.detach))

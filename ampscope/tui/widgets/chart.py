@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from plotext._dict import braille_codes, hd_codes
 from textual_plotext.plot import Plot
@@ -225,7 +226,9 @@ class Chart:
         key = (width, height, x, y, y_right)
         if self.frame is not None and self.frame.key == key:
             return self.frame
-        fig = self.figure
+        # Any: the frame is built through plotext's own untyped steps (_set_sizes,
+        # _build_matrix, monitor), which its typed face does not show.
+        fig: Any = self.figure
         fig.clear_data()  # every setting below is set anew; clear_figure would deep-copy defaults
         fig.theme("clear")
         fig.plotsize(width, height)
