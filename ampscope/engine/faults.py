@@ -21,6 +21,29 @@ OOM_HINT = (
 )
 
 
+def left_early(exc: SystemExit, stats: RunStats) -> ev.ErrorEvent:
+    """The user's code called ``sys.exit()`` inside the run (at import, in the factory, in
+    ``forward``): the process would end silently with a torn record, so it is a failure."""
+    step = stats.step_running
+    where = (
+        f"at step {step}"
+        if step is not None
+        else "before the first step (importing your code, in make, or in the forward that "
+        "counts the FLOPs)"
+    )
+    call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return ev.ErrorEvent(
+        kind="exception",
+        message=(
+            f"your code called {call} {where}, which ends the process: the run stopped there "
+            "and is recorded failed. Raise an exception instead to say why, or return."
+        ),
+        step=step,
+        traceback=user_traceback(exc) or trace,
+    )
+
+
 def failure(
     exc: Exception, preset: cfg.Preset, info: DeviceInfo | None, stats: RunStats
 ) -> tuple[ev.ErrorEvent, int]:

@@ -14,6 +14,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
@@ -71,8 +72,9 @@ def run(
         if saved:
             saved.close(None, done)
         sys.stdout.flush()
-        os._exit(EXIT_STOPPED)
+        os._exit(EXIT_STOPPED)  # the lock is held: the guard below only exits
 
+    restore_exit = record_users_exit(writer, saved, ending, tell=on_event is None and not json_out)
     install_signal_handlers(stop, in_loop, end_stuck)
     if exit_with_parent:
         watch_parent(stop, writer)
@@ -91,6 +93,7 @@ def run(
         code = EXIT_STOPPED
     finally:
         ending.acquire()
+        restore_exit()
         writer.close()
         if saved:
             saved.close(hello, done)
@@ -99,6 +102,40 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def record_users_exit(
+    writer: EventWriter, saved: RunRecord | None, ending: threading.Lock, tell: bool
+) -> Callable[[], None]:
+    """While the run is live, ``os._exit`` is the user's (ampscope's own calls hold
+    ``ending`` first): their call is written down as a failure, then the process goes as
+    asked. A forked child (a DataLoader worker leaves through os._exit) writes nothing of the
+    parent's. Returns what puts ``os._exit`` back."""
+    real_exit, engine_pid = os._exit, os.getpid()
+
+    def users_exit(status: int) -> NoReturn:
+        if os.getpid() == engine_pid and ending.acquire(blocking=False):
+            message = (
+                f"your code called os._exit({status}) during the run, which ends the process at "
+                "once: the run stopped there and is recorded failed."
+            )
+            writer.emit(ev.ErrorEvent(kind="exception", message=message), urgent=True)
+            done = ev.empty_done("failed", error=message)
+            writer.emit(done, urgent=True)
+            writer.close()
+            if saved:
+                saved.close(None, done)
+            if tell:
+                print(f"ampscope: {message}", file=sys.stderr)
+            sys.stdout.flush()
+            status = status or EXIT_FAILED  # a run that did not finish never exits 0
+        real_exit(status)
+
+    def restore() -> None:
+        os._exit = real_exit
+
+    os._exit = users_exit
+    return restore
 
 
 def cannot_record(exc: OSError, runs_dir: Path | None, run_dir: Path | None) -> str:

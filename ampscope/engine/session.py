@@ -14,7 +14,7 @@ from ampscope.core import events as ev
 from ampscope.engine.device import DeviceInfo, resolve_device
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
-from ampscope.engine.faults import failure
+from ampscope.engine.faults import failure, left_early
 from ampscope.engine.hello import make_hello
 from ampscope.engine.link import Link, SoloLink, connect
 from ampscope.engine.loop import train
@@ -91,6 +91,12 @@ def train_preset(
             if event.traceback:  # the user's own code failed: their frames, to stderr too
                 print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
+    except SystemExit as exc:  # the user's code: ampscope's own never exits inside a run
+        event = link.blame(left_early(exc, stats), exc, shared=False)
+        writer.emit(event, urgent=True)
+        if writer.on_event is None and ranks.lead:
+            print(f"ampscope: {event.message}", file=sys.stderr)
+        status, exit_code, error = "failed", EXIT_FAILED, event.message
     if profiler is not None:
         profiler.close()
     if sampler is not None:

@@ -1,0 +1,97 @@
+"""User code that leaves the process (sys.exit, os._exit) ends the run failed, and says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from tests.helpers import engine_env, events_of
+
+MODEL = """
+import os, sys
+import torch
+from torch import nn
+import ampscope
+
+WHERE = os.environ["LEAVE_IN"]
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if WHERE == "forward" and self.calls > 3:  # past setup's forward: inside a step
+            sys.exit(0)
+        if WHERE == "os_exit" and self.calls > 3:
+            os._exit(3)
+        return self.fc(x)
+
+
+def make(ctx):
+    if WHERE == "make":
+        sys.exit(0)
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    loss = lambda out, target: nn.functional.cross_entropy(out, target)  # noqa: E731
+    return ampscope.Workload(model=Net(), batches=batches, loss=loss)
+"""
+
+
+def leave(tmp_path: Path, where: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    (tmp_path / "net.py").write_text(MODEL)
+    runs = tmp_path / "runs"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ampscope",
+            "run",
+            "fp32",
+            "--model",
+            "net.py:make",
+            "--steps",
+            "6",
+            "--runs-dir",
+            str(runs),
+        ],  # fmt: skip
+        cwd=tmp_path,
+        env=engine_env(LEAVE_IN=where),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    (run_dir,) = runs.iterdir()
+    return out, run_dir
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("where", ["forward", "make"])
+def test_sys_exit_in_user_code_ends_the_run_failed_and_says_where(tmp_path, where) -> None:
+    out, run_dir = leave(tmp_path, where)
+    said = out.stdout + out.stderr
+    assert out.returncode == 1, said
+    assert "your code called sys.exit(0)" in said
+    assert ("at step" in said) == (where == "forward"), said
+    (error,) = events_of(run_dir, ev.ErrorEvent)
+    assert error.kind == "exception" and "sys.exit(0)" in error.message
+    assert error.traceback and "net.py" in error.traceback
+    assert events_of(run_dir, ev.DoneEvent)[-1].status == "failed"
+    assert not (run_dir / "live.json").exists()  # closed, not left "crashed"
+
+
+@pytest.mark.subprocess
+def test_os_exit_in_forward_is_recorded_before_the_process_goes(tmp_path) -> None:
+    out, run_dir = leave(tmp_path, "os_exit")
+    assert out.returncode == 3, out.stderr
+    assert "your code called os._exit(3)" in out.stdout + out.stderr
+    (done,) = events_of(run_dir, ev.DoneEvent)
+    assert done.status == "failed" and "os._exit(3)" in (done.error or "")
+    assert not (run_dir / "live.json").exists()
