@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -223,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     dash.add_argument("out", type=Path)
     dash.add_argument("--runs-dir", type=Path, required=True)
     dash.add_argument("--autostart", required=True)
-    dash.add_argument("--seconds", type=float, default=float(os.environ.get("TUI_S", 40)))
+    dash.add_argument("--seconds", type=float, default=30.0)
     dash.add_argument("cmd", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "imports":
