@@ -156,7 +156,9 @@ def run_figures(stage: str, run: records.RunRecord) -> dict[str, Any]:
 def results_markdown(e: rules.Evidence, checks: list[rules.Check]) -> str:
     """The tables for docs/gpu-results.md: the checks, then one comparison a stage."""
     smi = e.nvidia_smi[0] if e.nvidia_smi else []
-    gpu = f"{smi[0]} ({', '.join(smi[1:])})" if smi else "no GPU (smoke run on the CPU)"
+    gpu = f"{smi[0]} ({', '.join(smi[1:])})" if smi else "no GPU named by nvidia-smi"
+    if e.smoke:
+        gpu = "a smoke run on the CPU (GPU_CHECK_SMOKE=1), not a GPU's figures"
     doc = e.doctor or {}
     lines = [
         "# GPU check results",

@@ -19,6 +19,7 @@ from gpu_check_rules import (
     median_ms,
     ms,
     not_there,
+    run_config,
 )
 
 from ampscope.core import events as ev
@@ -217,7 +218,7 @@ def rank_checks(e: Evidence) -> list[Check]:
 
 def rank_check(e: Evidence, run: records.RunRecord) -> Check:
     h, d = run.hello, run.done
-    strategy = h.strategy if h else "?"
+    strategy = h.strategy if h else (run_config(run).get("parallel") or {}).get("strategy", "?")
     size = h.world_size if h else 0
     what = f"torchrun {strategy} {run.preset} x{size}"
     if h is None or d is None or d.status != "ok":

@@ -8,6 +8,7 @@ Standard library and ``ampscope.core`` only: it runs where nothing else is insta
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,17 @@ def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
+def run_config(run: records.RunRecord) -> dict[str, Any]:
+    """The run's resolved preset from its hello, else the config.json written before it."""
+    if run.hello is not None:
+        return run.hello.config or {}
+    try:
+        data = json.loads((run.path / records.CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def median_ms(run: records.RunRecord | None) -> float | None:
     if run is None or run.done is None or run.done.status != "ok":
         return None
@@ -167,7 +179,7 @@ def probe_checks(e: Evidence) -> list[Check]:
     run = e.run("probe", "tf32")
     if run is None:
         return [not_there(e, "probe", what)]
-    mode = (run.hello.config.get("compile") if run.hello else None) or "?"
+    mode = run_config(run).get("compile", "?")
     if run.done is None or run.done.status != "ok":
         error = run.done.error if run.done else "no done event"
         return [FAIL(what, f"tf32 with compile = '{mode}' {run.status}: {error}")]
@@ -208,7 +220,10 @@ def loss_checks(e: Evidence) -> list[Check]:
     if flat:
         return [FAIL("loss falls", f"not in {'; '.join(flat)}")]
     if not falls:
-        return [SKIP("loss falls", "no finished training run to read")]
+        stages = ("eager", "compile", "fp8", "ranks", "max-autotune")
+        if any(e.ran(s) for s in stages):
+            return [FAIL("loss falls", "no training run finished to read it from")]
+        return [SKIP("loss falls", "no training stage run (GPU_CHECK_STAGES)")]
     return [PASS("loss falls", f"in all {len(falls)} runs; left out: {left_out}")]
 
 
