@@ -12,8 +12,8 @@
 #   GPU_CHECK_SMOKE=1        every stage at tiny sizes on the CPU; GPU-only checks SKIP
 #   GPU_CHECK_INJECT_FAIL=1  the tf32 probe is made to fail, so one check FAILs (exit 1)
 #   GPU_CHECK_STAGES=a,b     run only these stages (names below); the others' checks SKIP
-#   GPU_CHECK_BUDGET_S=540   seconds for all stages together; a stage gets what is left
-#   FP8_LAYERS=8             layers of the Llama large in the fp8 stage (16 is the full model)
+#   GPU_CHECK_BUDGET_S=555   seconds for all stages together; a stage gets what is left
+#   FP8_LAYERS=4             layers of the Llama large in the fp8 stage (16 is the full model)
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -32,7 +32,7 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(mktemp -d /tmp/gpu-check-triton.X
 smoke="${GPU_CHECK_SMOKE:-0}"
 inject="${GPU_CHECK_INJECT_FAIL:-0}"
 only="${GPU_CHECK_STAGES:-}"
-budget="${GPU_CHECK_BUDGET_S:-540}"
+budget="${GPU_CHECK_BUDGET_S:-555}"
 reserve=15  # seconds kept for the checks at the end
 start=$(date +%s)
 deadline=$((start + budget))
@@ -58,7 +58,7 @@ else
   tiny=("${dev[@]}" --set "workload.size='small'")
   eager_steps=40 compile_steps=40 fp8_steps=40 rank_steps=20 warm=5
   fp8_set=("${dev[@]}" --set "workload.kind='llama'" --set "workload.size='large'"
-    --set "workload.layers=${FP8_LAYERS:-8}")
+    --set "workload.layers=${FP8_LAYERS:-4}")
   probe_set=("${tiny[@]}" --set "compile='max-autotune-no-cudagraphs'")
   rank_set=("${tiny[@]}")
   compile_set=("${gpt[@]}")
