@@ -1,96 +1,198 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with a CUDA GPU: every preset for a few dozen steps, NVML live,
-# MFU, the compile modes, and the instrumentation overhead on CUDA. Prints a report and keeps
-# the run records (small: a few hundred KB) for replays.
+# The GPU check: every CUDA path of ampscope once, its figures checked, in one 10-minute command.
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR]      (default: gpu_check/)
+#   bash benchmarks/gpu_check.sh OUTDIR
 #
-# Budget: about 8 minutes on an H100/H200, most of it compiling, plus a minute or two for the
-# several-process runs (all GPUs found, or one rank under torchrun on a single GPU). Needs
-# torch with CUDA (and torchao, ampscope[fp8], for the fp8 section, which writes
-# docs/fp8_gpu_check.md).
+# Writes OUTDIR/log.txt (everything printed), OUTDIR/checks.txt (PASS|FAIL|SKIP name: detail),
+# OUTDIR/summary.json (every figure), OUTDIR/gpu-results.md (for docs/gpu-results.md) and the
+# run records under OUTDIR/runs/<stage>/. Exits 1 when a check fails. docs/gpu-check.md says
+# what each check means and how a lent machine runs this.
+#
+# Runs from the checkout (PYTHONPATH, no install) with python3 (or $PY). Environment:
+#   GPU_CHECK_SMOKE=1        every stage at tiny sizes on the CPU; GPU-only checks SKIP
+#   GPU_CHECK_INJECT_FAIL=1  the tf32 probe is made to fail, so one check FAILs (exit 1)
+#   GPU_CHECK_STAGES=a,b     run only these stages (names below); the others' checks SKIP
+#   GPU_CHECK_BUDGET_S=555   seconds for all stages together; a stage gets what is left
+#   FP8_LAYERS=4             layers of the Llama large in the fp8 stage (16 is the full model)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out="${1:-${OUT:-gpu_check}}"
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR="$out/inductor-cache"
-steps="${STEPS:-60}"
 
-echo "== doctor"
-python -m ampscope doctor | tee "$out/doctor.txt"
-python -m ampscope doctor --json > "$out/doctor.json"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${1:?usage: bash benchmarks/gpu_check.sh OUTDIR}"
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
+PY="${PY:-python3}"
 
-echo "== the lecture's sweep, $steps steps each"
-python -m ampscope bench fp32 tf32 amp-bf16 amp-fp16 amp-fp16-noscale bf16 fp16 \
-  --steps "$steps" --set warmup_steps=10 --runs-dir "$out/runs" --markdown | tee "$out/bench.md"
-
-echo "== compile modes on top of amp-bf16"
-timeout 600 python -m ampscope bench amp-bf16 compile-default compile-reduce-overhead \
-  compile-max-autotune --baseline amp-bf16 --steps "$steps" --set warmup_steps=15 \
-  --runs-dir "$out/runs" --markdown | tee "$out/compile.md"
-
-echo "== fp8 (torchao) against amp-bf16, all compiled, on the large model(s)"
-# Speedup and final-loss difference go to docs/fp8_gpu_check.md, beside the bench tables.
-fp8_steps="${FP8_STEPS:-150}"
-fp8_doc="docs/fp8_gpu_check.md"
-if python -c "import torchao" 2>/dev/null; then
-  kinds="gpt"
-  python -c "from ampscope.core.config import WORKLOAD_SIZES as w; raise SystemExit('llama' not in w)" \
-    && kinds="gpt llama"
-  {
-    echo "# fp8 on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-    echo
-    echo "$(date -u +%Y-%m-%d), torch $(python -c 'import torch; print(torch.__version__)'), torchao" \
-      "$(python -c 'from importlib.metadata import version; print(version("torchao"))')," \
-      "$fp8_steps steps, warm-up 15. compile-default is amp-bf16 compiled; MFU of fp8 rows is" \
-      "against the fp8 dense peak (twice bf16's), so compare step time and speedup, not MFU."
-  } > "$fp8_doc"
-  for kind in $kinds; do
-    echo "== fp8: $kind"
-    { echo; echo "## $kind, size large"; echo; } >> "$fp8_doc"
-    timeout 900 python -m ampscope bench compile-default fp8-tensorwise fp8-rowwise \
-      --baseline compile-default --steps "$fp8_steps" --set warmup_steps=15 \
-      --set "workload.kind='$kind'" --set "workload.size='large'" \
-      --runs-dir "$out/runs" --markdown | tee -a "$fp8_doc"
-  done
-  cp "$fp8_doc" "$out/fp8.md"
-else
-  echo "torchao is not installed: pip install 'ampscope[fp8]' to run the fp8 comparison" \
-    | tee "$out/fp8.md"
+if [ -z "${_GPU_CHECK_LOGGED:-}" ]; then  # once, everything into log.txt as well
+  _GPU_CHECK_LOGGED=1 bash "$0" "$@" 2>&1 | tee "$out/log.txt"
+  exit "${PIPESTATUS[0]}"
 fi
 
-echo "== NVML samples seen by the engine (last run)"
-last=$(ls -d "$out"/runs/*/ | grep -v sweep | tail -1)
-grep '"type":"sys"' "$last/events.jsonl" | tail -3 | tee "$out/sys_sample.jsonl"
-grep '"type":"warning"' "$out"/runs/*/events.jsonl | cut -c1-300 | tee "$out/warnings.txt"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$(mktemp -d /tmp/gpu-check-inductor.XXXXXX)}"
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(mktemp -d /tmp/gpu-check-triton.XXXXXX)}"
+smoke="${GPU_CHECK_SMOKE:-0}"
+inject="${GPU_CHECK_INJECT_FAIL:-0}"
+only="${GPU_CHECK_STAGES:-}"
+budget="${GPU_CHECK_BUDGET_S:-555}"
+reserve=15  # seconds kept for the checks at the end
+start=$(date +%s)
+deadline=$((start + budget))
+A=("$PY" -m ampscope)
+CHECK=("$PY" "$root/benchmarks/gpu_check.py")
 
-echo "== instrumentation overhead on CUDA"
-python benchmarks/overhead.py amp-bf16 --set device=cuda --blocks 8 --block-steps 20 \
-  | tee "$out/overhead.txt"
-python benchmarks/overhead.py mlp-demo --set device=cuda --set "workload.size='small'" \
-  --blocks 8 --block-steps 50 | tee -a "$out/overhead.txt"
-echo "== several processes (torchrun): DDP, FSDP2, the NCCL compression hook, scaling"
-gpus=$(python -c "import torch; print(torch.cuda.device_count())")
-if [ "${gpus:-0}" -ge 2 ]; then
-  n="$gpus"
-  for extra in "" "--set parallel.strategy=fsdp2" "--set parallel.grad_compression=bf16"; do
-    # shellcheck disable=SC2086
-    python -m ampscope run amp-bf16 --nproc-per-node "$n" --steps "$steps" --set warmup_steps=10 \
-      --runs-dir "$out/runs" $extra 2>&1 | tail -16 | tee -a "$out/ranks.txt"
-  done
-  python -m ampscope run amp-fp16 --nproc-per-node "$n" --steps "$steps" --set warmup_steps=10 \
-    --set parallel.strategy=fsdp2 --runs-dir "$out/runs" 2>&1 | tail -16 | tee -a "$out/ranks.txt"
-  python benchmarks/scaling.py amp-bf16 --nproc "$n" --steps 40 | tee "$out/scaling.txt"
+# What each stage trains: sizes for an H100/H200, tiny ones on the CPU in smoke mode.
+if [ "$smoke" = 1 ]; then
+  dev=(--set "device='cpu'")
+  gpt=("${dev[@]}" --set "workload.size='small'" --set "workload.layers=1" --set "workload.width=32"
+    --set "workload.heads=2" --set "workload.seq_len=32" --set "batch_size=8")
+  tiny=("${dev[@]}" --set "workload.kind='mlp'" --set "workload.size='small'")
+  eager_steps=8 compile_steps=5 fp8_steps=8 rank_steps=6 warm=2
+  fp8_set=("${gpt[@]}" --set "workload.kind='llama'" --set "workload.kv_heads=1"
+    --set "compile='off'" --set "fp8.emulate=true")
+  probe_set=("${tiny[@]}" --set "compile='default'")
+  rank_set=("${tiny[@]}")
+  compile_set=("${tiny[@]}")  # two cold compiles of an MLP: 20-30 s each on two cores
+  tui_start="amp-bf16 device=cpu workload.kind=mlp workload.size=small steps=100000"
 else
-  echo "one GPU: more processes than GPUs must be refused (exit 2), then one rank under torchrun"
-  python -m ampscope run amp-bf16 --nproc-per-node 2 --steps 5 2>&1 | tee "$out/ranks.txt"
-  echo "exit ${PIPESTATUS[0]} (expected 2)" | tee -a "$out/ranks.txt"
-  for extra in "" "--set parallel.strategy='fsdp2'" "--set parallel.grad_compression='bf16'"; do
-    # the same code path as on eight GPUs: NCCL, DDP or FSDP2, the step exchange, on one rank
-    # shellcheck disable=SC2086
-    python -m torch.distributed.run --standalone --nproc-per-node 1 -m ampscope.engine amp-bf16 \
-      --steps "$steps" --runs-dir "$out/runs" $extra | tail -1 | cut -c1-400 | tee -a "$out/ranks.txt"
-  done
+  dev=(--set "device='cuda'")
+  gpt=("${dev[@]}")
+  tiny=("${dev[@]}" --set "workload.size='small'")
+  eager_steps=40 compile_steps=40 fp8_steps=40 rank_steps=20 warm=5
+  fp8_set=("${dev[@]}" --set "workload.kind='llama'" --set "workload.size='large'"
+    --set "workload.layers=${FP8_LAYERS:-4}")
+  probe_set=("${tiny[@]}" --set "compile='max-autotune-no-cudagraphs'")
+  rank_set=("${tiny[@]}")
+  compile_set=("${gpt[@]}")
+  tui_start="amp-bf16 device=cuda steps=100000"
+fi
+[ "$inject" = 1 ] && probe_set+=(--set "debug.raise_at_step=2")
+
+# stage NAME MAX_S: stage_NAME under a timeout of MAX_S or the time left, whichever is less,
+# in a fresh bash (timeout stops its whole process group; engines go with their parent). The
+# exit status and seconds go to stages.tsv, where the checks read them.
+stage() {
+  local name=$1 max=$2 left t0 rc
+  if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then
+    return 0
+  fi
+  left=$((deadline - $(date +%s) - reserve))
+  [ "$max" -gt "$left" ] && max=$left
+  if [ "$max" -lt 10 ]; then
+    echo "== $name: not run, the check's time (GPU_CHECK_BUDGET_S=$budget) is spent"
+    printf '%s\tnot-run\t0\t0\n' "$name" >> "$out/stages.tsv"
+    return 0
+  fi
+  echo "== $name (at most $max s)"
+  t0=$(date +%s)
+  _GPU_CHECK_STAGE="$name" timeout -k 20 "$max" bash "$0" "$out"
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" "$max" >> "$out/stages.tsv"
+  [ "$rc" -ne 0 ] && echo "== $name: exit $rc" && sleep 2  # a killed engine lets go of the GPU
+  return 0
+}
+
+stage_preflight() {
+  local p="$out/preflight"
+  mkdir -p "$p"
+  echo "python: $("$PY" --version 2>&1) at $(command -v "$PY")"
+  echo "cc: $(command -v cc || echo none)" | tee "$p/cc.txt"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,mig.mode.current,power.limit,driver_version,memory.total \
+      --format=csv,noheader | tee "$p/nvidia-smi.csv"
+  else
+    echo "nvidia-smi: not found"
+  fi
+  "${CHECK[@]}" imports "$p/imports.json" || return 1
+  "${A[@]}" doctor --json --try-compile > "$p/doctor.json" || return 1
+  cat "$p/doctor.json"
+}
+
+bench() {  # bench STAGE PRESET... ARGS: one repeat of each, records under runs/STAGE
+  local name=$1
+  shift
+  "${A[@]}" bench "$@" --repeats 1 --runs-dir "$out/runs/$name" --markdown
+}
+
+one_rank() {  # one_rank STRATEGY PRESET: the several-process path (NCCL or gloo) on one rank
+  mkdir -p "$out/runs/ranks"
+  "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 -m ampscope.engine "$2" \
+    --steps "$rank_steps" --set "parallel.strategy='$1'" "${rank_set[@]}" \
+    --runs-dir "$out/runs/ranks" | tail -1 | cut -c1-300
+}
+
+stage_ranks() {
+  local gpus=0 s
+  [ "$smoke" = 1 ] || gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+  local rc=0
+  one_rank ddp amp-bf16 || rc=1
+  one_rank fsdp2 amp-bf16 || rc=1
+  one_rank fsdp2 amp-fp16 || rc=1  # ShardedGradScaler and AdamW on DTensors, one rank
+  if [ "${gpus:-0}" -ge 2 ]; then  # and across GPUs
+    for s in ddp fsdp2; do
+      for p in amp-bf16 amp-fp16; do
+        "${A[@]}" run "$p" --nproc-per-node "$gpus" --steps "$rank_steps" "${rank_set[@]}" \
+          --set "parallel.strategy='$s'" --runs-dir "$out/runs/ranks" | tail -4 || rc=1
+      done
+    done
+  fi
+  return "$rc"
+}
+
+stage_probe() {
+  "${A[@]}" run tf32 --steps 4 "${probe_set[@]}" --set warmup_steps=1 --runs-dir "$out/runs/probe"
+}
+
+stage_eager() {
+  bench eager fp32 tf32 amp-bf16 amp-fp16 amp-fp16-noscale bf16 fp16 --baseline fp32 \
+    --steps "$eager_steps" "${gpt[@]}" --set "warmup_steps=$warm"
+}
+
+stage_compile() {
+  bench compile compile-default compile-reduce-overhead --baseline compile-default \
+    --steps "$compile_steps" "${compile_set[@]}" --set "warmup_steps=$((warm - 2))"
+}
+
+stage_fp8() {
+  bench fp8 compile-default fp8-tensorwise fp8-rowwise --baseline compile-default \
+    --steps "$fp8_steps" "${fp8_set[@]}" --set "warmup_steps=$warm"
+}
+
+stage_dashboard() {
+  "${CHECK[@]}" dashboard "$out/dashboard.json" --runs-dir "$out/runs/dashboard" \
+    --autostart "$tui_start" -- "${A[@]}"
+}
+
+stage_max_autotune() {
+  bench max-autotune compile-max-autotune --steps 25 "${gpt[@]}" --set warmup_steps=10
+}
+
+if [ -n "${_GPU_CHECK_STAGE:-}" ]; then  # one stage, started by stage() below
+  "stage_${_GPU_CHECK_STAGE//-/_}"
+  exit $?
 fi
 
-echo "report in $out/"
+rm -f "$out/stages.tsv" "$out/checks.txt"
+mkdir -p "$out/runs"
+echo "ampscope GPU check$([ "$smoke" = 1 ] && echo ' (smoke: CPU, tiny sizes)') into $out"
+echo "budget $budget s; caches in $TORCHINDUCTOR_CACHE_DIR and $TRITON_CACHE_DIR"
+printf '{"smoke": %s, "inject_fail": %s, "stages": "%s", "budget_s": %s}\n' \
+  "$([ "$smoke" = 1 ] && echo true || echo false)" \
+  "$([ "$inject" = 1 ] && echo true || echo false)" "$only" "$budget" > "$out/mode.json"
+
+stage preflight 90
+stage probe 120
+stage eager 180
+stage compile 180
+stage fp8 200
+stage ranks 100
+stage dashboard 60
+if [ "$smoke" = 1 ]; then  # max-autotune on a CPU autotunes C++ GEMMs for minutes
+  echo "== max-autotune: a GPU stage, left out of the smoke run"
+else  # last, with its own timeout: the longest compile, given whatever time is left
+  stage max-autotune 240
+fi
+
+echo "== checks ($(($(date +%s) - start)) s so far)"
+"${CHECK[@]}" check "$out"
+rc=$?
+echo "== done in $(($(date +%s) - start)) s: $out/checks.txt, summary.json, gpu-results.md"
+exit "$rc"

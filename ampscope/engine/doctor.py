@@ -110,7 +110,10 @@ def try_compiling(device: str) -> str | None:
     try:
         x = torch.arange(64, dtype=torch.float32, device=device)
         got = torch.compile(tiny)(x)
-        if not torch.allclose(got, tiny(x)):
+        # Compiled sin may differ from eager's by an ulp (1.2e-7 near 1), which the + 1.0
+        # turns into that much absolute error where the result is near 0: allclose's default
+        # atol of 1e-8 then calls a working compiler broken (seen on a 2-core CPU).
+        if not torch.allclose(got, tiny(x), rtol=1e-5, atol=1e-6):
             return "the compiled function gave different numbers from the eager one"
     except Exception as exc:  # noqa: BLE001 - every failure is the finding
         first = (str(exc).strip().splitlines() or [""])[0]

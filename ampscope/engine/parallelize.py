@@ -117,6 +117,16 @@ def grad_scaler(
     )
 
 
+def fused_adamw(preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool) -> bool:
+    """Fused AdamW on CUDA, except beside a ShardedGradScaler: once unscaled (the loop does, to
+    clip), its found-inf flag has shape [1], and fused AdamW subtracts it in place from its 0-dim
+    step counters: "output with shape [] doesn't match the broadcast shape [1]" at the first
+    step (torch 2.13 over gloo; the CUDA path is the same code). The foreach AdamW takes it,
+    on DTensors too (tests/test_fsdp_fp16.py)."""
+    sharded_scaler = grouped and preset.parallel.strategy == "fsdp2" and policy.use_scaler
+    return info.is_cuda and not sharded_scaler
+
+
 def plain(t: torch.Tensor) -> torch.Tensor:
     """A DTensor (FSDP2's gradient norm) as the whole tensor it stands for."""
     full = getattr(t, "full_tensor", None)

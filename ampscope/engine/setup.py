@@ -17,7 +17,12 @@ from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
 from ampscope.engine.link import Link, SoloLink
-from ampscope.engine.parallelize import check_parallel_setup, grad_scaler, parallelize
+from ampscope.engine.parallelize import (
+    check_parallel_setup,
+    fused_adamw,
+    grad_scaler,
+    parallelize,
+)
 from ampscope.engine.precision import (
     PrecisionPolicy,
     check_device_support,
@@ -70,7 +75,7 @@ def build(
         model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,
-        fused=True if info.is_cuda else None,
+        fused=fused_adamw(preset, policy, info, link.grouped) or None,
     )
     scaler = grad_scaler(preset, policy, info, link.grouped)
     model = compile_model(model, preset)

@@ -1,0 +1,289 @@
+"""The GPU check's verdicts: what the run records of ``benchmarks/gpu_check.sh`` must show.
+
+Each rule reads the evidence (stage exit codes, run records, preflight files) and returns
+``Check`` lines: PASS, FAIL, or SKIP with the reason (a GPU-only figure in a smoke run on the
+CPU, a stage that was not selected). docs/gpu-check.md explains each one and its threshold.
+Standard library and ``ampscope.core`` only: it runs where nothing else is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from ampscope.core import events as ev
+from ampscope.core import records
+
+STAGES = ("preflight", "probe", "eager", "compile", "fp8", "ranks", "dashboard", "max-autotune")
+TIMED_OUT = ("124", "137")  # timeout's own code, and SIGKILL after its grace period
+MFU_RANGE = (0.15, 0.7)  # amp-bf16, eager, the large GPT (12 x 768, 16 x 1024 tokens)
+MAX_SKIPPED = 5  # amp-fp16: GradScaler's first steps may overflow at 2**16, a few at most
+FP8_LOSS_TOLERANCE = 0.02  # final loss of an fp8 recipe against compiled amp-bf16
+MEANT_TO_FAIL = {"fp16": "pure fp16 runs out of range", "amp-fp16-noscale": "gradients underflow"}
+# Peaks from the datasheets (REFERENCE.md), independent of the engine's table: bf16 dense.
+BF16_PEAKS = {"H200 SXM": 989.4, "H100 SXM": 989.4, "H200 NVL": 836.0, "H100 NVL": 836.0}
+# Warnings a run may give: everywhere, and on the CPU of a smoke run.
+EXPECTED_WARNINGS = {"nvml-process-not-listed"}  # a container's PID namespace (said, handled)
+CPU_WARNINGS = {
+    "tf32-on-cpu",
+    "slow-fp16-cpu",
+    "slow-bf16-cpu",
+    "cudagraphs-cpu",
+    "nvml-no-driver",
+    "nvml-missing",
+    "nvml-init-failed",
+}
+SCALER_WARNINGS = {"skipped-step"}  # presets with a GradScaler skip a step now and then
+
+
+@dataclass(frozen=True)
+class Check:
+    status: str  # PASS | FAIL | SKIP
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status} {self.name}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    rc: str  # the exit status, or "not-run" when no time was left for it
+    seconds: int
+    limit: int
+
+
+@dataclass
+class Evidence:
+    """What one run of the script left in OUTDIR (``gpu_check.read_evidence``)."""
+
+    smoke: bool = False
+    selected: str = ""  # GPU_CHECK_STAGES, empty for all
+    stages: dict[str, Stage] = field(default_factory=dict)
+    runs: dict[str, list[records.RunRecord]] = field(default_factory=dict)
+    nvidia_smi: list[list[str]] = field(default_factory=list)  # a row of fields per GPU
+    doctor: dict[str, Any] | None = None
+    imports: dict[str, Any] | None = None
+    dashboard: dict[str, Any] | None = None
+
+    def run(self, stage: str, preset: str) -> records.RunRecord | None:
+        found = [r for r in self.runs.get(stage, []) if r.preset == preset]
+        return found[-1] if found else None
+
+    def ran(self, stage: str) -> bool:
+        return stage in self.stages
+
+
+def PASS(name: str, detail: str) -> Check:  # noqa: N802 - reads as the line it writes
+    return Check("PASS", name, detail)
+
+
+def FAIL(name: str, detail: str) -> Check:  # noqa: N802
+    return Check("FAIL", name, detail)
+
+
+def SKIP(name: str, detail: str) -> Check:  # noqa: N802
+    return Check("SKIP", name, detail)
+
+
+GPU_ONLY = "a GPU figure; this smoke run is on the CPU"
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def run_config(run: records.RunRecord) -> dict[str, Any]:
+    """The run's resolved preset from its hello, else the config.json written before it."""
+    if run.hello is not None:
+        return run.hello.config or {}
+    try:
+        data = json.loads((run.path / records.CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def median_ms(run: records.RunRecord | None) -> float | None:
+    if run is None or run.done is None or run.done.status != "ok":
+        return None
+    return run.done.step_ms_median
+
+
+def not_there(e: Evidence, stage: str, what: str) -> Check:
+    """Why a figure of ``stage`` is missing: the stage was not selected, or it left no record."""
+    if not e.ran(stage):
+        return SKIP(what, f"stage {stage} not run (GPU_CHECK_STAGES={e.selected or 'all'})")
+    return FAIL(what, f"no finished run in stage {stage} to read it from")
+
+
+def stage_checks(e: Evidence) -> list[Check]:
+    out = []
+    for name in STAGES:
+        what = f"stage {name}"
+        st = e.stages.get(name)
+        if name == "max-autotune" and e.smoke:
+            out.append(SKIP(what, "GPU only: on a CPU max-autotune tunes C++ GEMMs for minutes"))
+        elif st is None:
+            out.append(SKIP(what, f"not selected (GPU_CHECK_STAGES={e.selected})"))
+        elif st.rc == "not-run":
+            out.append(FAIL(what, "not run: the stages before it spent GPU_CHECK_BUDGET_S"))
+        elif st.rc in TIMED_OUT:
+            out.append(FAIL(what, f"timed out after {st.limit} s (log.txt shows how far it got)"))
+        elif st.rc != "0":
+            out.append(FAIL(what, f"exited {st.rc} after {st.seconds} s (log.txt says why)"))
+        else:
+            out.append(PASS(what, f"{st.seconds} s of at most {st.limit} s"))
+    return out
+
+
+def preflight_checks(e: Evidence) -> list[Check]:
+    if not e.ran("preflight"):
+        return [not_there(e, "preflight", "imports")]
+    out = []
+    imp = e.imports or {}
+    missing = {k: v for k, v in (imp.get("modules") or {}).items() if not v.get("ok")}
+    where = imp.get("ampscope_from", "?")
+    if not imp:
+        out.append(FAIL("imports", "preflight/imports.json is missing"))
+    elif missing:
+        out.append(FAIL("imports", "; ".join(f"{k}: {v.get('error')}" for k, v in missing.items())))
+    elif not imp.get("ampscope_from_checkout"):
+        out.append(FAIL("imports", f"ampscope came from {where}, not from the checkout"))
+    else:
+        out.append(PASS("imports", f"{len(imp['modules'])} modules; ampscope from {where}"))
+    doc = e.doctor
+    device = "cpu" if e.smoke else "cuda"
+    verdict = ((doc or {}).get("compile") or {}).get(device) or {}
+    if doc is None:
+        out.append(FAIL("doctor", "doctor --json --try-compile wrote no readable JSON"))
+    elif not e.smoke and not doc.get("cuda_available"):
+        out.append(FAIL("doctor", f"torch {doc.get('torch')} sees no CUDA GPU"))
+    elif verdict.get("ok") is not True:
+        out.append(FAIL("doctor", f"torch.compile on {device}: {verdict.get('why')}"))
+    else:
+        out.append(
+            PASS(
+                "doctor",
+                f"torch {doc.get('torch')}; torch.compile on {device}: {verdict.get('why')}",
+            )
+        )
+    return out
+
+
+def probe_checks(e: Evidence) -> list[Check]:
+    what = "tf32 compile probe"
+    run = e.run("probe", "tf32")
+    if run is None:
+        return [not_there(e, "probe", what)]
+    mode = run_config(run).get("compile", "?")
+    if run.done is None or run.done.status != "ok":
+        error = run.done.error if run.done else "no done event"
+        return [FAIL(what, f"tf32 with compile = '{mode}' {run.status}: {error}")]
+    return [PASS(what, f"tf32 compiled ({mode}) in {run.done.compile_s or 0:.1f} s and trained")]
+
+
+def finished_checks(e: Evidence) -> list[Check]:
+    """Every run of the training stages ends ok; fp16 may fail, as it is meant to."""
+    bad, good = [], 0
+    for stage in ("eager", "compile", "fp8", "ranks", "max-autotune"):
+        for run in e.runs.get(stage, []):
+            if run.status == "ok" or (run.preset == "fp16" and run.status == "failed"):
+                good += 1
+                continue
+            error = run.done.error if run.done and run.done.error else run.problem or ""
+            bad.append(f"{run.preset} ({stage}) {run.status}: {error[:200]}")
+    if bad:
+        return [FAIL("runs finished", "; ".join(bad))]
+    return [PASS("runs finished", f"{good} runs ended ok (fp16 may fail: it is meant to)")]
+
+
+def trained(run: records.RunRecord) -> bool:
+    return run.done is not None and run.done.status == "ok"
+
+
+def loss_checks(e: Evidence) -> list[Check]:
+    falls, flat = [], []
+    for stage in ("eager", "compile", "fp8", "ranks", "max-autotune"):
+        for run in e.runs.get(stage, []):
+            if run.preset in MEANT_TO_FAIL or not trained(run):
+                continue
+            d = run.done
+            assert d is not None
+            pair = f"{run.preset} ({stage}) {d.loss_first} -> {d.loss_final}"
+            ok = d.loss_first is not None and d.loss_final is not None
+            (falls if ok and d.loss_final < d.loss_first else flat).append(pair)
+    left_out = ", ".join(f"{k} ({v})" for k, v in MEANT_TO_FAIL.items())
+    if flat:
+        return [FAIL("loss falls", f"not in {'; '.join(flat)}")]
+    if not falls:
+        stages = ("eager", "compile", "fp8", "ranks", "max-autotune")
+        if any(e.ran(s) for s in stages):
+            return [FAIL("loss falls", "no training run finished to read it from")]
+        return [SKIP("loss falls", "no training stage run (GPU_CHECK_STAGES)")]
+    return [PASS("loss falls", f"in all {len(falls)} runs; left out: {left_out}")]
+
+
+def fp16_checks(e: Evidence) -> list[Check]:
+    out = []
+    amp = e.run("eager", "amp-fp16")
+    what = "amp-fp16 finite"
+    if amp is None or amp.done is None:
+        out.append(not_there(e, "eager", what))
+    else:
+        d = amp.done
+        detail = f"{amp.status}, final loss {d.loss_final}, {d.skipped_steps} skipped steps"
+        ok = d.status == "ok" and d.loss_final is not None and d.skipped_steps <= MAX_SKIPPED
+        out.append((PASS if ok else FAIL)(what, f"{detail} (at most {MAX_SKIPPED})"))
+    what = "noscale grad zeros"
+    noscale = e.run("eager", "amp-fp16-noscale")
+    if e.smoke:  # 1/(tokens x vocab) of a tiny model is well inside fp16's range
+        out.append(SKIP(what, "the smoke run's tiny gradients do not underflow; GPU sizes do"))
+        return out
+    if amp is None or noscale is None:
+        out.append(not_there(e, "eager", what))
+        return out
+    scaled, unscaled = grad_zeros(amp), grad_zeros(noscale)
+    if scaled is None or unscaled is None:
+        out.append(FAIL(what, "a run measured no grad_zero_frac (grad_zero_every)"))
+    else:
+        detail = f"amp-fp16-noscale {unscaled:.2%} of output gradients zero, amp-fp16 {scaled:.2%}"
+        out.append((PASS if unscaled > scaled else FAIL)(what, detail))
+    return out
+
+
+def grad_zeros(run: records.RunRecord) -> float | None:
+    values = [
+        s.grad_zero_frac
+        for s in run.events
+        if isinstance(s, ev.StepEvent) and s.grad_zero_frac is not None
+    ]
+    return statistics.mean(values) if values else None
+
+
+def warning_checks(e: Evidence) -> list[Check]:
+    seen: dict[str, list[str]] = {}
+    unexpected: dict[str, tuple[list[str], str]] = {}
+    for stage, runs in e.runs.items():
+        for run in runs:
+            allowed = EXPECTED_WARNINGS | (CPU_WARNINGS if e.smoke else set())
+            if run.hello is not None and run.hello.config.get("grad_scaler") != "off":
+                allowed |= SCALER_WARNINGS if run.preset.startswith("amp-fp16") else set()
+            for w in run.events:
+                if not isinstance(w, ev.WarningEvent):
+                    continue
+                seen.setdefault(w.code, []).append(run.preset)
+                if w.code not in allowed:
+                    presets, _ = unexpected.setdefault(w.code, ([], w.message))
+                    presets.append(f"{run.preset} ({stage})")
+    if unexpected:
+        detail = "; ".join(
+            f"{code} in {', '.join(sorted(set(p)))}: {msg[:160]}"
+            for code, (p, msg) in sorted(unexpected.items())
+        )
+        return [FAIL("warnings", detail)]
+    kinds = ", ".join(f"{c} x{len(p)}" for c, p in sorted(seen.items())) or "none"
+    return [PASS("warnings", f"only expected kinds: {kinds}")]
