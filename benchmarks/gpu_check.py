@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.metadata
 import json
 import sys
 import time
@@ -42,6 +43,7 @@ NEEDED = (
     "torchao",
     "ampscope",
 )
+DISTRIBUTIONS = {"pynvml": "nvidia-ml-py", "textual_plotext": "textual-plotext", "ml_dtypes": "ml-dtypes"}
 TABLES = (  # stage, baseline: one comparison table each in gpu-results.md
     ("eager", "fp32"),
     ("compile", "compile-default"),
@@ -49,6 +51,15 @@ TABLES = (  # stage, baseline: one comparison table each in gpu-results.md
     ("fp8", "compile-default"),
     ("ranks", "amp-bf16"),
 )
+
+
+def distribution_version(module: str) -> str:
+    """The installed version of the distribution behind ``module`` (pynvml, rich and
+    textual_plotext carry no ``__version__``), or "?" where nothing says."""
+    try:
+        return importlib.metadata.version(DISTRIBUTIONS.get(module, module))
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def cmd_imports(out: Path) -> int:
@@ -59,7 +70,7 @@ def cmd_imports(out: Path) -> int:
         try:
             mod = importlib.import_module(name)
             where = str(Path(mod.__file__).resolve()) if getattr(mod, "__file__", None) else "?"
-            version = str(getattr(mod, "__version__", "?"))
+            version = str(getattr(mod, "__version__", "") or distribution_version(name))
             modules[name] = {"ok": True, "version": version, "path": where}
         except Exception as exc:  # noqa: BLE001 - any failure to import is the finding
             modules[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -168,6 +179,11 @@ def results_markdown(e: rules.Evidence, checks: list[rules.Check]) -> str:
         "(docs/gpu-check.md): one repeat of each preset, so speed-ups carry no confidence "
         "interval; the check's thresholds are in docs/gpu-check.md.",
         "",
+        *(
+            [f"Interim: written after stage {e.interim_after}; the later stages had not run.", ""]
+            if e.interim_after
+            else []
+        ),
         "## Checks",
         "",
         "| result | check | detail |",
@@ -191,13 +207,20 @@ def results_markdown(e: rules.Evidence, checks: list[rules.Check]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cmd_check(outdir: Path) -> int:
+def cmd_check(outdir: Path, interim_after: str = "") -> int:
+    """Judge OUTDIR; with ``interim_after``, quietly, while later stages are still to come.
+
+    The script writes interim checks after every stage, so that a command killed at its time
+    limit still leaves checks.txt, summary.json and gpu-results.md for what did run."""
     e = read_evidence(outdir)
+    e.interim_after = interim_after
     checks = all_checks(e)
-    text = "\n".join(c.line() for c in checks) + "\n"
+    head = f"# interim: written after stage {interim_after}; later stages not yet run\n"
+    text = (head if interim_after else "") + "\n".join(c.line() for c in checks) + "\n"
     (outdir / "checks.txt").write_text(text)
     summary = {
         "smoke": e.smoke,
+        "interim_after": e.interim_after or None,
         "stages": {n: vars(s) for n, s in e.stages.items()},
         "checks": [vars(c) for c in checks],
         "nvidia_smi": e.nvidia_smi,
@@ -208,6 +231,8 @@ def cmd_check(outdir: Path) -> int:
     }
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (outdir / "gpu-results.md").write_text(results_markdown(e, checks))
+    if interim_after:
+        return 0
     print(text, end="")
     failed = [c for c in checks if c.status == "FAIL"]
     passed = sum(c.status == "PASS" for c in checks)
@@ -219,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("imports").add_argument("out", type=Path)
-    sub.add_parser("check").add_argument("outdir", type=Path)
+    check = sub.add_parser("check")
+    check.add_argument("outdir", type=Path)
+    check.add_argument("--interim-after", default="", metavar="STAGE")
     dash = sub.add_parser("dashboard")
     dash.add_argument("out", type=Path)
     dash.add_argument("--runs-dir", type=Path, required=True)
@@ -233,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         from gpu_check_tty import drive_dashboard
 
         return drive_dashboard(args.out, args.cmd, args.runs_dir, args.autostart, args.seconds)
-    return cmd_check(args.outdir)
+    return cmd_check(args.outdir, args.interim_after)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,8 @@ stage() {
   rc=$?
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" "$max" >> "$out/stages.tsv"
   [ "$rc" -ne 0 ] && echo "== $name: exit $rc" && sleep 2  # a killed engine lets go of the GPU
+  # Checks so far, so that a command killed at its limit still leaves them.
+  "${CHECK[@]}" check "$out" --interim-after "$name" > /dev/null 2>&1
   return 0
 }
 

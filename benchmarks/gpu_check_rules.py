@@ -62,6 +62,7 @@ class Evidence:
 
     smoke: bool = False
     selected: str = ""  # GPU_CHECK_STAGES, empty for all
+    interim_after: str = ""  # set while stages are still to come: the last one that ended
     stages: dict[str, Stage] = field(default_factory=dict)
     runs: dict[str, list[records.RunRecord]] = field(default_factory=dict)
     nvidia_smi: list[list[str]] = field(default_factory=list)  # a row of fields per GPU
@@ -115,6 +116,8 @@ def median_ms(run: records.RunRecord | None) -> float | None:
 
 def not_there(e: Evidence, stage: str, what: str) -> Check:
     """Why a figure of ``stage`` is missing: the stage was not selected, or it left no record."""
+    if not e.ran(stage) and e.interim_after:
+        return SKIP(what, f"stage {stage} not yet run (interim checks)")
     if not e.ran(stage):
         return SKIP(what, f"stage {stage} not run (GPU_CHECK_STAGES={e.selected or 'all'})")
     return FAIL(what, f"no finished run in stage {stage} to read it from")
@@ -127,6 +130,8 @@ def stage_checks(e: Evidence) -> list[Check]:
         st = e.stages.get(name)
         if name == "max-autotune" and e.smoke:
             out.append(SKIP(what, "GPU only: on a CPU max-autotune tunes C++ GEMMs for minutes"))
+        elif st is None and e.interim_after:
+            out.append(SKIP(what, f"not yet run (interim checks, after stage {e.interim_after})"))
         elif st is None:
             out.append(SKIP(what, f"not selected (GPU_CHECK_STAGES={e.selected})"))
         elif st.rc == "not-run":

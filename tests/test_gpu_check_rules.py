@@ -212,3 +212,43 @@ def test_a_stage_that_timed_out_says_so(tmp_path: Path) -> None:
     gpu_check.cmd_check(out)
     text = (out / "checks.txt").read_text()
     assert "FAIL stage fp8: timed out after 120 s" in text
+
+
+def test_interim_checks_after_a_stage_judge_what_ran_and_wait_for_the_rest(
+    tmp_path: Path, capsys
+) -> None:
+    """A command killed at its 10-minute limit still leaves the checks of the stages it ran."""
+    out = gpu_outdir(tmp_path, lambda spec, files: files.update(stages={"preflight": "0"}))
+    for stage in ("probe", "eager", "compile", "max-autotune", "fp8", "ranks"):
+        for run in (out / "runs" / stage).iterdir():
+            for f in run.iterdir():
+                f.unlink()
+            run.rmdir()
+    (out / "dashboard.json").unlink()
+    assert gpu_check.cmd_check(out, interim_after="preflight") == 0
+    assert capsys.readouterr().out == ""  # the script's log shows only the final checks
+    lines = (out / "checks.txt").read_text().splitlines()
+    assert lines[0] == "# interim: written after stage preflight; later stages not yet run"
+    assert "PASS stage preflight: 30 s of at most 120 s" in lines
+    assert "SKIP stage eager: not yet run (interim checks, after stage preflight)" in lines
+    assert failures(out) == set()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interim_after"] == "preflight"
+    assert "Interim: written after stage preflight" in (out / "gpu-results.md").read_text()
+    # the final call, once every stage has run, writes no interim line
+    gpu_check.cmd_check(out)
+    assert not (out / "checks.txt").read_text().startswith("#")
+    assert "Interim" not in (out / "gpu-results.md").read_text()
+
+
+def test_the_import_report_gives_versions_of_packages_without_a_version_attribute(
+    tmp_path: Path, capsys
+) -> None:
+    """pynvml, rich and textual_plotext have no ``__version__``; the report read "?" for them."""
+    import importlib.metadata
+
+    gpu_check.cmd_imports(tmp_path / "imports.json")
+    modules = json.loads((tmp_path / "imports.json").read_text())["modules"]
+    assert modules["pynvml"]["version"] == importlib.metadata.version("nvidia-ml-py")
+    assert modules["textual_plotext"]["version"] == importlib.metadata.version("textual-plotext")
+    assert all(m["version"] != "?" for m in modules.values() if m["ok"]), modules
