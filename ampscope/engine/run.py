@@ -47,6 +47,7 @@ def run(
         if RankEnv.lead_by_environ():
             return refuse(str(exc), json_out, on_event)
         return EXIT_USAGE
+    streamed = json_out  # every rank's stdout reaches the reader under torchrun
     if not ranks.lead:  # rank 0 speaks for the run
         json_out, record, on_event, run_dir = False, False, None, None
 
@@ -55,10 +56,11 @@ def run(
         saved = RunRecord(run_dir, preset) if run_dir else None
     except OSError as exc:
         return refuse(cannot_record(exc, runs_dir, run_dir), json_out, on_event, kind="io")
-    live = None
-    if json_out:
-        sys.stdout.flush()  # the live stream writes to the descriptor itself from here on
-        live = LiveStream(sys.stdout.fileno(), recorded=saved is not None)
+    live, events_fd = None, None
+    if streamed:
+        events_fd = keep_events_apart()
+        if json_out:
+            live = LiveStream(events_fd, recorded=saved is not None)
     writer = EventWriter(saved, live, on_event)
     stop, in_loop = threading.Event(), threading.Event()
     ending = threading.Lock()  # the main thread or the stop watch ends the run, never both
@@ -97,11 +99,25 @@ def run(
         writer.close()
         if saved:
             saved.close(hello, done)
+        if events_fd is not None:  # stdout is the stream's again, for a caller in this process
+            sys.stdout.flush()
+            os.dup2(events_fd, sys.stdout.fileno())
+            os.close(events_fd)
     if ranks.distributed:  # no teardown of the process group: see engine.link.RankLink.close
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def keep_events_apart() -> int:
+    """The event stream gets a descriptor of its own, a copy of stdout, and fd 1 then goes to
+    stderr: what the user's code prints (``print('.', end='')``, ``os.write(1, ...)``, a
+    library's progress bar) reaches the reader as output, never inside the JSON lines."""
+    sys.stdout.flush()
+    events_fd = os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return events_fd
 
 
 def record_users_exit(
