@@ -43,7 +43,11 @@ NEEDED = (
     "torchao",
     "ampscope",
 )
-DISTRIBUTIONS = {"pynvml": "nvidia-ml-py", "textual_plotext": "textual-plotext", "ml_dtypes": "ml-dtypes"}
+DISTRIBUTIONS = {
+    "pynvml": "nvidia-ml-py",
+    "textual_plotext": "textual-plotext",
+    "ml_dtypes": "ml-dtypes",
+}
 TABLES = (  # stage, baseline: one comparison table each in gpu-results.md
     ("eager", "fp32"),
     ("compile", "compile-default"),
