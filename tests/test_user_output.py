@@ -4,6 +4,7 @@ descriptor of its own, and the user's stdout goes to stderr, where the dashboard
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,45 @@ def test_user_prints_and_raw_writes_to_stdout_stay_out_of_the_event_stream(tmp_p
     assert "noisy" in hello.workload
     assert sum(isinstance(e, ev.StepEvent) for e in events) == 4
     assert out.stderr.count(b'"not": "ours"') >= 4  # the user's output, kept, on stderr
+
+
+SPAWNER = """
+import subprocess
+import sys
+import sys
+import torch
+from torch import nn
+import ampscope
+
+
+def make(ctx):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    open("child.pid", "w").write(str(child.pid))
+    x, y = torch.randn(32, 8), torch.randint(0, 2, (32,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
+    loss = lambda out, target: nn.functional.cross_entropy(out, target)  # noqa: E731
+    return ampscope.Workload(model=nn.Linear(8, 2), batches=batches, loss=loss)
+"""
+
+
+@pytest.mark.subprocess
+def test_a_process_the_users_code_left_running_is_ended_and_named(tmp_path: Path) -> None:
+    import psutil
+
+    from ampscope.core import records
+
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "ampscope", "run", "fp32", "--model", "spawner.py:make"]
+    out = subprocess.run(
+        [*cmd, "--steps", "3", "--runs-dir", str(runs)],
+        cwd=tmp_path, env=engine_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    pid = int((tmp_path / "child.pid").read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    (run_dir,) = runs.iterdir()
+    events = records.load_run(run_dir).events
+    warnings = [w for w in events if isinstance(w, ev.WarningEvent) and w.code == "children-ended"]
+    assert len(warnings) == 1 and f"{pid} (" in warnings[0].message, warnings
+    assert "your code left 1 process running" in out.stderr

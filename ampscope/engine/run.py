@@ -19,6 +19,7 @@ from typing import NoReturn
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.engine.children import end_users_children
 from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
 from ampscope.engine.process import install_signal_handlers, watch_parent
@@ -96,6 +97,7 @@ def run(
     finally:
         ending.acquire()
         restore_exit()
+        end_users_children(writer)
         writer.close()
         if saved:
             saved.close(hello, done)
