@@ -350,3 +350,46 @@ def test_the_run_header_breaks_between_its_parts_never_inside_one() -> None:
     assert "AMD EPYC" not in fit_header(header, 78)  # the device's name goes first
     first, second = fit_header(header, 60).split("\n")
     assert len(first) <= 60 and first.endswith("compile off") and second == "end 100% · 20x"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("line", "taken"),
+    [('"presets.run" = "h"', "'presets.history'"), ('"presets.run" = "ctrl+c"', "Textual's")],
+)
+def test_a_keys_toml_line_that_takes_another_bindings_key_is_refused_and_named(
+    tmp_path: Path, monkeypatch, line: str, taken: str
+) -> None:
+    """Textual let one of the two take the key silently (h ran a preset instead of opening
+    History), or told the user run lost ctrl+c while ctrl+c still started a run."""
+    config = tmp_path / "config"
+    (config / "ampscope").mkdir(parents=True)
+    (config / "ampscope" / "keys.toml").write_text(line + '\n"numerics.format" = "g"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        told: list[str] = []
+        app.tell = lambda message, **kw: told.append(message)  # type: ignore[method-assign]
+        started: list[str] = []
+
+        async def start_run(preset: str, *args, **kw) -> None:
+            started.append(preset)
+
+        app.session.start_run = start_run  # type: ignore[method-assign]
+        async with app.run_test(size=SMALL) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            key = line.split('"')[3]
+            if key == "h":
+                await pilot.press("h")
+                await shown(pilot, app, HistoryScreen)  # h keeps History
+                await pilot.press("escape")
+                await shown(pilot, app, PresetsScreen)
+            await pilot.press("r")  # run keeps its own key
+            await pilot.pause()
+        (problem,) = told  # numerics.format is a binding id the file may move
+        assert f"'presets.run' = \"{key}\" is ignored: {key} is already {taken}" in problem
+        assert "the Presets screen" in problem
+        assert len(started) == 1
+
+    run(go())

@@ -45,6 +45,7 @@ from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.help import HelpScreen, key_reason
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
+from ampscope.tui.screens.numerics import NumericsScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
@@ -84,6 +85,7 @@ class AmpscopeApp(Navigation, App):
         FormatsScreen,
         MemoryScreen,
         ProfileScreen,
+        NumericsScreen,
         WaitingScreen,
         HelpScreen,
         ConfirmDialog,
@@ -156,6 +158,8 @@ class AmpscopeApp(Navigation, App):
     def load_keys(self) -> None:
         """The user's keys (``keys.toml``); what is wrong with the file is said once."""
         keymap, problems = keys.load_keymap(keys.keys_path(), self.binding_ids())
+        keymap, clashes = keys.drop_clashes(keymap, type(self), self.SCREENS_WITH_KEYS)
+        problems += clashes
         if keymap:
             self.set_keymap(keymap)
         for problem in problems:

@@ -12,9 +12,10 @@ id or a key Textual has no name for is said in one notice and otherwise ignored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from textual.binding import Binding
 from textual.keys import Keys, _character_to_key, key_to_character
 
 from ampscope.core.config import user_config_dir
@@ -125,3 +126,48 @@ def load_keymap(path: Path, known_ids: Iterable[str]) -> tuple[dict[str, str], l
     if problems:
         problems = [f"{path}: " + "; ".join(problems) + ". Those lines are ignored."]
     return keymap, problems
+
+
+def bindings_of(owner: type) -> list[Binding]:
+    """Every binding a screen or app class has, its Textual bases' included."""
+    found: list[Binding] = []
+    for klass in reversed(owner.__mro__):
+        found += [b for b in klass.__dict__.get("BINDINGS", []) if isinstance(b, Binding)]
+    return found
+
+
+def screen_name(owner: type) -> str:
+    name = owner.__name__.removesuffix("Screen").removesuffix("Dialog")
+    return f"the {name} screen" if name else "every screen"
+
+
+def drop_clashes(
+    keymap: dict[str, str], app: type, screens: Sequence[type]
+) -> tuple[dict[str, str], list[str]]:
+    """The keymap less the lines that give a key another binding of the same screen (or the
+    app) already has, and one notice naming both. Textual would otherwise let one of them
+    take the key with no word of which."""
+    kept = dict(keymap)
+    problems: list[str] = []
+    app_bindings = bindings_of(app)
+    for screen in screens:
+        scope = [*bindings_of(screen), *app_bindings]
+        for binding_id, new in keymap.items():
+            if binding_id not in kept or not any(b.id == binding_id for b in scope):
+                continue
+            wanted = set(new.split(","))
+            for other in scope:
+                if other.id == binding_id:
+                    continue
+                theirs = kept.get(other.id, other.key) if other.id else other.key
+                taken = sorted(wanted & set(normalise(theirs).split(",")))
+                if taken:
+                    what = f"'{other.id}'" if other.id else f"Textual's {other.action}"
+                    problems.append(
+                        f"'{binding_id}' = \"{new}\" is ignored: {', '.join(taken)} is already "
+                        f"{what} on {screen_name(screen)} (pick a free key: the help screen, "
+                        "?, lists every binding's keys)"
+                    )
+                    del kept[binding_id]
+                    break
+    return kept, problems
