@@ -118,7 +118,7 @@ def compare_lines(
         return [crop(f"No profiles to compare: {HOW_TO.format(preset=preset)}.", width)]
     ref = next((r for r in have if r.label == baseline), have[0])
     assert ref.profile is not None
-    lines = []
+    lines, tail = [], []
     if len(have) == 1:
         lines.append(
             fit(f"Profile of {ref.label} alone, {whose(ref.profile)}", shares(ref.profile), width)
@@ -129,14 +129,13 @@ def compare_lines(
     if missing:
         preset = missing[0].preset if len(missing) == 1 else "PRESET"
         names = ", ".join(r.label for r in missing)
-        lines.append(crop(f"No profile: {names} ({HOW_TO.format(preset=preset)})", width))
-    if len(lines) > most:
-        hidden = len(lines) - most + 1
-        lines = [
-            *lines[: most - 1],
-            crop(f"{ELLIPSIS} {hidden} more: 'ampscope profile --compare RUN_A RUN_B'", width),
-        ]
-    return lines
+        tail.append(crop(f"No profile: {names} ({HOW_TO.format(preset=preset)})", width))
+    if len(lines) + len(tail) > most:
+        keep = max(0, most - 1 - len(tail))
+        hidden = len(lines) - keep
+        more = f"{ELLIPSIS} {hidden} more profiled runs: 'ampscope profile --compare RUN_A RUN_B'"
+        lines = [*lines[:keep], crop(more, width)]
+    return lines + tail
 
 
 def side_by_side(
@@ -148,7 +147,7 @@ def side_by_side(
         cls for cls in CLASSES if max(pa.classes.get(cls, 0.0), pb.classes.get(cls, 0.0)) >= 0.005
     ]
     shown.sort(key=lambda cls: -max(pa.classes.get(cls, 0.0), pb.classes.get(cls, 0.0)))
-    col = max(16, (width - 24) // 2)
+    col = min(30, max(16, (width - 24) // 2))
 
     def cell(p: ev.ProfileEvent, cls: str) -> str:
         share = p.classes.get(cls, 0.0)
