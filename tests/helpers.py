@@ -168,6 +168,26 @@ def done(status: str = "ok", steps: int = 30) -> ev.DoneEvent:
     )
 
 
+def split_profile(
+    step_ms: float, timing: str = "device", step: int = 50, steps: int = 5, **us: float
+) -> ev.ProfileEvent:
+    """A profile of ``steps`` steps of ``step_ms`` each, through the engine's own summary:
+    ``matmul_fp32=3000`` is 3 ms of fp32 matmul a step, ``casts=500`` 0.5 ms of casts (which
+    count as elementwise), ``idle=1000`` 1 ms with no kernel; the rest is any class by name."""
+    from ampscope.core import profiles
+    from ampscope.core.profile_rules import OpTime
+
+    ops, idle = [], us.pop("idle", 0.0) * steps * 1000.0
+    for key, per_step in us.items():
+        cls, _, dtype = key.partition("_")
+        name = "aten::_to_copy" if key == "casts" else f"op-{key}"
+        cls = "elementwise" if key == "casts" else "norm_act" if key == "norm" else cls
+        ops.append(OpTime(name, cls, per_step * steps * 1000.0, 2 * steps, dtype or None))
+    return profiles.summarize(
+        ops, step_ms * 1000.0 * steps, step=step, steps=steps, timing=timing, idle_us=idle
+    )
+
+
 # A run session without processes or a screen: a fake engine child and a listener that keeps
 # what the session told it.
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import RESTART, STOP
-from tests.helpers import done, hello, step
+from tests.helpers import done, hello, split_profile, step
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -166,9 +167,16 @@ def underflow_run() -> RunState:
 
 
 def write_record(
-    root: Path, name: str, preset: str, status: str, ms: float, steps: int, lift: float = 0.0
+    root: Path,
+    name: str,
+    preset: str,
+    status: str,
+    ms: float,
+    steps: int,
+    lift: float = 0.0,
+    extra: Sequence[ev.Event] = (),
 ) -> Path:
-    """A run folder with a fixed name: hello, ``steps`` steps, and how it ended."""
+    """A run folder with a fixed name: hello, ``steps`` steps, ``extra`` and how it ended."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     items: list[ev.Event] = [
@@ -183,6 +191,7 @@ def write_record(
         loss = 2.0 / (1 + i / 20) + lift * (1 - i / 400)
         loss = float("nan") if status == "failed" and i == steps - 1 else loss
         items.append(step(i, ms + (i % 5) * 0.2, loss=loss, t=1.0 + i * ms / 1000))
+    items += extra
     if status == "failed":
         items.append(ev.ErrorEvent(kind="nan", message=f"loss became nan at step {steps - 1}"))
     end = done(status, steps)
@@ -204,6 +213,26 @@ def write_history(root: Path) -> list[Path]:
         write_record(root, "20261130T092000Z-amp-fp16", "amp-fp16", "stopped", 6.5, 120, 0.6),
         write_record(root, "20261130T093000Z-fp16", "fp16", "failed", 5.0, 40, 1.0),
     ]
+
+
+FP32_SPLIT = dict(matmul_fp32=7.6, elementwise=1.4, norm=0.8, optimizer=1.0, idle=1.2)
+BF16_SPLIT = dict(matmul_bf16=2.4, elementwise=1.1, casts=0.5, norm=0.7, optimizer=1.0, idle=1.3)
+
+
+def write_profiled_runs(root: Path) -> list[Path]:
+    """fp32 profiled twice (the later profile is its own), amp-bf16 once, amp-fp16 never."""
+    early = split_profile(15.0, step=20, matmul_fp32=12.0, idle=3.0)
+    return [
+        write_record(
+            root, "20261130T090000Z-fp32", "fp32", "ok", 12.0, 200,
+            extra=[early, split_profile(12.0, step=150, **FP32_SPLIT)],
+        ),
+        write_record(
+            root, "20261130T091000Z-amp-bf16", "amp-bf16", "ok", 7.0, 200, 0.3,
+            extra=[split_profile(7.0, step=150, **BF16_SPLIT)],
+        ),
+        write_record(root, "20261130T092000Z-amp-fp16", "amp-fp16", "ok", 6.5, 200, 0.6),
+    ]  # fmt: skip
 
 
 def gpu_profile(step: int = 600) -> ev.ProfileEvent:

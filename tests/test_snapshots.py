@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.replay import RecordSource
 from ampscope.tui.screens.compare import CompareScreen
@@ -29,7 +30,14 @@ from ampscope.tui.viewer import WaitingScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import assert_snapshot, run, shown, wait_for
-from tests.snapshot_runs import FrozenSource, gpu_profile, gpu_run, underflow_run, write_history
+from tests.snapshot_runs import (
+    FrozenSource,
+    gpu_profile,
+    gpu_run,
+    underflow_run,
+    write_history,
+    write_profiled_runs,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -199,6 +207,31 @@ def test_history_and_compare(size, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_compare_diffs_each_runs_last_profile_against_the_baselines(size, tmp_path: Path) -> None:
+    paths = write_profiled_runs(tmp_path / "runs")
+
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=size) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+            compare = await shown(pilot, app, CompareScreen)
+            await settle(pilot)
+            text = assert_snapshot(app, name("compare-profile", size))
+            # fp32's later profile (12.0 ms a step), not its first (15.0 ms)
+            assert "fp32 \u2192 amp-bf16, 12.0 \u2192 7.00 ms/step: matmul \u221268 %" in text
+            assert "No profile: amp-fp16 ('ampscope profile amp-fp16' or p in a live" in text
+            assert "q Quit" in footer(app)  # nothing pushed off the bottom
+            compare.query_one("#compare-table").move_cursor(row=1)
+            await pilot.press("b")  # amp-bf16 is the baseline: the diff turns round
+            await settle(pilot)
+            profile = str(compare.query_one("#compare-profile").render())
+            assert "amp-bf16 \u2192 fp32, 7.00 \u2192 12.0 ms/step: matmul +217 %" in profile
+
+    run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_format_explorer_and_memory_plan(size) -> None:
     async def go() -> None:
         app = app_for()
@@ -295,6 +328,7 @@ SCENES = (
     "profile",
     "history",
     "compare",
+    "compare-profile",
     "formats-values",
     "formats-facts",
     "memory",

@@ -4,6 +4,9 @@ The preset runs as ``ampscope run`` would (same flags), for a few warm-up steps 
 profiled ones; the engine's ``profile`` event is printed as a split into classes, the top ops
 and one line on what would help most (or, with ``--json``, as one object). Progress goes to
 stderr, the profile to stdout.
+
+``ampscope profile --compare RUN_A RUN_B`` profiles nothing: it reads the last profile of two
+recorded runs and prints their splits side by side and what moved.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
         "profile",
         help="profile a few steps with torch.profiler: where the step goes, what would help",
     )
-    p.add_argument("preset", help="a preset name (see 'ampscope presets') or a .toml file")
+    p.add_argument(
+        "preset", nargs="?", help="a preset name (see 'ampscope presets') or a .toml file"
+    )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="profile nothing: compare the profiles two runs recorded (each a run folder, or "
+        "its name in the runs folder as 'ampscope runs' lists it), A the before",
+    )
     add_model_argument(p)
     p.add_argument(
         "--steps",
@@ -60,6 +72,18 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    if args.compare is not None:
+        if args.preset is not None:
+            return fail(
+                f"give either a preset to profile or --compare RUN_A RUN_B, not both "
+                f"(got the preset '{args.preset}' as well)."
+            )
+        return compare_runs(args.compare, args.runs_dir, args.json)
+    if args.preset is None:
+        return fail(
+            "say what to profile: a preset name (see 'ampscope presets') or a .toml file, or "
+            "--compare RUN_A RUN_B to compare the profiles of two recorded runs."
+        )
     k = args.steps
     if not 1 <= k <= profiles.MAX_STEPS:
         return fail(
@@ -117,3 +141,42 @@ def cmd_profile(args: argparse.Namespace) -> int:
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
         print(visible(profiles.render(profile, preset.name, width), keep_newlines=True))
     return code
+
+
+def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:
+    """Both runs' last profiles side by side, or a message naming the run that has none."""
+    from ampscope.cli.runs import resolve_run
+    from ampscope.core import profile_compare, records
+
+    root = runs_dir or records.default_runs_dir()
+    found = []
+    for name in names:
+        path = resolve_run(name, root)
+        if path is None:
+            return fail(
+                f"--compare: no run record '{name}'. Accepted: a run folder (one that holds "
+                f"{records.EVENTS_FILE}), or a run's name in {root}, as 'ampscope runs' lists it."
+            )
+        record = records.load_run(path)
+        profile = profile_compare.last_profile(record.events)
+        if profile is None:
+            why = f" ({record.problem})" if record.problem else ""
+            return fail(
+                f"--compare: the run '{name}' holds no profile{why}. Record one with "
+                f"'ampscope profile {record.preset}' (a new run of the preset, kept in "
+                f"{root}), or with p in the Run view while a run is live; then compare that run."
+            )
+        found.append((record, profile))
+    (rec_a, pa), (rec_b, pb) = found
+    if as_json:
+        out = profile_compare.to_json(
+            (rec_a.name, rec_a.preset, pa), (rec_b.name, rec_b.preset, pb)
+        )
+        print(json.dumps(out))
+        return 0
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
+    text = profile_compare.side_by_side(
+        (f"{rec_a.preset} ({rec_a.name})", pa), (f"{rec_b.preset} ({rec_b.name})", pb), width
+    )
+    print(visible(text, keep_newlines=True))
+    return 0

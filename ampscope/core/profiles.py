@@ -204,14 +204,17 @@ def diff(before: ev.ProfileEvent, after: ev.ProfileEvent) -> list[ClassChange]:
     return sorted(moved, key=lambda r: -abs(r.after_ms - r.before_ms))
 
 
+def change_text(row: ClassChange, before: ev.ProfileEvent, after: ev.ProfileEvent) -> str:
+    """'matmul \u221268 %' or 'elementwise +12 % (casts)': one class's move, as a line shows it."""
+    change = row.change
+    amount = "new" if change is None else f"{change:+.0%}".replace("%", " %")
+    why = " (casts)" if row.cls == "elementwise" and after.casts > before.casts + 0.01 else ""
+    return f"{CLASSES[row.cls]} {amount}{why}".replace("-", "\u2212")
+
+
 def diff_line(before: ev.ProfileEvent, after: ev.ProfileEvent, most: int = 3) -> str:
     """'matmul -68 %, elementwise +12 % (casts)': the classes that moved most."""
-    parts = []
-    for row in diff(before, after)[:most]:
-        change = row.change
-        amount = "new" if change is None else f"{change:+.0%}".replace("%", " %")
-        why = " (casts)" if row.cls == "elementwise" and after.casts > before.casts + 0.01 else ""
-        parts.append(f"{CLASSES[row.cls]} {amount}{why}".replace("-", "\u2212"))
+    parts = [change_text(row, before, after) for row in diff(before, after)[:most]]
     step = f"step {fmt_ms(before.step_ms)} -> {fmt_ms(after.step_ms)}"
     return f"{step}: " + ", ".join(parts) if parts else step
 

@@ -15,7 +15,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ampscope.core import comparison, records
+from ampscope.core import comparison, profile_compare, records
 from ampscope.core import events as ev
 from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.text import visible
@@ -134,7 +134,10 @@ class CompareScreen(Screen):
         "with repeat k of the baseline, and the 95 % confidence interval of their median "
         "step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
         "difference shown), ? a preset with fewer than 3 repeats (untested: run a sweep "
-        "with repeats 3 or more, or 'ampscope bench --repeats 3')."
+        "with repeats 3 or more, or 'ampscope bench --repeats 3'). Under the plots, each run's "
+        "profile (the last its record holds) against the baseline's: the change of the ms a "
+        "step spends in each class (matmul, elementwise, idle...), largest first; "
+        "'ampscope profile PRESET' or p in the Run view records one."
     )
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
@@ -153,6 +156,10 @@ class CompareScreen(Screen):
         self.baseline = baseline or default_baseline(self.base_rows)
         self.sort_index = 0
         self.rows: list[comparison.Row] = []
+        self.profiled = [
+            profile_compare.ProfiledRun(lbl, run_preset(r), profile_compare.last_profile(r.events))
+            for lbl, r in zip(self.labels, runs, strict=True)
+        ]
 
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-title")
@@ -160,6 +167,7 @@ class CompareScreen(Screen):
         with Horizontal(id="compare-plots"):
             yield OverlayPlot("step time (ms)", "ms / step", id="compare-step")
             yield OverlayPlot("loss", "loss / step", id="compare-loss")
+        yield Static("", id="compare-profile")
         yield Static("", id="compare-verdict")
         yield KeyBar()
 
@@ -212,6 +220,10 @@ class CompareScreen(Screen):
         )
         self.query_one("#compare-verdict", Static).update(
             Text("\n").join(literal(v) for v in comparison.verdicts(rows, self.baseline))
+        )
+        lines = profile_compare.compare_lines(self.profiled, self.baseline, self.size.width - 2)
+        self.query_one("#compare-profile", Static).update(
+            Text("\n", no_wrap=True, overflow="ellipsis").join(literal(v) for v in lines)
         )
 
     def legend_cell(self, label: str) -> Text:

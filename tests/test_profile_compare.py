@@ -1,0 +1,180 @@
+"""Two runs' profiles side by side: Compare's lines under its plots and
+``ampscope profile --compare``, from forged records and from real profiles on a CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampscope.cli.main import main
+from ampscope.core import profile_compare as pc
+from ampscope.core import records
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from tests.helpers import ROOT, engine_env, run, shown, split_profile, terminal_output, text
+from tests.snapshot_runs import BF16_SPLIT, FP32_SPLIT, write_profiled_runs, write_record
+
+FP32, BF16 = split_profile(12.0, **FP32_SPLIT), split_profile(7.0, **BF16_SPLIT)
+
+
+def runs(*named: tuple[str, object]) -> list[pc.ProfiledRun]:
+    return [pc.ProfiledRun(name, name, profile) for name, profile in named]  # type: ignore[arg-type]
+
+
+@pytest.mark.unit
+def test_a_record_profiled_twice_is_compared_by_its_last_profile(tmp_path: Path) -> None:
+    fp32, bf16, fp16 = (records.load_run(p) for p in write_profiled_runs(tmp_path))
+    first = pc.last_profile(fp32.events)
+    assert first is not None and (first.step, first.step_ms) == (150, 12.0)
+    assert pc.last_profile(fp16.events) is None
+    lines = pc.compare_lines(
+        [pc.ProfiledRun(r.preset, r.preset, pc.last_profile(r.events)) for r in (fp32, bf16, fp16)],
+        "fp32",
+    )
+    assert lines == [
+        "fp32 \u2192 amp-bf16, 12.0 \u2192 7.00 ms/step: matmul \u221268 %, elementwise +14 % "
+        "(casts)",
+        "No profile: amp-fp16 ('ampscope profile amp-fp16' or p in a live Run view)",
+    ]
+
+
+@pytest.mark.unit
+def test_each_run_is_diffed_against_the_baseline_or_the_first_run_with_a_profile() -> None:
+    three = runs(("fp32", FP32), ("amp-bf16", BF16), ("bf16", BF16))
+    assert pc.compare_lines(three, "amp-bf16")[0].startswith("amp-bf16 \u2192 fp32, 7.00 \u2192")
+    assert pc.compare_lines(three, "amp-bf16")[1].startswith("amp-bf16 \u2192 bf16, 7.00 \u2192")
+    unprofiled_base = runs(("fp16", None), ("fp32", FP32), ("amp-bf16", BF16))
+    lines = pc.compare_lines(unprofiled_base, "fp16")
+    assert lines[0].startswith("fp32 \u2192 amp-bf16") and lines[1].startswith("No profile: fp16")
+    alone = pc.compare_lines(runs(("fp32", FP32), ("a", None), ("b", None)), "fp32")
+    assert alone[0] == "Profile of fp32 alone, GPU kernel time: matmul 63 %, elementwise 12 %"
+    assert alone[1] == "No profile: a, b ('ampscope profile PRESET' or p in a live Run view)"
+    none = pc.compare_lines(runs(("a", None), ("b", None)), "a")
+    assert none == ["No profiles to compare: 'ampscope profile PRESET' or p in a live Run view."]
+
+
+@pytest.mark.unit
+def test_every_line_fits_its_width_and_many_runs_end_in_a_count() -> None:
+    long = "x" * 90
+    many = runs(("fp32", FP32), *((f"{long}{i}", BF16) for i in range(6)), (long, None))
+    for width in (78, 40):
+        lines = pc.compare_lines(many, "fp32", width)
+        assert len(lines) == 4 and all(len(line) <= width for line in lines)
+        assert lines[0].startswith("fp32 \u2192 xxx") and lines[1].startswith("fp32 \u2192 xxx")
+        assert lines[2].startswith("\u2026 4 more profiled runs: ")
+        assert lines[3].startswith("No profile: xxx")
+    wide = pc.compare_lines(runs(("fp32", FP32), ("amp-bf16", BF16)), "fp32", 200)
+    assert "norm, activation \u221213 %" in wide[0]  # room for every class that moved
+
+
+@pytest.mark.unit
+def test_without_step_times_classes_compare_by_share_and_cpu_against_gpu_says_so() -> None:
+    no_time = split_profile(12.0, **FP32_SPLIT)
+    no_time.step_ms = 0.0
+    line = pc.pair_line("fp32", "amp-bf16", no_time, BF16, 200)
+    assert line.startswith("fp32 \u2192 amp-bf16, share of step: matmul 63 % \u2192 34 %")
+    cpu = split_profile(12.0, timing="cpu", **FP32_SPLIT)
+    line = pc.pair_line("cpu", "gpu", cpu, BF16, 200)
+    assert "(CPU op time vs GPU kernel time: not like for like)" in line
+
+
+@pytest.mark.unit
+def test_the_profile_lines_show_run_names_literally(tmp_path: Path) -> None:
+    name = "[red]evil[/] [/x]\x1b[2J"
+    paths = [
+        write_record(tmp_path, "20260101T000001Z-a", name, "ok", 12.0, 20, extra=[FP32]),
+        write_record(tmp_path, "20260101T000002Z-b", "fp32", "ok", 7.0, 20, extra=[BF16]),
+    ]
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+            screen = await shown(pilot, app, CompareScreen)
+            await pilot.pause()
+            assert text(screen, "#compare-profile").startswith(
+                "fp32 \u2192 [red]evil[/] [/x]\\x1b[2J, 7.00 \u2192 12.0 ms/step: matmul +217 %"
+            )
+            assert "\x1b[2J" not in terminal_output(app)[1]
+
+    run(go())
+
+
+@pytest.mark.unit
+def test_profile_compare_prints_both_splits_and_what_moved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fp32, bf16, _ = write_profiled_runs(tmp_path)
+    assert main(["profile", "--compare", str(fp32), bf16.name, "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "A: fp32 (20261130T090000Z-fp32): 5 steps from step 150, GPU kernel time" in out
+    assert "  matmul                63 %   7.60 ms fp32          34 %   2.40 ms bf16" in out
+    assert "A \u2192 B, 12.0 \u2192 7.00 ms/step: matmul \u221268 %, elementwise +14 %" in out
+    args = ["profile", "--compare", fp32.name, bf16.name, "--runs-dir", str(tmp_path), "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data.keys() == {"before", "after", "unit", "changes"}
+    assert (data["before"]["run"], data["after"]["preset"]) == (fp32.name, "amp-bf16")
+    assert data["before"]["step"] == 150 and data["unit"] == "ms per step"
+    matmul = data["changes"][0]
+    assert matmul == {"class": "matmul", "before": 7.6, "after": 2.4, "change": -0.6842}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--compare", "no-such-run", "R1"], "--compare: no run record 'no-such-run'. Accepted: "),
+        (["--compare", "R0", "R2"], "the run '20261130T092000Z-amp-fp16' holds no profile. "),
+        (["fp32", "--compare", "R0", "R1"], "give either a preset to profile or --compare"),
+        ([], "say what to profile: a preset name"),
+    ],
+)
+def test_profile_compare_refuses_in_a_paragraph_with_exit_2(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = [p.name for p in write_profiled_runs(tmp_path)]
+    args = [names[int(a[1])] if a in ("R0", "R1", "R2") else a for a in args]
+    assert main(["profile", *args, "--runs-dir", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert said.replace("R2", names[2]) in captured.err and captured.out == ""
+    assert "Traceback" not in captured.err and captured.err.count("\n") == 1
+    if "holds no profile" in said:
+        assert "'ampscope profile amp-fp16'" in captured.err and "p in the Run view" in captured.err
+
+
+def _profile(preset: str, runs_dir: Path) -> Path:
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "ampscope.cli.main", "profile", preset, "--device", "cpu",
+            "--steps", "2", "--json", "--runs-dir", str(runs_dir),
+            "--set", "workload.kind='mlp'", "--set", "workload.width=64",
+            "--set", "workload.layers=2", "--set", "batch_size=8",
+        ],
+        cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return Path(json.loads(out.stdout)["trace"]).parent
+
+
+@pytest.mark.subprocess
+def test_real_profiles_of_fp32_and_amp_bf16_on_a_cpu_compare_by_matmul_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fp32, bf16 = _profile("fp32", tmp_path), _profile("amp-bf16", tmp_path)
+    assert main(["profile", "--compare", str(fp32), str(bf16), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["before"]["dtypes"]["matmul"].keys() == {"fp32"}
+    assert data["after"]["dtypes"]["matmul"].keys() == {"bf16"}
+    assert data["after"]["casts"] > 0  # autocast converts the weights for every matmul
+    changes = {c["class"]: c for c in data["changes"]}
+    assert "matmul" in changes  # how much it moves is the CPU's business, not the test's
+    assert changes["matmul"]["before"] == pytest.approx(
+        data["before"]["classes"]["matmul"] * data["before"]["step_ms"], abs=1e-3
+    )
