@@ -162,8 +162,8 @@ class CompileEvent(Event, tag="compile"):
     compile_s: float | None
 
 
-EPOCH_NOTE = "epoch"
-"""A warning event's code for a plain note, not trouble: a user's batches began a new epoch."""
+EPOCH_NOTE, RANK_STALLED = "epoch", "rank-stalled"
+"""Warning codes: a plain note (a user's batches began a new epoch); a rank that holds up."""
 
 
 class WarningEvent(Event, tag="warning"):

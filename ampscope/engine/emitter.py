@@ -151,6 +151,7 @@ class EventWriter:
         if live is not None:
             live.started = self.started
         self._pending: list[tuple[bytes, bool]] = []
+        self.done_sent = False  # a done is out: nothing may write a second one
         self._last_flush = self.started
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -180,6 +181,7 @@ class EventWriter:
         event.t = round(now - self.started, 4)
         line = ev.encode(event)
         with self._lock:
+            self.done_sent = self.done_sent or isinstance(event, ev.DoneEvent)
             self._pending.append((line, isinstance(event, DROPPABLE)))
             if urgent or now - self._last_flush >= self.flush_interval:
                 self._flush_locked(now)

@@ -17,6 +17,8 @@ rank instead of the broken connection it saw.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -24,7 +26,10 @@ import torch
 import torch.distributed as dist
 
 from ampscope.core import events as ev
+from ampscope.engine.progress import Beacon, Progress
 from ampscope.engine.ranks import RankEnv
+
+PhaseMarker = Callable[[str], AbstractContextManager[object]]
 
 FAILURE_KEY = "ampscope/failure"
 FAILURES_KEY = "ampscope/failures"
@@ -86,6 +91,15 @@ class SoloLink:
     def hold(self, *objects: Any) -> None:
         pass
 
+    def marking(self, step: int, phase: PhaseMarker) -> PhaseMarker:
+        return phase
+
+    def watch_progress(self, report: Callable[[ev.WarningEvent], None] | None) -> None:
+        pass
+
+    def stop_watching(self) -> None:
+        pass
+
 
 class RankLink:
     """One rank of several, joined to the process group torchrun prepared (``env://``)."""
@@ -109,7 +123,31 @@ class RankLink:
         self._samples: dict[int, ev.RankSys] = {}
         self._samples_lock = threading.Lock()
         self._held: list[Any] = []
+        self.progress = Progress()
+        self.beacon: Beacon | None = None
         _OPEN.append(self)
+
+    def marking(self, step: int, phase: PhaseMarker) -> PhaseMarker:
+        """``phase`` that also tells this rank's position (``engine.progress``)."""
+        progress = self.progress
+
+        @contextmanager
+        def marked(part: str) -> Iterator[object]:
+            progress.mark(step, part)
+            with phase(part) as inner:
+                yield inner
+
+        return marked
+
+    def watch_progress(self, report: Callable[[ev.WarningEvent], None] | None) -> None:
+        """Start telling this rank's position; rank 0 ``report``s a rank that stalls."""
+        if self.store is not None and self.beacon is None:
+            lead_report = report if self.lead else None
+            self.beacon = Beacon(self.store, self.rank, self.world_size, self.progress, lead_report)
+
+    def stop_watching(self) -> None:
+        if self.beacon is not None:
+            self.beacon.close()
 
     def exchange(
         self, landed: list[RankFigures], stop: bool, sample: ev.RankSys | None = None
@@ -119,6 +157,7 @@ class RankLink:
         Returns the steps every rank has now reported (oldest first, each a list by rank) and
         whether any rank asked to stop.
         """
+        self.progress.mark(self.progress.step + 1, "exchange")
         received: list[Any] = [None] * self.world_size
         dist.all_gather_object(received, (stop, landed, sample), group=self.host_group)
         for rank_sample in (r[2] for r in received if r[2] is not None):

@@ -116,6 +116,7 @@ def train(
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status: ev.DoneStatus = "ok"
     probe.begin()  # step 0 is timed from here, every later step from the end of the one before
+    link.watch_progress(lambda warning: writer.emit(warning, urgent=True))  # several ranks
     for step in range(preset.steps):
         landed = [memory.figures(link.rank, item) for item in probe.poll()]
         halt = stop.is_set() or writer.broken or writer.fault is not None
@@ -133,7 +134,7 @@ def train(
         try:
             if numerics:
                 numerics.before(step)
-            phase = profiler.phase if profiler is not None else no_phase
+            phase = link.marking(step, profiler.phase if profiler is not None else no_phase)
             metrics, data_ms = train_step(s, step, measure_zeros, phase)
             if numerics:
                 numerics.after(step)
@@ -156,6 +157,7 @@ def train(
             end_compile_phase(writer, stats.compile_s)
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
+    link.stop_watching()
     if numerics:
         numerics.finish()
     if profiler is not None:

@@ -9,15 +9,43 @@ import threading
 import time
 from collections.abc import Callable
 
+from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_STOPPED
 
 PARENT_GRACE_S = 5.0
 STUCK_GRACE_S = 2.0
+"""After a signal during setup, or a second one: how long the main thread has to end the run."""
+LOOP_GRACE_S = 2.5
+"""After one signal in the loop: how long the step has to finish before the run is ended with
+the summary so far (under the dashboard's 3 s before SIGKILL)."""
+RANKS_LOOP_GRACE_S = 8.0
+"""The same on several ranks, where they also agree to stop and compare weights; a rank stuck
+in a step or in a collective with a peer that hangs is ended then (the dashboard and
+``ampscope run`` wait 15 s before SIGKILL, torchrun 30 s)."""
+
+
+class SoFar:
+    """What a run has to show when another thread must end it (its step never ends): once
+    hello is out, ``summary`` gives hello and a ``stopped`` done over the steps so far."""
+
+    def __init__(self) -> None:
+        self.summary: Callable[[], tuple[ev.HelloEvent, ev.DoneEvent]] | None = None
+
+    def now(self) -> tuple[ev.HelloEvent | None, ev.DoneEvent]:
+        if self.summary is None:
+            return None, ev.empty_done("stopped")
+        try:
+            return self.summary()
+        except Exception:  # noqa: BLE001 - ending the run must not fail on the summary
+            return None, ev.empty_done("stopped")
 
 
 def install_signal_handlers(
-    stop: threading.Event, in_loop: threading.Event, end_now: Callable[[], None]
+    stop: threading.Event,
+    in_loop: threading.Event,
+    end_now: Callable[[], None],
+    loop_grace_s: float = LOOP_GRACE_S,
 ) -> None:
     """SIGTERM/SIGINT/SIGHUP in the loop: finish the current step and write ``done``.
 
@@ -30,7 +58,9 @@ def install_signal_handlers(
     Python runs a signal handler only between bytecodes, so a main thread blocked inside torch
     (a rank waiting at the rendezvous for a peer that is already gone) would not see it until
     a 30-minute timeout. A thread woken by the same signal through ``set_wakeup_fd`` calls
-    ``end_now`` when the main thread has not ended the run ``STUCK_GRACE_S`` later.
+    ``end_now`` when the main thread has not ended the run ``STUCK_GRACE_S`` later, or, for a
+    first signal in the loop, ``loop_grace_s`` later (a step that never ends: a hung peer rank,
+    a user's forward that sleeps).
     """
 
     def handler(signum: int, frame: object) -> None:
@@ -41,7 +71,7 @@ def install_signal_handlers(
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
-    _watch_for_a_stuck_stop(in_loop, end_now)
+    _watch_for_a_stuck_stop(in_loop, end_now, loop_grace_s)
 
 
 class _StopWatch:
@@ -51,6 +81,7 @@ class _StopWatch:
     def __init__(self) -> None:
         self.in_loop = threading.Event()
         self.end_now: Callable[[], None] = lambda: None
+        self.loop_grace_s = LOOP_GRACE_S
         self.seen = 0
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
@@ -58,27 +89,40 @@ class _StopWatch:
         self._read_end = read_end
         threading.Thread(target=self._watch, name="ampscope-stop-watch", daemon=True).start()
 
-    def follow(self, in_loop: threading.Event, end_now: Callable[[], None]) -> None:
+    def follow(
+        self, in_loop: threading.Event, end_now: Callable[[], None], loop_grace_s: float
+    ) -> None:
         self.in_loop, self.end_now, self.seen = in_loop, end_now, 0
+        self.loop_grace_s = loop_grace_s
 
     def _watch(self) -> None:
         while arrived := os.read(self._read_end, 64):
             self.seen += len(arrived)
+            grace = STUCK_GRACE_S
             if self.in_loop.is_set() and self.seen < 2:
-                continue  # the loop finishes its step: that is the main thread's to do
+                grace = self.loop_grace_s  # the loop's to finish its step and end the run
             end_now = self.end_now
-            time.sleep(STUCK_GRACE_S)
-            end_now()  # the process is still here: the main thread is stuck in torch
+            threading.Thread(
+                target=self._end_after, args=(end_now, grace), name="ampscope-stop-grace",
+                daemon=True,
+            ).start()  # fmt: skip
+
+    @staticmethod
+    def _end_after(end_now: Callable[[], None], grace_s: float) -> None:
+        time.sleep(grace_s)
+        end_now()  # the process is still here: the main thread is stuck (in torch, or a step)
 
 
 _stop_watch: _StopWatch | None = None
 
 
-def _watch_for_a_stuck_stop(in_loop: threading.Event, end_now: Callable[[], None]) -> None:
+def _watch_for_a_stuck_stop(
+    in_loop: threading.Event, end_now: Callable[[], None], loop_grace_s: float
+) -> None:
     global _stop_watch
     if _stop_watch is None:
         _stop_watch = _StopWatch()
-    _stop_watch.follow(in_loop, end_now)
+    _stop_watch.follow(in_loop, end_now, loop_grace_s)
 
 
 def watch_parent(stop: threading.Event, writer: EventWriter) -> None:

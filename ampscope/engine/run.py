@@ -22,7 +22,13 @@ from ampscope.core import records
 from ampscope.engine.children import end_users_children
 from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
-from ampscope.engine.process import install_signal_handlers, watch_parent
+from ampscope.engine.process import (
+    LOOP_GRACE_S,
+    RANKS_LOOP_GRACE_S,
+    SoFar,
+    install_signal_handlers,
+    watch_parent,
+)
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.record import RunRecord, open_run_dir
 
@@ -66,19 +72,11 @@ def run(
     stop, in_loop = threading.Event(), threading.Event()
     ending = threading.Lock()  # the main thread or the stop watch ends the run, never both
 
-    def end_stuck() -> None:
-        if not ending.acquire(blocking=False):
-            return
-        done = ev.empty_done("stopped")
-        writer.emit(done, urgent=True)
-        writer.close()
-        if saved:
-            saved.close(None, done)
-        sys.stdout.flush()
-        os._exit(EXIT_STOPPED)  # the lock is held: the guard below only exits
-
+    so_far = SoFar()
+    end_stuck = stuck_ender(writer, saved, ending, so_far)
     restore_exit = record_users_exit(writer, saved, ending, tell=on_event is None and not json_out)
-    install_signal_handlers(stop, in_loop, end_stuck)
+    grace = RANKS_LOOP_GRACE_S if ranks.distributed else LOOP_GRACE_S
+    install_signal_handlers(stop, in_loop, end_stuck, grace)
     if exit_with_parent:
         watch_parent(stop, writer)
 
@@ -89,7 +87,9 @@ def run(
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         from ampscope.engine.session import train_preset  # imports torch: seconds
 
-        code, hello, done = train_preset(preset, run_dir, writer, stop, in_loop, ranks, profile)
+        code, hello, done = train_preset(
+            preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
+        )
     except KeyboardInterrupt:  # stopped while torch was still importing
         done = ev.empty_done("stopped")
         writer.emit(done, urgent=True)
@@ -110,6 +110,28 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def stuck_ender(
+    writer: EventWriter, saved: RunRecord | None, ending: threading.Lock, so_far: SoFar
+) -> Callable[[], None]:
+    """What ends a run whose main thread cannot (stuck in torch, in a step that never ends):
+    the summary so far, ``stopped``, then the process goes."""
+
+    def end_stuck() -> None:
+        if not ending.acquire(blocking=False):
+            return  # the main thread is ending the run itself
+        hello, done = so_far.now()
+        if not writer.done_sent:
+            writer.emit(done, urgent=True)
+        end_users_children(writer)
+        writer.close()
+        if saved:
+            saved.close(hello, done)
+        sys.stdout.flush()
+        os._exit(EXIT_STOPPED)  # the lock is held: the guard below only exits
+
+    return end_stuck
 
 
 def keep_events_apart() -> int:

@@ -21,6 +21,7 @@ from ampscope.engine.loop import train
 from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.precision import precision_policy
 from ampscope.engine.preflight import check_memory, gpu_memory
+from ampscope.engine.process import SoFar
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.replicas import compare_weights, rank_devices, start_sampler
@@ -40,6 +41,7 @@ def train_preset(
     in_loop: threading.Event,
     ranks: RankEnv | None = None,
     profile: tuple[int, int] | None = None,
+    so_far: SoFar | None = None,
 ) -> tuple[int, ev.HelloEvent | None, ev.DoneEvent]:
     """The exit code, hello when the run got that far, and done. Faults end as events.
 
@@ -65,6 +67,7 @@ def train_preset(
         setup_warnings += [w for w in [memory_estimate(setup)] if w]
         hello = make_hello(setup, run_dir, rank_devices(setup))
         writer.emit(hello, urgent=True)
+        offer_summary(so_far, stats, hello)
         sampler, sample = start_sampler(writer, info, preset.telemetry_hz, link)
         for code, message in setup_warnings:
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
@@ -104,6 +107,12 @@ def train_preset(
     done = done_event(stats, status, hello, error, checksums)
     writer.emit(done, urgent=True)
     return exit_code, hello, done
+
+
+def offer_summary(so_far: SoFar | None, stats: RunStats, hello: ev.HelloEvent) -> None:
+    """Let a run ended from another thread write the summary of the steps so far."""
+    if so_far is not None:
+        so_far.summary = lambda: (hello, done_event(stats, "stopped", hello, None))
 
 
 def done_event(

@@ -177,7 +177,9 @@ def _elapsed_card(state: RunState) -> Card:
     value = "-" if seconds is None else fmt_duration(seconds)
     sub, short = "", None
     total, median = state.total_steps, state.median_step_ms()
-    if total and state.step is not None and median is not None and not state.finished:
+    if state.stalled and not state.finished:
+        sub, short = state.stalled, (f"Elapsed {value}", "stalled")
+    elif total and state.step is not None and median is not None and not state.finished:
         eta = fmt_duration((total - state.step - 1) * median / 1000)
         sub, short = f"ETA {eta}", (f"Elapsed {value}", f"ETA {eta}")
     elif state.done is not None:

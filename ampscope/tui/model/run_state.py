@@ -86,6 +86,7 @@ class RunState:
         self.recent_ms: deque[float] = deque(maxlen=RECENT)
         self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
         self.epoch = 1  # passes over a user's batches begun (``epoch`` notes)
+        self.stalled: str | None = None  # a rank-stalled warning, until the next step lands
         self.last_step: ev.StepEvent | None = None
         self.skipped = 0
         self.step_count = 0  # step events ever seen (the deque forgets)
@@ -141,6 +142,7 @@ class RunState:
         if self.status in ("starting", "compiling"):
             self.status = "training"
         self.last_step = e
+        self.stalled = None  # steps land again: the ranks moved
         self.step_count += 1
         self.steps.append(
             (
@@ -213,6 +215,8 @@ class RunState:
             self.epoch += 1
             self.add_log("info", e.step, e.message)
             return
+        if e.code == ev.RANK_STALLED:
+            self.stalled = e.message.split(",", 1)[0]  # "rank 1 has made no progress for 20 s"
         self.add_log("warning", e.step, f"[{e.code}] {e.message}")
 
     def _on_error(self, e: ev.ErrorEvent) -> None:
@@ -342,6 +346,8 @@ class RunState:
             else:
                 elapsed = self.last_t - (self._compile_started_t or 0.0)
             return f"compiling {elapsed:.0f}s"
+        if self.stalled and self.status == "training":
+            return "stalled"
         return self.status
 
     def header(self, now: float | None = None) -> str:

@@ -1,0 +1,94 @@
+"""A rank that hangs (its forward sleeps) while its peer waits in a collective: one stop ends
+the whole job in seconds, recorded ``stopped`` with the summary of the steps so far, and no
+process is left; torch's own timeouts (gloo 30 min, torchrun's SIGKILL at 30 s) never decide."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from tests.helpers import engine_env
+from tests.test_torchrun import assert_all_gone, of, rank_pids
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
+
+HANG = """
+import time
+import torch
+from torch import nn
+import ampscope
+
+
+class Net(nn.Module):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+        self.rank, self.calls = rank, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.rank == 1 and self.calls == 8:  # a few steps in
+            open("hung", "w").write("rank 1")
+            time.sleep(600)
+        return self.fc(x)
+
+
+def make(ctx):
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    loss = lambda out, target: nn.functional.cross_entropy(out, target)  # noqa: E731
+    return ampscope.Workload(model=Net(ctx.rank), batches=batches, loss=loss)
+"""
+
+
+def test_one_sigterm_ends_a_job_whose_rank_hangs_stopped_with_a_summary(tmp_path: Path) -> None:
+    (tmp_path / "hang.py").write_text(HANG)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "ampscope", "run", "fp32", "--model", "hang.py:make"]
+    cmd += ["--nproc-per-node", "2", "--steps", "1000", "--json", "--runs-dir", str(runs)]
+    cmd += ["--set", "device='cpu'", "--set", "warmup_steps=1"]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=engine_env(AMPSCOPE_STALL_S="3"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    events: list[ev.Event] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            event = ev.decode(line)
+            if isinstance(event, ev.Event):
+                events.append(event)
+            if isinstance(event, ev.WarningEvent) and event.code == ev.RANK_STALLED:
+                break  # told live, while the job still runs
+        assert (tmp_path / "hung").exists(), "rank 1 never reached its sleep"
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # the user's one stop, to ampscope run
+        rest, stderr = proc.communicate(timeout=40)
+        took = time.monotonic() - asked
+        events += [e for e in map(ev.decode, rest.splitlines()) if isinstance(e, ev.Event)]
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert_all_gone([proc.pid, *rank_pids(events)])
+    assert took < 15, f"the stop took {took:.1f} s"
+    (stalled,) = [e for e in of(events, ev.WarningEvent) if e.code == ev.RANK_STALLED]
+    assert stalled.message.startswith("rank 1 has made no progress for 3 s, in forward of step")
+    assert "while rank 0 waits for it" in stalled.message
+    assert proc.returncode == 130, stderr.decode()[-2000:]
+    (done,) = of(events, ev.DoneEvent)
+    assert done.status == "stopped" and done.steps_done >= 2
+    (run_dir,) = runs.iterdir()
+    record = records.load_run(run_dir)
+    assert record.status == "stopped"
+    assert (run_dir / records.SUMMARY_FILE).is_file()
+    assert not (run_dir / records.LIVE_FILE).exists()
