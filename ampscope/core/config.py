@@ -327,8 +327,13 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
     return problems + check_parallel(preset.precision, preset.parallel)
 
 
-def resolve_workload(preset: Preset, on_cuda: bool) -> tuple[dict[str, int], int]:
-    """The workload's dimensions and the batch size once ``auto`` sizes are decided."""
+WorkloadSizes = tuple[dict[str, int], int]
+"""A built-in workload's dimensions and its batch size, ``auto`` decided."""
+
+
+def resolve_workload(preset: Preset, on_cuda: bool) -> WorkloadSizes:
+    """The workload's dimensions and the batch size once ``auto`` sizes are decided: once a
+    run (``engine.validation``), then passed along."""
     size = preset.workload.size
     if size == "auto":
         size = "large" if on_cuda else "small"

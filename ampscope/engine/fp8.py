@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ampscope.core import events as ev
-from ampscope.core.config import ConfigError, Preset, resolve_workload
+from ampscope.core.config import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 from ampscope.engine.device import DeviceInfo
 
@@ -37,11 +37,11 @@ _NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
 def convert_for_fp8(model: nn.Module, preset: Preset, info: DeviceInfo) -> ev.Fp8Layers | None:
     """Swap the chosen linear layers for fp8 ones in place; None for presets that are not fp8.
 
-    Raises ConfigError (exit 2) where the device or the environment cannot train in fp8.
+    Raises ConfigError (exit 2) where no layer can be converted or torchao does not import;
+    the device and the token counts were checked before the build (``engine.validation``).
     """
     if preset.precision != "fp8":
         return None
-    require_fp8_support(preset, info)
     options = preset.fp8
     float8 = import_torchao_float8()
     converted, skipped = choose_layers(model, options.skip_head)
@@ -93,21 +93,31 @@ def choose_layers(model: nn.Module, skip_head: bool) -> tuple[list[str], dict[st
     return converted, skipped
 
 
-def require_fp8_support(preset: Preset, info: DeviceInfo) -> None:
-    """Raise ConfigError where an fp8 preset cannot run here; nothing for other presets."""
+def require_fp8_support(
+    preset: Preset,
+    info: DeviceInfo,
+    sizes: WorkloadSizes | None = None,
+    has_torchao: bool | None = None,
+) -> None:
+    """Raise ConfigError where an fp8 preset cannot run here; nothing for other presets.
+
+    ``sizes``: the workload's, already resolved; ``has_torchao``: None looks it up."""
     if preset.precision == "fp8":
-        require_support(preset.fp8, info, torchao_installed())
+        installed = torchao_installed() if has_torchao is None else has_torchao
+        require_support(preset.fp8, info, installed)
         if not preset.fp8.emulate:
-            require_token_multiple(preset, info)
+            require_token_multiple(preset, info, sizes)
 
 
-def require_token_multiple(preset: Preset, info: DeviceInfo) -> None:
+def require_token_multiple(
+    preset: Preset, info: DeviceInfo, sizes: WorkloadSizes | None = None
+) -> None:
     """torch._scaled_mm needs every matmul's rows (the tokens of a batch: batch x sequence) to
     be a multiple of 16 too, not only the weights: refused before anything is built, with the
     nearest sizes that fit. A user's model is sized by its batches, known only once read."""
     if preset.workload.model is not None:
         return
-    dims, batch = resolve_workload(preset, on_cuda=info.is_cuda)
+    dims, batch = sizes or resolve_workload(preset, on_cuda=info.is_cuda)
     seq = dims.get("seq_len", 1)
     tokens = batch * seq
     if tokens % FP8_MULTIPLE == 0:

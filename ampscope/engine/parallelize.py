@@ -15,7 +15,7 @@ import warnings
 import torch
 from torch import nn
 
-from ampscope.core.config import ConfigError, Preset
+from ampscope.core.config import Preset
 from ampscope.core.parallel import fsdp_dtypes
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.precision import PrecisionPolicy
@@ -27,17 +27,6 @@ DTYPES = {
     "fp64": torch.float64,
 }
 CHECKSUM_MODULUS = 1_000_003  # position weights, so that swapped values change the sum
-
-
-def check_parallel_setup(preset: Preset, info: DeviceInfo, grouped: bool) -> None:
-    """Refuse what this device's backend cannot do, before the model is built."""
-    compression = preset.parallel.grad_compression
-    if grouped and compression == "bf16" and not info.is_cuda:
-        raise ConfigError(
-            "parallel.grad_compression = 'bf16' needs NCCL (CUDA GPUs); torch's gloo backend "
-            "has no bf16 all-reduce hook. On the CPU use 'fp16' or 'none'.",
-            key="parallel.grad_compression",
-        )
 
 
 def parallelize(

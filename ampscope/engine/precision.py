@@ -1,4 +1,4 @@
-"""What a preset's `precision` means in torch terms, and the device checks that go with it.
+"""What a preset's `precision` means in torch terms; whether a device can run it is validation's.
 
 Every dtype decision of a run is made here: where the weights live (pure casts), what autocast
 computes in, whether TF32 is on, whether a GradScaler scales the loss, and which dtype's peak
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from ampscope.core.config import ConfigError, Preset, ScalerOptions
-from ampscope.engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
 from ampscope.engine.workloads import Workload
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
@@ -136,47 +135,3 @@ def tf32_disagreements(tf32: bool) -> list[str]:
         for name, value in want.items()
         if got[name] != value
     ]
-
-
-def check_device_support(policy: PrecisionPolicy, info: DeviceInfo) -> list[tuple[str, str]]:
-    """Refuse what the device cannot do; return (code, message) warnings for what it does slowly."""
-    warnings: list[tuple[str, str]] = []
-    uses = policy.compute_dtype
-    if info.is_cuda:
-        major, minor = info.capability or (0, 0)
-        if uses == "bf16" and major < 8:
-            raise ConfigError(
-                f"precision = '{policy.name}' needs bf16 Tensor Cores (compute capability 8.0, "
-                f"Ampere, or newer), but {info.name} is {major}.{minor}; torch would emulate it "
-                "slowly. Use precision = 'amp-fp16' (with its GradScaler) on this GPU."
-            )
-        if uses == "tf32" and major < 8:
-            warnings.append(
-                (
-                    "tf32-unsupported",
-                    f"{info.name} ({major}.{minor}) has no TF32 "
-                    "Tensor Cores: this run is plain fp32.",
-                )
-            )
-        return warnings
-    if uses == "tf32":
-        warnings.append(
-            ("tf32-on-cpu", "TF32 is a GPU Tensor Core mode: on the CPU this run is plain fp32.")
-        )
-    if uses == "fp16" and not cpu_has_fast_fp16():
-        warnings.append(
-            (
-                "slow-fp16-cpu",
-                f"{info.name} has no fp16 arithmetic units (AVX512-FP16 or "
-                "AMX-FP16): fp16 runs are emulated and much slower than fp32 here.",
-            )
-        )
-    if uses == "bf16" and not cpu_has_fast_bf16():
-        warnings.append(
-            (
-                "slow-bf16-cpu",
-                f"{info.name} has no bf16 arithmetic units (AVX512-BF16 or "
-                "AMX): bf16 runs are converted and likely slower than fp32 here.",
-            )
-        )
-    return warnings

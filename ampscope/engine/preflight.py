@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from ampscope.core import memory_plan as mp
-from ampscope.core.config import ConfigError, Preset, resolve_workload
+from ampscope.core.config import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.units import fmt_bytes
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.workloads import cnn, gpt, mlp
@@ -77,8 +77,9 @@ def activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: i
     return mp.activation_bytes(shape, value_bytes) + (mp.logits_bytes(shape, value_bytes) or 0)
 
 
-def estimate(preset: Preset, on_cuda: bool) -> MemoryEstimate:
-    dims, batch = resolve_workload(preset, on_cuda=on_cuda)
+def estimate(preset: Preset, on_cuda: bool, sizes: WorkloadSizes | None = None) -> MemoryEstimate:
+    """``sizes``: the workload's, already resolved (else resolved here)."""
+    dims, batch = sizes or resolve_workload(preset, on_cuda=on_cuda)
     kind = preset.workload.kind
     workload = mp.workload_from(kind, dims, batch, preset.precision)
     plan = mp.plan_regime(workload.params, workload.regime)
@@ -104,13 +105,16 @@ def check_memory(
     on_cuda: bool,
     device_memory: Callable[[], tuple[int, int]] | None = None,
     host: Callable[[], tuple[int, int]] | None = None,
+    sizes: WorkloadSizes | None = None,
 ) -> list[tuple[str, str]]:
     """ConfigError for a run that cannot fit; (code, message) warnings for one that may not.
 
     ``device_memory`` gives a GPU's (free, total) bytes; a CPU run's device is the host.
+    ``sizes``: the workload's, already resolved (else resolved here).
     """
-    need = estimate(preset, on_cuda)
-    _, batch = resolve_workload(preset, on_cuda=on_cuda)
+    sizes = sizes or resolve_workload(preset, on_cuda=on_cuda)
+    need = estimate(preset, on_cuda, sizes)
+    batch = sizes[1]
     run = f"batch_size = {batch} with the {preset.workload.kind} workload ({preset.precision})"
     host_need = need.data if on_cuda else need.device_total
     checks = [("host", host_need, host or host_memory, HOST_SHARE)]

@@ -20,14 +20,14 @@ from ampscope.engine.link import Link, SoloLink, connect
 from ampscope.engine.loop import train
 from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.precision import precision_policy
-from ampscope.engine.preflight import check_memory, gpu_memory
 from ampscope.engine.process import SoFar
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.replicas import compare_weights, rank_devices, start_sampler
-from ampscope.engine.setup import build, check_setup, memory_estimate
+from ampscope.engine.setup import build, memory_estimate
 from ampscope.engine.stats import RunStats
 from ampscope.engine.telemetry import TelemetrySampler
+from ampscope.engine.validation import read_facts, require_runnable
 
 SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged)
 """Faults every rank reaches together (same preset, same exchanged figures): no rank to blame."""
@@ -58,13 +58,11 @@ def train_preset(
     profiler: ProfileControl | None = None
     try:
         info = resolve_device(preset.device, ranks)
-        policy = precision_policy(preset)
-        setup_warnings = check_setup(preset, policy, info, ranks.distributed)
-        setup_warnings += check_memory(preset, info.name, info.is_cuda, gpu_memory(info))
+        verdict = require_runnable(preset, read_facts(info, ranks.distributed))
         link = connect(ranks, info.device)
-        setup = build(preset, info, policy, link)
+        setup = build(preset, info, precision_policy(preset), link, verdict.sizes)
         link.hold(setup)
-        setup_warnings += [w for w in [memory_estimate(setup)] if w]
+        setup_warnings = verdict.warnings + [w for w in [memory_estimate(setup)] if w]
         hello = make_hello(setup, run_dir, rank_devices(setup))
         writer.emit(hello, urgent=True)
         offer_summary(so_far, stats, hello)

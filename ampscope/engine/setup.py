@@ -8,27 +8,16 @@ import psutil
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core import memory_plan
-from ampscope.core.config import Preset, resolve_workload
+from ampscope.core.config import Preset, WorkloadSizes, resolve_workload
 from ampscope.core.host_memory import current_rss
-from ampscope.core.units import fmt_bytes
 from ampscope.core.workload_spec import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
-from ampscope.engine.fp8 import convert_for_fp8, require_fp8_support
+from ampscope.engine.fp8 import convert_for_fp8
 from ampscope.engine.link import Link, SoloLink
-from ampscope.engine.parallelize import (
-    check_parallel_setup,
-    fused_adamw,
-    grad_scaler,
-    parallelize,
-)
-from ampscope.engine.precision import (
-    PrecisionPolicy,
-    check_device_support,
-    precision_policy,
-    set_matmul_precision,
-)
+from ampscope.engine.parallelize import fused_adamw, grad_scaler, parallelize
+from ampscope.engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
+from ampscope.engine.validation import RunWarning, training_state_warning
 from ampscope.engine.workloads import Workload, build_workload
 from ampscope.engine.workloads.user import build_user_workload
 
@@ -56,14 +45,16 @@ def build(
     info: DeviceInfo,
     policy: PrecisionPolicy | None = None,
     link: Link | None = None,
+    sizes: WorkloadSizes | None = None,
 ) -> Setup:
-    require_fp8_support(preset, info)  # refuse fp8 where it cannot run, before building anything
+    """The run as it will train; ``validation.check_run`` said first that it can run here, and
+    ``sizes`` are the workload's it resolved (None: resolved here)."""
     policy = policy or precision_policy(preset)
     link = link or SoloLink()
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     rss_before = None if info.is_cuda else current_rss()
-    workload, dims = make_workload(preset, info, link)
+    workload, dims = make_workload(preset, info, link, sizes)
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
@@ -99,7 +90,7 @@ def build(
 
 
 def make_workload(
-    preset: Preset, info: DeviceInfo, link: Link | None = None
+    preset: Preset, info: DeviceInfo, link: Link | None = None, sizes: WorkloadSizes | None = None
 ) -> tuple[Workload, dict[str, int]]:
     """The user's model when ``workload.model`` names one, else the built-in kind."""
     if preset.workload.model is not None:
@@ -108,27 +99,16 @@ def make_workload(
         where = (link.rank, link.world_size, getattr(link, "local_rank", 0))
         ctx = ModelContext(info.device, batch, preset.seed, preset.precision, *where)
         return build_user_workload(preset.workload.model, ctx), {}
-    dims, batch_size = resolve_workload(preset, on_cuda=info.is_cuda)
+    dims, batch_size = sizes or resolve_workload(preset, on_cuda=info.is_cuda)
     return build_workload(preset.workload.kind, dims, batch_size, info.device, preset.seed), dims
 
 
-def memory_estimate(s: Setup) -> tuple[str, str] | None:
-    """A ``(code, message)`` warning when the planner already puts the model's training state
-    (weights, gradients, master weights, AdamW state, casts) above the device's memory."""
+def memory_estimate(s: Setup) -> RunWarning | None:
+    """A warning when the planner already puts the built model's training state above the
+    device's memory (the host's, for a CPU run)."""
     params = sum(p.numel() for p in s.model.parameters())
-    regime = memory_plan.regime_for_precision(s.preset.precision)
-    needed = memory_plan.plan_regime(params, regime).train_total
     total = s.info.total_memory if s.info.is_cuda else psutil.virtual_memory().total
-    if not total or needed <= total:
-        return None
-    message = (
-        f"This model will likely run out of memory: the planner puts its training state at "
-        f"{fmt_bytes(needed)} ({params:,} parameters in '{regime}': weights, gradients, master "
-        f"weights and AdamW state; activations come on top), and {s.info.device} "
-        f"({s.info.name}) has {fmt_bytes(total)}. A pure bf16 preset needs half the bytes a "
-        "parameter; otherwise use a smaller model."
-    )
-    return "memory-estimate", message
+    return training_state_warning(s.preset, s.info, params, total)
 
 
 def count_flops(workload: Workload) -> FlopFigures:
@@ -152,21 +132,3 @@ def compile_model(model: torch.nn.Module, preset: Preset) -> torch.nn.Module:
     )
     assert isinstance(compiled, torch.nn.Module)  # a module compiles to an OptimizedModule
     return compiled
-
-
-def check_setup(
-    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool = False
-) -> list[tuple[str, str]]:
-    """Refuse (ConfigError) what this device cannot run, before anything is built; return
-    (code, message) warnings for what it runs slowly or differently."""
-    found = check_device_support(policy, info)
-    check_parallel_setup(preset, info, grouped)
-    if preset.compile == "reduce-overhead" and not info.is_cuda:
-        found.append(
-            (
-                "cudagraphs-cpu",
-                "compile = 'reduce-overhead' relies on CUDA graphs; on the CPU it compiles like "
-                "'default'.",
-            )
-        )
-    return found
