@@ -84,7 +84,7 @@ class RecordFile:
         self.path = path
         self.troubles = troubles
         self.failed = False
-        self._fh = path.open("ab")
+        self._fh = path.open("ab", buffering=0)  # no buffer a forked child could flush
         self._chunks: list[bytes] = []
         self._queued = 0
         self._lock = threading.Lock()
@@ -118,8 +118,12 @@ class RecordFile:
         if not chunks or self.failed:
             return
         try:
-            self._fh.write(b"".join(chunks))
-            self._fh.flush()
+            data = memoryview(b"".join(chunks))
+            while data:  # an unbuffered write may take only part of it
+                written = self._fh.write(data)
+                if not written:
+                    raise OSError(f"no byte of {len(data)} was written")
+                data = data[written:]
         except (OSError, ValueError) as exc:
             self.failed = True
             self.troubles.report(f"cannot write the run record {self.path}", exc)
@@ -133,6 +137,15 @@ class RecordFile:
         if not last.is_alive():
             with contextlib.suppress(OSError):
                 self._fh.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the queued lines are the parent's. Dropped, never written, and
+        the lock (another thread of the parent's may have held it) is not waited on."""
+        self.failed = self._closed = True
+        self._lock = threading.Lock()
+        self._chunks, self._queued = [], 0
+        with contextlib.suppress(OSError):
+            self._fh.close()  # the child's copy of the descriptor; unbuffered, nothing flushed
 
 
 class Heartbeat:
