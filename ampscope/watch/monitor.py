@@ -31,7 +31,7 @@ from ampscope.watch.describe import RunFacts, describe, hello_event, rss_without
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
 from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
-from ampscope.watch.readout import MemoryReader, Raw, StepValues, make_readout
+from ampscope.watch.readout import MemoryReader, Raw, StepValues, checked_loss, make_readout
 from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
 from ampscope.watch.step_event import step_event
@@ -112,7 +112,8 @@ class Monitor:
             facts, self.run_dir.name, run_dir, self.flops_per_step, o.allow_stop, rss_before
         )
         writer.emit(self._hello, urgent=True)
-        self._setup_warnings(facts)
+        for warning in setup_warnings(o.count_flops, facts):
+            writer.emit(warning, urgent=True)
         self._start_telemetry(facts)
         if o.grad_norm and self._optimizer is not None:
             self._norm_hook = GradNormHook(self._optimizer, self.troubles)
@@ -141,16 +142,6 @@ class Monitor:
 
             self._flop_counter = FlopCounterMode(display=False)
             self._flop_counter.__enter__()
-
-    def _setup_warnings(self, facts: RunFacts) -> None:
-        for warning in setup_warnings(
-            self.options.count_flops,
-            facts.compiled,
-            facts.precision,
-            facts.precision_inferred,
-            facts.info.is_cuda,
-        ):
-            self._emit(warning, urgent=True)
 
     def _start_telemetry(self, facts: RunFacts) -> None:
         from ampscope.engine.telemetry import start_for_run
@@ -181,6 +172,11 @@ class Monitor:
             return
         try:  # kept short: right after torch's kernels every line runs on cold caches
             step = self._next_step
+            if loss is not None and type(loss) is not float:
+                loss, note = checked_loss(step, loss, self._notes)
+                if note is not None:  # no loss, or not a scalar: said once a kind
+                    self._emit(note, urgent=True)
+                    self.troubles.note(note.message)
             zeros = None
             if self._extras:
                 grad_norm, zeros = self._extra_work(step, grad_norm)

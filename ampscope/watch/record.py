@@ -54,6 +54,13 @@ class Troubles:
             stacklevel=_users_level(),
         )
 
+    def note(self, message: str) -> None:
+        """A note on what the loop gave ampscope (the record goes on): each one said once."""
+        if message in self.seen:
+            return
+        self.seen.add(message)
+        warnings.warn(f"ampscope.watch: {message}", WatchWarning, stacklevel=_users_level())
+
 
 _PACKAGE = Path(__file__).parent.parent
 _OURS = tuple(
