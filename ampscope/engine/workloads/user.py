@@ -305,7 +305,13 @@ class UserWorkload(Workload):
 
     def loss(self, output: Any, target: Any) -> torch.Tensor:
         value = self.loss_fn(output, target) if self.loss_fn is not None else self._own(output)
-        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        if not isinstance(value, torch.Tensor):  # .item() or float(): nothing to backward
+            raise UserCodeError(
+                f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
+                f"tensor: backward() needs the tensor itself, not a number read from it (drop "
+                f".item() or float()). Accepted: {LOSS_FORMS}."
+            )
+        if value.numel() != 1:
             raise UserCodeError(
                 f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
                 f"scalar. Accepted: {LOSS_FORMS}; reduce a per-example loss with .mean()."
