@@ -29,6 +29,8 @@ from ampscope.core import records
 HEARTBEAT_S = 1.0
 MAX_QUEUED_BYTES = 32 << 20
 """Lines waiting for a stalled disk beyond this are dropped (and said so), not held in memory."""
+STILL_THERE_S = 1.0
+"""How often the monitor's thread makes sure the record's file was not deleted (one fstat)."""
 CLOSE_WAIT_S = 5.0
 """At the end of the run, how long the last lines may take to reach the disk."""
 
@@ -145,6 +147,13 @@ class RecordFile:
             with contextlib.suppress(OSError):
                 self._fh.close()
 
+    def deleted(self) -> bool:
+        """The file was deleted (its folder removed) while open: lines would go nowhere."""
+        try:
+            return os.fstat(self._fh.fileno()).st_nlink == 0
+        except (OSError, ValueError):
+            return False  # closed: nothing more is written anyway
+
     def forget_after_fork(self) -> None:
         """In a forked child: the queued lines are the parent's. Dropped, never written, and
         the lock (another thread of the parent's may have held it) is not waited on."""
@@ -184,6 +193,8 @@ class WatchRecord:
         self.dir = run_dir
         self.file = file
         self.heartbeat = heartbeat
+        self.gone = False  # its file was deleted while the run was live
+        self._looked_at = time.monotonic()
 
     @classmethod
     def create(
@@ -207,6 +218,17 @@ class WatchRecord:
 
     def tick(self) -> None:
         """Queued lines to disk and the heartbeat refreshed: called by the monitor's thread."""
+        if self.gone:
+            return
+        now = time.monotonic()
+        if now - self._looked_at >= STILL_THERE_S:
+            self._looked_at = now
+            if self.file.deleted():  # nothing more to a file nobody can read, and no heartbeat
+                self.gone = self.file.failed = True
+                self.file.troubles.report(
+                    f"the run record {self.dir} was deleted while the run was live"
+                )
+                return
         self.file.write_queued()
         self.heartbeat.beat()
 
