@@ -29,9 +29,10 @@ from ampscope.engine.emitter import EventWriter
 from ampscope.watch import exits
 from ampscope.watch.describe import RunFacts, describe, hello_event, rss_without_model
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
+from ampscope.watch.losses import checked_loss
 from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
-from ampscope.watch.readout import MemoryReader, Raw, StepValues, checked_loss, make_readout
+from ampscope.watch.readout import MemoryReader, Raw, StepValues, make_readout
 from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
 from ampscope.watch.step_event import step_event
