@@ -4,14 +4,17 @@ model built on the meta device."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ampscope.cli.main import main
 from ampscope.engine.exits import EXIT_STOPPED, EXIT_USAGE
-
-pytestmark = pytest.mark.unit
+from tests.helpers import engine_env
 
 MODEL = """
 import sys
@@ -25,6 +28,11 @@ def batches():
 
 def make_interrupted(ctx):
     raise KeyboardInterrupt  # Ctrl+C while the factory loads its data
+
+
+def make_slow(ctx):
+    import time
+    time.sleep(60)  # a long load: stopped before it ends
 
 
 def make_exits(ctx):
@@ -55,6 +63,7 @@ def run_model(tmp_path: Path, factory: str) -> int:
                  "--runs-dir", str(tmp_path / "runs")])  # fmt: skip
 
 
+@pytest.mark.unit
 def test_a_ctrl_c_in_the_factory_still_says_where_the_record_is(tmp_path, capsys) -> None:
     assert run_model(tmp_path, "make_interrupted") == EXIT_STOPPED
     out = capsys.readouterr().out
@@ -63,6 +72,7 @@ def test_a_ctrl_c_in_the_factory_still_says_where_the_record_is(tmp_path, capsys
     assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"
 
 
+@pytest.mark.unit
 def test_a_factory_that_fails_before_hello_says_where_the_record_is(tmp_path, capsys) -> None:
     assert run_model(tmp_path, "make_on_meta") == EXIT_USAGE
     out, err = capsys.readouterr()
@@ -74,6 +84,7 @@ def test_a_factory_that_fails_before_hello_says_where_the_record_is(tmp_path, ca
     assert "Traceback" not in err and "torch/nn/modules/module.py" not in err
 
 
+@pytest.mark.unit
 def test_sys_exit_in_the_factory_under_memory_is_an_error_naming_it(tmp_path, capsys) -> None:
     spec = f"{model_file(tmp_path)}:make_exits"
     assert main(["memory", "--model", spec]) == EXIT_USAGE  # not a silent exit 0
@@ -84,8 +95,31 @@ def test_sys_exit_in_the_factory_under_memory_is_an_error_naming_it(tmp_path, ca
     assert "Raise an exception instead" in first
 
 
+@pytest.mark.unit
 def test_a_models_name_with_control_characters_stays_on_one_header_line(tmp_path, capsys) -> None:
     assert run_model(tmp_path, "make_odd_name") == 0
     err = capsys.readouterr().err
     (header,) = [line for line in err.splitlines() if " params, model " in line]
     assert "model two\\nlines\\x1b[2J from " in header and "\x1b" not in err
+
+
+@pytest.mark.subprocess
+def test_a_stop_during_setup_still_says_where_the_record_is(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "ampscope", "run", "fp32", "--model",
+               f"{model_file(tmp_path)}:make_slow", "--device", "cpu", "--runs-dir", str(runs)]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, env=engine_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list(runs.glob("*/events.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # in setup: importing torch, or in the factory
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    (run_dir,) = runs.iterdir()
+    assert proc.returncode == EXIT_STOPPED, err[-2000:]
+    assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"
