@@ -10,11 +10,13 @@ Three ways out, each ending every open run:
   SIGINT), so the record can be finished on the way out. An ignored signal stays ignored.
 
 Handlers are installed when the first run opens and put back when the last one closes, if
-nobody replaced them meanwhile. A forked child is not the process that runs those records:
-right after the fork its copies are forgotten (``forget_after_fork``: nothing written, no
-lock or thread of the parent's waited on) and the hooks are put back, so the child's own
-ending, whatever it is, writes nothing into the parent's record and never waits on it. Signal handlers need the main thread; from another thread
-only the atexit and excepthook paths are used. Torch-free.
+nobody replaced them meanwhile. Signal handlers need the main thread; from another thread
+only the atexit and excepthook paths are used.
+
+A forked child is not the process that runs those records: right after the fork its copies
+are forgotten (``forget_after_fork``: nothing written, no lock or thread of the parent's
+waited on) and the hooks are put back, so the child's own ending, whatever it is, writes
+nothing into the parent's record and never waits on it. Torch-free.
 """
 
 from __future__ import annotations
