@@ -291,3 +291,55 @@ def test_the_viewer_finds_the_live_run_without_reading_every_record(
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.unit
+def test_a_terminal_size_out_of_range_is_refused_in_words() -> None:
+    refused = serve_cli.size_refusal
+    assert refused({}) is None and refused({"width": "120", "height": "40"}) is None
+    assert refused({"width": "10", "height": "1000"}) is None
+    assert refused({"width": "-5", "height": "-5"}) == (
+        "width=-5 is not a terminal size: give a whole number from 10 to 1000"
+    )
+    assert "height=5000 is not a terminal size" in (refused({"height": "5000"}) or "")
+    assert "width=abc\\x1b" in (refused({"width": "abc\x1b"}) or "")  # shown escaped
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch) -> None:
+    import asyncio
+
+    import aiohttp
+    import textual_serve.server
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    started: list[str] = []
+
+    async def a_viewer(self, request: web.Request) -> web.WebSocketResponse:
+        """Stands for textual-serve's handler, which would start a viewer at that size."""
+        started.append(request.query_string)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.close()
+        return ws
+
+    monkeypatch.setattr(textual_serve.server.Server, "handle_websocket", a_viewer)
+    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+
+    async def go() -> None:
+        async with TestClient(TestServer(await server._make_app(), host="127.0.0.1")) as client:
+            own = f"http://127.0.0.1:{client.port}"
+            for query in ("width=-5&height=-5", "width=80&height=0", "width=x"):
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await client.ws_connect(f"/ws?{query}", origin=own)
+                assert refused.value.status == 400
+            answer = await client.get("/ws?width=-5&height=-5", headers={"Origin": own})
+            assert answer.status == 400
+            assert (await answer.text()).startswith("ampscope serve: width=-5 is not a terminal")
+            ws = await client.ws_connect("/ws?width=100&height=30", origin=own)
+            await ws.close()
+        assert started == ["width=100&height=30"]  # no viewer started on a bad size
+
+    asyncio.run(go())

@@ -109,6 +109,7 @@ BAD = [
     ("make_typo", "unknown key(s) 'lossfn'. Accepted keys: model, batches, loss,"),
     ("make_net_not_model", "unknown key(s) 'net', and it has no 'model'. Accepted keys: model,"),
     ("make_vector_loss", "the loss is a tensor of shape [8] (float32), not a scalar"),
+    ("make_float_loss", "the loss is a float, not a tensor: backward() needs the tensor"),
 ]
 
 

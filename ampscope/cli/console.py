@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 from ampscope.core import events as ev
@@ -31,6 +32,10 @@ class ConsoleReporter:
         self.last_step: ev.StepEvent | None = None
         self.phase = "starting"
         self.hello: ev.HelloEvent | None = None
+        self.run_dir: str | None = None  # the record's folder, known before hello
+
+    def record_at(self, run_dir: Path) -> None:
+        self.run_dir = str(run_dir.resolve())
 
     def __call__(self, event: ev.Event) -> None:
         if isinstance(event, ev.StepEvent):
@@ -48,10 +53,11 @@ class ConsoleReporter:
                 if event.peak_tflops
                 else "no MFU peak"
             )
-            self._line(
+            header = (
                 f"{event.preset}: {event.config['precision']} on {where_it_runs(event)}, "
                 f"{fmt_num(event.param_count)} params, {workload_label(event)}, {peak}"
             )
+            self._line(visible(header))  # one line, whatever the model's name holds
             if (event.config.get("workload") or {}).get("model") and event.flops_note:
                 self._line(
                     f"model FLOPs per step: {event.flops_per_step:.4g} ({event.flops_note})"
@@ -87,8 +93,9 @@ class ConsoleReporter:
             self.out.flush()
             if not (event.steps_done == 0 and event.status == "failed"):  # else the error said it
                 self.result.write(summary_table(event) + "\n")
-            if self.hello is not None and self.hello.run_dir:
-                self.result.write(visible(f"run record: {self.hello.run_dir}") + "\n")
+            run_dir = self.hello.run_dir if self.hello is not None else None
+            if run_dir or self.run_dir:  # every ending, also a stop or fault before hello
+                self.result.write(visible(f"run record: {run_dir or self.run_dir}") + "\n")
             self.result.flush()
 
     def _progress(self) -> None:

@@ -193,6 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_event=reporter,
         exit_with_parent=args.exit_with_parent,
         run_dir=getattr(args, "run_dir", None),
+        on_record=reporter.record_at if reporter is not None else None,
     )
 
 

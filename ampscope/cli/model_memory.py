@@ -23,13 +23,29 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str]:
     the user's traceback, if their code failed) for a spec that builds no model."""
     from ampscope.engine.workloads.user import count_model_parameters
 
-    params, device, name = count_model_parameters(args.model)
+    try:
+        params, device, name = count_model_parameters(args.model)
+    except SystemExit as exc:  # their code's sys.exit() would end this command silently
+        raise left_early(args.model, exc) from None
     shape = None
     if all(getattr(args, k) is not None for k in SHAPE):
         shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
     where = "the meta device" if device == "meta" else "the CPU"
-    title = f"Training memory for model {name} from {args.model}: {params:,} parameters"
+    title = f"Training memory for model {visible(name)} from {args.model}: {params:,} parameters"
     return params, shape, f"{title}, as built on {where}"
+
+
+def left_early(spec: str, exc: SystemExit) -> ConfigError:
+    """The model's code called ``sys.exit()`` (importing it, or in its factory)."""
+    from ampscope.engine.workloads.user_code import UserCodeError, user_traceback
+
+    call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+    return UserCodeError(
+        f"workload.model = '{spec}': your code called {call} while its model was being built "
+        "(importing it, or in its factory), which would end this command with nothing "
+        "counted. Raise an exception instead to say why, or return the model.",
+        user_traceback(exc),
+    )
 
 
 def refuse(exc: ConfigError) -> int:

@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,9 +23,12 @@ from urllib.parse import urlsplit
 from ampscope.cli.output import fail
 from ampscope.core import records
 from ampscope.core.launch import child_env
+from ampscope.core.text import visible
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 VIEWERS_RANGE = (1, 64)
+SIZE_RANGE = (10, 1000)
+"""Columns and rows a browser may ask the viewer's terminal for (``?width=&height=``)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -62,6 +66,24 @@ def refusal(origin: str | None, host: str, bound_to_loopback: bool) -> str | Non
     return None
 
 
+def size_refusal(query: Mapping[str, str]) -> str | None:
+    """Why the terminal size a websocket asks for (its ``width`` and ``height``) is refused,
+    or None to accept it; either left out takes textual-serve's default (80 x 24)."""
+    low, high = SIZE_RANGE
+    for key in ("width", "height"):
+        value = query.get(key)
+        if value is None:
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            shown = visible(value, 40)
+            return f"{key}={shown} is not a terminal size: give a whole number from {low} to {high}"
+    return None
+
+
 def viewer_server_class() -> type:
     """textual-serve's Server with a viewer limit and a same-origin websocket (imported late:
     textual-serve is optional)."""
@@ -80,6 +102,9 @@ def viewer_server_class() -> type:
             why = refusal(request.headers.get("Origin"), request.host, self.loopback)
             if why is not None:
                 return web.Response(status=403, text=f"ampscope serve: refused: {why}.\n")
+            bad_size = size_refusal(request.query)
+            if bad_size is not None:  # the viewer would fail to start on it
+                return web.Response(status=400, text=f"ampscope serve: {bad_size}.\n")
             if self.viewers >= self.max_viewers:
                 return web.Response(
                     status=503,

@@ -83,6 +83,10 @@ def forget_all_after_fork() -> None:
     _held.clear()
 
 
+if hasattr(os, "register_at_fork"):  # a forked child (a DataLoader worker) runs no record
+    os.register_at_fork(after_in_child=forget_all_after_fork)
+
+
 def _owner_identity(run_dir: Path) -> tuple[int, int] | None:
     try:
         info = os.lstat(run_dir / OWNER_FILE)

@@ -46,7 +46,10 @@ def run(
     exit_with_parent: bool = False,
     run_dir: Path | None = None,
     profile: tuple[int, int] | None = None,
+    on_record: Callable[[Path], None] | None = None,
 ) -> int:
+    """``on_record``: told the run's folder once it exists, before anything can fail or stop
+    (a console says where the record is at any ending, also one before ``hello``)."""
     try:
         ranks = RankEnv.from_environ()
         preset = cfg.load_preset(preset_name, overrides)
@@ -63,6 +66,8 @@ def run(
         saved = RunRecord(run_dir, preset) if run_dir else None
     except OSError as exc:
         return refuse(cannot_record(exc, runs_dir, run_dir), json_out, on_event, kind="io")
+    if run_dir is not None and on_record is not None:
+        on_record(run_dir)
     live, events_fd = None, None
     if streamed:
         events_fd = keep_events_apart()

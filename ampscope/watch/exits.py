@@ -11,12 +11,18 @@ Three ways out, each ending every open run:
 
 Handlers are installed when the first run opens and put back when the last one closes, if
 nobody replaced them meanwhile. Signal handlers need the main thread; from another thread
-only the atexit and excepthook paths are used. Torch-free.
+only the atexit and excepthook paths are used.
+
+A forked child is not the process that runs those records: right after the fork its copies
+are forgotten (``forget_after_fork``: nothing written, no lock or thread of the parent's
+waited on) and the hooks are put back, so the child's own ending, whatever it is, writes
+nothing into the parent's record and never waits on it. Torch-free.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import sys
 import threading
@@ -30,6 +36,8 @@ class OpenRun(Protocol):
     def note_signal(self, signum: int) -> None: ...
 
     def close(self, error: BaseException | None = None) -> None: ...
+
+    def forget_after_fork(self) -> None: ...
 
 
 _open: list[OpenRun] = []
@@ -45,6 +53,8 @@ def register(run: OpenRun) -> None:
     _open.append(run)
     if not _atexit_registered:
         atexit.register(_at_exit)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
         _atexit_registered = True
 
 
@@ -112,3 +122,13 @@ def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackT
 def _at_exit() -> None:
     for run in list(_open):
         run.close(None)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the open runs are the parent's. Forget them before the child's code
+    goes on, so that no hook of ours ends (writes to) them on the child's way out."""
+    runs = list(_open)
+    _open.clear()
+    _uninstall()
+    for run in runs:
+        run.forget_after_fork()

@@ -4,6 +4,7 @@ and how the run ended. Torch-free (an exception's class is only looked at by nam
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from pathlib import Path
@@ -12,15 +13,18 @@ from typing import TYPE_CHECKING
 from ampscope.core import events as ev
 
 if TYPE_CHECKING:
+    from ampscope.watch.describe import RunFacts
     from ampscope.watch.readout import StepValues
 
+WIDE_FORMATS = ("fp32", "tf32", "fp64")
+"""Formats whose range a loss does not run out of by accident: a NaN there is the loss's own."""
 MAX_NONFINITE_WITH_SCALER = 20
 """Non-finite losses in a row a GradScaler may skip before it counts as not recovering."""
 
 
-def setup_warnings(
-    count_flops: bool, compiled: bool, precision: str, inferred: bool, on_cuda: bool
-) -> list[ev.WarningEvent]:
+def setup_warnings(count_flops: bool, facts: RunFacts) -> list[ev.WarningEvent]:
+    compiled, precision, inferred = facts.compiled, facts.precision, facts.precision_inferred
+    on_cuda = facts.info.is_cuda
     notes = []
     if count_flops and compiled:
         notes.append(
@@ -102,6 +106,34 @@ class StepNotes:
                 )
         return out
 
+    def bad_loss(self, step: int, problem: str) -> ev.WarningEvent | None:
+        """``mon.step(loss)`` got what is no loss (``problem`` says what): said once a kind."""
+        if not self._once(f"loss-unreadable {problem.split(' (')[0]}"):
+            return None
+        return ev.WarningEvent(
+            code="loss-unreadable",
+            step=step,
+            message=(
+                f"Step {step}'s loss is {problem}: mon.step(loss) takes a tensor or a real "
+                "number (int, float). The step is recorded without a loss, as are later "
+                "steps given one like it; your loop goes on."
+            ),
+        )
+
+    def not_scalar(self, step: int, shape: tuple[int, ...]) -> ev.WarningEvent | None:
+        if not self._once("loss-not-scalar"):
+            return None
+        count = math.prod(shape)
+        return ev.WarningEvent(
+            code="loss-not-scalar",
+            step=step,
+            message=(
+                f"Step {step}'s loss is a tensor of shape {tuple(shape)}, not a scalar: "
+                f"ampscope records the mean of its {count:,} elements, at this step and later "
+                "ones. Pass the reduced loss (loss.mean(), or what backward() was called on)."
+            ),
+        )
+
     def nan_message(self, v: StepValues, scaled: bool) -> str:
         if scaled:
             return (
@@ -109,6 +141,14 @@ class StepNotes:
                 "the GradScaler skips them but is not recovering. Your loop goes on; ampscope "
                 "only records this. Lower the learning rate or look for inf/NaN in the forward "
                 "pass."
+            )
+        if v.loss is not None and math.isnan(v.loss) and self.precision in WIDE_FORMATS:
+            return (
+                f"Loss became nan at step {v.step}: the loss itself is NaN. This is no range "
+                f"issue ({self.precision} without a low-precision autocast): something computed "
+                "NaN, such as 0/0, inf - inf, the log or sqrt of a negative number, or NaN in "
+                "the data or the weights. Your loop goes on; ampscope only records this. "
+                "torch.autograd.set_detect_anomaly(True) names the operation that made it."
             )
         hint = (
             "Pure fp16 has no master weights or loss scaling; use autocast with a GradScaler."

@@ -29,11 +29,13 @@ from ampscope.engine.emitter import EventWriter
 from ampscope.watch import exits
 from ampscope.watch.describe import RunFacts, describe, hello_event, rss_without_model
 from ampscope.watch.gradients import GradNormHook, ZeroGradHook
+from ampscope.watch.losses import checked_loss
 from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
 from ampscope.watch.options import Options
 from ampscope.watch.readout import MemoryReader, Raw, StepValues, make_readout
 from ampscope.watch.record import Troubles, WatchRecord
 from ampscope.watch.stats import RunFigures
+from ampscope.watch.step_event import step_event
 
 TICK_S = 0.1
 """How often landed steps become events and lines go to disk (off the training thread)."""
@@ -111,7 +113,8 @@ class Monitor:
             facts, self.run_dir.name, run_dir, self.flops_per_step, o.allow_stop, rss_before
         )
         writer.emit(self._hello, urgent=True)
-        self._setup_warnings(facts)
+        for warning in setup_warnings(o.count_flops, facts):
+            writer.emit(warning, urgent=True)
         self._start_telemetry(facts)
         if o.grad_norm and self._optimizer is not None:
             self._norm_hook = GradNormHook(self._optimizer, self.troubles)
@@ -140,16 +143,6 @@ class Monitor:
 
             self._flop_counter = FlopCounterMode(display=False)
             self._flop_counter.__enter__()
-
-    def _setup_warnings(self, facts: RunFacts) -> None:
-        for warning in setup_warnings(
-            self.options.count_flops,
-            facts.compiled,
-            facts.precision,
-            facts.precision_inferred,
-            facts.info.is_cuda,
-        ):
-            self._emit(warning, urgent=True)
 
     def _start_telemetry(self, facts: RunFacts) -> None:
         from ampscope.engine.telemetry import start_for_run
@@ -180,6 +173,11 @@ class Monitor:
             return
         try:  # kept short: right after torch's kernels every line runs on cold caches
             step = self._next_step
+            if loss is not None and type(loss) is not float:
+                loss, note = checked_loss(step, loss, self._notes)
+                if note is not None:  # no loss, or not a scalar: said once a kind
+                    self._emit(note, urgent=True)
+                    self.troubles.note(note.message)
             zeros = None
             if self._extras:
                 grad_norm, zeros = self._extra_work(step, grad_norm)
@@ -241,31 +239,12 @@ class Monitor:
         scaled = not math.isnan(v.scale)
         skipped = scaled and v.scale < v.scale_before
         finite = v.loss is None or math.isfinite(v.loss)
-        allocated, reserved, peak_mem = self._memory.read()
-        seconds = max(v.step_ms / 1000.0, 1e-9)
+        allocated, reserved, peak_mem = mem = self._memory.read()
         flops = self.flops_per_step
-        tflops = flops / seconds / 1e12 if flops else 0.0
         peak = self._facts.peak if self._facts else None
-        tokens = v.tokens if v.tokens is not None and math.isfinite(v.tokens) else None
-        self._emit(
-            ev.StepEvent(
-                step=v.step,
-                step_ms=round(v.step_ms, 4),
-                loss=v.loss if finite else None,
-                loss_scale=v.scale if scaled else None,
-                skipped=skipped,
-                grad_norm=v.grad_norm if math.isfinite(v.grad_norm) else None,
-                samples_per_s=v.samples / seconds,
-                tokens_per_s=tokens / seconds if tokens is not None else None,
-                tflops=tflops,
-                mfu=tflops / peak if peak and flops else None,
-                mem_allocated=allocated,
-                mem_reserved=reserved,
-                mem_peak=peak_mem,
-                grad_zero_frac=None if math.isnan(v.zeros) else v.zeros,
-                lr=v.lr,
-            )
-        )
+        step = step_event(v, skipped, finite, mem, flops, peak)
+        self._emit(step)
+        tokens = v.tokens if step.tokens_per_s is not None else None
         memory = peak_mem if peak_mem is not None else allocated
         counted_zeros = not math.isnan(v.zeros)
         self._figures.add(
@@ -378,6 +357,22 @@ class Monitor:
             self._writer.close()
         if self._record is not None:
             self._record.finish(self._hello, done)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child (``exits`` calls it right after the fork): the record is the
+        parent's. The child writes nothing to it, waits on none of the parent's threads (they
+        are not in the child) or locks, and its steps are not recorded."""
+        self._closed = True
+        self._readout = None
+        self._writer = None
+        self._sampler = None
+        if self._record is not None:
+            self._record.file.forget_after_fork()
+        with contextlib.suppress(Exception):  # the child's own copy of the hooks
+            self._remove_hooks()
+            if self._flop_counter is not None:
+                self._flop_counter, counter = None, self._flop_counter
+                counter.__exit__(None, None, None)
 
     def _remove_hooks(self) -> None:
         for hook in (self._norm_hook, self._zero_hook, self._numerics):

@@ -29,6 +29,8 @@ from ampscope.core import records
 HEARTBEAT_S = 1.0
 MAX_QUEUED_BYTES = 32 << 20
 """Lines waiting for a stalled disk beyond this are dropped (and said so), not held in memory."""
+STILL_THERE_S = 1.0
+"""How often the monitor's thread makes sure the record's file was not deleted (one fstat)."""
 CLOSE_WAIT_S = 5.0
 """At the end of the run, how long the last lines may take to reach the disk."""
 
@@ -53,6 +55,13 @@ class Troubles:
             WatchWarning,
             stacklevel=_users_level(),
         )
+
+    def note(self, message: str) -> None:
+        """A note on what the loop gave ampscope (the record goes on): each one said once."""
+        if message in self.seen:
+            return
+        self.seen.add(message)
+        warnings.warn(f"ampscope.watch: {message}", WatchWarning, stacklevel=_users_level())
 
 
 _PACKAGE = Path(__file__).parent.parent
@@ -84,7 +93,7 @@ class RecordFile:
         self.path = path
         self.troubles = troubles
         self.failed = False
-        self._fh = path.open("ab")
+        self._fh = path.open("ab", buffering=0)  # no buffer a forked child could flush
         self._chunks: list[bytes] = []
         self._queued = 0
         self._lock = threading.Lock()
@@ -118,8 +127,12 @@ class RecordFile:
         if not chunks or self.failed:
             return
         try:
-            self._fh.write(b"".join(chunks))
-            self._fh.flush()
+            data = memoryview(b"".join(chunks))
+            while data:  # an unbuffered write may take only part of it
+                written = self._fh.write(data)
+                if not written:
+                    raise OSError(f"no byte of {len(data)} was written")
+                data = data[written:]
         except (OSError, ValueError) as exc:
             self.failed = True
             self.troubles.report(f"cannot write the run record {self.path}", exc)
@@ -133,6 +146,22 @@ class RecordFile:
         if not last.is_alive():
             with contextlib.suppress(OSError):
                 self._fh.close()
+
+    def deleted(self) -> bool:
+        """The file was deleted (its folder removed) while open: lines would go nowhere."""
+        try:
+            return os.fstat(self._fh.fileno()).st_nlink == 0
+        except (OSError, ValueError):
+            return False  # closed: nothing more is written anyway
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the queued lines are the parent's. Dropped, never written, and
+        the lock (another thread of the parent's may have held it) is not waited on."""
+        self.failed = self._closed = True
+        self._lock = threading.Lock()
+        self._chunks, self._queued = [], 0
+        with contextlib.suppress(OSError):
+            self._fh.close()  # the child's copy of the descriptor; unbuffered, nothing flushed
 
 
 class Heartbeat:
@@ -164,6 +193,8 @@ class WatchRecord:
         self.dir = run_dir
         self.file = file
         self.heartbeat = heartbeat
+        self.gone = False  # its file was deleted while the run was live
+        self._looked_at = time.monotonic()
 
     @classmethod
     def create(
@@ -187,6 +218,17 @@ class WatchRecord:
 
     def tick(self) -> None:
         """Queued lines to disk and the heartbeat refreshed: called by the monitor's thread."""
+        if self.gone:
+            return
+        now = time.monotonic()
+        if now - self._looked_at >= STILL_THERE_S:
+            self._looked_at = now
+            if self.file.deleted():  # nothing more to a file nobody can read, and no heartbeat
+                self.gone = self.file.failed = True
+                self.file.troubles.report(
+                    f"the run record {self.dir} was deleted while the run was live"
+                )
+                return
         self.file.write_queued()
         self.heartbeat.beat()
 

@@ -162,6 +162,15 @@ def make_vector_loss(ctx):
     return {"model": Net(), "batches": [(x[:8], y[:8])], "loss": per_example}
 
 
+def make_float_loss(ctx):
+    x, y = data(ctx.seed)
+
+    def loss(output, target):
+        return nn.functional.cross_entropy(output, target).item()
+
+    return {"model": Net(), "batches": [(x[:8], y[:8])], "loss": loss}
+
+
 class FailsLater(Net):
     """Trains a few steps, then its forward raises: a fault of theirs in mid-run."""
 

@@ -9,7 +9,6 @@ as for the built-in workloads.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,6 +25,8 @@ from ampscope.engine.workloads.user_code import (
     call_factory,
     describe_exception,
     load_factory,
+    on_meta_device,
+    positive_field,
     user_traceback,
 )
 
@@ -200,22 +201,6 @@ class UserBatches:
         return raw
 
 
-def _positive(answer: dict[str, Any], key: str, spec_text: str, whole: bool) -> Any:
-    value = answer.get(key)
-    if value is None:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and whole:
-        ok = float(value).is_integer()
-    if not ok or not math.isfinite(value) or value <= 0:
-        kind = "a whole number" if whole else "a number"
-        raise UserCodeError(
-            f"workload.model = '{spec_text}': '{key}' is {value!r}. Accepted: {kind} > 0, or "
-            "leave it out."
-        )
-    return int(value) if whole else float(value)
-
-
 class UserWorkload(Workload):
     """A factory's answer (its fields checked) as a workload."""
 
@@ -237,15 +222,18 @@ class UserWorkload(Workload):
                 f"workload.model = '{spec_text}': 'loss' is {describe(loss)}, not callable. "
                 f"Accepted: {LOSS_FORMS}."
             )
+        meta = on_meta_device(model)
+        if meta:  # .to() would fail inside torch, with none of their frames to show
+            raise UserCodeError(f"workload.model = '{spec_text}': {meta}")
         try:
             model = model.to(device)
-        except Exception as exc:  # noqa: BLE001 - a model on the meta device, for one
+        except Exception as exc:  # noqa: BLE001
             raise UserCodeError(
                 f"workload.model = '{spec_text}': the model cannot be moved to {device}: "
                 f"{describe_exception(exc)}",
                 user_traceback(exc),
             ) from None
-        flops = _positive(answer, "flops_per_step", spec_text, whole=False)
+        flops = positive_field(answer, "flops_per_step", spec_text, whole=False)
         warnings: list[tuple[str, str, int | None]] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
         batches.sharded = bool(answer.get("sharded"))
@@ -253,14 +241,16 @@ class UserWorkload(Workload):
         super().__init__(
             model,
             batches,
-            tokens_per_step=_positive(answer, "tokens_per_step", spec_text, whole=True),
+            tokens_per_step=positive_field(answer, "tokens_per_step", spec_text, whole=True),
             flops_per_step=flops,  # None: counted with FlopCounterMode (engine.flops)
             name=str(name) if name else type(model).__name__,
         )
         self.warnings = warnings
         self.batches = batches
         self.spec_text, self.loss_fn = spec_text, loss
-        self.samples_per_step = _positive(answer, "samples_per_step", spec_text, whole=True) or 0
+        self.samples_per_step = (
+            positive_field(answer, "samples_per_step", spec_text, whole=True) or 0
+        )
 
     def prepare(self) -> None:
         """The first batch, read before timing starts: the batch size and token count."""
@@ -305,7 +295,13 @@ class UserWorkload(Workload):
 
     def loss(self, output: Any, target: Any) -> torch.Tensor:
         value = self.loss_fn(output, target) if self.loss_fn is not None else self._own(output)
-        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        if not isinstance(value, torch.Tensor):  # .item() or float(): nothing to backward
+            raise UserCodeError(
+                f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
+                f"tensor: backward() needs the tensor itself, not a number read from it (drop "
+                f".item() or float()). Accepted: {LOSS_FORMS}."
+            )
+        if value.numel() != 1:
             raise UserCodeError(
                 f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
                 f"scalar. Accepted: {LOSS_FORMS}; reduce a per-example loss with .mean()."

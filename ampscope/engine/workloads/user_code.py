@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import os
 import sys
 import traceback
@@ -210,6 +211,39 @@ def workload_fields(result: Any, spec_text: str) -> dict[str, Any]:
                 f"Accepted: {RETURN_FORMS}."
             )
     return answer
+
+
+def positive_field(answer: dict[str, Any], key: str, spec_text: str, whole: bool) -> Any:
+    """The answer's ``key``, a number > 0 (a whole one if ``whole``), or None if not given."""
+    value = answer.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and whole:
+        ok = float(value).is_integer()
+    if not ok or not math.isfinite(value) or value <= 0:
+        kind = "a whole number" if whole else "a number"
+        raise UserCodeError(
+            f"workload.model = '{spec_text}': '{key}' is {value!r}. Accepted: {kind} > 0, or "
+            "leave it out."
+        )
+    return int(value) if whole else float(value)
+
+
+def on_meta_device(model: Any) -> str | None:
+    """What to say of a model whose parameters are on the meta device (built under
+    ``torch.device("meta")``): shapes without values, nothing to train; None when none is."""
+    params = list(model.parameters())
+    meta = [p for p in params if getattr(p, "is_meta", False)]
+    if not meta:
+        return None
+    return (
+        f"the model's parameters are on the meta device ({len(meta):,} of {len(params):,}): "
+        "they have shapes but no values, so there is nothing to train or move. Build the "
+        "model on the CPU (or on ctx.device) in the factory, or call "
+        "model.to_empty(device=ctx.device) and then initialise its weights (reset_parameters() "
+        "or your own init) before returning it."
+    )
 
 
 def _a(value: Any) -> str:

@@ -1,0 +1,57 @@
+"""What ``mon.step(loss)`` may be given, and what it says of a loss that is no number.
+
+A loss is a tensor (one element; several are recorded as their mean) or a real number that fits
+a float. Anything else costs its step's loss only: that step is recorded without one, and a
+warning names what it was, once a kind.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import torch
+
+from ampscope.core import events as ev
+from ampscope.watch.messages import StepNotes
+
+
+def checked_loss(step: int, loss: Any, notes: StepNotes) -> tuple[Any, ev.WarningEvent | None]:
+    """The loss to record (None where ``loss`` is no loss) and the warning it calls for, if
+    any: one a kind of trouble. A tensor of several elements is recorded as their mean."""
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
+        return loss, None
+    problem = loss_problem(loss)
+    if problem is not None:
+        return None, notes.bad_loss(step, problem)
+    if isinstance(loss, torch.Tensor):
+        return loss, notes.not_scalar(step, tuple(loss.shape))
+    return loss, None
+
+
+def loss_problem(loss: Any) -> str | None:
+    """What ``loss`` is, said for a warning, when it cannot be a step's loss; None when it can
+    (a tensor with elements, or a real number that fits a float)."""
+    if isinstance(loss, torch.Tensor):
+        if loss.is_complex():
+            return f"a complex tensor ({loss.dtype})"
+        return "an empty tensor" if loss.numel() == 0 else None
+    kind = type(loss).__name__
+    kind = ("an " if kind[:1] in "aeiou" else "a ") + kind
+    if isinstance(loss, (str, bytes, numbers.Complex)) and not isinstance(loss, numbers.Real):
+        return f"{kind} ({_shown(loss)})"
+    try:
+        float(loss)
+    except OverflowError:
+        return f"{kind} too large for a float ({_shown(loss)})"
+    except (TypeError, ValueError):
+        return f"{kind} ({_shown(loss)})"
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:  # repr may refuse 4,300 digits
+        return f"about {'-' if value < 0 else ''}10**{int(value.bit_length() * math.log10(2))}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,125 @@
+"""How ``ampscope run`` and ``ampscope memory`` end and speak for a ``--model`` whose code does
+something unusual: a Ctrl+C in its factory, ``sys.exit()``, a name with control characters, a
+model built on the meta device."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ampscope.cli.main import main
+from ampscope.engine.exits import EXIT_STOPPED, EXIT_USAGE
+from tests.helpers import engine_env
+
+MODEL = """
+import sys
+import torch
+from torch import nn
+
+
+def batches():
+    return [(torch.randn(8, 4), torch.randn(8, 2)) for _ in range(2)]
+
+
+def make_interrupted(ctx):
+    raise KeyboardInterrupt  # Ctrl+C while the factory loads its data
+
+
+def make_slow(ctx):
+    import time
+    time.sleep(60)  # a long load: stopped before it ends
+
+
+def make_exits(ctx):
+    sys.exit()
+
+
+def make_odd_name(ctx):
+    loss = nn.functional.mse_loss
+    return {"model": nn.Linear(4, 2), "batches": batches(), "loss": loss, "name": "two\\nlines\\x1b[2J"}
+
+
+def make_on_meta(ctx):
+    with torch.device("meta"):
+        model = nn.Linear(4, 2)
+    return {"model": model, "batches": batches(), "loss": nn.functional.mse_loss}
+"""
+
+
+def model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "net.py"
+    path.write_text(MODEL)
+    return path
+
+
+def run_model(tmp_path: Path, factory: str) -> int:
+    spec = f"{model_file(tmp_path)}:{factory}"
+    return main(["run", "fp32", "--model", spec, "--steps", "2", "--device", "cpu",
+                 "--runs-dir", str(tmp_path / "runs")])  # fmt: skip
+
+
+@pytest.mark.unit
+def test_a_ctrl_c_in_the_factory_still_says_where_the_record_is(tmp_path, capsys) -> None:
+    assert run_model(tmp_path, "make_interrupted") == EXIT_STOPPED
+    out = capsys.readouterr().out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "status               stopped" in out
+    assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"
+
+
+@pytest.mark.unit
+def test_a_factory_that_fails_before_hello_says_where_the_record_is(tmp_path, capsys) -> None:
+    assert run_model(tmp_path, "make_on_meta") == EXIT_USAGE
+    out, err = capsys.readouterr()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"
+    # and a model built on the meta device is said to be, with the way out, not torch's frames
+    assert "the model's parameters are on the meta device (2 of 2)" in err
+    assert "model.to_empty(device=ctx.device)" in err and "Build the model on the CPU" in err
+    assert "Traceback" not in err and "torch/nn/modules/module.py" not in err
+
+
+@pytest.mark.unit
+def test_sys_exit_in_the_factory_under_memory_is_an_error_naming_it(tmp_path, capsys) -> None:
+    spec = f"{model_file(tmp_path)}:make_exits"
+    assert main(["memory", "--model", spec]) == EXIT_USAGE  # not a silent exit 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    first = err.splitlines()[0]
+    assert first.startswith(f"ampscope: workload.model = '{spec}': your code called sys.exit()")
+    assert "Raise an exception instead" in first
+
+
+@pytest.mark.unit
+def test_a_models_name_with_control_characters_stays_on_one_header_line(tmp_path, capsys) -> None:
+    assert run_model(tmp_path, "make_odd_name") == 0
+    err = capsys.readouterr().err
+    (header,) = [line for line in err.splitlines() if " params, model " in line]
+    assert "model two\\nlines\\x1b[2J from " in header and "\x1b" not in err
+
+
+@pytest.mark.subprocess
+def test_a_stop_during_setup_still_says_where_the_record_is(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "ampscope", "run", "fp32", "--model",
+               f"{model_file(tmp_path)}:make_slow", "--device", "cpu", "--runs-dir", str(runs)]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, env=engine_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list(runs.glob("*/events.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # in setup: importing torch, or in the factory
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    (run_dir,) = runs.iterdir()
+    assert proc.returncode == EXIT_STOPPED, err[-2000:]
+    assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"

@@ -1,0 +1,90 @@
+"""What ``mon.step(loss)`` does with a loss that is not one number: one step is told about, the
+rest of the run is recorded as before."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ampscope
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.watch import WatchWarning
+from tests.helpers import events_of, tiny_model
+
+pytestmark = pytest.mark.unit
+
+
+def run_with(tmp_path: Path, losses: list, precision: str | None = None) -> tuple[Path, list]:
+    """A loop of len(losses) real steps that hands ``losses[i]`` (or its own loss, for None)
+    to ``mon.step``; returns the run folder and the WatchWarnings it raised."""
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ampscope.watch(model, opt, runs_dir=tmp_path, precision=precision) as mon:
+            for given in losses:
+                loss = model(torch.randn(8, 32)).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                mon.step(loss if given is None else given, samples=8)
+    return mon.run_dir, [w for w in caught if issubclass(w.category, WatchWarning)]
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [("abc", "a str ('abc')"), (1j, "a complex (1j)"), (10**400, "an int too large for a float")],
+    ids=["str", "complex", "huge-int"],
+)
+def test_a_loss_of_the_wrong_type_costs_one_step_not_the_rest(tmp_path, bad, said) -> None:
+    run_dir, caught = run_with(tmp_path, [None, bad, None, None, bad, None])
+    run = records.load_run(run_dir)
+    steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
+    assert [s.step for s in steps] == list(range(6))  # every step is recorded
+    assert [s.loss is None for s in steps] == [False, True, False, False, True, False]
+    assert run.status == "ok" and run.done is not None and run.done.steps_done == 6
+    assert run.done.loss_final == pytest.approx(steps[-1].loss)
+    (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if w.code == "loss-unreadable"]
+    assert warning.step == 1  # said once, where it began
+    assert said in warning.message and "takes a tensor or a real number" in warning.message
+    assert [w for w in caught if said in str(w.message)]  # on stderr too
+    assert not events_of(run_dir, ev.ErrorEvent)
+
+
+def test_a_loss_that_is_no_scalar_is_said_and_its_mean_recorded(tmp_path) -> None:
+    run_dir, caught = run_with(tmp_path, [torch.ones(3), torch.tensor([2.0, 4.0]), None])
+    steps = events_of(run_dir, ev.StepEvent)
+    assert [s.loss for s in steps[:2]] == [1.0, 3.0]
+    (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if w.code == "loss-not-scalar"]
+    assert warning.step == 0 and "shape (3,), not a scalar" in warning.message
+    assert "records the mean of its 3 elements" in warning.message
+    assert any("not a scalar" in str(w.message) for w in caught)
+
+
+def test_an_empty_or_complex_tensor_is_no_loss(tmp_path) -> None:
+    run_dir, _ = run_with(tmp_path, [torch.tensor([]), torch.tensor(1j), None])
+    steps = events_of(run_dir, ev.StepEvent)
+    assert [s.loss is None for s in steps] == [True, True, False]
+    messages = [w.message for w in events_of(run_dir, ev.WarningEvent)]
+    assert any("an empty tensor" in m for m in messages)
+    assert any("a complex tensor (torch.complex64)" in m for m in messages)
+    assert not events_of(run_dir, ev.ErrorEvent)  # the empty one's mean is no NaN loss
+
+
+@pytest.mark.parametrize("precision", ["fp32", None])
+def test_a_nan_loss_in_fp32_is_the_losss_own_not_a_range_issue(tmp_path, precision) -> None:
+    run_dir, _ = run_with(tmp_path, [None, math.nan, None], precision=precision)
+    (error,) = events_of(run_dir, ev.ErrorEvent)
+    assert (error.kind, error.step) == ("nan", 1)
+    assert "the loss itself is NaN" in error.message and "no range issue" in error.message
+    assert "left the format's range" not in error.message
+
+
+def test_a_nan_loss_under_fp16_autocast_still_points_at_the_range(tmp_path) -> None:
+    run_dir, _ = run_with(tmp_path, [None, math.nan], precision="amp-fp16")
+    (error,) = events_of(run_dir, ev.ErrorEvent)
+    assert "left the format's range" in error.message
