@@ -104,7 +104,13 @@ class RunScreen(Screen):
         self.query_one(StatCards).set_compact(short)
 
     def show(self, source: RunSource) -> None:
-        """Show another source in this view (the dashboard's next run)."""
+        """Show another source in this view (the dashboard's next run, a restart).
+
+        The last run's toasts go with it: one still up would read as said of this run. A
+        notice posted for this one (a detached start) is still queued, so it stays.
+        """
+        if source is not self.source:
+            self.app.clear_notifications()
         self.source = source
         if self.is_attached:
             self._feed()
