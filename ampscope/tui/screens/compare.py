@@ -24,7 +24,7 @@ from ampscope.tui.text import literal
 from ampscope.tui.widgets.chart import LEGEND_GLYPHS, LINE_ORDER, Line
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import ChartView, Figure, data_axis, say, step_axis
-from ampscope.tui.widgets.tables import fill
+from ampscope.tui.widgets.tables import fill, hidden_note
 
 FIT_ORDER = (
     "preset",
@@ -226,7 +226,7 @@ class CompareScreen(Screen):
             body.append(line)
         heads = [title for title, _ in comparison.COLUMNS]
         order = [heads.index(h) for h in FIT_ORDER]
-        fill(table, heads, body, self.size.width, order, keys=[r.preset for r in rows])
+        shown = fill(table, heads, body, self.size.width, order, keys=[r.preset for r in rows])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
         counted = f"{len(rows)} runs"
@@ -237,6 +237,7 @@ class CompareScreen(Screen):
                 f"{counted} · {models_of(self.runs)}baseline ",
                 literal(self.baseline, "bold"),
                 f" · sorted by {title}",
+                hidden_note(heads, shown, order),
             )
         )
         self.query_one("#compare-verdict", Static).update(

@@ -20,7 +20,7 @@ from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
-from ampscope.tui.widgets.tables import fill
+from ampscope.tui.widgets.tables import fill, hidden_note
 
 HEADS = ("preset", "model", "state", "steps", "median step", "final loss", "started")
 ORDER = (0, 1, 2, 6, 4, 5, 3)
@@ -106,12 +106,17 @@ class HistoryScreen(Screen):
                 ]
             )
             self.paths[run.name] = run.path
-        fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
+        shown = fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
         if rows:
             table.move_cursor(row=min(row, len(rows) - 1))
         count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
         self.query_one("#history-title", Static).update(
-            Text.assemble(f"History · {count} in ", literal(self.runs_dir), " · newest first")
+            Text.assemble(
+                f"History · {count} in ",
+                literal(self.runs_dir),
+                " · newest first",
+                hidden_note(HEADS, shown, ORDER) if rows else "",
+            )
         )
         self.query_one("#history-empty", Static).update(
             "" if runs else "No runs recorded yet. Start one from the presets (enter)."
