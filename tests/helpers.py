@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import psutil
 
 from ampscope.core import comparison, ownership, records
@@ -270,6 +271,7 @@ class FakeListener:
         self.started: list = []
         self.detached: list[Path] = []
         self.compared: list[tuple[list[str], str]] = []
+        self.repeated = False
         self.told: list[tuple[str, bool, str]] = []
         self.compared_event = asyncio.Event()
 
@@ -279,8 +281,9 @@ class FakeListener:
     def run_detached(self, run_dir: Path) -> None:
         self.detached.append(run_dir)
 
-    def sweep_compared(self, runs, baseline: str) -> None:
+    def sweep_compared(self, runs, baseline: str, *, repeated: bool = False) -> None:
         self.compared.append(([r.preset for r in runs], baseline))
+        self.repeated = repeated
         self.compared_event.set()
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
@@ -336,12 +339,18 @@ async def shown(pilot, app, kind: type, timeout: float = 10.0):
     return app.screen
 
 
-def write_finished_record(root: Path, preset: str, ms: float = 10.0) -> Path:
-    """A run folder as the engine leaves it: hello, four steps, done."""
+def write_finished_record(
+    root: Path, preset: str, ms: float = 10.0, median: float | None = None
+) -> Path:
+    """A run folder as the engine leaves it: hello, four steps, done (its median step time
+    ``median`` when given)."""
     run_dir = records.new_run_dir(root, preset)
-    events = [hello(preset=preset, run_dir=str(run_dir))]
+    events: list[ev.Event] = [hello(preset=preset, run_dir=str(run_dir))]
     events += [step(i, ms) for i in range(4)]
-    events.append(done("ok", 4))
+    end = done("ok", 4)
+    if median is not None:
+        end = msgspec.structs.replace(end, step_ms_median=median)
+    events.append(end)
     (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
     return run_dir
 

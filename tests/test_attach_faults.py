@@ -20,7 +20,9 @@ from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model import follow
 from ampscope.tui.model.follow import AttachSource
+from ampscope.tui.screens.dialogs import ConfirmDialog
 from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import RunScreen
 from tests.helpers import (
     ROOT,
     SIZE,
@@ -35,30 +37,35 @@ from tests.helpers import (
     wait_gone,
 )
 
+SMALL = (80, 24)
 FAKE_ENGINE = """
-import os, sys, time
+import json, os, sys, time
 from pathlib import Path
 from ampscope.core import records
 
 run_dir, lines = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes().splitlines(keepends=True)
+extra = json.loads(sys.argv[3])
 started = time.time()
 with open(run_dir / records.EVENTS_FILE, "ab", buffering=0) as fh:
     fh.write(lines[0])
     while True:
-        records.write_live(run_dir, os.getpid(), started)
+        records.write_live(run_dir, os.getpid(), started, extra)
         fh.write(lines[1])
         time.sleep(0.1)
 """
 
 
-def start_fake_engine(run_dir: Path) -> subprocess.Popen:
+def start_fake_engine(run_dir: Path, watched: bool = False) -> subprocess.Popen:
     """A process that writes a record and a heartbeat like an engine, without torch (or
-    anything heavier than ampscope.core to import)."""
+    anything heavier than ampscope.core to import); ``watched``: like a user's own training
+    loop under ``ampscope.watch(..., allow_stop=True)``."""
     run_dir.mkdir(parents=True)
     lines = run_dir.parent / "lines.jsonl"
-    lines.write_bytes(ev.encode(hello(preset="fake")) + ev.encode(step(0)))
+    extra = {"source": "watch", "allow_stop": True} if watched else {}
+    first = hello(preset="fake", **extra)
+    lines.write_bytes(ev.encode(first) + ev.encode(step(0)))
     return subprocess.Popen(
-        [sys.executable, "-c", FAKE_ENGINE, str(run_dir), str(lines)],
+        [sys.executable, "-c", FAKE_ENGINE, str(run_dir), str(lines), json.dumps(extra)],
         cwd=ROOT,
         env=engine_env(),
         start_new_session=True,
@@ -134,3 +141,36 @@ def test_stop_never_signals_a_process_live_json_merely_names(tmp_path: Path) -> 
     finally:
         innocent.kill()
         innocent.wait()
+
+
+@pytest.mark.subprocess
+def test_stop_asks_before_it_stops_someones_own_watched_training(tmp_path: Path) -> None:
+    run_dir = tmp_path / "20260101T000000Z-fake"
+    process = start_fake_engine(run_dir, watched=True)
+    try:
+
+        async def go() -> None:
+            app = AmpscopeApp(runs_dir=tmp_path)
+            async with app.run_test(size=SMALL) as pilot:
+                await shown(pilot, app, PresetsScreen)
+                screen = app.open_run(AttachSource(run_dir))
+                assert await wait_for(pilot, lambda: screen.state.step_count >= 3, 60)
+                assert screen.check_action("stop", ()) is True
+                await pilot.press("s")
+                dialog = await shown(pilot, app, ConfirmDialog)
+                assert "someone's own training process" in text(dialog, "#confirm-question")
+                await pilot.press("n")  # No: it trains on
+                await shown(pilot, app, RunScreen)
+                await pilot.pause(0.5)
+                assert process.poll() is None and not screen.source.stopping
+                await pilot.press("s")
+                await shown(pilot, app, ConfirmDialog)
+                await pilot.press("y")
+                assert await wait_for(pilot, lambda: screen.source.ended, 15)
+
+        run(go())
+        assert wait_gone(process.pid, 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

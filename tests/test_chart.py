@@ -122,3 +122,10 @@ def test_a_scaled_line_lands_where_its_scaled_values_do() -> None:
     )
     as_gib = Chart().draw(size, [], x, y, [Line("", xs, [float(v) for v in xs], "c")])
     assert as_bytes == as_gib and any("▞" in t or "▗" in t for row in as_gib for t, _ in row)
+
+
+def test_an_empty_memory_plot_has_a_readable_axis() -> None:
+    state = RunState()
+    state.ingest(hello())  # no memory figures yet
+    fig = MemoryPlot().figure(state, (40, 12))
+    assert len(set(fig.y.labels)) == len(fig.y.labels)  # never "0┤ 0┤ 0┤"

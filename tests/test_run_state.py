@@ -59,11 +59,14 @@ def test_the_step_card_shows_the_wait_for_batches_when_the_engine_reports_it() -
     state = RunState(label="fp32")
     state.ingest(hello())
     state.ingest(step(0, 40.0))  # an older record: no data_ms
-    assert {c.key: c for c in cards(state)}["step_ms"].sub == "median of last 1"
+    assert {c.key: c for c in cards(state)}["step_ms"].sub == "of the last 1"
     for i in range(1, 4):
         state.ingest(step(i, 40.0, data_ms=12.0 + i))  # 13, 14, 15 ms of 40
     card = {c.key: c for c in cards(state)}["step_ms"]
-    assert card.value == "40.0 ms" and card.sub == "data 14.0 ms · of 4"
+    # both figures are medians, and the card says so (never a bare "of 4")
+    assert card.title == "Step time · median" and card.value == "40.0 ms"
+    assert card.sub == "data 14.0 ms · last 4"
+    assert max(len(card.title), len(card.sub)) <= 22  # a card's width at 120 columns
 
 
 @pytest.mark.unit
@@ -170,3 +173,15 @@ def test_rates_a_watched_loop_did_not_give_are_dashes_not_zeros() -> None:
         state.ingest(step(i, samples_per_s=640.0, tflops=0.25))
     known = {c.key: c for c in cards(state)}
     assert known["throughput"].value != "-" and known["tflops"].value.startswith("0.")
+
+
+@pytest.mark.unit
+def test_the_run_header_names_the_precision_once_when_the_preset_name_says_it() -> None:
+    for preset, precision in (("amp-fp16-noscale", "amp-fp16"), ("cnn-amp-bf16", "amp-bf16")):
+        state = RunState(label=preset)
+        state.ingest(hello(preset=preset, config={"precision": precision, "steps": 10}))
+        assert state.header().count(precision) == 1, state.header()
+    # a name that does not say it (pure fp16 in a preset named after AMP) still shows it
+    state = RunState(label="amp-fp16-mine")
+    state.ingest(hello(preset="amp-fp16-mine", config={"precision": "fp16", "steps": 10}))
+    assert " · fp16 · " in state.header()

@@ -393,3 +393,27 @@ def test_a_keys_toml_line_that_takes_another_bindings_key_is_refused_and_named(
         assert len(started) == 1
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_toast_about_the_last_run_goes_when_the_run_is_restarted(tmp_path: Path) -> None:
+    async def go() -> None:
+        app, engines = app_with_fake_engines(tmp_path)
+        async with app.run_test(size=SMALL) as pilot:
+            screen = await start_from_presets(pilot, app)
+            app.notify("Profile: the last run's notice", title="Not now")
+            assert await wait_for(pilot, lambda: "the last run's notice" in toasts(app), 5)
+            await pilot.press("r")
+            await shown(pilot, app, ConfirmDialog)
+            await pilot.press("y")
+            assert await wait_for(pilot, lambda: len(engines.made) == 2, 5)
+            assert await shown(pilot, app, RunScreen) is screen
+            await pilot.pause()
+            assert "the last run's notice" not in toasts(app)
+
+    run(go())
+
+
+def toasts(app) -> str:
+    """The notices up now (those the app has not timed out or cleared)."""
+    return " ".join(n.message for n in app._notifications)

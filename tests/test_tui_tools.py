@@ -16,7 +16,7 @@ from ampscope.tui.screens.formats import VALUE_COLUMNS, FormatsScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.widgets.key_bar import KeyBar
-from tests.helpers import SIZE, run, select_preset, shown, text, wait_for
+from tests.helpers import SIZE, run, screen_capture, select_preset, shown, text, wait_for
 
 
 def cells(table, column: int | str) -> list[str]:
@@ -116,3 +116,47 @@ def cli_train_total(preset: str, regime: str) -> int:
     return next(r for r in json.loads(out.getvalue())["regimes"] if r["regime"] == regime)[
         "train_total"
     ]
+
+
+@pytest.mark.unit
+def test_the_memory_plan_shows_every_column_at_120x40_and_scrolls_to_them_at_80x24(
+    tmp_path: Path,
+) -> None:
+    """casts, activations and logits are most of the total: never silently cut."""
+    heads = ["casts", "activ.", "logits"]
+
+    async def go(size: tuple[int, int]) -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            select_preset(app, "fp32")
+            await pilot.press("p")
+            screen = await shown(pilot, app, MemoryScreen)
+            assert await wait_for(pilot, lambda: "preset fp32" in text(screen, "#memory-title"))
+            table = screen.query_one("#memory-table")
+            table.focus()
+            await pilot.pause()
+            header = screen_text(app)
+            more = screen.query_one("#memory-more")
+            if size == (120, 40):
+                assert all(h in header for h in heads) and not more.display
+                assert cells(table, "TRAIN")[0] == "19.1G"  # compact: the sizes' units shortened
+                return
+            assert more.display and "→ master, optim., casts, activ., logits" in text(
+                screen, "#memory-more"
+            )
+            assert not any(h in header for h in heads)
+            for _ in range(12):
+                await pilot.press("right")
+            await pilot.pause()
+            scrolled = screen_text(app)
+            assert all(h in scrolled for h in heads) and "regime" in scrolled  # regime stays
+            assert "← B/param, TRAIN, INFER, smallest GPU" in text(screen, "#memory-more")
+
+    run(go((120, 40)))
+    run(go((80, 24)))
+
+
+def screen_text(app) -> str:
+    """The table's header line as the screen shows it."""
+    return next(line for line in screen_capture(app, "memory")[0].splitlines() if "regime" in line)

@@ -41,3 +41,14 @@ def run_model(run: records.RunRecord) -> str:
     workload = conf.get("workload")
     kind = workload.get("kind") if isinstance(workload, dict) else None
     return str(kind) if kind else "-"
+
+
+def named_in(precision: str, preset: str) -> bool:
+    """Whether the preset's name says the precision as one of its dash-separated words
+    (``amp-fp16`` in ``amp-fp16-noscale``, ``amp-bf16`` in ``cnn-amp-bf16``); ``amp-fp16``
+    is one word, so a preset named ``amp-fp16-x`` that trains in pure ``fp16`` says so."""
+
+    def words(name: str) -> list[str]:
+        return name.replace("amp-", "amp+").split("-")
+
+    return precision.replace("amp-", "amp+") in words(preset)

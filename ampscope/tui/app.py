@@ -229,7 +229,8 @@ class AmpscopeApp(Navigation, App):
 
     async def on_sweep_requested(self, message: SweepRequested) -> None:
         self.after_stopping(
-            f"a sweep of {len(message.presets)}", lambda: self.session.start_sweep(message.presets)
+            f"a sweep of {len(message.presets)}",
+            lambda: self.session.start_sweep(message.presets, message.repeats),
         )
 
     def after_stopping(self, what: str, start: Callable[[], Awaitable[object]]) -> None:
@@ -297,8 +298,10 @@ class AmpscopeApp(Navigation, App):
     def run_detached(self, run_dir: Path) -> None:
         self.watch_live(AttachSource(run_dir), pop=True)
 
-    def sweep_compared(self, runs: list[records.RunRecord], baseline: str) -> None:
-        self.push_screen(CompareScreen(runs, baseline=baseline))
+    def sweep_compared(
+        self, runs: list[records.RunRecord], baseline: str, *, repeated: bool = False
+    ) -> None:
+        self.push_screen(CompareScreen(runs, baseline=baseline, repeated=repeated))
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
         severity: SeverityLevel = "error" if error else "information"

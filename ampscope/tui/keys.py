@@ -54,6 +54,7 @@ PRIORITY: dict[str, int] = {
     "presets.history": 3,
     "presets.live-run": 3,
     "presets.sweep": 3,  # shown once two presets are marked
+    "presets.repeats": 4,  # shown once a preset is marked
     "presets.mark": 4,
     "history.compare": 3,
     "history.mark": 3,

@@ -32,9 +32,10 @@ class EditedRunRequested(Message):
 
 @dataclass
 class SweepRequested(Message):
-    """Run these presets one after another, then compare them."""
+    """Run these presets one after another, ``repeats`` rounds interleaved, then compare them."""
 
     presets: list[str | cfg.Preset]  # a name, or a preset edited on the Presets screen
+    repeats: int = 1
 
 
 @dataclass

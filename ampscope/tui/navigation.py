@@ -12,10 +12,8 @@ from pathlib import Path
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from ampscope.core import records
-from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.formats import FormatsScreen
-from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs
+from ampscope.tui.screens.history import HistoryScreen, compare_latest_sweep
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
@@ -62,11 +60,11 @@ class Navigation(App):
         self.push_screen(HistoryScreen(self.runs_dir))
 
     def show_sweep(self) -> None:
-        paths = latest_sweep_runs(self.runs_dir)
-        if len(paths) < 2:
+        screen = compare_latest_sweep(self.runs_dir)
+        if screen is None:
             self.tell("No sweep recorded yet: mark presets with m on the Presets screen, then w.")
             return
-        self.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+        self.push_screen(screen)
 
     def show_formats(self) -> None:
         self.push_screen(FormatsScreen())

@@ -107,14 +107,22 @@ def _speed_cards(state: RunState) -> list[Card]:
     tfl = _median([s[7] for s in recent]) or None
     mfu = _median([s[8] for s in recent if s[8] is not None])
     data = state.median_data_ms()
-    sub = f"median of last {len(recent)}" if recent else ""
+    step_ms = fmt_ms(state.median_step_ms())
+    # a card is 22 columns at 120: the title says what the figures are, the line how many
+    sub = f"of the last {len(recent)}" if recent else ""
     if data is not None:  # the wait for the next batch, a part of the step: shown first
-        sub = f"data {fmt_ms(data)} · of {len(recent)}"  # a card is 22 columns at 120
+        sub = f"data {fmt_ms(data)} · last {len(recent)}"
     flops = "-" if tfl is None else f"{tfl:.3g}"
     if tfl is not None and mfu is not None:
         flops += f" · {mfu * 100:.0f}%"
     return [
-        Card("step_ms", "Step time", fmt_ms(state.median_step_ms()), sub),
+        Card(
+            "step_ms",
+            "Step time · median",
+            step_ms,
+            sub,
+            short=("Step time", step_ms),  # 80x24: the card is 14 columns
+        ),
         Card(
             "throughput",
             "Samples/s",

@@ -111,6 +111,13 @@ class AttachSource:
         return "stalled" if records.is_stalled(self.run_dir) else "gone"
 
     @property
+    def watched(self) -> bool:
+        """Someone's own training process, seen through ``ampscope.watch``: not an engine."""
+        hello = self.state.hello
+        live = records.read_live(self.run_dir) or {}
+        return live.get("source") == "watch" or (hello is not None and hello.source == "watch")
+
+    @property
     def can_stop(self) -> bool:
         if not self.allow_stop or self.ended or self.stopping:
             return False

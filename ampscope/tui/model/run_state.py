@@ -19,6 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core import profiles
 from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.numerics_report import NumericsSummary
+from ampscope.core.run_labels import named_in
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
 from ampscope.core.workload_spec import config_model, model_label
@@ -371,7 +372,7 @@ class RunState:
             if self.hello and self.hello.fp8
             else str(cfg.get("precision", "?"))
         )
-        if precision != preset:  # a preset named after its precision says it once
+        if not named_in(precision, preset):  # amp-fp16-noscale says amp-fp16 already
             parts.append(precision)
         parts.append(f"compile {cfg.get('compile', '?')}")
         if self.read_only:

@@ -80,8 +80,11 @@ class SessionListener(Protocol):
     def run_detached(self, run_dir: Path) -> None:
         """A run went off on its own (``launch_detached``): follow its record."""
 
-    def sweep_compared(self, runs: list[records.RunRecord], baseline: str) -> None:
-        """A sweep ended with two or more records to compare."""
+    def sweep_compared(
+        self, runs: list[records.RunRecord], baseline: str, *, repeated: bool = False
+    ) -> None:
+        """A sweep ended with two or more records to compare; ``repeated``: each preset ran
+        more than once (interleaved), and its runs make one row."""
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
         """A one-line notice."""
@@ -97,19 +100,29 @@ def edited_name(preset: cfg.Preset) -> str:
 
 @dataclass
 class SweepQueue:
-    """Presets queued from the Presets screen, run one after another."""
+    """Presets queued from the Presets screen, run one after another.
+
+    With ``repeats`` K the queue is interleaved as ``ampscope bench --repeats K`` runs it
+    (A B A B, not A A B B): repeat k of every preset meets the machine in about the same state,
+    and Compare pairs them for a speed verdict (three repeats at least).
+    """
 
     presets: list[SweepEntry]
+    repeats: int = 1
     index: int = 0
-    run_dirs: list[Path] = field(default_factory=list)
+    run_dirs: dict[str, list[Path]] = field(default_factory=dict)  # by name, in repeat order
 
     @property
     def names(self) -> list[str]:
         return [p if isinstance(p, str) else edited_name(p) for p in self.presets]
 
     @property
+    def order(self) -> list[SweepEntry]:
+        return [p for _ in range(self.repeats) for p in self.presets]
+
+    @property
     def progress(self) -> str:
-        return f"sweep {self.index + 1}/{len(self.presets)}"
+        return f"sweep {self.index + 1}/{len(self.order)}"
 
     @property
     def baseline(self) -> str:
@@ -286,12 +299,13 @@ class RunSession:
 
     # ------------------------------------------------------------------ sweeps
 
-    async def start_sweep(self, presets: Sequence[SweepEntry]) -> None:
-        """Run presets one after another; the Run view follows each, Compare opens at the end."""
+    async def start_sweep(self, presets: Sequence[SweepEntry], repeats: int = 1) -> None:
+        """Run presets one after another, ``repeats`` rounds of them interleaved; the Run view
+        follows each, Compare opens at the end."""
         if self.read_only or not presets:
             return
-        self.sweep = SweepQueue(list(presets))
-        await self._start_queued(self.sweep.presets[0])
+        self.sweep = SweepQueue(list(presets), repeats=max(1, repeats))
+        await self._start_queued(self.sweep.order[0])
 
     async def _start_queued(self, entry: SweepEntry) -> None:
         if isinstance(entry, str):
@@ -301,24 +315,31 @@ class RunSession:
 
     def _continue_sweep(self, sweep: SweepQueue, run: LiveRun) -> None:
         hello = run.state.hello
+        order = sweep.order
+        name = sweep.names[sweep.index % len(sweep.presets)]
         if hello is not None and hello.run_dir:
-            sweep.run_dirs.append(Path(hello.run_dir))
+            sweep.run_dirs.setdefault(name, []).append(Path(hello.run_dir))
         if run.state.stop_requested:  # the user stopped a run: the rest of the queue is cancelled
             self.sweep = None
-            self.listener.tell(f"Sweep cancelled after {sweep.index + 1} of {len(sweep.presets)}.")
+            self.listener.tell(f"Sweep cancelled after {sweep.index + 1} of {len(order)}.")
             return
         sweep.index += 1
-        if sweep.index < len(sweep.presets):
-            self._spawn(self._start_queued(sweep.presets[sweep.index]))
+        if sweep.index < len(order):
+            self._spawn(self._start_queued(order[sweep.index]))
             return
         self.sweep = None
-        runs = [records.load_run(d) for d in sweep.run_dirs if d.is_dir()]
+        groups = {
+            n: [records.load_run(d) for d in dirs if d.is_dir()]
+            for n, dirs in sweep.run_dirs.items()
+        }
         rows = comparison.compare(
-            [comparison.row_from_runs(r.preset, [r]) for r in runs], sweep.baseline
+            [comparison.row_from_runs(n, rs) for n, rs in groups.items() if rs], sweep.baseline
         )
-        comparison.write_sweep(self.runs_dir, rows, sweep.baseline, sweep.names)
-        if len(runs) >= 2:
-            self.listener.sweep_compared(runs, sweep.baseline)
+        names = [p if isinstance(p, str) else edited_name(p) for p in order]
+        comparison.write_sweep(self.runs_dir, rows, sweep.baseline, names)
+        runs = [r for n in sweep.names for r in groups.get(n, [])]
+        if len(groups) >= 2 and len(runs) >= 2:
+            self.listener.sweep_compared(runs, sweep.baseline, repeated=sweep.repeats > 1)
 
     # ------------------------------------------------------------------ stopping
 

@@ -24,7 +24,7 @@ from ampscope.tui.text import literal
 from ampscope.tui.widgets.chart import LEGEND_GLYPHS, LINE_ORDER, Line
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import ChartView, Figure, data_axis, say, step_axis
-from ampscope.tui.widgets.tables import fill
+from ampscope.tui.widgets.tables import fill, hidden_note
 
 FIT_ORDER = (
     "preset",
@@ -104,11 +104,15 @@ class OverlayPlot(ChartView):
         self.paint(fig, (width, height))
 
 
-def labels_for(runs: list[records.RunRecord]) -> list[str]:
-    """Preset names, with the model when the runs train different ones, numbered where the
-    same name appears more than once."""
+def names_for(runs: list[records.RunRecord]) -> list[str]:
+    """Preset names, with the model when the runs train different ones."""
     several = len({run_model(r) for r in runs}) > 1
-    names = [f"{run_preset(r)} {run_model(r)}" if several else run_preset(r) for r in runs]
+    return [f"{run_preset(r)} {run_model(r)}" if several else run_preset(r) for r in runs]
+
+
+def labels_for(runs: list[records.RunRecord]) -> list[str]:
+    """``names_for``, numbered where the same name appears more than once."""
+    names = names_for(runs)
     counts = Counter(names)
     seen: Counter[str] = Counter()
     out = []
@@ -116,6 +120,15 @@ def labels_for(runs: list[records.RunRecord]) -> list[str]:
         seen[name] += 1
         out.append(name if counts[name] == 1 else f"{name}#{seen[name]}")
     return out
+
+
+def repeat_groups(runs: list[records.RunRecord]) -> dict[str, list[records.RunRecord]]:
+    """The runs of each name, in the order given (repeat k is the k-th), names in order of
+    first appearance: a repeated sweep's rows, as ``ampscope bench --repeats`` makes them."""
+    groups: dict[str, list[records.RunRecord]] = {}
+    for name, run in zip(names_for(runs), runs, strict=True):
+        groups.setdefault(name, []).append(run)
+    return groups
 
 
 def models_of(runs: list[records.RunRecord]) -> str:
@@ -134,10 +147,15 @@ class CompareScreen(Screen):
         "with repeat k of the baseline, and the 95 % confidence interval of their median "
         "step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
         "difference shown), ? a preset with fewer than 3 repeats (untested: run a sweep "
+<<<<<<< HEAD
         "with repeats 3 or more, or 'ampscope bench --repeats 3'). Under the plots, each run's "
         "profile (the last its record holds) against the baseline's: the change of the ms a "
         "step spends in each class (matmul, elementwise, idle...), largest first; "
         "'ampscope profile PRESET' or p in the Run view records one."
+=======
+        "with repeats 3 or more, x on the Presets screen, or 'ampscope bench --repeats 3'). "
+        "With repeats, the curves are each preset's first run."
+>>>>>>> dash-model
     )
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
@@ -146,13 +164,25 @@ class CompareScreen(Screen):
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
 
-    def __init__(self, runs: list[records.RunRecord], baseline: str | None = None) -> None:
+    def __init__(
+        self, runs: list[records.RunRecord], baseline: str | None = None, repeated: bool = False
+    ) -> None:
+        """``repeated``: runs of the same preset are repeats (a sweep with repeats): one row
+        each, its speed-up tested over the pairs; otherwise every run is a row of its own."""
         super().__init__()
         self.runs = runs
-        self.labels = labels_for(runs)
-        self.base_rows = [
-            comparison.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
-        ]
+        if repeated:
+            groups = repeat_groups(runs)
+            self.labels = list(groups)
+            self.base_rows = [comparison.row_from_runs(n, rs) for n, rs in groups.items()]
+            self.shown = [rs[0] for rs in groups.values()]  # the curves: each first repeat
+        else:
+            self.labels = labels_for(runs)
+            self.base_rows = [
+                comparison.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
+            ]
+            self.shown = runs
+        self.repeats = max((r.runs for r in self.base_rows), default=1)
         self.baseline = baseline or default_baseline(self.base_rows)
         self.sort_index = 0
         self.rows: list[comparison.Row] = []
@@ -180,7 +210,7 @@ class CompareScreen(Screen):
 
     def curves(self, field: str) -> list[tuple[str, list[float], list[float]]]:
         out = []
-        for label, run in zip(self.labels, self.runs, strict=True):
+        for label, run in zip(self.labels, self.shown, strict=True):
             steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
             pts = [(e.step, getattr(e, field)) for e in steps if getattr(e, field) is not None]
             out.append((label, [float(x) for x, _ in pts], [float(y) for _, y in pts]))
@@ -208,14 +238,18 @@ class CompareScreen(Screen):
             body.append(line)
         heads = [title for title, _ in comparison.COLUMNS]
         order = [heads.index(h) for h in FIT_ORDER]
-        fill(table, heads, body, self.size.width, order, keys=[r.preset for r in rows])
+        shown = fill(table, heads, body, self.size.width, order, keys=[r.preset for r in rows])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
+        counted = f"{len(rows)} runs"
+        if self.repeats > 1:
+            counted = f"{len(rows)} presets × {self.repeats} runs"
         self.query_one("#compare-title", Static).update(
             Text.assemble(
-                f"{len(rows)} runs · {models_of(self.runs)}baseline ",
+                f"{counted} · {models_of(self.runs)}baseline ",
                 literal(self.baseline, "bold"),
                 f" · sorted by {title}",
+                hidden_note(heads, shown, order),
             )
         )
         self.query_one("#compare-verdict", Static).update(

@@ -20,7 +20,7 @@ from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
-from ampscope.tui.widgets.tables import fill
+from ampscope.tui.widgets.tables import fill, hidden_note
 
 HEADS = ("preset", "model", "state", "steps", "median step", "final loss", "started")
 ORDER = (0, 1, 2, 6, 4, 5, 3)
@@ -106,12 +106,17 @@ class HistoryScreen(Screen):
                 ]
             )
             self.paths[run.name] = run.path
-        fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
+        shown = fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
         if rows:
             table.move_cursor(row=min(row, len(rows) - 1))
         count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
         self.query_one("#history-title", Static).update(
-            Text.assemble(f"History · {count} in ", literal(self.runs_dir), " · newest first")
+            Text.assemble(
+                f"History · {count} in ",
+                literal(self.runs_dir),
+                " · newest first",
+                hidden_note(HEADS, shown, ORDER) if rows else "",
+            )
         )
         self.query_one("#history-empty", Static).update(
             "" if runs else "No runs recorded yet. Start one from the presets (enter)."
@@ -155,31 +160,41 @@ class HistoryScreen(Screen):
     def action_compare(self) -> None:
         """Compare the marked runs, or, with none marked, the most recent sweep's runs."""
         paths = [self.paths[n] for n in self.marked if n in self.paths]
-        if not paths:
-            paths = latest_sweep_runs(self.runs_dir)
-        if len(paths) < 2:
+        screen = None
+        if len(paths) >= 2:
+            screen = CompareScreen([records.load_run(p) for p in paths])
+        elif not paths:
+            screen = compare_latest_sweep(self.runs_dir)
+        if screen is None:
             self.notify("Mark two or more runs with space, then press c.", title="Compare")
             return
-        self.app.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+        self.app.push_screen(screen)
 
     def action_back(self) -> None:
         self.app.pop_screen()
 
 
-def latest_sweep_runs(runs_dir: Path) -> list[Path]:
-    """The run folders of the most recent sweep record, if any; none from one that is not
-    what a sweep writes (any JSON may be in that file)."""
+def latest_sweep_groups(runs_dir: Path) -> list[list[Path]]:
+    """The most recent sweep record's run folders, one list per row (a preset's repeats);
+    none from a file that is not what a sweep writes (any JSON may be in that file)."""
     try:
         sweeps = sorted(runs_dir.glob("*-sweep*/sweep.json")) if runs_dir.is_dir() else []
         data = json.loads(sweeps[-1].read_text()) if sweeps else {}
     except (OSError, ValueError, RecursionError):
         return []
     rows = data.get("rows") if isinstance(data, dict) else None
-    folders = [
-        d
+    groups = [
+        [Path(d) for d in row["run_dirs"] if isinstance(d, str) and Path(d).is_dir()]
         for row in (rows if isinstance(rows, list) else [])
         if isinstance(row, dict) and isinstance(row.get("run_dirs"), list)
-        for d in row["run_dirs"]
-        if isinstance(d, str)
     ]
-    return [Path(d) for d in folders if Path(d).is_dir()]
+    return [g for g in groups if g]
+
+
+def compare_latest_sweep(runs_dir: Path) -> CompareScreen | None:
+    """Compare for the last sweep (a row a preset, repeats together), or None: no sweep."""
+    groups = latest_sweep_groups(runs_dir)
+    if sum(len(g) for g in groups) < 2:
+        return None
+    runs = [records.load_run(d) for g in groups for d in g]
+    return CompareScreen(runs, repeated=any(len(g) > 1 for g in groups))

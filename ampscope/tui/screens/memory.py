@@ -21,7 +21,7 @@ from ampscope.core.units import fmt_bytes
 from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
-from ampscope.tui.widgets.tables import fill
+from ampscope.tui.widgets.tables import CELL_PADDING, TABLE_CHROME, column_widths, fill
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 HEADS = (
@@ -38,7 +38,7 @@ HEADS = (
     "activ.",
     "logits",
 )
-"""The totals and the GPU first: a narrow terminal keeps the columns that fit, in this order."""
+"""The totals and the GPU first: what a narrow terminal shows before it scrolls to the rest."""
 
 
 class MemoryScreen(ToolScreen):
@@ -61,7 +61,8 @@ class MemoryScreen(ToolScreen):
         self.workload: mp.Workload | None = None
         self.model_spec = ""  # a --model dashboard's model
         self.model_params: int | None = None
-        self.rows: list[list[str]] = []
+        self.plan: list[mp.RegimePlan] = []
+        self.widths: list[int] = []  # the table's columns, padding included
         self.keys: list[str] = []
 
     def compose(self) -> ComposeResult:
@@ -79,10 +80,12 @@ class MemoryScreen(ToolScreen):
         yield Label("", id="memory-error", classes="error", markup=False)
         yield Static("", id="memory-title")
         yield DataTable(id="memory-table", zebra_stripes=True)
+        yield Static("", id="memory-more")
         yield Static("", id="memory-notes")
         yield KeyBar()
 
     def on_mount(self) -> None:
+        self.watch(self.query_one(DataTable), "scroll_x", lambda _x: self.show_more(), init=False)
         spec = model_spec(getattr(getattr(self.app, "session", None), "extra_overrides", []))
         if spec:  # a --model dashboard plans the user's model, as `ampscope memory --model`
             self.model_spec = spec
@@ -118,23 +121,7 @@ class MemoryScreen(ToolScreen):
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
         plan = mp.plan(params, optimizer=optimizer, shape=shape)
-        self.rows = [
-            [
-                r.label,
-                f"{r.train_bpp}/{r.inference_bpp}",
-                fmt_bytes(r.train_total),
-                fmt_bytes(r.inference_total),
-                smallest_fit(r.fits_train),
-                fmt_bytes(r.weights),
-                fmt_bytes(r.grads),
-                fmt_bytes(r.master),
-                fmt_bytes(r.optimizer_state),
-                fmt_bytes(r.cast_copies),
-                fmt_bytes(r.activations),
-                fmt_bytes(r.logits),
-            ]
-            for r in plan
-        ]
+        self.plan = plan
         self.keys = [r.regime for r in plan]
         self.fit_table()
         self.query_one("#memory-title", Static).update(
@@ -151,7 +138,7 @@ class MemoryScreen(ToolScreen):
             f"B/param: bytes per parameter, training/inference. TRAIN adds weights to logits "
             "(gradients included, though freed before each forward: the measured peak is up "
             f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
-            "memory. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
+            "memory. G, M: GiB, MiB. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
             "logit-sized buffers at the start of backward; inference ignores the KV cache. "
             "Smallest GPU: the listed GPU with the least memory that fits training and can run "
             "the format (bf16 needs compute capability 8.0, fp8 8.9); +N: that many larger ones "
@@ -179,11 +166,79 @@ class MemoryScreen(ToolScreen):
         self.recompute()
 
     def fit_table(self) -> None:
-        fill(self.query_one(DataTable), HEADS, self.rows, self.size.width, keys=self.keys)
+        """Every column: in full where they fit, compact (``19.1G``) where that makes them
+        fit, else compact and scrolling sideways (the regime stays), and a line says which
+        columns are off the edge."""
+        table = self.query_one(DataTable)
+        room = self.size.width - TABLE_CHROME
+        rows = plan_rows(self.plan, compact=False)
+        if table_width(rows) > room:
+            rows = plan_rows(self.plan, compact=True)
+        fill(table, HEADS, rows, 1 << 20, keys=self.keys)  # never drops a column
+        table.fixed_columns = 1
+        self.widths = [w + CELL_PADDING for w in column_widths(HEADS, rows)]
+        self.call_after_refresh(self.show_more)
+
+    def show_more(self) -> None:
+        """Name the columns the table's edges cut, on either side of what shows now."""
+        table = self.query_one(DataTable)
+        shown = table.scrollable_content_region.width
+        left, right = [], []
+        x = self.widths[0]  # the regime, fixed at the left
+        for head, width in zip(HEADS[1:], self.widths[1:], strict=True):
+            if x < self.widths[0] + table.scroll_x:
+                left.append(head)
+            elif x + width - 1 > shown + table.scroll_x:  # its right padding may go
+                right.append(head)
+            x += width
+        sides = [f"← {', '.join(left)}" if left else "", f"→ {', '.join(right)}" if right else ""]
+        more = self.query_one("#memory-more", Static)
+        more.display = bool(left or right)
+        more.update(f"more columns {'  '.join(s for s in sides if s)} (← → in the table)")
 
     def on_resize(self) -> None:
-        if self.rows:
+        if self.plan:
             self.fit_table()
+
+
+def plan_rows(plan: list[mp.RegimePlan], compact: bool) -> list[list[str]]:
+    """The table's cells; ``compact``: sizes as ``519M``/``19.1G`` and the GPU as ``L4 24G``."""
+    size = compact_bytes if compact else fmt_bytes
+    return [
+        [
+            r.label,
+            f"{r.train_bpp}/{r.inference_bpp}",
+            size(r.train_total),
+            size(r.inference_total),
+            smallest_fit(r.fits_train, compact),
+            *(
+                size(n)
+                for n in (
+                    r.weights,
+                    r.grads,
+                    r.master,
+                    r.optimizer_state,
+                    r.cast_copies,
+                    r.activations,
+                    r.logits,
+                )
+            ),
+        ]
+        for r in plan
+    ]
+
+
+def table_width(rows: list[list[str]]) -> int:
+    return sum(w + CELL_PADDING for w in column_widths(HEADS, rows))
+
+
+def compact_bytes(n: float | None) -> str:
+    """``fmt_bytes`` without the space and the ``iB``: 519 MiB is ``519M``, 0 B is ``0``."""
+    text = fmt_bytes(n)
+    number, _, unit = text.partition(" ")
+    if not unit:
+        return text  # "-" and the like
+    return number if unit == "B" else number + unit[0]
 
 
 def model_spec(overrides: list[str]) -> str | None:
@@ -198,11 +253,12 @@ def model_spec(overrides: list[str]) -> str | None:
     return None
 
 
-def smallest_fit(names: list[str]) -> str:
+def smallest_fit(names: list[str], compact: bool = False) -> str:
     """The GPU with the least memory among those that fit (every larger one fits too)."""
     sizes = dict(mp.GPUS)
     if not names:
-        return "none listed (shard it, or use a smaller batch)"
+        return "none (shard it)" if compact else "none listed (shard it, or use a smaller batch)"
     first = min(names, key=lambda n: sizes.get(n, 0))
     more = f" +{len(names) - 1}" if len(names) > 1 else ""
-    return f"{first} {sizes.get(first, 0):g} GiB{more}"
+    unit = "G" if compact else " GiB"
+    return f"{first} {sizes.get(first, 0):g}{unit}{more}"

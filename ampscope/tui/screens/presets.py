@@ -11,23 +11,23 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.screen import Screen
 from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
 from ampscope.core.text import visible
 from ampscope.core.workload_spec import model_label
-from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
+from ampscope.tui.messages import EditedRunRequested, RunRequested
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import FIELDS, PresetForm, field_id, parse_field
+from ampscope.tui.screens.presets_sweep import SWEEP_BINDINGS, SweepScreen, queue_status
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 from ampscope.tui.screens.save import SaveDialog, save_user_preset
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
 
 
-class PresetsScreen(Screen):
+class PresetsScreen(SweepScreen):
     """The first screen. Runs are asked of the app (messages); ``read_only`` offers none."""
 
     HELP_TITLE = "Presets"
@@ -44,8 +44,7 @@ class PresetsScreen(Screen):
         Binding("enter", "run", "Run", id="presets.run-enter"),
         Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
-        Binding("m", "mark", "Mark for sweep", id="presets.mark"),
-        Binding("w", "sweep", "Run sweep", id="presets.sweep"),
+        *SWEEP_BINDINGS,
         Binding("h", "history", "History", id="presets.history"),
         Binding("f", "formats", "Formats", id="presets.formats"),
         Binding("p", "memory", "Memory plan", id="presets.memory"),
@@ -62,13 +61,9 @@ class PresetsScreen(Screen):
         self.read_only = read_only
         self.detach = False  # runs started from here outlive the dashboard
         self.presets: list[cfg.PresetInfo] = []
-        self.current: cfg.PresetInfo | None = None
         self.base: dict[str, Any] = {}
         self.edited: dict[str, Any] = {}
-        self.preset: cfg.Preset | None = None
         self.problem: str | None = None
-        # the sweep queue, in order: preset name -> the form's edits when it was marked edited
-        self.marked: dict[str, cfg.Preset | None] = {}
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
@@ -259,8 +254,7 @@ class PresetsScreen(Screen):
         elif self.is_edited:
             status = "edited: runs as a temporary copy"
         elif self.marked:
-            queue = [f"{n} (edited)" if edit else n for n, edit in self.marked.items()]
-            status = f"sweep queue: {', '.join(queue)}  (w runs it)"
+            status = queue_status(self.marked, self.repeats)
         else:
             status = ""
         self.query_one("#preset-status", Static).update(literal(status))
@@ -276,35 +270,6 @@ class PresetsScreen(Screen):
         from ampscope.tui.screens.memory import MemoryScreen
 
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
-
-    def action_mark(self) -> None:
-        """Add the highlighted preset, as the form shows it, to the sweep queue, or take it out."""
-        if self.current is None:
-            return
-        name = self.current.name
-        if name in self.marked:
-            del self.marked[name]
-        elif not self.is_edited:
-            self.marked[name] = None
-        elif self.runnable("Not marked"):
-            self.marked[name] = self.preset
-        else:
-            return
-        options = self.query_one("#preset-list", OptionList)
-        index = options.highlighted
-        self.reload(select=name)
-        if index is not None and index + 1 < options.option_count:
-            options.highlighted = index + 1
-        self.show_status()
-        self.refresh_bindings()
-
-    async def action_sweep(self) -> None:
-        if len(self.marked) < 2:
-            return
-        queue: list[str | cfg.Preset] = [edit or name for name, edit in self.marked.items()]
-        self.marked = {}
-        self.reload(select=self.current.name if self.current else None)
-        self.post_message(SweepRequested(queue))
 
     def runnable(self, title: str) -> bool:
         """The form, validated again; when it cannot run, say why under ``title``."""
@@ -368,6 +333,8 @@ class PresetsScreen(Screen):
             return self.editing
         if action == "sweep":
             return True if len(self.marked) >= 2 else None
+        if action == "repeats":
+            return self.repeats_shown(int(str(parameters[0])))
         return True
 
     def key_note(self, action: str) -> str:
@@ -375,6 +342,7 @@ class PresetsScreen(Screen):
             "view_run": "no run has been watched yet",
             "leave_field": "no field has the focus",
             "sweep": "mark two or more presets with m first",
+            "repeats": "mark presets with m first",
             "toggle_detach": "this dashboard is read-only",
         }.get(action, "")
 

@@ -104,7 +104,13 @@ class RunScreen(Screen):
         self.query_one(StatCards).set_compact(short)
 
     def show(self, source: RunSource) -> None:
-        """Show another source in this view (the dashboard's next run)."""
+        """Show another source in this view (the dashboard's next run, a restart).
+
+        The last run's toasts go with it: one still up would read as said of this run. A
+        notice posted for this one (a detached start) is still queued, so it stays.
+        """
+        if source is not self.source:
+            self.app.clear_notifications()
         self.source = source
         if self.is_attached:
             self._feed()
@@ -179,7 +185,24 @@ class RunScreen(Screen):
         self.refresh_bindings()
 
     def action_stop(self) -> None:
-        self.run_worker(self._stop(self.source), group="stop", exclusive=True)
+        """Stop at once a run an engine trains; someone's own watched training, once asked."""
+        source = self.source
+        if not getattr(source, "watched", False):
+            self.stop_now(source)
+            return
+        question = (
+            f"{self.state.label} is someone's own training process (ampscope.watch), not a run "
+            "this dashboard started. Stop it? It gets SIGINT, as Ctrl+C would."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes and self.source is source:
+                self.stop_now(source)
+
+        self.app.push_screen(ConfirmDialog(question, yes="Stop"), answered)
+
+    def stop_now(self, source: RunSource) -> None:
+        self.run_worker(self._stop(source), group="stop", exclusive=True)
         self.refresh_view()
 
     async def _stop(self, source: RunSource) -> None:

@@ -134,6 +134,8 @@ def nice_axis(
     lo, hi = (min(max(v, -AXIS_LIMIT), AXIS_LIMIT) for v in (lo, hi))  # 1e308 from a record
     if from_zero:
         lo = min(0.0, lo)
+    if lo == hi == 0.0:  # nothing yet, or all zero: 0..1, never an axis of 0 0 0
+        hi = 1.0
     span = max(hi - lo, min_span, abs(hi) * 1e-9, 1e-12)
     if hi - lo < span:
         middle = (hi + lo) / 2

@@ -56,3 +56,22 @@ def fill(
     for n, row in enumerate(rows):
         table.add_row(*(row[i] for i in shown), key=None if keys is None else keys[n])
     return shown
+
+
+def hidden_note(
+    heads: Sequence[str], shown: Sequence[int], order: Sequence[int] | None = None, room: int = 28
+) -> str:
+    """`` · columns hidden: final loss, steps`` for the columns ``fill`` left out, the most
+    wanted first (``order``), as many names as ``room`` holds and ``+N`` for the rest; '' for
+    none. A column that does not fit is said, never silently missing."""
+    order = list(range(len(heads))) if order is None else order
+    hidden = [heads[i] for i in order if i not in shown]
+    if not hidden:
+        return ""
+    names: list[str] = []
+    for name in hidden:
+        if names and len(", ".join([*names, name])) > room:
+            break
+        names.append(name)
+    rest = len(hidden) - len(names)
+    return f" · columns hidden: {', '.join(names)}" + (f" +{rest}" if rest else "")

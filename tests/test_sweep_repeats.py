@@ -1,0 +1,106 @@
+"""A sweep from the dashboard with repeats: interleaved runs, one row a preset, a verdict."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import comparison, records
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.model.session import RunSession
+from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.widgets.key_bar import KeyBar
+from tests.helpers import (
+    FakeEngine,
+    FakeListener,
+    run,
+    select_preset,
+    shown,
+    text,
+    wait_for,
+    write_finished_record,
+)
+
+SMALL = (80, 24)
+# median step times by preset, one a repeat: bf16 about twice as fast as fp32, with noise
+MEDIANS = {"fp32": [10.0, 10.4, 9.8, 10.1, 10.2], "bf16": [5.1, 4.9, 5.3, 5.0, 5.2]}
+
+
+class RecordingEngines:
+    """Each engine writes its record (the next median of its preset), says hello and exits."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.made: list[str] = []
+
+    def __call__(self, preset, overrides, runs_dir, on_event) -> FakeEngine:
+        median = MEDIANS[preset][self.made.count(preset)]
+        self.made.append(preset)
+        record = records.load_run(write_finished_record(self.root, preset, median, median))
+        return FakeEngine(preset, overrides, runs_dir, on_event, record.events, exit_at_once=0)
+
+
+@pytest.mark.unit
+def test_a_sweep_with_repeats_runs_interleaved_and_records_one_row_a_preset(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        engines = RecordingEngines(tmp_path)
+        listener = FakeListener()
+        session = RunSession(listener, tmp_path, start_engine=engines)
+        await session.start_sweep(["bf16", "fp32"], repeats=3)
+        await asyncio.wait_for(listener.compared_event.wait(), 5.0)
+        assert engines.made == ["bf16", "fp32"] * 3  # ABAB, as 'ampscope bench --repeats'
+        notes = [r.state.queue_note for r in listener.started]
+        assert notes == [f"sweep {i}/6" for i in range(1, 7)]
+        assert listener.repeated
+        (sweep_dir,) = tmp_path.glob("*-sweep*")
+        data = json.loads((sweep_dir / comparison.SWEEP_FILE).read_text())
+        assert data["order"] == ["bf16", "fp32"] * 3
+        assert [(r["preset"], r["runs"]) for r in data["rows"]] == [("bf16", 3), ("fp32", 3)]
+        assert any("faster than fp32 (95% CI" in line for line in data["verdict"])
+
+    run(go())
+
+
+@pytest.mark.unit
+def test_repeats_set_on_the_presets_screen_give_compare_a_speed_verdict(tmp_path: Path) -> None:
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        engines = RecordingEngines(tmp_path)
+        app.session._start_engine = engines
+        async with app.run_test(size=SMALL) as pilot:
+            presets = await shown(pilot, app, PresetsScreen)
+            assert "Repeats" not in presets.query_one(KeyBar).plain  # nothing marked yet
+            for name in ("fp32", "bf16"):
+                select_preset(app, name)
+                await pilot.press("m")
+            await pilot.pause()
+            assert "x Repeats: 3" in presets.query_one(KeyBar).plain
+            assert "3 runs each, interleaved" in text(presets, "#preset-status")
+            await pilot.press("x")  # 3 -> 5
+            await pilot.pause()
+            assert "x Repeats: 5" in presets.query_one(KeyBar).plain
+            assert "5 runs each, interleaved" in text(presets, "#preset-status")
+            await pilot.press("w")
+            screen = await shown(pilot, app, CompareScreen, 30)
+            assert engines.made == ["fp32", "bf16"] * 5
+            assert [(r.preset, r.runs) for r in screen.rows] == [("fp32", 5), ("bf16", 5)]
+            verdict = text(screen, "#compare-verdict")
+            assert "bf16: 2x faster than fp32 (95% CI" in verdict
+            assert "untested" not in verdict
+            assert "2 presets × 5 runs" in text(screen, "#compare-title")
+            # the history's c (nothing marked) opens the same table from the sweep record
+            app.show_history()
+            await shown(pilot, app, HistoryScreen)
+            await pilot.press("c")
+            again = await shown(pilot, app, CompareScreen)
+            assert [(r.preset, r.runs) for r in again.rows] == [("fp32", 5), ("bf16", 5)]
+            assert await wait_for(pilot, lambda: "faster" in text(again, "#compare-verdict"), 5)
+
+    run(go())

@@ -1,0 +1,51 @@
+"""At 80 columns, a table that cannot show every column says which ones it left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import records
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from tests.helpers import run, shown, text, wait_for, write_finished_record
+
+LONG = "a-preset-with-a-longer-name"
+
+
+@pytest.mark.unit
+def test_history_and_compare_at_80_columns_say_that_final_loss_is_hidden(tmp_path: Path) -> None:
+    for ms in (10.0, 5.0):
+        write_finished_record(tmp_path, LONG, ms)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.show_history()
+            history = await shown(pilot, app, HistoryScreen)
+            assert await wait_for(pilot, lambda: len(history.paths) == 2, 5)
+            heads = [str(c.label) for c in history.query_one("#history-table").columns.values()]
+            assert "final loss" not in heads
+            assert "columns hidden: median step, final loss" in text(history, "#history-title")
+            runs = [records.load_run(p) for p in history.paths.values()]
+            app.push_screen(CompareScreen(runs))
+            compare = await shown(pilot, app, CompareScreen)
+            await pilot.pause()
+            heads = [str(c.label) for c in compare.query_one("#compare-table").columns.values()]
+            assert "final loss" not in heads
+            assert "columns hidden: " in text(compare, "#compare-title")
+            assert "final loss" in text(compare, "#compare-title")
+        # wide enough, nothing is hidden and nothing is said
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(200, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.show_history()
+            history = await shown(pilot, app, HistoryScreen)
+            assert await wait_for(pilot, lambda: len(history.paths) == 2, 5)
+            assert "hidden" not in text(history, "#history-title")
+
+    run(go())
