@@ -109,3 +109,28 @@ def test_watch_numerics_every_records_the_planted_layer(tmp_path):
     assert boost.activation.formats["fp16"].overflow > 0.3 and boost.gradient is not None
     with pytest.raises(ValueError, match="numerics_every"):
         ampscope.watch(model, opt, runs_dir=tmp_path, numerics_every=-1)
+
+
+FOREIGN = Path(__file__).parent / "data" / "planted_foreign.py"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("factory", "planted"),
+    [("make_gpt2", "transformer.h.1.mlp.c_fc"), ("make_encoder", "encoder.layers.1.linear1")],
+)
+def test_cli_names_the_planted_layer_of_models_nobody_here_wrote(factory, planted):
+    """A Hugging Face GPT-2 and torch's own TransformerEncoder: the overflowing layer is
+    named by its named_modules() name in the JSON and in the fp16 verdict."""
+    pytest.importorskip("transformers")
+    done = numerics_cli("fp32", "--model", f"{FOREIGN}:{factory}", "--steps", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    over = [
+        m["name"]
+        for m in out["modules"]
+        if m["activation"] and m["activation"]["formats"]["fp16"]["overflow"] > 0
+    ]
+    assert over[0] == planted and out["steps_sampled"] == 3
+    fp16 = next(v for v in out["verdicts"] if v.startswith("fp16:"))
+    assert fp16.startswith(f"fp16: {planted}'s outputs reach ") and "beyond fp16's 65504" in fp16
