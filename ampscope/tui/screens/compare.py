@@ -147,15 +147,11 @@ class CompareScreen(Screen):
         "with repeat k of the baseline, and the 95 % confidence interval of their median "
         "step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
         "difference shown), ? a preset with fewer than 3 repeats (untested: run a sweep "
-<<<<<<< HEAD
-        "with repeats 3 or more, or 'ampscope bench --repeats 3'). Under the plots, each run's "
+        "with repeats 3 or more, x on the Presets screen, or 'ampscope bench --repeats 3'). "
+        "With repeats, the curves are each preset's first run. Under the plots, each run's "
         "profile (the last its record holds) against the baseline's: the change of the ms a "
         "step spends in each class (matmul, elementwise, idle...), largest first; "
         "'ampscope profile PRESET' or p in the Run view records one."
-=======
-        "with repeats 3 or more, x on the Presets screen, or 'ampscope bench --repeats 3'). "
-        "With repeats, the curves are each preset's first run."
->>>>>>> dash-model
     )
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
