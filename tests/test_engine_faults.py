@@ -358,3 +358,23 @@ def test_the_memory_estimate_holds_what_the_built_run_holds(name: str) -> None:
     )
     assert pool <= need.data <= 3 * pool  # the estimate adds the temporaries of building it
     assert need.model == pytest.approx(state, rel=0.02)
+
+
+@pytest.mark.unit
+def test_a_disk_full_before_the_record_begins_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch, capfd
+) -> None:
+    """The folder was made, its config.json could not be written: it stayed, empty, and
+    ``ampscope runs`` listed it as a crashed run."""
+
+    def full(path, data) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(records, "write_json", full)
+    code = run("fp32", [*TINY, "steps=3"], json_out=True, runs_dir=tmp_path)
+    monkeypatch.undo()
+    out = capfd.readouterr().out.encode()
+    assert code == EXIT_FAILED
+    (error,) = only(decoded(out), ev.ErrorEvent)
+    assert error.kind == "io" and "No space left on device" in error.message
+    assert list(tmp_path.iterdir()) == []

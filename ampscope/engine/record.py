@@ -21,6 +21,7 @@ from pathlib import Path
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.ownership import OWNER_FILE
 from ampscope.core.workload_spec import record_name
 
 HEARTBEAT_S = 1.0
@@ -141,6 +142,18 @@ def open_run_dir(
         return run_dir
     name = record_name(preset.name, preset.workload.model)
     return records.new_run_dir(runs_dir or records.default_runs_dir(), name)
+
+
+def discard_unstarted(run_dir: Path) -> None:
+    """Remove a run folder whose record could not even begin (a disk already full): what the
+    engine put there, then the folder if nothing else is in it. ``runs`` would list it as a
+    crashed run otherwise."""
+    made = (records.EVENTS_FILE, records.CONFIG_FILE, records.LIVE_FILE, OWNER_FILE)
+    for name in made:
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def write_summary(run_dir: Path, hello: ev.HelloEvent, done: ev.DoneEvent | None = None) -> None:

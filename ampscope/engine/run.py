@@ -30,7 +30,7 @@ from ampscope.engine.process import (
     watch_parent,
 )
 from ampscope.engine.ranks import RankEnv
-from ampscope.engine.record import RunRecord, open_run_dir
+from ampscope.engine.record import RunRecord, discard_unstarted, open_run_dir
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "run"]
 
@@ -61,10 +61,13 @@ def run(
     if not ranks.lead:  # rank 0 speaks for the run
         json_out, record, on_event, run_dir = False, False, None, None
 
+    given, made = run_dir, None
     try:
-        run_dir = open_run_dir(preset, record, runs_dir, run_dir)
+        made = run_dir = open_run_dir(preset, record, runs_dir, run_dir)
         saved = RunRecord(run_dir, preset) if run_dir else None
     except OSError as exc:
+        if made is not None and given is None:  # a full disk: no empty folder listed crashed
+            discard_unstarted(made)
         return refuse(cannot_record(exc, runs_dir, run_dir), json_out, on_event, kind="io")
     if run_dir is not None and on_record is not None:
         on_record(run_dir)
