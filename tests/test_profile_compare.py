@@ -178,3 +178,32 @@ def test_real_profiles_of_fp32_and_amp_bf16_on_a_cpu_compare_by_matmul_format(
     assert changes["matmul"]["before"] == pytest.approx(
         data["before"]["classes"]["matmul"] * data["before"]["step_ms"], abs=1e-3
     )
+
+
+@pytest.mark.unit
+def test_a_sweep_with_repeats_compares_each_rows_profile_whichever_repeat_took_it(
+    tmp_path: Path,
+) -> None:
+    """A row of repeats is one row in Compare; its profile is the one any of its runs took
+    (here the second repeat of each preset), not a run matched to a row by position."""
+    paths = []
+    for k in range(3):
+        for preset, ms, profile in (("fp32", 12.0, FP32), ("amp-bf16", 7.0, BF16)):
+            extra = [profile] if k == 1 else []
+            name = f"2026010{k + 1}T00000{len(paths)}Z-{preset}"
+            paths.append(write_record(tmp_path, name, preset, "ok", ms, 20, extra=extra))
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            loaded = [records.load_run(p) for p in paths]
+            app.push_screen(CompareScreen(loaded, baseline="fp32", repeated=True))
+            screen = await shown(pilot, app, CompareScreen)
+            await pilot.pause()
+            assert [(r.preset, r.runs) for r in screen.rows] == [("fp32", 3), ("amp-bf16", 3)]
+            assert text(screen, "#compare-profile").startswith(
+                "fp32 \u2192 amp-bf16, 12.0 \u2192 7.00 ms/step: matmul \u221268 %"
+            )
+
+    run(go())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core import profiles
+from ampscope.core import profiles, records
 from ampscope.core.profile_rules import CLASSES
 from ampscope.core.units import fmt_ms
 
@@ -29,6 +29,12 @@ HOW_TO = "'ampscope profile {preset}' or p in a live Run view"
 def last_profile(events: Sequence[object]) -> ev.ProfileEvent | None:
     """The run's profile: the last one its record holds (a later ``p`` replaces an earlier)."""
     found = profiles.profiles_in(events)
+    return found[-1] if found else None
+
+
+def last_profile_of(runs: Sequence[records.RunRecord]) -> ev.ProfileEvent | None:
+    """The last profile any of ``runs`` took (a row of repeats has one profile at most)."""
+    found = [p for r in runs if (p := last_profile(r.events)) is not None]
     return found[-1] if found else None
 
 

@@ -172,19 +172,21 @@ class CompareScreen(Screen):
             self.labels = list(groups)
             self.base_rows = [comparison.row_from_runs(n, rs) for n, rs in groups.items()]
             self.shown = [rs[0] for rs in groups.values()]  # the curves: each first repeat
+            members = list(groups.values())
         else:
             self.labels = labels_for(runs)
             self.base_rows = [
                 comparison.row_from_runs(lbl, [r]) for lbl, r in zip(self.labels, runs, strict=True)
             ]
             self.shown = runs
+            members = [[r] for r in runs]
         self.repeats = max((r.runs for r in self.base_rows), default=1)
         self.baseline = baseline or default_baseline(self.base_rows)
         self.sort_index = 0
         self.rows: list[comparison.Row] = []
-        self.profiled = [
-            profile_compare.ProfiledRun(lbl, run_preset(r), profile_compare.last_profile(r.events))
-            for lbl, r in zip(self.labels, runs, strict=True)
+        self.profiled = [  # a row's profile: the last one any of its runs took
+            profile_compare.ProfiledRun(lbl, run_preset(rs[0]), profile_compare.last_profile_of(rs))
+            for lbl, rs in zip(self.labels, members, strict=True)
         ]
 
     def compose(self) -> ComposeResult:
