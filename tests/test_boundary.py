@@ -139,8 +139,9 @@ def test_no_source_file_is_over_400_lines() -> None:
 def test_reading_events_and_records_loads_neither_numpy_nor_ml_dtypes() -> None:
     """Every reader of records (the dashboard, `ampscope runs`, a stop) imports the events; the
     format limits' numpy and ml_dtypes cost 0.7 s there, so they stay out."""
-    code = (
-        "import sys; from ampscope.core import events, records; "
-        "assert not {'numpy', 'ml_dtypes'} & set(sys.modules), sorted(sys.modules)"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=engine_env())
+    for readers in ("from ampscope.core import events, records", "import ampscope.tui.app"):
+        code = (
+            f"import sys; {readers}; "
+            "assert not {'numpy', 'ml_dtypes'} & set(sys.modules), sorted(sys.modules)"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=engine_env())

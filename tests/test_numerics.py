@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core.numerics import LIMITS, choose_modules, group_names
+from ampscope.core.numerics import LIMITS, choose_modules, derive_limits, group_names
 from ampscope.engine.numerics.probe import NumericsProbe
 
 DATA = Path(__file__).parent / "data" / "planted_numerics.py"
@@ -129,6 +129,11 @@ def test_shares_match_torch_casts(factory):
         assert tiny.formats["fp16"].underflow > 0.9
         assert tiny.formats["bf16"].underflow == 0
         assert tiny.formats["e4m3"].scaled_underflow < 0.1  # amax scaling rescues it
+
+
+@pytest.mark.unit
+def test_the_written_out_limits_are_those_real_casts_give():
+    assert {key: derive_limits(key) for key in LIMITS} == LIMITS
 
 
 @pytest.mark.unit
