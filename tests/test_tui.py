@@ -15,8 +15,10 @@ import pytest
 from ampscope.core import config as cfg
 from ampscope.tui.app import AmpscopeApp, parse_autostart
 from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.presets import PresetsScreen, SaveDialog, field_id
+from ampscope.tui.screens.preset_form import field_id
+from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
+from ampscope.tui.screens.save import SaveDialog
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import (
@@ -69,9 +71,9 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
             assert app.session.engine is None and isinstance(app.screen, PresetsScreen)
             steps_input.value = "7"
             screen.query_one("#" + field_id("lr")).value = "1e-4"
-            assert await wait_for(pilot, lambda: screen.preset is not None, 5)
+            assert await wait_for(pilot, lambda: screen.draft.preset is not None, 5)
             assert text(screen, "#preset-error") == ""
-            assert screen.is_edited and screen.preset.steps == 7
+            assert screen.draft.is_edited and screen.draft.preset.steps == 7
             screen.query_one("#preset-list").focus()
             await pilot.press("s")
             dialog = await shown(pilot, app, SaveDialog)

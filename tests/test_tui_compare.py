@@ -13,7 +13,8 @@ from ampscope.core import comparison, records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen, OverlayPlot
 from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.presets import PresetsScreen, field_id
+from ampscope.tui.screens.preset_form import field_id
+from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import FAST, SIZE, run, select_preset, shown, wait_for
 
 SHORT = [*FAST, "steps=6", "warmup_steps=2"]

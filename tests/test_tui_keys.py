@@ -17,7 +17,8 @@ from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.help import HelpScreen, key_rows
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
-from ampscope.tui.screens.presets import PresetsScreen, field_id
+from ampscope.tui.screens.preset_form import field_id
+from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.key_bar import KeyBar, KeyItem, fit
 from ampscope.tui.widgets.plots import RunPlot
@@ -139,7 +140,7 @@ def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -
             assert presets.focused is presets.query_one("#preset-list")
             await pilot.press("h")  # a key, not a letter typed into 'steps'
             await shown(pilot, app, HistoryScreen)
-            assert steps.value == str(presets.base["steps"])
+            assert steps.value == str(presets.draft.base["steps"])
 
     run(go())
 

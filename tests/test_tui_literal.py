@@ -20,7 +20,8 @@ from ampscope.tui.model.replay import ReplaySource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
-from ampscope.tui.screens.presets import PresetsScreen, field_id
+from ampscope.tui.screens.preset_form import field_id
+from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.screens.save import SaveDialog
 from tests.helpers import (
@@ -103,15 +104,15 @@ async def presets_and_form(app, pilot, name: str, shown_as: str) -> None:
     for key in ("steps", "device", "lr"):
         presets.query_one("#" + field_id(key)).value = name
         await pilot.pause()
-    assert presets.preset is None and presets.problem
+    assert presets.draft.preset is None and presets.draft.problem
     presets.query_one("#" + field_id("device")).value = "cpu"
     presets.query_one("#" + field_id("lr")).value = "1e-3"
     presets.query_one("#" + field_id("steps")).value = "9" * 5000  # pasted
     await pilot.pause()
     error = text(presets, "#preset-error")
-    assert "steps" in error and "too long" in error and presets.preset is None
+    assert "steps" in error and "too long" in error and presets.draft.preset is None
     presets.query_one("#" + field_id("steps")).value = "3"
-    assert await wait_for(pilot, lambda: presets.preset is not None)
+    assert await wait_for(pilot, lambda: presets.draft.preset is not None)
 
 
 async def palette_and_memory(app, pilot, shown_as: str) -> None:

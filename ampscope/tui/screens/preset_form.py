@@ -1,39 +1,48 @@
-"""The Presets screen's form: the highlighted preset's main fields, one row each."""
+"""The Presets screen's two halves: the list of presets, and the form with the highlighted
+preset's main fields, one row each."""
 
 from __future__ import annotations
 
-import typing
+from collections.abc import Callable, Collection
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Input, Label, Select, Static
+from textual.widgets import Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
 
 from ampscope.core import config as cfg
-
-# (key in the preset, label, choices or None for a free input)
-FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
-    ("precision", "precision", typing.get_args(cfg.Precision)),
-    ("grad_scaler", "grad scaler", typing.get_args(cfg.ScalerMode)),
-    ("compile", "compile", typing.get_args(cfg.CompileMode)),
-    ("steps", "steps", None),
-    ("batch_size", "batch size", None),
-    ("lr", "lr", None),
-    ("device", "device", None),
-    ("workload.kind", "workload", typing.get_args(cfg.WorkloadKind)),
-    ("workload.size", "size", typing.get_args(cfg.WorkloadSize)),
-]
+from ampscope.core.text import visible
+from ampscope.core.workload_spec import model_label
+from ampscope.tui.model.preset_draft import FIELDS
+from ampscope.tui.text import literal
 
 
 def field_id(key: str) -> str:
     return "field-" + key.replace(".", "-").replace("_", "-")
 
 
-def parse_field(key: str, text: str) -> Any:
-    text = text.strip()
-    if key == "device":
-        return text
-    return cfg.parse_value(text)
+class PresetList(OptionList):
+    """The presets by name, a user's marked as such and the sweep's marked with a dot."""
+
+    def show(self, presets: list[cfg.PresetInfo], marked: Collection[str]) -> None:
+        self.clear_options()
+        self.add_options(
+            [
+                Option(
+                    Text.assemble(
+                        "\u25cf " if p.name in marked else "  ",
+                        literal(p.name),
+                        "  (user)" if p.source == "user" else "",
+                    ),
+                    id=p.name,
+                )
+                for p in presets
+            ]
+        )
+        longest = max((len(visible(p.name)) for p in presets), default=10)
+        self.styles.width = min(max(longest + 9, 20), 40)  # names whole, never wrapped
 
 
 class PresetForm(VerticalScroll, can_focus=False):
@@ -58,3 +67,61 @@ class PresetForm(VerticalScroll, can_focus=False):
                     )
         yield Label("", id="preset-error", classes="error", markup=False)
         yield Static("", id="preset-status")
+
+    def show(
+        self,
+        info: cfg.PresetInfo,
+        preset: cfg.Preset,
+        model: str | None,
+        value: Callable[[str], Any],
+    ) -> None:
+        """The preset: its name, where it comes from, its description and every field from
+        ``value(key)``. With ``model`` (a --model dashboard) the workload and size fields do
+        not apply: the model's row says what trains instead."""
+        where = "shipped" if info.source == "shipped" else f"{info.source}: {info.path}"
+        self.query_one("#preset-description", Static).update(
+            Text.assemble(
+                literal(info.name, "bold"),
+                "  ",
+                literal(f"({where})", "dim"),
+                "\n",
+                literal(preset.description, keep_newlines=True),
+            )
+        )
+        row = self.query_one("#preset-model", Static)
+        row.display = model is not None
+        if model is not None:
+            row.update(Text.assemble(("model      ", "bold"), literal(model_label(model) or model)))
+        for key in ("workload.kind", "workload.size"):
+            parent = self.query_one("#" + field_id(key)).parent
+            if parent is not None:
+                parent.display = model is None
+        for key, _label, choices in FIELDS:
+            widget = self.query_one("#" + field_id(key))
+            if choices is None:
+                assert isinstance(widget, Input)
+                widget.value = "" if value(key) is None else str(value(key))
+            else:
+                assert isinstance(widget, Select)
+                widget.value = value(key)
+
+    def values(self) -> dict[str, str | None]:
+        """What the fields hold: free fields as typed, choices as picked (None: no pick)."""
+        out: dict[str, str | None] = {}
+        for key, _label, choices in FIELDS:
+            widget = self.query_one("#" + field_id(key))
+            if choices is None:
+                assert isinstance(widget, Input)
+                out[key] = widget.value
+            else:
+                assert isinstance(widget, Select)
+                out[key] = None if widget.value is Select.NULL else str(widget.value)
+        return out
+
+    def show_state(self, problem: str | None, key: str | None, status: str) -> None:
+        """Why the form cannot run, with the field at fault (if one is) drawn invalid, and
+        the status line under it."""
+        self.query_one("#preset-error", Label).update(visible(problem or "", keep_newlines=True))
+        for fkey, _label, _choices in FIELDS:
+            self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
+        self.query_one("#preset-status", Static).update(literal(status))

@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
-from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Input, Label, OptionList, Select, Static
-from textual.widgets.option_list import Option
+from textual.screen import Screen
+from textual.widgets import Input, Label, OptionList, Select
 
 from ampscope.core import config as cfg
 from ampscope.core.text import visible
-from ampscope.core.workload_spec import model_label
-from ampscope.tui.messages import EditedRunRequested, RunRequested
+from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
+from ampscope.tui.model.preset_draft import REPEAT_CHOICES, PresetDraft
 from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.preset_form import FIELDS, PresetForm, field_id, parse_field
-from ampscope.tui.screens.presets_sweep import SWEEP_BINDINGS, SweepScreen, queue_status
+from ampscope.tui.screens.memory import model_spec
+from ampscope.tui.screens.preset_form import PresetForm, PresetList
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
-from ampscope.tui.screens.save import SaveDialog, save_user_preset
-from ampscope.tui.text import literal
+from ampscope.tui.screens.save import ask_and_save
 from ampscope.tui.widgets.key_bar import KeyBar
 
 
-class PresetsScreen(SweepScreen):
-    """The first screen. Runs are asked of the app (messages); ``read_only`` offers none."""
+class PresetsScreen(Screen):
+    """The first screen: the list, the form (a ``PresetDraft`` holds what it means) and the
+    sweep queue. Runs are asked of the app (messages); ``read_only`` offers none."""
 
     HELP_TITLE = "Presets"
     HELP = (
@@ -44,7 +41,13 @@ class PresetsScreen(SweepScreen):
         Binding("enter", "run", "Run", id="presets.run-enter"),
         Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
-        *SWEEP_BINDINGS,
+        Binding("m", "mark", "Mark for sweep", id="presets.mark"),
+        Binding("w", "sweep", "Run sweep", id="presets.sweep"),
+        # one shows (check_action): it names the current count, pressing it moves to the next
+        *(
+            Binding("x", f"repeats({n})", f"Repeats: {n}", id="presets.repeats")
+            for n in REPEAT_CHOICES
+        ),
         Binding("h", "history", "History", id="presets.history"),
         Binding("f", "formats", "Formats", id="presets.formats"),
         Binding("p", "memory", "Memory plan", id="presets.memory"),
@@ -61,13 +64,19 @@ class PresetsScreen(SweepScreen):
         self.read_only = read_only
         self.detach = False  # runs started from here outlive the dashboard
         self.presets: list[cfg.PresetInfo] = []
-        self.base: dict[str, Any] = {}
-        self.edited: dict[str, Any] = {}
-        self.problem: str | None = None
+        self.draft = PresetDraft()
+
+    @property
+    def current(self) -> cfg.PresetInfo | None:
+        return self.draft.info
+
+    @property
+    def form(self) -> PresetForm:
+        return self.query_one("#preset-form", PresetForm)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="presets-main"):
-            yield OptionList(id="preset-list")
+            yield PresetList(id="preset-list")
             yield PresetForm(id="preset-form")
         yield KeyBar()
 
@@ -96,23 +105,7 @@ class PresetsScreen(SweepScreen):
 
     def reload(self, select: str | None = None) -> None:
         self.presets = cfg.list_presets()
-        options = self.query_one("#preset-list", OptionList)
-        options.clear_options()
-        options.add_options(
-            [
-                Option(
-                    Text.assemble(
-                        "● " if p.name in self.marked else "  ",
-                        literal(p.name),
-                        "  (user)" if p.source == "user" else "",
-                    ),
-                    id=p.name,
-                )
-                for p in self.presets
-            ]
-        )
-        longest = max((len(visible(p.name)) for p in self.presets), default=10)
-        options.styles.width = min(max(longest + 9, 20), 40)  # names whole, never wrapped
+        self.query_one(PresetList).show(self.presets, self.draft.marked)
         if not self.presets:
             self.query_one("#preset-error", Label).update(
                 f"No presets found. Add .toml files to {visible(cfg.user_presets_dir())}."
@@ -120,7 +113,7 @@ class PresetsScreen(SweepScreen):
             return
         names = [p.name for p in self.presets]
         index = names.index(select) if select in names else 0
-        options.highlighted = index
+        self.query_one(PresetList).highlighted = index
         self.load(self.presets[index])
 
     @on(OptionList.OptionHighlighted, "#preset-list")
@@ -134,79 +127,17 @@ class PresetsScreen(SweepScreen):
         await self.action_run()
 
     def load(self, info: cfg.PresetInfo) -> None:
-        self.current = info
-        try:
-            preset = cfg.load_preset(str(info.path))
-        except cfg.ConfigError as exc:
-            self.base, self.edited, self.preset = {}, {}, None
-            self.show_problem(str(exc))
-            return
-        self.base = cfg.to_dict(preset)
-        self.edited = copy.deepcopy(self.base)
-        self.preset = preset
-        where = "shipped" if info.source == "shipped" else f"{info.source}: {info.path}"
-        self.query_one("#preset-description", Static).update(
-            Text.assemble(
-                literal(info.name, "bold"),
-                "  ",
-                literal(f"({where})", "dim"),
-                "\n",
-                literal(preset.description, keep_newlines=True),
-            )
-        )
-        self.show_model()
-        for key, _label, choices in FIELDS:
-            value = cfg.get_dotted(self.base, key)
-            widget = self.query_one("#" + field_id(key))
-            if choices is None:
-                assert isinstance(widget, Input)
-                widget.value = "" if value is None else str(value)
-            else:
-                assert isinstance(widget, Select)
-                widget.value = value
-        self.show_problem(None)
-
-    def show_model(self) -> None:
-        """With ``--model`` the workload and size fields do not apply: the model's row says
-        what trains instead."""
-        from ampscope.tui.screens.memory import model_spec
-
-        spec = model_spec(getattr(getattr(self.app, "session", None), "extra_overrides", []))
-        row = self.query_one("#preset-model", Static)
-        row.display = spec is not None
-        if spec is not None:
-            row.update(Text.assemble(("model      ", "bold"), literal(model_label(spec) or spec)))
-        for key in ("workload.kind", "workload.size"):
-            parent = self.query_one("#" + field_id(key)).parent
-            if parent is not None:
-                parent.display = spec is None
-
-    def form_values(self) -> dict[str, Any]:
-        """The loaded preset with the form's fields applied (not yet validated).
-
-        Raises ConfigError (with the field's key) for a value that cannot even be read:
-        5,000 pasted digits, say.
-        """
-        data = copy.deepcopy(self.base)
-        for key, _label, choices in FIELDS:
-            widget = self.query_one("#" + field_id(key))
-            if choices is None:
-                assert isinstance(widget, Input)
-                try:
-                    value = parse_field(key, widget.value)
-                except cfg.ConfigError as exc:
-                    raise cfg.ConfigError(f"'{key}': {exc.detail}", key=key) from None
-                cfg.set_dotted(data, key, value)
-            else:
-                assert isinstance(widget, Select)
-                if widget.value is not Select.NULL:
-                    cfg.set_dotted(data, key, widget.value)
-        return data
+        preset = self.draft.load(info)
+        if preset is not None:
+            session = getattr(self.app, "session", None)  # a --model dashboard: the model
+            spec = model_spec(getattr(session, "extra_overrides", []))
+            self.form.show(info, preset, spec, self.draft.value)
+        self.show_problem()
 
     @on(Input.Changed)
     @on(Select.Changed)
     def _changed(self, event: Input.Changed | Select.Changed) -> None:
-        if not self.base or event.control.id in (None, "save-name"):
+        if not self.draft.loaded or event.control.id in (None, "save-name"):
             return
         self.revalidate()
 
@@ -215,49 +146,16 @@ class PresetsScreen(SweepScreen):
         await self.action_run()
 
     def revalidate(self) -> bool:
-        try:
-            data = self.form_values()
-        except cfg.ConfigError as exc:
-            self.preset = None
-            self.show_problem(str(exc), exc.key)
-            return False
-        for key, _label, choices in FIELDS:
-            if choices is None and str(cfg.get_dotted(data, key)).strip() == "":
-                self.preset = None
-                self.show_problem(f"'{key}' is empty.", key)
-                return False
-        try:
-            self.preset = cfg.validate(data, source="edited preset")
-        except cfg.ConfigError as exc:
-            self.preset = None
-            self.show_problem(str(exc), exc.key)
-            return False
-        self.edited = data
-        self.show_problem(None)
-        return True
+        ok = self.draft.update(self.form.values())
+        self.show_problem()
+        return ok
 
-    @property
-    def is_edited(self) -> bool:
-        return self.edited != self.base
-
-    def show_problem(self, message: str | None, key: str | None = None) -> None:
-        self.problem = message
-        self.query_one("#preset-error", Label).update(visible(message or "", keep_newlines=True))
-        for fkey, _label, _choices in FIELDS:
-            self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
-        self.show_status()
+    def show_problem(self) -> None:
+        """Why the form cannot run (its field drawn invalid), and the line under it."""
+        self.form.show_state(self.draft.problem, self.draft.problem_key, self.draft.status())
 
     def show_status(self) -> None:
-        """Under the form: that the form is edited, else what the sweep queue holds."""
-        if self.problem:
-            status = ""
-        elif self.is_edited:
-            status = "edited: runs as a temporary copy"
-        elif self.marked:
-            status = queue_status(self.marked, self.repeats)
-        else:
-            status = ""
-        self.query_one("#preset-status", Static).update(literal(status))
+        self.form.show_state(self.draft.problem, self.draft.problem_key, self.draft.status())
 
     def action_formats(self) -> None:
         from ampscope.tui.screens.formats import (
@@ -273,10 +171,10 @@ class PresetsScreen(SweepScreen):
 
     def runnable(self, title: str) -> bool:
         """The form, validated again; when it cannot run, say why under ``title``."""
-        if self.base and self.revalidate() and self.preset is not None:
+        if self.draft.loaded and self.revalidate() and self.draft.preset is not None:
             return True
         self.app.notify(
-            visible(self.problem or "This preset cannot run."),
+            visible(self.draft.problem or "This preset cannot run."),
             severity="error",
             title=title,
             markup=False,
@@ -288,38 +186,24 @@ class PresetsScreen(SweepScreen):
             return
         if not self.runnable("Not valid"):
             return
-        if self.is_edited and self.preset is not None:
-            self.post_message(EditedRunRequested(self.preset, detach=self.detach))
+        if self.draft.is_edited and self.draft.preset is not None:
+            self.post_message(EditedRunRequested(self.draft.preset, detach=self.detach))
         else:
             self.post_message(RunRequested(self.current.name, detach=self.detach))
 
     def action_save(self) -> None:
-        if self.preset is None or not self.revalidate():
+        if not self.draft.loaded or not self.revalidate() or self.draft.preset is None:
             self.app.notify(
-                visible(self.problem or "Nothing to save."), severity="error", markup=False
+                visible(self.draft.problem or "Nothing to save."), severity="error", markup=False
             )
             return
-        preset = self.preset
-        suggestion = (
-            f"{preset.name}-custom"
-            if self.current and self.current.source != "user"
-            else preset.name
+        ask_and_save(
+            self.app,
+            self.draft.preset,
+            self.draft.save_suggestion,
+            self.read_only,
+            lambda name: self.reload(select=name),
         )
-
-        def saved(name: str | None) -> None:
-            if not name:
-                return
-            try:
-                if self.read_only:
-                    raise OSError("this dashboard is read-only")
-                path = save_user_preset(preset, name)
-            except OSError as exc:
-                self.app.notify(visible(f"Cannot save: {exc}"), severity="error", markup=False)
-                return
-            self.app.notify(visible(f"Saved {path}"), title="Preset saved", markup=False)
-            self.reload(select=name)
-
-        self.app.push_screen(SaveDialog(suggestion), saved)
 
     def action_history(self) -> None:
         self.app.push_screen(HistoryScreen(self.runs_dir))
@@ -332,9 +216,9 @@ class PresetsScreen(SweepScreen):
         if action == "leave_field":
             return self.editing
         if action == "sweep":
-            return True if len(self.marked) >= 2 else None
-        if action == "repeats":
-            return self.repeats_shown(int(str(parameters[0])))
+            return True if len(self.draft.marked) >= 2 else None
+        if action == "repeats":  # the one naming the current count, once presets are marked
+            return bool(self.draft.marked) and int(str(parameters[0])) == self.draft.repeats
         return True
 
     def key_note(self, action: str) -> str:
@@ -354,3 +238,33 @@ class PresetsScreen(SweepScreen):
     def action_view_run(self) -> None:
         if self.app.is_screen_installed(LIVE_RUN_SCREEN):
             self.app.push_screen(LIVE_RUN_SCREEN)
+
+    def action_mark(self) -> None:
+        """Add the highlighted preset, as the form shows it, to the sweep queue, or take it out."""
+        info = self.current
+        if info is None:
+            return
+        marking_edits = info.name not in self.draft.marked and self.draft.is_edited
+        if marking_edits and not self.runnable("Not marked"):
+            return
+        self.draft.toggle_mark()
+        options = self.query_one("#preset-list", OptionList)
+        index = options.highlighted
+        self.reload(select=info.name)
+        if index is not None and index + 1 < options.option_count:
+            options.highlighted = index + 1
+        self.show_status()
+        self.refresh_bindings()
+
+    def action_repeats(self, shown: int) -> None:
+        """x: the next number of interleaved rounds the marked presets run."""
+        self.draft.next_repeats()
+        self.show_status()
+        self.refresh_bindings()
+
+    async def action_sweep(self) -> None:
+        queue = self.draft.take_sweep()
+        if queue is None:
+            return
+        self.reload(select=self.current.name if self.current else None)
+        self.post_message(SweepRequested(queue, repeats=self.draft.repeats))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 from textual import on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -27,6 +28,28 @@ def save_user_preset(preset: cfg.Preset, name: str) -> Path:
     path = folder / f"{name}.toml"
     path.write_text(cfg.to_toml(msgspec.structs.replace(preset, name=name)))
     return path
+
+
+def ask_and_save(
+    app: App, preset: cfg.Preset, suggestion: str, read_only: bool, saved: Callable[[str], None]
+) -> None:
+    """Ask for a name, save ``preset`` under it and say where (or why not); ``saved(name)``
+    after it is written."""
+
+    def named(name: str | None) -> None:
+        if not name:
+            return
+        try:
+            if read_only:
+                raise OSError("this dashboard is read-only")
+            path = save_user_preset(preset, name)
+        except OSError as exc:
+            app.notify(visible(f"Cannot save: {exc}"), severity="error", markup=False)
+            return
+        app.notify(visible(f"Saved {path}"), title="Preset saved", markup=False)
+        saved(name)
+
+    app.push_screen(SaveDialog(suggestion), named)
 
 
 class SaveDialog(ModalScreen[str | None]):
