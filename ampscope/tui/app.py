@@ -25,8 +25,8 @@ from ampscope.core import parallel, records
 from ampscope.core.launch import launch_detached
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ, check_refresh
 from ampscope.core.text import visible
-from ampscope.tui import keys
 from ampscope.tui.commands import PresetCommands
+from ampscope.tui.keymapping import Keymapping
 from ampscope.tui.messages import (
     EditedRunRequested,
     RecordOpened,
@@ -42,7 +42,7 @@ from ampscope.tui.navigation import Navigation
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
 from ampscope.tui.screens.formats import FormatsScreen
-from ampscope.tui.screens.help import HelpScreen, key_reason
+from ampscope.tui.screens.help import HelpScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.numerics import NumericsScreen
@@ -57,7 +57,7 @@ AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
 THEME_ENV = "AMPSCOPE_THEME"
 
 
-class AmpscopeApp(Navigation, App):
+class AmpscopeApp(Keymapping, Navigation, App):
     """The dashboard.
 
     ``extra_overrides`` are appended (as ``--set``) to every run the app starts; ``autostart``
@@ -146,36 +146,6 @@ class AmpscopeApp(Navigation, App):
 
     # ------------------------------------------------------------------ keys, help, size
 
-    @classmethod
-    def binding_ids(cls) -> set[str]:
-        found = set()
-        for owner in (cls, *cls.SCREENS_WITH_KEYS):
-            for binding in owner.BINDINGS:
-                if isinstance(binding, Binding) and binding.id:
-                    found.add(binding.id)
-        return found
-
-    def load_keys(self) -> None:
-        """The user's keys (``keys.toml``); what is wrong with the file is said once."""
-        keymap, problems = keys.load_keymap(keys.keys_path(), self.binding_ids())
-        keymap, clashes = keys.drop_clashes(keymap, type(self), self.SCREENS_WITH_KEYS)
-        problems += clashes
-        if keymap:
-            self.set_keymap(keymap)
-        for problem in problems:
-            self.tell(problem, error=True, title="Keys")
-
-    def handle_bindings_clash(self, clashed_bindings: set[Binding], node: object) -> None:
-        names = ", ".join(sorted({b.id or b.action for b in clashed_bindings}))
-        if names and names != getattr(self, "_clash_told", ""):
-            self._clash_told = names
-            self.tell(
-                f"{keys.keys_path()} gives a key to more than one binding here; these lost it: "
-                f"{names}.",
-                error=True,
-                title="Keys",
-            )
-
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
@@ -198,17 +168,6 @@ class AmpscopeApp(Navigation, App):
         """Stop the engine (SIGTERM, then SIGKILL after the grace period), then exit."""
         await self.session.stop_run()
         self.exit(0)
-
-    def on_key(self, event: events.Key) -> None:
-        """A dimmed key, pressed, says why it does nothing now, rather than nothing at all."""
-        active = self.screen.active_bindings.get(event.key)
-        if active is None or active.enabled:
-            return
-        action = active.binding.action.partition("(")[0]
-        note = key_reason(self.screen, action)
-        if note:
-            message = f"{active.binding.description}: {note}"
-            self.notify(visible(message), title="Not now", markup=False, timeout=4)
 
     async def on_unmount(self) -> None:
         """The last chance (exit without quit): the engine never outlives the app."""
