@@ -12,8 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
+from ampscope.core import launch
+from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
 from tests.helpers import ROOT
 
 
@@ -82,9 +83,12 @@ def test_the_sdist_holds_each_source_file_once_under_ampscope(tmp_path: Path) ->
 
 @pytest.mark.subprocess
 def test_an_install_makes_only_ampscope_importable(tmp_path: Path) -> None:
-    """From any folder, ampscope imports and the checkout's other folders do not: with the
-    checkout on sys.path, ``engine.exits`` and ``ampscope.engine.exits`` were two modules."""
+    """From any folder, ampscope imports and the checkout's other folders do not, in this
+    process's children and in the engine's: with the checkout on sys.path, ``engine.exits``
+    and ``ampscope.engine.exits`` were two modules."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if launch.found_without_path():  # the engine's, bench's and torchrun's children as well
+        env = launch.child_env(env)
     probe = (
         "import importlib.util as u, ampscope.engine.loop as loop; "
         "print(loop.__file__); "

@@ -9,8 +9,10 @@ which starts one engine per rank.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -64,18 +66,38 @@ def engine_command(
     return cmd
 
 
+def found_without_path() -> bool:
+    """Whether a fresh interpreter imports this very ``ampscope`` with no PYTHONPATH: it is
+    installed in site-packages, or an editable install's import hook maps the name here."""
+    here = (_PACKAGE_PARENT / "ampscope" / "__init__.py").resolve()
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec("ampscope", None)
+        except Exception:  # noqa: BLE001 - a third party's finder: not ours to judge
+            continue
+        if spec is not None and spec.origin and Path(spec.origin).resolve() == here:
+            return True
+    installed = [*site.getsitepackages(), site.getusersitepackages()]
+    return any(Path(p).resolve() == _PACKAGE_PARENT for p in installed)
+
+
 def child_env(base: dict[str, str] | None = None, processes: int = 1) -> dict[str, str]:
     """The environment of any child that runs ampscope code.
 
-    Safe-path mode keeps the working folder off ``sys.path``; the folder holding the
-    ``ampscope`` package goes first, so a source checkout runs its own code too. With
+    Safe-path mode keeps the working folder off ``sys.path``. Where a fresh interpreter would
+    not import this very ``ampscope`` (a checkout run through PYTHONPATH, or one other than
+    the installed), the folder holding it goes first on PYTHONPATH, so that the child runs the
+    same code; otherwise nothing is added, and only ``ampscope`` is importable there (not the
+    checkout's engine/, tui/, tests/ or benchmarks/ as top-level names). With
     ``processes`` ranks on this machine, each gets an equal share of the CPU cores for its
     threads (unless OMP_NUM_THREADS says otherwise), where torchrun would give each one.
     """
     env = dict(os.environ if base is None else base)
-    root = str(_PACKAGE_PARENT)
-    rest = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = root + (os.pathsep + rest if rest else "")
+    if not found_without_path():
+        rest = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(_PACKAGE_PARENT) + (os.pathsep + rest if rest else "")
     env["PYTHONSAFEPATH"] = "1"
     env.setdefault("PYTHONUNBUFFERED", "1")
     if processes > 1:
