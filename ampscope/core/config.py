@@ -22,7 +22,7 @@ from msgspec import Meta
 from ampscope.core.config_error import ConfigError
 from ampscope.core.config_messages import describe_validation_error as _describe
 from ampscope.core.fp8_recipes import Fp8Options
-from ampscope.core.numerics import NumericsOptions
+from ampscope.core.numerics_options import NumericsOptions
 from ampscope.core.parallel import Parallel, check_parallel
 from ampscope.core.preset_toml import (
     MAX_PRESET_BYTES,

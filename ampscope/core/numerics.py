@@ -11,13 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Annotated
 
-import msgspec
-import numpy as np
-from msgspec import Meta
-
-from ampscope.core.formats import convert, get_format
 from ampscope.core.numerics_event import (  # noqa: F401 - the event's parts, named here too
     FirstNonfinite,
     FormatShare,
@@ -29,14 +23,6 @@ from ampscope.core.numerics_event import (  # noqa: F401 - the event's parts, na
 FORMATS = {"fp16": "fp16", "bf16": "bf16", "e4m3": "fp8-e4m3fn", "e5m2": "fp8-e5m2"}
 FP8_KEYS = ("e4m3", "e5m2")  # also measured after per-tensor amax scaling
 MODULE_CAP = 256  # leaf modules measured at most; beyond it, one of each repeated kind first
-DEFAULT_EVERY = 250  # at most 2 % of step time: benchmarks/numerics_cost.py, the README
-
-
-class NumericsOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``[numerics]``: measure every leaf module's outputs and gradients every ``every`` steps
-    (0: never)."""
-
-    every: Annotated[int, Meta(ge=0, le=10_000_000)] = DEFAULT_EVERY
 
 
 @dataclass(frozen=True)
@@ -55,22 +41,35 @@ class Limits:
     zero_below: float
 
 
-def _next_up(x: float) -> float:
-    return float(np.nextafter(np.float32(x), np.float32(np.inf)))
+def derive_limits(key: str) -> Limits:
+    """The boundaries of ``key`` derived by real casts (ml_dtypes), for ``LIMITS``' test."""
+    import numpy as np
 
+    from ampscope.core.formats import convert, get_format
 
-def _limits(key: str) -> Limits:
+    def next_up(x: float) -> float:
+        return float(np.nextafter(np.float32(x), np.float32(np.inf)))
+
     fmt = get_format(FORMATS[key])
     largest, smallest = fmt.max, fmt.smallest_subnormal
     step_at_max = 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
     tie = largest + step_at_max / 2
-    overflow_at = tie if not math.isfinite(convert(tie, fmt)) else _next_up(tie)
+    overflow_at = tie if not math.isfinite(convert(tie, fmt)) else next_up(tie)
     half = smallest / 2
-    zero_below = _next_up(half) if convert(half, fmt) == 0 else half
+    zero_below = next_up(half) if convert(half, fmt) == 0 else half
     return Limits(key, largest, smallest, float(np.float32(overflow_at)), zero_below)
 
 
-LIMITS = {key: _limits(key) for key in FORMATS}
+# Written out, so that reading a record never loads numpy and ml_dtypes (the dashboard starts
+# without them); tests/test_numerics.py derives each from real casts and compares.
+LIMITS = {
+    "fp16": Limits("fp16", 65504.0, 2.0**-24, 65520.0, 2.980232594040899e-08),
+    "bf16": Limits(
+        "bf16", 3.3895313892515355e38, 2.0**-133, 3.39617752923046e38, 4.591914937745993e-41
+    ),
+    "e4m3": Limits("e4m3", 448.0, 2.0**-9, 464.0000305175781, 0.0009765626164153218),
+    "e5m2": Limits("e5m2", 57344.0, 2.0**-16, 61440.0, 7.629395440744702e-06),
+}
 
 
 def headroom_bits(amax: float | None, key: str) -> float | None:
