@@ -136,11 +136,17 @@ def conv_backward_flops(
 CUSTOM_FORMULAS = {aten.convolution_backward: conv_backward_flops}
 
 
+def flop_counter() -> FlopCounterMode:
+    """torch's FlopCounterMode with ampscope's corrections (grouped convolutions' backward):
+    the one counter the engine and ``ampscope.watch`` both count with."""
+    return FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS)
+
+
 def _count(
     model: nn.Module, batch: list[Any], loss_fn: LossFn, where: str, forward: Forward | None
 ) -> FlopCount:
     seen = _SeenKernels()
-    with seen, FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS) as counter:
+    with seen, flop_counter() as counter:
         if forward is None:
             output, target = model(*batch[:-1]), batch[-1]
         else:

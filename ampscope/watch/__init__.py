@@ -98,14 +98,15 @@ def watch(
 
 
 def count_flops(fn: Callable[[], Any]) -> float:
-    """The floating-point operations of one call of ``fn``, counted by torch's FlopCounterMode.
+    """The floating-point operations of one call of ``fn``, counted by torch's FlopCounterMode
+    with the engine's corrections (a grouped or depthwise convolution's backward).
 
     For ``flops_per_step=`` with a model you will compile: call it once on the eager model with
     a function that runs one training step (it does run that step), before ``torch.compile``.
     """
-    from torch.utils.flop_counter import FlopCounterMode
+    from ampscope.engine.flops import flop_counter
 
-    with FlopCounterMode(display=False) as counter:
+    with flop_counter() as counter:
         fn()
     return float(counter.get_total_flops())
 

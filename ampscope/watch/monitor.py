@@ -139,9 +139,9 @@ class Monitor:
         )
         self._reporter.start()
         if o.count_flops and not facts.compiled:
-            from torch.utils.flop_counter import FlopCounterMode
+            from ampscope.engine.flops import flop_counter
 
-            self._flop_counter = FlopCounterMode(display=False)
+            self._flop_counter = flop_counter()
             self._flop_counter.__enter__()
 
     def _start_telemetry(self, facts: RunFacts) -> None:
