@@ -49,7 +49,7 @@ def test_run_state_cards_from_a_synthetic_stream() -> None:
     assert ("skipped", 35) in levels and ("skipped", 36) in levels and ("warning", 35) in levels
     (lx, _ly), (sx, sy) = loss_series(state, 1000)
     assert len(lx) == 40 and sy[0] == 16 and sy[-1] == 15  # scale plotted as log2
-    assert "step 40/100" in state.header() and "training" in state.header()
+    assert "40/100 steps" in state.header() and "training" in state.header()
     state.ingest(done("ok", 40))
     assert state.status == "done" and state.finished
 

@@ -357,9 +357,10 @@ class RunState:
         device = self.hello.device if self.hello else str(cfg.get("device", "?"))
         if self.hello and self.hello.device_name and self.hello.device_name != device:
             device = f"{device} ({self.hello.device_name})"
-        step = "-" if self.step is None else str(self.step + 1)
+        # steps done: a step's own number (log, messages, records) counts from 0
+        done = 0 if self.step is None else self.step + 1
         total = self.total_steps
-        progress = f"step {step}/{total}" if total else f"step {step}"
+        progress = f"{done}/{total} steps" if total else f"{done} step{'' if done == 1 else 's'}"
         if self.epoch > 1:
             progress += f" (epoch {self.epoch})"
         parts = [self.phase_label(now), progress, preset]
