@@ -164,6 +164,11 @@ def summary_table(done: ev.DoneEvent, error_said: bool = False) -> str:
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
         ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
         ("peak memory", fmt_bytes(done.mem_peak)),
+        *(
+            [("compile peak", f"{fmt_bytes(done.mem_peak_compile)} (the compile step's own)")]
+            if done.mem_peak_compile is not None
+            else []
+        ),
         ("loss first -> final", f"{fmt_loss(done.loss_first)} -> {final}"),
         ("skipped steps", str(done.skipped_steps)),
         ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),
