@@ -9,7 +9,14 @@ from textual_plotext.plot import Plot
 
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.widgets.chart import DOT, LEGEND_GLYPHS, LINE_ORDER, Chart, Line, nice_axis
-from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, UtilPlot, step_axis, time_axis
+from ampscope.tui.widgets.plots import (
+    LossPlot,
+    MemoryPlot,
+    StepTimePlot,
+    UtilPlot,
+    step_axis,
+    time_axis,
+)
 from tests.helpers import hello, step
 
 pytestmark = pytest.mark.unit
@@ -21,12 +28,15 @@ def plotext_canvas(xs, ys, x, y, size, marker):
     fig.theme("clear")
     fig.plotsize(*size)
     fig._set_size(*size)
-    fig.yaxes(True, False)
+    fig.yaxes(True, True)  # the frame's right edge, as the chart draws it
     fig.plot(xs, ys, marker=marker)
     fig.xlim(x.lo, x.hi)
     fig.ylim(y.lo, y.hi)
     fig.xticks(list(x.ticks), list(x.labels))
     fig.yticks(list(y.ticks), list(y.labels))
+    fig.scatter([x.lo], [y.lo], marker=" ", yside="right")
+    fig.ylim(y.lo, y.hi, yside="right")
+    fig.yticks([], [], yside="right")
     fig._set_sizes()
     fig._build_matrix()
     m = fig.monitor.matrix
@@ -122,6 +132,22 @@ def test_a_scaled_line_lands_where_its_scaled_values_do() -> None:
     )
     as_gib = Chart().draw(size, [], x, y, [Line("", xs, [float(v) for v in xs], "c")])
     assert as_bytes == as_gib and any("▞" in t or "▗" in t for row in as_gib for t, _ in row)
+
+
+def test_a_plot_without_a_right_axis_is_closed_on_the_right() -> None:
+    """The step time and memory plots (left in the Run view) have no right axis: their frame
+    still has its right edge, in its last column, with no tick labels beyond it."""
+    state = RunState()
+    state.ingest(hello())
+    for i in range(30):
+        state.ingest(step(i, 40.0 + i % 3))
+    fig = StepTimePlot().figure(state, (40, 10))
+    assert fig.y_right is None
+    rows = Chart().draw((40, 10), fig.titles, fig.x, fig.y, fig.lines)
+    text = ["".join(part for part, _ in row) for row in rows]
+    frame = text[:-1]  # the x labels below it
+    assert frame[0].endswith("┐") and frame[-1].endswith("┘"), "\n".join(text)
+    assert all(line[-1] in "│├" for line in frame[1:-1]), "\n".join(text)
 
 
 def test_an_empty_memory_plot_has_a_readable_axis() -> None:

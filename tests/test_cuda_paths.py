@@ -5,12 +5,15 @@ No GPU here: torch.cuda and pynvml are faked where a path needs them.
 
 from __future__ import annotations
 
+import io
+import re
 import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from ampscope.cli.console import ConsoleReporter
 from ampscope.core import events as ev
 from ampscope.core.config import load_preset
 from ampscope.core.hardware import peak_tflops
@@ -22,6 +25,7 @@ from ampscope.engine.metrics import MemoryReader, StepReporter
 from ampscope.engine.precision import set_matmul_precision, tf32_disagreements, tf32_getters
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, run
 from ampscope.engine.stats import RunStats
+from ampscope.tui.model.run_state import RunState
 from tests.helpers import FAST
 
 
@@ -144,6 +148,15 @@ def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatc
     done = [e for e in seen if isinstance(e, ev.DoneEvent)][0]
     assert done.mem_peak_compile == compile_peak
     assert ev.decode(ev.encode(done)) == done
+    # shown apart from the training peak: ampscope run's summary, the Run view's event log
+    out, result = io.StringIO(), io.StringIO()
+    console = ConsoleReporter(out=out, result=result)
+    for event in seen:
+        console(event)
+    assert re.search(r"^  compile peak +7 GiB \(the compile step's own\)$", result.getvalue(), re.M)
+    state = RunState()
+    state.ingest_many(seen)
+    assert state.log[-1].text.endswith(", compile peak 7 GiB")
 
 
 @pytest.mark.unit

@@ -8,12 +8,14 @@ where the input needs no gradient (the data).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+import ampscope.watch
 from ampscope.engine.flops import measure_train_flops
 
 
@@ -48,19 +50,50 @@ def test_a_conv_costs_three_forwards_whatever_its_groups_and_stride(
     assert count(conv, x) == by_hand
 
 
+N, C, HW, K = 4, 16, 10, 3
+
+
+def depthwise_block() -> tuple[nn.Module, torch.Tensor, int]:
+    """A depthwise conv then a pointwise one, its data, and the hand count of a step."""
+    net = nn.Sequential(nn.Conv2d(C, C, K, padding=1, groups=C), nn.Conv2d(C, C, 1))
+    x = torch.randn(N, C, HW, HW)  # the data: no input gradient for the first layer
+    return net, x, 2 * (2 * DEPTHWISE_MACS + 3 * conv_macs(N, C, C, 1, 1, HW))
+
+
+DEPTHWISE_MACS = conv_macs(N, C, C, C, K, HW)
+
+
 @pytest.mark.unit
 def test_a_depthwise_net_is_not_charged_its_channels_times_over() -> None:
-    """The audit's case: torch's own counter charged a depthwise conv's weight gradient as a
-    dense conv's (16x here), ampscope's count is the hand count."""
-    n, c, hw, k = 4, 16, 10, 3
-    net = nn.Sequential(nn.Conv2d(c, c, k, padding=1, groups=c), nn.Conv2d(c, c, 1))
-    x = torch.randn(n, c, hw, hw)  # the data: no input gradient for the first layer
-    depthwise, pointwise = conv_macs(n, c, c, c, k, hw), conv_macs(n, c, c, 1, 1, hw)
-    by_hand = 2 * (2 * depthwise + 3 * pointwise)
+    """torch's own counter charges the depthwise conv's weight gradient as a dense conv's, C
+    times over (3.05x the hand count for the block); ampscope's count is the hand count."""
+    net, x, by_hand = depthwise_block()
     assert count(net, x) == by_hand
     with FlopCounterMode(display=False) as torch_counter:
         net(x).sum().backward()
-    assert torch_counter.get_total_flops() > 1.5 * by_hand  # what the figure used to be
+    assert torch_counter.get_total_flops() == by_hand + (C - 1) * 2 * DEPTHWISE_MACS
+    assert torch_counter.get_total_flops() / by_hand == pytest.approx(3.05, abs=0.005)
+
+
+@pytest.mark.unit
+def test_watch_count_flops_counts_a_depthwise_net_by_hand() -> None:
+    net, x, by_hand = depthwise_block()
+    assert ampscope.watch.count_flops(lambda: net(x).sum().backward()) == by_hand
+
+
+@pytest.mark.unit
+def test_a_watched_depthwise_loop_counts_its_first_step_by_hand(tmp_path: Path) -> None:
+    """``count_flops=True``: the figure TFLOP/s and MFU of a watched loop are computed from."""
+    net, x, by_hand = depthwise_block()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with ampscope.watch(net, opt, runs_dir=tmp_path, count_flops=True) as mon:
+        for _ in range(2):
+            opt.zero_grad()
+            loss = net(x).sum()
+            loss.backward()
+            opt.step()
+            mon.step(loss)
+    assert mon.flops_per_step == by_hand
 
 
 @pytest.mark.unit

@@ -256,6 +256,22 @@ def test_run_comparison_sets_tensor_memory_beside_tensor_memory(tmp_path, capsys
 
 
 @pytest.mark.unit
+def test_memory_run_on_a_model_record_names_the_users_model(tmp_path, capsys) -> None:
+    """A --model run is recorded as the user's model, not as the preset's GPT, and
+    `memory --run` says so (it said "no transformer shape for a gpt workload")."""
+    from ampscope.engine.run import EXIT_OK, run
+
+    sets = [helpers.model_set(helpers.user_model(tmp_path)), "device='cpu'", "steps=2"]
+    assert run("fp32", sets, runs_dir=tmp_path / "runs") == EXIT_OK
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    capsys.readouterr()
+    assert main(["memory", "--run", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "no transformer shape for a user's model (teacher-mlp)" in out, out
+    assert "gpt" not in out
+
+
+@pytest.mark.unit
 def test_cli_params_banana(capsys):
     assert main(["memory", "--params", "banana"]) == 2
     err = capsys.readouterr().err

@@ -127,6 +127,22 @@ def test_run_with_a_missing_model_file_is_one_line_and_exit_2(tmp_path: Path) ->
 
 
 @pytest.mark.unit
+def test_batches_that_run_out_are_said_once_and_the_progress_stops_before_it(
+    tmp_path: Path, capsys
+) -> None:
+    spec = f"{user_model(tmp_path)}:make_generator"  # a generator of 3 batches, 6 steps asked
+    argv = ["run", "fp32", "--model", spec, "--steps", "6", "--runs-dir", str(tmp_path)]
+    assert main([*argv, "--set", "device=cpu"]) == 2
+    out, err = capsys.readouterr()
+    said = "the batches ran out after 3 batches and cannot be read again"
+    assert (out + err).count(said) == 1, out + err
+    assert re.search(r"^  status +failed \(the error above\)$", out, re.M), out
+    progress = re.findall(r"\] (\d)/6 ", err)
+    assert progress and progress[-1] == "3"  # where it ended, shown before the error
+    assert not re.search(r"\] \d/6 ", err.split(said)[1])  # and not drawn again after it
+
+
+@pytest.mark.unit
 def test_the_dashboard_refuses_a_bad_model_before_taking_the_screen(capsys) -> None:
     assert main(["--model", "missing.py:make"]) == 2
     assert "'missing.py:make'" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -73,6 +74,28 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
             assert screen.check_action("stop", ()) is False  # not offered: no engine
             assert screen.check_action("restart", ()) is False
             assert screen.check_action("pause", ()) is True
+
+    run(go())
+
+
+@pytest.mark.unit
+def test_a_replay_of_a_nan_run_numbers_its_steps_one_way() -> None:
+    """The header counts the steps done; the event log and the messages name a step by its
+    number from 0, as the record does: 2 steps done, the second one (step 1) went NaN."""
+
+    async def go() -> None:
+        app = AmpscopeApp()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            screen = app.open_run(ReplaySource.load(example("fp16-nan"), speed=100))
+            assert await wait_for(pilot, lambda: screen.source.at_end, 20)
+            log = screen.query_one(EventLog)
+            assert await wait_for(pilot, lambda: "run failed" in "\n".join(log.texts), 5)
+            header = text(screen, "#run-header")
+            assert "failed · 2/150 steps ·" in header and "step 2" not in header
+            (nan,) = [line for line in log.texts if "Loss became nan" in line]
+            assert re.match(r"step +1 error .*Loss became nan at step 1:", nan)
+            assert not [line for line in log.texts if re.match(r"step +2\b", line)]
 
     run(go())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+import msgspec
 import pytest
 
 from ampscope.core import events as ev
@@ -49,9 +50,27 @@ def test_run_state_cards_from_a_synthetic_stream() -> None:
     assert ("skipped", 35) in levels and ("skipped", 36) in levels and ("warning", 35) in levels
     (lx, _ly), (sx, sy) = loss_series(state, 1000)
     assert len(lx) == 40 and sy[0] == 16 and sy[-1] == 15  # scale plotted as log2
-    assert "step 40/100" in state.header() and "training" in state.header()
+    assert "40/100 steps" in state.header() and "training" in state.header()
     state.ingest(done("ok", 40))
     assert state.status == "done" and state.finished
+
+
+@pytest.mark.unit
+def test_a_compiled_gpu_runs_memory_card_shows_the_compile_peak_once_it_ends() -> None:
+    state = RunState()
+    state.ingest(hello(config={"precision": "amp-bf16", "compile": "default", "steps": 3}))
+    for i in range(3):
+        state.ingest(step(i))  # an allocator's figures: 150 MiB peak, 200 MiB reserved
+    memory = {c.key: c for c in cards(state)}["memory"]
+    assert (memory.value, memory.sub) == ("150 MiB", "resv 200 MiB")
+    state.ingest(msgspec.structs.replace(done(steps=3), mem_peak_compile=3 << 30))
+    memory = {c.key: c for c in cards(state)}["memory"]
+    assert (memory.title, memory.value, memory.sub) == (
+        "Peak allocated",
+        "150 MiB",
+        "compile 3 GiB",
+    )
+    assert state.log[-1].text.endswith("compile peak 3 GiB")  # the 80x24 cards hide the sub
 
 
 @pytest.mark.unit

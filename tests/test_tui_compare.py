@@ -9,9 +9,9 @@ import pytest
 from textual.widgets import Input
 
 from ampscope.cli.bench import run_one
-from ampscope.core import comparison, records
+from ampscope.core import comparison, records, significance
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.screens.compare import CompareScreen, OverlayPlot
+from ampscope.tui.screens.compare import CompareScreen, OverlayPlot, compare_help
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import field_id
 from ampscope.tui.screens.presets import PresetsScreen
@@ -86,3 +86,13 @@ def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
             assert times == sorted(times)
 
     run(go())
+
+
+@pytest.mark.unit
+def test_compares_help_states_the_rule_that_significance_applies() -> None:
+    assert compare_help(significance.LEVEL, significance.MIN_REPEATS) == CompareScreen.HELP
+    assert "95 % confidence interval" in CompareScreen.HELP
+    other = compare_help(0.9, 5)  # the level and the repeats are taken, not written in
+    assert "90 % confidence interval" in other and "fewer than 5 repeats" in other
+    assert "repeats 5 or more" in other and "--repeats 5'" in other
+    assert "95" not in other and "3" not in other

@@ -346,7 +346,7 @@ def test_a_replay_stream_shows_steps_and_no_engine_keys(tmp_path: Path) -> None:
 def test_the_run_header_breaks_between_its_parts_never_inside_one() -> None:
     from ampscope.tui.screens.run import fit_header
 
-    header = "failed · step 2/150 · fp16 · cpu (AMD EPYC) · fp16 · compile off · end 100% · 20x"
+    header = "failed · 2/150 steps · fp16 · cpu (AMD EPYC) · fp16 · compile off · end 100% · 20x"
     assert fit_header(header, 120) == header
     assert "AMD EPYC" not in fit_header(header, 78)  # the device's name goes first
     first, second = fit_header(header, 60).split("\n")

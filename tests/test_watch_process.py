@@ -171,6 +171,61 @@ def test_the_viewer_stops_a_watched_run_only_when_it_allows_it(tmp_path, capsys)
     assert "KeyboardInterrupt" in err and records.load_run(command_dir).status == "stopped"
 
 
+CTRL_C_SCRIPT = """
+import sys, time
+from pathlib import Path
+import torch
+import ampscope
+
+def train(mon, model, opt):
+    for i in range(100000):
+        loss = model(torch.randn(4, 8)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss)
+        if i == 3:
+            Path(sys.argv[1] + ".running").write_text(str(mon.run_dir))
+        time.sleep(0.01)
+
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+if sys.argv[2] == "with":
+    with ampscope.watch(model, opt, name="ctrl-c") as mon:
+        train(mon, model, opt)
+else:
+    train(ampscope.watch(model, opt, name="ctrl-c"), model, opt)
+"""
+
+
+@pytest.mark.parametrize("mode", ["with", "never-closed"])
+def test_the_ctrl_c_traceback_of_a_watched_loop_ends_in_the_users_own_frame(
+    tmp_path: Path, mode: str
+) -> None:
+    script = tmp_path / "my_training.py"
+    script.write_text(CTRL_C_SCRIPT)
+    gate = tmp_path / "gate"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(gate), mode],
+        cwd=tmp_path,
+        env=engine_env(AMPSCOPE_RUNS_DIR=str(tmp_path / "runs")),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    running = Path(str(gate) + ".running")
+    deadline = time.monotonic() + 120
+    while not running.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running.exists(), proc.communicate(timeout=30)[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    code, err = finish(proc)
+    assert code != 0 and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
+    frames = [line for line in err.splitlines() if line.lstrip().startswith("File ")]
+    assert frames and "my_training.py" in frames[-1] and "in train" in frames[-1], err[-2000:]
+    assert not [line for line in frames if "/ampscope/" in line], err[-2000:]
+    assert records.load_run(Path(running.read_text())).status == "stopped"
+
+
 @pytest.mark.parametrize(
     "statement",
     [

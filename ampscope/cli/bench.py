@@ -181,7 +181,7 @@ class _Progress:
             self._show("compiling")
         elif isinstance(event, ev.StepEvent) and time.monotonic() - self.last > 0.2:
             self.last = time.monotonic()
-            self._show(f"step {event.step + 1}/{self.steps}  {fmt_ms(event.step_ms)}/step")
+            self._show(f"{event.step + 1}/{self.steps} steps  {fmt_ms(event.step_ms)}/step")
         elif isinstance(event, ev.DoneEvent):
             self._show(event.status)
 

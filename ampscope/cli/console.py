@@ -30,6 +30,8 @@ class ConsoleReporter:
         self.steps = 0
         self.last_draw = 0.0
         self.last_step: ev.StepEvent | None = None
+        self.drawn: ev.StepEvent | None = None  # the step the progress line last showed
+        self.errors_said: list[str] = []  # error messages printed, not repeated by the summary
         self.phase = "starting"
         self.hello: ev.HelloEvent | None = None
         self.run_dir: str | None = None  # the record's folder, known before hello
@@ -77,6 +79,8 @@ class ConsoleReporter:
             said = "note" if event.code == ev.EPOCH_NOTE else "warning"
             self._line(f"{said}{where}: {event.message}")
         elif isinstance(event, ev.ErrorEvent):
+            self._catch_up()  # the progress the error ended, before it and never after
+            self.errors_said.append(event.message)
             where = f" at step {event.step}" if event.step is not None else ""
             if event.kind == "config":  # a user error: one message, as for any bad input
                 self._line(f"ampscope: {event.message}")
@@ -87,19 +91,26 @@ class ConsoleReporter:
             if event.traceback:
                 self._line(event.traceback.rstrip())
         elif isinstance(event, ev.DoneEvent):
-            if self.last_step is not None:
-                self._progress()
+            self._catch_up()
             self._clear()
             self.out.flush()
             if not (event.steps_done == 0 and event.status == "failed"):  # else the error said it
-                self.result.write(summary_table(event) + "\n")
+                error = event.error or ""
+                repeated = bool(error) and any(error in m for m in self.errors_said)
+                self.result.write(summary_table(event, error_said=repeated) + "\n")
             run_dir = self.hello.run_dir if self.hello is not None else None
             if run_dir or self.run_dir:  # every ending, also a stop or fault before hello
                 self.result.write(visible(f"run record: {run_dir or self.run_dir}") + "\n")
             self.result.flush()
 
+    def _catch_up(self) -> None:
+        """Off a terminal, the last steps' line when it was not printed yet (on a terminal the
+        line is redrawn in place and cleared at the end)."""
+        if not self.tty and self.last_step is not self.drawn:
+            self._progress()
+
     def _progress(self) -> None:
-        s = self.last_step
+        s = self.drawn = self.last_step
         if s is None:
             return
         total = max(self.steps, 1)
@@ -135,10 +146,13 @@ def workload_label(hello: ev.HelloEvent) -> str:
     return f"{(hello.config.get('workload') or {}).get('kind', '?')} workload"
 
 
-def summary_table(done: ev.DoneEvent) -> str:
+def summary_table(done: ev.DoneEvent, error_said: bool = False) -> str:
+    """The run's figures; ``error_said``: its error was printed already, so the status row
+    points to it rather than repeat it."""
     final = fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
+    error = "the error above" if error_said else done.error
     rows = [
-        ("status", done.status + (f" ({done.error})" if done.error else "")),
+        ("status", done.status + (f" ({error})" if done.error else "")),
         ("steps", str(done.steps_done)),
         ("step time (median)", fmt_ms(done.step_ms_median)),
         ("step time p10-p90", f"{fmt_ms(done.step_ms_p10)} - {fmt_ms(done.step_ms_p90)}"),
@@ -150,6 +164,11 @@ def summary_table(done: ev.DoneEvent) -> str:
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
         ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
         ("peak memory", fmt_bytes(done.mem_peak)),
+        *(
+            [("compile peak", f"{fmt_bytes(done.mem_peak_compile)} (the compile step's own)")]
+            if done.mem_peak_compile is not None
+            else []
+        ),
         ("loss first -> final", f"{fmt_loss(done.loss_first)} -> {final}"),
         ("skipped steps", str(done.skipped_steps)),
         ("compile", f"{done.compile_s:.1f} s" if done.compile_s is not None else "-"),

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ampscope.core.events import DoneEvent
 
 
 def _odd(x: float | None) -> str | None:
@@ -60,6 +64,18 @@ def fmt_final_loss(loss: float | None, nonfinite: str | None, step: int | None) 
     if nonfinite:
         return f"{nonfinite} at step {step}" if step is not None else nonfinite
     return fmt_loss(loss)
+
+
+def fmt_done(e: DoneEvent) -> str:
+    """A finished run in one line (the Run view's event log), the compile step's own peak
+    memory included where the run compiled on a GPU."""
+    compile_peak = e.mem_peak_compile
+    return (
+        f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
+        f"{fmt_ms(e.step_ms_median)}, final loss "
+        + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
+        + ("" if compile_peak is None else f", compile peak {fmt_bytes(compile_peak)}")
+    )
 
 
 def fmt_bytes(n: float | None) -> str:

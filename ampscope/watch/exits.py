@@ -9,6 +9,10 @@ Three ways out, each ending every open run:
   default would, but as an exception (SystemExit(143) for SIGTERM, KeyboardInterrupt for
   SIGINT), so the record can be finished on the way out. An ignored signal stays ignored.
 
+The handler's own frame is taken out of the traceback of the exception it raises (or that the
+previous handler raised), as soon as ampscope's code runs again (the run closing, or the
+excepthook): a Ctrl+C traceback ends in the user's frame, as it would without ampscope.
+
 Handlers are installed when the first run opens and put back when the last one closes, if
 nobody replaced them meanwhile. Signal handlers need the main thread; from another thread
 only the atexit and excepthook paths are used.
@@ -43,6 +47,7 @@ class OpenRun(Protocol):
 _open: list[OpenRun] = []
 _previous_handlers: dict[int, Any] = {}
 _previous_excepthook: Any = None
+_raised: BaseException | None = None  # by the signal handler, its frame still in the traceback
 _atexit_registered = False
 
 
@@ -85,6 +90,7 @@ def _install() -> None:
 
 def _uninstall() -> None:
     global _previous_excepthook
+    _hide_handler_frame()
     if sys.excepthook is _except_hook and _previous_excepthook is not None:
         sys.excepthook = _previous_excepthook
         _previous_excepthook = None
@@ -100,19 +106,37 @@ def _uninstall() -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> Any:
+    global _raised
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
     if previous == signal.SIG_IGN:
         return None
     for run in list(_open):
         run.note_signal(signum)
-    if callable(previous):
-        return previous(signum, frame)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
+    try:
+        if callable(previous):
+            return previous(signum, frame)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+    except BaseException as exc:
+        _raised = exc
+        raise
+
+
+def _hide_handler_frame() -> None:
+    """Splice ``_on_signal``'s frame out of the traceback of what it raised: by now the
+    exception has reached the frame it interrupted, the user's (or one outside it)."""
+    global _raised
+    exc, _raised = _raised, None
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None and tb.tb_next is not None:
+        if tb.tb_next.tb_frame.f_code is _on_signal.__code__:
+            tb.tb_next = tb.tb_next.tb_next
+        tb = tb.tb_next
 
 
 def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    _hide_handler_frame()
     hook = _previous_excepthook or sys.__excepthook__  # closing the last run puts it back
     for run in list(_open):
         run.close(value)

@@ -223,12 +223,19 @@ def _loss_card(last: ev.StepEvent | None, done: ev.DoneEvent | None) -> Card:
 
 def _memory_card(state: RunState) -> Card:
     """Peak memory as records, bench and the console define it (``ev.peak_memory``), named:
-    the CUDA allocator's peak of allocated bytes, or the process RSS on a CPU run."""
+    the CUDA allocator's peak of allocated bytes, or the process RSS on a CPU run. A compiled
+    run's compile step has its own peak (``done.mem_peak_compile``): the detail line says it,
+    in place of the reserved bytes (the memory plot draws those)."""
     last, peak = state.last_step, fmt_bytes(state.mem_peak)
     if last is None or last.mem_peak is None:  # the engine reports no allocator on the CPU
         return Card("memory", "Peak memory", peak, "process RSS" if last else "")
-    # named in the title: a card is 14 columns wide at 80, its detail line hidden
-    sub = "" if last.mem_reserved is None else f"resv {fmt_bytes(last.mem_reserved)}"
+    # named in the title: a card is 14 columns wide at 80, its detail line hidden (the event
+    # log's last line says the compile peak there)
+    compiled = state.done.mem_peak_compile if state.done is not None else None
+    if compiled is not None:
+        sub = f"compile {fmt_bytes(compiled)}"
+    else:
+        sub = "" if last.mem_reserved is None else f"resv {fmt_bytes(last.mem_reserved)}"
     return Card("memory", "Peak allocated", peak, sub)
 
 

@@ -21,7 +21,7 @@ from ampscope.core.fp8_recipes import layers_short
 from ampscope.core.numerics_report import NumericsSummary
 from ampscope.core.run_labels import named_in
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_num
+from ampscope.core.units import fmt_done, fmt_num
 from ampscope.core.workload_spec import config_model, model_label
 from ampscope.tui.model.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
 from ampscope.tui.model.rank_table import RankTable
@@ -247,12 +247,7 @@ class RunState:
             self.mem_peak = e.mem_peak
         if e.error and not self.error:
             self.error = visible(e.error, LOG_LINE_CHARS, keep_newlines=True)
-        text = (
-            f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
-            f"{fmt_ms(e.step_ms_median)}, final loss "
-            + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
-        )
-        self.add_log("error" if e.status == "failed" else "info", None, text)
+        self.add_log("error" if e.status == "failed" else "info", None, fmt_done(e))
 
     def _on_profile(self, e: ev.ProfileEvent) -> None:
         self.profile = e
@@ -357,9 +352,10 @@ class RunState:
         device = self.hello.device if self.hello else str(cfg.get("device", "?"))
         if self.hello and self.hello.device_name and self.hello.device_name != device:
             device = f"{device} ({self.hello.device_name})"
-        step = "-" if self.step is None else str(self.step + 1)
+        # steps done: a step's own number (log, messages, records) counts from 0
+        done = 0 if self.step is None else self.step + 1
         total = self.total_steps
-        progress = f"step {step}/{total}" if total else f"step {step}"
+        progress = f"{done}/{total} steps" if total else f"{done} step{'' if done == 1 else 's'}"
         if self.epoch > 1:
             progress += f" (epoch {self.epoch})"
         parts = [self.phase_label(now), progress, preset]

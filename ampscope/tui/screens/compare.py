@@ -15,7 +15,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ampscope.core import comparison, profile_compare, records
+from ampscope.core import comparison, profile_compare, records, significance
 from ampscope.core import events as ev
 from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.text import visible
@@ -138,21 +138,26 @@ def models_of(runs: list[records.RunRecord]) -> str:
     return f"model {model} · " if model != "-" else ""
 
 
-class CompareScreen(Screen):
-    HELP_TITLE = "Compare"
-    HELP = (
+def compare_help(level: float, min_repeats: int) -> str:
+    """The help text, with the verdict's rule as ``core.significance`` applies it."""
+    return (
         "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
         "against the baseline, step time and loss curves overlaid, and a verdict in words. "
         "A speed-up is called only when repeated runs show it: repeat k of a preset is paired "
-        "with repeat k of the baseline, and the 95 % confidence interval of their median "
-        "step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
-        "difference shown), ? a preset with fewer than 3 repeats (untested: run a sweep "
-        "with repeats 3 or more, x on the Presets screen, or 'ampscope bench --repeats 3'). "
-        "With repeats, the curves are each preset's first run. Under the plots, each run's "
-        "profile (the last its record holds) against the baseline's: the change of the ms a "
-        "step spends in each class (matmul, elementwise, idle...), largest first; "
-        "'ampscope profile PRESET' or p in the Run view records one."
+        f"with repeat k of the baseline, and the {level * 100:g} % confidence interval of their "
+        "median step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
+        f"difference shown), ? a preset with fewer than {min_repeats} repeats (untested: run a "
+        f"sweep with repeats {min_repeats} or more, x on the Presets screen, or 'ampscope bench "
+        f"--repeats {min_repeats}'). With repeats, the curves are each preset's first run. "
+        "Under the plots, each run's profile (the last its record holds) against the "
+        "baseline's: the change of the ms a step spends in each class (matmul, elementwise, "
+        "idle...), largest first; 'ampscope profile PRESET' or p in the Run view records one."
     )
+
+
+class CompareScreen(Screen):
+    HELP_TITLE = "Compare"
+    HELP = compare_help(significance.LEVEL, significance.MIN_REPEATS)
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
         Binding("o", "sort", "Sort", id="compare.sort"),

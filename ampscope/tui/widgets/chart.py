@@ -235,17 +235,17 @@ class Chart:
         fig.theme("clear")
         fig.plotsize(width, height)
         fig._set_size(width, height)
-        fig.yaxes(True, y_right is not None)
+        fig.yaxes(True, True)  # a right axis without ticks where none is asked: the right edge
+        right = y_right if y_right is not None else Axis(y.lo, y.hi, (), ())
         # invisible points: they tell plotext which axes are in use
         fig.scatter([x.lo], [y.lo], marker=" ")
         fig.xlim(x.lo, x.hi)
         fig.ylim(y.lo, y.hi)
         fig.xticks(list(x.ticks), list(x.labels))
         fig.yticks(list(y.ticks), list(y.labels))
-        if y_right is not None:
-            fig.scatter([x.lo], [y_right.lo], marker=" ", yside="right")
-            fig.ylim(y_right.lo, y_right.hi, yside="right")
-            fig.yticks(list(y_right.ticks), list(y_right.labels), yside="right")
+        fig.scatter([x.lo], [right.lo], marker=" ", yside="right")
+        fig.ylim(right.lo, right.hi, yside="right")
+        fig.yticks(list(right.ticks), list(right.labels), yside="right")
         fig._set_sizes()
         fig._build_matrix()
         matrix = fig.monitor.matrix
