@@ -25,7 +25,8 @@ def machine_report(try_compile: bool = False) -> dict[str, Any]:
 
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
-        "platform": platform.platform(),
+        # not platform.platform(): it asks a `uname -p` child for the processor's name
+        "platform": f"{platform.system()}-{platform.release()}-{platform.machine()}",
         "torch": str(torch.__version__),
         "cuda_build": torch.version.cuda,
         "cuda_available": torch.cuda.is_available(),
