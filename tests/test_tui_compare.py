@@ -11,10 +11,11 @@ from textual.widgets import Input
 from ampscope.cli.bench import run_one
 from ampscope.core import comparison, records, significance
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.screens.compare import CompareScreen, OverlayPlot, compare_help
+from ampscope.tui.screens.compare import CompareScreen, compare_help
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import field_id
 from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.widgets.overlay_plot import OverlayPlot
 from tests.helpers import FAST, SIZE, run, select_preset, shown, wait_for
 
 SHORT = [*FAST, "steps=6", "warmup_steps=2"]

@@ -1,0 +1,52 @@
+"""Compare's plots: one line per run against the step."""
+
+from __future__ import annotations
+
+from ampscope.core.text import visible
+from ampscope.tui.model.figures import plottable
+from ampscope.tui.widgets.chart import LINE_ORDER, Line
+from ampscope.tui.widgets.plots import ChartView, Figure, data_axis, say, step_axis
+
+COLORS = ["cyan", "green", "magenta", "yellow", "red", "blue", "white", "orange"]
+
+
+class OverlayPlot(ChartView):
+    """One line per run against the step; lines differ by marker as well as by colour."""
+
+    def __init__(self, title: str, short: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.quantity, self.short = title, short
+        self.series: list[tuple[str, list[float], list[float]]] = []
+
+    def show(self, series: list[tuple[str, list[float], list[float]]]) -> None:
+        self.series = series
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        width, height = self.size
+        if width <= 0 or height <= 0:
+            return
+        lines = [
+            Line(
+                visible(label, 40),  # a name goes into the title: never raw
+                *plottable(xs, ys),  # 1e308, inf: left out
+                COLORS[i % len(COLORS)],
+                LINE_ORDER[i % len(LINE_ORDER)],
+            )
+            for i, (label, xs, ys) in enumerate(self.series)
+            if plottable(xs, ys)[0]
+        ]
+        first = min((line.xs[0] for line in lines), default=0)
+        last = max((line.xs[-1] for line in lines), default=1)
+        values = [y for line in lines for y in (min(line.ys), max(line.ys))]
+        named = [part for line in lines for part in (" ", (line, line.label))]
+        titles = [
+            say(f"{self.quantity} / step:", *named),
+            say(f"{self.short}:", *named),
+            say(f"{self.quantity} / step"),
+        ]
+        fig = Figure(titles, step_axis([first, last], width), data_axis(values, height), lines)
+        self.paint(fig, (width, height))
