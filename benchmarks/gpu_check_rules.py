@@ -48,6 +48,8 @@ CPU_WARNINGS = {
     "nvml-init-failed",
 }
 SCALER_WARNINGS = {"skipped-step"}  # presets with a GradScaler skip a step now and then
+# A MIG slice's NVML handle answers NOT_SUPPORTED for some figures: said, and left blank.
+MIG_WARNINGS = {"nvml-field-unsupported"}
 
 
 @dataclass(frozen=True)
@@ -321,9 +323,11 @@ def grad_zeros(run: records.RunRecord) -> float | None:
 def warning_checks(e: Evidence) -> list[Check]:
     seen: dict[str, list[str]] = {}
     unexpected: dict[str, tuple[list[str], str]] = {}
+    mig = any(len(row) > 1 and row[1].lower() == "enabled" for row in e.nvidia_smi)
     for stage, runs in e.runs.items():
         for run in runs:
             allowed = EXPECTED_WARNINGS | (CPU_WARNINGS if e.smoke else set())
+            allowed |= MIG_WARNINGS if mig else set()
             if run.hello is not None and run.hello.config.get("grad_scaler") != "off":
                 allowed |= SCALER_WARNINGS if run.preset.startswith("amp-fp16") else set()
             for w in run.events:
