@@ -24,6 +24,7 @@ from typing import Any
 
 import gpu_check_figures as figures
 import gpu_check_rules as rules
+import gpu_check_tools as tools
 
 from ampscope.core import comparison, records
 
@@ -51,7 +52,7 @@ DISTRIBUTIONS = {
 TABLES = (  # stage, baseline: one comparison table each in gpu-results.md
     ("eager", "fp32"),
     ("compile", "compile-default"),
-    ("max-autotune", "compile-max-autotune"),
+    ("max-autotune", "amp-bf16"),
     ("fp8", "compile-default"),
     ("ranks", "amp-bf16"),
 )
@@ -99,8 +100,9 @@ def read_evidence(outdir: Path) -> rules.Evidence:
     e = rules.Evidence(smoke=bool(mode.get("smoke")), selected=str(mode.get("stages") or ""))
     with contextlib.suppress(OSError):
         for line in (outdir / "stages.tsv").read_text().splitlines():
-            name, rc, seconds, limit = (line.split("\t") + ["0", "0", "0"])[:4]
-            e.stages[name] = rules.Stage(name, rc, int(seconds), int(limit))
+            name, rc, *numbers = (line.split("\t") + ["0"] * 5)[:6]
+            seconds, limit, cap, need = (int(n) for n in numbers)
+            e.stages[name] = rules.Stage(name, rc, seconds, limit, cap, need)
     runs_root = outdir / "runs"
     for stage in rules.STAGES:
         folder = runs_root / stage
@@ -113,6 +115,8 @@ def read_evidence(outdir: Path) -> rules.Evidence:
     e.doctor = read_json(outdir / "preflight" / "doctor.json")
     e.imports = read_json(outdir / "preflight" / "imports.json")
     e.dashboard = read_json(outdir / "dashboard.json")
+    e.profile = read_json(outdir / "profile" / "profile.json")
+    e.numerics = read_json(outdir / "numerics" / "numerics.json")
     return e
 
 
@@ -141,6 +145,8 @@ def all_checks(e: rules.Evidence) -> list[rules.Check]:
         *rules.warning_checks(e),
         *figures.rank_checks(e),
         *figures.dashboard_checks(e),
+        *tools.profile_checks(e),
+        *tools.numerics_checks(e),
     ]
 
 
@@ -231,6 +237,8 @@ def cmd_check(outdir: Path, interim_after: str = "") -> int:
         "doctor": e.doctor,
         "imports": e.imports,
         "dashboard": e.dashboard,
+        "profile": e.profile,
+        "numerics": e.numerics,
         "runs": [run_figures(stage, r) for stage, runs in e.runs.items() for r in runs],
     }
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

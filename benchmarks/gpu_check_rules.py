@@ -16,8 +16,20 @@ from typing import Any
 from ampscope.core import events as ev
 from ampscope.core import records
 
-STAGES = ("preflight", "probe", "eager", "compile", "fp8", "ranks", "dashboard", "max-autotune")
+STAGES = (
+    "preflight",
+    "probe",
+    "eager",
+    "compile",
+    "fp8",
+    "ranks",
+    "dashboard",
+    "profile",
+    "numerics",
+    "max-autotune",
+)
 TIMED_OUT = ("124", "137")  # timeout's own code, and SIGKILL after its grace period
+NO_TIME = "no-time"  # the stage was not started: less than it needs was left of the budget
 MFU_RANGE = (0.15, 0.7)  # amp-bf16, eager, the large GPT (12 x 768, 16 x 1024 tokens)
 MAX_SKIPPED = 5  # amp-fp16: GradScaler's first steps may overflow at 2**16, a few at most
 FP8_LOSS_TOLERANCE = 0.02  # final loss of an fp8 recipe against compiled amp-bf16
@@ -36,6 +48,8 @@ CPU_WARNINGS = {
     "nvml-init-failed",
 }
 SCALER_WARNINGS = {"skipped-step"}  # presets with a GradScaler skip a step now and then
+# A MIG slice's NVML handle answers NOT_SUPPORTED for some figures: said, and left blank.
+MIG_WARNINGS = {"nvml-field-unsupported"}
 
 
 @dataclass(frozen=True)
@@ -51,9 +65,22 @@ class Check:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    rc: str  # the exit status, or "not-run" when no time was left for it
+    rc: str  # the exit status, or NO_TIME when the budget had too little left to start it
     seconds: int
-    limit: int
+    limit: int  # the seconds it was given (its cap, or less: what the budget had left)
+    cap: int = 0  # its own time limit
+    need: int = 0  # the seconds it must have left to be started
+
+    def budget_note(self) -> str:
+        """Why a stage was not started, or that the budget cut its time limit."""
+        if self.rc == NO_TIME:
+            return (
+                f"not started: {self.limit} s of GPU_CHECK_BUDGET_S were left and it needs "
+                f"{self.need} s (GPU_CHECK_STAGES={self.name} runs it alone)"
+            )
+        if self.cap > self.limit:
+            return f", cut from its {self.cap} s by GPU_CHECK_BUDGET_S"
+        return ""
 
 
 @dataclass
@@ -69,13 +96,17 @@ class Evidence:
     doctor: dict[str, Any] | None = None
     imports: dict[str, Any] | None = None
     dashboard: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None  # what ``ampscope profile --json`` printed
+    numerics: dict[str, Any] | None = None  # what ``ampscope numerics --json`` printed
 
     def run(self, stage: str, preset: str) -> records.RunRecord | None:
         found = [r for r in self.runs.get(stage, []) if r.preset == preset]
         return found[-1] if found else None
 
     def ran(self, stage: str) -> bool:
-        return stage in self.stages
+        """Whether ``stage`` was started (a stage the budget had no time for was not)."""
+        st = self.stages.get(stage)
+        return st is not None and st.rc != NO_TIME
 
 
 def PASS(name: str, detail: str) -> Check:  # noqa: N802 - reads as the line it writes
@@ -115,11 +146,17 @@ def median_ms(run: records.RunRecord | None) -> float | None:
 
 
 def not_there(e: Evidence, stage: str, what: str) -> Check:
-    """Why a figure of ``stage`` is missing: the stage was not selected, or it left no record."""
-    if not e.ran(stage) and e.interim_after:
+    """Why a figure of ``stage`` is missing: the stage was not selected, the budget left it no
+    time, a smoke run leaves that preset out, or (a FAIL) the stage left no record of it."""
+    st = e.stages.get(stage)
+    if st is not None and st.rc == NO_TIME:
+        return SKIP(what, f"stage {stage} {st.budget_note()}")
+    if st is None and e.interim_after:
         return SKIP(what, f"stage {stage} not yet run (interim checks)")
-    if not e.ran(stage):
+    if st is None:
         return SKIP(what, f"stage {stage} not run (GPU_CHECK_STAGES={e.selected or 'all'})")
+    if e.smoke and st.rc == "0":
+        return SKIP(what, f"not in the smoke run's stage {stage} (the GPU run has it)")
     return FAIL(what, f"no finished run in stage {stage} to read it from")
 
 
@@ -134,10 +171,11 @@ def stage_checks(e: Evidence) -> list[Check]:
             out.append(SKIP(what, f"not yet run (interim checks, after stage {e.interim_after})"))
         elif st is None:
             out.append(SKIP(what, f"not selected (GPU_CHECK_STAGES={e.selected})"))
-        elif st.rc == "not-run":
-            out.append(FAIL(what, "not run: the stages before it spent GPU_CHECK_BUDGET_S"))
+        elif st.rc == NO_TIME:
+            out.append(SKIP(what, st.budget_note()))
         elif st.rc in TIMED_OUT:
-            out.append(FAIL(what, f"timed out after {st.limit} s (log.txt shows how far it got)"))
+            note = st.budget_note()
+            out.append(FAIL(what, f"timed out after {st.limit} s{note} (log.txt: how far it got)"))
         elif st.rc != "0":
             out.append(FAIL(what, f"exited {st.rc} after {st.seconds} s (log.txt says why)"))
         else:
@@ -163,11 +201,12 @@ def preflight_checks(e: Evidence) -> list[Check]:
     doc = e.doctor
     device = "cpu" if e.smoke else "cuda"
     verdict = ((doc or {}).get("compile") or {}).get(device) or {}
+    untried_ok = e.smoke and verdict.get("ok") is None  # the smoke run's probe compiles instead
     if doc is None:
-        out.append(FAIL("doctor", "doctor --json --try-compile wrote no readable JSON"))
+        out.append(FAIL("doctor", "doctor --json wrote no readable JSON"))
     elif not e.smoke and not doc.get("cuda_available"):
         out.append(FAIL("doctor", f"torch {doc.get('torch')} sees no CUDA GPU"))
-    elif verdict.get("ok") is not True:
+    elif verdict.get("ok") is not True and not untried_ok:
         out.append(FAIL("doctor", f"torch.compile on {device}: {verdict.get('why')}"))
     else:
         out.append(
@@ -180,15 +219,27 @@ def preflight_checks(e: Evidence) -> list[Check]:
 
 
 def probe_checks(e: Evidence) -> list[Check]:
-    what = "tf32 compile probe"
-    run = e.run("probe", "tf32")
-    if run is None:
-        return [not_there(e, "probe", what)]
-    mode = run_config(run).get("compile", "?")
-    if run.done is None or run.done.status != "ok":
-        error = run.done.error if run.done else "no done event"
-        return [FAIL(what, f"tf32 with compile = '{mode}' {run.status}: {error}")]
-    return [PASS(what, f"tf32 compiled ({mode}) in {run.done.compile_s or 0:.1f} s and trained")]
+    """tf32 and fp32 compiled: the states after which torch's legacy TF32 getters raised, and
+    inductor reads them (mm templates; convolution templates read cudnn.allow_tf32)."""
+    out = []
+    for preset in ("tf32", "fp32"):
+        what = f"{preset} compile probe"
+        run = e.run("probe", preset)
+        if preset == "fp32" and e.smoke:
+            out.append(SKIP(what, "GPU only: inductor's convolution templates need max-autotune"))
+            continue
+        if run is None:
+            out.append(not_there(e, "probe", what))
+            continue
+        config = run_config(run)
+        mode, kind = config.get("compile", "?"), (config.get("workload") or {}).get("kind", "?")
+        if run.done is None or run.done.status != "ok":
+            error = run.done.error if run.done else "no done event"
+            out.append(FAIL(what, f"{preset} {kind} compile = '{mode}' {run.status}: {error}"))
+            continue
+        took = f"{run.done.compile_s or 0:.1f} s"
+        out.append(PASS(what, f"{preset} {kind} compiled ({mode}) in {took} and trained"))
+    return out
 
 
 def finished_checks(e: Evidence) -> list[Check]:
@@ -272,9 +323,11 @@ def grad_zeros(run: records.RunRecord) -> float | None:
 def warning_checks(e: Evidence) -> list[Check]:
     seen: dict[str, list[str]] = {}
     unexpected: dict[str, tuple[list[str], str]] = {}
+    mig = any(len(row) > 1 and row[1].lower() == "enabled" for row in e.nvidia_smi)
     for stage, runs in e.runs.items():
         for run in runs:
             allowed = EXPECTED_WARNINGS | (CPU_WARNINGS if e.smoke else set())
+            allowed |= MIG_WARNINGS if mig else set()
             if run.hello is not None and run.hello.config.get("grad_scaler") != "off":
                 allowed |= SCALER_WARNINGS if run.preset.startswith("amp-fp16") else set()
             for w in run.events:

@@ -7,6 +7,7 @@ It also times one step event's emission against json.dumps + write + flush, and 
 much of the loop's wall time the reported ``step_ms`` covers (each step is timed from the end
 of the one before, so the host's work between steps is in it: ~100 %; a step timed from its
 own start read 98.8 % here on a 0.1 s CPU step, and misses ~7 % on a launch-bound GPU model).
+Below the thresholds (``coverage_problems``) it prints a FAIL line and exits 1.
 
 With ``--model`` the model is a user's (``benchmarks/overhead_model.py:make`` by default,
 about 0.1 s a step on two CPU cores): the bare loop calls their batches callable, model and
@@ -111,8 +112,7 @@ def main() -> None:
     setup = build(preset, info)
     sink = open(os.devnull, "wb")  # noqa: SIM115
     writer = EventWriter(live=LiveStream(sink.fileno(), recorded=False))
-    stats = RunStats(warmup_steps=0)
-    reporter = StepReporter(setup, writer, stats, peak=None)
+    reporter = StepReporter(setup, writer, RunStats(warmup_steps=0), peak=None)
     memory = MemoryReader(info.device)
     probe = make_probe(info.device, width=METRICS_WIDTH)
 
@@ -174,10 +174,43 @@ def main() -> None:
         f"{what_runs(args, setup)}, {args.blocks} blocks x {args.block_steps} steps each way, "
         f"interleaved, {args.clock} clock, {torch.get_num_threads()} torch thread(s)"
     )
-    print_ratios(per_step, covered)
-    print_loop_coverage(setup, writer, args.blocks * args.block_steps)
+    share = print_ratios(per_step, covered)
+    loop_share = print_loop_coverage(setup, writer, args.blocks * args.block_steps)
     print_emission_cost(writer, sink)
     writer.close()
+    fail_on_coverage(share, loop_share)
+
+
+# The reported step_ms must cover the loop's wall time: each step is timed from the end of the
+# one before, so the host's work between steps is in it (~100 %). A step timed from its own
+# start read 98.8 % on a 0.1 s CPU step and misses ~7 % on a launch-bound GPU model.
+BLOCK_COVERAGE_MIN = 0.995  # blocks of steps, the probe begun once a block
+LOOP_COVERAGE_MIN = 0.98  # engine.loop.train whole: its start and final drain are outside steps
+
+
+def fail_on_coverage(block_share: float, loop_share: float) -> None:
+    """A FAIL line for each coverage below its threshold, then exit 1."""
+    problems = coverage_problems(block_share, loop_share)
+    for problem in problems:
+        print(f"FAIL {problem}")
+    if problems:
+        sys.exit(1)
+
+
+def coverage_problems(block_share: float, loop_share: float) -> list[str]:
+    """What the step times leave out of the wall time, beyond the thresholds; empty if nothing."""
+    problems = []
+    if block_share < BLOCK_COVERAGE_MIN:
+        problems.append(
+            f"step_ms covers {block_share:.1%} of the engine loop's wall time (at least "
+            f"{BLOCK_COVERAGE_MIN:.1%}): host work between steps falls outside the step time"
+        )
+    if loop_share < LOOP_COVERAGE_MIN:
+        problems.append(
+            f"engine.loop.train: step_ms covers {loop_share:.1%} of its wall time (at least "
+            f"{LOOP_COVERAGE_MIN:.0%}): host work between steps falls outside the step time"
+        )
+    return problems
 
 
 def what_runs(args: argparse.Namespace, setup) -> str:
@@ -186,8 +219,9 @@ def what_runs(args: argparse.Namespace, setup) -> str:
     return f"{what}, {preset.precision}, on {info.name} ({info.device})"
 
 
-def print_ratios(per_step: dict[str, list[float]], covered: list[float]) -> None:
-    """The engine loop against the bare one, and how much of its wall time step_ms covers."""
+def print_ratios(per_step: dict[str, list[float]], covered: list[float]) -> float:
+    """The engine loop against the bare one, and how much of its wall time step_ms covers
+    (returned: the median over blocks)."""
     bare = statistics.median(per_step["bare"])
     inst = statistics.median(per_step["instrumented"])
     print(f"  bare loop           {bare:8.3f} ms/step (median of blocks)")
@@ -212,9 +246,10 @@ def print_ratios(per_step: dict[str, list[float]], covered: list[float]) -> None
         f"  step_ms covers      {share:8.1%}  of the engine loop's wall time a step (median of "
         "blocks; below ~99 % the host work between steps is missing from step times)"
     )
+    return share
 
 
-def print_loop_coverage(setup, writer: EventWriter, steps: int) -> None:
+def print_loop_coverage(setup, writer: EventWriter, steps: int) -> float:
     """engine.loop.train itself, timed whole: its steps' step_ms against its wall time. A
     loop that timed only from each step's start would leave the host work out and read low."""
     s = dataclasses.replace(setup, preset=msgspec.structs.replace(setup.preset, steps=steps))
@@ -223,10 +258,9 @@ def print_loop_coverage(setup, writer: EventWriter, steps: int) -> None:
     t0 = time.perf_counter()
     train(s, writer, stats, None, threading.Event())
     wall_ms = (time.perf_counter() - t0) * 1e3
-    print(
-        f"  engine.loop.train   {sum(stats.step_ms) / wall_ms:8.1%}  of its wall time is in "
-        f"step_ms ({steps} steps)"
-    )
+    share = sum(stats.step_ms) / wall_ms
+    print(f"  engine.loop.train   {share:8.1%}  of its wall time is in step_ms ({steps} steps)")
+    return share
 
 
 def print_emission_cost(writer: EventWriter, sink) -> None:
