@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,39 @@ def test_cli_names_the_planted_layer_of_models_nobody_here_wrote(factory, plante
     assert over[0] == planted and out["steps_sampled"] == 3
     fp16 = next(v for v in out["verdicts"] if v.startswith("fp16:"))
     assert fp16.startswith(f"fp16: {planted}'s outputs reach ") and "beyond fp16's 65504" in fp16
+
+
+@pytest.mark.unit
+def test_watch_samples_the_step_after_a_skip_and_names_where_the_inf_is(tmp_path):
+    """A watched loop owns its batches, so a skipped step cannot be run again: the next step
+    armed once the skip has landed is sampled instead, and names the first inf."""
+    import importlib.util
+    import time
+
+    import torch
+
+    import ampscope
+    from tests.helpers import events_of
+
+    spec = importlib.util.spec_from_file_location("planted_numerics", MODEL)
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    model = planted.Planted(1.0, 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+    with ampscope.watch(model, opt, scaler=scaler, runs_dir=tmp_path, numerics_every=1000) as mon:
+        for step in range(7):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss * (math.inf if step >= 3 else 1.0)).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            mon.step(loss)
+            time.sleep(0.5)  # the skip lands (a reporting thread, ten times a second)
+    events = events_of(mon.run_dir, ev.NumericsEvent)
+    sampled = events[1].step
+    assert events[0].step == 0 and sampled in (5, 6)  # step 3's skip is known after step 4
+    assert events[1].first_nonfinite == ev.FirstNonfinite(
+        step=sampled, module="head.out", pass_="backward"
+    )

@@ -196,6 +196,7 @@ class NumericsEvent(Event, tag="numerics"):
     modules: list[ModuleNumerics]
     modules_total: int  # leaf modules in the model; more than len(modules) beyond the cap
     first_nonfinite: FirstNonfinite | None = None  # this step's first inf/NaN tensor
+    replayed: bool = False  # measured by running a skipped or non-finite step again
 
 
 class RankSys(msgspec.Struct, kw_only=True):

@@ -8,7 +8,7 @@ into a step event, warnings, and the run's statistics.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import torch
@@ -41,11 +41,18 @@ METRICS_WIDTH = len(StepMetrics._fields)
 
 
 class NonFiniteLoss(Exception):
-    def __init__(self, step: int, loss: float, ranks: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        step: int,
+        loss: float,
+        ranks: list[int] | None = None,
+        first: ev.FirstNonfinite | None = None,
+    ) -> None:
         super().__init__(f"loss became {loss} at step {step}")
         self.step = step
         self.loss = loss
         self.ranks = ranks  # on several processes, the ranks whose own loss was not finite
+        self.first = first  # where the inf/NaN first appeared, when numerics found it
 
 
 class ReplicasDiverged(Exception):
@@ -143,6 +150,9 @@ class StepReporter:
         self.warned_skip = False
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
         self.input_wait = InputWait(stats.warmup_steps)
+        # Told of each skipped or non-finite step (step, its loss scale, whether the run ends
+        # on it); answers where the inf first appeared, if it can tell (numerics).
+        self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -161,11 +171,15 @@ class StepReporter:
         self._warn(step, m, skipped)
         if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
             self.writer.emit(self.input_wait.warning(), urgent=True)
-        if not math.isfinite(loss) and (
+        ends = not math.isfinite(loss) and (
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
-        ):
+        )
+        first = None
+        if (skipped or not math.isfinite(loss)) and self.on_bad is not None:
+            first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
+        if ends:
             bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
-            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None)
+            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None, first)
 
     def _diverged(self, step: int, skips: list[bool]) -> None:
         took = [r for r, s in enumerate(skips) if not s]

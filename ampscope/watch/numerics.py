@@ -3,6 +3,11 @@
 The hooks go on right after the ``step()`` before a sampled step and come off at that step's
 ``step()``, so the user's forward and backward of that one step are measured, and nothing is
 registered on the others. Any failure is the probe's one warning; the loop goes on.
+
+A skipped or non-finite step cannot be run again here, as the engine does: the user's loop
+owns the batch, the forward and the loss. Instead, once such a step has landed, the next step
+armed is sampled too, which names the first inf/NaN module when the inf comes back (it
+usually does; a halved loss scale may keep the next step finite).
 """
 
 from __future__ import annotations
@@ -30,7 +35,12 @@ class WatchNumerics:
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.nan = torch.full((), math.nan, device=device)
         self.armed = False
+        self.bad_seen = False  # set by the reporting thread when a bad step lands
         self._arm(0)
+
+    def bad_step(self) -> None:
+        """A skipped or non-finite step has landed: sample the next step armed."""
+        self.bad_seen = True
 
     def _arm(self, step: int) -> None:
         if self.probe.wants(step):
@@ -46,6 +56,9 @@ class WatchNumerics:
             self.probe.end(step)
             self.armed = False
         self.probe.poll()
+        if self.bad_seen:
+            self.bad_seen = False
+            self.probe.sample_next(step + 1)
         self._arm(step + 1)
 
     def remove(self) -> None:
