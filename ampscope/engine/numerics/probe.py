@@ -22,7 +22,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import MODULE_CAP, choose_modules
-from ampscope.engine.numerics.measure import BOUNDS, WIDTH, measure
+from ampscope.engine.numerics.measure import CONSTANTS, RAW, measure, row_of
 from ampscope.engine.numerics.summary import module_numerics
 
 FORWARD, BACKWARD, WEIGHT = "forward", "backward", "weight"
@@ -78,7 +78,7 @@ class NumericsProbe:
         self.modules = [by_name[n] for n in self.names]
         self.kinds = [type(m).__name__ for m in self.modules]
         self.owners, self.params = weight_owners(self.model, self.names)
-        self.bounds = torch.tensor(BOUNDS, dtype=torch.float32, device=self.device)
+        self.constants = torch.tensor(CONSTANTS, dtype=torch.float32, device=self.device)
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
         self.rows: list[torch.Tensor] = []
         self.checks: list[torch.Tensor] = []  # weight gradients' largest magnitude
@@ -147,7 +147,7 @@ class NumericsProbe:
 
     def _take(self, index: int, which: str, t: torch.Tensor) -> None:
         with torch.no_grad():
-            self.rows.append(measure(t, self.bounds))
+            self.rows.append(measure(t, self.constants))
         self.slots.append((index, which))
 
     def _fail(self, exc: Exception) -> None:
@@ -207,8 +207,8 @@ class NumericsProbe:
     def _event(self, item: Pending) -> ev.NumericsEvent:
         flat = item.flat.tolist()
         rows = sum(1 for _, which in item.slots if which != WEIGHT)
-        table = [flat[i * WIDTH : (i + 1) * WIDTH] for i in range(rows)]
-        checks, scale = flat[rows * WIDTH : -1], flat[-1]
+        table = [row_of(flat[i * RAW : (i + 1) * RAW]) for i in range(rows)]
+        checks, scale = flat[rows * RAW : -1], flat[-1]
         modules, first = module_numerics(
             self.names, self.kinds, self.owners, item.slots, table, checks
         )
