@@ -171,3 +171,15 @@ def test_watch_samples_the_step_after_a_skip_and_names_where_the_inf_is(tmp_path
     assert events[1].first_nonfinite == ev.FirstNonfinite(
         step=sampled, module="head.out", pass_="backward"
     )
+
+
+@pytest.mark.unit
+def test_step_0_says_the_loss_scale_its_gradients_carry():
+    """A GradScaler makes its scale tensor at its first scale(): step 0 runs with the initial
+    scale, and its event says so (not null, as for a run without a scaler)."""
+    seen: list[ev.Event] = []
+    spec = f"workload.model='{MODEL}:make_underflow'"
+    overrides = [*CPU, spec, "steps=2", "numerics.every=1", "scaler.init_scale=1024.0"]
+    assert run("amp-fp16", overrides, record=False, on_event=seen.append) == EXIT_OK
+    events = [e for e in seen if isinstance(e, ev.NumericsEvent)]
+    assert [(e.step, e.loss_scale) for e in events] == [(0, 1024.0), (1, 1024.0)]

@@ -98,9 +98,16 @@ def zero_fraction(grad: torch.Tensor, chunk: int = ZERO_COUNT_CHUNK) -> torch.Te
 
 
 def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tensor:
-    """The current loss scale as a device tensor (``get_scale()`` would sync)."""
-    scale = getattr(scaler, "_scale", None) if scaler.is_enabled() else None
-    return scale.detach().clone().float().reshape(()) if scale is not None else nan
+    """The current loss scale as a device tensor (``get_scale()`` would sync). Before its first
+    ``scale()`` a GradScaler holds no scale tensor yet: its initial scale is the one step 0
+    runs with. ``nan`` (a device scalar) without a GradScaler."""
+    if not scaler.is_enabled():
+        return nan
+    scale = getattr(scaler, "_scale", None)
+    if scale is None:
+        init = float(getattr(scaler, "_init_scale", math.nan))
+        return torch.full((), init, dtype=torch.float32, device=nan.device)
+    return scale.detach().clone().float().reshape(())
 
 
 class MemoryReader:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
+from ampscope.engine.metrics import scaler_scale
 from ampscope.engine.numerics.probe import NumericsProbe
 
 
@@ -44,10 +45,8 @@ class WatchNumerics:
 
     def _arm(self, step: int) -> None:
         if self.probe.wants(step):
-            scale = getattr(self.scaler, "_scale", None) if self.scaler is not None else None
-            self.probe.begin(
-                step, scale.detach().float().reshape(()) if scale is not None else self.nan
-            )
+            scale = scaler_scale(self.scaler, self.nan) if self.scaler is not None else self.nan
+            self.probe.begin(step, scale)
             self.armed = True
 
     def after(self, step: int) -> None:
