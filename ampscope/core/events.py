@@ -140,6 +140,7 @@ class StepEvent(Event, tag="step"):
     # Milliseconds the host waited for this step's batch (no GPU sync): part of step_ms.
     data_ms: float | None = None
     ranks: list[RankStep] | None = None
+    profiled: bool = False  # ran under torch.profiler (slower): left out of step-time figures
 
 
 def peak_memory(step: StepEvent) -> int | None:

@@ -122,7 +122,7 @@ def train(
     then raises its fault). ``sample`` gives this rank's latest telemetry for the exchange
     (none on one process). ``profiler`` takes profiles when asked (none: never)."""
     preset, link = s.preset, s.link
-    reporter = StepReporter(s, writer, stats, peak)
+    reporter = StepReporter(s, writer, stats, peak, profiler.profiled if profiler else ())
     memory = MemoryReader(s.info.device)
     memory.reset_peak()  # setup's peak (weights cast, FLOPs counted) is not training's
     probe = make_probe(s.info.device, width=METRICS_WIDTH)

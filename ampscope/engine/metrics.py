@@ -8,7 +8,7 @@ into a step event, warnings, and the run's statistics.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import NamedTuple
 
 import torch
@@ -151,11 +151,19 @@ class MemoryReader:
 class StepReporter:
     """Turns finished steps (each as every rank's figures) into step events and statistics."""
 
-    def __init__(self, s: Setup, writer: EventWriter, stats: RunStats, peak: float | None) -> None:
+    def __init__(
+        self,
+        s: Setup,
+        writer: EventWriter,
+        stats: RunStats,
+        peak: float | None,
+        profiled: Collection[int] = (),
+    ) -> None:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.scaled = s.policy.use_scaler
         self.warned_skip = False
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
+        self.profiled = profiled  # the steps that ran under torch.profiler (the profiler's)
         self.input_wait = InputWait(stats.warmup_steps)
         # Told of each skipped or non-finite step (step, its loss scale, whether the run ends
         # on it); answers where the inf first appeared, if it can tell (numerics).
@@ -213,6 +221,8 @@ class StepReporter:
         stats.step_ms.append(job_ms)
         if not math.isnan(m.grad_zero_frac):
             stats.instrumented.add(step)
+        if step in self.profiled:
+            stats.profiled.add(step)
         stats.skipped += skipped
         stats.loss_final, stats.loss_final_step = loss, step  # what happened, finite or not
         if len(ranks) > 1:
@@ -263,7 +273,9 @@ class StepReporter:
             lr=self.s.preset.lr,
             ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
             data_ms=None if data_ms is None else round(data_ms, 4),
+            profiled=step in self.profiled,
         )
+
         peak = ev.peak_memory(event)
         if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):
             self.stats.mem_peak = peak

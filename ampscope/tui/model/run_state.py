@@ -176,7 +176,8 @@ class RunState:
             e.mem_reserved,
             None if zeros is None else zeros * 100,
         )
-        self.recent_ms.append(e.step_ms)
+        if not e.profiled:  # slowed by torch.profiler: no figure of training's speed
+            self.recent_ms.append(e.step_ms)
         if e.data_ms is not None:
             self.recent_data_ms.append(e.data_ms)
         peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
