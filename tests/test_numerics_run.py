@@ -183,3 +183,21 @@ def test_step_0_says_the_loss_scale_its_gradients_carry():
     assert run("amp-fp16", overrides, record=False, on_event=seen.append) == EXIT_OK
     events = [e for e in seen if isinstance(e, ev.NumericsEvent)]
     assert [(e.step, e.loss_scale) for e in events] == [(0, 1024.0), (1, 1024.0)]
+
+
+@pytest.mark.unit
+def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
+    """Hooks would recompile a compiled model, so numerics stay off: a note says so, once."""
+    from ampscope.core import config as cfg
+    from ampscope.engine.emitter import EventWriter
+    from ampscope.engine.numerics import loop_numerics
+
+    seen: list[ev.Event] = []
+    preset = cfg.load_preset("fp32", ["compile='default'", "numerics.every=10"])
+    setup = type("S", (), {"preset": preset})()
+    writer = EventWriter(None, on_event=seen.append)
+    assert loop_numerics(setup, writer, None, None, lambda: None) is None  # type: ignore[arg-type]
+    writer.flush()
+    notes = [e for e in seen if isinstance(e, ev.WarningEvent)]
+    assert [e.code for e in notes] == ["numerics-off"]
+    assert "compiles its model" in notes[0].message and "ampscope numerics" in notes[0].message

@@ -165,6 +165,9 @@ class CompileEvent(Event, tag="compile"):
 
 EPOCH_NOTE, RANK_STALLED = "epoch", "rank-stalled"
 """Warning codes: a plain note (a user's batches began a new epoch); a rank that holds up."""
+NUMERICS_OFF = "numerics-off"
+"""Warning code of a plain note: a compiled run does not measure per-layer numerics."""
+NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF})  # said as notes, not warnings
 
 
 class WarningEvent(Event, tag="warning"):

@@ -120,10 +120,18 @@ def loop_numerics(
     reporter: StepReporter,
     restart: Callable[[], None],
 ) -> LoopNumerics | None:
-    """None when numerics are off, or the model is compiled (hooks would recompile it).
-    The reporter tells it of each step that went wrong; ``restart`` restarts the step timer
-    after a rerun."""
-    if s.preset.numerics.every <= 0 or s.preset.compile != "off":
+    """None when numerics are off, or the model is compiled (hooks would recompile it: a note
+    says so). The reporter tells it of each step that went wrong; ``restart`` restarts the
+    step timer after a rerun."""
+    if s.preset.numerics.every <= 0:
+        return None
+    if s.preset.compile != "off":
+        message = (
+            f"per-layer numerics are off: this run compiles its model (compile = "
+            f"'{s.preset.compile}'), and hooks on its layers would make torch.compile compile "
+            "it again. 'ampscope numerics' measures the layers without compiling."
+        )
+        writer.emit(ev.WarningEvent(code=ev.NUMERICS_OFF, message=message), urgent=True)
         return None
     try:
         numerics = LoopNumerics(s, writer, loss_of, restart)

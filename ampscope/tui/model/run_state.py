@@ -213,8 +213,8 @@ class RunState:
             self.status = "training"
 
     def _on_warning(self, e: ev.WarningEvent) -> None:
-        if e.code == ev.EPOCH_NOTE:  # a new pass over the user's batches: a note, counted
-            self.epoch += 1
+        if e.code in ev.NOTE_CODES:  # a new pass over the user's batches (counted), ...
+            self.epoch += e.code == ev.EPOCH_NOTE
             self.add_log("info", e.step, e.message)
             return
         if e.code == ev.RANK_STALLED:
