@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-KEEP = 4  # steps whose batch and RNG state are kept: the CUDA read-back lags a step or two
+KEEP = 3  # steps whose batch and RNG state are kept: the CUDA read-back lags a step or two
 
 
 @dataclass
