@@ -163,11 +163,10 @@ class CompileEvent(Event, tag="compile"):
     compile_s: float | None
 
 
-EPOCH_NOTE, RANK_STALLED = "epoch", "rank-stalled"
-"""Warning codes: a plain note (a user's batches began a new epoch); a rank that holds up."""
-NUMERICS_OFF = "numerics-off"
-"""Warning code of a plain note: a compiled run does not measure per-layer numerics."""
-NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF})  # said as notes, not warnings
+EPOCH_NOTE, RANK_STALLED, NUMERICS_OFF = "epoch", "rank-stalled", "numerics-off"
+"""Warning codes: notes (a user's batches began a new epoch; a compiled run measures no
+per-layer numerics), and a rank that holds up. NOTE_CODES are said as notes, not warnings."""
+NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF})
 
 
 class WarningEvent(Event, tag="warning"):
@@ -339,17 +338,9 @@ def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> Do
 
 
 AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union object here
-    HelloEvent,
-    PhaseEvent,
-    StepEvent,
-    CompileEvent,
-    WarningEvent,
-    ErrorEvent,
-    SysEvent,
-    DoneEvent,
-    NumericsEvent,
-    ProfileEvent,
-]
+    HelloEvent, PhaseEvent, StepEvent, CompileEvent, WarningEvent, ErrorEvent, SysEvent,
+    DoneEvent, NumericsEvent, ProfileEvent,
+]  # fmt: skip
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)
