@@ -237,14 +237,20 @@ def test_measuring_reads_nothing_back_so_a_gpu_never_waits(numel):
 @pytest.mark.unit
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's sync debug mode needs a GPU")
 def test_on_cuda_a_sampled_step_never_waits_for_the_gpu():
+    from ampscope.engine.numerics.replay import StepKeeper
+
     cuda = torch.device("cuda")
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).to(cuda)
     got: list = []
     probe = NumericsProbe(model, cuda, got.append, every=1)
     x = torch.randn(4096, 64, device=cuda) * 1e3
+    keeper = StepKeeper(cuda)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
+        keeper.keep(
+            0, x, None
+        )  # what every step pays for a rerun: the RNG states, read on the host
         probe.begin(0, torch.full((), math.nan, device=cuda))
         model(x).sum().backward()
         probe.end(0)

@@ -177,9 +177,11 @@ class NumericsProbe:
         if self.failed or not self.slots:
             return
         try:
-            parts = [r.reshape(-1) for r in self.rows] + [c.reshape(1) for c in self.checks]
-            parts.append(self.scale.reshape(1))
-            flat = torch.cat([p.to(torch.float64) for p in parts])
+            parts = [r.reshape(-1) for r in self.rows]  # float64 already
+            if self.checks:
+                parts.append(torch.stack(self.checks).to(torch.float64))
+            parts.append(self.scale.reshape(1).to(torch.float64))
+            flat = torch.cat(parts)
             self.rows, self.checks = [], []
             if self.device.type == "cuda":
                 host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
