@@ -47,6 +47,20 @@ def reference_counts(t: torch.Tensor) -> dict[str, tuple[float, float]]:
     return out
 
 
+def reference_scaled_underflow(t: torch.Tensor, key: str) -> float:
+    """The share of non-zero values that round to zero once the tensor is scaled by
+    largest/amax (its finite amax) and cast by ml_dtypes, as tensorwise fp8 training does."""
+    t = t.detach().float()
+    finite = t[torch.isfinite(t)]
+    amax = finite.abs().max().item() if finite.numel() else 0.0
+    if amax == 0.0:
+        return 0.0
+    dtype = ml_dtypes.float8_e4m3fn if key == "e4m3" else ml_dtypes.float8_e5m2
+    scaled = (t * (LIMITS[key].largest / amax)).numpy()
+    cast = torch.from_numpy(scaled.astype(dtype).astype("float32"))
+    return ((cast == 0) & (t != 0)).sum().item() / t.numel()
+
+
 def tensors(out):
     if isinstance(out, torch.Tensor):
         yield out
@@ -108,6 +122,7 @@ def test_shares_match_torch_casts(factory):
     event = probe_step(model, x, y)
     by_name = {m.name: m for m in event.modules}
     checked = 0
+    scaled_seen: list[float] = []
     for (name, which), pieces in kept.items():
         whole = torch.cat([p.reshape(-1).float() for p in pieces])
         want = reference_counts(whole)
@@ -118,8 +133,12 @@ def test_shares_match_torch_casts(factory):
             share = entry.formats[key]
             assert abs(share.overflow - over) <= 0.01, (name, which, key, share, over)
             assert abs(share.underflow - under) <= 0.01, (name, which, key, share, under)
+            if key in ("e4m3", "e5m2"):
+                scaled = reference_scaled_underflow(whole, key)
+                assert abs(share.scaled_underflow - scaled) <= 0.01, (name, which, key, scaled)
+                scaled_seen.append(scaled)
             checked += 1
-    assert checked >= 40
+    assert checked >= 40 and max(scaled_seen) > 0
     planted_layer = by_name["trunk.boost"].activation if factory == "make_overflow" else None
     if planted_layer is not None:  # the planted layer is seen, and only bf16 holds it
         assert planted_layer.formats["fp16"].overflow > 0.3
@@ -195,3 +214,80 @@ def test_many_modules_stay_bounded_and_every_kind_is_kept():
     assert {"blocks.0.attn", "blocks.0.mlp", "head"} <= set(chosen)
     labels = [label for label, _ in group_names(names[:24] + ["head"])]
     assert labels == ["blocks.0-11.attn", "blocks.0-11.mlp", "head"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("numel", [100, 100_000, 5_000_000])
+def test_measuring_reads_nothing_back_so_a_gpu_never_waits(numel):
+    """On the meta device a tensor has no values: any read of one to the host (``.item()``,
+    or ``torch.bincount``, which reads its input's min and max to size its output) raises. A
+    sampled step's measuring, its weight checks and its one stacked row all run there."""
+    from ampscope.engine.numerics.measure import CONSTANTS, RAW, measure
+
+    meta = torch.device("meta")
+    x = torch.empty(numel, dtype=torch.float16, device=meta)
+    row = measure(x, torch.tensor(CONSTANTS, dtype=torch.float32, device=meta))
+    assert row.shape == (RAW,) and row.device == meta
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to(meta)
+    probe = NumericsProbe(model, meta, lambda e: None, every=1)
+    probe.poll = lambda wait=False: None  # the host read, a step later, is not the measuring
+    probe.begin(0, torch.full((), math.nan, device=meta))
+    model(torch.empty(4, 8, device=meta)).sum().backward()
+    probe.end(0)
+    assert not probe.failed and len(probe.pending) == 1
+    assert probe.pending[0].flat.device == meta
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's sync debug mode needs a GPU")
+def test_on_cuda_a_sampled_step_never_waits_for_the_gpu():
+    from ampscope.engine.numerics.replay import StepKeeper
+
+    cuda = torch.device("cuda")
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).to(cuda)
+    got: list = []
+    probe = NumericsProbe(model, cuda, got.append, every=1)
+    x = torch.randn(4096, 64, device=cuda) * 1e3
+    keeper = StepKeeper(cuda)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        keeper.keep(
+            0, x, None
+        )  # what every step pays for a rerun: the RNG states, read on the host
+        probe.begin(0, torch.full((), math.nan, device=cuda))
+        model(x).sum().backward()
+        probe.end(0)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    probe.poll(wait=True)
+    assert [type(e) for e in got] == [ev.NumericsEvent]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("numel", [1000, 100_000, 5_000_000])
+def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
+    """Magnitudes spread over 2**-40 to 2**20 (zeros, infs and NaNs among them), measured whole
+    (a small tensor), a count per boundary (a large one) and in two reads (beyond a chunk)."""
+    from ampscope.engine.numerics.measure import CONSTANTS, measure, row_of
+    from ampscope.engine.numerics.summary import module_numerics
+
+    g = torch.Generator().manual_seed(numel)
+    x = torch.exp2(torch.rand(numel, generator=g) * 60 - 40)
+    x[::7] *= -1
+    x[::101] = 0.0
+    x[5::997] = math.inf
+    x[9::991] = math.nan
+    raw = measure(x, torch.tensor(CONSTANTS, dtype=torch.float32)).tolist()
+    modules, _ = module_numerics(["m"], ["M"], ["m"], [(0, "forward")], [row_of(raw)], [])
+    got = modules[0].activation
+    assert got.numel == numel and got.nonfinite == x.isnan().sum() + x.isinf().sum()
+    finite = x[torch.isfinite(x)].abs()
+    assert got.amax == finite.max().item() and got.min_nonzero == finite[finite > 0].min().item()
+    for key, (over, under) in reference_counts(x).items():
+        share = got.formats[key]
+        assert abs(share.overflow - over) < 1e-9 and abs(share.underflow - under) < 1e-9, key
+    for key in ("e4m3", "e5m2"):
+        want = reference_scaled_underflow(x, key)
+        assert want > 0.1 and abs(got.formats[key].scaled_underflow - want) < 1e-4, key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,20 @@ def test_cli_table_and_verdicts_name_the_planted_layers():
     assert bad.returncode == 2 and "numerics.every" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.subprocess
+def test_cli_works_on_a_built_in_workload_without_a_model():
+    """No --model: the built-in MLP's layers, named as named_modules() names them."""
+    done = numerics_cli("mlp-demo", "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["preset"] == "mlp-demo" and out["steps_sampled"] == 2
+    names = [m["name"] for m in out["modules"]]
+    assert names == [str(i) for i in range(len(names))] and len(names) >= 3
+    linear = next(m for m in out["modules"] if m["kind"] == "Linear")
+    assert linear["activation"]["amax"] > 0 and linear["gradient"]["amax"] > 0
+    assert [v.split(":")[0] for v in out["verdicts"]] == ["fp16", "bf16", "e4m3", "e5m2"]
+
+
 @pytest.mark.unit
 def test_watch_numerics_every_records_the_planted_layer(tmp_path):
     import importlib.util
@@ -121,8 +136,10 @@ FOREIGN = Path(__file__).parent / "data" / "planted_foreign.py"
 )
 def test_cli_names_the_planted_layer_of_models_nobody_here_wrote(factory, planted):
     """A Hugging Face GPT-2 and torch's own TransformerEncoder: the overflowing layer is
-    named by its named_modules() name in the JSON and in the fp16 verdict."""
-    pytest.importorskip("transformers")
+    named by its named_modules() name in the JSON and in the fp16 verdict (torch's own
+    encoder needs nothing beyond torch)."""
+    if factory == "make_gpt2":
+        pytest.importorskip("transformers")
     done = numerics_cli("fp32", "--model", f"{FOREIGN}:{factory}", "--steps", "3", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -134,3 +151,69 @@ def test_cli_names_the_planted_layer_of_models_nobody_here_wrote(factory, plante
     assert over[0] == planted and out["steps_sampled"] == 3
     fp16 = next(v for v in out["verdicts"] if v.startswith("fp16:"))
     assert fp16.startswith(f"fp16: {planted}'s outputs reach ") and "beyond fp16's 65504" in fp16
+
+
+@pytest.mark.unit
+def test_watch_samples_the_step_after_a_skip_and_names_where_the_inf_is(tmp_path):
+    """A watched loop owns its batches, so a skipped step cannot be run again: the next step
+    armed once the skip has landed is sampled instead, and names the first inf."""
+    import importlib.util
+    import time
+
+    import torch
+
+    import ampscope
+    from tests.helpers import events_of
+
+    spec = importlib.util.spec_from_file_location("planted_numerics", MODEL)
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    model = planted.Planted(1.0, 1.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+    with ampscope.watch(model, opt, scaler=scaler, runs_dir=tmp_path, numerics_every=1000) as mon:
+        for step in range(7):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss * (math.inf if step >= 3 else 1.0)).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            mon.step(loss)
+            time.sleep(0.5)  # the skip lands (a reporting thread, ten times a second)
+    events = events_of(mon.run_dir, ev.NumericsEvent)
+    sampled = events[1].step
+    assert events[0].step == 0 and sampled in (5, 6)  # step 3's skip is known after step 4
+    assert events[1].first_nonfinite == ev.FirstNonfinite(
+        step=sampled, module="head.out", pass_="backward"
+    )
+
+
+@pytest.mark.unit
+def test_step_0_says_the_loss_scale_its_gradients_carry():
+    """A GradScaler makes its scale tensor at its first scale(): step 0 runs with the initial
+    scale, and its event says so (not null, as for a run without a scaler)."""
+    seen: list[ev.Event] = []
+    spec = f"workload.model='{MODEL}:make_underflow'"
+    overrides = [*CPU, spec, "steps=2", "numerics.every=1", "scaler.init_scale=1024.0"]
+    assert run("amp-fp16", overrides, record=False, on_event=seen.append) == EXIT_OK
+    events = [e for e in seen if isinstance(e, ev.NumericsEvent)]
+    assert [(e.step, e.loss_scale) for e in events] == [(0, 1024.0), (1, 1024.0)]
+
+
+@pytest.mark.unit
+def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
+    """Hooks would recompile a compiled model, so numerics stay off: a note says so, once."""
+    from ampscope.core import config as cfg
+    from ampscope.engine.emitter import EventWriter
+    from ampscope.engine.numerics import loop_numerics
+
+    seen: list[ev.Event] = []
+    preset = cfg.load_preset("fp32", ["compile='default'", "numerics.every=10"])
+    setup = type("S", (), {"preset": preset})()
+    writer = EventWriter(None, on_event=seen.append)
+    assert loop_numerics(setup, writer, None, None, lambda: None) is None  # type: ignore[arg-type]
+    writer.flush()
+    notes = [e for e in seen if isinstance(e, ev.WarningEvent)]
+    assert [e.code for e in notes] == ["numerics-off"]
+    assert "compiles its model" in notes[0].message and "ampscope numerics" in notes[0].message

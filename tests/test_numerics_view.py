@@ -15,7 +15,7 @@ from ampscope.tui.screens.numerics import NumericsScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.key_bar import KeyBar
-from tests.helpers import assert_snapshot, run, shown
+from tests.helpers import assert_snapshot, run, shown, terminal_output, text
 from tests.snapshot_runs import FrozenSource, gpu_run
 
 
@@ -150,5 +150,49 @@ def test_a_run_without_numerics_says_why():
             await pilot.pause()
             text = "".join(app.screen.query_one("#numerics-verdict").render().plain)
             assert "numerics.every" in text and "ampscope numerics" in text
+
+    run(go())
+
+
+def many_layer_events() -> list[ev.NumericsEvent]:
+    """A model of 10,000 leaf modules, 256 of them measured, none repeated in a way that
+    groups (names without a block number): far more rows than a terminal has."""
+    import itertools
+
+    letters = "abcdefghijklmnop"
+    names = [f"layer_{a}{b}" for a, b in itertools.product(letters, repeat=2)]
+    modules = [
+        ModuleNumerics(name=n, kind="Linear", activation=tensor(2.0), gradient=tensor(0.5))
+        for n in names
+    ]
+    return [
+        ev.NumericsEvent(step=s, loss_scale=None, modules=modules, modules_total=10_000)
+        for s in (0, 250)
+    ]
+
+
+@pytest.mark.unit
+def test_many_layers_scroll_and_the_header_says_how_many_were_measured():
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=Path("runs"))
+        state = gpu_run()
+        for e in many_layer_events():
+            state.ingest(e)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await open_run_view(pilot, app, state)
+            await pilot.press("n")
+            screen = await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            header = text(screen, "#numerics-header")
+            assert "256 layers of 10000 (at most 256 measured)" in header
+            scroll = screen.query_one("#numerics-scroll")
+            first, _ = terminal_output(app)
+            assert "layer_aa" in first and "layer_pp" not in first
+            assert scroll.max_scroll_y > 400  # 512 rows (out and grad) in about 15 lines
+            await pilot.press("end")
+            await pilot.pause()
+            last, _ = terminal_output(app)
+            assert scroll.scroll_y == scroll.max_scroll_y
+            assert "layer_pp" in last and "layer_aa" not in last
 
     run(go())

@@ -149,6 +149,31 @@ class _Writer:
         self.events.append(event)
 
 
+ELEMENTWISE_OPS = {
+    "aten::_to_copy", "aten::copy_", "aten::to", "aten::fill_", "aten::zero_", "aten::sum",
+    "aten::expand", "aten::cat", "aten::stack", "aten::add", "aten::mul", "aten::add_",
+}  # fmt: skip
+
+
+def elementwise_reference(prof, total_us: float) -> float:  # type: ignore[no-untyped-def]
+    """The elementwise ops' self time as torch.profiler's event tree has it, walked down from
+    the forward and backward ranges and from the ops under no range (the optimizer's and the
+    scaler's own adds and casts are theirs), as a share of ``total_us``."""
+
+    def tree(e):  # type: ignore[no-untyped-def]
+        yield e
+        for child in e.cpu_children:
+            yield from tree(child)
+
+    def own_us(top) -> float:  # type: ignore[no-untyped-def]
+        return sum(e.self_cpu_time_total for e in tree(top) if e.name in ELEMENTWISE_OPS)
+
+    events = prof.events()
+    ranges = [e for e in events if e.name in ("ampscope.forward", "ampscope.backward")]
+    unmarked = [e for e in events if e.cpu_parent is None and not e.name.startswith("ampscope.")]
+    return sum(own_us(e) for e in ranges + unmarked) / total_us
+
+
 @pytest.mark.unit
 def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -202,10 +227,16 @@ def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
             "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
             "aten::nll_loss_backward",
         ),
+        "elementwise": elementwise_reference(seen["prof"], total),
     }  # fmt: skip
+    # Other: what no class above took, Python's time between ops on a CPU among it.
+    reference["other"] = 1.0 - sum(reference.values())
     assert reference["matmul"] > 0.05 and reference["optimizer"] > 0.02
+    assert reference["elementwise"] > 0
     for cls, share in reference.items():
         assert profile.classes[cls] == pytest.approx(share, abs=0.02), cls
+    # elementwise is small here (autocast's casts): close in proportion too, not only within 2 %
+    assert profile.classes["elementwise"] == pytest.approx(reference["elementwise"], rel=0.1)
     assert profile.dtypes["matmul"].keys() == {"bf16"}  # autocast ran the matmuls in bf16
     top = profile.top_ops[0]  # the op with the most self time, counted as torch counts it
     if [o.name for o in profile.top_ops].count(top.name) == 1:
@@ -274,3 +305,77 @@ def test_ampscope_profile_json_prints_the_split_and_keeps_the_trace(tmp_path: Pa
     assert {"name", "share", "calls", "class"} <= data["top_ops"][0].keys()
     assert Path(data["trace"]).is_file() and Path(data["trace"]).parent.parent == tmp_path
     assert data["advice"]
+
+
+class _FakeProfile:
+    """What save_trace asks of a profiler: a trace of ``size`` bytes of random text, or a
+    failure of the export."""
+
+    def __init__(self, size: int = 1000, fail: Exception | None = None) -> None:
+        self.size, self.fail = size, fail
+        self.written: list[str] = []
+
+    def export_chrome_trace(self, path: str) -> None:
+        import os
+
+        if self.fail is not None:
+            raise self.fail
+        self.written.append(path)
+        Path(path).write_bytes(os.urandom(self.size))  # random: gzip cannot shrink it
+
+
+@pytest.mark.unit
+def test_the_trace_is_written_outside_the_run_folder_bounded_and_only_the_last_few_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ampscope.engine.profiling import trace
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setattr(trace, "TRACE_LIMIT", 4096)
+    big = _FakeProfile(size=8192)
+    path, size, note = trace.save_trace(big, run_dir, 5)
+    assert (path, size) == (None, None) and note is not None
+    assert note.startswith("no Chrome trace: ") and note.endswith("kept; profile fewer steps")
+    assert not list(run_dir.iterdir())  # neither the raw trace nor the oversized one stays
+    assert run_dir not in [Path(p).parent for p in big.written]
+    assert not any(Path(p).exists() for p in big.written)
+
+    for step in (10, 20, 30, 40, 50):
+        path, size, note = trace.save_trace(_FakeProfile(size=1000), run_dir, step)
+        assert note is None and path is not None and size is not None and Path(path).exists()
+    kept = sorted(p.name for p in run_dir.iterdir())
+    assert kept == [f"profile-step{s}.trace.json.gz" for s in (30, 40, 50)]
+    assert trace.KEEP_TRACES == 3
+
+
+@pytest.mark.unit
+def test_a_trace_that_cannot_be_exported_costs_the_trace_not_the_profile(tmp_path: Path) -> None:
+    import torch
+
+    from ampscope.engine.profiling import ProfileControl, trace
+
+    failing = _FakeProfile(fail=RuntimeError("the trace's JSON could not be made"))
+    path, size, note = trace.save_trace(failing, tmp_path, 3)
+    assert (path, size) == (None, None)
+    assert note == "no Chrome trace: it could not be written (the trace's JSON could not be made)"
+    assert not list(tmp_path.iterdir())
+
+    writer = _Writer()
+    control = ProfileControl(writer, torch.device("cpu"), tmp_path, first=(0, 1))  # type: ignore[arg-type]
+    export = torch.profiler.profile.export_chrome_trace
+
+    def broken(self, path):  # type: ignore[no-untyped-def]
+        raise ValueError("no trace today")
+
+    torch.profiler.profile.export_chrome_trace = broken  # type: ignore[method-assign]
+    try:
+        control.before_step(0)
+        with control.phase("forward"):
+            torch.ones(4) @ torch.ones(4)
+        control.after_step(0)
+    finally:
+        torch.profiler.profile.export_chrome_trace = export  # type: ignore[method-assign]
+    (profile,) = writer.events
+    assert isinstance(profile, ev.ProfileEvent) and profile.trace is None
+    assert profile.note == "no Chrome trace: it could not be written (no trace today)"

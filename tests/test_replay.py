@@ -261,3 +261,42 @@ def test_a_replay_sought_back_to_its_start_still_names_the_runs_settings() -> No
     header = source.state.header()
     assert "?" not in header and "compile off" in header and "cpu" in header
     assert source.label().endswith("at 1x")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("how", ["replay", "attach"])
+def test_a_record_with_numerics_shows_them_in_replay_and_attach(tmp_path: Path, how: str) -> None:
+    """An engine run whose skipped step 3 was run again: its record, replayed or attached to,
+    opens the Numerics view with the layers and the first inf."""
+    from ampscope.engine.run import EXIT_OK
+    from ampscope.engine.run import run as run_engine
+    from ampscope.tui.screens.numerics import NumericsScreen
+
+    model = ROOT / "tests" / "data" / "skipped_numerics.py"
+    overrides = [
+        "device='cpu'", "warmup_steps=0", "steps=6", "numerics.every=1000",
+        f"workload.model='{model}:make_skip'",
+    ]  # fmt: skip
+    assert run_engine("amp-fp16", overrides, runs_dir=tmp_path) == EXIT_OK
+    (run_dir,) = records.list_runs(tmp_path)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            source = (
+                ReplaySource.load(run_dir.path, speed=1000)
+                if how == "replay"
+                else AttachSource(run_dir.path)
+            )
+            screen = app.open_run(source)
+            assert await wait_for(pilot, lambda: screen.state.done is not None, 20)
+            await pilot.press("n")
+            numerics = await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            assert "2 sampled steps" in text(numerics, "#numerics-header")
+            said = text(numerics, "#numerics-verdict")
+            assert "First inf/NaN: lin's gradients, step 3." in said
+            assert "lin" in text(numerics, "#numerics-grid")
+
+    run(go())

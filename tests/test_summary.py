@@ -90,3 +90,31 @@ def test_the_timed_steps_rule() -> None:
     assert summary.timed_steps(5, 0, compiled=True) == [1, 2, 3, 4]
     assert summary.timed_steps(2, 5) == [1]  # shorter than its warm-up: the first step out
     assert summary.timed_steps(4, 1, instrumented={1, 2, 3}) == [1, 2, 3]  # none else left
+    assert summary.timed_steps(6, 1, profiled={2, 3}) == [1, 4, 5]
+    assert summary.timed_steps(6, 1, instrumented={4}, profiled={2, 3}) == [1, 5]
+    assert summary.timed_steps(4, 1, profiled={1, 2, 3}) == [1, 2, 3]  # a profile run: all
+
+
+@pytest.mark.unit
+def test_profiled_steps_are_marked_and_left_out_of_the_step_time_figures() -> None:
+    """torch.profiler slows the steps it profiles: their events say so, and neither done's
+    median nor the dashboard's Step time card counts them."""
+    import statistics
+
+    from ampscope.core import events as ev
+    from ampscope.engine.run import EXIT_OK, run
+    from ampscope.tui.model.run_state import RunState
+
+    seen: list[ev.Event] = []
+    overrides = ["workload.kind='mlp'", "device='cpu'", "steps=9", "warmup_steps=0"]
+    overrides.append("grad_zero_every=0")  # no step measures gradient zeros
+    assert run("fp32", overrides, record=False, on_event=seen.append, profile=(2, 4)) == EXIT_OK
+    steps = [e for e in seen if isinstance(e, ev.StepEvent)]
+    assert [e.step for e in steps if e.profiled] == [2, 3, 4, 5]
+    unprofiled = [e.step_ms for e in steps if not e.profiled]
+    (done,) = [e for e in seen if isinstance(e, ev.DoneEvent)]
+    assert done.step_ms_median == pytest.approx(statistics.median(unprofiled), abs=1e-3)
+    state = RunState()
+    for event in seen:
+        state.ingest(event)
+    assert sorted(state.recent_ms) == sorted(unprofiled)

@@ -76,7 +76,7 @@ class ConsoleReporter:
                 self._line(f"compiled in {event.seconds:.1f} s")
         elif isinstance(event, ev.WarningEvent):
             where = f" (step {event.step})" if event.step is not None else ""
-            said = "note" if event.code == ev.EPOCH_NOTE else "warning"
+            said = "note" if event.code in ev.NOTE_CODES else "warning"
             self._line(f"{said}{where}: {event.message}")
         elif isinstance(event, ev.ErrorEvent):
             self._catch_up()  # the progress the error ended, before it and never after

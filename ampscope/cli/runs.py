@@ -155,7 +155,8 @@ def progress(record: records.RunRecord) -> tuple[int | None, float | None, float
     steps = [e for e in tail if isinstance(e, ev.StepEvent)]
     if not steps:
         return None, None, None
-    recent = sorted(s.step_ms for s in steps[-20:])
+    last = steps[-20:]
+    recent = sorted(s.step_ms for s in [s for s in last if not s.profiled] or last)
     return steps[-1].step + 1, recent[len(recent) // 2], steps[-1].loss
 
 

@@ -140,6 +140,7 @@ class StepEvent(Event, tag="step"):
     # Milliseconds the host waited for this step's batch (no GPU sync): part of step_ms.
     data_ms: float | None = None
     ranks: list[RankStep] | None = None
+    profiled: bool = False  # ran under torch.profiler (slower): left out of step-time figures
 
 
 def peak_memory(step: StepEvent) -> int | None:
@@ -162,8 +163,10 @@ class CompileEvent(Event, tag="compile"):
     compile_s: float | None
 
 
-EPOCH_NOTE, RANK_STALLED = "epoch", "rank-stalled"
-"""Warning codes: a plain note (a user's batches began a new epoch); a rank that holds up."""
+EPOCH_NOTE, RANK_STALLED, NUMERICS_OFF = "epoch", "rank-stalled", "numerics-off"
+"""Warning codes: notes (a user's batches began a new epoch; a compiled run measures no
+per-layer numerics), and a rank that holds up. NOTE_CODES are said as notes, not warnings."""
+NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF})
 
 
 class WarningEvent(Event, tag="warning"):
@@ -196,6 +199,7 @@ class NumericsEvent(Event, tag="numerics"):
     modules: list[ModuleNumerics]
     modules_total: int  # leaf modules in the model; more than len(modules) beyond the cap
     first_nonfinite: FirstNonfinite | None = None  # this step's first inf/NaN tensor
+    replayed: bool = False  # measured by running a skipped or non-finite step again
 
 
 class RankSys(msgspec.Struct, kw_only=True):
@@ -334,17 +338,9 @@ def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> Do
 
 
 AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union object here
-    HelloEvent,
-    PhaseEvent,
-    StepEvent,
-    CompileEvent,
-    WarningEvent,
-    ErrorEvent,
-    SysEvent,
-    DoneEvent,
-    NumericsEvent,
-    ProfileEvent,
-]
+    HelloEvent, PhaseEvent, StepEvent, CompileEvent, WarningEvent, ErrorEvent, SysEvent,
+    DoneEvent, NumericsEvent, ProfileEvent,
+]  # fmt: skip
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)

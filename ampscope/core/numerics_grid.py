@@ -50,6 +50,7 @@ def build_grid(
     events: Sequence[ev.NumericsEvent], key: str, metric: str
 ) -> tuple[list[int], list[GridRow]]:
     """The steps (columns) and rows for ``events``; a group's cell is its worst member's."""
+    events = sorted(events, key=lambda e: e.step)  # a rerun skipped step may land late
     names: dict[str, None] = {}
     for e in events:
         for m in e.modules:

@@ -45,8 +45,11 @@ class NumericsSummary:
         self.steps.append(event.step)
         self.loss_scale = event.loss_scale
         self.modules_total = max(self.modules_total, event.modules_total)
-        if self.first_nonfinite is None and event.first_nonfinite is not None:
-            self.first_nonfinite = event.first_nonfinite
+        first = event.first_nonfinite  # the earliest step's: a rerun step may come in late
+        if first is not None and (
+            self.first_nonfinite is None or first.step < self.first_nonfinite.step
+        ):
+            self.first_nonfinite = first
         for m in event.modules:
             totals = self.modules.setdefault(m.name, ModuleTotals(m.name, m.kind))
             if m.activation is not None:

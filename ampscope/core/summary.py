@@ -2,9 +2,10 @@
 
 Compare sets an engine run beside a watched loop, so both summarise their steps the same way:
 
-- the timed steps: after warm-up, never the compile step, and without the steps that also
-  measured something for ampscope (gradient zeros) unless no others are left; a run shorter
-  than its warm-up drops its first step only;
+- the timed steps: after warm-up, never the compile step, and without the steps torch.profiler
+  slowed (a profile), then without the steps that also measured something for ampscope
+  (gradient zeros), each unless no others are left; a run shorter than its warm-up drops its
+  first step only;
 - step time: the median of the timed steps, with the 10th and 90th percentiles;
 - rates: a typical step's amount (the median samples, tokens or FLOPs of the timed steps) over
   the median step time, so that one slow step moves neither;
@@ -24,14 +25,19 @@ from typing import Literal
 
 
 def timed_steps(
-    count: int, warmup_steps: int, compiled: bool = False, instrumented: Collection[int] = ()
+    count: int,
+    warmup_steps: int,
+    compiled: bool = False,
+    instrumented: Collection[int] = (),
+    profiled: Collection[int] = (),
 ) -> list[int]:
     """The steps (0-based) that say how fast training runs, of ``count`` steps."""
     steps = range(count)
     kept = steps[max(warmup_steps, int(compiled)) :] or steps[1:]
     if not kept and not compiled:
         kept = steps
-    return [i for i in kept if i not in instrumented] or list(kept)
+    unprofiled = [i for i in kept if i not in profiled] or list(kept)
+    return [i for i in unprofiled if i not in instrumented] or unprofiled
 
 
 @dataclass(frozen=True)

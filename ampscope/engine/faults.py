@@ -66,6 +66,12 @@ def failure(
                 else "Lower the learning rate or use a wider format."
             )
         message = f"Loss became {exc.loss} at step {exc.step}{where}: {cause}"
+        if exc.first is not None:
+            words = "outputs" if exc.first.pass_ == "forward" else "gradients"
+            message += (
+                f" inf/NaN first appears in {exc.first.module}'s {words} ({exc.first.pass_} "
+                f"pass) at step {exc.first.step}."
+            )
         return ev.ErrorEvent(kind="nan", message=message, step=exc.step), EXIT_FAILED
     if isinstance(exc, ReplicasDiverged):
         return ev.ErrorEvent(kind="diverged", message=str(exc), step=exc.step), EXIT_FAILED

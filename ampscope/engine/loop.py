@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch.nn.utils import clip_grad_norm_
@@ -31,7 +32,7 @@ from ampscope.engine.metrics import (
     ZeroGradCounter,
     scaler_scale,
 )
-from ampscope.engine.numerics import loop_numerics
+from ampscope.engine.numerics import LoopNumerics, LossOf, loop_numerics
 from ampscope.engine.parallelize import plain
 from ampscope.engine.probe import make_probe
 from ampscope.engine.profiling import ProfileControl, no_phase
@@ -44,14 +45,18 @@ def train_step(
     step: int,
     measure_zeros: bool,
     phase: Callable[[str], AbstractContextManager[object]] = no_phase,
+    numerics: LoopNumerics | None = None,
 ) -> tuple[torch.Tensor, float]:
     """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync), and
     the milliseconds the host waited for the batch. ``phase`` marks the step's parts for a
-    profile; it does nothing otherwise."""
+    profile; it does nothing otherwise. ``numerics`` keeps the batch, so that a step that
+    goes wrong can be run again."""
     t0 = time.perf_counter()
     with phase("data"):
         x, y = s.workload.batch(step)
     data_ms = (time.perf_counter() - t0) * 1000.0 + s.workload.read_ahead_ms(step)
+    if numerics is not None:
+        numerics.keep(step, x, y)
     with phase("forward"), s.policy.autocast(s.info.device.type):  # the forward pass and loss
         output = s.workload.forward(s.model, x)
         loss = s.workload.loss(output, y)
@@ -65,7 +70,8 @@ def train_step(
     with phase("optimizer"):
         grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
         scale_before = scaler_scale(s.scaler, s.nan)
-        s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
+        if numerics is None or not numerics.holds_update(loss):
+            s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
     with phase("scaler"):
         s.scaler.update()  # halves the scale after a skip, grows it after growth_interval steps
     with phase("optimizer"):
@@ -76,6 +82,17 @@ def train_step(
         [loss.detach().float(), grad_norm.float(), scale_before, scale_after, zero_frac]
     )
     return metrics, data_ms
+
+
+def step_loss(s: Setup) -> LossOf:
+    """A step's loss from its batch, as ``train_step`` computes it (for a rerun)."""
+
+    def loss_of(step: int, x: Any, y: Any) -> torch.Tensor:
+        with s.policy.autocast(s.info.device.type):
+            loss = s.workload.loss(s.workload.forward(s.model, x), y)
+        return inject_faults(s.preset.debug, step, loss, s.link.rank)
+
+    return loss_of
 
 
 def inject_faults(debug: Debug, step: int, loss: torch.Tensor, rank: int = 0) -> torch.Tensor:
@@ -105,13 +122,15 @@ def train(
     then raises its fault). ``sample`` gives this rank's latest telemetry for the exchange
     (none on one process). ``profiler`` takes profiles when asked (none: never)."""
     preset, link = s.preset, s.link
-    reporter = StepReporter(s, writer, stats, peak)
+    reporter = StepReporter(s, writer, stats, peak, profiler.profiled if profiler else ())
     memory = MemoryReader(s.info.device)
     memory.reset_peak()  # setup's peak (weights cast, FLOPs counted) is not training's
     probe = make_probe(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
-    numerics = loop_numerics(s, writer, stats)  # None when off: nothing added to a step
+    # None when off: nothing added to a step. A step that went wrong is run again, hooks on.
+    # Its time is no step's: the next step is timed from the rerun's end (probe.begin).
+    numerics = loop_numerics(s, writer, step_loss(s), reporter, probe.begin)
     first_phase: ev.Phase = "compile" if compiled else "train"
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status: ev.DoneStatus = "ok"
@@ -135,7 +154,7 @@ def train(
             if numerics:
                 numerics.before(step)
             phase = link.marking(step, profiler.phase if profiler is not None else no_phase)
-            metrics, data_ms = train_step(s, step, measure_zeros, phase)
+            metrics, data_ms = train_step(s, step, measure_zeros, phase, numerics)
             if numerics:
                 numerics.after(step)
         except Exception as exc:
@@ -158,13 +177,13 @@ def train(
         if compile_watch is not None:
             compile_watch.after_step(step, stats.compile_s)
     link.stop_watching()
-    if numerics:
-        numerics.finish()
     if profiler is not None:
         profiler.end_run()  # a run that stopped mid-profile: the steps profiled so far
     landed = [memory.figures(link.rank, item) for item in probe.drain()]
     for ranks in link.exchange(landed, False, sample())[0]:
         reporter.report(ranks)
+    if numerics:
+        numerics.finish()
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
     return status

@@ -8,7 +8,7 @@ into a step event, warnings, and the run's statistics.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import NamedTuple
 
 import torch
@@ -41,11 +41,18 @@ METRICS_WIDTH = len(StepMetrics._fields)
 
 
 class NonFiniteLoss(Exception):
-    def __init__(self, step: int, loss: float, ranks: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        step: int,
+        loss: float,
+        ranks: list[int] | None = None,
+        first: ev.FirstNonfinite | None = None,
+    ) -> None:
         super().__init__(f"loss became {loss} at step {step}")
         self.step = step
         self.loss = loss
         self.ranks = ranks  # on several processes, the ranks whose own loss was not finite
+        self.first = first  # where the inf/NaN first appeared, when numerics found it
 
 
 class ReplicasDiverged(Exception):
@@ -91,9 +98,16 @@ def zero_fraction(grad: torch.Tensor, chunk: int = ZERO_COUNT_CHUNK) -> torch.Te
 
 
 def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tensor:
-    """The current loss scale as a device tensor (``get_scale()`` would sync)."""
-    scale = getattr(scaler, "_scale", None) if scaler.is_enabled() else None
-    return scale.detach().clone().float().reshape(()) if scale is not None else nan
+    """The current loss scale as a device tensor (``get_scale()`` would sync). Before its first
+    ``scale()`` a GradScaler holds no scale tensor yet: its initial scale is the one step 0
+    runs with. ``nan`` (a device scalar) without a GradScaler."""
+    if not scaler.is_enabled():
+        return nan
+    scale = getattr(scaler, "_scale", None)
+    if scale is None:
+        init = float(getattr(scaler, "_init_scale", math.nan))
+        return torch.full((), init, dtype=torch.float32, device=nan.device)
+    return scale.detach().clone().float().reshape(())
 
 
 class MemoryReader:
@@ -137,12 +151,23 @@ class MemoryReader:
 class StepReporter:
     """Turns finished steps (each as every rank's figures) into step events and statistics."""
 
-    def __init__(self, s: Setup, writer: EventWriter, stats: RunStats, peak: float | None) -> None:
+    def __init__(
+        self,
+        s: Setup,
+        writer: EventWriter,
+        stats: RunStats,
+        peak: float | None,
+        profiled: Collection[int] = (),
+    ) -> None:
         self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
         self.scaled = s.policy.use_scaler
         self.warned_skip = False
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
+        self.profiled = profiled  # the steps that ran under torch.profiler (the profiler's)
         self.input_wait = InputWait(stats.warmup_steps)
+        # Told of each skipped or non-finite step (step, its loss scale, whether the run ends
+        # on it); answers where the inf first appeared, if it can tell (numerics).
+        self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -161,11 +186,15 @@ class StepReporter:
         self._warn(step, m, skipped)
         if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
             self.writer.emit(self.input_wait.warning(), urgent=True)
-        if not math.isfinite(loss) and (
+        ends = not math.isfinite(loss) and (
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
-        ):
+        )
+        first = None
+        if (skipped or not math.isfinite(loss)) and self.on_bad is not None:
+            first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
+        if ends:
             bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
-            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None)
+            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None, first)
 
     def _diverged(self, step: int, skips: list[bool]) -> None:
         took = [r for r, s in enumerate(skips) if not s]
@@ -192,6 +221,8 @@ class StepReporter:
         stats.step_ms.append(job_ms)
         if not math.isnan(m.grad_zero_frac):
             stats.instrumented.add(step)
+        if step in self.profiled:
+            stats.profiled.add(step)
         stats.skipped += skipped
         stats.loss_final, stats.loss_final_step = loss, step  # what happened, finite or not
         if len(ranks) > 1:
@@ -242,7 +273,9 @@ class StepReporter:
             lr=self.s.preset.lr,
             ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
             data_ms=None if data_ms is None else round(data_ms, 4),
+            profiled=step in self.profiled,
         )
+
         peak = ev.peak_memory(event)
         if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):
             self.stats.mem_peak = peak

@@ -16,6 +16,7 @@ class RunStats:
     compiled: bool = False  # the first step compiled the model: it is never a timed step
     step_ms: list[float] = field(default_factory=list)  # by step, from step 0
     instrumented: set[int] = field(default_factory=set)  # steps that also counted grad zeros
+    profiled: set[int] = field(default_factory=set)  # steps torch.profiler slowed
     steps_done: int = 0
     loss_first: float | None = None
     loss_final: float | None = None  # the last step's, finite or not
@@ -68,7 +69,7 @@ class RunStats:
     def timed_steps(self) -> list[int]:
         """The steps that say how fast training runs (``core.summary.timed_steps``)."""
         return summary.timed_steps(
-            len(self.step_ms), self.warmup_steps, self.compiled, self.instrumented
+            len(self.step_ms), self.warmup_steps, self.compiled, self.instrumented, self.profiled
         )
 
     def done(

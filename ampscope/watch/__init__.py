@@ -70,7 +70,8 @@ def watch(
     - ``grad_zero_every=N``: every N steps, the fraction of zeros in the gradient of the
       model's output (fp16 underflow).
     - ``numerics_every=N``: every N steps, each leaf module's outputs and gradients against
-      fp16, bf16 and fp8 (``numerics`` events, the Numerics view; eager models only).
+      fp16, bf16 and fp8 (``numerics`` events, the Numerics view; eager models only), and
+      the step after a skipped or non-finite one (the first inf/NaN module).
     - ``warmup_steps``: first steps the summary leaves out; ``telemetry_hz``: ``sys`` samples a
       second (GPU utilisation, power, memory, CPU).
 

@@ -252,6 +252,9 @@ class Monitor:
         )
         if finite:
             self._notes.nonfinite = 0
+        numerics = self._numerics
+        if (skipped or not finite) and numerics is not None:
+            numerics.bad_step()  # the next step armed is sampled: it may show the inf again
         if skipped or not finite or not flops:
             for event in self._notes.after(v, skipped, scaled, finite, bool(flops)):
                 self._emit(event, urgent=True)

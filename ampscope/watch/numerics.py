@@ -3,6 +3,11 @@
 The hooks go on right after the ``step()`` before a sampled step and come off at that step's
 ``step()``, so the user's forward and backward of that one step are measured, and nothing is
 registered on the others. Any failure is the probe's one warning; the loop goes on.
+
+A skipped or non-finite step cannot be run again here, as the engine does: the user's loop
+owns the batch, the forward and the loss. Instead, once such a step has landed, the next step
+armed is sampled too, which names the first inf/NaN module when the inf comes back (it
+usually does; a halved loss scale may keep the next step finite).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
+from ampscope.engine.metrics import scaler_scale
 from ampscope.engine.numerics.probe import NumericsProbe
 
 
@@ -30,14 +36,17 @@ class WatchNumerics:
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.nan = torch.full((), math.nan, device=device)
         self.armed = False
+        self.bad_seen = False  # set by the reporting thread when a bad step lands
         self._arm(0)
+
+    def bad_step(self) -> None:
+        """A skipped or non-finite step has landed: sample the next step armed."""
+        self.bad_seen = True
 
     def _arm(self, step: int) -> None:
         if self.probe.wants(step):
-            scale = getattr(self.scaler, "_scale", None) if self.scaler is not None else None
-            self.probe.begin(
-                step, scale.detach().float().reshape(()) if scale is not None else self.nan
-            )
+            scale = scaler_scale(self.scaler, self.nan) if self.scaler is not None else self.nan
+            self.probe.begin(step, scale)
             self.armed = True
 
     def after(self, step: int) -> None:
@@ -46,6 +55,9 @@ class WatchNumerics:
             self.probe.end(step)
             self.armed = False
         self.probe.poll()
+        if self.bad_seen:
+            self.bad_seen = False
+            self.probe.sample_next(step + 1)
         self._arm(step + 1)
 
     def remove(self) -> None:

@@ -2,57 +2,144 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
 from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
-from ampscope.engine.metrics import scaler_scale
+from ampscope.engine.metrics import StepReporter, scaler_scale
 from ampscope.engine.numerics.probe import NumericsProbe
+from ampscope.engine.numerics.replay import StepKeeper, rerun
 from ampscope.engine.setup import Setup
-from ampscope.engine.stats import RunStats
+
+RERUN_GAP = 10  # steps at least between two reruns of skipped steps (a run that ends: always)
+
+LossOf = Callable[[int, Any, Any], torch.Tensor]  # (step, inputs, targets) -> the step's loss
 
 
 class LoopNumerics:
     """The loop's side: which steps are sampled, the hooks around them, the events out.
 
-    A step the GradScaler skipped, or one with a non-finite loss, makes the next step sampled
-    too: the inf usually comes back at once, and that step then names the first module where
-    it appears (``first_nonfinite``)."""
+    A step the GradScaler skipped, or one with a non-finite loss, is run again with the hooks
+    on once its figures land (``replay``), which names the first module where the inf appears
+    (``first_nonfinite``) at no cost until it happens. The first skipped step of a run of them
+    is rerun, at most one in ``RERUN_GAP`` steps, and always the step a run ends on. On several
+    processes, or when the batch is no longer kept, the next step is sampled instead.
 
-    def __init__(self, s: Setup, writer: EventWriter, stats: RunStats) -> None:
-        self.s, self.stats = s, stats
+    Without a GradScaler nothing skips the update of a step whose loss is not finite, and the
+    run ends on it. On a CPU, where reading the loss costs no wait, that update is held
+    (``holds_update``), so the step is rerun on the weights it ran with; on a GPU reading it
+    would wait for every step, so such a step is not rerun (its update is in the weights by
+    the time its loss lands)."""
+
+    def __init__(
+        self, s: Setup, writer: EventWriter, loss_of: LossOf, restart: Callable[[], None]
+    ) -> None:
+        self.s, self.loss_of, self.restart = s, loss_of, restart
         self.probe = NumericsProbe(
             s.workload.model, s.info.device, lambda e: writer.emit(e), s.preset.numerics.every
         )
-        self.seen_bad = 0
+        # Reruns are collectives on several processes: every rank would have to rerun alike.
+        self.keeper = StepKeeper(s.info.device) if s.link.world_size == 1 else None
+        self.scaled = s.policy.use_scaler
+        self.guard = self.keeper is not None and not self.scaled and s.info.device.type == "cpu"
+        self.sample_now = False
         self.sampled = False
+        self.rerun_at = -RERUN_GAP  # the step last rerun
+        self.bad_since = -1  # the first step of the latest run of bad steps
+        self.last_bad = -2
 
     def before(self, step: int) -> None:
         self.probe.poll()
-        bad = self.stats.skipped + self.stats.nonfinite_run
-        if bad > self.seen_bad:
+        if self.sample_now:
             self.probe.sample_next(step)
-        self.seen_bad = bad
+            self.sample_now = False
         self.sampled = self.probe.wants(step)
         if self.sampled:
             self.probe.begin(step, scaler_scale(self.s.scaler, self.s.nan))
 
+    def keep(self, step: int, inputs: Any, targets: Any) -> None:
+        """The step's batch, as the forward gets it (a reference), and the RNG state."""
+        if self.keeper is not None:
+            self.keeper.keep(step, inputs, targets)
+
+    def holds_update(self, loss: torch.Tensor) -> bool:
+        """Whether to leave the weights as they are: a CPU run without a GradScaler whose loss
+        is not finite (it ends on this step, which can then be run again as it was)."""
+        return self.guard and not bool(torch.isfinite(loss.detach()).all())
+
     def after(self, step: int) -> None:
         if self.sampled:
             self.probe.end(step)
+
+    def bad_step(self, step: int, scale: float, ends: bool) -> ev.FirstNonfinite | None:
+        """A step skipped or with a non-finite loss, as its figures land (``scale``: the loss
+        scale it ran with, NaN without a GradScaler; ``ends``: the run ends on it). Returns the
+        first inf/NaN found in this run of bad steps, if any."""
+        if step != self.last_bad + 1:
+            self.bad_since = step
+        self.last_bad = step
+        probe = self.probe
+        wanted = ends or (step == self.bad_since and step - self.rerun_at >= RERUN_GAP)
+        exact = self.scaled or self.guard  # the weights are those the step ran with
+        if wanted and exact and step not in probe.measured and not probe.failed:
+            self.replay(step, scale)
+        if ends:
+            probe.poll(wait=True)
+        found = probe.found
+        return found if found is not None and found.step >= self.bad_since else None
+
+    def replay(self, step: int, scale: float) -> None:
+        kept = self.keeper.find(step) if self.keeper is not None else None
+        if kept is None:
+            self.sample_now = True  # its batch is gone: the next step may show the inf again
+            return
+        self.rerun_at = step
+        device = self.s.info.device
+        probe = self.probe
+        probe.begin(step, torch.full((), scale, dtype=torch.float32, device=device))
+        try:
+            rerun(self.s.model, device, kept, scale, self.loss_of)
+        except Exception as exc:  # never the user's run: one warning, numerics off
+            probe.fail(exc, f"running step {step} again to find its first inf/NaN failed")
+        probe.end(step, replayed=True)
+        probe.poll(wait=True)  # a rare step: its answer now, not a step later
+        self.restart()  # the next step is timed from here: the rerun is no step's work
 
     def finish(self) -> None:
         self.probe.remove()
         self.probe.poll(wait=True)
 
 
-def loop_numerics(s: Setup, writer: EventWriter, stats: RunStats) -> LoopNumerics | None:
-    """None when numerics are off, or the model is compiled (hooks would recompile it)."""
-    if s.preset.numerics.every <= 0 or s.preset.compile != "off":
+def loop_numerics(
+    s: Setup,
+    writer: EventWriter,
+    loss_of: LossOf,
+    reporter: StepReporter,
+    restart: Callable[[], None],
+) -> LoopNumerics | None:
+    """None when numerics are off, or the model is compiled (hooks would recompile it: a note
+    says so). The reporter tells it of each step that went wrong; ``restart`` restarts the
+    step timer after a rerun."""
+    if s.preset.numerics.every <= 0:
+        return None
+    if s.preset.compile != "off":
+        message = (
+            f"per-layer numerics are off: this run compiles its model (compile = "
+            f"'{s.preset.compile}'), and hooks on its layers would make torch.compile compile "
+            "it again. 'ampscope numerics' measures the layers without compiling."
+        )
+        writer.emit(ev.WarningEvent(code=ev.NUMERICS_OFF, message=message), urgent=True)
         return None
     try:
-        return LoopNumerics(s, writer, stats)
+        numerics = LoopNumerics(s, writer, loss_of, restart)
     except (RuntimeError, ValueError, TypeError) as exc:
         writer.emit(ev.WarningEvent(code="numerics-failed", message=f"numerics are off: {exc}"))
         return None
+    reporter.on_bad = numerics.bad_step
+    return numerics
 
 
 __all__ = ["LoopNumerics", "NumericsProbe", "loop_numerics"]

@@ -5,11 +5,16 @@ steps run exactly as without numerics. A hook only reads: it never changes a val
 or the RNG, so training is bit-identical with and without (a test checks). Each measured
 tensor leaves one row on the device; the rows of a step are stacked and copied to the host
 once, without a wait on CUDA (read when the copy has landed, normally a step later).
+
+Parameters get a hook too, which only checks their gradient for inf/NaN (one reduction): an
+overflow born in a weight gradient (a large batch summed in fp16) is named by the module that
+owns the weight, as that module's backward pass.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -17,10 +22,11 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import MODULE_CAP, choose_modules
-from ampscope.engine.numerics.measure import BOUNDS, measure
+from ampscope.engine.numerics.measure import CONSTANTS, RAW, measure, row_of
 from ampscope.engine.numerics.summary import module_numerics
 
-FORWARD, BACKWARD = "forward", "backward"
+FORWARD, BACKWARD, WEIGHT = "forward", "backward", "weight"
+RECENT = 16  # sampled steps remembered, so that a skipped step that was measured is not rerun
 
 
 def tensors_in(out: object) -> Iterator[torch.Tensor]:
@@ -46,9 +52,10 @@ class Pending:
     """One sampled step's rows, on their way to the host."""
 
     step: int
-    slots: list[tuple[int, str]]  # (module index, pass) of each row, in the order measured
-    rows: torch.Tensor  # [rows + 1, WIDTH] on the host (pinned) or still in flight
+    slots: list[tuple[int, str]]  # (owner index, pass) of each row, in the order measured
+    flat: torch.Tensor  # the rows, the weight checks, the scale: on the host or in flight
     ready: Callable[[], bool]
+    replayed: bool = False
 
 
 @dataclass
@@ -70,12 +77,16 @@ class NumericsProbe:
         self.names = choose_modules([n for n, _ in leaves], self.cap)
         self.modules = [by_name[n] for n in self.names]
         self.kinds = [type(m).__name__ for m in self.modules]
-        self.bounds = torch.tensor(BOUNDS, dtype=torch.float32, device=self.device)
+        self.owners, self.params = weight_owners(self.model, self.names)
+        self.constants = torch.tensor(CONSTANTS, dtype=torch.float32, device=self.device)
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
         self.rows: list[torch.Tensor] = []
+        self.checks: list[torch.Tensor] = []  # weight gradients' largest magnitude
         self.slots: list[tuple[int, str]] = []
         self.pending: collections.deque[Pending] = collections.deque()
         self.extra: set[int] = set()  # steps sampled out of turn (after a skipped step)
+        self.measured: collections.deque[int] = collections.deque(maxlen=RECENT)
+        self.found: ev.FirstNonfinite | None = None  # the latest first inf/NaN seen
 
     def wants(self, step: int) -> bool:
         if self.failed or not self.names:
@@ -88,9 +99,12 @@ class NumericsProbe:
 
     def begin(self, step: int, scale: torch.Tensor) -> None:
         self.scale = scale
-        self.rows, self.slots = [], []
+        self.rows, self.checks, self.slots = [], [], []
+        self.measured.append(step)
         for index, module in enumerate(self.modules):
             self.handles.append(module.register_forward_hook(self._forward_hook(index)))
+        for owner, param in self.params:
+            self.handles.append(param.register_hook(self._weight_hook(owner)))
 
     def _forward_hook(self, index: int) -> Callable[..., None]:
         def hook(module: torch.nn.Module, inputs: object, out: object) -> None:
@@ -118,16 +132,35 @@ class NumericsProbe:
 
         return hook
 
+    def _weight_hook(self, owner: int) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            if self.failed or not grad.is_floating_point() or grad.numel() == 0:
+                return
+            try:
+                with torch.no_grad():  # inf or NaN when any value is: one reduction
+                    self.checks.append(torch.linalg.vector_norm(grad.detach(), math.inf))
+                self.slots.append((owner, WEIGHT))
+            except Exception as exc:
+                self._fail(exc)
+
+        return hook
+
     def _take(self, index: int, which: str, t: torch.Tensor) -> None:
         with torch.no_grad():
-            self.rows.append(measure(t, self.bounds))
+            self.rows.append(measure(t, self.constants))
         self.slots.append((index, which))
 
     def _fail(self, exc: Exception) -> None:
+        self.fail(exc, "measuring a layer failed")
+
+    def fail(self, exc: Exception, what: str) -> None:
+        """Numerics off for the rest of the run, said once; training goes on."""
+        if self.failed:
+            return
         self.failed = True
         self.remove()
         message = (
-            f"numerics stopped: measuring a layer failed ({type(exc).__name__}: {exc}). "
+            f"numerics stopped: {what} ({type(exc).__name__}: {exc}). "
             "Training goes on unchanged; set numerics.every = 0 to leave them off."
         )
         self.emit(ev.WarningEvent(code="numerics-failed", message=message[:2000]))
@@ -137,24 +170,27 @@ class NumericsProbe:
             handle.remove()
         self.handles = []
 
-    def end(self, step: int) -> None:
+    def end(self, step: int, replayed: bool = False) -> None:
         """After the step: hooks off, the rows on their way to the host (one copy)."""
         self.remove()
         self.extra.discard(step)
-        if self.failed or not self.rows:
+        if self.failed or not self.slots:
             return
         try:
-            scale = self.scale.to(torch.float64).reshape(1).expand(self.rows[0].shape[0])
-            stacked = torch.stack([*self.rows, scale])
-            self.rows = []
+            parts = [r.reshape(-1) for r in self.rows]  # float64 already
+            if self.checks:
+                parts.append(torch.stack(self.checks).to(torch.float64))
+            parts.append(self.scale.reshape(1).to(torch.float64))
+            flat = torch.cat(parts)
+            self.rows, self.checks = [], []
             if self.device.type == "cuda":
-                host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
-                host.copy_(stacked, non_blocking=True)
+                host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+                host.copy_(flat, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record()
-                self.pending.append(Pending(step, self.slots, host, done.query))
+                self.pending.append(Pending(step, self.slots, host, done.query, replayed))
             else:
-                self.pending.append(Pending(step, self.slots, stacked, lambda: True))
+                self.pending.append(Pending(step, self.slots, flat, lambda: True, replayed))
         except Exception as exc:
             self._fail(exc)
         self.poll()
@@ -171,15 +207,44 @@ class NumericsProbe:
                 self._fail(exc)
 
     def _event(self, item: Pending) -> ev.NumericsEvent:
-        table = item.rows.tolist()
-        scale = table[-1][0]
-        modules, first = module_numerics(self.names, self.kinds, item.slots, table[:-1])
+        flat = item.flat.tolist()
+        rows = sum(1 for _, which in item.slots if which != WEIGHT)
+        table = [row_of(flat[i * RAW : (i + 1) * RAW]) for i in range(rows)]
+        checks, scale = flat[rows * RAW : -1], flat[-1]
+        modules, first = module_numerics(
+            self.names, self.kinds, self.owners, item.slots, table, checks
+        )
+        found = (
+            ev.FirstNonfinite(step=item.step, module=first[0], pass_=first[1]) if first else None
+        )
+        if found is not None:
+            self.found = found
         return ev.NumericsEvent(
             step=item.step,
             loss_scale=scale if scale == scale else None,  # NaN: no GradScaler
             modules=modules,
             modules_total=self.total,
-            first_nonfinite=ev.FirstNonfinite(step=item.step, module=first[0], pass_=first[1])
-            if first
-            else None,
+            first_nonfinite=found,
+            replayed=item.replayed,
         )
+
+
+def weight_owners(
+    model: torch.nn.Module, names: list[str]
+) -> tuple[list[str], list[tuple[int, torch.nn.Parameter]]]:
+    """Who each trainable parameter belongs to: its module's name (the measured leaves first,
+    by their index), or the parameter's own name when the model itself holds it."""
+    owners = list(names)
+    index = {n: i for i, n in enumerate(names)}
+    params, seen = [], set()
+    for name, module in model.named_modules():
+        for pname, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            owner = name or pname
+            if owner not in index:
+                index[owner] = len(owners)
+                owners.append(owner)
+            params.append((index[owner], param))
+    return owners, params

@@ -41,16 +41,33 @@ def _merge(rows: list[list[float]]) -> TensorNumerics:
 
 
 def module_numerics(
-    names: list[str], kinds: list[str], slots: list[tuple[int, str]], rows: list[list[float]]
+    names: list[str],
+    kinds: list[str],
+    owners: list[str],
+    slots: list[tuple[int, str]],
+    rows: list[list[float]],
+    checks: list[float],
 ) -> tuple[list[ModuleNumerics], tuple[str, str] | None]:
     """The modules measured this step, in the model's order, and the first (module, pass)
-    whose tensor held an inf or NaN, in the order the step computed them."""
+    whose tensor held an inf or NaN, in the order the step computed them.
+
+    ``slots`` name each row of ``rows`` (a module's output or output gradient) and each value
+    of ``checks`` (a weight gradient's largest magnitude, pass "weight"), in that order;
+    ``owners`` extends ``names`` with the modules that own parameters but are not measured.
+    A weight gradient's inf counts as its owner's backward pass."""
     grouped: dict[tuple[int, str], list[list[float]]] = {}
     first = None
-    for slot, row in zip(slots, rows, strict=True):
+    rows_left, checks_left = iter(rows), iter(checks)
+    for slot in slots:
+        if slot[1] == "weight":
+            largest = next(checks_left)
+            if first is None and not math.isfinite(largest):
+                first = (owners[slot[0]], "backward")
+            continue
+        row = next(rows_left)
         grouped.setdefault(slot, []).append(row)
         if first is None and row[NONFINITE] > 0:
-            first = (names[slot[0]], slot[1])
+            first = (owners[slot[0]], slot[1])
     out = []
     for index, name in enumerate(names):
         fwd, bwd = grouped.get((index, "forward")), grouped.get((index, "backward"))

@@ -56,6 +56,7 @@ class ProfileControl:
         self._done = -1
         self._t0 = 0.0
         self.phase: Callable[[str], AbstractContextManager[object]] = no_phase
+        self.profiled: set[int] = set()  # the steps that ran under the profiler (slower)
 
     @property
     def active(self) -> bool:
@@ -103,8 +104,10 @@ class ProfileControl:
     def after_step(self, step: int) -> None:
         """Ends the profile after its last step."""
         self._done = step
-        if self._profiler is not None and step >= self._last:
-            self._finish(step)
+        if self._profiler is not None:
+            self.profiled.add(step)
+            if step >= self._last:
+                self._finish(step)
 
     def end_run(self) -> None:
         """The run ended (a stop, its last step) inside a profile: the steps it got."""

@@ -176,7 +176,8 @@ class RunState:
             e.mem_reserved,
             None if zeros is None else zeros * 100,
         )
-        self.recent_ms.append(e.step_ms)
+        if not e.profiled:  # slowed by torch.profiler: no figure of training's speed
+            self.recent_ms.append(e.step_ms)
         if e.data_ms is not None:
             self.recent_data_ms.append(e.data_ms)
         peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
@@ -212,8 +213,8 @@ class RunState:
             self.status = "training"
 
     def _on_warning(self, e: ev.WarningEvent) -> None:
-        if e.code == ev.EPOCH_NOTE:  # a new pass over the user's batches: a note, counted
-            self.epoch += 1
+        if e.code in ev.NOTE_CODES:  # a new pass over the user's batches (counted), ...
+            self.epoch += e.code == ev.EPOCH_NOTE
             self.add_log("info", e.step, e.message)
             return
         if e.code == ev.RANK_STALLED:

@@ -1,0 +1,99 @@
+"""The first inf/NaN of a step that is not sampled: the step is run again, hooks on, and named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ampscope.core import events as ev
+from ampscope.engine.run import EXIT_FAILED, EXIT_OK, run
+
+MODEL = Path(__file__).parent / "data" / "skipped_numerics.py"
+CPU = ["device='cpu'", "warmup_steps=0"]
+
+
+def run_model(preset: str, factory: str, *overrides: str, code: int = EXIT_OK) -> list[ev.Event]:
+    seen: list[ev.Event] = []
+    spec = f"workload.model='{MODEL}:{factory}'"
+    assert run(preset, [*CPU, spec, *overrides], record=False, on_event=seen.append) == code
+    return seen
+
+
+def of(seen: list[ev.Event], kind: type) -> list:
+    return [e for e in seen if isinstance(e, kind)]
+
+
+@pytest.mark.unit
+def test_a_skipped_step_between_samples_is_run_again_and_names_the_module():
+    """Step 3 is skipped and step 4, at the halved scale, is finite: only a rerun of step 3
+    sees where the inf was. Training is the same as with numerics off."""
+    on = run_model("amp-fp16", "make_skip", "steps=6", "numerics.every=1000")
+    off = run_model("amp-fp16", "make_skip", "steps=6", "numerics.every=0")
+    steps = of(on, ev.StepEvent)
+    assert [s.skipped for s in steps] == [False, False, False, True, False, False]
+    numerics = of(on, ev.NumericsEvent)
+    assert [(e.step, e.replayed) for e in numerics] == [(0, False), (3, True)]
+    replayed = numerics[1]
+    assert replayed.first_nonfinite == ev.FirstNonfinite(step=3, module="lin", pass_="backward")
+    assert replayed.loss_scale == 65536.0  # the scale step 3 ran with, not the halved one
+    lin = next(m for m in replayed.modules if m.name == "lin")
+    assert lin.gradient is not None and lin.gradient.nonfinite == 16
+    loss = lambda seen: [(e.loss, e.grad_norm) for e in of(seen, ev.StepEvent)]  # noqa: E731
+    assert loss(on) == loss(off)
+
+
+@pytest.mark.unit
+def test_an_inf_born_in_a_weight_gradient_names_the_module_that_owns_the_weight():
+    """Every output and output gradient is finite; lin's weight gradient overflows fp16."""
+    seen = run_model("amp-fp16", "make_weight_inf", "steps=4", "numerics.every=1000")
+    assert [s.skipped for s in of(seen, ev.StepEvent)][:3] == [False, False, True]
+    replayed = [e for e in of(seen, ev.NumericsEvent) if e.replayed]
+    assert replayed[0].first_nonfinite == ev.FirstNonfinite(step=2, module="lin", pass_="backward")
+    lin = next(m for m in replayed[0].modules if m.name == "lin")
+    assert lin.gradient.nonfinite == 0 and lin.activation.nonfinite == 0
+
+
+@pytest.mark.unit
+def test_without_a_scaler_the_error_of_a_non_finite_loss_names_the_module():
+    seen = run_model("fp32", "make_nan_loss", "steps=5", "numerics.every=1000", code=EXIT_FAILED)
+    error = of(seen, ev.ErrorEvent)[0]
+    assert error.kind == "nan" and error.step == 2
+    assert "inf/NaN first appears in square's outputs (forward pass) at step 2" in error.message
+    replayed = [e for e in of(seen, ev.NumericsEvent) if e.replayed]
+    assert replayed[0].first_nonfinite == ev.FirstNonfinite(
+        step=2, module="square", pass_="forward"
+    )
+
+
+@pytest.mark.unit
+def test_a_rerun_leaves_gradients_buffers_and_the_rng_as_it_found_them():
+    from ampscope.engine.numerics.replay import StepKeeper, rerun
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5)
+    )
+    x = torch.randn(8, 4)
+    keeper = StepKeeper(torch.device("cpu"))
+    keeper.keep(7, x, None)
+    first = model(x).sum()  # the step as it ran: dropout drew its mask from the kept state
+    first.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    buffers = [b.clone() for b in model.buffers()]
+    torch.rand(3)  # later steps drew more: the rerun must leave the RNG where they left it
+    rng = torch.get_rng_state()
+    seen: list[torch.Tensor] = []
+
+    def loss_of(step, inputs, targets):
+        out = model(inputs)
+        seen.append(out.detach().clone())
+        return out.sum()
+
+    rerun(model, torch.device("cpu"), keeper.find(7), float("nan"), loss_of)
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
+    assert all(torch.equal(b, c) for b, c in zip(model.buffers(), buffers, strict=True))
+    assert torch.equal(torch.get_rng_state(), rng)
+    torch.set_rng_state(keeper.find(7).cpu_rng)
+    assert torch.equal(seen[0], model(x).detach())  # the same dropout mask as the step's
