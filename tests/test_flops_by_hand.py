@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-import ampscope.watch
+import ampscope
 from ampscope.engine.flops import measure_train_flops
 
 
@@ -78,7 +78,7 @@ def test_a_depthwise_net_is_not_charged_its_channels_times_over() -> None:
 @pytest.mark.unit
 def test_watch_count_flops_counts_a_depthwise_net_by_hand() -> None:
     net, x, by_hand = depthwise_block()
-    assert ampscope.watch.count_flops(lambda: net(x).sum().backward()) == by_hand
+    assert ampscope.count_flops(lambda: net(x).sum().backward()) == by_hand
 
 
 @pytest.mark.unit

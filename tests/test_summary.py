@@ -9,7 +9,7 @@ import pytest
 
 from ampscope.core import summary
 from ampscope.engine.stats import RunStats
-from ampscope.watch.stats import RunFigures
+from ampscope.watching.stats import RunFigures
 
 # step 0 compiles, step 3 also counted gradient zeros, the last loss is NaN
 STEPS = [

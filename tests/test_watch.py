@@ -20,8 +20,8 @@ import ampscope
 from ampscope.cli.main import main as cli_main
 from ampscope.core import comparison, memory_runs, records
 from ampscope.core import events as ev
-from ampscope.watch import WatchWarning
-from ampscope.watch.readout import WIDTH, DeviceReadout, StepValues
+from ampscope.watching import WatchWarning
+from ampscope.watching.readout import WIDTH, DeviceReadout, StepValues
 from tests.helpers import events_of, linear_flops, tiny_model
 
 pytestmark = pytest.mark.unit
@@ -284,11 +284,29 @@ def test_a_bad_argument_names_itself_and_what_is_accepted(kwargs, named, tmp_pat
     assert not list(tmp_path.iterdir())  # nothing recorded for a call that was refused
 
 
-def test_ampscope_watch_stays_callable_whichever_import_came_first() -> None:
-    import ampscope.watch.options  # binds ampscope.watch to the package
+def test_ampscope_watch_is_a_plain_function_whichever_import_came_first(tmp_path) -> None:
+    import inspect
 
-    assert callable(ampscope.watch)
-    assert ampscope.watch.watch.__doc__ and ampscope.watch.count_flops
+    import ampscope.watching.options  # noqa: F401 - the package loaded first: watch stays
+
+    assert inspect.isfunction(ampscope.watch) and ampscope.watch.__module__ == "ampscope.watching"
+    assert ampscope.count_flops and ampscope.WatchWarning and ampscope.Monitor
+    model, opt = tiny_model()
+    with pytest.raises(TypeError, match="unexpected option 'grad_zeros'.*grad_zero_every"):
+        ampscope.watch(model, opt, runs_dir=tmp_path, grad_zeros=10)  # type: ignore[call-arg]
+
+
+def test_the_keyword_types_name_the_options_as_the_one_list_of_them() -> None:
+    """``Options`` holds the options; the keyword types that type checkers read (watch's and
+    the trainer callbacks') name the same ones."""
+    import dataclasses
+    import typing
+
+    from ampscope.watching.options import Options, RecordOptions, WatchOptions
+
+    fields = {f.name for f in dataclasses.fields(Options)}
+    assert set(typing.get_type_hints(WatchOptions)) == fields
+    assert set(typing.get_type_hints(RecordOptions)) == fields - {"precision", "steps", "grad_norm"}
 
 
 # --------------------------------------------------------------------------- the CUDA path, faked

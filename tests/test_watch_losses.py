@@ -13,7 +13,7 @@ import torch
 import ampscope
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.watch import WatchWarning
+from ampscope.watching import WatchWarning
 from tests.helpers import events_of, tiny_model
 
 pytestmark = pytest.mark.unit

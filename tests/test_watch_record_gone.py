@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ampscope
-from ampscope.watch import WatchWarning
+from ampscope.watching import WatchWarning
 from tests.helpers import tiny_model
 
 pytestmark = pytest.mark.unit

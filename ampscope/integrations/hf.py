@@ -18,14 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import TrainerCallback
 
 from ampscope.integrations import batch_size
-from ampscope.watch import Monitor, watch
-from ampscope.watch.gradients import GradNormHook
+from ampscope.watching import Monitor, RecordOptions, watch
+from ampscope.watching.gradients import GradNormHook
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class AmpscopeCallback(TrainerCallback):
@@ -34,26 +37,10 @@ class AmpscopeCallback(TrainerCallback):
     def __init__(
         self,
         *,
-        name: str | None = None,
-        runs_dir: str | Path | None = None,
-        allow_stop: bool = False,
-        flops_per_step: float | None = None,
-        count_flops: bool = False,
-        peak_tflops: float | None = None,
         grad_norm: bool = True,
-        grad_zero_every: int = 0,
-        warmup_steps: int = 5,
+        **options: Unpack[RecordOptions],
     ) -> None:
-        self.options: dict[str, Any] = dict(
-            name=name,
-            runs_dir=runs_dir,
-            allow_stop=allow_stop,
-            flops_per_step=flops_per_step,
-            count_flops=count_flops,
-            peak_tflops=peak_tflops,
-            grad_zero_every=grad_zero_every,
-            warmup_steps=warmup_steps,
-        )
+        self.options = options  # checked by watch(), with what the trainer tells
         self.grad_norm = grad_norm
         self.monitor: Monitor | None = None
         self._norm_hook: GradNormHook | None = None
@@ -64,7 +51,8 @@ class AmpscopeCallback(TrainerCallback):
         self._params: int | None = None  # parameters without embeddings, for the estimate
         self._reset_step()
         # HF's FLOPs estimate, summed over the first step; -1: not wanted, or done
-        self._estimate = -1.0 if flops_per_step is not None or count_flops else 0.0
+        given = options.get("flops_per_step") is not None or options.get("count_flops")
+        self._estimate = -1.0 if given else 0.0
 
     def _reset_step(self) -> None:
         self._loss: torch.Tensor | None = None
@@ -78,8 +66,8 @@ class AmpscopeCallback(TrainerCallback):
         model, optimizer = kwargs.get("model"), kwargs.get("optimizer")
         if not state.is_world_process_zero or model is None:
             return
-        options = dict(self.options)
-        options["name"] = options["name"] or _run_name(args, model)
+        options = self.options.copy()
+        options["name"] = options.get("name") or _run_name(args, model)
         inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds it
         self.monitor = watch(
             model,

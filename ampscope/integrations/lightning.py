@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
 
 from ampscope.integrations import batch_size
-from ampscope.watch import Monitor, watch
-from ampscope.watch.gradients import total_norm
+from ampscope.watching import Monitor, RecordOptions, watch
+from ampscope.watching.gradients import total_norm
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 PRECISIONS = {
     "16-mixed": "amp-fp16",
@@ -43,27 +45,11 @@ class AmpscopeCallback(pl.Callback):
     def __init__(
         self,
         *,
-        name: str | None = None,
-        runs_dir: str | Path | None = None,
-        allow_stop: bool = False,
         tokens: Callable[[Any], int] | None = None,
-        flops_per_step: float | None = None,
-        count_flops: bool = False,
-        peak_tflops: float | None = None,
         grad_norm: bool = True,
-        grad_zero_every: int = 0,
-        warmup_steps: int = 5,
+        **options: Unpack[RecordOptions],
     ) -> None:
-        self.options: dict[str, Any] = dict(
-            name=name,
-            runs_dir=runs_dir,
-            allow_stop=allow_stop,
-            flops_per_step=flops_per_step,
-            count_flops=count_flops,
-            peak_tflops=peak_tflops,
-            grad_zero_every=grad_zero_every,
-            warmup_steps=warmup_steps,
-        )
+        self.options = options  # checked by watch(), with what the trainer tells
         self.tokens = tokens
         self.monitor: Monitor | None = None
         self._steps_seen = 0
@@ -76,8 +62,8 @@ class AmpscopeCallback(pl.Callback):
         if not trainer.is_global_zero:
             return
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        options = dict(self.options)
-        options["name"] = options["name"] or type(pl_module).__name__
+        options = self.options.copy()
+        options["name"] = options.get("name") or type(pl_module).__name__
         self.monitor = watch(
             pl_module,
             optimizer,

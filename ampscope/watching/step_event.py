@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ampscope.core import events as ev
-from ampscope.watch.readout import StepValues
+from ampscope.watching.readout import StepValues
 
 
 def step_event(

@@ -26,16 +26,16 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.engine.emitter import EventWriter
-from ampscope.watch import exits
-from ampscope.watch.describe import RunFacts, describe, hello_event, rss_without_model
-from ampscope.watch.gradients import GradNormHook, ZeroGradHook
-from ampscope.watch.losses import checked_loss
-from ampscope.watch.messages import StepNotes, default_name, error_event, outcome, setup_warnings
-from ampscope.watch.options import Options
-from ampscope.watch.readout import MemoryReader, Raw, StepValues, make_readout
-from ampscope.watch.record import Troubles, WatchRecord
-from ampscope.watch.stats import RunFigures
-from ampscope.watch.step_event import step_event
+from ampscope.watching import exits
+from ampscope.watching.describe import RunFacts, describe, hello_event, rss_without_model
+from ampscope.watching.gradients import GradNormHook, ZeroGradHook
+from ampscope.watching.losses import checked_loss
+from ampscope.watching.messages import StepNotes, default_name, error_event, outcome, setup_warnings
+from ampscope.watching.options import Options
+from ampscope.watching.readout import MemoryReader, Raw, StepValues, make_readout
+from ampscope.watching.record import Troubles, WatchRecord
+from ampscope.watching.stats import RunFigures
+from ampscope.watching.step_event import step_event
 
 TICK_S = 0.1
 """How often landed steps become events and lines go to disk (off the training thread)."""
@@ -121,7 +121,7 @@ class Monitor:
         if o.grad_zero_every > 0:
             self._zero_hook = ZeroGradHook(model, o.grad_zero_every, self.troubles)
         if o.numerics_every > 0 and not facts.compiled:  # hooks would recompile a compiled one
-            from ampscope.watch.numerics import WatchNumerics
+            from ampscope.watching.numerics import WatchNumerics
 
             self._numerics = WatchNumerics(
                 model, facts.info.device, writer.emit, o.numerics_every, scaler

@@ -18,8 +18,8 @@ from ampscope.core import events as ev
 from ampscope.core.host_memory import current_rss
 from ampscope.core.peaks import peak_tflops
 from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
-from ampscope.watch.options import Options
-from ampscope.watch.readout import host_lr
+from ampscope.watching.options import Options
+from ampscope.watching.readout import host_lr
 
 COMPUTE_DTYPE = {"amp-bf16": "bf16", "amp-fp16": "fp16"}
 PARAM_PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}

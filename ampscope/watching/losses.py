@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.watch.messages import StepNotes
+from ampscope.watching.messages import StepNotes
 
 
 def checked_loss(step: int, loss: Any, notes: StepNotes) -> tuple[Any, ev.WarningEvent | None]:

@@ -1,16 +1,22 @@
 """What ``ampscope.watch()`` accepts, checked before anything is recorded.
 
-Torch-free, so a bad argument is reported the same way whether or not torch is loaded. A bad
+``Options`` is the one list of the options, their defaults and what each accepts;
+``WatchOptions`` (and ``RecordOptions``, what the Lightning and Hugging Face callbacks take:
+the rest they read from the trainer) are its keyword types, for type checkers, held to the
+same names by a test. Torch-free, so a bad argument is reported the same way whether or not torch is loaded. A bad
 argument raises ``ValueError`` at the ``watch()`` call, before the first step: it is the
 caller's to fix. Everything after that never raises into the training loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from ampscope.core.config import Precision
 
@@ -18,12 +24,35 @@ PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 MIN_HZ, MAX_HZ = 0.25, 10.0
 
 
+class RecordOptions(TypedDict, total=False):
+    """The options of a watched run that a trainer cannot tell (see ``Options``)."""
+
+    name: str | None
+    runs_dir: str | Path | None
+    allow_stop: bool
+    flops_per_step: float | None
+    count_flops: bool
+    peak_tflops: float | None
+    grad_zero_every: int
+    numerics_every: int
+    warmup_steps: int
+    telemetry_hz: float
+
+
+class WatchOptions(RecordOptions, total=False):
+    """Every option of ``ampscope.watch()`` (see ``Options``)."""
+
+    precision: str | None
+    steps: int | None
+    grad_norm: bool
+
+
 @dataclass(frozen=True)
 class Options:
     """Everything about a watched run that is not one of the user's objects."""
 
     name: str | None = None
-    runs_dir: Path | None = None
+    runs_dir: str | Path | None = None  # a Path once checked
     allow_stop: bool = False
     precision: str | None = None
     steps: int | None = None
@@ -36,7 +65,28 @@ class Options:
     warmup_steps: int = 5
     telemetry_hz: float = 2.0
 
+    @classmethod
+    def of(cls, given: WatchOptions) -> Options:
+        """The options ``watch()`` was given; a name it does not know is a TypeError naming
+        the ones it knows, as Python's own would be."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise TypeError(
+                f"ampscope.watch() got an unexpected option {unknown[0]!r}. "
+                f"Accepted: scaler and {', '.join(known)}."
+            )
+        return cls(**given)
+
     def __post_init__(self) -> None:
+        _check(
+            self.runs_dir is None or isinstance(self.runs_dir, (str, os.PathLike)),
+            "runs_dir",
+            self.runs_dir,
+            "a folder (a str or a Path), or None for $AMPSCOPE_RUNS_DIR or ./runs",
+        )
+        if self.runs_dir is not None:
+            object.__setattr__(self, "runs_dir", Path(self.runs_dir))
         _check(
             self.precision is None or self.precision in PRECISIONS,
             "precision",

@@ -17,21 +17,27 @@ docs/watch.md.
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ampscope.watch.options import Options
-from ampscope.watch.record import WatchWarning
+from ampscope.watching.options import Options, RecordOptions, WatchOptions
+from ampscope.watching.record import WatchWarning
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack
 
-    from ampscope.watch.monitor import Monitor
+    from ampscope.watching.monitor import Monitor
 
-__all__ = ["Monitor", "Options", "WatchWarning", "count_flops", "watch"]
+__all__ = [
+    "Monitor",
+    "Options",
+    "RecordOptions",
+    "WatchOptions",
+    "WatchWarning",
+    "count_flops",
+    "watch",
+]
 
 
 def watch(
@@ -39,19 +45,7 @@ def watch(
     optimizer: torch.optim.Optimizer | None = None,
     *,
     scaler: Any = None,
-    name: str | None = None,
-    runs_dir: str | Path | None = None,
-    allow_stop: bool = False,
-    precision: str | None = None,
-    steps: int | None = None,
-    flops_per_step: float | None = None,
-    count_flops: bool = False,
-    peak_tflops: float | None = None,
-    grad_norm: bool = False,
-    grad_zero_every: int = 0,
-    numerics_every: int = 0,
-    warmup_steps: int = 5,
-    telemetry_hz: float = 2.0,
+    **options: Unpack[WatchOptions],
 ) -> Monitor:
     """Start recording a training run; returns the monitor to call ``step()`` on.
 
@@ -78,24 +72,10 @@ def watch(
     Bad arguments raise ``ValueError`` here. After that nothing ampscope does raises into the
     loop: trouble with the record (folder, disk) or the GPU's telemetry is one ``WatchWarning``.
     """
-    options = Options(
-        name=name,
-        runs_dir=Path(runs_dir) if runs_dir is not None else None,
-        allow_stop=allow_stop,
-        precision=precision,
-        steps=steps,
-        flops_per_step=flops_per_step,
-        count_flops=count_flops,
-        peak_tflops=peak_tflops,
-        grad_norm=grad_norm,
-        grad_zero_every=grad_zero_every,
-        numerics_every=numerics_every,
-        warmup_steps=warmup_steps,
-        telemetry_hz=telemetry_hz,
-    )
-    from ampscope.watch.monitor import Monitor
+    checked = Options.of(options)
+    from ampscope.watching.monitor import Monitor
 
-    return Monitor(model, optimizer, scaler, options)
+    return Monitor(model, optimizer, scaler, checked)
 
 
 def count_flops(fn: Callable[[], Any]) -> float:
@@ -114,21 +94,7 @@ def count_flops(fn: Callable[[], Any]) -> float:
 
 def __getattr__(name: str) -> Any:
     if name == "Monitor":
-        from ampscope.watch.monitor import Monitor
+        from ampscope.watching.monitor import Monitor
 
         return Monitor
-    raise AttributeError(f"module 'ampscope.watch' has no attribute {name!r}")
-
-
-class _CallableModule(types.ModuleType):
-    """``ampscope.watch`` is both this package and the function.
-
-    Importing the package binds ``ampscope.watch`` to the module, whatever was there before;
-    a callable module keeps ``ampscope.watch(model, ...)`` working whichever came first.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Monitor:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+    raise AttributeError(f"module 'ampscope.watching' has no attribute {name!r}")

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from ampscope.core import events as ev
 
 if TYPE_CHECKING:
-    from ampscope.watch.describe import RunFacts
-    from ampscope.watch.readout import StepValues
+    from ampscope.watching.describe import RunFacts
+    from ampscope.watching.readout import StepValues
 
 WIDE_FORMATS = ("fp32", "tf32", "fp64")
 """Formats whose range a loss does not run out of by accident: a NaN there is the loss's own."""
@@ -33,7 +33,7 @@ def setup_warnings(count_flops: bool, facts: RunFacts) -> list[ev.WarningEvent]:
                 message=(
                     "count_flops=True needs an eager model: counting runs a step under "
                     "FlopCounterMode, and torch.compile then gives up compiling it for good. "
-                    "Count once on the eager model (ampscope.watch.count_flops) and pass "
+                    "Count once on the eager model (ampscope.count_flops) and pass "
                     "flops_per_step=."
                 ),
             )

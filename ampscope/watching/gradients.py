@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ampscope.watch.record import Troubles
+from ampscope.watching.record import Troubles
 
 
 class GradNormHook:
