@@ -401,3 +401,28 @@ def test_history_compare_and_replay_take_watched_runs(tmp_path: Path) -> None:
             assert "mine-" in header and "fp32" in header and "compile off" in header
 
     run(go())
+
+
+def test_a_ctrl_c_inside_ampscopes_own_code_ends_its_traceback_at_the_users_call(
+    monkeypatch,
+) -> None:
+    """The handler's frame and the ampscope frames the signal interrupted are cut: the user
+    sees the line of theirs that called into ampscope, as for any call that was interrupted."""
+    import traceback
+
+    from ampscope.watching import exits
+    from tests.data import signal_inside
+
+    monkeypatch.setattr(exits, "_PACKAGE", str(Path(signal_inside.__file__).parent) + "/")
+
+    def users_loop() -> None:
+        signal_inside.step_of_ours()
+
+    try:
+        users_loop()
+    except KeyboardInterrupt as exc:
+        exits._hide_handler_frame()
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        assert last.name == "users_loop" and last.filename == __file__
+    else:
+        raise AssertionError("no KeyboardInterrupt")

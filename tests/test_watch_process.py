@@ -221,8 +221,11 @@ def test_the_ctrl_c_traceback_of_a_watched_loop_ends_in_the_users_own_frame(
     code, err = finish(proc)
     assert code != 0 and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
     frames = [line for line in err.splitlines() if line.lstrip().startswith("File ")]
-    assert frames and "my_training.py" in frames[-1] and "in train" in frames[-1], err[-2000:]
     assert not [line for line in frames if "/ampscope/" in line], err[-2000:]
+    # it ends in the user's frame, or in torch's where the signal landed inside an op it called
+    users = [i for i, line in enumerate(frames) if "my_training.py" in line and "in train" in line]
+    assert users, err[-2000:]
+    assert all("/torch/" in line for line in frames[users[-1] + 1 :]), err[-2000:]
     assert records.load_run(Path(running.read_text())).status == "stopped"
 
 

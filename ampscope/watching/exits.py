@@ -47,6 +47,8 @@ class OpenRun(Protocol):
 _open: list[OpenRun] = []
 _previous_handlers: dict[int, Any] = {}
 _previous_excepthook: Any = None
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+"""Where ampscope's own files are: frames there are not the user's."""
 _raised: BaseException | None = None  # by the signal handler, its frame still in the traceback
 _atexit_registered = False
 
@@ -124,15 +126,26 @@ def _on_signal(signum: int, frame: FrameType | None) -> Any:
 
 
 def _hide_handler_frame() -> None:
-    """Splice ``_on_signal``'s frame out of the traceback of what it raised: by now the
-    exception has reached the frame it interrupted, the user's (or one outside it)."""
+    """Splice ``_on_signal``'s frame out of the traceback of what it raised, and cut the frames
+    of ampscope's own that end it (a signal that lands inside ``mon.step``): by now the
+    exception has reached the frame it interrupted, and the traceback ends in the user's code
+    (or in a library's the user called, as it would without ampscope)."""
     global _raised
     exc, _raised = _raised, None
     tb = exc.__traceback__ if exc is not None else None
-    while tb is not None and tb.tb_next is not None:
-        if tb.tb_next.tb_frame.f_code is _on_signal.__code__:
+    last_outside: TracebackType | None = None
+    while tb is not None:
+        if tb.tb_next is not None and tb.tb_next.tb_frame.f_code is _on_signal.__code__:
             tb.tb_next = tb.tb_next.tb_next
+        if not _ours(tb):
+            last_outside = tb
         tb = tb.tb_next
+    if last_outside is not None:  # what follows it is ampscope's
+        last_outside.tb_next = None
+
+
+def _ours(tb: TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
 
 
 def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

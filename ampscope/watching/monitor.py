@@ -13,10 +13,6 @@ goes on.
 from __future__ import annotations
 
 import contextlib
-import math
-import sys
-import threading
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -24,23 +20,22 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core import records
 from ampscope.engine.emitter import EventWriter
 from ampscope.watching import exits
-from ampscope.watching.describe import RunFacts, describe, hello_event, rss_without_model
-from ampscope.watching.gradients import GradNormHook, ZeroGradHook
+from ampscope.watching.compiled import CompileTracker
+from ampscope.watching.describe import RunFacts
 from ampscope.watching.losses import checked_loss
-from ampscope.watching.messages import StepNotes, default_name, error_event, outcome, setup_warnings
+from ampscope.watching.messages import StepNotes, error_event, outcome
+from ampscope.watching.opening import open_record, start_telemetry
 from ampscope.watching.options import Options
-from ampscope.watching.readout import MemoryReader, Raw, StepValues, make_readout
+from ampscope.watching.readout import MemoryReader, Raw, make_readout
 from ampscope.watching.record import Troubles, WatchRecord
+from ampscope.watching.reporting import StepReport, Ticker
 from ampscope.watching.stats import RunFigures
-from ampscope.watching.step_event import step_event
+from ampscope.watching.step_hooks import StepHooks
 
 TICK_S = 0.1
 """How often landed steps become events and lines go to disk (off the training thread)."""
-FLUSH_S = 1.0
-"""The event writer's own flush thread: the monitor's tick flushes it well before that."""
 
 
 class Monitor:
@@ -64,26 +59,23 @@ class Monitor:
         self._facts: RunFacts | None = None
         self._readout: Any = None
         self._sampler: Any = None
-        self._norm_hook: GradNormHook | None = None
-        self._zero_hook: ZeroGradHook | None = None
-        self._numerics: Any = None  # watch.numerics.WatchNumerics, with numerics_every=N
-        self._flop_counter: Any = None
-        self._counters: Any = None  # torch._dynamo's, once dynamo is loaded
-        self._compile_watch: Any = None
-        self._frames_seen = 0
-        self._figures = RunFigures(self.options.warmup_steps)
+        self._hooks: StepHooks | None = None  # what the options ask of a step beyond reading
+        self._compile = CompileTracker(False, self._emit)
         self._next_step = 0
-        self._notes = StepNotes(self.options.precision or "")
+        self._steps = StepReport(
+            RunFigures(self.options.warmup_steps),
+            StepNotes(self.options.precision or ""),
+            self._emit,
+            lambda: self._hooks.bad_step() if self._hooks is not None else None,
+        )
+        self._figures, self._notes = self._steps.figures, self._steps.notes
         self._signal: int | None = None
         self._closed = False
-        self._memory = MemoryReader(None)
-        self._started = time.perf_counter()
         self._landed: deque[Raw] = deque()  # steps read back, waiting to be reported
         self._extras = True  # this step needs more than the reading (the first one always does)
         groups = optimizer.param_groups if optimizer is not None else []
         self._lr_group: dict[str, Any] | None = groups[0] if groups else None
-        self._reporter: threading.Thread | None = None
-        self._stop_reporting = threading.Event()
+        self._ticker: Ticker | None = None  # landed steps to events, lines to disk
         try:
             self._start(model, scaler)
         except Exception as exc:  # noqa: BLE001 - watching must never stop the training
@@ -95,62 +87,33 @@ class Monitor:
 
     def _start(self, model: torch.nn.Module, scaler: Any) -> None:
         o = self.options
-        name = o.name or default_name()
-        facts = describe(model, self._optimizer, scaler, o, name)
-        self._facts = facts
-        self._notes.precision = facts.precision
-        live = {"source": "watch", "allow_stop": o.allow_stop, "stop_signal": "SIGINT"}
-        root = Path(o.runs_dir) if o.runs_dir is not None else records.default_runs_dir()
-        self._record = WatchRecord.create(root, name, facts.config, live, self.troubles)
-        if self._record is None:
+        opened = open_record(model, self._optimizer, scaler, o, self.troubles)
+        if opened is None:
             return
-        self.run_dir = self._record.dir
-        writer = self._writer = EventWriter(self._record.file, flush_interval=FLUSH_S)
-        writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
-        run_dir = str(self.run_dir.resolve())
-        rss_before = None if facts.info.is_cuda else rss_without_model(model)
-        self._hello = hello_event(
-            facts, self.run_dir.name, run_dir, self.flops_per_step, o.allow_stop, rss_before
-        )
-        writer.emit(self._hello, urgent=True)
-        for warning in setup_warnings(o.count_flops, facts):
-            writer.emit(warning, urgent=True)
-        self._start_telemetry(facts)
-        if o.grad_norm and self._optimizer is not None:
-            self._norm_hook = GradNormHook(self._optimizer, self.troubles)
-        if o.grad_zero_every > 0:
-            self._zero_hook = ZeroGradHook(model, o.grad_zero_every, self.troubles)
+        facts, self._record, writer, self._hello = opened
+        self._facts, self._writer, self.run_dir = facts, writer, self._record.dir
+        self._notes.precision = facts.precision
+        self._sampler = start_telemetry(writer, facts, o.telemetry_hz, self.troubles)
+        numerics = None
         if o.numerics_every > 0 and not facts.compiled:  # hooks would recompile a compiled one
             from ampscope.watching.numerics import WatchNumerics
 
-            self._numerics = WatchNumerics(
+            numerics = WatchNumerics(
                 model, facts.info.device, writer.emit, o.numerics_every, scaler
             )
-        self._memory = MemoryReader(facts.info.device if facts.info.is_cuda else None)
+        self._hooks = StepHooks(model, self._optimizer, o, self.troubles, numerics)
+        self._steps.memory = MemoryReader(facts.info.device if facts.info.is_cuda else None)
+        self._steps.peak = facts.peak
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         phase: ev.Phase = "compile" if facts.compiled else "train"
         writer.emit(ev.PhaseEvent(phase=phase, state="start", step=0), urgent=True)
         exits.register(self)
-        self._started = time.perf_counter()
+        self._compile = CompileTracker(facts.compiled, self._emit)
         self._readout = make_readout(facts.info.device, scaler)
         self._landed = self._readout.landed
-        self._reporter = threading.Thread(
-            target=self._tick_periodically, name="ampscope-watch", daemon=True
-        )
-        self._reporter.start()
+        self._ticker = Ticker(TICK_S, self._tick, "ampscope-watch")
         if o.count_flops and not facts.compiled:
-            from ampscope.engine.flops import flop_counter
-
-            self._flop_counter = flop_counter()
-            self._flop_counter.__enter__()
-
-    def _start_telemetry(self, facts: RunFacts) -> None:
-        from ampscope.engine.telemetry import start_for_run
-
-        try:
-            self._sampler = start_for_run(self._writer, facts.info, hz=self.options.telemetry_hz)
-        except Exception as exc:  # noqa: BLE001 - no sys figures, the rest goes on
-            self.troubles.report("device and host figures are unavailable", exc)
+            self._hooks.count_flops()
 
     # ------------------------------------------------------------------ per step
 
@@ -184,30 +147,21 @@ class Monitor:
             group = self._lr_group
             readout.end(step, loss, grad_norm, zeros, tokens, samples, group and group["lr"])
             self._next_step = step + 1
-            counters = self._counters
-            if counters is None:
-                if "torch._dynamo" in sys.modules:
-                    self._check_compile(step)
-            elif counters["frames"].get("total", 0) != self._frames_seen:
-                self._check_compile(step)
+            self._compile.after_step(step, self._writer)
         except Exception as exc:  # noqa: BLE001 - never into the user's loop
             self._readout = None
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
 
     def _extra_work(self, step: int, grad_norm: Any) -> tuple[Any, Any]:
         """What only some steps need: the FLOP count's end, the hooks' figures, the first step."""
-        if self._flop_counter is not None:
-            self._end_flop_count()
-        if self._norm_hook is not None:
-            hooked = self._norm_hook.take()
-            grad_norm = hooked if grad_norm is None else grad_norm
-        zeros = self._zero_hook.take(step + 1) if self._zero_hook is not None else None
-        if self._numerics is not None:
-            self._numerics.after(step)
+        self._end_flop_count()
+        zeros = None
+        if self._hooks is not None:
+            grad_norm, zeros = self._hooks.take(step, grad_norm)
         if step == 0:
-            self._first_step_done()
-        hooks = (self._norm_hook, self._zero_hook, self._numerics)
-        self._extras = any(h is not None for h in hooks)
+            self._compile.first_step_done()
+            self._figures.compile_s = self._compile.compile_s
+        self._extras = self._hooks is not None and self._hooks.any
         return grad_norm, zeros
 
     def restart_timer(self) -> None:
@@ -216,83 +170,25 @@ class Monitor:
         if self._readout is not None and not self._closed:
             self._readout.restart()
 
-    def _tick_periodically(self) -> None:
+    def _tick(self) -> None:
         """Off the training thread, while it is busy in torch: landed steps become events, the
         lines go to disk and the heartbeat is refreshed. One thread, woken ten times a second."""
-        while not self._stop_reporting.wait(TICK_S):
-            self._report_landed()
-            with contextlib.suppress(Exception):  # the record reports its own troubles
-                if self._writer is not None and self._record is not None:
-                    self._writer.flush()
-                    self._record.tick()
+        self._report_landed()
+        with contextlib.suppress(Exception):  # the record reports its own troubles
+            if self._writer is not None and self._record is not None:
+                self._writer.flush()
+                self._record.tick()
 
     def _report_landed(self) -> None:
         try:
-            while self._landed:
-                self._report(StepValues.from_raw(self._landed.popleft()))
+            self._steps.report_all(self._landed, self.flops_per_step)
         except Exception as exc:  # noqa: BLE001 - a fault here must not reach the loop
             self._readout = None
-            self._landed.clear()
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
 
-    def _report(self, v: StepValues) -> None:
-        scaled = not math.isnan(v.scale)
-        skipped = scaled and v.scale < v.scale_before
-        finite = v.loss is None or math.isfinite(v.loss)
-        allocated, reserved, peak_mem = mem = self._memory.read()
-        flops = self.flops_per_step
-        peak = self._facts.peak if self._facts else None
-        step = step_event(v, skipped, finite, mem, flops, peak)
-        self._emit(step)
-        tokens = v.tokens if step.tokens_per_s is not None else None
-        memory = peak_mem if peak_mem is not None else allocated
-        counted_zeros = not math.isnan(v.zeros)
-        self._figures.add(
-            v.step, v.step_ms, v.loss, skipped, v.samples, tokens, memory, counted_zeros
-        )
-        if finite:
-            self._notes.nonfinite = 0
-        numerics = self._numerics
-        if (skipped or not finite) and numerics is not None:
-            numerics.bad_step()  # the next step armed is sampled: it may show the inf again
-        if skipped or not finite or not flops:
-            for event in self._notes.after(v, skipped, scaled, finite, bool(flops)):
-                self._emit(event, urgent=True)
-
-    def _first_step_done(self) -> None:
-        if self._facts is None or not self._facts.compiled:
-            return
-        seconds = round(time.perf_counter() - self._started, 3)
-        self._figures.compile_s = seconds
-        self._emit(
-            ev.PhaseEvent(phase="compile", state="end", seconds=seconds, step=0), urgent=True
-        )
-        self._emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)
-
-    def _check_compile(self, step: int) -> None:
-        """Compile events as the engine emits them; looked at only when dynamo compiled a frame
-        since the last step (every compile, recompile and graph break does)."""
-        if self._counters is None:
-            from torch._dynamo.utils import counters
-
-            self._counters = counters
-        frames = self._counters["frames"].get("total", 0)
-        if frames == self._frames_seen:
-            return
-        self._frames_seen = frames
-        if self._writer is None:  # closed: nothing to write to
-            return
-        if self._compile_watch is None:
-            from ampscope.engine.compile_stats import CompileWatch
-
-            self._compile_watch = CompileWatch(self._writer)
-        self._compile_watch.after_step(step, self._figures.compile_s)
-
     def _end_flop_count(self) -> None:
-        counter, self._flop_counter = self._flop_counter, None
-        counter.__exit__(None, None, None)
-        counted = float(counter.get_total_flops())
-        if counted > 0 and self.flops_per_step is None:
+        counted = self._hooks.end_flop_count() if self._hooks is not None else None
+        if counted is not None and self.flops_per_step is None:
             self.flops_per_step = counted
 
     # ------------------------------------------------------------------ the end
@@ -318,13 +214,11 @@ class Monitor:
             self._remove_hooks()
 
     def _finish(self, error: BaseException | None) -> None:
-        if self._flop_counter is not None:
-            self._end_flop_count()
+        self._end_flop_count()
         if self._writer is None or self._record is None or self._hello is None:
             return
-        self._stop_reporting.set()
-        if self._reporter is not None:
-            self._reporter.join(TICK_S * 20)
+        if self._ticker is not None:
+            self._ticker.stop(TICK_S * 20)
         if self._readout is not None:
             with contextlib.suppress(Exception):  # a broken device: the steps in flight are lost
                 self._readout.drain()
@@ -346,12 +240,10 @@ class Monitor:
         """Starting failed half-way: end what was begun, so no record claims to be live."""
         self._readout = None
         self._closed = True
-        self._stop_reporting.set()
+        if self._ticker is not None:
+            self._ticker.stop()
         exits.unregister(self)
         self._remove_hooks()
-        if self._flop_counter is not None:
-            self._flop_counter.__exit__(None, None, None)
-            self._flop_counter = None
         if self._sampler is not None:
             self._sampler.stop()
         done = ev.empty_done("failed", f"ampscope could not watch this run: {exc}")
@@ -373,15 +265,11 @@ class Monitor:
             self._record.file.forget_after_fork()
         with contextlib.suppress(Exception):  # the child's own copy of the hooks
             self._remove_hooks()
-            if self._flop_counter is not None:
-                self._flop_counter, counter = None, self._flop_counter
-                counter.__exit__(None, None, None)
 
     def _remove_hooks(self) -> None:
-        for hook in (self._norm_hook, self._zero_hook, self._numerics):
-            if hook is not None:
-                hook.remove()
-        self._norm_hook = self._zero_hook = self._numerics = None
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.remove()
 
     def __enter__(self) -> Monitor:
         return self

@@ -1,0 +1,72 @@
+"""The start of a watched run's record: its facts (device, precision, model), the run folder,
+the event writer, and the ``hello`` every reader starts from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.engine.emitter import EventWriter
+from ampscope.watching.describe import RunFacts, describe, hello_event, rss_without_model
+from ampscope.watching.messages import default_name, setup_warnings
+from ampscope.watching.options import Options
+from ampscope.watching.record import Troubles, WatchRecord
+
+FLUSH_S = 1.0
+"""The event writer's own flush thread: the monitor's tick flushes it well before that."""
+
+
+class Opened(NamedTuple):
+    facts: RunFacts
+    record: WatchRecord
+    writer: EventWriter
+    hello: ev.HelloEvent
+
+
+def open_record(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    scaler: Any,
+    options: Options,
+    troubles: Troubles,
+) -> Opened | None:
+    """Describe the run, make its folder and write its ``hello`` (and the setup's warnings);
+    None when no folder could be made (``troubles`` said why)."""
+    name = options.name or default_name()
+    facts = describe(model, optimizer, scaler, options, name)
+    live = {"source": "watch", "allow_stop": options.allow_stop, "stop_signal": "SIGINT"}
+    root = Path(options.runs_dir) if options.runs_dir is not None else records.default_runs_dir()
+    record = WatchRecord.create(root, name, facts.config, live, troubles)
+    if record is None:
+        return None
+    writer = EventWriter(record.file, flush_interval=FLUSH_S)
+    writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
+    rss_before = None if facts.info.is_cuda else rss_without_model(model)
+    hello = hello_event(
+        facts,
+        record.dir.name,
+        str(record.dir.resolve()),
+        options.flops_per_step,
+        options.allow_stop,
+        rss_before,
+    )
+    writer.emit(hello, urgent=True)
+    for warning in setup_warnings(options.count_flops, facts):
+        writer.emit(warning, urgent=True)
+    return Opened(facts, record, writer, hello)
+
+
+def start_telemetry(writer: EventWriter, facts: RunFacts, hz: float, troubles: Troubles) -> Any:
+    """The ``sys`` sampler (GPU utilisation, power, memory, CPU), or None where it cannot
+    start (``troubles`` says why; the rest of the record goes on)."""
+    from ampscope.engine.telemetry import start_for_run
+
+    try:
+        return start_for_run(writer, facts.info, hz=hz)
+    except Exception as exc:  # noqa: BLE001 - no sys figures, the rest goes on
+        troubles.report("device and host figures are unavailable", exc)
+        return None

@@ -1,0 +1,80 @@
+"""A watched step's figures, once they have landed on the host, as the engine reports its
+own: a ``step`` event, the run's statistics, and the notes a skipped or non-finite step (or a
+run without FLOPs) calls for. Runs on the monitor's thread, never the training thread's."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from ampscope.watching.messages import StepNotes
+from ampscope.watching.readout import MemoryReader, Raw, StepValues
+from ampscope.watching.stats import RunFigures
+from ampscope.watching.step_event import step_event
+
+
+class StepReport:
+    def __init__(
+        self,
+        figures: RunFigures,
+        notes: StepNotes,
+        emit: Callable[..., None],
+        bad_step: Callable[[], None],
+    ) -> None:
+        """``bad_step`` is told of a step that was skipped or not finite."""
+        self.figures, self.notes, self.emit, self.bad_step = figures, notes, emit, bad_step
+        self.memory = MemoryReader(None)  # the device's, once the run knows it is on a GPU
+        self.peak: float | None = None  # the device's peak TFLOP/s, for MFU
+
+    def report(self, v: StepValues, flops: float | None) -> None:
+        """One landed step; ``flops``: per step, when known."""
+        scaled = not math.isnan(v.scale)
+        skipped = scaled and v.scale < v.scale_before
+        finite = v.loss is None or math.isfinite(v.loss)
+        allocated, _reserved, peak_mem = mem = self.memory.read()
+        step = step_event(v, skipped, finite, mem, flops, self.peak)
+        self.emit(step)
+        tokens = v.tokens if step.tokens_per_s is not None else None
+        memory = peak_mem if peak_mem is not None else allocated
+        counted_zeros = not math.isnan(v.zeros)
+        self.figures.add(
+            v.step, v.step_ms, v.loss, skipped, v.samples, tokens, memory, counted_zeros
+        )
+        if finite:
+            self.notes.nonfinite = 0
+        if skipped or not finite:
+            self.bad_step()  # numerics sample the next step: it may show the inf again
+        if skipped or not finite or not flops:
+            for event in self.notes.after(v, skipped, scaled, finite, bool(flops)):
+                self.emit(event, urgent=True)
+
+    def report_all(self, landed: deque[Raw], flops: float | None) -> None:
+        """Every landed step, oldest first; a fault empties ``landed`` and propagates."""
+        try:
+            while landed:
+                self.report(StepValues.from_raw(landed.popleft()), flops)
+        except Exception:
+            landed.clear()
+            raise
+
+
+class Ticker:
+    """Calls ``work`` every ``period`` seconds on a daemon thread of its own, until stopped."""
+
+    def __init__(self, period: float, work: Callable[[], None], name: str) -> None:
+        self.period, self.work = period, work
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.work()
+
+    def stop(self, wait_s: float = 0.0) -> None:
+        """No more calls; wait up to ``wait_s`` for one under way to end."""
+        self._stop.set()
+        if wait_s > 0 and self._thread is not threading.current_thread():
+            self._thread.join(wait_s)
