@@ -204,10 +204,10 @@ def test_an_oom_wrapped_by_the_compiler_is_an_oom_at_the_step_that_ran_out() -> 
 def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
     real_step = loop.train_step
 
-    def train_step(s, step, measure_zeros, phase):
+    def train_step(s, step, measure_zeros, phase, numerics=None):
         if step == 2:
             raise compile_oom()
-        return real_step(s, step, measure_zeros, phase)
+        return real_step(s, step, measure_zeros, phase, numerics)
 
     monkeypatch.setattr(loop, "train_step", train_step)
     code, seen = run_fast("fp32", "steps=4")

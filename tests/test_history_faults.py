@@ -14,7 +14,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.replay import RecordSource, ReplaySource
-from ampscope.tui.model.run_state import LOG_LINE_CHARS, MAX_LOG
+from ampscope.tui.model.run_log import LOG_LINE_CHARS, MAX_LOG
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen

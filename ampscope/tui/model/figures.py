@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from ampscope.core import events as ev
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
-from ampscope.tui.model.run_state import RECENT, RunState
+from ampscope.tui.model.run_events import RECENT
+from ampscope.tui.model.run_state import RunState
 
 Series = tuple[list, list]
 

@@ -32,7 +32,7 @@ class EventLog(RichLog):
             self._seq = 0
             self.clear()
             self.texts.clear()
-        for entry in state.log_since(self._seq):
+        for entry in state.log.since(self._seq):
             self._seq = entry.seq
             where = f"step {entry.step:>6}" if entry.step is not None else " " * 11
             shown = visible(entry.text, keep_newlines=True)  # a record's text is seen, never obeyed
