@@ -19,7 +19,7 @@ from typing import NoReturn
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.children import end_users_children
+from ampscope.engine.children import end_users_children, mark_descendants
 from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
 from ampscope.engine.process import (
@@ -106,8 +106,8 @@ def run(
         code = EXIT_STOPPED
     finally:
         ending.acquire()
-        restore_exit()
         end_users_children(writer)
+        restore_exit()
         writer.close()
         if saved:
             saved.close(hello, done)
@@ -165,8 +165,10 @@ def record_users_exit(
     ``ending`` first): their call is written down as a failure at the step it came in, with
     the summary of the steps before it, the processes their code started are ended, then the
     process goes as asked. A forked child (a DataLoader worker leaves through os._exit)
-    writes nothing of the parent's. Returns what puts ``os._exit`` back."""
+    writes nothing of the parent's. Every process started meanwhile carries the run's mark
+    (``children.mark_descendants``). Returns what puts ``os._exit`` and the mark back."""
     real_exit, engine_pid = os._exit, os.getpid()
+    unmark = mark_descendants()
 
     def users_exit(status: int) -> NoReturn:
         if os.getpid() == engine_pid and ending.acquire(blocking=False):
@@ -191,6 +193,7 @@ def record_users_exit(
 
     def restore() -> None:
         os._exit = real_exit
+        unmark()
 
     os._exit = users_exit
     return restore
