@@ -18,6 +18,12 @@ if _workers > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 
+SESSION_MARK = "AMPSCOPE_TEST_SESSION"
+"""Every process this test session starts inherits this variable, with this session's own
+value: an orphan (a forked child, a torchrun rank in a session of its own, whose parent has
+gone) still carries it in ``/proc/PID/environ``."""
+os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+
 TIERS = ("unit", "subprocess", "slow")
 
 
@@ -61,8 +67,9 @@ def _isolated_user_config(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_left_in_ps(tmp_path_factory):
-    """No test leaves a process behind: none of this session's children, and no process
-    (a detached engine, a viewer) that works in this session's temporary folders."""
+    """No test leaves a process behind: none of this session's children, no process (a
+    detached engine, a viewer) that works in this session's temporary folders, and no
+    process started from this session, even orphaned (it carries SESSION_MARK)."""
     yield
     ours = str(tmp_path_factory.getbasetemp()) + os.sep
     deadline = time.monotonic() + 10.0  # what was just stopped may take a moment to go
@@ -87,6 +94,16 @@ def _left_behind(ours: str) -> list[psutil.Process]:
         if proc.info["pid"] == me.pid or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if proc.info["pid"] in mine or ours in cmdline:
+        if proc.info["pid"] in mine or ours in cmdline or _started_here(proc.info["pid"]):
             left.append(proc)
     return left
+
+
+def _started_here(pid: int) -> bool:
+    """The process was started from this session (it inherited SESSION_MARK's value)."""
+    mark = f"{SESSION_MARK}={os.environ[SESSION_MARK]}".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return mark in fh.read().split(b"\0")
+    except OSError:  # another user's, gone, or no /proc
+        return False

@@ -86,6 +86,10 @@ def test_an_engine_that_cannot_even_start_is_reported_from_its_log(
         launch_detached("fp32", FAST, tmp_path / "runs")
     assert failed.value.code == 1
     assert "its log ends with" in str(failed.value) and "Python" in str(failed.value)
+    # its record says so: not a crashed run in ampscope runs and History
+    record = records.load_run(failed.value.run_dir)
+    assert record.state == "failed" and record.done is not None
+    assert "its log ends with" in (record.done.error or "")
 
 
 @pytest.mark.unit

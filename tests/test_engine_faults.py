@@ -86,6 +86,78 @@ def test_a_full_disk_ends_the_run_failed_and_the_record_keeps_every_whole_line(
     assert record.done is not None and record.done.error and "No space" in record.done.error
 
 
+class FullDisk:
+    """A disk of ``capacity`` bytes under ``root``, shared by every file there: the events
+    file's ``os.write`` (short, then ENOSPC), ``write_json`` and ``live.json`` (whole or
+    ENOSPC) and a reservation (``posix_fallocate``). A removed file gives its room back."""
+
+    def __init__(self, root: Path, capacity: int, monkeypatch) -> None:
+        self.root, self.capacity = root, capacity
+        real_write, real_replace = os.write, records._replace_with
+        real_allocate = os.posix_fallocate
+
+        def write(fd: int, data) -> int:
+            if not self.ours(self.target(fd)):
+                return real_write(fd, data)
+            room = self.room()
+            if room <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_write(fd, bytes(data[:room]))
+
+        def replace(path: Path, tmp: Path, text: str) -> None:
+            if self.ours(str(path)) and len(text.encode()) > self.room():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+            real_replace(path, tmp, text)
+
+        def allocate(fd: int, offset: int, size: int) -> None:
+            if self.ours(self.target(fd)) and offset + size > self.room():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real_allocate(fd, offset, size)
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(records, "_replace_with", replace)
+        monkeypatch.setattr(os, "posix_fallocate", allocate)
+
+    @staticmethod
+    def target(fd: int) -> str:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return ""
+
+    def ours(self, path: str) -> bool:
+        return path.startswith(str(self.root) + os.sep)
+
+    def room(self) -> int:
+        used = sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())
+        return self.capacity - used
+
+
+@pytest.mark.unit
+def test_a_disk_that_fills_mid_run_still_ends_the_record_failed_not_crashed(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Events, summary.json and live.json all fail once the disk is full: the room the
+    record held from its start takes its done and its summary."""
+    from ampscope.engine.record import SPARE_BYTES
+    from tests.test_detach import runs_json
+
+    disk = FullDisk(tmp_path, SPARE_BYTES + 12_000, monkeypatch)
+    code = run("fp32", [*TINY, "steps=400"], runs_dir=tmp_path)
+    assert disk.room() > 0  # the spare's room, given back
+    monkeypatch.undo()
+    assert code == EXIT_FAILED
+    (run_dir,) = tmp_path.iterdir()
+    record = records.load_run(run_dir)
+    assert record.done is not None and record.done.status == "failed"
+    assert "No space left on device" in (record.done.error or "")
+    assert 0 < len(only(record.events, ev.StepEvent)) < 400
+    assert (run_dir / records.SUMMARY_FILE).is_file()
+    assert not (run_dir / ".spare").exists() and not (run_dir / records.LIVE_FILE).exists()
+    (row,) = runs_json(capsys, tmp_path)
+    assert row["state"] == "failed"
+
+
 @pytest.mark.unit
 def test_a_runs_folder_removed_mid_run_ends_failed_with_an_io_error(tmp_path: Path) -> None:
     seen: list[ev.Event] = []

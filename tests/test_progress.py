@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.engine.progress import Beacon, Progress, Seen, stall_verdict
+from ampscope.engine.progress import COMPILE_STALL_S, Beacon, Progress, Seen, stall_verdict
 from ampscope.tui.model.figures import cards
 from ampscope.tui.model.run_state import RunState
 from tests.helpers import hello, step
@@ -28,13 +28,24 @@ def test_the_rank_behind_the_others_is_named_once_no_rank_moves() -> None:
     )
 
 
-def test_ranks_in_the_same_place_are_not_blamed_and_early_steps_are_not_watched() -> None:
+def test_ranks_in_the_same_place_are_not_blamed() -> None:
     alike = {0: Seen(7, "forward", 0.0), 1: Seen(7, "forward", 0.0)}
     message = stall_verdict(alike, now=30.0, stall_s=20.0)
     assert message is not None and message.startswith("no rank has moved for 30 s")
     assert "every rank is in forward of step 7" in message
-    compiling = {0: Seen(0, "forward", 0.0), 1: Seen(1, "exchange", 0.0)}
-    assert stall_verdict(compiling, now=300.0, stall_s=20.0) is None
+
+
+def test_a_rank_stuck_in_step_0_or_1_is_named_later_while_the_model_compiles() -> None:
+    seen = {0: Seen(1, "backward", 0.0), 1: Seen(1, "forward", 0.0)}
+    message = stall_verdict(seen, now=21.0, stall_s=20.0)  # eager: as for any step
+    assert message is not None
+    assert message.startswith("rank 1 has made no progress for 21 s, in forward of step 1")
+    compiling = {0: Seen(0, "backward", 0.0), 1: Seen(0, "forward", 0.0)}
+    assert stall_verdict(compiling, now=COMPILE_STALL_S - 1, stall_s=20.0, compiled=True) is None
+    late = stall_verdict(compiling, now=COMPILE_STALL_S + 1, stall_s=20.0, compiled=True)
+    assert late is not None and late.startswith("rank 1 has made no progress for 301 s")
+    later = {0: Seen(2, "backward", 0.0), 1: Seen(2, "forward", 0.0)}  # compiled by now
+    assert stall_verdict(later, now=21.0, stall_s=20.0, compiled=True) is not None
 
 
 def test_a_rank_on_a_later_step_waits_for_one_still_on_the_step_before() -> None:

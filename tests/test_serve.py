@@ -114,8 +114,9 @@ class FakeServer:
         self.page = (self.templates / "app_index.html").read_text()  # gone once serving ends
         FakeServer.made.append(self)
 
-    def serve(self) -> None:
-        pass
+    @staticmethod
+    def run(server: FakeServer, sockets: list[socket.socket]) -> None:
+        server.bound = [sock.getsockname()[1] for sock in sockets]
 
 
 @pytest.mark.unit
@@ -124,19 +125,37 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     import textual_serve.server
 
     monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    monkeypatch.setattr(serve_cli, "run_server", FakeServer.run)
     FakeServer.made.clear()
-    assert cli_main(["serve", "--port", "8123", "--runs-dir", str(tmp_path)]) == 0
+    port, other = free_port(), free_port()
+    assert cli_main(["serve", "--port", str(port), "--runs-dir", str(tmp_path)]) == 0
     assert "no authentication" not in capsys.readouterr().err
-    assert cli_main(["serve", "--host", "0.0.0.0", "--port", "8124"]) == 0
+    assert cli_main(["serve", "--host", "0.0.0.0", "--port", str(other)]) == 0
     assert "no authentication" in capsys.readouterr().err
     first = FakeServer.made[0]
-    assert first.host == "127.0.0.1" and first.port == 8123
+    assert first.host == "127.0.0.1" and first.port == port and first.bound == [port]
     assert "-m ampscope.cli.viewer" in first.command and str(tmp_path) in first.command
     # the page loads its font from the server itself: offline GPU boxes reach nothing else
     assert "fonts.googleapis" not in first.page and "RobotoMono" in first.page
     assert "https://" not in first.page
     assert serve_cli.is_loopback("localhost") and serve_cli.is_loopback("::1")
     assert not serve_cli.is_loopback("192.168.1.5")
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_serve_on_a_port_already_taken_says_only_that(tmp_path: Path, capsys) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert cli_main(["serve", "--port", str(port), "--runs-dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # no banner, no "Serving ... on"
+    assert err == (
+        f"ampscope: cannot serve on 127.0.0.1:{port}: another program already listens on "
+        f"port {port}. Stop it, or give another port: ampscope serve --port {port + 1}.\n"
+    )
 
 
 @pytest.mark.unit
@@ -189,6 +208,9 @@ def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    said = proc.stdout.read().decode()
+    assert said.startswith("ampscope: serving a read-only view")
+    assert "Serving '" not in said and "Press Ctrl+C" not in said  # textual-serve's banner
 
 
 # --------------------------------------------------------------------------- who may watch
@@ -214,19 +236,20 @@ def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypat
     import asyncio
 
     import aiohttp
-    import textual_serve.server
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    async def a_viewer(self, request: web.Request) -> web.WebSocketResponse:
-        """Stands for textual-serve's handler (which starts an app): holds the socket open."""
+    from ampscope.cli import serve_viewers
+
+    async def a_viewer(server, request: web.Request) -> web.WebSocketResponse:
+        """Stands for a tab's viewer (serve_tab starts one): holds the socket open."""
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         async for _message in ws:
             pass
         return ws
 
-    monkeypatch.setattr(textual_serve.server.Server, "handle_websocket", a_viewer)
+    monkeypatch.setattr(serve_viewers, "serve_tab", a_viewer)
     server = serve_cli.viewer_server_class()(
         "true", host="127.0.0.1", port=0, title="t", max_viewers=2
     )
@@ -311,21 +334,22 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
     import asyncio
 
     import aiohttp
-    import textual_serve.server
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
+    from ampscope.cli import serve_viewers
+
     started: list[str] = []
 
-    async def a_viewer(self, request: web.Request) -> web.WebSocketResponse:
-        """Stands for textual-serve's handler, which would start a viewer at that size."""
+    async def a_viewer(server, request: web.Request) -> web.WebSocketResponse:
+        """Stands for a tab's viewer (serve_tab), which would start at that size."""
         started.append(request.query_string)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.close()
         return ws
 
-    monkeypatch.setattr(textual_serve.server.Server, "handle_websocket", a_viewer)
+    monkeypatch.setattr(serve_viewers, "serve_tab", a_viewer)
     server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
 
     async def go() -> None:

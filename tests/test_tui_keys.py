@@ -386,6 +386,10 @@ def test_a_keys_toml_line_that_takes_another_bindings_key_is_refused_and_named(
                 await shown(pilot, app, HistoryScreen)  # h keeps History
                 await pilot.press("escape")
                 await shown(pilot, app, PresetsScreen)
+            else:
+                await pilot.press("ctrl+c")  # the key run lost: it starts nothing
+                await pilot.pause()
+                assert started == [] and isinstance(app.screen, PresetsScreen)
             await pilot.press("r")  # run keeps its own key
             await pilot.pause()
         (problem,) = told  # numerics.format is a binding id the file may move

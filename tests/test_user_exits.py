@@ -9,15 +9,18 @@ from pathlib import Path
 import pytest
 
 from ampscope.core import events as ev
-from tests.helpers import engine_env, events_of
+from ampscope.core import records
+from tests.helpers import engine_env, events_of, gone, wait_until
 
 MODEL = """
-import os, sys
+import os, subprocess, sys
 import torch
 from torch import nn
 import ampscope
 
 WHERE = os.environ["LEAVE_IN"]
+if WHERE == "import":
+    sys.exit(0)
 
 
 class Net(nn.Module):
@@ -31,6 +34,8 @@ class Net(nn.Module):
         if WHERE == "forward" and self.calls > 3:  # past setup's forward: inside a step
             sys.exit(0)
         if WHERE == "os_exit" and self.calls > 3:
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            open("child.pid", "w").write(str(child.pid))
             os._exit(3)
         return self.fc(x)
 
@@ -73,7 +78,7 @@ def leave(tmp_path: Path, where: str) -> tuple[subprocess.CompletedProcess[str],
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("where", ["forward", "make"])
+@pytest.mark.parametrize("where", ["forward", "make", "import"])
 def test_sys_exit_in_user_code_ends_the_run_failed_and_says_where(tmp_path, where) -> None:
     out, run_dir = leave(tmp_path, where)
     said = out.stdout + out.stderr
@@ -91,7 +96,16 @@ def test_sys_exit_in_user_code_ends_the_run_failed_and_says_where(tmp_path, wher
 def test_os_exit_in_forward_is_recorded_before_the_process_goes(tmp_path) -> None:
     out, run_dir = leave(tmp_path, "os_exit")
     assert out.returncode == 3, out.stderr
-    assert "your code called os._exit(3)" in out.stdout + out.stderr
+    assert "your code called os._exit(3) at step 3," in out.stdout + out.stderr
+    (error,) = events_of(run_dir, ev.ErrorEvent)
+    assert error.step == 3
     (done,) = events_of(run_dir, ev.DoneEvent)
-    assert done.status == "failed" and "os._exit(3)" in (done.error or "")
+    assert done.status == "failed" and "os._exit(3) at step 3" in (done.error or "")
+    assert done.steps_done == 3 and done.step_ms_median is not None  # the steps before it
+    record = records.load_run(run_dir, with_events=False)  # summary.json
+    assert record.hello is not None and record.done == done
     assert not (run_dir / "live.json").exists()
+    child = int((tmp_path / "child.pid").read_text())  # started by the user's forward
+    assert wait_until(lambda: gone(child), 10)
+    (ended,) = [w for w in events_of(run_dir, ev.WarningEvent) if w.code == "children-ended"]
+    assert str(child) in ended.message

@@ -3,6 +3,7 @@ descriptor of its own, and the user's stdout goes to stderr, where the dashboard
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -64,15 +65,25 @@ def test_user_prints_and_raw_writes_to_stdout_stay_out_of_the_event_stream(tmp_p
 SPAWNER = """
 import subprocess
 import sys
-import sys
 import torch
 from torch import nn
 import ampscope
 
 
+DAEMON = '''
+import os, time
+if os.fork() == 0:  # the parent exits at once: this one is reparented, in a session of its own
+    os.setsid()
+    open("daemon.pid", "w").write(str(os.getpid()))
+    time.sleep(300)
+'''
+
+
 def make(ctx):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     open("child.pid", "w").write(str(child.pid))
+    quiet = subprocess.DEVNULL  # a daemon holds none of the engine's pipes
+    subprocess.run([sys.executable, "-c", DAEMON], stdout=quiet, stderr=quiet, check=True)
     x, y = torch.randn(32, 8), torch.randint(0, 2, (32,))
     batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
     loss = lambda out, target: nn.functional.cross_entropy(out, target)  # noqa: E731
@@ -99,5 +110,14 @@ def test_a_process_the_users_code_left_running_is_ended_and_named(tmp_path: Path
     (run_dir,) = runs.iterdir()
     events = records.load_run(run_dir).events
     warnings = [w for w in events if isinstance(w, ev.WarningEvent) and w.code == "children-ended"]
-    assert len(warnings) == 1 and f"{pid} (" in warnings[0].message, warnings
-    assert "your code left 1 process running" in out.stderr
+    daemon = int((tmp_path / "daemon.pid").read_text())
+    try:
+        assert len(warnings) == 1 and f"{pid} (" in warnings[0].message, warnings
+        assert "your code left 1 process running" in out.stderr
+        # the daemon left the engine's tree: named, and left running as it was made to
+        assert "it also left 1 process that left the engine's process tree" in out.stderr
+        assert f"{daemon} (" in warnings[0].message.split("it also left", 1)[1]
+        assert psutil.Process(daemon).status() != psutil.STATUS_ZOMBIE
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(daemon).kill()

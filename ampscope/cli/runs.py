@@ -81,7 +81,7 @@ def add_runs_parsers(sub: Any) -> None:
         "--max-viewers",
         type=int,
         default=4,
-        help="browser tabs watching at once, 1 to 64 (default 4); each costs two processes",
+        help="browser tabs watching at once, 1 to 64 (default 4); each costs a process",
     )
     _runs_dir_argument(serve)
 

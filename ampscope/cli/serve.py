@@ -1,8 +1,8 @@
 """``ampscope serve``: a read-only dashboard that follows the current run, served to browsers.
 
-textual-serve starts one viewer (``python -m ampscope.cli.viewer``) per browser tab: two
-processes and about 50 MB each. So the number of tabs watching at once is limited
-(``--max-viewers``), and the websocket that carries the screen accepts only the page this
+Each browser tab gets its own viewer (``python -m ampscope.cli.viewer``, about 70 MB; its
+life and its frames are cli/serve_viewers.py's). So the number of tabs watching at once is
+limited (``--max-viewers``), and the websocket that carries the screen accepts only the page this
 server handed out: any other web page the presenter opens could otherwise connect to it
 and read the live screen.
 """
@@ -10,9 +10,13 @@ and read the live screen.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import errno
 import ipaddress
 import os
 import shlex
+import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -84,18 +88,47 @@ def size_refusal(query: Mapping[str, str]) -> str | None:
     return None
 
 
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host:port`` and listening (one per address the name has), made
+    before anything is printed: a port already taken fails here (OSError)."""
+    made: list[socket.socket] = []
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _name, address in dict.fromkeys(addresses):
+            sock = socket.socket(family, kind, proto)
+            made.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(128)
+            sock.setblocking(False)
+    except OSError:
+        for sock in made:
+            sock.close()
+        raise
+    return made
+
+
 def viewer_server_class() -> type:
-    """textual-serve's Server with a viewer limit and a same-origin websocket (imported late:
-    textual-serve is optional)."""
+    """textual-serve's Server with a viewer limit, a same-origin websocket and viewers of
+    bounded life (cli/serve_viewers.py); imported late: textual-serve is optional."""
     from aiohttp import web
     from textual_serve.server import Server
+
+    from ampscope.cli import serve_viewers
 
     class ViewerServer(Server):
         def __init__(self, *args: Any, max_viewers: int = 4, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.max_viewers = max_viewers
-            self.viewers = 0
+            self.tabs: dict[asyncio.Future[web.WebSocketResponse], web.Request] = {}
             self.loopback = is_loopback(self.host)
+
+        @property
+        def viewers(self) -> int:
+            """Tabs open, and tabs closed whose viewer process has not exited yet."""
+            return len(self.tabs)
 
         # A refused viewer gets a plain HTTP answer, not a websocket: wider than the base's.
         async def handle_websocket(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
@@ -111,13 +144,41 @@ def viewer_server_class() -> type:
                     text=f"ampscope serve: {self.viewers} viewers are watching already, the "
                     "most this server allows (--max-viewers). Close a tab and reload.\n",
                 )
-            self.viewers += 1
-            try:
-                return await super().handle_websocket(request)
-            finally:
-                self.viewers -= 1
+            # The tab's own task: a handler cancelled when its client goes would skip the
+            # viewer's end and stop counting it while it still runs.
+            tab = asyncio.ensure_future(serve_viewers.serve_tab(self, request))
+            self.tabs[tab] = request
+            tab.add_done_callback(lambda done: self.tabs.pop(done, None))
+            return await asyncio.shield(tab)
+
+        async def on_startup(self, app: web.Application) -> None:
+            pass  # cmd_serve says where it serves, once the port is bound
+
+        async def on_shutdown(self, app: web.Application) -> None:
+            for request in self.tabs.values():
+                if request.transport is not None:
+                    request.transport.abort()
+            await asyncio.gather(*self.tabs, return_exceptions=True)
 
     return ViewerServer
+
+
+def run_server(server: Any, sockets: list[socket.socket]) -> None:
+    """Serve ``server`` (a ViewerServer) on ``sockets`` until SIGINT or SIGTERM."""
+    from aiohttp import web
+
+    server.initialize_logging()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, server.request_exit)
+    web.run_app(
+        server._make_app(),
+        sock=sockets,
+        handle_signals=False,
+        loop=loop,
+        print=lambda *args: None,
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -137,6 +198,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     root = getattr(args, "runs_dir", None) or records.default_runs_dir()
+    try:
+        sockets = listening_sockets(args.host, args.port)
+    except OSError as exc:
+        return fail(port_refusal(args.host, args.port, exc), 1)
     os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
     command = viewer_command(root, getattr(args, "refresh", None))
     print(
@@ -157,9 +222,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_viewers=args.max_viewers,
         )
         try:
-            server.serve()
-        except OSError as exc:
-            return fail(f"cannot serve on {args.host}:{args.port}: {exc}", 1)
+            run_server(server, sockets)
         except KeyboardInterrupt:
             pass
+        finally:
+            for sock in sockets:
+                sock.close()
     return 0
+
+
+def port_refusal(host: str, port: int, exc: OSError) -> str:
+    """Why ``host:port`` cannot be served, and what to do (one paragraph)."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot serve on {host}:{port}: another program already listens on port {port}. "
+            f"Stop it, or give another port: ampscope serve --port {port + 1 if port < 65535 else 8000}."
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"cannot serve on {host}:{port}: ports below 1024 need administrator rights. "
+            "Give a port from 1024 to 65535 with --port."
+        )
+    why = exc.strerror or str(exc)
+    return (
+        f"cannot serve on {host}:{port}: {why}. Give an address of this machine with --host "
+        "(127.0.0.1 serves this machine only, 0.0.0.0 every network) and a free port with --port."
+    )

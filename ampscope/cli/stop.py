@@ -4,7 +4,8 @@ Only the process ``live.json`` names is signalled, and only while it proves that
 record (``stopping.verified_pid``: same host, same start time, and it holds the record's
 ``.owner`` open), so a stale record after pid reuse, or a forged one, never gets a foreign
 process killed. SIGTERM first: the engine finishes its step and
-writes ``done`` and its summary; SIGKILL only when it has not gone after ``--wait`` seconds.
+writes ``done`` and its summary; SIGKILL only when it has not gone after ``--wait`` seconds
+(10, or 15 for a job on several ranks).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def add_stop_parser(sub: Any) -> None:
     stop.add_argument(
         "--wait",
         type=float,
-        default=DEFAULT_WAIT_S,
+        default=None,
         metavar="SECONDS",
-        help=f"how long it may take to finish before it is killed (default {DEFAULT_WAIT_S:g})",
+        help=f"how long it may take to finish before it is killed (default {DEFAULT_WAIT_S:g}, "
+        f"{stopping.RANKS_WAIT_S:g} for a job on several ranks)",
     )
     stop.add_argument(
         "--runs-dir",
@@ -58,7 +60,7 @@ def find_run(arg: str | None, root: Path) -> Path | None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.wait) and args.wait >= 0):
+    if args.wait is not None and not (math.isfinite(args.wait) and args.wait >= 0):
         return fail(f"--wait {args.wait:g} is out of range. Accepted: 0 or more seconds.")
     root = getattr(args, "runs_dir", None) or records.default_runs_dir()
     path = find_run(args.run, root)
@@ -86,6 +88,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
             f"{name} is not ampscope's to stop: {why}. Stop it where it runs (Ctrl+C), or "
             "start it with ampscope.watch(..., allow_stop=True)."
         )
+    if args.wait is None:
+        hello = records.load_run(path, with_events=False).hello
+        args.wait = stopping.stop_wait_s(hello, DEFAULT_WAIT_S)
     print(f"stopping {name} (pid {pid}) ...", file=sys.stderr, flush=True)
     if not stopping.ask_to_stop(path, live or {}, pid):  # a watched process: never killed
         if not _gone(pid, args.wait):

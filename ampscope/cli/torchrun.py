@@ -4,9 +4,11 @@ torchrun (``python -m torch.distributed.run``) is the launcher; ampscope never s
 itself. This front-end checks the preset and the launch first (exit 2 before anything
 starts), reads rank 0's event stream from torchrun's stdout (the other ranks write none), and
 forwards a stop: SIGINT or SIGTERM here becomes SIGTERM to torchrun, which passes it to every
-rank; the ranks agree to stop at the same step and rank 0 writes ``done``. A second signal
-kills torchrun's group at once. If this process dies, the kernel signals torchrun too
-(``die_with_parent``).
+rank; the ranks agree to stop at the same step and rank 0 writes ``done`` (a rank stuck in a
+step is cut short after 8 s, ``engine.process``). A second signal, or the job still running
+``stop_grace_s`` (15 s) after the first, kills torchrun and every rank at once (the ranks run
+in sessions of their own: ``core.proctree``). If this process dies, the kernel signals
+torchrun too (``die_with_parent``).
 
 torchrun's own stderr (its notices, a failed rank's traceback) is kept in the run record as
 ``torchrun.log`` and shown only when the event stream cannot explain how the run ended.
@@ -26,12 +28,15 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+import psutil
+
 from ampscope.cli.console import ConsoleReporter
 from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core.launch import die_with_parent, engine_command, launch_env
+from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
 from ampscope.core.parallel import Launch, port_in_use
+from ampscope.core.proctree import job_tree, kill_tree
 from ampscope.core.run_args import run_overrides
 from ampscope.core.text import visible
 
@@ -82,6 +87,9 @@ class TorchrunWatch:
         self.config_error = False
         self.stop_requested = False
         self.proc: subprocess.Popen[bytes] | None = None
+        self.kill_after_s = stop_grace_s(launch, 0.0)
+        self._kill_timer: threading.Timer | None = None
+        self._job: list[psutil.Process] = []
 
     def run(self, on_event: Callable[[ev.Event], None] | None = None) -> int:
         try:
@@ -105,6 +113,8 @@ class TorchrunWatch:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self._kill_timer is not None:
+                self._kill_timer.cancel()
         reader.join(5.0)
         self._save_log()
         return self.exit_code(code)
@@ -137,10 +147,23 @@ class TorchrunWatch:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        sig = signal.SIGKILL if self.stop_requested else signal.SIGTERM
+        if self.stop_requested:
+            self.kill_job()
+            return
         self.stop_requested = True
+        self._job = job_tree(self.proc.pid)  # the ranks, while torchrun still has them
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        self._kill_timer = threading.Timer(self.kill_after_s, self.kill_job)
+        self._kill_timer.daemon = True
+        self._kill_timer.start()
+
+    def kill_job(self) -> None:
+        """SIGKILL torchrun and every rank (each in a session of its own)."""
+        if self.proc is not None and self.proc.poll() is None:
+            kill_tree([*job_tree(self.proc.pid), *self._job])
+        else:
+            kill_tree(self._job)
 
     def _save_log(self) -> None:
         if self.hello is None or not self.hello.run_dir or not self.stderr:

@@ -9,6 +9,7 @@ which starts one engine per rank.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import os
 import signal
@@ -200,10 +201,32 @@ def launch_detached(
     code = wait_for_hello(proc, run_dir, wait_s)
     if code is not None:
         records.clear_live(run_dir)
-        raise EngineDidNotStart(run_dir, code, why_not_started(run_dir))
+        failed = EngineDidNotStart(run_dir, code, why_not_started(run_dir))
+        record_not_started(run_dir, str(failed))
+        raise failed
     # Reap it if this process lives longer than the run (the dashboard), so no zombie stays.
     threading.Thread(target=proc.wait, name="ampscope-detached-reaper", daemon=True).start()
     return run_dir, proc.pid
+
+
+def record_not_started(run_dir: Path, message: str) -> None:
+    """End the record of an engine that exited before it started, unless it did so itself:
+    ``ampscope runs`` and History then list it ``failed``, with why, not ``crashed``. A record
+    that cannot even take that (a full disk) is removed, and the folder if nothing else is in it."""
+    events = run_dir / records.EVENTS_FILE
+    if any(isinstance(e, ev.DoneEvent) for e in records.tail_events(events)):
+        return
+    ending = ev.encode(ev.ErrorEvent(kind="exception", message=message))
+    ending += ev.encode(ev.empty_done("failed", error=message))
+    try:
+        with events.open("ab") as fh:
+            fh.write(ending)
+    except OSError:
+        for name in (records.EVENTS_FILE, PRESET_COPY, ENGINE_LOG, ownership.OWNER_FILE):
+            with contextlib.suppress(OSError):
+                (run_dir / name).unlink()
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
 
 
 def wait_for_hello(proc: subprocess.Popen, run_dir: Path, wait_s: float) -> int | None:

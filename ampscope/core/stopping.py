@@ -13,21 +13,54 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from ampscope.core import events as ev
 from ampscope.core import ownership
+from ampscope.core.proctree import job_tree, kill_tree
 from ampscope.core.records import same_process
+
+RANKS_WAIT_S = 15.0
+"""How long a stop waits before SIGKILL for a job on several ranks (its ranks agree to stop
+and compare their weights; one stuck in a step is cut short after 8 s), as the dashboard."""
+
+
+def stop_wait_s(hello: ev.HelloEvent | None, single: float) -> float:
+    """The wait before SIGKILL: ``single``, or RANKS_WAIT_S for a job on several ranks."""
+    if hello is not None and hello.world_size > 1:
+        return max(single, RANKS_WAIT_S)
+    return single
 
 
 def signal_engine(run_dir: Path, pid: int, sig: int) -> bool:
     """Signal the engine of ``run_dir`` only if ``pid`` proves it runs it (``verified_pid``);
-    its whole group only when ampscope created that group for it. False when not signalled."""
+    its whole group only when ampscope created that group for it. False when not signalled.
+
+    A detached torchrun job's group is led by its launcher (``ampscope run``), which holds the
+    record too: that group is signalled (the launcher passes a stop to torchrun, which passes
+    it to every rank), and a SIGKILL reaches every process of the job (``core.proctree``).
+    """
     if not ownership.holds_owner(pid, run_dir):
         return False  # checked again before every signal: it may have gone meanwhile
+    leader = _launcher(run_dir, pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if ownership.group_leader(run_dir) == pid and os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
+        if leader is None:
             os.kill(pid, sig)
+        elif sig == signal.SIGKILL:
+            kill_tree(job_tree(leader) or job_tree(pid))
+        else:
+            os.killpg(leader, sig)
     return True
+
+
+def _launcher(run_dir: Path, pid: int) -> int | None:
+    """The leader of the group ampscope made for the run: ``pid`` itself, or a launcher that
+    proves it runs the record too; None when there is none (signal ``pid`` alone)."""
+    leader = ownership.group_leader(run_dir)
+    if leader is None or (leader != pid and not ownership.holds_owner(leader, run_dir)):
+        return None
+    try:
+        return leader if os.getpgid(leader) == leader else None
+    except OSError:
+        return None
 
 
 def ask_to_stop(run_dir: Path, live: dict[str, Any], pid: int) -> bool:

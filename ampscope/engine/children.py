@@ -5,12 +5,19 @@ A child the training code started (a data server, ``subprocess.Popen`` of a tool
 the end of a run the engine ends what is left of its descendants, SIGTERM then SIGKILL, and
 says which in a ``children-ended`` warning. torch.compile's own compile workers are left to
 end with the engine, as they do.
+
+A child that left the engine's process tree (it called ``setsid`` and its parent exited: a
+daemon) cannot be told from any other process by its parent. Every process started during the
+run inherits the engine's mark (MARK_ENV), so such a one is still found, and named in the
+warning as left running: it was made to outlive its parent, and ampscope does not end it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections.abc import Callable
 
 import psutil
 
@@ -20,6 +27,46 @@ from ampscope.engine.emitter import EventWriter
 
 TERM_GRACE_S = 2.0
 TORCH_OWN = ("torch/_inductor", "torch._inductor")  # inductor's compile worker pool
+MARK_ENV = "AMPSCOPE_ENGINE_MARK"
+
+
+def mark_descendants() -> Callable[[], None]:
+    """Give every process started from now on this run's mark; returns what takes it back."""
+    before = os.environ.get(MARK_ENV)
+    os.environ[MARK_ENV] = f"{os.getpid()}-{time.time_ns()}"
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop(MARK_ENV, None)
+        else:
+            os.environ[MARK_ENV] = before
+
+    return restore
+
+
+def unreachable() -> list[psutil.Process]:
+    """Live processes that carry this run's mark but are no longer the engine's descendants."""
+    mark = os.environ.get(MARK_ENV)
+    if not mark:
+        return []
+    token = f"{MARK_ENV}={mark}".encode()
+    try:
+        tree = {p.pid for p in psutil.Process().children(recursive=True)} | {os.getpid()}
+    except psutil.Error:
+        return []
+    found = []
+    for proc in psutil.process_iter(["pid", "status", "cmdline"]):
+        if proc.info["pid"] in tree or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(t in " ".join(proc.info["cmdline"] or []) for t in TORCH_OWN):
+            continue
+        try:
+            with open(f"/proc/{proc.info['pid']}/environ", "rb") as fh:
+                if token in fh.read().split(b"\0"):
+                    found.append(proc)
+        except OSError:  # another user's, gone, or no /proc
+            continue
+    return found
 
 
 def users_children() -> list[psutil.Process]:
@@ -48,17 +95,34 @@ def describe(child: psutil.Process) -> str:
     return f"{child.pid} ({visible(name)[:60]})"
 
 
+def _names(procs: list[psutil.Process]) -> str:
+    return ", ".join(describe(c) for c in procs[:5]) + (" ..." if len(procs) > 5 else "")
+
+
+def _count(procs: list[psutil.Process]) -> str:
+    return f"{len(procs)} process{'es' if len(procs) > 1 else ''}"
+
+
 def end_users_children(writer: EventWriter) -> list[int]:
-    """End the processes the user's code left behind; returns their pids."""
+    """End the processes the user's code left behind, and name those it cannot reach;
+    returns the pids of those ended."""
     left = users_children()
-    if not left:
+    away = unreachable()
+    if not left and not away:
         return []
-    names = ", ".join(describe(c) for c in left[:5]) + (" ..." if len(left) > 5 else "")
-    message = (
-        f"your code left {len(left)} process{'es' if len(left) > 1 else ''} running at the end "
-        f"of the run: {names}. ampscope ended them (SIGTERM, then SIGKILL after "
-        f"{TERM_GRACE_S:g} s); join or terminate the processes your code starts."
-    )
+    parts = []
+    if left:
+        parts.append(
+            f"your code left {_count(left)} running at the end of the run: {_names(left)}. "
+            f"ampscope ended them (SIGTERM, then SIGKILL after {TERM_GRACE_S:g} s)"
+        )
+    if away:
+        parts.append(
+            f"{'it also left' if left else 'your code left'} {_count(away)} that left the "
+            f"engine's process tree (setsid, a daemon) and still run: {_names(away)}. ampscope "
+            "does not end those; kill them by pid if they should not outlive the run"
+        )
+    message = "; ".join(parts) + "; join or terminate the processes your code starts."
     writer.emit(ev.WarningEvent(code="children-ended", message=message), urgent=True)
     for child in left:
         with contextlib.suppress(psutil.Error):

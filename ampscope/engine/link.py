@@ -94,7 +94,9 @@ class SoloLink:
     def marking(self, step: int, phase: PhaseMarker) -> PhaseMarker:
         return phase
 
-    def watch_progress(self, report: Callable[[ev.WarningEvent], None] | None) -> None:
+    def watch_progress(
+        self, report: Callable[[ev.WarningEvent], None] | None, compiled: bool = False
+    ) -> None:
         pass
 
     def stop_watching(self) -> None:
@@ -139,11 +141,17 @@ class RankLink:
 
         return marked
 
-    def watch_progress(self, report: Callable[[ev.WarningEvent], None] | None) -> None:
-        """Start telling this rank's position; rank 0 ``report``s a rank that stalls."""
+    def watch_progress(
+        self, report: Callable[[ev.WarningEvent], None] | None, compiled: bool = False
+    ) -> None:
+        """Start telling this rank's position; rank 0 ``report``s a rank that stalls (given
+        longer in the first steps of a ``compiled`` model)."""
         if self.store is not None and self.beacon is None:
             lead_report = report if self.lead else None
-            self.beacon = Beacon(self.store, self.rank, self.world_size, self.progress, lead_report)
+            self.beacon = Beacon(
+                self.store, self.rank, self.world_size, self.progress, lead_report,
+                compiled=compiled,
+            )  # fmt: skip
 
     def stop_watching(self) -> None:
         if self.beacon is not None:

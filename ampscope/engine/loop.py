@@ -135,7 +135,7 @@ def train(
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status: ev.DoneStatus = "ok"
     probe.begin()  # step 0 is timed from here, every later step from the end of the one before
-    link.watch_progress(lambda warning: writer.emit(warning, urgent=True))  # several ranks
+    link.watch_progress(lambda w: writer.emit(w, urgent=True), compiled)  # several ranks
     for step in range(preset.steps):
         landed = [memory.figures(link.rank, item) for item in probe.poll()]
         halt = stop.is_set() or writer.broken or writer.fault is not None

@@ -26,19 +26,30 @@ in a step or in a collective with a peer that hangs is ended then (the dashboard
 
 
 class SoFar:
-    """What a run has to show when another thread must end it (its step never ends): once
-    hello is out, ``summary`` gives hello and a ``stopped`` done over the steps so far."""
+    """What a run has to show when another thread, or the user's ``os._exit``, must end it:
+    the step running, and once hello is out, hello and a ``done`` over the steps so far."""
 
     def __init__(self) -> None:
-        self.summary: Callable[[], tuple[ev.HelloEvent, ev.DoneEvent]] | None = None
+        self.step: Callable[[], int | None] = lambda: None
+        self.summary: (
+            Callable[[ev.DoneStatus, str | None], tuple[ev.HelloEvent, ev.DoneEvent]] | None
+        ) = None
 
-    def now(self) -> tuple[ev.HelloEvent | None, ev.DoneEvent]:
-        if self.summary is None:
-            return None, ev.empty_done("stopped")
+    def now(
+        self, status: ev.DoneStatus = "stopped", error: str | None = None
+    ) -> tuple[ev.HelloEvent | None, ev.DoneEvent]:
+        if self.summary is not None:
+            try:
+                return self.summary(status, error)
+            except Exception:  # noqa: BLE001 - ending the run must not fail on the summary
+                pass
+        return None, ev.empty_done(status, error=error)
+
+    def step_now(self) -> int | None:
         try:
-            return self.summary()
-        except Exception:  # noqa: BLE001 - ending the run must not fail on the summary
-            return None, ev.empty_done("stopped")
+            return self.step()
+        except Exception:  # noqa: BLE001
+            return None
 
 
 def install_signal_handlers(

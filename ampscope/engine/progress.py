@@ -1,7 +1,9 @@
 """Which rank holds the others up. On several ranks each one says where it is (the step and the
 part of it: exchange, data, forward, backward, scaler, optimizer) through torchrun's store,
 once a second, from a thread of its own; rank 0 names a rank that has not moved for
-``STALL_S`` while the others wait for it, as a ``rank-stalled`` warning, live.
+``STALL_S`` while the others wait for it, as a ``rank-stalled`` warning, live. Steps 0 and 1
+of a compiled model compile (and may recompile), for minutes on a large model: there the time
+is ``COMPILE_STALL_S``.
 
 Only this module's thread touches the store: the loop itself sets two attributes a part.
 Rank 0 times each rank by when it saw that rank's position change, on its own clock, so the
@@ -23,8 +25,10 @@ PARTS = ("exchange", "data", "forward", "backward", "scaler", "optimizer")
 STALL_S = 20.0
 """No rank moved for this long: the one behind the others is named (docs/events.md);
 ``AMPSCOPE_STALL_S`` sets another time."""
+COMPILE_STALL_S = 300.0
+"""The same for steps 0 and 1 of a compiled model (they compile), unless ``STALL_S`` is longer."""
+COMPILING_STEPS = 2  # step 0 compiles, step 1 may recompile
 BEACON_S = 1.0
-FIRST_WATCHED_STEP = 2  # step 0 compiles, step 1 may recompile: long, and alike on every rank
 KEY = "ampscope/progress/"
 
 
@@ -46,11 +50,16 @@ class Seen:
     since: float  # rank 0's monotonic clock: when this position was first seen
 
 
-def stall_verdict(seen: dict[int, Seen], now: float, stall_s: float = STALL_S) -> str | None:
-    """What to tell when no rank has moved for ``stall_s``: the ranks furthest behind, and
-    those waiting for them; None while any rank moves, or before the watched steps."""
-    if not seen or any(s.step < FIRST_WATCHED_STEP for s in seen.values()):
+def stall_verdict(
+    seen: dict[int, Seen], now: float, stall_s: float = STALL_S, compiled: bool = False
+) -> str | None:
+    """What to tell when no rank has moved for ``stall_s`` (``COMPILE_STALL_S`` while a rank
+    is in a compiling step of a ``compiled`` model): the ranks furthest behind, and those
+    waiting for them; None while any rank moves."""
+    if not seen:
         return None
+    if compiled and any(s.step < COMPILING_STEPS for s in seen.values()):
+        stall_s = max(stall_s, COMPILE_STALL_S)
     still = now - max(s.since for s in seen.values())
     if still < stall_s:
         return None
@@ -101,12 +110,13 @@ class Beacon:
         report: Callable[[ev.WarningEvent], None] | None,
         stall_s: float | None = None,
         every_s: float = BEACON_S,
+        compiled: bool = False,
     ) -> None:
         if stall_s is None:
             stall_s = stall_seconds()
         self.store, self.rank, self.world_size = store, rank, world_size
         self.progress, self.report = progress, report
-        self.stall_s, self.every_s = stall_s, every_s
+        self.stall_s, self.every_s, self.compiled = stall_s, every_s, compiled
         self.seen: dict[int, Seen] = {}
         self._told: str | None = None
         self._stop = threading.Event()
@@ -137,7 +147,7 @@ class Beacon:
             if old is None or (old.step, old.part) != (step, part):
                 self.seen[rank] = Seen(step, part, now)
                 self._told = None  # moving again: a later stall is told anew
-        message = stall_verdict(self.seen, now, self.stall_s)
+        message = stall_verdict(self.seen, now, self.stall_s, self.compiled)
         if message is not None and self._told is None and self.report is not None:
             self._told = message
             step = min(s.step for s in self.seen.values())

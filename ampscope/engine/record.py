@@ -6,12 +6,15 @@ one whose process died without cleaning up.
 The record is the durable copy of the run, so a disk that fills up, a folder that is removed or
 becomes unwritable must end the run with a word about it, not silently. Events are appended
 as whole lines: after a failed write the file is cut back to the last complete line, so the
-record keeps every line it could write and never a torn one.
+record keeps every line it could write and never a torn one. A spare file (SPARE_FILE) holds
+room from the start: removed at the end, it leaves a full disk room for the ``done`` and the
+summary, so such a run reads ``failed`` with its reason, not ``crashed``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -25,6 +28,9 @@ from ampscope.core.ownership import OWNER_FILE
 from ampscope.core.workload_spec import record_name
 
 HEARTBEAT_S = 1.0
+SPARE_FILE = ".spare"
+SPARE_BYTES = 64 << 10
+"""Room held for the end of the record: a summary is a few kB, and so is a ``done``."""
 
 IO_HINT = (
     "Free space on that disk or make the folder writable, or record elsewhere with "
@@ -84,12 +90,31 @@ class EventsFile:
             os.close(self.fd)
 
 
+def reserve(path: Path, size: int) -> None:
+    """A file of ``size`` bytes whose blocks are really taken (OSError when they cannot be)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+        block = bytes(min(size, 1 << 16))
+        for start in range(0, size, len(block)):
+            if os.write(fd, block[: size - start]) <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    finally:
+        os.close(fd)
+
+
 class RunRecord:
     """Opened before the first event (the heartbeat starts at once); closed after the last.
 
     ``append`` never raises: the first failure (of the events file or of the heartbeat)
-    is kept in ``fault`` and the record takes no more lines. Opening raises OSError when the
-    folder cannot be written at all.
+    is kept in ``fault`` and the record takes no more lines, until ``close`` gives it the
+    ``done`` in the room the spare file held. Opening raises OSError when the folder cannot
+    be written at all.
     """
 
     def __init__(self, run_dir: Path, preset: cfg.Preset) -> None:
@@ -97,10 +122,13 @@ class RunRecord:
         self.fault: RecordLost | None = None
         self.events = EventsFile(run_dir / records.EVENTS_FILE)
         try:
+            reserve(run_dir / SPARE_FILE, SPARE_BYTES)
             records.write_json(run_dir / records.CONFIG_FILE, cfg.to_dict(preset))
             self._end_heartbeat = start_heartbeat(run_dir, self._lost)
         except OSError:
             self.events.close()
+            with contextlib.suppress(OSError):
+                (run_dir / SPARE_FILE).unlink()
             raise
 
     def append(self, data: bytes) -> None:
@@ -118,9 +146,15 @@ class RunRecord:
     def close(self, hello: ev.HelloEvent | None, done: ev.DoneEvent | None = None) -> None:
         """Close the events file, summarise the run (when it got as far as hello), go quiet.
 
-        The summary is written whenever it can be, even after the events file failed: it
-        then holds the ``done`` the events file could not take.
+        The spare file goes first, so that a full disk has room for the end. After a failure
+        the events file is given the ``done`` it could not take, and the summary (written
+        whenever it can be) holds it too.
         """
+        with contextlib.suppress(OSError):
+            (self.run_dir / SPARE_FILE).unlink()
+        if self.fault is not None and done is not None:
+            with contextlib.suppress(RecordLost):
+                self.events.append(ev.encode(done))
         self.events.close()
         if hello is not None:
             with contextlib.suppress(OSError):
@@ -148,7 +182,7 @@ def discard_unstarted(run_dir: Path) -> None:
     """Remove a run folder whose record could not even begin (a disk already full): what the
     engine put there, then the folder if nothing else is in it. ``runs`` would list it as a
     crashed run otherwise."""
-    made = (records.EVENTS_FILE, records.CONFIG_FILE, records.LIVE_FILE, OWNER_FILE)
+    made = (records.EVENTS_FILE, records.CONFIG_FILE, records.LIVE_FILE, OWNER_FILE, SPARE_FILE)
     for name in made:
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()

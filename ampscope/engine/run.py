@@ -19,7 +19,7 @@ from typing import NoReturn
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.children import end_users_children
+from ampscope.engine.children import end_users_children, mark_descendants
 from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
 from ampscope.engine.process import (
@@ -82,7 +82,9 @@ def run(
 
     so_far = SoFar()
     end_stuck = stuck_ender(writer, saved, ending, so_far)
-    restore_exit = record_users_exit(writer, saved, ending, tell=on_event is None and not json_out)
+    restore_exit = record_users_exit(
+        writer, saved, ending, so_far, tell=on_event is None and not json_out
+    )
     grace = RANKS_LOOP_GRACE_S if ranks.distributed else LOOP_GRACE_S
     install_signal_handlers(stop, in_loop, end_stuck, grace)
     if exit_with_parent:
@@ -104,8 +106,8 @@ def run(
         code = EXIT_STOPPED
     finally:
         ending.acquire()
-        restore_exit()
         end_users_children(writer)
+        restore_exit()
         writer.close()
         if saved:
             saved.close(hello, done)
@@ -153,26 +155,36 @@ def keep_events_apart() -> int:
 
 
 def record_users_exit(
-    writer: EventWriter, saved: RunRecord | None, ending: threading.Lock, tell: bool
+    writer: EventWriter,
+    saved: RunRecord | None,
+    ending: threading.Lock,
+    so_far: SoFar,
+    tell: bool,
 ) -> Callable[[], None]:
     """While the run is live, ``os._exit`` is the user's (ampscope's own calls hold
-    ``ending`` first): their call is written down as a failure, then the process goes as
-    asked. A forked child (a DataLoader worker leaves through os._exit) writes nothing of the
-    parent's. Returns what puts ``os._exit`` back."""
+    ``ending`` first): their call is written down as a failure at the step it came in, with
+    the summary of the steps before it, the processes their code started are ended, then the
+    process goes as asked. A forked child (a DataLoader worker leaves through os._exit)
+    writes nothing of the parent's. Every process started meanwhile carries the run's mark
+    (``children.mark_descendants``). Returns what puts ``os._exit`` and the mark back."""
     real_exit, engine_pid = os._exit, os.getpid()
+    unmark = mark_descendants()
 
     def users_exit(status: int) -> NoReturn:
         if os.getpid() == engine_pid and ending.acquire(blocking=False):
+            step = so_far.step_now()
+            where = f"at step {step}" if step is not None else "before the first step"
             message = (
-                f"your code called os._exit({status}) during the run, which ends the process at "
-                "once: the run stopped there and is recorded failed."
+                f"your code called os._exit({status}) {where}, which ends the process at once: "
+                "the run stopped there and is recorded failed."
             )
-            writer.emit(ev.ErrorEvent(kind="exception", message=message), urgent=True)
-            done = ev.empty_done("failed", error=message)
+            writer.emit(ev.ErrorEvent(kind="exception", message=message, step=step), urgent=True)
+            end_users_children(writer)
+            hello, done = so_far.now("failed", message)
             writer.emit(done, urgent=True)
             writer.close()
             if saved:
-                saved.close(None, done)
+                saved.close(hello, done)
             if tell:
                 print(f"ampscope: {message}", file=sys.stderr)
             sys.stdout.flush()
@@ -181,6 +193,7 @@ def record_users_exit(
 
     def restore() -> None:
         os._exit = real_exit
+        unmark()
 
     os._exit = users_exit
     return restore

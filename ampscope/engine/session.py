@@ -49,6 +49,8 @@ def train_preset(
     without it, only when a viewer asks (rank 0, which has the run folder, profiles)."""
     ranks = ranks or RankEnv()
     stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
+    if so_far is not None:
+        so_far.step = lambda: stats.step_running
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
     sampler: TelemetrySampler | None = None
@@ -110,7 +112,7 @@ def train_preset(
 def offer_summary(so_far: SoFar | None, stats: RunStats, hello: ev.HelloEvent) -> None:
     """Let a run ended from another thread write the summary of the steps so far."""
     if so_far is not None:
-        so_far.summary = lambda: (hello, done_event(stats, "stopped", hello, None))
+        so_far.summary = lambda status, error: (hello, done_event(stats, status, hello, error))
 
 
 def done_event(

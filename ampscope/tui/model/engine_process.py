@@ -20,6 +20,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
 from ampscope.core.parallel import Launch
+from ampscope.core.proctree import job_tree, kill_tree
 
 STOP_GRACE_S = 3.0
 STDERR_LINES = 50
@@ -133,16 +134,18 @@ class EngineProcess:
                 self.stderr_tail.append(text)
 
     async def stop(self) -> int | None:
-        """SIGTERM the group, wait up to the grace period, then SIGKILL. Returns the exit code."""
+        """SIGTERM the group, wait up to the grace period, then SIGKILL it, with every rank
+        of a torchrun job (``core.proctree``). Returns the exit code."""
         if self.process is None:
             return self.returncode
         self.stop_requested = True
         if self.returncode is None:
+            job = job_tree(self.process.pid)  # torchrun's ranks: sessions of their own
             _signal_group(self.process.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(self._wait_exit(), self.grace_s)
             except asyncio.TimeoutError:
-                _signal_group(self.process.pid, signal.SIGKILL)
+                kill_tree([*job_tree(self.process.pid), *job])
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wait_exit(), 2.0)
         # Anything the engine left in its group (compile workers) goes too.

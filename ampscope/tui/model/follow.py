@@ -216,7 +216,7 @@ class AttachSource:
         if not stopping.ask_to_stop(self.run_dir, live, pid):
             return  # the user's own process: Ctrl+C, never SIGKILL
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace_s
+        deadline = loop.time() + stopping.stop_wait_s(self.state.hello, self.grace_s)
         while loop.time() < deadline and records.pid_alive(pid):
             await asyncio.sleep(0.1)
         if records.pid_alive(pid) and self.engine_pid() == pid:

@@ -1,0 +1,220 @@
+"""The viewer processes behind ``ampscope serve``: one per browser tab, each with a bounded life.
+
+textual-serve's own handler passes a viewer's frames straight to its tab's socket. A tab that
+stops reading then holds up the reading of the viewer's output, the viewer blocks in its next
+write, and once the tab goes nothing reads that output any more: the viewer never sees its
+quit and stays, with all it holds, while it no longer counts toward ``--max-viewers``. Here:
+
+- a viewer's output is always read; what waits for its tab is capped (OUTBOX_BYTES). Past the
+  cap the backlog is dropped, and once the tab has taken the rest the viewer repaints its whole
+  screen (cli/viewer.py, REPAINT_SIGNAL), so a slow tab sees the current screen, not every one;
+- a tab that takes nothing for SEND_STALL_S is disconnected;
+- once the socket closes the viewer is asked to quit; after QUIT_S its process group gets
+  SIGTERM, after TERM_S more SIGKILL;
+- a tab counts toward ``--max-viewers`` until its viewer process has exited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import signal
+from collections import deque
+from collections.abc import Callable
+from contextlib import suppress
+
+from aiohttp import web
+from textual_serve.app_service import AppService
+from textual_serve.download_manager import DownloadManager
+from textual_serve.server import Server
+
+from ampscope.cli.viewer import REPAINT_SIGNAL
+
+OUTBOX_BYTES = 4 << 20
+"""Frames held for one tab; more than this and the backlog is dropped for a repaint."""
+SEND_STALL_S = 20.0
+"""A tab that takes no frame for this long is disconnected."""
+QUIT_S = 2.0
+"""After its socket closes, how long a viewer has to quit before SIGTERM."""
+TERM_S = 2.0
+"""After SIGTERM, how long before SIGKILL."""
+CLOSE_S = 2.0
+"""How long a closing handshake may take before the connection is cut."""
+
+log = logging.getLogger("textual-serve")
+
+
+class Outbox:
+    """The frames waiting for one tab, sent as fast as it takes them.
+
+    ``put_bytes`` and ``put_str`` never wait, so the viewer's output is always read. The
+    backlog stays under ``limit`` (or one frame, if a single frame is larger).
+    """
+
+    def __init__(self, limit: int = OUTBOX_BYTES) -> None:
+        self.frames: deque[bytes | str] = deque()
+        self.size = 0
+        self.limit = limit
+        self.behind = False  # frames were dropped: the tab's screen needs a repaint
+        self.drops = 0
+        self.ready = asyncio.Event()
+
+    def put(self, frame: bytes | str) -> None:
+        if self.frames and self.size + len(frame) > self.limit:
+            self.frames.clear()
+            self.size = 0
+            self.behind = True
+            self.drops += 1
+        self.frames.append(frame)
+        self.size += len(frame)
+        self.ready.set()
+
+    async def put_bytes(self, data: bytes) -> None:
+        self.put(data)
+
+    async def put_str(self, text: str) -> None:
+        self.put(text)
+
+    async def send_all(self, ws: web.WebSocketResponse, repaint: Callable[[], None]) -> None:
+        """Send frames until the socket fails (raises) or one send takes over SEND_STALL_S
+        (``asyncio.TimeoutError``); ask for a repaint whenever the tab caught up after drops."""
+        while True:
+            await self.ready.wait()
+            self.ready.clear()
+            while self.frames:
+                frame = self.frames.popleft()
+                self.size -= len(frame)
+                if isinstance(frame, bytes):
+                    await asyncio.wait_for(ws.send_bytes(frame), SEND_STALL_S)
+                else:
+                    await asyncio.wait_for(ws.send_str(frame), SEND_STALL_S)
+            if self.behind:
+                self.behind = False
+                repaint()
+
+
+async def _nothing() -> None:
+    """The viewer's "exit" needs no action here: its output ends, and the socket is closed."""
+
+
+class ViewerProcess(AppService):
+    """textual-serve's AppService, in its own process group, its output never held up."""
+
+    def __init__(self, command: str, outbox: Outbox, downloads: DownloadManager) -> None:
+        super().__init__(
+            command,
+            write_bytes=outbox.put_bytes,
+            write_str=outbox.put_str,
+            close=_nothing,
+            download_manager=downloads,
+        )
+
+    async def _open_app_process(
+        self, width: int = 80, height: int = 24
+    ) -> asyncio.subprocess.Process:
+        pipe = asyncio.subprocess.PIPE
+        self._process = process = await asyncio.create_subprocess_exec(
+            *shlex.split(self.command),
+            stdin=pipe,
+            stdout=pipe,
+            stderr=pipe,
+            env=self._build_environment(width=width, height=height),
+            start_new_session=True,  # its group is its own: SIGTERM and SIGKILL reach all of it
+        )
+        self._stdin = process.stdin
+        return process
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    @property
+    def output_done(self) -> asyncio.Task[None] | None:
+        """The task that reads the viewer's output: done once the viewer has closed it."""
+        return self._task
+
+    def repaint(self) -> None:
+        if self.running and self.pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(self.pid, REPAINT_SIGNAL)
+
+    def _signal_group(self, signum: int) -> None:
+        if self.pid is not None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signum)
+
+    async def end(self) -> None:
+        """Quit, then SIGTERM, then SIGKILL the viewer's group; return once it has exited."""
+        process = self._process
+        if process is None:
+            return
+        await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
+        if process.returncode is None:
+            with suppress(Exception):
+                await asyncio.wait_for(self.send_meta({"type": "quit"}), QUIT_S)
+        for signum, wait_s in ((0, QUIT_S), (signal.SIGTERM, TERM_S), (signal.SIGKILL, None)):
+            if signum:
+                self._signal_group(signum)
+            try:
+                await asyncio.wait_for(process.wait(), wait_s)
+                break
+            except asyncio.TimeoutError:
+                continue
+        self._signal_group(signal.SIGKILL)  # anything the viewer itself started
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+
+async def hang_up(ws: web.WebSocketResponse, request: web.Request) -> None:
+    """Close the socket, then cut the connection: a tab that takes nothing would otherwise
+    hold it open (its unsent frames keep a closing transport alive).
+
+    A cancelled wait is swallowed too: after a send timed out, aiohttp's shared drain waiter
+    is cancelled, and so is any close that waits on it.
+    """
+    if ws.prepared and not ws.closed:
+        with suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(ws.close(), CLOSE_S)
+    if request.transport is not None:
+        request.transport.abort()
+
+
+async def serve_tab(server: Server, request: web.Request) -> web.WebSocketResponse:
+    """One tab's socket and viewer, from the handshake until the viewer has exited.
+
+    It ends when the tab goes, stops taking frames, or sends what is not a message, or when
+    the viewer ends; the viewer is then ended too (``ViewerProcess.end``).
+    """
+    ws = web.WebSocketResponse(heartbeat=15)
+    width = int(request.query.get("width", 80))  # checked by serve.size_refusal
+    height = int(request.query.get("height", 24))
+    viewer = ViewerProcess(server.command, outbox := Outbox(), server.download_manager)
+    tasks: list[asyncio.Future[None]] = []
+    try:
+        await ws.prepare(request)
+        await viewer.start(width, height)
+        tasks += [
+            asyncio.ensure_future(outbox.send_all(ws, viewer.repaint)),
+            asyncio.ensure_future(server._process_messages(ws, viewer)),
+        ]
+        ended = [*tasks, viewer.output_done] if viewer.output_done else tasks
+        await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+    except Exception as error:  # noqa: BLE001 - one tab's failure ends that tab only
+        log.exception(error)
+    finally:
+        await hang_up(ws, request)
+        for task in tasks:
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+        await viewer.end()
+    return ws
