@@ -22,7 +22,7 @@ from ampscope.tui.commands import PresetCommands
 from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
-from ampscope.tui.viewer import WaitingScreen
+from ampscope.tui.screens.waiting import WaitingScreen
 from tests.helpers import ROOT, SIZE, engine_env, run, shown, wait_for
 from tests.test_detach import make_record
 
@@ -289,7 +289,7 @@ def test_the_viewer_finds_the_live_run_without_reading_every_record(
     tmp_path: Path, monkeypatch
 ) -> None:
     from ampscope.core import records
-    from ampscope.tui.viewer import NEWEST, LiveRunFinder
+    from ampscope.tui.model.live_runs import NEWEST, LiveRunFinder
 
     for i in range(300):
         folder = tmp_path / f"20250101T{i:06d}Z-fp32"

@@ -26,7 +26,7 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.screens.save import SaveDialog
-from ampscope.tui.viewer import WaitingScreen
+from ampscope.tui.screens.waiting import WaitingScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import assert_snapshot, run, shown, wait_for

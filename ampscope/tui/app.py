@@ -50,8 +50,8 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
 from ampscope.tui.screens.save import SaveDialog
+from ampscope.tui.screens.waiting import WaitingScreen
 from ampscope.tui.terminal import SavedTerminal
-from ampscope.tui.viewer import WaitingScreen
 
 AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
 THEME_ENV = "AMPSCOPE_THEME"
@@ -64,7 +64,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
     is ``(preset, overrides)`` to run as soon as the app is up; ``open_run`` is a source to show
     as soon as the app is up (``ampscope attach`` and ``replay``). ``read_only``: no start, stop
     or preset edits (a served viewer); ``follow_live``: show the newest live run and move on to
-    the next (tui.viewer). ``refresh_hz`` outside ``REFRESH_RANGE`` is a ValueError.
+    the next (tui.screens.waiting). ``refresh_hz`` outside ``REFRESH_RANGE`` is a ValueError.
     """
 
     CSS_PATH = "app.tcss"
