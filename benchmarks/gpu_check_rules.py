@@ -331,8 +331,8 @@ def warning_checks(e: Evidence) -> list[Check]:
             if run.hello is not None and run.hello.config.get("grad_scaler") != "off":
                 allowed |= SCALER_WARNINGS if run.preset.startswith("amp-fp16") else set()
             for w in run.events:
-                if not isinstance(w, ev.WarningEvent):
-                    continue
+                if not isinstance(w, ev.WarningEvent) or w.code in ev.NOTE_CODES:
+                    continue  # a note (a new epoch, numerics off under compile) is no warning
                 seen.setdefault(w.code, []).append(run.preset)
                 if w.code not in allowed:
                     presets, _ = unexpected.setdefault(w.code, ([], w.message))

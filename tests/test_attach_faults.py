@@ -39,9 +39,11 @@ from tests.helpers import (
 
 SMALL = (80, 24)
 FAKE_ENGINE = """
-import json, os, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
 from ampscope.core import records
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a script run from a terminal
 
 run_dir, lines = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes().splitlines(keepends=True)
 extra = json.loads(sys.argv[3])

@@ -13,6 +13,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.launch import engine_command
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import ROOT, engine_env
 
@@ -175,16 +176,7 @@ def test_records_go_under_the_runs_dir_named_by_time_and_preset(tmp_path: Path) 
 @pytest.mark.subprocess
 def test_sigterm_mid_run_ends_with_done_stopped_and_a_readable_record(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ampscope.engine",
-            "mlp-demo",
-            "--steps",
-            "100000",
-            "--runs-dir",
-            str(tmp_path),
-        ],
+        engine_command("mlp-demo", ["steps=100000"], tmp_path),
         cwd=ROOT,
         env=engine_env(),
         stdout=subprocess.PIPE,
@@ -210,27 +202,19 @@ def test_sigterm_mid_run_ends_with_done_stopped_and_a_readable_record(tmp_path: 
 def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -> None:
     """One cold compile (20-40 s on two cores): phases, counters and timing are reported."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ampscope.engine",
+        engine_command(
             "compile-default",
-            "--no-record",
-            "--device",
-            "cpu",
-            "--set",
-            "workload.kind='mlp'",
-            "--set",
-            "workload.layers=2",
-            "--set",
-            "workload.width=32",
-            "--set",
-            "precision='fp32'",
-            "--steps",
-            "6",
-            "--set",
-            "warmup_steps=2",
-        ],
+            [
+                "device='cpu'",
+                "workload.kind='mlp'",
+                "workload.layers=2",
+                "workload.width=32",
+                "precision='fp32'",
+                "steps=6",
+                "warmup_steps=2",
+            ],
+            extra=["--no-record"],
+        ),
         cwd=ROOT,
         env=engine_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")),
         capture_output=True,

@@ -19,6 +19,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.launch import engine_command
 from ampscope.engine.emitter import LiveStream
 from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_until
@@ -253,9 +254,7 @@ def test_the_live_stream_never_blocks_and_says_what_it_dropped() -> None:
 @pytest.mark.subprocess
 def test_an_engine_whose_reader_stops_reading_still_finishes(tmp_path: Path) -> None:
     steps = 400  # ~160 step lines fill a pipe: an engine that waited on its reader stops there
-    cmd = [sys.executable, "-m", "ampscope.engine", "fp32", "--runs-dir", str(tmp_path)]
-    for item in [*TINY, f"steps={steps}"]:
-        cmd += ["--set", item]
+    cmd = engine_command("fp32", [*TINY, f"steps={steps}"], tmp_path)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=engine_env()
     )

@@ -260,3 +260,13 @@ def test_the_import_report_gives_versions_of_packages_without_a_version_attribut
     assert modules["pynvml"]["version"] == importlib.metadata.version("nvidia-ml-py")
     assert modules["textual_plotext"]["version"] == importlib.metadata.version("textual-plotext")
     assert all(m["version"] != "?" for m in modules.values() if m["ok"]), modules
+
+
+def test_notes_are_no_warnings(tmp_path: Path) -> None:
+    """A compiled run says, as a note, that it measures no per-layer numerics; a user's loader
+    that starts again says so too: neither is a warning the check fails on."""
+    out = gpu_outdir(
+        tmp_path, edit("compile", "compile-default", warnings=["numerics-off", "epoch"])
+    )
+    assert gpu_check.cmd_check(out) == 0
+    assert failures(out) == set()

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import profiles
+from ampscope.core.launch import engine_command
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.presets import PresetsScreen
@@ -96,11 +96,11 @@ def test_a_running_engine_profiles_its_next_steps_when_asked_and_keeps_them_in_t
     tmp_path: Path,
 ) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "ampscope.engine", "mlp-demo", "--steps", "100000",
-            "--runs-dir", str(tmp_path), "--set", "workload.width=32",
-            "--set", "workload.layers=2", "--set", "batch_size=8", "--device", "cpu",
-        ],
+        engine_command(
+            "mlp-demo",
+            ["steps=100000", "workload.width=32", "workload.layers=2", "batch_size=8", "device='cpu'"],
+            tmp_path,
+        ),
         cwd=ROOT,
         env=engine_env(),
         stdout=subprocess.PIPE,

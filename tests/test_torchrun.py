@@ -268,7 +268,7 @@ def test_a_stop_reaches_a_rank_still_waiting_for_its_peer(tmp_path: Path) -> Non
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ampscope.engine", "fp32", *FAST, "--runs-dir", str(tmp_path)],
+        engine_command("fp32", runs_dir=tmp_path, extra=FAST),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=env,

@@ -426,3 +426,28 @@ def test_a_ctrl_c_inside_ampscopes_own_code_ends_its_traceback_at_the_users_call
         assert last.name == "users_loop" and last.filename == __file__
     else:
         raise AssertionError("no KeyboardInterrupt")
+
+
+def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path, monkeypatch) -> None:
+    """A script started with & or nohup ignores SIGINT: a viewer's stop would do nothing. Its
+    record asks for SIGTERM instead, which the watch's handler ends as a stop too."""
+    import signal
+
+    from ampscope.core import records, stopping
+
+    sent: list[int] = []
+    monkeypatch.setattr(stopping.os, "kill", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(stopping.ownership, "holds_owner", lambda pid, run_dir: True)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        model, opt = tiny_model()
+        with ampscope.watch(model, opt, runs_dir=tmp_path, allow_stop=True) as mon:
+            live = records.read_live(mon.run_dir)
+            assert live is not None and live["stop_signal"] == "SIGTERM"
+            assert stopping.ask_to_stop(mon.run_dir, live, os.getpid()) is False
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert sent == [signal.SIGTERM]
+    with ampscope.watch(model, opt, runs_dir=tmp_path, allow_stop=True) as mon:
+        live = records.read_live(mon.run_dir)
+        assert live is not None and live["stop_signal"] == "SIGINT"  # as Ctrl+C, where it works

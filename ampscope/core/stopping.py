@@ -66,11 +66,13 @@ def _launcher(run_dir: Path, pid: int) -> int | None:
 def ask_to_stop(run_dir: Path, live: dict[str, Any], pid: int) -> bool:
     """Stop a verified run as ``stop_rule`` allows. An engine gets SIGTERM (and SIGCONT, if
     paused) and may be killed after its grace: True. A watched process is the user's own:
-    SIGINT to it alone, as Ctrl+C, and never a kill: False."""
+    SIGINT to it alone, as Ctrl+C, and never a kill: False. (A process that ignores SIGINT,
+    as one started in the background of a shell does, asked for SIGTERM in its record.)"""
     if live.get("source") == "watch":
+        asked = signal.SIGTERM if live.get("stop_signal") == "SIGTERM" else signal.SIGINT
         if ownership.holds_owner(pid, run_dir):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, asked)
         return False
     signal_engine(run_dir, pid, signal.SIGTERM)
     signal_engine(run_dir, pid, signal.SIGCONT)

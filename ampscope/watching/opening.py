@@ -3,6 +3,7 @@ the event writer, and the ``hello`` every reader starts from."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,6 +28,13 @@ class Opened(NamedTuple):
     hello: ev.HelloEvent
 
 
+def stop_signal() -> str:
+    """How a viewer stops this process: SIGINT, as Ctrl+C would; SIGTERM where SIGINT is
+    ignored (a script started in the background of a shell, or under nohup, ignores it)."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    return "SIGTERM" if ignored else "SIGINT"
+
+
 def open_record(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -38,7 +46,7 @@ def open_record(
     None when no folder could be made (``troubles`` said why)."""
     name = options.name or default_name()
     facts = describe(model, optimizer, scaler, options, name)
-    live = {"source": "watch", "allow_stop": options.allow_stop, "stop_signal": "SIGINT"}
+    live = {"source": "watch", "allow_stop": options.allow_stop, "stop_signal": stop_signal()}
     root = Path(options.runs_dir) if options.runs_dir is not None else records.default_runs_dir()
     record = WatchRecord.create(root, name, facts.config, live, troubles)
     if record is None:
