@@ -45,7 +45,7 @@ def test_leaves_an_orphan(new_session: bool) -> None:
 def test_the_session_check_catches_orphaned_processes(tmp_path: Path) -> None:
     (tmp_path / "test_orphans.py").write_text(ORPHANS)
     pid_file = str(tmp_path / "orphan.pid.")
-    env = {**os.environ, "ORPHAN_PID_FILE": pid_file}
+    env = {**os.environ, "ORPHAN_PID_FILE": pid_file, "AMPSCOPE_TEST_LEFTOVER_WAIT_S": "1"}
     inner = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
         + ["-p", "tests.conftest", "-c", str(ROOT / "pyproject.toml"), str(tmp_path)]
