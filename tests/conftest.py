@@ -18,6 +18,13 @@ if _workers > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: half again as many workers as cores. About a fifth of the suite's time is
+    spent waiting on the processes it starts (engines, ranks, viewers); a third worker fills
+    it (measured on 2 cores: 379 s with 2 workers, 281 s with 3, 278 s with 4)."""
+    return max(2, (os.cpu_count() or 1) * 3 // 2)
+
+
 SESSION_MARK = "AMPSCOPE_TEST_SESSION"
 """Every process this test session starts inherits this variable, with this session's own
 value: an orphan (a forked child, a torchrun rank in a session of its own, whose parent has

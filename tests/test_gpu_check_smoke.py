@@ -30,7 +30,7 @@ import pytest
 from tests.helpers import ROOT
 
 # It starts ranks through torchrun, so it runs beside the torchrun tests, one after the other.
-pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("gpu-check")]
 
 PREINSTALLED = ("torch", "numpy", "ml_dtypes", "psutil", "nvidia-ml-py", "rich", "pytest")
 CARRIED = (  # /work/shared/device-wheels: what the check installs with pip --target

@@ -20,7 +20,7 @@ from ampscope.engine.process import RANKS_LOOP_GRACE_S
 from tests.helpers import engine_env
 from tests.test_torchrun import assert_all_gone, of, rank_pids
 
-pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("torchrun-hang")]
 
 ENDED_WITHIN_S = RANKS_LOOP_GRACE_S + 5.0
 """The documented 8 s after which a hung step is cut short, and 5 s for the ranks, torchrun
