@@ -18,6 +18,7 @@ if _workers > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: none without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: half again as many workers as cores. About a fifth of the suite's time is
     spent waiting on the processes it starts (engines, ranks, viewers); a third worker fills

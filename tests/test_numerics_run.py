@@ -134,13 +134,19 @@ FOREIGN = Path(__file__).parent / "data" / "planted_foreign.py"
     ("factory", "planted"),
     [("make_gpt2", "transformer.h.1.mlp.c_fc"), ("make_encoder", "encoder.layers.1.linear1")],
 )
-def test_cli_names_the_planted_layer_of_models_nobody_here_wrote(factory, planted):
+def test_cli_and_view_name_the_planted_layer_of_models_nobody_here_wrote(
+    factory, planted, tmp_path
+):
     """A Hugging Face GPT-2 and torch's own TransformerEncoder: the overflowing layer is
-    named by its named_modules() name in the JSON and in the fp16 verdict (torch's own
-    encoder needs nothing beyond torch)."""
+    named by its named_modules() name in the JSON, in the fp16 verdict, and in the Numerics
+    view of the run's record (torch's own encoder needs nothing beyond torch)."""
     if factory == "make_gpt2":
         pytest.importorskip("transformers")
-    done = numerics_cli("fp32", "--model", f"{FOREIGN}:{factory}", "--steps", "3", "--json")
+    done = subprocess.run(
+        [sys.executable, "-m", "ampscope", "numerics", "fp32", "--model", f"{FOREIGN}:{factory}",
+         "--steps", "3", "--json", "--device", "cpu", "--runs-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     over = [
@@ -151,6 +157,33 @@ def test_cli_names_the_planted_layer_of_models_nobody_here_wrote(factory, plante
     assert over[0] == planted and out["steps_sampled"] == 3
     fp16 = next(v for v in out["verdicts"] if v.startswith("fp16:"))
     assert fp16.startswith(f"fp16: {planted}'s outputs reach ") and "beyond fp16's 65504" in fp16
+    (record,) = [p for p in tmp_path.iterdir() if (p / "events.jsonl").exists()]
+    assert view_verdict(record).startswith(f"fp16: {planted}'s outputs reach ")
+
+
+def view_verdict(record: Path) -> str:
+    """The Numerics view's verdict line for fp16, of the run's record opened in the dashboard."""
+    from ampscope.tui.app import AmpscopeApp
+    from ampscope.tui.model.replay import RecordSource
+    from ampscope.tui.screens.numerics import NumericsScreen
+    from ampscope.tui.screens.presets import PresetsScreen
+    from tests.helpers import run, shown
+
+    said: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=record.parent)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.open_run(RecordSource.load(record))
+            await pilot.pause()
+            await pilot.press("n")
+            screen = await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            said.append("".join(screen.query_one("#numerics-verdict").render().plain))
+
+    run(go())
+    return next(line for line in said[0].splitlines() if line.startswith("fp16:"))
 
 
 @pytest.mark.unit
