@@ -57,14 +57,18 @@ def install_signal_handlers(
     in_loop: threading.Event,
     end_now: Callable[[], None],
     loop_grace_s: float = LOOP_GRACE_S,
+    importing: threading.Event | None = None,
 ) -> None:
     """SIGTERM/SIGINT/SIGHUP in the loop: finish the current step and write ``done``.
 
     SIGHUP is a hang-up (an SSH link that dropped under a headless ``ampscope run``): the run
     ends ``stopped`` with its summary, as for SIGTERM, and never as a crash.
 
-    During setup (``in_loop`` not yet set: importing torch, building the model), or on a second
-    signal, interrupt at once: setup can take seconds and a stop must not wait for it.
+    During setup (``in_loop`` not yet set: building the model, a factory loading its data), or
+    on a second signal, interrupt at once: setup can take seconds and a stop must not wait for
+    it. Never inside torch's import (``importing`` set): an import cut half-way leaves
+    numpy's and torch's modules half made (a later import raises, or the process dies by the
+    signal at exit); the run ends as soon as the import returns, or from the thread below.
 
     Python runs a signal handler only between bytecodes, so a main thread blocked inside torch
     (a rank waiting at the rendezvous for a peer that is already gone) would not see it until
@@ -77,6 +81,8 @@ def install_signal_handlers(
     def handler(signum: int, frame: object) -> None:
         first = not stop.is_set()
         stop.set()
+        if importing is not None and importing.is_set():
+            return  # the run ends once the import is done (or is ended, if it hangs)
         if not first or not in_loop.is_set():
             raise KeyboardInterrupt
 

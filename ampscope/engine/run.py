@@ -86,7 +86,8 @@ def run(
         writer, saved, ending, so_far, tell=on_event is None and not json_out
     )
     grace = RANKS_LOOP_GRACE_S if ranks.distributed else LOOP_GRACE_S
-    install_signal_handlers(stop, in_loop, end_stuck, grace)
+    importing = threading.Event()
+    install_signal_handlers(stop, in_loop, end_stuck, grace, importing)
     if exit_with_parent:
         watch_parent(stop, writer)
 
@@ -95,8 +96,13 @@ def run(
     done: ev.DoneEvent | None = None
     try:
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        from ampscope.engine.session import train_preset  # imports torch: seconds
-
+        importing.set()
+        try:
+            from ampscope.engine.session import train_preset  # imports torch: seconds
+        finally:
+            importing.clear()
+        if stop.is_set():  # asked to stop while torch was importing
+            raise KeyboardInterrupt
         code, hello, done = train_preset(
             preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
         )
