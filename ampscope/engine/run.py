@@ -14,7 +14,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
@@ -77,7 +77,7 @@ def run(
         if json_out:
             live = LiveStream(events_fd, recorded=saved is not None)
     writer = EventWriter(saved, live, on_event)
-    stop, in_loop = threading.Event(), threading.Event()
+    stop, in_loop, importing = threading.Event(), threading.Event(), threading.Event()
     ending = threading.Lock()  # the main thread or the stop watch ends the run, never both
 
     so_far = SoFar()
@@ -86,7 +86,6 @@ def run(
         writer, saved, ending, so_far, tell=on_event is None and not json_out
     )
     grace = RANKS_LOOP_GRACE_S if ranks.distributed else LOOP_GRACE_S
-    importing = threading.Event()
     install_signal_handlers(stop, in_loop, end_stuck, grace, importing)
     if exit_with_parent:
         watch_parent(stop, writer)
@@ -96,13 +95,7 @@ def run(
     done: ev.DoneEvent | None = None
     try:
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        importing.set()
-        try:
-            from ampscope.engine.session import train_preset  # imports torch: seconds
-        finally:
-            importing.clear()
-        if stop.is_set():  # asked to stop while torch was importing
-            raise KeyboardInterrupt
+        train_preset = import_session(importing, stop)  # imports torch: seconds
         code, hello, done = train_preset(
             preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
         )
@@ -126,6 +119,20 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def import_session(importing: threading.Event, stop: threading.Event) -> Any:
+    """``session.train_preset``, imported (torch with it: seconds) with stops held off the
+    import itself (``process.install_signal_handlers``); a stop that came meanwhile is a
+    KeyboardInterrupt here, once the import is whole."""
+    importing.set()
+    try:
+        from ampscope.engine.session import train_preset
+    finally:
+        importing.clear()
+    if stop.is_set():
+        raise KeyboardInterrupt
+    return train_preset
 
 
 def stuck_ender(
