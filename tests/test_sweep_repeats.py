@@ -104,3 +104,36 @@ def test_repeats_set_on_the_presets_screen_give_compare_a_speed_verdict(tmp_path
             assert await wait_for(pilot, lambda: "faster" in text(again, "#compare-verdict"), 5)
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_sweep_of_presets_that_train_different_models_keeps_its_baseline(
+    tmp_path: Path,
+) -> None:
+    """Rows of different workloads are labelled 'PRESET MODEL'; the sweep's baseline, a
+    preset's name, is still the row of that preset (1.00x, and the others measured or said
+    not comparable against it), not 'no baseline' on every row."""
+    from ampscope.core import events as ev
+    from tests.helpers import done, hello, step
+
+    runs = []
+    for k in range(3):
+        for preset, kind, ms in (("mlp-demo", "mlp", 5.0 + k * 0.1), ("fp32", "gpt", 9.0)):
+            run_dir = records.new_run_dir(tmp_path, preset)
+            config = {"precision": "fp32", "compile": "off", "steps": 4, "workload": {"kind": kind}}
+            events = [hello(preset=preset, run_dir=str(run_dir), config=config)]
+            events += [step(i, ms) for i in range(4)] + [done("ok", 4)]
+            (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+            runs.append(records.load_run(run_dir))
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.sweep_compared(runs, "fp32", repeated=True)
+            screen = await shown(pilot, app, CompareScreen)
+            await pilot.pause()
+            assert screen.baseline == "fp32 gpt"
+            assert "no baseline" not in text(screen, "#compare-verdict")
+
+    run(go())

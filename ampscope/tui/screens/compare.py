@@ -142,7 +142,9 @@ class CompareScreen(Screen):
             self.shown = runs
             members = [[r] for r in runs]
         self.repeats = max((r.runs for r in self.base_rows), default=1)
-        self.baseline = baseline or default_baseline(self.base_rows)
+        self.baseline = row_named(baseline, self.labels, members) or default_baseline(
+            self.base_rows
+        )
         self.sort_index = 0
         self.rows: list[comparison.Row] = []
         self.profiled = [  # a row's profile: the last one any of its runs took
@@ -252,6 +254,21 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def row_named(
+    preset: str | None, labels: list[str], members: list[list[records.RunRecord]]
+) -> str | None:
+    """The row a sweep's baseline (a preset's name) is: its label, which also names the model
+    when the runs train different ones ('mlp-demo mlp'); None when no row runs it."""
+    if not preset:
+        return None
+    if preset in labels:
+        return preset
+    return next(
+        (lbl for lbl, rs in zip(labels, members, strict=True) if run_preset(rs[0]) == preset),
+        None,
+    )
 
 
 def default_baseline(rows: list[comparison.Row]) -> str:
