@@ -217,6 +217,22 @@ def test_many_modules_stay_bounded_and_every_kind_is_kept():
 
 
 @pytest.mark.unit
+def test_the_layers_of_a_sequential_are_rows_of_their_own_not_a_repeated_block():
+    """nn.Sequential(Linear, GELU, Linear, ...) names its layers 0, 1, 2...: each is its own
+    layer (the Numerics view showed them all as one row '0-6')."""
+    sequential = [str(i) for i in range(7)]
+    assert [label for label, _ in group_names(sequential)] == sequential
+    nested = ["net.0", "net.1", "layers.0.fc", "layers.1.fc", "layers.1.act", "head"]
+    assert [label for label, _ in group_names(nested)] == [
+        "net.0",
+        "net.1",
+        "layers.0-1.fc",
+        "layers.1.act",
+        "head",
+    ]
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("numel", [100, 100_000, 5_000_000])
 def test_measuring_reads_nothing_back_so_a_gpu_never_waits(numel):
     """On the meta device a tensor has no values: any read of one to the host (``.item()``,

@@ -96,8 +96,12 @@ def group_label(names: list[str]) -> str:
 
 
 def pattern(name: str) -> str:
-    """A module name with its block numbers blanked: the members of a repeated block share it."""
-    return re.sub(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)", "*", name)
+    """A module name with its block numbers blanked: the members of a repeated block share it.
+
+    Only a number with more of the name after it is a block's (``blocks.3.attn.proj``); a
+    name that ends in a number is a layer of its own, one of a ``Sequential``'s or a
+    ``ModuleList``'s (``0``, ``net.4``): a Linear and the GELU after it are never one row."""
+    return re.sub(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)", "*", name)
 
 
 def group_names(names: list[str]) -> list[tuple[str, list[str]]]:
