@@ -204,3 +204,15 @@ def test_the_run_header_names_the_precision_once_when_the_preset_name_says_it() 
     state = RunState(label="amp-fp16-mine")
     state.ingest(hello(preset="amp-fp16-mine", config={"precision": "fp16", "steps": 10}))
     assert " · fp16 · " in state.header()
+
+
+@pytest.mark.unit
+def test_a_watched_loops_model_is_named_in_the_log_by_its_class() -> None:
+    """A watched loop names its model by class ('ConvGRU'), with no factory: the log said
+    'model ? from ConvGRU'."""
+    state = RunState()
+    state.ingest(hello(preset="my-run", config={"workload": {"model": "ConvGRU"}}))
+    assert "model ConvGRU, " in state.log[-1].text and "?" not in state.log[-1].text
+    state = RunState()
+    state.ingest(hello(config={"workload": {"model": "f.py:make"}}, workload="teacher-mlp"))
+    assert "model teacher-mlp from f.py:make, " in state.log[-1].text

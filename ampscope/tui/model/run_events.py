@@ -96,7 +96,8 @@ class EventState:
     def _on_hello(self, e: ev.HelloEvent) -> None:
         self.hello = e
         spec = (e.config.get("workload") or {}).get("model")
-        model = f"model {e.workload or '?'} from {spec}, " if spec else ""
+        named = f"model {e.workload} from {spec}, " if e.workload else f"model {spec}, "
+        model = named if spec else ""  # a watched loop's model is named by its class alone
         self.log.add(
             "info",
             None,

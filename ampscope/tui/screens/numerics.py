@@ -134,7 +134,8 @@ class NumericsScreen(Screen):
         header = f"Numerics · {key} (largest {limit(LIMITS[key].largest)}) · {METRICS[metric]}"
         if summary.steps:
             measured = len(summary.modules)
-            header += f" · {len(summary.steps)} sampled steps · {measured} layers"
+            steps = len(summary.steps)
+            header += f" · {steps} sampled step{'' if steps == 1 else 's'} · {measured} layers"
             if summary.modules_total > measured:
                 header += f" of {summary.modules_total} (at most 256 measured)"
         self.query_one("#numerics-header", Static).update(header)
