@@ -134,8 +134,9 @@ class NumericsScreen(Screen):
         header = f"Numerics · {key} (largest {limit(LIMITS[key].largest)}) · {METRICS[metric]}"
         if summary.steps:
             measured = len(summary.modules)
-            steps = len(summary.steps)
-            header += f" · {steps} sampled step{'' if steps == 1 else 's'} · {measured} layers"
+            sampled = len(summary.steps)
+            header += f" · {sampled} sampled step"
+            header += f"{'s' if sampled != 1 else ''} · {measured} layers"
             if summary.modules_total > measured:
                 header += f" of {summary.modules_total} (at most 256 measured)"
         self.query_one("#numerics-header", Static).update(header)
