@@ -3,6 +3,7 @@ figures for the same steps."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import re
@@ -379,3 +380,43 @@ def test_a_trace_that_cannot_be_exported_costs_the_trace_not_the_profile(tmp_pat
     (profile,) = writer.events
     assert isinstance(profile, ev.ProfileEvent) and profile.trace is None
     assert profile.note == "no Chrome trace: it could not be written (no trace today)"
+
+
+@pytest.mark.unit
+def test_copies_are_called_casts_only_where_a_narrow_format_ran_and_cpu_advice_says_cpu():
+    """An fp32 run's copies are copies, not casts between formats; and on a CPU the advice
+    for fp32 matmuls does not promise Tensor Cores."""
+    from ampscope.core import profiles
+    from tests.helpers import split_profile
+
+    fp32_cpu = split_profile(10.0, "cpu", matmul_fp32=6.0, casts=0.5, optimizer=1.0)
+    assert profiles.label("elementwise", fp32_cpu) == "elementwise"
+    assert "Tensor Cores are where it pays" in profiles.advice(fp32_cpu)
+    assert "(AMX, AVX512-BF16" in profiles.advice(fp32_cpu)
+    amp = split_profile(10.0, "device", matmul_bf16=4.0, matmul_fp32=1.0, casts=0.5)
+    assert profiles.label("elementwise", amp) == "elementwise, casts 5%"
+    fp32_gpu = split_profile(10.0, "device", matmul_fp32=9.0, optimizer=1.0)
+    assert profiles.advice(fp32_gpu).endswith(
+        "bf16 autocast (Tensor Cores) or tf32 would help most."
+    )
+
+
+@pytest.mark.unit
+def test_a_run_without_a_grad_scaler_spends_nothing_on_loss_scaling(tmp_path):
+    """The disabled GradScaler's calls (unscale_, update: nothing to do) are the optimizer's
+    time in a profile: an fp32 run listed 'loss scaling 1 %'."""
+    from ampscope.core import config as cfg
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.loop import train_step
+    from ampscope.engine.setup import build
+
+    preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "workload.width=32", "batch_size=8"])
+    s = build(preset, resolve_device("cpu"))
+    marked: list[str] = []
+
+    def phase(name: str):
+        marked.append(name)
+        return contextlib.nullcontext()
+
+    train_step(s, 0, False, phase)
+    assert "scaler" not in marked and marked.count("optimizer") >= 3

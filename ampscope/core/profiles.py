@@ -90,9 +90,16 @@ def label(cls: str, profile: ev.ProfileEvent | None = None) -> str:
     kinds = profile.dtypes.get(cls) if profile else None
     if kinds:
         text += " (" + "/".join(sorted(kinds, key=lambda d: -kinds[d])[:2]) + ")"
-    if cls == "elementwise" and profile and profile.casts >= 0.01:
-        text += f", casts {profile.casts:.0%}"
+    if cls == "elementwise" and profile and profile.casts >= 0.01 and narrow_formats(profile):
+        text += f", casts {profile.casts:.0%}"  # format conversions, where there are formats
     return text
+
+
+def narrow_formats(profile: ev.ProfileEvent) -> bool:
+    """Whether a dense op ran in a format narrower than fp32 (bf16, fp16, fp8): only then are
+    the copies among the elementwise ops casts between formats, not plain copies."""
+    dense = [d for cls in ("matmul", "conv", "attention") for d in profile.dtypes.get(cls, {})]
+    return any(d not in ("fp32", "tf32", "fp64") for d in dense)
 
 
 def shown_classes(profile: ev.ProfileEvent, least: float = 0.005) -> list[tuple[str, float]]:
@@ -141,7 +148,11 @@ def advice(profile: ev.ProfileEvent) -> str:
             fp32,
             0.25,
             "Matrix multiplies in fp32 take {}: bf16 autocast (Tensor Cores) or tf32 "
-            "would help most.",
+            "would help most."
+            if profile.timing == "device"
+            else "Matrix multiplies in fp32 take {}: on a CPU, bf16 autocast helps only "
+            "where it has bf16 units (AMX, AVX512-BF16; ampscope doctor says); a GPU's "
+            "Tensor Cores are where it pays.",
         ),
         (
             fused,

@@ -65,14 +65,15 @@ def train_step(
     loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
     with phase("backward"):
         s.scaler.scale(loss).backward()
-    with phase("scaler"):
+    scaling = "scaler" if s.policy.use_scaler else "optimizer"  # a disabled one: no scaling
+    with phase(scaling):
         s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones
     with phase("optimizer"):
         grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
         scale_before = scaler_scale(s.scaler, s.nan)
         if numerics is None or not numerics.holds_update(loss):
             s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
-    with phase("scaler"):
+    with phase(scaling):
         s.scaler.update()  # halves the scale after a skip, grows it after growth_interval steps
     with phase("optimizer"):
         s.optimizer.zero_grad(set_to_none=True)
