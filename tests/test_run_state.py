@@ -216,3 +216,13 @@ def test_a_watched_loops_model_is_named_in_the_log_by_its_class() -> None:
     state = RunState()
     state.ingest(hello(config={"workload": {"model": "f.py:make"}}, workload="teacher-mlp"))
     assert "model teacher-mlp from f.py:make, " in state.log[-1].text
+
+
+@pytest.mark.unit
+def test_a_cpu_runs_memory_card_says_it_is_the_peak_rss() -> None:
+    """On a CPU the peak is the process's high-water mark (no allocator): so says the card."""
+    state = RunState()
+    state.ingest(hello(device="cpu"))
+    state.ingest(msgspec.structs.replace(step(0), mem_reserved=None, mem_peak=300 << 20))
+    memory = {c.key: c for c in cards(state)}["memory"]
+    assert (memory.title, memory.value) == ("Peak RSS", "300 MiB")

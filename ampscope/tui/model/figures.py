@@ -224,7 +224,8 @@ def _loss_card(last: ev.StepEvent | None, done: ev.DoneEvent | None) -> Card:
 
 def _memory_card(state: RunState) -> Card:
     """Peak memory as records, bench and the console define it (``ev.peak_memory``), named:
-    the CUDA allocator's peak of allocated bytes, or the process RSS on a CPU run. A compiled
+    the CUDA allocator's peak of allocated bytes, or the process's peak RSS on a CPU run (its
+    high-water mark since setup, in the card's title then). A compiled
     run's compile step has its own peak (``done.mem_peak_compile``): the detail line says it,
     in place of the reserved bytes (the memory plot draws those)."""
     last, peak = state.last_step, fmt_bytes(state.mem_peak)
@@ -237,7 +238,8 @@ def _memory_card(state: RunState) -> Card:
         sub = f"compile {fmt_bytes(compiled)}"
     else:
         sub = "" if last.mem_reserved is None else f"resv {fmt_bytes(last.mem_reserved)}"
-    return Card("memory", "Peak allocated", peak, sub)
+    on_cpu = last.mem_reserved is None and state.hello is not None and state.hello.device == "cpu"
+    return Card("memory", "Peak RSS" if on_cpu else "Peak allocated", peak, sub)
 
 
 def _util_card(state: RunState) -> Card:
