@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,3 +106,27 @@ def test_the_dashboards_stop_kills_torchrun_and_its_ranks_after_its_grace(tmp_pa
         assert wait_until(lambda: all(gone(pid) for pid in found), 10), "left running"
     finally:
         end(found)
+
+
+def test_a_stop_while_torchrun_is_starting_is_passed_on_once_it_has(tmp_path: Path) -> None:
+    """A Ctrl+C (or SIGTERM) that lands while torchrun is being started: the stop signals
+    were not ours yet, so it ended ampscope at once and left the job running. Now they are
+    ours first, and the stop reaches the job as soon as it exists."""
+    from ampscope.cli.torchrun import TorchrunWatch
+    from ampscope.core.parallel import Launch
+
+    pid_file = tmp_path / "rank.pid"
+    watch = TorchrunWatch([sys.executable, "-c", TORCHRUN, str(pid_file)], Launch(2))
+    watch.kill_after_s = 1.0
+    watch._on_signal(signal.SIGTERM, None)  # before run(): no torchrun yet
+    guard = threading.Timer(30.0, watch.kill_job)  # a stop that never came: end it anyway
+    guard.start()
+    started = time.monotonic()
+    try:
+        code = watch.run(lambda event: None)
+    finally:
+        guard.cancel()
+    assert time.monotonic() - started < 15, "the stop did not reach the job"
+    assert code == 130
+    if pid_file.exists() and pid_file.read_text():
+        assert wait_until(lambda: gone(int(pid_file.read_text())), 10)

@@ -86,28 +86,33 @@ class TorchrunWatch:
         self.done: ev.DoneEvent | None = None
         self.config_error = False
         self.stop_requested = False
+        self._asked_early = False  # a stop before torchrun had started
         self.proc: subprocess.Popen[bytes] | None = None
         self.kill_after_s = stop_grace_s(launch, 0.0)
         self._kill_timer: threading.Timer | None = None
         self._job: list[psutil.Process] = []
 
     def run(self, on_event: Callable[[ev.Event], None] | None = None) -> int:
-        try:
-            self.proc = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # a stop goes through torchrun, never straight to ranks
-                env=launch_env(self.launch),
-                preexec_fn=die_with_parent,  # a prctl call, resolved beforehand
-            )
-        except OSError as exc:
-            return fail(f"cannot start torchrun: {exc}", 1)
-        reader = threading.Thread(target=self._read_stderr, name="ampscope-torchrun-stderr")
-        reader.start()
+        # the stop signals are ours before torchrun starts: one that came between its start
+        # and our handler would have ended this process (their default) and left the job
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
+            try:
+                self.proc = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # a stop goes through torchrun, never to ranks
+                    env=launch_env(self.launch),
+                    preexec_fn=die_with_parent,  # a prctl call, resolved beforehand
+                )
+            except OSError as exc:
+                return fail(f"cannot start torchrun: {exc}", 1)
+            if self._asked_early:  # a stop while torchrun was starting: it is passed on now
+                self._on_signal(signal.SIGTERM, None)
+            reader = threading.Thread(target=self._read_stderr, name="ampscope-torchrun-stderr")
+            reader.start()
             self._read_events(on_event)
             code = self.proc.wait()
         finally:
@@ -145,7 +150,10 @@ class TorchrunWatch:
             self.stderr.append(raw.decode(errors="replace").rstrip("\n"))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
+            self._asked_early = True
+            return
+        if self.proc.poll() is not None:
             return
         if self.stop_requested:
             self.kill_job()
