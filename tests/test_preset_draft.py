@@ -59,7 +59,7 @@ def test_marked_presets_sweep_as_marked_with_their_edits_and_the_queue_empties()
     assert draft.status() == "edited: runs as a temporary copy"  # the form's own state first
     draft.load(info("fp16"))
     assert draft.status() == (
-        "sweep queue: fp32, amp-bf16 (edited) · 3 runs each, interleaved  (w runs it, x repeats)"
+        "sweep queue: fp32, amp-bf16 (steps 40) · 3 runs each, interleaved  (w runs it, x repeats)"
     )
     draft.next_repeats()
     assert draft.repeats == 5

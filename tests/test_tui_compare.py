@@ -34,7 +34,7 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
             presets.query_one("#" + field_id("lr"), Input).value = "0.02"
             await pilot.pause()
             await pilot.press("m")
-            assert "mlp-demo (edited)" in str(presets.query_one("#preset-status").render())
+            assert "mlp-demo (lr 0.02)" in str(presets.query_one("#preset-status").render())
             await pilot.press("x", "x")  # 3 repeats (the default) -> 5 -> 1: one run each
             assert "1 run each" in str(presets.query_one("#preset-status").render())
             await pilot.press("w")

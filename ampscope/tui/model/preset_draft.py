@@ -59,6 +59,7 @@ class PresetDraft:
         self.problem_key: str | None = None  # the field at fault, when one is
         # the sweep queue, in order: preset name -> the form's edits when it was marked edited
         self.marked: dict[str, cfg.Preset | None] = {}
+        self.changes: dict[str, str] = {}  # a marked edited preset's edits, as the queue says
         self.repeats = REPEAT_CHOICES[0]
 
     # ------------------------------------------------------------------ the form
@@ -134,7 +135,10 @@ class PresetDraft:
         if self.is_edited:
             return "edited: runs as a temporary copy"
         if self.marked:
-            queue = ", ".join(f"{n} (edited)" if e else n for n, e in self.marked.items())
+            queue = ", ".join(
+                f"{n} ({self.changes.get(n) or 'edited'})" if e else n
+                for n, e in self.marked.items()
+            )
             rounds = (
                 f"{self.repeats} runs each, interleaved"
                 if self.repeats > 1
@@ -157,9 +161,19 @@ class PresetDraft:
             self.marked[name] = None
         elif self.preset is not None:
             self.marked[name] = self.preset
+            self.changes[name] = self.edits()
         else:
             return False
         return True
+
+    def edits(self) -> str:
+        """The form's fields that differ from the preset as loaded: 'steps 20000, lr 0.01'."""
+        changed = [
+            f"{label} {cfg.get_dotted(self.edited, key)}"
+            for key, label, _choices in FIELDS
+            if cfg.get_dotted(self.edited, key) != cfg.get_dotted(self.base, key)
+        ]
+        return ", ".join(changed)
 
     def next_repeats(self) -> None:
         self.repeats = next_repeats(self.repeats)
