@@ -11,11 +11,11 @@ from typing import Any
 
 from gpu_check_rules import FAIL, PASS, Check, Evidence, not_there
 
+from ampscope.core.numerics import FORMATS
+
 SHARES_TOLERANCE = 0.05  # the profile's class shares sum to 1 within this
 PROFILE_PRESET = "amp-bf16"
 NUMERICS_PRESET = "amp-fp16"
-# ampscope.core.numerics.FORMATS' keys (importing it loads ml_dtypes: a second a check)
-FORMATS = ("fp16", "bf16", "e4m3", "e5m2")
 
 
 def profile_checks(e: Evidence) -> list[Check]:

@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,23 +28,14 @@ from ampscope.engine.device import DeviceInfo
 from ampscope.engine.validation import Facts, check_run
 from tests.helpers import ROOT
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_check_rules  # noqa: E402
+
 pytestmark = pytest.mark.subprocess  # bash, with every command written down instead of run
 
 GIB = 1 << 30
 H200 = DeviceInfo(torch.device("cuda", 0), "NVIDIA H200", (9, 0), 141 * GIB, 700.0, None)
 CPU = DeviceInfo(torch.device("cpu"), "AMD EPYC", None, None, None, None)
-GPU_STAGES = [
-    "preflight",
-    "probe",
-    "eager",
-    "compile",
-    "fp8",
-    "ranks",
-    "dashboard",
-    "profile",
-    "numerics",
-    "max-autotune",
-]
 STAGE_LINE = re.compile(r"^# stage (\S+): at most (\d+) s, started with (\d+) s or more left$")
 
 
@@ -147,7 +139,7 @@ def refusals(t: Training, info: DeviceInfo) -> list[str]:
 
 def test_every_gpu_command_parses_and_each_preset_can_run_on_an_h200(tmp_path: Path) -> None:
     plan = dry_run(tmp_path, GPU_CHECK_DRY_RUN_GPUS="2")
-    assert list(plan.stages) == GPU_STAGES
+    assert list(plan.stages) == list(gpu_check_rules.STAGES)  # every stage the checks judge
     found = trainings(plan)
     for t in found:
         assert refusals(t, H200) == [], (t.stage, t.preset, t.command)

@@ -56,11 +56,13 @@ for i in range(100000):
 """
 
 
-def start(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
+def start(
+    tmp_path: Path, mode: str, source: str = SCRIPT, name: str = "train.py"
+) -> tuple[subprocess.Popen, Path]:
     """Start the script and wait until it has run a few steps; returns it and its run folder."""
     tmp_path.mkdir(exist_ok=True)
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
+    script = tmp_path / name
+    script.write_text(source)
     gate = tmp_path / "gate"
     proc = subprocess.Popen(
         [sys.executable, str(script), str(gate), mode],
@@ -202,21 +204,7 @@ else:
 def test_the_ctrl_c_traceback_of_a_watched_loop_ends_in_the_users_own_frame(
     tmp_path: Path, mode: str
 ) -> None:
-    script = tmp_path / "my_training.py"
-    script.write_text(CTRL_C_SCRIPT)
-    gate = tmp_path / "gate"
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(gate), mode],
-        cwd=tmp_path,
-        env=engine_env(AMPSCOPE_RUNS_DIR=str(tmp_path / "runs")),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    running = Path(str(gate) + ".running")
-    deadline = time.monotonic() + 120
-    while not running.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert running.exists(), proc.communicate(timeout=30)[1][-3000:]
+    proc, run_dir = start(tmp_path, mode, CTRL_C_SCRIPT, "my_training.py")
     proc.send_signal(signal.SIGINT)
     code, err = finish(proc)
     assert code != 0 and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
@@ -226,7 +214,7 @@ def test_the_ctrl_c_traceback_of_a_watched_loop_ends_in_the_users_own_frame(
     users = [i for i, line in enumerate(frames) if "my_training.py" in line and "in train" in line]
     assert users, err[-2000:]
     assert all("/torch/" in line for line in frames[users[-1] + 1 :]), err[-2000:]
-    assert records.load_run(Path(running.read_text())).status == "stopped"
+    assert records.load_run(run_dir).status == "stopped"
 
 
 @pytest.mark.parametrize(

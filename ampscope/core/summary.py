@@ -19,9 +19,54 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
+
+from ampscope.core import events as ev
+
+
+class RunTotals(Protocol):
+    """What the engine's and a watched loop's statistics both keep of a run."""
+
+    steps_done: int
+    loss_first: float | None
+    loss_final: float | None
+    loss_final_step: int | None
+    skipped: int
+    mem_peak: int | None
+    compile_s: float | None
+    started: float  # time.monotonic() at the start
+
+
+def done_event(
+    status: ev.DoneStatus, totals: RunTotals, speed: Rates, error: str | None, **more: Any
+) -> ev.DoneEvent:
+    """The ``done`` event of a run, the engine's or a watched loop's, by the one rule:
+    ``speed`` from ``rates``, the final loss as a figure when finite and by name when not;
+    ``more``: the fields one kind of run alone has (ranks, the compile step's peak)."""
+    return ev.DoneEvent(
+        status=status,
+        steps_done=totals.steps_done,
+        step_ms_median=speed.step_ms_median,
+        step_ms_p10=speed.step_ms_p10,
+        step_ms_p90=speed.step_ms_p90,
+        samples_per_s=speed.samples_per_s,
+        tokens_per_s=speed.tokens_per_s,
+        tflops=speed.tflops,
+        mfu=speed.mfu,
+        mem_peak=totals.mem_peak,
+        loss_first=totals.loss_first,
+        loss_final=totals.loss_final if finite(totals.loss_final) else None,
+        loss_final_step=totals.loss_final_step,
+        loss_nonfinite=nonfinite_name(totals.loss_final),
+        skipped_steps=totals.skipped,
+        compile_s=totals.compile_s,
+        wall_s=round(time.monotonic() - totals.started, 3),
+        error=error,
+        **more,
+    )
 
 
 def timed_steps(

@@ -90,26 +90,12 @@ class RunStats:
         speed = summary.rates(
             self.step_ms, self.timed_steps(), samples * world_size, tokens, flops * world_size, peak
         )
-        return ev.DoneEvent(
-            status=status,
-            steps_done=self.steps_done,
-            step_ms_median=speed.step_ms_median,
-            step_ms_p10=speed.step_ms_p10,
-            step_ms_p90=speed.step_ms_p90,
-            samples_per_s=speed.samples_per_s,
-            tokens_per_s=speed.tokens_per_s,
-            tflops=speed.tflops,
-            mfu=speed.mfu,
-            mem_peak=self.mem_peak,
+        return summary.done_event(
+            status,
+            self,
+            speed,
+            error,
             mem_peak_compile=self.mem_peak_compile,
-            loss_first=self.loss_first,
-            loss_final=self.loss_final if summary.finite(self.loss_final) else None,
-            loss_final_step=self.loss_final_step,
-            loss_nonfinite=summary.nonfinite_name(self.loss_final),
-            skipped_steps=self.skipped,
-            compile_s=self.compile_s,
-            wall_s=round(time.monotonic() - self.started, 3),
-            error=error,
             world_size=world_size,
             ranks=ranks,
         )

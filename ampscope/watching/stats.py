@@ -70,23 +70,4 @@ class RunFigures:
         speed = summary.rates(
             self.step_ms, kept, self.samples, self.tokens, flops_per_step, peak_tflops
         )
-        return ev.DoneEvent(
-            status=status,  # type: ignore[arg-type]
-            steps_done=self.steps_done,
-            step_ms_median=speed.step_ms_median,
-            step_ms_p10=speed.step_ms_p10,
-            step_ms_p90=speed.step_ms_p90,
-            samples_per_s=speed.samples_per_s,
-            tokens_per_s=speed.tokens_per_s,
-            tflops=speed.tflops,
-            mfu=speed.mfu,
-            mem_peak=self.mem_peak,
-            loss_first=self.loss_first,
-            loss_final=self.loss_final if summary.finite(self.loss_final) else None,
-            loss_final_step=self.loss_final_step,
-            loss_nonfinite=summary.nonfinite_name(self.loss_final),
-            skipped_steps=self.skipped,
-            compile_s=self.compile_s,
-            wall_s=round(time.monotonic() - self.started, 3),
-            error=error,
-        )
+        return summary.done_event(status, self, speed, error)  # type: ignore[arg-type]
