@@ -61,6 +61,22 @@ def test_tf32_getters_agree_whatever_the_previous_state() -> None:
     set_matmul_precision(False)
 
 
+@pytest.mark.unit
+def test_tf32_reaches_inductors_convolution_templates() -> None:
+    """inductor's Triton convolution templates take ``ALLOW_TF32`` from cuDNN's own
+    ``fp32_precision`` (torch/_inductor/kernel/conv.py); on an H200 the tf32 preset's compiled
+    convolutions autotuned with ``ALLOW_TF32=False`` while only conv's flag was set."""
+    import inspect
+
+    from torch._inductor.kernel import conv
+
+    assert "torch.backends.cudnn.fp32_precision" in inspect.getsource(conv)
+    for tf32 in (True, False, True):
+        set_matmul_precision(tf32)
+        assert torch.backends.cudnn.fp32_precision == ("tf32" if tf32 else "ieee")  # type: ignore[attr-defined]
+    set_matmul_precision(False)
+
+
 # --------------------------------------------------------------------------- cuda:N
 
 

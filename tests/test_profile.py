@@ -122,6 +122,58 @@ def test_kernels_are_classed_with_the_op_and_the_phase_that_launched_them() -> N
 
 
 @pytest.mark.unit
+def test_kernels_on_an_h200_take_their_ops_class_and_format_and_the_ranges_are_not_work() -> None:
+    """The shapes of torch.profiler's events as an H200 gave them: the engine's ranges come
+    back as GPU user annotations spanning their kernels (they had taken 31 % of the split, as
+    'other'), and the CUDA runtime's calls are CPU events whose CUPTI ids take the same
+    numbers as the ops' ids (the kernels had found the runtime call, not the op, and lost
+    its format: 'no bf16 matmul' on an amp-bf16 run)."""
+    from ampscope.core import profiles
+    from ampscope.engine.profiling.collect import device_op_times
+
+    def cpu(name: str, id: int, parent: object = None, linked: int = 0, **kw: object) -> object:
+        return SimpleNamespace(
+            name=name, device_type="CPU", cpu_parent=parent, id=id,
+            linked_correlation_id=linked, is_async=False, **kw,
+        )  # fmt: skip
+
+    def gpu(name: str, start: float, end: float, linked: int, **kw: object) -> object:
+        return SimpleNamespace(
+            name=name, device_type="CUDA", cpu_parent=None, id=900 + int(start),
+            time_range=SimpleNamespace(start=start, end=end), linked_correlation_id=linked, **kw,
+        )  # fmt: skip
+
+    bf16 = ["c10::BFloat16", "c10::BFloat16"]
+    fwd, bwd = cpu("ampscope.forward", 1), cpu("ampscope.backward", 2)
+    mm = cpu("aten::mm", 3, fwd, input_dtypes=bf16)
+    sdpa = cpu("aten::_scaled_dot_product_cudnn_attention_backward", 4, bwd, input_dtypes=bf16)
+    ln = cpu("aten::native_layer_norm_backward", 5, bwd, input_dtypes=["float"])
+    copy = cpu("aten::copy_", 6, fwd, input_dtypes=["float", "float"])
+    events = [
+        fwd, bwd, mm, sdpa, ln, copy,
+        # runtime calls: their own (CUPTI) ids are 3..6 too, and they link to their op
+        cpu("cudaLaunchKernel", 3, mm, linked=4), cpu("cudaLaunchKernel", 4, sdpa, linked=5),
+        cpu("cudaLaunchKernel", 5, ln, linked=3), cpu("cudaMemcpyAsync", 6, copy, linked=6),
+        gpu("ampscope.forward", 0, 100, 1, is_user_annotation=True),
+        gpu("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 0, 40, 3),
+        gpu("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", 40, 60, 4),
+        gpu("void at::native::GammaBetaBackwardCUDAKernelTemplate<float, float>", 60, 70, 5),
+        gpu("Memcpy DtoD (Device -> Device)", 70, 75, 6),
+    ]  # fmt: skip
+    rows, busy = device_op_times(events)
+    assert [(r.cls, r.dtype) for r in rows] == [
+        ("matmul", "bf16"),
+        ("attention", "bf16"),  # the kernel's name says f16; its inputs were bf16
+        ("norm_act", None),
+        ("memcpy", None),
+    ]
+    assert busy == 75.0  # the range's 100 us span is not busy time
+    p = profiles.summarize(rows, 100.0, step=5, steps=1, timing="device", idle_us=25.0)
+    assert p.classes["matmul"] == pytest.approx(0.40) and p.classes["other"] == 0.0
+    assert p.dtypes["matmul"] == {"bf16": pytest.approx(0.40)}
+
+
+@pytest.mark.unit
 def test_the_advice_names_the_largest_cost_and_the_diff_says_what_moved() -> None:
     fp32 = _profile("device", idle_us=100, matmul=1500, elementwise=300)
     assert "fp32" in profiles.advice(fp32) and "bf16 autocast" in profiles.advice(fp32)

@@ -78,8 +78,10 @@ def set_matmul_precision(tf32: bool) -> None:
     ``get_float32_matmul_precision()`` and ``cuda.matmul.allow_tf32``, its convolutions
     ``cudnn.allow_tf32``), and those raise once only the new ``fp32_precision`` API has set
     the flags (torch reads that as a mix of the two). So the legacy setters go first, which
-    keep both views in step, then the new per-operator flags of cuDNN are set explicitly (the
-    legacy one leaves them at 'none'). A torch without the new API (older than 2.9, the floor
+    keep both views in step, then the new flags of cuDNN are set explicitly: the legacy one
+    leaves them at 'none', and inductor's Triton convolution templates read cuDNN's own
+    ``fp32_precision`` (on an H200 with torch 2.11 the tf32 preset's compiled convolutions
+    autotuned with ``ALLOW_TF32=False`` until it was set). A torch without the new API (older than 2.9, the floor
     in pyproject.toml) is refused with a message, not a traceback.
     """
     backends = torch.backends
@@ -93,6 +95,7 @@ def set_matmul_precision(tf32: bool) -> None:
     mode = "tf32" if tf32 else "ieee"
     backends.cuda.matmul.allow_tf32 = tf32
     cudnn.allow_tf32 = tf32
+    cudnn.fp32_precision = mode  # type: ignore[attr-defined]  # torch's stubs lack it
     cudnn.conv.fp32_precision = mode
     cudnn.rnn.fp32_precision = mode  # type: ignore[attr-defined]  # torch's stubs lack rnn's
 
@@ -106,6 +109,7 @@ def tf32_getters() -> dict[str, object]:
         "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
         "torch.backends.cuda.matmul.allow_tf32": lambda: backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": lambda: backends.cudnn.allow_tf32,
+        "torch.backends.cudnn.fp32_precision": lambda: cudnn.fp32_precision,  # type: ignore[attr-defined]
         "torch.backends.cuda.matmul.fp32_precision": lambda: backends.cuda.matmul.fp32_precision,
         "torch.backends.cudnn.conv.fp32_precision": lambda: cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
         "torch.backends.cudnn.rnn.fp32_precision": lambda: cudnn.rnn.fp32_precision,  # type: ignore[attr-defined]
@@ -125,6 +129,7 @@ def tf32_disagreements(tf32: bool) -> list[str]:
         "torch.get_float32_matmul_precision()": "high" if tf32 else "highest",
         "torch.backends.cuda.matmul.allow_tf32": tf32,
         "torch.backends.cudnn.allow_tf32": tf32,
+        "torch.backends.cudnn.fp32_precision": "tf32" if tf32 else "ieee",
         "torch.backends.cuda.matmul.fp32_precision": "tf32" if tf32 else "ieee",
         "torch.backends.cudnn.conv.fp32_precision": "tf32" if tf32 else "ieee",
         "torch.backends.cudnn.rnn.fp32_precision": "tf32" if tf32 else "ieee",
