@@ -95,7 +95,7 @@ def set_matmul_precision(tf32: bool) -> None:
     mode = "tf32" if tf32 else "ieee"
     backends.cuda.matmul.allow_tf32 = tf32
     cudnn.allow_tf32 = tf32
-    cudnn.fp32_precision = mode  # type: ignore[attr-defined]  # torch's stubs lack it
+    cudnn.fp32_precision = mode
     cudnn.conv.fp32_precision = mode
     cudnn.rnn.fp32_precision = mode  # type: ignore[attr-defined]  # torch's stubs lack rnn's
 
@@ -109,7 +109,7 @@ def tf32_getters() -> dict[str, object]:
         "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
         "torch.backends.cuda.matmul.allow_tf32": lambda: backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": lambda: backends.cudnn.allow_tf32,
-        "torch.backends.cudnn.fp32_precision": lambda: cudnn.fp32_precision,  # type: ignore[attr-defined]
+        "torch.backends.cudnn.fp32_precision": lambda: cudnn.fp32_precision,
         "torch.backends.cuda.matmul.fp32_precision": lambda: backends.cuda.matmul.fp32_precision,
         "torch.backends.cudnn.conv.fp32_precision": lambda: cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
         "torch.backends.cudnn.rnn.fp32_precision": lambda: cudnn.rnn.fp32_precision,  # type: ignore[attr-defined]

@@ -71,7 +71,7 @@ def device_op_times(events: Sequence[Any]) -> tuple[list[OpTime], float]:
         start, end = float(e.time_range.start), float(e.time_range.end)
         if end <= start:
             continue
-        launcher = launchers.get(getattr(e, "linked_correlation_id", None))
+        launcher = launchers.get(getattr(e, "linked_correlation_id", 0))
         phase = _phase(launcher) if launcher is not None else None
         cls = op_class(e.name, phase)
         if launcher is not None and cls not in KERNEL_DECIDES:
