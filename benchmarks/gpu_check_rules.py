@@ -21,11 +21,11 @@ STAGES = (
     "probe",
     "eager",
     "compile",
-    "fp8",
     "ranks",
     "dashboard",
     "profile",
     "numerics",
+    "fp8",
     "max-autotune",
 )
 TIMED_OUT = ("124", "137")  # timeout's own code, and SIGKILL after its grace period
@@ -250,7 +250,9 @@ def finished_checks(e: Evidence) -> list[Check]:
             if run.status == "ok" or (run.preset == "fp16" and run.status == "failed"):
                 good += 1
                 continue
-            error = run.done.error if run.done and run.done.error else run.problem or ""
+            error = run.done.error if run.done and run.done.error else run.problem
+            if not error:  # no done event and nothing to say: the stage's time ran out first
+                error = f"no done event: stage {stage} ended before the run did"
             bad.append(f"{run.preset} ({stage}) {run.status}: {error[:200]}")
     if bad:
         return [FAIL("runs finished", "; ".join(bad))]

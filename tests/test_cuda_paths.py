@@ -262,13 +262,33 @@ def test_doctor_says_yes_to_compile_only_after_trying(monkeypatch, capsys) -> No
     triton = report["cuda"]["why"] != "Triton is not installed (comes with CUDA torch)"
     assert (
         report["cpu"]["ok"] is None
-        and "not tried (ampscope doctor --try-compile)" in (report["cpu"]["why"])
+        and "not tried (ampscope doctor --try-compile cpu)" in (report["cpu"]["why"])
     )
     assert report["cuda"]["ok"] is (None if triton else False)
     tried = doctor.compile_report(cuda=False, try_compile=True)
     assert tried["cpu"]["ok"] is True and tried["cuda"]["ok"] is False
     assert doctor.doctor(try_compile=False) == 0
     assert "torch.compile on cpu: untried" in capsys.readouterr().out
+
+
+@pytest.mark.unit
+def test_doctor_try_compile_cuda_tries_the_gpu_alone(monkeypatch) -> None:
+    """On an H200 box ``doctor --try-compile`` (the CPU's first C++ build, then the GPU's)
+    ran past the GPU check's 75 s; ``--try-compile cuda`` compiles on the GPU alone."""
+    from ampscope.cli.main import build_parser
+
+    tried: list[str] = []
+    monkeypatch.setattr(doctor, "try_compiling", lambda device: tried.append(device))
+    monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/cc")
+    monkeypatch.setattr(doctor.Path, "is_file", lambda self: True)
+    parse = build_parser().parse_args
+    assert parse(["doctor", "--try-compile", "cuda"]).try_compile == "cuda"
+    assert parse(["doctor", "--try-compile"]).try_compile is True
+    assert parse(["doctor"]).try_compile is False
+    report = doctor.compile_report(cuda=True, try_compile="cuda")
+    assert tried == ["cuda"] and report["cuda"]["ok"] is True
+    assert report["cpu"]["ok"] is None and "--try-compile cpu)" in report["cpu"]["why"]
 
 
 @pytest.mark.unit

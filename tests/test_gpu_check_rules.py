@@ -40,6 +40,9 @@ def test_a_good_h200_run_passes_every_check(tmp_path: Path, capsys) -> None:
     assert "PASS compile-max-autotune beats eager: 3.0 ms against amp-bf16 eager 9.0 ms" in text
     assert "PASS profile amp-bf16: device timing, 15.0 ms a step over 3 steps" in text
     assert "PASS numerics amp-fp16: 3 of 3 modules over 4 steps (tok, blocks.0.qkv, head" in text
+    assert (
+        "PASS fp8-rowwise speed: 60.0 ms against compiled amp-bf16 70.0 ms (1.17x; at least" in text
+    )
     results = (out / "gpu-results.md").read_text()
     for heading in ("## Checks", "## eager", "## compile", "## max-autotune", "## fp8", "## ranks"):
         assert heading in results
@@ -67,6 +70,7 @@ TWO_GPUS = f"{'NVIDIA H200, Disabled, 700.00 W, 580.95, 143771 MiB'}\n" * 2
         (edit("compile", "compile-reduce-overhead", cudagraph_skips=2), "reduce-overhead graphs"),
         (edit("fp8", "fp8-tensorwise", ms=75.0), "fp8-tensorwise faster"),
         (edit("fp8", "fp8-rowwise", final=7.3), "fp8-rowwise final loss"),
+        (edit("fp8", "fp8-rowwise", ms=84.0), "fp8-rowwise speed"),  # 0.83x of 70 ms
         (edit("eager", "amp-bf16", note="H200 NVL dense bf16 datasheet peak"), "peak row"),
         (smi("NVIDIA H100 80GB HBM3, Disabled, 700.00 W, 580.95, 81559 MiB"), "peak row"),
         (edit("eager", "amp-bf16", device_name="NVIDIA H200 MIG 3g.71gb"), "peak row"),

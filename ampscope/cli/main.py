@@ -102,9 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument(
         "--try-compile",
-        action="store_true",
-        help="compile a tiny function on each device with torch.compile (20-40 s) instead of "
-        "only checking that Triton, a C compiler and Python.h are there",
+        nargs="?",
+        const=True,
+        default=False,
+        choices=["cpu", "cuda"],
+        metavar="DEVICE",
+        help="compile a tiny function with torch.compile on each device, or on DEVICE alone "
+        "(cpu or cuda; 20-40 s each, cold), instead of only checking that Triton, a C compiler "
+        "and Python.h are there",
     )
     add_runs_parsers(sub)
     from ampscope.cli.stop import add_stop_parser

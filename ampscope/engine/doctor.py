@@ -10,12 +10,15 @@ import sys
 import sysconfig
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ampscope.core.fp8_recipes import INSTALL_HINT
 
+TryCompile = bool | Literal["cpu", "cuda"]
+"""``--try-compile``: every device (True), one of them, or none."""
 
-def machine_report(try_compile: bool = False) -> dict[str, Any]:
+
+def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
@@ -62,10 +65,12 @@ def machine_report(try_compile: bool = False) -> dict[str, Any]:
     return report
 
 
-def compile_report(cuda: bool, try_compile: bool) -> dict[str, dict[str, Any]]:
+def compile_report(cuda: bool, try_compile: TryCompile) -> dict[str, dict[str, Any]]:
     """Whether torch.compile can work here, per device. ``ok`` is true only once a tiny
-    function compiled (``--try-compile``); null when everything it needs is present but it
-    was not tried; false when a piece is missing or the try failed.
+    function compiled (``--try-compile``, or ``--try-compile cuda`` for one device: each cold
+    compile takes 20-40 s, and a GPU box's first C++ build for the CPU can take as long again);
+    null when everything it needs is present but it was not tried; false when a piece is
+    missing or the try failed.
 
     inductor builds C++ (CPU) and Triton (CUDA) kernels at run time, and both need a C
     compiler and Python's headers (Python.h): a machine with torch and Triton but without
@@ -89,11 +94,13 @@ def compile_report(cuda: bool, try_compile: bool) -> dict[str, dict[str, Any]]:
     return report
 
 
-def _verdict(device: str, missing: list[str], found: str, try_compile: bool) -> dict[str, Any]:
+def _verdict(
+    device: str, missing: list[str], found: str, try_compile: TryCompile
+) -> dict[str, Any]:
     if missing:
         return {"ok": False, "why": found}
-    if not try_compile:
-        return {"ok": None, "why": f"{found}; not tried (ampscope doctor --try-compile)"}
+    if try_compile is not True and try_compile != device:
+        return {"ok": None, "why": f"{found}; not tried (ampscope doctor --try-compile {device})"}
     failed = try_compiling(device)
     if failed is not None:
         return {"ok": False, "why": f"a tiny function did not compile: {failed}"}
@@ -132,7 +139,7 @@ def _torchao_version() -> str | None:
         return None
 
 
-def doctor(as_json: bool = False, try_compile: bool = False) -> int:
+def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
     report = machine_report(try_compile)
     if as_json:
         print(json.dumps(report, indent=2, default=str))
