@@ -174,18 +174,34 @@ def run_figures(stage: str, run: records.RunRecord) -> dict[str, Any]:
     }
 
 
+def versions(e: rules.Evidence) -> tuple[str, str]:
+    """torch's and Python's versions: doctor's, else the import check's (doctor may have run
+    out of time), else a run's own hello."""
+    doc = e.doctor or {}
+    imports = e.imports or {}
+    torch_import = ((imports.get("modules") or {}).get("torch") or {}).get("version")
+    hello = next((r.hello for runs in e.runs.values() for r in runs if r.hello), None)
+    torch_version = doc.get("torch") or torch_import or (hello.torch_version if hello else None)
+    python = doc.get("python") or imports.get("python") or (hello.python_version if hello else None)
+    return str(torch_version or "?"), str(python or "?")
+
+
 def results_markdown(e: rules.Evidence, checks: list[rules.Check]) -> str:
     """The tables for docs/gpu-results.md: the checks, then one comparison a stage."""
     smi = e.nvidia_smi[0] if e.nvidia_smi else []
-    gpu = f"{smi[0]} ({', '.join(smi[1:])})" if smi else "no GPU named by nvidia-smi"
+    hello = next((r.hello for runs in e.runs.values() for r in runs if r.hello), None)
+    if smi:
+        gpu = f"{smi[0]} ({', '.join(smi[1:])})"
+    else:  # preflight did not run (GPU_CHECK_STAGES): the runs name their device
+        gpu = f"{hello.device_name} (from its runs)" if hello else "no GPU named by nvidia-smi"
     if e.smoke:
         gpu = "a smoke run on the CPU (GPU_CHECK_SMOKE=1), not a GPU's figures"
-    doc = e.doctor or {}
+    torch_version, python = versions(e)
     lines = [
         "# GPU check results",
         "",
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}, {gpu}; torch {doc.get('torch')}, "
-        f"Python {doc.get('python')}. Written by `benchmarks/gpu_check.sh` "
+        f"{time.strftime('%Y-%m-%d', time.gmtime())}, {gpu}; torch {torch_version}, "
+        f"Python {python}. Written by `benchmarks/gpu_check.sh` "
         "(docs/gpu-check.md): one repeat of each preset, so speed-ups carry no confidence "
         "interval; the check's thresholds are in docs/gpu-check.md.",
         "",

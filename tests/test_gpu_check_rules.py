@@ -274,3 +274,19 @@ def test_notes_are_no_warnings(tmp_path: Path) -> None:
     )
     assert gpu_check.cmd_check(out) == 0
     assert failures(out) == set()
+
+
+def test_the_results_name_torch_and_the_gpu_when_doctor_or_preflight_left_nothing(
+    tmp_path: Path,
+) -> None:
+    """On the H200 doctor ran out of time (an empty doctor.json) and the second call ran no
+    preflight: the results said 'torch None, Python None' and 'no GPU named by nvidia-smi'."""
+    out = gpu_outdir(tmp_path / "a", file("doctor", value=None))
+    gpu_check.cmd_check(out)
+    assert "; torch 2.11.0+cu130, Python" in (out / "gpu-results.md").read_text()
+    out = gpu_outdir(tmp_path / "b")
+    (out / "preflight" / "nvidia-smi.csv").unlink()
+    (out / "preflight" / "doctor.json").unlink()
+    gpu_check.cmd_check(out)
+    header = (out / "gpu-results.md").read_text().splitlines()[2]
+    assert "NVIDIA H200 (from its runs); torch 2.11.0+cu130" in header, header
