@@ -286,6 +286,23 @@ def clip_outliers(ys: Sequence[float]) -> tuple[list[float], float | None, int]:
     return [min(y, ceiling) for y in ys], ceiling, clipped
 
 
+def clip_outliers_across(
+    series: Sequence[tuple[str, list[float], list[float]]],
+) -> tuple[list[tuple[str, list[float], list[float]]], float | None, int]:
+    """Several runs' ``series`` clipped at one ceiling, as ``clip_outliers`` clips one run's:
+    four times the slowest run's median, so that a first step that compiled (seconds) does
+    not flatten every run's steady steps into the floor. The ceiling (None: nothing clipped)
+    and how many points were clipped come back with them."""
+    medians = [statistics.median(ys) for _, _, ys in series if len(ys) >= 3]
+    if not medians or max(medians) <= 0:
+        return list(series), None, 0
+    ceiling = OUTLIER_TIMES_MEDIAN * max(medians)
+    clipped = sum(1 for _, _, ys in series for y in ys if y > ceiling)
+    if not clipped:
+        return list(series), None, 0
+    return [(name, xs, [min(y, ceiling) for y in ys]) for name, xs, ys in series], ceiling, clipped
+
+
 def loss_series(state: RunState, max_points: int) -> tuple[Series, Series]:
     """The finite losses, and log2 of the loss scale, against the step."""
     columns = state.step_columns

@@ -156,7 +156,7 @@ class CompareScreen(Screen):
         yield Static("", id="compare-title")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="compare-plots"):
-            yield OverlayPlot("step time (ms)", "ms / step", id="compare-step")
+            yield OverlayPlot("step time (ms)", "ms / step", clip=True, id="compare-step")
             yield OverlayPlot("loss", "loss / step", id="compare-loss")
         yield Static("", id="compare-profile")
         yield Static("", id="compare-verdict")
