@@ -174,13 +174,18 @@ def run_figures(stage: str, run: records.RunRecord) -> dict[str, Any]:
     }
 
 
+def first_hello(e: rules.Evidence) -> records.ev.HelloEvent | None:
+    """Any run's ``hello``: what a run says of its machine where preflight said nothing."""
+    return next((r.hello for runs in e.runs.values() for r in runs if r.hello), None)
+
+
 def versions(e: rules.Evidence) -> tuple[str, str]:
     """torch's and Python's versions: doctor's, else the import check's (doctor may have run
     out of time), else a run's own hello."""
     doc = e.doctor or {}
     imports = e.imports or {}
     torch_import = ((imports.get("modules") or {}).get("torch") or {}).get("version")
-    hello = next((r.hello for runs in e.runs.values() for r in runs if r.hello), None)
+    hello = first_hello(e)
     torch_version = doc.get("torch") or torch_import or (hello.torch_version if hello else None)
     python = doc.get("python") or imports.get("python") or (hello.python_version if hello else None)
     return str(torch_version or "?"), str(python or "?")
@@ -189,7 +194,7 @@ def versions(e: rules.Evidence) -> tuple[str, str]:
 def results_markdown(e: rules.Evidence, checks: list[rules.Check]) -> str:
     """The tables for docs/gpu-results.md: the checks, then one comparison a stage."""
     smi = e.nvidia_smi[0] if e.nvidia_smi else []
-    hello = next((r.hello for runs in e.runs.values() for r in runs if r.hello), None)
+    hello = first_hello(e)
     if smi:
         gpu = f"{smi[0]} ({', '.join(smi[1:])})"
     else:  # preflight did not run (GPU_CHECK_STAGES): the runs name their device

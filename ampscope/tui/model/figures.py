@@ -277,13 +277,8 @@ a recompile) does not flatten the axis for every other step."""
 def clip_outliers(ys: Sequence[float]) -> tuple[list[float], float | None, int]:
     """``ys`` with the outliers drawn at a ceiling, the ceiling (None: nothing clipped), and
     how many were clipped."""
-    if len(ys) < 3:
-        return list(ys), None, 0
-    ceiling = OUTLIER_TIMES_MEDIAN * statistics.median(ys)
-    clipped = sum(1 for y in ys if y > ceiling)
-    if not clipped or ceiling <= 0:
-        return list(ys), None, 0
-    return [min(y, ceiling) for y in ys], ceiling, clipped
+    ((_, _, out),), ceiling, clipped = clip_outliers_across([("", [], list(ys))])
+    return out, ceiling, clipped
 
 
 def clip_outliers_across(

@@ -29,20 +29,21 @@ class OverlayPlot(ChartView):
         width, height = self.size
         if width <= 0 or height <= 0:
             return
-        series, ceiling, clipped = self.series, None, 0
+        # 1e308, inf: left out, and a run with nothing left is no line
+        series = [(label, *plottable(xs, ys)) for label, xs, ys in self.series]
+        series = [(label, xs, ys) for label, xs, ys in series if xs]
+        ceiling, clipped = None, 0
         if self.clipping:  # step times: a compile step would squash the rest
-            series, ceiling, clipped = clip_outliers_across(
-                [(label, *plottable(xs, ys)) for label, xs, ys in self.series]
-            )
+            series, ceiling, clipped = clip_outliers_across(series)
         lines = [
             Line(
                 visible(label, 40),  # a name goes into the title: never raw
-                *plottable(xs, ys),  # 1e308, inf: left out
+                xs,
+                ys,
                 COLORS[i % len(COLORS)],
                 LINE_ORDER[i % len(LINE_ORDER)],
             )
             for i, (label, xs, ys) in enumerate(series)
-            if plottable(xs, ys)[0]
         ]
         first = min((line.xs[0] for line in lines), default=0)
         last = max((line.xs[-1] for line in lines), default=1)
