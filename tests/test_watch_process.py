@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -210,10 +211,13 @@ def test_the_ctrl_c_traceback_of_a_watched_loop_ends_in_the_users_own_frame(
     assert code != 0 and err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
     frames = [line for line in err.splitlines() if line.lstrip().startswith("File ")]
     assert not [line for line in frames if "/ampscope/" in line], err[-2000:]
-    # it ends in the user's frame, or in torch's where the signal landed inside an op it called
+    # it ends in the user's frame, or below it in torch (and the standard library torch calls:
+    # typing.cast inside torch.autograd.backward, once) where the signal landed inside an op
     users = [i for i, line in enumerate(frames) if "my_training.py" in line and "in train" in line]
     assert users, err[-2000:]
-    assert all("/torch/" in line for line in frames[users[-1] + 1 :]), err[-2000:]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    below = frames[users[-1] + 1 :]
+    assert all("/torch/" in line or stdlib in line for line in below), err[-2000:]
     assert records.load_run(run_dir).status == "stopped"
 
 
