@@ -67,15 +67,15 @@ if [ "$smoke" = 1 ]; then
   tiny=("${dev[@]}" --set "workload.kind='mlp'" --set "workload.size='small'"
     --set "workload.layers=1" --set "workload.width=32")
   eager=(amp-fp16)  # its GradScaler; the other presets' checks are GPU figures
-  compiled=(compile-reduce-overhead)  # one mode: the probe compiles with "default"
+  compiled=(compile-reduce-overhead)  # one mode: on the CPU its C++ build is the cost
   fp8=(compile-default fp8-tensorwise)
   one_rank=("fsdp2 amp-fp16")
   probes=(tf32)
-  doctor=(doctor --json)  # the probe is the smoke run's compile on the CPU
+  doctor=(doctor --json)  # the compile stage is the smoke run's compile on the CPU
   eager_steps=4 compile_steps=4 fp8_steps=4 rank_steps=4 numerics_steps=2 warm=1
   fp8_set=("${gpt[@]}" --set "workload.kind='llama'" --set "workload.kv_heads=1"
     --set "compile='off'" --set "fp8.emulate=true")
-  probe_set=("${tiny[@]}" --set "compile='default'")
+  probe_set=("${tiny[@]}")  # eager: a cold C++ compile costs 15 s of CPU, and says nothing of TF32
   compile_set=("${tiny[@]}")
   rank_set=("${tiny[@]}")
   tui_start="amp-bf16 device=cpu workload.kind=mlp workload.size=small steps=100000"

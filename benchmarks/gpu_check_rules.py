@@ -201,7 +201,7 @@ def preflight_checks(e: Evidence) -> list[Check]:
     doc = e.doctor
     device = "cpu" if e.smoke else "cuda"
     verdict = ((doc or {}).get("compile") or {}).get(device) or {}
-    untried_ok = e.smoke and verdict.get("ok") is None  # the smoke run's probe compiles instead
+    untried_ok = e.smoke and verdict.get("ok") is None  # the smoke run's compile stage compiles
     if doc is None:
         out.append(FAIL("doctor", "doctor --json wrote no readable JSON"))
     elif not e.smoke and not doc.get("cuda_available"):
@@ -236,6 +236,9 @@ def probe_checks(e: Evidence) -> list[Check]:
         if run.done is None or run.done.status != "ok":
             error = run.done.error if run.done else "no done event"
             out.append(FAIL(what, f"{preset} {kind} compile = '{mode}' {run.status}: {error}"))
+            continue
+        if mode == "off":  # a smoke run's probe: the plumbing, not the compile
+            out.append(PASS(what, f"{preset} {kind} trained eager (a smoke run's probe)"))
             continue
         took = f"{run.done.compile_s or 0:.1f} s"
         out.append(PASS(what, f"{preset} {kind} compiled ({mode}) in {took} and trained"))

@@ -44,31 +44,33 @@ def test_fused_adamw_only_where_the_scaler_lets_it(
 
 PROBE = textwrap.dedent(
     """
-    import sys, torch, torch.distributed as dist
+    import torch, torch.distributed as dist
     from torch import nn
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-    for block in model:
-        if list(block.parameters()):
-            fully_shard(block)
-    fully_shard(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=sys.argv[1] == "fused" or None)
-    scaler = ShardedGradScaler("cpu")
-    try:
-        for _ in range(2):
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.arange(8) % 4)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)  # to clip, as the engine does: the flag then has shape [1]
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad()
-        print("trained")
-    except RuntimeError as exc:
-        print("refused:", exc)
+    for kind in ("fused", "foreach"):
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        for block in model:
+            if list(block.parameters()):
+                fully_shard(block)
+        fully_shard(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=kind == "fused" or None)
+        scaler = ShardedGradScaler("cpu")
+        try:
+            for _ in range(2):
+                with torch.autocast("cpu", dtype=torch.float16):
+                    out = model(torch.randn(8, 16))
+                    loss = nn.functional.cross_entropy(out, torch.arange(8) % 4)
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)  # to clip, as the engine does: the flag then has shape [1]
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+            print(f"{kind}: trained")
+        except RuntimeError as exc:
+            print(f"{kind}: refused:", exc)
     dist.destroy_process_group()
     """
 )
@@ -78,18 +80,16 @@ PROBE = textwrap.dedent(
 def test_torch_fused_adamw_cannot_take_the_sharded_scalers_flag() -> None:
     """Why ``fused_adamw`` says no under FSDP2 with a scaler. When a torch release fixes it,
     this fails: fused AdamW may then come back there."""
-    said = {}
-    for kind in ("fused", "foreach"):
-        proc = subprocess.run(
-            [sys.executable, "-c", PROBE, kind],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-            env=engine_env(),
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        said[kind] = proc.stdout.strip().splitlines()[-1]
+    proc = subprocess.run(  # both in one process: each start costs seconds of imports
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=engine_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert said["foreach"] == "trained"
     assert said["fused"].startswith("refused:") and "broadcast shape [1]" in said["fused"]
 

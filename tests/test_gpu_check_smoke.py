@@ -8,8 +8,8 @@ else linked from this venv, as CI has no wheels), and the script run with that v
 so that every child it starts sees the same. It must start, check, and fail when told to.
 
 One run, told to fail, of the stages that meet the device's environment (imports from the
-carried folder, a compile, the engine, torchrun, the dashboard on a pty): about a minute on two
-cores. Every stage's commands, the GPU's included, are checked by tests/test_gpu_check_plan.py;
+carried folder, the engine, torchrun, the dashboard on a pty): about 40 s on two cores. Its
+probe trains eager: the suite's one cold compile is tests/test_engine.py's. Every stage's commands, the GPU's included, are checked by tests/test_gpu_check_plan.py;
 the checks on what each stage leaves, by tests/test_gpu_check_rules.py.
 """
 
