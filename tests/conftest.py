@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -71,6 +73,38 @@ def _isolated_user_config(tmp_path_factory, monkeypatch):
     """User presets and run records never leak between tests or into the developer's home."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
     monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(tmp_path_factory.mktemp("runs")))
+
+
+RECORDED_STEPS = (4, 8)
+
+
+@pytest.fixture(scope="session")
+def _recorded_runs_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two finished mlp-demo records on the CPU (4 and 8 steps), made by real engine processes
+    once for the whole session: every xdist worker shares them (each start costs seconds)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder above every worker's own
+    folder = shared / "recorded-runs"
+    with open(shared / "recorded-runs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker records, the others wait for it
+        if not (folder / ".complete").exists():
+            from ampscope.cli.bench import run_one
+
+            shutil.rmtree(folder, ignore_errors=True)
+            for steps in RECORDED_STEPS:
+                overrides = ["device='cpu'", f"steps={steps}", "warmup_steps=2"]
+                run_one("mlp-demo", overrides, folder)
+            (folder / ".complete").touch()
+    return folder
+
+
+@pytest.fixture
+def recorded_runs(_recorded_runs_once: Path, tmp_path: Path) -> Path:
+    """A runs folder of this test's own, holding copies of the session's two real records."""
+    runs = tmp_path / "recorded-runs"
+    shutil.copytree(_recorded_runs_once, runs, ignore=shutil.ignore_patterns(".complete"))
+    return runs
 
 
 @pytest.fixture(scope="session", autouse=True)

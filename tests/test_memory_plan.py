@@ -189,23 +189,14 @@ def test_prediction_matches_a_real_cpu_training_step():
 
 
 @pytest.mark.subprocess
-def test_run_record_comparison(tmp_path, capsys, monkeypatch):
+def test_run_record_comparison(recorded_runs, tmp_path, capsys, monkeypatch):
     """--run on a real (tiny) CPU run: the prediction, and no ratio against process RSS.
 
     The record holds RSS (the runtime included, ~300 MB) and the RSS read before the model
     was built, so the growth from it is compared, never RSS itself (the old output divided
     RSS by tensor memory: "measured / predicted = 106").
     """
-    runs = tmp_path / "runs"
-    subprocess.run(
-        [sys.executable, "-m", "ampscope", "run", "mlp-demo", "--steps", "6", "--device", "cpu"]
-        + ["--runs-dir", str(runs)],
-        cwd=ROOT,
-        env=engine_env(),
-        capture_output=True,
-        timeout=180,
-        check=True,
-    )
+    runs = recorded_runs
     run_dir = next(runs.iterdir())
     c = memory_runs.compare_run(run_dir)
     assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from ampscope.cli.bench import run_one
 from ampscope.core import comparison, records, significance
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen, compare_help
@@ -63,13 +62,11 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
 
 
 @pytest.mark.subprocess
-def test_compare_marked_runs_from_the_history_and_sort(tmp_path: Path) -> None:
-    for steps in ("4", "8"):
-        run_one("mlp-demo", [*SHORT, f"steps={steps}"], tmp_path)
-    assert len(records.list_runs(tmp_path)) == 2
+def test_compare_marked_runs_from_the_history_and_sort(recorded_runs: Path) -> None:
+    assert len(records.list_runs(recorded_runs)) == 2
 
     async def go() -> None:
-        app = AmpscopeApp(runs_dir=tmp_path)
+        app = AmpscopeApp(runs_dir=recorded_runs)
         async with app.run_test(size=SIZE) as pilot:
             await shown(pilot, app, PresetsScreen)
             await pilot.press("h")
