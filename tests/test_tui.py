@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import signal
 import time
+import warnings
 from pathlib import Path
 
 import psutil
@@ -342,3 +344,26 @@ def test_names_from_records_show_as_written_never_as_markup(tmp_path: Path) -> N
 
     run(go())
     assert run_dir.is_dir()
+
+
+@pytest.mark.unit
+def test_a_feed_replaced_before_it_ran_leaves_no_coroutine_never_awaited(tmp_path: Path) -> None:
+    """A restart then the next run show two sources in a row: the first feed is cancelled
+    before it starts. It must not have been made a coroutine yet (a dropped one makes Python
+    warn "coroutine ... was never awaited" into the user's terminal)."""
+    from tests.test_tui_keys import SMALL, app_with_fake_engines, start_from_presets
+
+    async def go() -> None:
+        app, _ = app_with_fake_engines(tmp_path)
+        async with app.run_test(size=SMALL) as pilot:
+            screen = await start_from_presets(pilot, app)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(3):
+                    screen.show(screen.source)
+                    screen.stop_now(screen.source)
+                await pilot.pause()
+                gc.collect()
+            assert not [w for w in caught if "never awaited" in str(w.message)]
+
+    run(go())

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any
 
 from textual import events
 from textual.app import ComposeResult
@@ -11,6 +14,7 @@ from textual.containers import Grid, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
+from textual.worker import Worker
 
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.text import visible
@@ -117,8 +121,14 @@ class RunScreen(Screen):
             self.refresh_view()
             self.refresh_bindings()
 
+    def _work(self, work: Callable[[], Coroutine[Any, Any, None]], group: str) -> Worker[None]:
+        """``work`` as this screen's one worker of ``group``. A callable, not a coroutine: one
+        cancelled before it starts (by the next show) then leaves no coroutine that Python warns
+        was never awaited."""
+        return self.run_worker(work, group=group, exclusive=True)
+
     def _feed(self) -> None:
-        self.run_worker(self._follow(self.source), group="feed", exclusive=True)
+        self._work(partial(self._follow, self.source), "feed")
 
     async def _follow(self, source: RunSource) -> None:
         await source.feed()
@@ -202,7 +212,7 @@ class RunScreen(Screen):
         self.app.push_screen(ConfirmDialog(question, yes="Stop"), answered)
 
     def stop_now(self, source: RunSource) -> None:
-        self.run_worker(self._stop(source), group="stop", exclusive=True)
+        self._work(partial(self._stop, source), "stop")
         self.refresh_view()
 
     async def _stop(self, source: RunSource) -> None:
@@ -221,7 +231,7 @@ class RunScreen(Screen):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.run_worker(source.restart(), group="restart", exclusive=True)
+                self._work(source.restart, "restart")
 
         self.app.push_screen(ConfirmDialog(question, yes="Restart"), answered)
 
