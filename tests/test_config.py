@@ -146,6 +146,10 @@ def test_bad_override_is_blamed_on_the_override(capsys) -> None:
     code, output = run_cli(["run", "fp32", "--set", "steps=0", "--no-record"], capsys)
     assert code == 2
     assert "--set steps=0" in output and ">= 1" in output
+    code, output = run_cli(["run", "fp32", "--steps", "0", "--no-record"], capsys)
+    assert code == 2 and output.startswith("ampscope: --steps 0: 'steps'") and ">= 1" in output
+    code, output = run_cli(["run", "fp32", "--device", "x" * 70, "--no-record"], capsys)
+    assert code == 2 and f"--device {'x' * 70}: 'device'" in output and "--set" not in output
     code, output = run_cli(["run", "fp32", "--set", "nonsense", "--no-record"], capsys)
     assert code == 2 and "key=value" in output
     code, output = run_cli(["run", "fp32", "--set", "steps=abc", "--no-record"], capsys)

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from ampscope.core.config_error import ConfigError
+from ampscope.core.config_error import ConfigError, FlagOverride
 from ampscope.core.config_messages import describe_validation_error as _describe
 from ampscope.core.fp8_recipes import Fp8Options
 from ampscope.core.numerics_options import NumericsOptions
@@ -231,6 +231,8 @@ def load_preset(name_or_path: str, overrides: typing.Sequence[str] = ()) -> Pres
 
 def _flag_for(override: str) -> str:
     """How the user most likely wrote it: ``--model SPEC`` stands for a workload.model --set."""
+    if isinstance(override, FlagOverride):
+        return override.flag
     key, _, value = override.partition("=")
     if key.strip() == "workload.model":
         with contextlib.suppress(ConfigError):

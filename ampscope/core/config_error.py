@@ -1,4 +1,5 @@
-"""The one error type of presets and overrides (its own module: the readers below need it)."""
+"""The one error type of presets and overrides (its own module: the readers below need it), and
+the override a command-line flag stands for, so that an error names the flag the user typed."""
 
 from __future__ import annotations
 
@@ -16,3 +17,15 @@ class ConfigError(Exception):
         self.detail = message
         self.key = key
         self.source = source
+
+
+class FlagOverride(str):
+    """An override that a flag stands for: ``--steps 0`` is ``steps=0``. It is the override
+    string itself; an error in it names ``flag``, not a ``--set`` the user never typed."""
+
+    flag: str
+
+    def __new__(cls, override: str, flag: str) -> FlagOverride:
+        made = super().__new__(cls, override)
+        made.flag = flag
+        return made

@@ -9,6 +9,7 @@ import argparse
 import math
 from pathlib import Path
 
+from ampscope.core.config_error import FlagOverride
 from ampscope.core.parallel import Launch, make_launch
 from ampscope.core.workload_spec import model_override
 
@@ -152,9 +153,9 @@ def launch_from_args(args: argparse.Namespace, prefix: str = "") -> Launch:
 def run_overrides(args: argparse.Namespace) -> list[str]:
     overrides = model_overrides(args) + list(args.overrides)
     if args.steps is not None:
-        overrides.append(f"steps={args.steps}")
+        overrides.append(FlagOverride(f"steps={args.steps}", f"--steps {args.steps}"))
     if args.device is not None:
-        overrides.append(f"device='{args.device}'")
+        overrides.append(FlagOverride(f"device='{args.device}'", f"--device {args.device}"))
     return overrides
 
 
