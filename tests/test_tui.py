@@ -26,11 +26,15 @@ from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import (
     FAST,
     SIZE,
+    FakeEngine,
     dashboard_on_a_terminal,
+    done,
     gone,
+    hello,
     run,
     select_preset,
     shown,
+    step,
     text,
     wait_for,
     wait_gone,
@@ -140,10 +144,18 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
     run(go())
 
 
-@pytest.mark.subprocess
+@pytest.mark.unit
 def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> None:
+    """The screens' flow, with engines that end at once (the real engine reaching the Run view
+    is the live-run test's): each run is shown, and ``r`` in the last one runs it again there."""
+
+    def finished_engine(preset, overrides, runs_dir, on_event) -> FakeEngine:
+        events = [hello(preset=preset), step(0), step(1), done(steps=2)]
+        return FakeEngine(preset, overrides, runs_dir, on_event, events=events, exit_at_once=0)
+
     async def go() -> None:
-        app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[*FAST, "steps=4"])
+        app = AmpscopeApp(runs_dir=tmp_path)
+        app.session._start_engine = finished_engine
         async with app.run_test(size=SIZE) as pilot:
             await shown(pilot, app, PresetsScreen)
             for name in ("fp32", "mlp-demo"):
