@@ -27,5 +27,7 @@ def test_the_step_time_plot_axis_fits_the_ordinary_steps_and_its_title_marks_the
         state.ingest(helpers.step(i, ms))
     figure = StepTimePlot().figure(state, (60, 10))
     assert figure.y.hi <= 3000  # the 7.4 s step no longer sets the axis (8000 before)
+    tick = figure.y.ticks[1] - figure.y.ticks[0]
+    assert 0 <= figure.y.hi - 4 * 502.5 <= tick / 4  # drawn at the top: a 2500 axis wasted 20 %
     title = "".join(part if isinstance(part, str) else part[0] for part in figure.titles[0])
     assert "1 over 2010 drawn at top" in title  # 4 x the median, 502.5 ms

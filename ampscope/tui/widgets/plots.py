@@ -191,7 +191,7 @@ class StepTimePlot(RunPlot):
                 say("ms / step"),
             ],
             step_axis(xs, size[0]),
-            data_axis(ys, size[1]),
+            data_axis(ys, size[1], tight=ceiling is not None),  # clipped points at the top
             [Line("step time", xs, ys, "cyan", "hd")],
         )
 
