@@ -137,3 +137,48 @@ def test_a_sweep_of_presets_that_train_different_models_keeps_its_baseline(
             assert "no baseline" not in text(screen, "#compare-verdict")
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_sweep_the_user_declines_to_start_keeps_its_marks(tmp_path: Path) -> None:
+    """w while a run goes on asks first; 'no' keeps the run, and the marks too (they were
+    lost: the presets had to be marked again)."""
+    from ampscope.tui.screens.dialogs import ConfirmDialog
+    from ampscope.tui.screens.run import RunScreen
+    from tests.helpers import hello
+
+    made: list[FakeEngine] = []
+
+    def running_engine(preset, overrides, runs_dir, on_event) -> FakeEngine:
+        made.append(FakeEngine(preset, overrides, runs_dir, on_event, [hello(preset=preset)]))
+        return made[-1]
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        app.session._start_engine = running_engine
+        async with app.run_test(size=SMALL) as pilot:
+            presets = await shown(pilot, app, PresetsScreen)
+            select_preset(app, "mlp-demo")
+            await pilot.press("r")
+            await shown(pilot, app, RunScreen)
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
+            for name in ("fp32", "bf16"):
+                select_preset(app, name)
+                await pilot.press("m")
+            await pilot.press("w")
+            await shown(pilot, app, ConfirmDialog)
+            await pilot.press("n")
+            await shown(pilot, app, PresetsScreen)
+            assert len(made) == 1 and made[0].running  # the run goes on
+            assert list(presets.draft.marked) == ["fp32", "bf16"]
+            assert await wait_for(
+                pilot, lambda: "w Run sweep" in presets.query_one(KeyBar).plain, 5
+            )
+            await pilot.press("w")  # and the sweep can be asked for again, at once
+            await shown(pilot, app, ConfirmDialog)
+            await pilot.press("y")
+            assert await wait_for(pilot, lambda: len(made) == 2 and made[1].preset == "fp32", 5)
+            assert made[0].stop_requested and not presets.draft.marked
+
+    run(go())

@@ -190,10 +190,17 @@ class AmpscopeApp(Keymapping, Navigation, App):
         self.after_stopping(
             f"a sweep of {len(message.presets)}",
             lambda: self.session.start_sweep(message.presets, message.repeats),
+            declined=message.declined,
         )
 
-    def after_stopping(self, what: str, start: Callable[[], Awaitable[object]]) -> None:
-        """Start ``what``; when that would stop a run this dashboard is running, ask first.
+    def after_stopping(
+        self,
+        what: str,
+        start: Callable[[], Awaitable[object]],
+        declined: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Start ``what``; when that would stop a run this dashboard is running, ask first
+        (``declined`` when the user keeps the run).
 
         A detached run is not this dashboard's child, and a new run never stops it.
         """
@@ -211,6 +218,8 @@ class AmpscopeApp(Keymapping, Navigation, App):
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_worker(start(), group="start", exclusive=False)
+            else:
+                declined()
 
         self.push_screen(ConfirmDialog(question, yes="Stop it and start"), answered)
 

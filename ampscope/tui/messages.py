@@ -6,6 +6,7 @@ and the screen stack) decides. A screen is then testable by the messages it post
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class SweepRequested(Message):
 
     presets: list[str | cfg.Preset]  # a name, or a preset edited on the Presets screen
     repeats: int = 1
+    declined: Callable[[], None] = lambda: None  # the user kept a running run: marks come back
 
 
 @dataclass

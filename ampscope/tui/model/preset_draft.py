@@ -59,6 +59,7 @@ class PresetDraft:
         self.problem_key: str | None = None  # the field at fault, when one is
         # the sweep queue, in order: preset name -> the form's edits when it was marked edited
         self.marked: dict[str, cfg.Preset | None] = {}
+        self.taken: dict[str, cfg.Preset | None] = {}  # the marks of a sweep asked for
         self.changes: dict[str, str] = {}  # a marked edited preset's edits, as the queue says
         self.repeats = REPEAT_CHOICES[0]
 
@@ -183,5 +184,9 @@ class PresetDraft:
         if len(self.marked) < 2:
             return None
         queue: list[str | cfg.Preset] = [edit or name for name, edit in self.marked.items()]
-        self.marked = {}
+        self.taken, self.marked = self.marked, {}
         return queue
+
+    def untake_sweep(self) -> None:
+        """The sweep did not start (the user kept the run it would stop): its marks come back."""
+        self.marked, self.taken = {**self.taken, **self.marked}, {}

@@ -267,4 +267,10 @@ class PresetsScreen(Screen):
         if queue is None:
             return
         self.reload(select=self.current.name if self.current else None)
-        self.post_message(SweepRequested(queue, repeats=self.draft.repeats))
+        self.post_message(SweepRequested(queue, self.draft.repeats, self.sweep_declined))
+
+    def sweep_declined(self) -> None:
+        self.draft.untake_sweep()
+        self.reload(select=self.current.name if self.current else None)
+        self.show_status()
+        self.refresh_bindings()
