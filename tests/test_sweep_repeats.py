@@ -172,6 +172,7 @@ def test_a_sweep_the_user_declines_to_start_keeps_its_marks(tmp_path: Path) -> N
             await shown(pilot, app, PresetsScreen)
             assert len(made) == 1 and made[0].running  # the run goes on
             assert list(presets.draft.marked) == ["fp32", "bf16"]
+            assert "3 runs each" in text(presets, "#preset-status")  # as before w
             assert await wait_for(
                 pilot, lambda: "w Run sweep" in presets.query_one(KeyBar).plain, 5
             )

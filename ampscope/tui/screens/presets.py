@@ -272,5 +272,4 @@ class PresetsScreen(Screen):
     def sweep_declined(self) -> None:
         self.draft.untake_sweep()
         self.reload(select=self.current.name if self.current else None)
-        self.show_status()
         self.refresh_bindings()
