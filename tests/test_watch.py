@@ -147,6 +147,33 @@ def test_an_exception_in_the_loop_ends_the_record_failed(tmp_path: Path) -> None
     assert error.kind == "exception" and "raise RuntimeError" in (error.traceback or "")
 
 
+def test_a_stop_whose_figures_cannot_be_summed_still_ends_the_record_stopped(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A SIGTERM can land anywhere in the user's step, ampscope's own code included. Whatever
+    it leaves half done, the record still ends with its ``done``: once a watched script's
+    record was left 'incomplete' after a SIGTERM (a CI run, under load)."""
+    from ampscope.watching.stats import RunFigures
+
+    model, opt = tiny_model()
+    mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+    train(mon, model, opt, steps=4)
+
+    def broken(*args, **kwargs):
+        raise IndexError("a step half recorded")
+
+    monkeypatch.setattr(RunFigures, "done", broken)
+    mon.note_signal(15)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon.close()
+    run = records.load_run(mon.run_dir)
+    assert run.status == "stopped" and run.done is not None
+    assert not (mon.run_dir / records.LIVE_FILE).exists()
+    (said,) = [w for w in caught if issubclass(w.category, WatchWarning)]
+    assert "summing up the run failed" in str(said.message) and "IndexError" in str(said.message)
+
+
 def test_an_unwritable_runs_folder_costs_one_warning_and_nothing_else(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

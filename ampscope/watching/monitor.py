@@ -214,27 +214,35 @@ class Monitor:
             self._remove_hooks()
 
     def _finish(self, error: BaseException | None) -> None:
-        self._end_flop_count()
         if self._writer is None or self._record is None or self._hello is None:
+            self._end_flop_count()
             return
+        status, message = outcome(error, self._signal)
+        try:  # the last steps read, the error, the phase's end: a signal may have cut any of it
+            self._wind_down(error, status)
+            peak = self._facts.peak if self._facts else None
+            done = self._figures.done(status, self.flops_per_step, peak, message)
+        except Exception as exc:  # noqa: BLE001 - a signal mid-step: the record still ends
+            self.troubles.report("summing up the run failed, so its done has no figures", exc)
+            done = ev.empty_done(status, message)
+        self._emit(done, urgent=True)
+        self._writer.close()
+        self._record.finish(self._hello, done)
+
+    def _wind_down(self, error: BaseException | None, status: str) -> None:
+        self._end_flop_count()
         if self._ticker is not None:
             self._ticker.stop(TICK_S * 20)
         if self._readout is not None:
             with contextlib.suppress(Exception):  # a broken device: the steps in flight are lost
                 self._readout.drain()
         self._report_landed()
-        status, message = outcome(error, self._signal)
         if status == "failed" and error is not None:
             self._emit(error_event(error, self._next_step), urgent=True)
         last = self._figures.steps_done - 1 if self._figures.steps_done else None
         self._emit(ev.PhaseEvent(phase="train", state="end", step=last), urgent=True)
         if self._sampler is not None:
             self._sampler.stop()
-        peak = self._facts.peak if self._facts else None
-        done = self._figures.done(status, self.flops_per_step, peak, message)
-        self._emit(done, urgent=True)
-        self._writer.close()
-        self._record.finish(self._hello, done)
 
     def _abandon(self, exc: BaseException) -> None:
         """Starting failed half-way: end what was begun, so no record claims to be live."""
@@ -276,8 +284,6 @@ class Monitor:
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         self.close(error)  # an exception goes on to the caller
-
-    # ------------------------------------------------------------------ helpers
 
     def _emit(self, event: ev.Event, urgent: bool = False) -> None:
         if self._writer is not None:
