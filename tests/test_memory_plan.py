@@ -196,8 +196,7 @@ def test_run_record_comparison(recorded_runs, tmp_path, capsys, monkeypatch):
     was built, so the growth from it is compared, never RSS itself (the old output divided
     RSS by tensor memory: "measured / predicted = 106").
     """
-    runs = recorded_runs
-    run_dir = next(runs.iterdir())
+    run_dir = next(recorded_runs.iterdir())
     c = memory_runs.compare_run(run_dir)
     assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)
     assert c.measured_peak and c.compared and c.compared < c.measured_peak
@@ -206,7 +205,8 @@ def test_run_record_comparison(recorded_runs, tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "compared / predicted" in out and "RSS growth" in out
     assert main(["memory", "--run", str(tmp_path)]) == 2
-    monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(runs))  # by its name, as 'ampscope runs' lists it
+    # by its name, as 'ampscope runs' lists it
+    monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(recorded_runs))
     capsys.readouterr()
     assert main(["memory", "--run", run_dir.name]) == 0
     assert "compared / predicted" in capsys.readouterr().out

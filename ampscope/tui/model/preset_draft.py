@@ -189,4 +189,4 @@ class PresetDraft:
 
     def untake_sweep(self) -> None:
         """The sweep did not start (the user kept the run it would stop): its marks come back."""
-        self.marked, self.taken = {**self.taken, **self.marked}, {}
+        self.marked, self.taken = self.taken, {}
