@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from ampscope.cli.main import main
 from ampscope.core import events as ev
 from ampscope.engine.run import EXIT_OK, run
 
@@ -45,18 +45,27 @@ def test_every_n_steps_samples_those_steps_only_and_the_event_round_trips():
     assert tiny.kind == "Scale" and tiny.activation.formats["fp16"].underflow == 1.0
 
 
-def numerics_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ampscope", "numerics", *args, "--no-record", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        timeout=300,
+@dataclass
+class Said:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def numerics_cli(capsys: pytest.CaptureFixture[str], *args: str, record: bool = False) -> Said:
+    """``ampscope numerics ARGS``: the command trains in the process it runs in, so it runs in
+    this one (a process of its own would cost seconds of torch's import and check no more)."""
+    argv = ["numerics", *args, "--device", "cpu"] + ([] if record else ["--no-record"])
+    code = main(argv)
+    said = capsys.readouterr()
+    return Said(code, said.out, said.err)
+
+
+@pytest.mark.unit
+def test_cli_json_names_the_planted_overflow_and_the_first_inf(capsys):
+    done = numerics_cli(
+        capsys, "amp-fp16", "--model", f"{MODEL}:make_overflow", "--steps", "2", "--json"
     )
-
-
-@pytest.mark.subprocess
-def test_cli_json_names_the_planted_overflow_and_the_first_inf():
-    done = numerics_cli("amp-fp16", "--model", f"{MODEL}:make_overflow", "--steps", "2", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     names = [m["name"] for m in out["modules"]]
@@ -68,24 +77,24 @@ def test_cli_json_names_the_planted_overflow_and_the_first_inf():
     assert out["preset"] == "amp-fp16" and out["loss_scale"] == 65536.0 / 2
 
 
-@pytest.mark.subprocess
-def test_cli_table_and_verdicts_name_the_planted_layers():
-    done = numerics_cli("fp32", "--model", f"{MODEL}:make_overflow", "--steps", "2")
+@pytest.mark.unit
+def test_cli_table_and_verdicts_name_the_planted_layers(capsys):
+    done = numerics_cli(capsys, "fp32", "--model", f"{MODEL}:make_overflow", "--steps", "2")
     assert done.returncode == 0, done.stderr
     assert (
         "fp16: trunk.boost's outputs reach 8.0e5, beyond fp16's 65504; amp-fp16 will skip "
         "every step. bf16 holds it." in done.stdout
     )
-    under = numerics_cli("fp32", "--model", f"{MODEL}:make_underflow", "--steps", "1")
+    under = numerics_cli(capsys, "fp32", "--model", f"{MODEL}:make_underflow", "--steps", "1")
     assert "fp16: 100% of head.tiny's outputs round to zero" in under.stdout
-    bad = numerics_cli("fp32", "--set", "numerics.every=-1")
+    bad = numerics_cli(capsys, "fp32", "--set", "numerics.every=-1")
     assert bad.returncode == 2 and "numerics.every" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.subprocess
-def test_cli_works_on_a_built_in_workload_without_a_model():
+@pytest.mark.unit
+def test_cli_works_on_a_built_in_workload_without_a_model(capsys):
     """No --model: the built-in MLP's layers, named as named_modules() names them."""
-    done = numerics_cli("mlp-demo", "--steps", "2", "--json")
+    done = numerics_cli(capsys, "mlp-demo", "--steps", "2", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["preset"] == "mlp-demo" and out["steps_sampled"] == 2
@@ -129,23 +138,23 @@ def test_watch_numerics_every_records_the_planted_layer(tmp_path):
 FOREIGN = Path(__file__).parent / "data" / "planted_foreign.py"
 
 
-@pytest.mark.subprocess
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("factory", "planted"),
     [("make_gpt2", "transformer.h.1.mlp.c_fc"), ("make_encoder", "encoder.layers.1.linear1")],
 )
 def test_cli_and_view_name_the_planted_layer_of_models_nobody_here_wrote(
-    factory, planted, tmp_path
+    factory, planted, tmp_path, capsys
 ):
     """A Hugging Face GPT-2 and torch's own TransformerEncoder: the overflowing layer is
     named by its named_modules() name in the JSON, in the fp16 verdict, and in the Numerics
     view of the run's record (torch's own encoder needs nothing beyond torch)."""
     if factory == "make_gpt2":
         pytest.importorskip("transformers")
-    done = subprocess.run(
-        [sys.executable, "-m", "ampscope", "numerics", "fp32", "--model", f"{FOREIGN}:{factory}",
-         "--steps", "3", "--json", "--device", "cpu", "--runs-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    model = f"{FOREIGN}:{factory}"
+    done = numerics_cli(
+        capsys, "fp32", "--model", model, "--steps", "3", "--json", "--runs-dir", str(tmp_path),
+        record=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -7,8 +7,6 @@ import contextlib
 import gzip
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +15,6 @@ import pytest
 from ampscope.core import events as ev
 from ampscope.core import profiles
 from ampscope.core.profile_rules import OpTime, op_class, short_dtype
-from tests.helpers import ROOT, engine_env
 
 
 @pytest.mark.unit
@@ -341,22 +338,22 @@ def test_profile_refuses_a_step_count_out_of_range(capsys: pytest.CaptureFixture
     assert main(["profile", "no-such-preset"]) == 2
 
 
-@pytest.mark.subprocess
-def test_ampscope_profile_json_prints_the_split_and_keeps_the_trace(tmp_path: Path) -> None:
-    out = subprocess.run(
+@pytest.mark.unit
+def test_ampscope_profile_json_prints_the_split_and_keeps_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ampscope.cli.main import main
+
+    code = main(
         [
-            sys.executable, "-m", "ampscope.cli.main", "profile", "mlp-demo", "--device", "cpu",
-            "--steps", "2", "--json", "--runs-dir", str(tmp_path),
+            "profile", "mlp-demo", "--device", "cpu", "--steps", "2", "--json",
+            "--runs-dir", str(tmp_path),
             "--set", "workload.width=64", "--set", "workload.layers=2", "--set", "batch_size=8",
-        ],
-        cwd=ROOT,
-        env=engine_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
+        ]
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    data = json.loads(out.out)
     assert data["preset"] == "mlp-demo" and data["steps"] == 2 and data["step_ms"] > 0
     assert abs(sum(data["classes"].values()) - 1.0) < 0.05
     assert {"name", "share", "calls", "class"} <= data["top_ops"][0].keys()

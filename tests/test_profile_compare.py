@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.presets import PresetsScreen
-from tests.helpers import ROOT, engine_env, run, shown, split_profile, terminal_output, text
+from tests.helpers import run, shown, split_profile, terminal_output, text
 from tests.snapshot_runs import BF16_SPLIT, FP32_SPLIT, write_profiled_runs, write_record
 
 FP32, BF16 = split_profile(12.0, **FP32_SPLIT), split_profile(7.0, **BF16_SPLIT)
@@ -149,25 +147,26 @@ def test_profile_compare_refuses_in_a_paragraph_with_exit_2(
         assert "'ampscope profile amp-fp16'" in captured.err and "p in the Run view" in captured.err
 
 
-def _profile(preset: str, runs_dir: Path) -> Path:
-    out = subprocess.run(
+def _profile(preset: str, runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """``ampscope profile PRESET --json``: it trains in the process it runs in, as here."""
+    code = main(
         [
-            sys.executable, "-m", "ampscope.cli.main", "profile", preset, "--device", "cpu",
-            "--steps", "2", "--json", "--runs-dir", str(runs_dir),
+            "profile", preset, "--device", "cpu", "--steps", "2", "--json",
+            "--runs-dir", str(runs_dir),
             "--set", "workload.kind='mlp'", "--set", "workload.width=64",
             "--set", "workload.layers=2", "--set", "batch_size=8",
-        ],
-        cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120,
+        ]
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return Path(json.loads(out.stdout)["trace"]).parent
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return Path(json.loads(out.out)["trace"]).parent
 
 
-@pytest.mark.subprocess
+@pytest.mark.unit
 def test_real_profiles_of_fp32_and_amp_bf16_on_a_cpu_compare_by_matmul_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fp32, bf16 = _profile("fp32", tmp_path), _profile("amp-bf16", tmp_path)
+    fp32, bf16 = _profile("fp32", tmp_path, capsys), _profile("amp-bf16", tmp_path, capsys)
     assert main(["profile", "--compare", str(fp32), str(bf16), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["before"]["dtypes"]["matmul"].keys() == {"fp32"}
