@@ -90,57 +90,59 @@ def reference_losses(steps: int) -> list[float]:
     return losses
 
 
-# FSDP2 under amp-fp16: its ShardedGradScaler beside AdamW on DTensors, on every step. Its
-# losses stay within 2e-4 of the fp32 math (fp16's rounding of a tiny MLP's activations).
-@pytest.mark.parametrize(
-    ("strategy", "preset"), [("ddp", "fp32"), ("fsdp2", "amp-fp16")], ids=["ddp", "fsdp2-amp-fp16"]
-)
-def test_two_ranks_train_into_one_record_and_end_in_step(
-    strategy: str, preset: str, tmp_path: Path
+def assert_trained_in_step(events: list[ev.Event], strategy: str, preset: str) -> None:
+    """Two ranks trained every step into one record, ending with identical replicas, and the
+    loss is the global batch's, as DDP's math computed by hand gives it."""
+    hello = of(events, ev.HelloEvent)[0]
+    assert (hello.world_size, hello.backend, hello.strategy) == (2, "gloo", strategy)
+    assert [(r.rank, r.device) for r in hello.ranks] == [(0, "cpu"), (1, "cpu")]
+    steps = of(events, ev.StepEvent)
+    assert [s.step for s in steps] == list(range(STEPS))  # every step once, in order
+    assert all([r.rank for r in s.ranks] == [0, 1] for s in steps)
+    first = steps[0]
+    assert first.ranks[0].loss != first.ranks[1].loss  # each rank trained its own batch
+    scaled = [s.loss_scale is not None for s in steps]
+    assert scaled == [preset == "amp-fp16"] * STEPS  # the (sharded) scaler ran on every step
+    assert first.step_ms == max(r.step_ms for r in first.ranks)
+    assert first.samples_per_s == pytest.approx(
+        2 * hello.samples_per_step / first.step_ms * 1000, rel=1e-4
+    )  # step_ms is written rounded to 0.1 us
+    expected = reference_losses(STEPS)
+    got = [s.loss for s in steps]
+    assert got == pytest.approx(expected, rel=1e-3)
+    assert sum(got[-4:]) < 0.7 * sum(got[:4])  # and it falls
+    done = of(events, ev.DoneEvent)[0]
+    assert done.status == "ok" and done.world_size == 2 and done.steps_done == STEPS
+    sums = [r.param_checksum for r in done.ranks]
+    assert sums[0] is not None and sums == [sums[0]] * 2  # replicas end identical
+    record = records.load_run(Path(hello.run_dir))
+    assert len(of(record.events, ev.StepEvent)) == STEPS and record.status == "ok"
+    assert record.done.ranks == done.ranks
+    assert records.read_live(Path(hello.run_dir)) is None
+
+
+def test_two_fsdp2_ranks_under_amp_fp16_train_into_one_record_and_end_in_step(
+    tmp_path: Path,
 ) -> None:
+    """FSDP2 under amp-fp16: its ShardedGradScaler beside AdamW on DTensors, on every step. Its
+    losses stay within 2e-4 of the fp32 math (fp16's rounding of a tiny MLP's activations).
+    DDP's two ranks are the two nodes' below."""
     code, events, stderr = ampscope_run(
-        preset,
+        "amp-fp16",
         "--nproc-per-node",
         "2",
         "--steps",
         str(STEPS),
         *FAST,
         "--set",
-        f"parallel.strategy='{strategy}'",
+        "parallel.strategy='fsdp2'",
         runs_dir=tmp_path,
     )
-    pids = rank_pids(events)
     try:
         assert code == 0, stderr[-3000:]
-        hello = of(events, ev.HelloEvent)[0]
-        assert (hello.world_size, hello.backend, hello.strategy) == (2, "gloo", strategy)
-        assert [(r.rank, r.device) for r in hello.ranks] == [(0, "cpu"), (1, "cpu")]
-        steps = of(events, ev.StepEvent)
-        assert [s.step for s in steps] == list(range(STEPS))  # every step once, in order
-        assert all([r.rank for r in s.ranks] == [0, 1] for s in steps)
-        first = steps[0]
-        assert first.ranks[0].loss != first.ranks[1].loss  # each rank trained its own batch
-        scaled = [s.loss_scale is not None for s in steps]
-        assert scaled == [preset == "amp-fp16"] * STEPS  # the (sharded) scaler ran on every step
-        assert first.step_ms == max(r.step_ms for r in first.ranks)
-        assert first.samples_per_s == pytest.approx(
-            2 * hello.samples_per_step / first.step_ms * 1000, rel=1e-4
-        )  # step_ms is written rounded to 0.1 us
-        # The loss is the global batch's, and it is what DDP's math gives, computed by hand.
-        expected = reference_losses(STEPS)
-        got = [s.loss for s in steps]
-        assert got == pytest.approx(expected, rel=1e-3)
-        assert sum(got[-4:]) < 0.7 * sum(got[:4])  # and it falls
-        done = of(events, ev.DoneEvent)[0]
-        assert done.status == "ok" and done.world_size == 2 and done.steps_done == STEPS
-        sums = [r.param_checksum for r in done.ranks]
-        assert sums[0] is not None and sums == [sums[0]] * 2  # replicas end identical
-        record = records.load_run(Path(hello.run_dir))
-        assert len(of(record.events, ev.StepEvent)) == STEPS and record.status == "ok"
-        assert record.done.ranks == done.ranks
-        assert records.read_live(Path(hello.run_dir)) is None
+        assert_trained_in_step(events, "fsdp2", "amp-fp16")
     finally:
-        assert_all_gone(pids)
+        assert_all_gone(rank_pids(events))
 
 
 def test_a_rank_that_fails_fails_the_run_naming_it(tmp_path: Path) -> None:
@@ -182,14 +184,15 @@ def free_port() -> int:
 
 
 def test_two_nodes_on_one_machine_meet_at_node_0s_endpoint(tmp_path: Path) -> None:
-    """Multi-node as a user runs it: the same command twice, each with its own --node-rank."""
+    """Multi-node as a user runs it: the same command twice, each with its own --node-rank.
+    Its two ranks are DDP's (the default strategy): they train in step, as by hand."""
     endpoint = f"127.0.0.1:{free_port()}"
 
     def node(rank: int) -> subprocess.Popen[bytes]:
         flags = ["--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", endpoint]
         return subprocess.Popen(
             [sys.executable, "-m", "ampscope", "run", "fp32", "--nproc-per-node", "1", *flags]
-            + ["--steps", "6", *FAST, "--json", "--runs-dir", str(tmp_path / f"node{rank}")],
+            + ["--steps", str(STEPS), *FAST, "--json", "--runs-dir", str(tmp_path / f"node{rank}")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=engine_env(OMP_NUM_THREADS="1"),
@@ -203,9 +206,7 @@ def test_two_nodes_on_one_machine_meet_at_node_0s_endpoint(tmp_path: Path) -> No
     events = [e for e in map(ev.decode, out0.splitlines()) if isinstance(e, ev.Event)]
     try:
         assert first.returncode == 0 and second.returncode == 0, (err0 + err1)[-3000:]
-        hello = of(events, ev.HelloEvent)[0]
-        assert hello.world_size == 2 and [r.rank for r in hello.ranks] == [0, 1]
-        assert of(events, ev.DoneEvent)[0].status == "ok"
+        assert_trained_in_step(events, "ddp", "fp32")
         assert out1 == b""  # node 1 writes no stream and no record: rank 0 speaks for the job
         assert not (tmp_path / "node1").exists()
         assert b"node 1 of 2: rank 1 trains here" in err1
