@@ -21,6 +21,7 @@ from pathlib import Path
 import msgspec
 import psutil
 
+from ampscope.cli.main import main
 from ampscope.core import comparison, ownership, records
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
@@ -44,6 +45,15 @@ SIZE = (120, 40)
 
 def run(coro) -> None:
     asyncio.run(coro)
+
+
+def cli(capsys, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``ampscope ARGV`` through ``main()`` in this process, for a command that trains in the
+    process it runs in (numerics, profile): what its own process would print and return,
+    without the seconds of torch's import."""
+    code = main(list(argv))
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(list(argv), code, said.out, said.err)
 
 
 async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 60.0) -> bool:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from ampscope.cli.main import main
 from ampscope.core import events as ev
 from ampscope.engine.run import EXIT_OK, run
+from tests.helpers import cli
 
 MODEL = Path(__file__).parent / "data" / "planted_numerics.py"
 CPU = ["device='cpu'", "warmup_steps=0"]
@@ -45,20 +45,12 @@ def test_every_n_steps_samples_those_steps_only_and_the_event_round_trips():
     assert tiny.kind == "Scale" and tiny.activation.formats["fp16"].underflow == 1.0
 
 
-@dataclass
-class Said:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def numerics_cli(capsys: pytest.CaptureFixture[str], *args: str, record: bool = False) -> Said:
+def numerics_cli(
+    capsys: pytest.CaptureFixture[str], *args: str, record: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``ampscope numerics ARGS``: the command trains in the process it runs in, so it runs in
     this one (a process of its own would cost seconds of torch's import and check no more)."""
-    argv = ["numerics", *args, "--device", "cpu"] + ([] if record else ["--no-record"])
-    code = main(argv)
-    said = capsys.readouterr()
-    return Said(code, said.out, said.err)
+    return cli(capsys, "numerics", *args, "--device", "cpu", *([] if record else ["--no-record"]))
 
 
 @pytest.mark.unit

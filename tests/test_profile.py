@@ -342,18 +342,16 @@ def test_profile_refuses_a_step_count_out_of_range(capsys: pytest.CaptureFixture
 def test_ampscope_profile_json_prints_the_split_and_keeps_the_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ampscope.cli.main import main
+    from tests.helpers import cli
 
-    code = main(
-        [
-            "profile", "mlp-demo", "--device", "cpu", "--steps", "2", "--json",
-            "--runs-dir", str(tmp_path),
-            "--set", "workload.width=64", "--set", "workload.layers=2", "--set", "batch_size=8",
-        ]
+    done = cli(
+        capsys,
+        "profile", "mlp-demo", "--device", "cpu", "--steps", "2", "--json",
+        "--runs-dir", str(tmp_path),
+        "--set", "workload.width=64", "--set", "workload.layers=2", "--set", "batch_size=8",
     )  # fmt: skip
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    data = json.loads(out.out)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
     assert data["preset"] == "mlp-demo" and data["steps"] == 2 and data["step_ms"] > 0
     assert abs(sum(data["classes"].values()) - 1.0) < 0.05
     assert {"name", "share", "calls", "class"} <= data["top_ops"][0].keys()

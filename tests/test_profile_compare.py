@@ -14,7 +14,7 @@ from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.presets import PresetsScreen
-from tests.helpers import run, shown, split_profile, terminal_output, text
+from tests.helpers import cli, run, shown, split_profile, terminal_output, text
 from tests.snapshot_runs import BF16_SPLIT, FP32_SPLIT, write_profiled_runs, write_record
 
 FP32, BF16 = split_profile(12.0, **FP32_SPLIT), split_profile(7.0, **BF16_SPLIT)
@@ -149,17 +149,15 @@ def test_profile_compare_refuses_in_a_paragraph_with_exit_2(
 
 def _profile(preset: str, runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     """``ampscope profile PRESET --json``: it trains in the process it runs in, as here."""
-    code = main(
-        [
-            "profile", preset, "--device", "cpu", "--steps", "2", "--json",
-            "--runs-dir", str(runs_dir),
-            "--set", "workload.kind='mlp'", "--set", "workload.width=64",
-            "--set", "workload.layers=2", "--set", "batch_size=8",
-        ]
+    done = cli(
+        capsys,
+        "profile", preset, "--device", "cpu", "--steps", "2", "--json",
+        "--runs-dir", str(runs_dir),
+        "--set", "workload.kind='mlp'", "--set", "workload.width=64",
+        "--set", "workload.layers=2", "--set", "batch_size=8",
     )  # fmt: skip
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    return Path(json.loads(out.out)["trace"]).parent
+    assert done.returncode == 0, done.stderr
+    return Path(json.loads(done.stdout)["trace"]).parent
 
 
 @pytest.mark.unit
