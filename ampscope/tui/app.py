@@ -1,7 +1,7 @@
 """The ampscope dashboard: the screen stack, and the run session's listener.
 
-The app decides what is shown. Runs are the session's (``tui.session``, Textual-free); screens
-ask for runs with messages (``tui.messages``) and read runs through a source (``tui.source``).
+The app decides what is shown. Runs are the session's (``tui.model.session``, Textual-free); screens
+ask for runs with messages (``tui.messages``) and read runs through a source (``tui.model.source``).
 """
 
 from __future__ import annotations
