@@ -47,8 +47,8 @@ def train_step(
     phase: Callable[[str], AbstractContextManager[object]] = no_phase,
     numerics: LoopNumerics | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """One optimizer step. Returns its ``StepMetrics``, still on the device (no sync), and
-    the milliseconds the host waited for the batch. ``phase`` marks the step's parts for a
+    """One optimizer step. Returns its figures as one device tensor in ``StepMetrics`` order,
+    not yet read back (no sync), and the milliseconds the host waited for the batch. ``phase`` marks the step's parts for a
     profile; it does nothing otherwise. ``numerics`` keeps the batch, so that a step that
     goes wrong can be run again."""
     t0 = time.perf_counter()

@@ -47,8 +47,9 @@ def build(
     link: Link | None = None,
     sizes: WorkloadSizes | None = None,
 ) -> Setup:
-    """The run as it will train; ``validation.check_run`` said first that it can run here, and
-    ``sizes`` are the workload's it resolved (None: resolved here)."""
+    """The run as it will train. The session calls this after ``validation.require_runnable``
+    has said that the run can go ahead here, with the sizes that check resolved (None: resolved
+    here, as a test or a benchmark builds a run directly)."""
     policy = policy or precision_policy(preset)
     link = link or SoloLink()
     torch.manual_seed(preset.seed)

@@ -7,7 +7,8 @@ title change; each redraw rasterises the series into the frame's canvas with plo
 mapping and glyph tables, and hands rows of (text, colour) runs to the widget. A redraw costs
 a pass over the points and the cells, with no text round trip.
 
-Textual-free: ``ampscope.tui.widgets.plots`` turns the runs into strips.
+The widget itself is ``textual_plotext``'s ``Plot``; ``ampscope.tui.widgets.plots`` turns the
+runs into the series drawn here.
 """
 
 from __future__ import annotations
