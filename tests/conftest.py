@@ -34,7 +34,8 @@ value: an orphan (a forked child, a torchrun rank in a session of its own, whose
 gone) still carries it in ``/proc/PID/environ``."""
 os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
 
-TIERS = ("unit", "subprocess", "slow")
+TIERS = ("unit", "ui", "subprocess", "slow")
+IN_PROCESS = ("unit", "ui")
 
 
 def tiers_of(item: pytest.Item) -> set[str]:
@@ -42,30 +43,41 @@ def tiers_of(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test names its tier, so that `-m unit` is the quick tier: unit alone, or
-    subprocess, slow or both (a torchrun test starts processes and takes tens of seconds)."""
+    """Every test names its tier, so that `-m unit` is the quick tier of pure logic and `-m ui`
+    the dashboard's headless tests: unit alone, ui alone, or subprocess, slow or both (a
+    torchrun test starts processes and takes tens of seconds)."""
     wrong = []
     for item in items:
         tiers = tiers_of(item)
-        if not tiers or ("unit" in tiers and len(tiers) > 1):
+        alone = any(t in tiers for t in IN_PROCESS)
+        if not tiers or (alone and len(tiers) > 1):
             wrong.append(f"{item.nodeid} ({', '.join(sorted(tiers)) or 'no tier'})")
     if wrong:
         raise pytest.UsageError(
-            "every test needs the mark unit alone, or subprocess and/or slow:\n  "
+            "every test needs the mark unit or ui alone, or subprocess and/or slow:\n  "
             + "\n  ".join(wrong)
         )
 
 
 @pytest.fixture(autouse=True)
-def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch) -> None:
-    """A test marked unit runs in this process: one that starts a child is in the wrong tier."""
-    if tiers_of(request.node) != {"unit"}:
+def _in_process_tiers_stay_in_their_lane(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """A test marked unit or ui runs in this process: one that starts a child is in the wrong
+    tier. A unit test drives no dashboard either: an app under Pilot is the ui tier's."""
+    tiers = tiers_of(request.node)
+    if not tiers or tiers - set(IN_PROCESS):
         return
 
     def refuse(self, *args, **kwargs):
-        raise AssertionError("a test marked unit started a child process: mark it subprocess")
+        raise AssertionError("a test marked unit or ui started a child process: mark it subprocess")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    if tiers == {"unit"}:
+        import textual.app as textual_app  # loaded here, so that a test importing it late is caught
+
+        def no_app(self, *args, **kwargs):
+            raise AssertionError("a test marked unit ran the dashboard under Pilot: mark it ui")
+
+        monkeypatch.setattr(textual_app.App, "run_test", no_app)
 
 
 @pytest.fixture(autouse=True)

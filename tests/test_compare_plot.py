@@ -15,8 +15,6 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.widgets.overlay_plot import OverlayPlot
 from tests.helpers import done, hello, run, shown, step, wait_for
 
-pytestmark = pytest.mark.unit
-
 
 def record(root: Path, preset: str, first: float, rest: float) -> records.RunRecord:
     run_dir = records.new_run_dir(root, preset)
@@ -27,6 +25,7 @@ def record(root: Path, preset: str, first: float, rest: float) -> records.RunRec
     return records.load_run(run_dir)
 
 
+@pytest.mark.unit
 def test_the_ceiling_is_four_times_the_slowest_runs_median() -> None:
     series = [("a", [0, 1, 2, 3], [9000.0, 10.0, 10.0, 10.0]), ("b", [0, 1, 2, 3], [30.0] * 4)]
     clipped, ceiling, count = clip_outliers_across(series)
@@ -35,6 +34,7 @@ def test_the_ceiling_is_four_times_the_slowest_runs_median() -> None:
     assert clip_outliers_across([("a", [0, 1, 2], [10.0, 11.0, 12.0])])[1:] == (None, 0)
 
 
+@pytest.mark.ui
 def test_compare_clips_compile_steps_and_says_so(tmp_path: Path) -> None:
     runs = [
         record(tmp_path, "compile-default", 25_000.0, 40.0),

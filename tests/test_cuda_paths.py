@@ -61,7 +61,7 @@ def test_tf32_getters_agree_whatever_the_previous_state() -> None:
     set_matmul_precision(False)
 
 
-@pytest.mark.unit
+@pytest.mark.slow  # inductor lowers a convolution: seconds of compiler work
 def test_tf32_reaches_inductors_convolution_templates() -> None:
     """inductor's Triton convolution templates take ``ALLOW_TF32`` from cuDNN's own
     ``fp32_precision`` (torch/_inductor/kernel/conv.py); on an H200 the tf32 preset's compiled

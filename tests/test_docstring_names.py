@@ -4,6 +4,7 @@ follows them, and a move or rename that leaves one behind fails here."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -19,6 +20,11 @@ NOT_PYTHON = {
     "engine.log": "the engine's log file in a run's folder",
     "ampscope.forward": "the name of a profiler range",
 }
+
+
+@functools.cache
+def _body(path: Path) -> list[ast.stmt]:
+    return ast.parse(path.read_text()).body
 
 
 def _module_file(parts: list[str]) -> Path | None:
@@ -58,7 +64,7 @@ def resolves(dotted: str) -> bool:
         path = _module_file(parts[:cut])
         if path is None:
             continue
-        body = ast.parse(path.read_text()).body
+        body = _body(path)
         for name in parts[cut:]:
             found = _defined(body).get(name)
             if found is None:
@@ -67,7 +73,7 @@ def resolves(dotted: str) -> bool:
         return True
     if not parts:
         return True
-    top_level = _defined(ast.parse((PACKAGE / "__init__.py").read_text()).body)
+    top_level = _defined(_body(PACKAGE / "__init__.py"))
     return len(parts) == 1 and parts[0] in top_level
 
 

@@ -12,7 +12,7 @@ from tests import helpers
 from tests.helpers import shown, wait_for
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_right_on_the_tab_bar_then_down_and_enter_runs_a_demo(tmp_path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)

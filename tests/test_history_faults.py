@@ -65,7 +65,7 @@ def bad_records(root: Path) -> int:
     return 8
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_bad_records_are_listed_opened_and_compared_without_a_traceback(tmp_path: Path) -> None:
     count = bad_records(tmp_path)
 
@@ -99,7 +99,7 @@ def test_bad_records_are_listed_opened_and_compared_without_a_traceback(tmp_path
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize("value", [HUGE, -HUGE, math.inf, -math.inf, math.nan, 1e-308, 5e-324])
 def test_values_near_the_float_limit_never_crash_the_plots(value: float, tmp_path: Path):
     events = [hello()]
@@ -123,7 +123,7 @@ def test_values_near_the_float_limit_never_crash_the_plots(value: float, tmp_pat
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_10_mb_warning_is_cut_and_the_log_stays_bounded(tmp_path: Path) -> None:
     huge = "W" * 10_000_000
     events = [hello(), step(0)]
@@ -148,7 +148,7 @@ def test_a_10_mb_warning_is_cut_and_the_log_stays_bounded(tmp_path: Path) -> Non
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_q_quits_while_a_record_is_still_loading(tmp_path: Path, monkeypatch) -> None:
     """A record on a slow disk: the view is up at once, reads in a thread, and q works."""
     import threading

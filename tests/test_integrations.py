@@ -16,7 +16,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from tests.helpers import events_of
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.slow  # Lightning and Transformers take seconds to import
 
 
 def only_run(root: Path) -> records.RunRecord:

@@ -102,7 +102,7 @@ def model_record(root: Path, preset: str, model: str | None) -> Path:
     return run_dir
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_history_has_a_model_column_and_compare_names_the_models(tmp_path: Path) -> None:
     model_record(tmp_path, "fp32", "seqclf")
     model_record(tmp_path, "amp-bf16", "seqclf")
@@ -128,7 +128,7 @@ def test_history_has_a_model_column_and_compare_names_the_models(tmp_path: Path)
     helpers.run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_compare_of_one_model_names_it_in_the_title(tmp_path: Path) -> None:
     runs = [records.load_run(model_record(tmp_path, p, "seqclf")) for p in ("fp32", "bf16")]
 
@@ -213,7 +213,7 @@ def test_the_memory_plan_of_a_model_dashboard_plans_the_users_model(tmp_path: Pa
     helpers.run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_the_presets_form_of_a_model_dashboard_shows_the_model_not_workload_gpt(
     tmp_path: Path,
 ) -> None:

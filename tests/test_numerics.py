@@ -281,8 +281,14 @@ def test_on_cuda_a_sampled_step_never_waits_for_the_gpu():
     assert [type(e) for e in got] == [ev.NumericsEvent]
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("numel", [1000, 100_000, 5_000_000])
+@pytest.mark.parametrize(
+    "numel",
+    [
+        pytest.param(1000, marks=pytest.mark.unit),
+        pytest.param(100_000, marks=pytest.mark.unit),
+        pytest.param(5_000_000, marks=pytest.mark.slow),  # beyond a chunk: two reads
+    ],
+)
 def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     """Magnitudes spread over 2**-40 to 2**20 (zeros, infs and NaNs among them), measured whole
     (a small tensor), a count per boundary (a large one) and in two reads (beyond a chunk)."""

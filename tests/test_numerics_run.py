@@ -130,7 +130,7 @@ def test_watch_numerics_every_records_the_planted_layer(tmp_path):
 FOREIGN = Path(__file__).parent / "data" / "planted_foreign.py"
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize(
     ("factory", "planted"),
     [("make_gpt2", "transformer.h.1.mlp.c_fc"), ("make_encoder", "encoder.layers.1.linear1")],

@@ -113,7 +113,7 @@ def test_repeated_blocks_share_a_row_and_the_first_inf_is_marked():
     assert boost.cells[-1] < 0  # beyond fp16's 65504
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize("size", SIZES)
 def test_numerics_view(size):
     async def go() -> None:
@@ -139,7 +139,7 @@ def test_numerics_view(size):
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_run_without_numerics_says_why():
     async def go() -> None:
         app = AmpscopeApp(runs_dir=Path("runs"))
@@ -171,7 +171,7 @@ def many_layer_events() -> list[ev.NumericsEvent]:
     ]
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_many_layers_scroll_and_the_header_says_how_many_were_measured():
     async def go() -> None:
         app = AmpscopeApp(runs_dir=Path("runs"))

@@ -81,7 +81,7 @@ def test_without_step_times_classes_compare_by_share_and_cpu_against_gpu_says_so
     assert "(CPU op time vs GPU kernel time: not like for like)" in line
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_the_profile_lines_show_run_names_literally(tmp_path: Path) -> None:
     name = "[red]evil[/] [/x]\x1b[2J"
     paths = [
@@ -177,7 +177,7 @@ def test_real_profiles_of_fp32_and_amp_bf16_on_a_cpu_compare_by_matmul_format(
     )
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_sweep_with_repeats_compares_each_rows_profile_whichever_repeat_took_it(
     tmp_path: Path,
 ) -> None:

@@ -31,7 +31,7 @@ def live_state(run_dir: Path | None, **kw) -> RunState:
     return state
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_p_asks_the_running_engine_and_the_answer_replaces_the_waiting_line(
     tmp_path: Path,
 ) -> None:
@@ -58,7 +58,7 @@ def test_p_asks_the_running_engine_and_the_answer_replaces_the_waiting_line(
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize(
     ("kind", "why"),
     [

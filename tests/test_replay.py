@@ -49,7 +49,7 @@ def test_examples_are_complete_records() -> None:
     assert nan.done.status == "failed" and any(isinstance(e, ev.ErrorEvent) for e in nan.events)
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_replay_reaches_the_end_with_the_records_summary() -> None:
     record = records.load_run(example())
 
@@ -78,7 +78,7 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_replay_of_a_nan_run_numbers_its_steps_one_way() -> None:
     """The header counts the steps done; the event log and the messages name a step by its
     number from 0, as the record does: 2 steps done, the second one (step 1) went NaN."""
@@ -100,7 +100,7 @@ def test_a_replay_of_a_nan_run_numbers_its_steps_one_way() -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_pause_and_seek() -> None:
     async def go() -> None:
         app = AmpscopeApp()
@@ -148,7 +148,7 @@ def test_speed_scales_the_clock() -> None:
     assert slow.position == pytest.approx(0.5)  # paused: the clock stands
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys) -> None:
     assert cli_main(["replay", "--speed", "500"]) == 2
     assert "--speed" in capsys.readouterr().err
@@ -230,7 +230,7 @@ def test_a_newer_schema_is_read_for_what_is_known_and_said_once() -> None:
     assert not [e for e in same.log if e.level == "warning"]
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_the_run_view_says_a_record_is_from_a_newer_schema(tmp_path: Path) -> None:
     record = records.load_run(example())
     run_dir = tmp_path / "20260101T000000Z-amp-fp16"
@@ -263,7 +263,7 @@ def test_a_replay_sought_back_to_its_start_still_names_the_runs_settings() -> No
     assert source.label().endswith("at 1x")
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize("how", ["replay", "attach"])
 def test_a_record_with_numerics_shows_them_in_replay_and_attach(tmp_path: Path, how: str) -> None:
     """An engine run whose skipped step 3 was run again: its record, replayed or attached to,

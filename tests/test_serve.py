@@ -36,7 +36,7 @@ def alive(proc: subprocess.Popen) -> bool:
         return False
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, read_only=True)

@@ -60,7 +60,7 @@ def readme_rows(table: list[tuple[int, float, float]]) -> list[str]:
     ]
 
 
-@pytest.mark.unit
+@pytest.mark.slow  # 4,000 simulated benches a cell: tens of seconds, out of the quick tier
 def test_false_positives_stay_under_five_percent_and_power_rises_with_repeats() -> None:
     """4,000 simulated benches per cell, each through row_from_runs and compare.
 

@@ -39,7 +39,7 @@ from tests.snapshot_runs import (
     write_profiled_runs,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.ui
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
 

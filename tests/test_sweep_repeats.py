@@ -68,7 +68,7 @@ def test_a_sweep_with_repeats_runs_interleaved_and_records_one_row_a_preset(
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_repeats_set_on_the_presets_screen_give_compare_a_speed_verdict(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -106,7 +106,7 @@ def test_repeats_set_on_the_presets_screen_give_compare_a_speed_verdict(tmp_path
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_sweep_of_presets_that_train_different_models_keeps_its_baseline(
     tmp_path: Path,
 ) -> None:
@@ -139,7 +139,7 @@ def test_a_sweep_of_presets_that_train_different_models_keeps_its_baseline(
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_sweep_the_user_declines_to_start_keeps_its_marks(tmp_path: Path) -> None:
     """w while a run goes on asks first; 'no' keeps the run, and the marks too (they were
     lost: the presets had to be marked again)."""

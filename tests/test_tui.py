@@ -59,7 +59,7 @@ def test_parse_autostart() -> None:
 # --------------------------------------------------------------------------- the app
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -144,7 +144,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> None:
     """The screens' flow, with engines that end at once (the real engine reaching the Run view
     is the live-run test's): each run is shown, and ``r`` in the last one runs it again there."""
@@ -300,7 +300,7 @@ def test_the_served_viewer_and_the_app_refuse_the_same_refresh(capsys) -> None:
             AmpscopeApp(refresh_hz=bad)
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_every_key_binding_has_an_id_a_keymap_can_move(tmp_path: Path) -> None:
     from textual.binding import Binding
 
@@ -331,7 +331,7 @@ def test_every_key_binding_has_an_id_a_keymap_can_move(tmp_path: Path) -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_names_from_records_show_as_written_never_as_markup(tmp_path: Path) -> None:
 
     name = "[red]evil[/] [/x]\x1b[2J"
@@ -358,7 +358,7 @@ def test_names_from_records_show_as_written_never_as_markup(tmp_path: Path) -> N
     assert run_dir.is_dir()
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_feed_replaced_before_it_ran_leaves_no_coroutine_never_awaited(tmp_path: Path) -> None:
     """A restart then the next run show two sources in a row: the first feed is cancelled
     before it starts. It must not have been made a coroutine yet (a dropped one makes Python

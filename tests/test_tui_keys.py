@@ -83,7 +83,7 @@ def test_the_footer_keeps_run_help_and_quit_when_space_is_short() -> None:
     assert sum(len(i.display) + 1 + len(i.description) for i in shown) + 2 * 2 <= 22
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_starting_a_run_while_one_runs_asks_first(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
@@ -114,7 +114,7 @@ def test_starting_a_run_while_one_runs_asks_first(tmp_path: Path) -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
@@ -145,7 +145,7 @@ def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
     tmp_path: Path,
 ) -> None:
@@ -167,7 +167,7 @@ def test_after_a_run_two_marked_presets_show_w_in_the_footer_at_80_columns(
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_run_view_says_none_recorded_once_a_run_without_samples_ends(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)
@@ -216,7 +216,7 @@ def test_v_returns_to_an_attached_run_and_its_keys_all_work(tmp_path: Path) -> N
         sleeper.wait()
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize(
     "open_it",
     [
@@ -245,7 +245,7 @@ def test_every_screen_has_help_listing_its_keys(tmp_path: Path, open_it) -> None
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_help_says_why_a_key_does_nothing(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -260,7 +260,7 @@ def test_help_says_why_a_key_does_nothing(tmp_path: Path) -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_the_palette_reaches_every_screen(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -288,7 +288,7 @@ def test_the_palette_reaches_every_screen(tmp_path: Path) -> None:
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_keys_toml_moves_a_key_and_a_bad_line_is_said(tmp_path: Path, monkeypatch) -> None:
     config = tmp_path / "config"
     (config / "ampscope").mkdir(parents=True)
@@ -323,7 +323,7 @@ def test_key_names_are_checked_as_textual_reads_them() -> None:
     assert keymap == {} and problems == []
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_replay_stream_shows_steps_and_no_engine_keys(tmp_path: Path) -> None:
     from ampscope.tui.model.replay import ReplaySource
 
@@ -353,7 +353,7 @@ def test_the_run_header_breaks_between_its_parts_never_inside_one() -> None:
     assert len(first) <= 60 and first.endswith("compile off") and second == "end 100% · 20x"
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 @pytest.mark.parametrize(
     ("line", "taken"),
     [('"presets.run" = "h"', "'presets.history'"), ('"presets.run" = "ctrl+c"', "Textual's")],
@@ -400,7 +400,7 @@ def test_a_keys_toml_line_that_takes_another_bindings_key_is_refused_and_named(
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_toast_about_the_last_run_goes_when_the_run_is_restarted(tmp_path: Path) -> None:
     async def go() -> None:
         app, engines = app_with_fake_engines(tmp_path)

@@ -211,7 +211,7 @@ def test_user_and_record_text_is_shown_literally_on_every_screen(
         sleeper.wait()
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_a_path_with_brackets_in_the_save_dialog_shows_as_written(tmp_path: Path, monkeypatch):
     home = tmp_path / "[red]home[/]"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))

@@ -16,7 +16,7 @@ from tests.helpers import run, shown, text, wait_for, write_finished_record
 LONG = "a-preset-with-a-longer-name"
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_history_and_compare_at_80_columns_say_that_final_loss_is_hidden(tmp_path: Path) -> None:
     for ms in (10.0, 5.0):
         write_finished_record(tmp_path, LONG, ms)

@@ -26,7 +26,7 @@ def cells(table, column: int | str) -> list[str]:
     return [str(table.get_row_at(i)[column]) for i in range(table.row_count)]
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -78,7 +78,7 @@ def test_format_explorer_shows_overflow_underflow_and_the_demos(tmp_path: Path) 
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_memory_planner_from_a_preset_and_from_a_count(tmp_path: Path) -> None:
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
@@ -118,7 +118,7 @@ def cli_train_total(preset: str, regime: str) -> int:
     ]
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_the_memory_plan_shows_every_column_at_120x40_and_scrolls_to_them_at_80x24(
     tmp_path: Path,
 ) -> None:
