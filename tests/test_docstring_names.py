@@ -100,6 +100,6 @@ def test_every_dotted_name_a_docstring_cites_resolves() -> None:
 def test_the_resolver_tells_a_stale_name_from_a_real_one() -> None:
     assert resolves("ampscope.core.records")
     assert resolves("ampscope.watch")  # lazily loaded, named in __all__
-    assert resolves("tui.model.session")
-    assert not resolves("tui.session")
+    assert resolves("tui.model.replay")
+    assert not resolves("tui.replay")
     assert not resolves("ampscope.core.records.NoSuchThing")
