@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from torch._dynamo.utils import counters
-
 from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
+from ampscope.engine.private_apis import dynamo_counters
 
 Snapshot = tuple[int, int, int, int]  # graphs, frames, graph breaks, CUDA-graph skips
 
 
 def snapshot() -> Snapshot:
+    counters = dynamo_counters()
     graphs = int(counters["stats"].get("unique_graphs", 0))
     frames = int(counters["frames"].get("total", 0))
     breaks = int(sum(counters["graph_break"].values()))
@@ -59,7 +59,9 @@ class CompileWatch:
                 frames=frames,
                 recompiles=max(0, graphs - self.first_graphs),
                 graph_breaks=breaks,
-                break_reasons={str(k)[:200]: int(v) for k, v in counters["graph_break"].items()},
+                break_reasons={
+                    str(k)[:200]: int(v) for k, v in dynamo_counters()["graph_break"].items()
+                },
                 cudagraph_skips=skips,
                 compile_s=compile_s,
             ),

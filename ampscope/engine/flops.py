@@ -30,10 +30,10 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
 
 from ampscope.core import events as ev
+from ampscope.engine.private_apis import TorchDispatchMode
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 Forward = Callable[[nn.Module, Any], Any]

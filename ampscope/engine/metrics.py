@@ -17,6 +17,7 @@ from ampscope.core import events as ev
 from ampscope.core.host_memory import HostPeak
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.link import RankFigures
+from ampscope.engine.private_apis import initial_scale, live_scale
 from ampscope.engine.probe import FinishedStep
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
@@ -106,10 +107,9 @@ def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tenso
     runs with. ``nan`` (a device scalar) without a GradScaler."""
     if not scaler.is_enabled():
         return nan
-    scale = getattr(scaler, "_scale", None)
+    scale = live_scale(scaler)
     if scale is None:
-        init = float(getattr(scaler, "_init_scale", math.nan))
-        return torch.full((), init, dtype=torch.float32, device=nan.device)
+        return torch.full((), initial_scale(scaler), dtype=torch.float32, device=nan.device)
     return scale.detach().clone().float().reshape(())
 
 

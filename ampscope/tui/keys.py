@@ -16,10 +16,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from textual.binding import Binding
-from textual.keys import Keys, _character_to_key, key_to_character
+from textual.keys import Keys, key_to_character
 
 from ampscope.core.config import user_config_dir
 from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
+from ampscope.tui.private_apis import character_to_key
 
 KEYS_FILE = "keys.toml"
 MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
@@ -93,7 +94,7 @@ def normalise(keys: str) -> str:
         key = key.strip()
         *mods, base = key.split("+")
         if len(base) == 1:
-            base = _character_to_key(base)
+            base = character_to_key(base)
         elif not mods:
             base = base.lower()
         out.append("+".join([*(m.lower() for m in mods), base]))

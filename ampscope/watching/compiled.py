@@ -42,9 +42,9 @@ class CompileTracker:
         if counters is None:
             if "torch._dynamo" not in sys.modules:
                 return
-            from torch._dynamo.utils import counters
+            from ampscope.engine.private_apis import dynamo_counters
 
-            self._counters = counters
+            counters = self._counters = dynamo_counters()
         frames = counters["frames"].get("total", 0)
         if frames == self._frames_seen:
             return

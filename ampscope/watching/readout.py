@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ampscope.core.host_memory import HostPeak
+from ampscope.engine.private_apis import initial_scale, live_scale
 from ampscope.engine.probe import FinishedStep, make_probe
 
 NAN = math.nan
@@ -90,24 +91,11 @@ def host_lr(lr: Any) -> float:
     return float(lr) if isinstance(lr, (int, float)) else 0.0
 
 
-def _live_scale(scaler: Any) -> torch.Tensor | None:
-    """The scaler's current scale tensor (None before its first ``scale()``, or when off)."""
-    if scaler is None or not scaler.is_enabled():
-        return None
-    return getattr(scaler, "_scale", None)
-
-
-def _init_scale(scaler: Any) -> float:
-    if scaler is None or not scaler.is_enabled():
-        return NAN
-    return float(getattr(scaler, "_init_scale", NAN))
-
-
 class HostReadout:
     def __init__(self, scaler: Any) -> None:
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
-        live = _live_scale(scaler)
-        self._previous = float(live.item()) if live is not None else _init_scale(scaler)
+        live = live_scale(scaler)
+        self._previous = float(live.item()) if live is not None else initial_scale(scaler)
         self.landed: deque[Raw] = deque()
         self._t0 = time.perf_counter()
 
@@ -158,11 +146,11 @@ class DeviceReadout:
         self.device = device
         self.scaler = scaler
         self.nan = torch.full((), NAN, device=device)
-        live = _live_scale(scaler)
+        live = live_scale(scaler)
         if live is not None:
             self._previous = live.detach().clone().float().reshape(())
         else:
-            self._previous = torch.full((), _init_scale(scaler), device=device)
+            self._previous = torch.full((), initial_scale(scaler), device=device)
         self.landed: deque[Raw] = deque()
         # per step in flight, what the host knows: loss, grad norm, tokens, given?, samples, lr
         self._host: deque[tuple[Any, ...]] = deque()
@@ -197,7 +185,7 @@ class DeviceReadout:
         norm_t, norm_h = self._split(grad_norm)
         zeros_t, _ = self._split(zeros)
         tokens_t, tokens_h = self._split(tokens)
-        live = _live_scale(self.scaler)
+        live = live_scale(self.scaler)
         scale = live.detach().clone().float().reshape(()) if live is not None else self._previous
         metrics = torch.stack([loss_t, norm_t, self._previous, scale, zeros_t, tokens_t])
         self._previous = scale

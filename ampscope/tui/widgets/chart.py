@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from plotext._dict import braille_codes, hd_codes
 from textual_plotext.plot import Plot
+
+from ampscope.tui.private_apis import braille_codes, hd_codes
 
 Run = tuple[str, "str | None"]
 """A stretch of one row: its text, and a plotext colour name (None: the widget's colour)."""

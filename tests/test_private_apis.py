@@ -1,0 +1,57 @@
+"""The private torch, Textual and plotext APIs ampscope reads, each checked against the
+installed release: after an upgrade, the test that fails names the API that moved."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ampscope.engine import private_apis as torch_private
+from ampscope.tui import private_apis as ui_private
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_scalers_live_scale_is_the_tensor_get_scale_reads() -> None:
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    assert torch_private.live_scale(scaler) is None  # before its first scale()
+    assert torch_private.initial_scale(scaler) == 1024.0
+    scaler.scale(torch.ones(()))
+    live = torch_private.live_scale(scaler)
+    assert isinstance(live, torch.Tensor) and live.item() == scaler.get_scale() == 1024.0
+    off = torch.amp.GradScaler("cpu", enabled=False)
+    assert torch_private.live_scale(off) is None and math.isnan(torch_private.initial_scale(off))
+
+
+def test_dynamos_counters_are_the_mapping_the_compile_events_read() -> None:
+    counters = torch_private.dynamo_counters()
+    from torch._dynamo.utils import counters as dynamos
+
+    assert counters is dynamos
+    for table in ("frames", "stats", "graph_break", "inductor"):
+        assert isinstance(counters[table].get("total", 0), int)
+
+
+def test_a_dispatch_mode_sees_every_aten_op() -> None:
+    seen = []
+
+    class Seen(torch_private.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        torch.ones(2, 3) @ torch.ones(3, 4)
+    assert torch.ops.aten.mm.default in seen
+
+
+def test_textual_names_the_key_a_character_types() -> None:
+    assert ui_private.character_to_key("?") == "question_mark"
+    assert ui_private.character_to_key("a") == "a"
+
+
+def test_plotexts_glyph_tables_hold_a_glyph_for_every_cell_pattern() -> None:
+    assert len(ui_private.braille_codes) >= 2**8 - 1
+    assert len(ui_private.hd_codes) >= 2**4 - 1
