@@ -204,3 +204,11 @@ def test_piping_into_head_is_no_error() -> None:
         check=True,
     )
     assert proc.stdout == "1\n" and "Traceback" not in proc.stderr and "Error" not in proc.stderr
+
+
+@pytest.mark.unit
+def test_a_preset_without_debug_faults_says_so_and_one_with_them_says_so() -> None:
+    """The training step calls the fault hook only for a preset that sets a fault."""
+    assert not cfg.Debug().configured
+    assert cfg.Debug(inf_loss_at_step=3).configured and cfg.Debug(raise_at_step=1).configured
+    assert not cfg.Debug(rank=1).configured  # a rank alone strikes nothing

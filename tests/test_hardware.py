@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import hardware, memory_plan, peaks
+from ampscope.core import hardware, memory_plan
 
 # Device names as torch.cuda.get_device_name / nvidia-smi print them, and the row each means.
 NAMES = {
@@ -56,13 +56,13 @@ def test_every_row_is_found_by_some_name_and_is_sourced() -> None:
 @pytest.mark.unit
 def test_the_boards_the_old_table_confused() -> None:
     """Variants that used to get another board's figures (datasheet values, dense)."""
-    assert peaks.peak_tflops("NVIDIA GeForce RTX 3090 Ti", "bf16")[0] == 80.0  # not 71
-    assert peaks.peak_tflops("NVIDIA GeForce RTX 4090 D", "bf16")[0] == 147.2  # not 165.2
-    assert peaks.peak_tflops("Tesla V100-PCIE-16GB", "fp16")[0] == 112.0  # not 125
-    assert peaks.peak_tflops("Tesla V100S-PCIE-32GB", "fp16")[0] == 130.0
-    assert peaks.peak_tflops("NVIDIA GB200", "bf16")[0] == 2500.0  # not B200's 2250
+    assert hardware.peak_tflops("NVIDIA GeForce RTX 3090 Ti", "bf16")[0] == 80.0  # not 71
+    assert hardware.peak_tflops("NVIDIA GeForce RTX 4090 D", "bf16")[0] == 147.2  # not 165.2
+    assert hardware.peak_tflops("Tesla V100-PCIE-16GB", "fp16")[0] == 112.0  # not 125
+    assert hardware.peak_tflops("Tesla V100S-PCIE-32GB", "fp16")[0] == 130.0
+    assert hardware.peak_tflops("NVIDIA GB200", "bf16")[0] == 2500.0  # not B200's 2250
     # An SXM H100 capped at 450 W by its administrator is still an SXM H100.
-    value, note = peaks.peak_tflops("NVIDIA H100 80GB HBM3", "bf16", power_limit_w=450.0)
+    value, note = hardware.peak_tflops("NVIDIA H100 80GB HBM3", "bf16", power_limit_w=450.0)
     assert value == 989.4 and note == "H100 SXM dense bf16 datasheet peak"
 
 
@@ -76,9 +76,9 @@ def test_power_limit_decides_only_for_a_bare_name() -> None:
 @pytest.mark.unit
 def test_unknown_boards_and_dtypes_say_why() -> None:
     assert hardware.identify("NVIDIA A10G") is None  # not an A10: no datasheet peak to use
-    value, note = peaks.peak_tflops("Some Accelerator", "bf16")
+    value, note = hardware.peak_tflops("Some Accelerator", "bf16")
     assert value is None and "set peak_tflops" in note
-    value, note = peaks.peak_tflops("Tesla T4", "bf16")
+    value, note = hardware.peak_tflops("Tesla T4", "bf16")
     assert value is None and note == "T4 has no bf16 Tensor Core peak in the table"
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core.numerics import LIMITS, choose_modules, derive_limits, group_names
+from ampscope.core.numerics import FORMATS, LIMITS, Limits, choose_modules, group_names
 from ampscope.engine.numerics.probe import NumericsProbe
 
 DATA = Path(__file__).parent / "data" / "planted_numerics.py"
@@ -148,6 +148,25 @@ def test_shares_match_torch_casts(factory):
         assert tiny.formats["fp16"].underflow > 0.9
         assert tiny.formats["bf16"].underflow == 0
         assert tiny.formats["e4m3"].scaled_underflow < 0.1  # amax scaling rescues it
+
+
+def derive_limits(key: str) -> Limits:
+    """The boundaries of ``key`` derived by real casts (ml_dtypes)."""
+    import numpy as np
+
+    from ampscope.core.formats import convert, get_format
+
+    def next_up(x: float) -> float:
+        return float(np.nextafter(np.float32(x), np.float32(np.inf)))
+
+    fmt = get_format(FORMATS[key])
+    largest, smallest = fmt.max, fmt.smallest_subnormal
+    step_at_max = 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
+    tie = largest + step_at_max / 2
+    overflow_at = tie if not math.isfinite(convert(tie, fmt)) else next_up(tie)
+    half = smallest / 2
+    zero_below = next_up(half) if convert(half, fmt) == 0 else half
+    return Limits(key, largest, smallest, float(np.float32(overflow_at)), zero_below)
 
 
 @pytest.mark.unit

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.core import profiles
+from ampscope.core import profile_compare, profiles
 from ampscope.core.profile_rules import OpTime, op_class, short_dtype
 
 
@@ -186,7 +186,7 @@ def test_the_advice_names_the_largest_cost_and_the_diff_says_what_moved() -> Non
         timing="device",
         idle_us=184,
     )
-    line = profiles.diff_line(fp32, bf16)
+    line = ", ".join(profile_compare.change_parts(fp32, bf16))
     assert "matmul \u221268 %" in line and "elementwise +12 % (casts)" in line
     idle = _profile("device", idle_us=1400, matmul=300)
     assert "idle" in profiles.advice(idle) and "torch.compile" in profiles.advice(idle)

@@ -13,7 +13,6 @@ from ampscope.tui.model.figures import (
     cards,
     loss_series,
     memory_series,
-    points_for_width,
     step_time_series,
     thin,
     util_series,
@@ -141,14 +140,14 @@ def test_thinning_keeps_two_points_a_column_and_the_spikes() -> None:
     ys = [1.0] * 4096
     ys[1234] = 50.0  # a single stalled step must survive thinning
     columns = 60
-    tx, ty = thin(xs, ys, points_for_width(columns))
+    tx, ty = thin(xs, ys, 2 * columns)
     assert len(tx) <= 2 * columns and len(tx) >= columns
     assert max(ty) == 50.0 and tx == sorted(tx)
     assert thin([1, 2, 3], [3, 2, 1], 100) == ([1, 2, 3], [3, 2, 1])
     state = RunState()
     for i in range(3000):
         state.ingest(step(i, loss=math.nan if i == 5 else 1.0))
-    xs2, _ = step_time_series(state, points_for_width(columns))
+    xs2, _ = step_time_series(state, 2 * columns)
     assert len(xs2) <= 2 * columns
     (lx, _), _ = loss_series(state, 10_000)
     assert 5 not in lx  # non-finite losses are not plotted

@@ -89,6 +89,11 @@ class Debug(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     raise_at_step: StepIndex = 0
     rank: Annotated[int, Meta(ge=0, le=1 << 20)] | None = None  # the one rank struck; unset: all
 
+    @property
+    def configured(self) -> bool:
+        """Any fault set: the step calls the fault hook only then."""
+        return self.inf_loss_at_step > 0 or self.raise_at_step > 0
+
 
 class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: Annotated[str, Meta(min_length=1, max_length=200)]

@@ -41,25 +41,6 @@ class Limits:
     zero_below: float
 
 
-def derive_limits(key: str) -> Limits:
-    """The boundaries of ``key`` derived by real casts (ml_dtypes), for ``LIMITS``' test."""
-    import numpy as np
-
-    from ampscope.core.formats import convert, get_format
-
-    def next_up(x: float) -> float:
-        return float(np.nextafter(np.float32(x), np.float32(np.inf)))
-
-    fmt = get_format(FORMATS[key])
-    largest, smallest = fmt.max, fmt.smallest_subnormal
-    step_at_max = 2.0 ** (fmt.max_exponent - fmt.mantissa_bits)
-    tie = largest + step_at_max / 2
-    overflow_at = tie if not math.isfinite(convert(tie, fmt)) else next_up(tie)
-    half = smallest / 2
-    zero_below = next_up(half) if convert(half, fmt) == 0 else half
-    return Limits(key, largest, smallest, float(np.float32(overflow_at)), zero_below)
-
-
 # Written out, so that reading a record never loads numpy and ml_dtypes (the dashboard starts
 # without them); tests/test_numerics.py derives each from real casts and compares.
 LIMITS = {

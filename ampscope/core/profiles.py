@@ -223,13 +223,6 @@ def change_text(row: ClassChange, before: ev.ProfileEvent, after: ev.ProfileEven
     return f"{CLASSES[row.cls]} {amount}{why}".replace("-", "\u2212")
 
 
-def diff_line(before: ev.ProfileEvent, after: ev.ProfileEvent, most: int = 3) -> str:
-    """'matmul -68 %, elementwise +12 % (casts)': the classes that moved most."""
-    parts = [change_text(row, before, after) for row in diff(before, after)[:most]]
-    step = f"step {fmt_ms(before.step_ms)} -> {fmt_ms(after.step_ms)}"
-    return f"{step}: " + ", ".join(parts) if parts else step
-
-
 def to_json(profile: ev.ProfileEvent, preset: str) -> dict[str, Any]:
     """The object ``ampscope profile --json`` prints."""
     out: dict[str, Any] = {"preset": preset}

@@ -22,7 +22,7 @@ def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from ampscope.core.peaks import identify
+    from ampscope.core.hardware import identify
     from ampscope.engine.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
     from ampscope.engine.telemetry import nvml_report
 

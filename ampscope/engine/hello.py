@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core.peaks import peak_tflops
+from ampscope.core.hardware import peak_tflops
 from ampscope.core.workload_spec import model_label
 from ampscope.engine.device import where_it_runs
 from ampscope.engine.setup import Setup

@@ -62,7 +62,8 @@ def train_step(
         loss = s.workload.loss(output, y)
     graded = s.workload.graded_output(output) if measure_zeros else None
     zeros = ZeroGradCounter(graded, s.nan) if graded is not None else None
-    loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
+    if s.preset.debug.configured:  # [debug] faults, for demonstrations and tests
+        loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
     with phase("backward"):
         s.scaler.scale(loss).backward()
     scaling = "scaler" if s.policy.use_scaler else "optimizer"  # a disabled one: no scaling
@@ -91,7 +92,9 @@ def step_loss(s: Setup) -> LossOf:
     def loss_of(step: int, x: Any, y: Any) -> torch.Tensor:
         with s.policy.autocast(s.info.device.type):
             loss = s.workload.loss(s.workload.forward(s.model, x), y)
-        return inject_faults(s.preset.debug, step, loss, s.link.rank)
+        if s.preset.debug.configured:
+            loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
+        return loss
 
     return loss_of
 

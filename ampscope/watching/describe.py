@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.hardware import peak_tflops
 from ampscope.core.host_memory import current_rss
-from ampscope.core.peaks import peak_tflops
 from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
 from ampscope.watching.options import Options
 from ampscope.watching.readout import host_lr

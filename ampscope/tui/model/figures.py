@@ -80,11 +80,6 @@ def thin(xs: Sequence[float], ys: Sequence[float], max_points: int) -> Series:
     return out_x, out_y
 
 
-def points_for_width(columns: int) -> int:
-    """About two points per character column of a plot."""
-    return max(4, 2 * columns)
-
-
 # --------------------------------------------------------------------------- stat cards
 
 
