@@ -13,7 +13,6 @@ import torch
 
 from ampscope.core import config as cfg
 from ampscope.engine.device import DeviceInfo
-from ampscope.engine.parallelize import fused_adamw
 from ampscope.engine.precision import precision_policy
 from tests.helpers import ROOT, engine_env
 
@@ -37,7 +36,7 @@ def test_fused_adamw_only_where_the_scaler_lets_it(
     preset: str, strategy: str, grouped: bool, info: DeviceInfo, fused: bool
 ) -> None:
     p = cfg.load_preset(preset, [f"parallel.strategy='{strategy}'"])
-    assert fused_adamw(p, precision_policy(p), info, grouped) is fused
+    assert precision_policy(p, info.is_cuda, grouped).fused_adamw is fused
 
 
 PROBE = textwrap.dedent(
@@ -90,3 +89,27 @@ def test_torch_fused_adamw_cannot_take_the_sharded_scalers_flag() -> None:
     said = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert said["foreach"] == "trained"
     assert said["fused"].startswith("refused:") and "broadcast shape [1]" in said["fused"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("preset", "overrides", "grouped", "scaler"),
+    [
+        ("amp-fp16", ["parallel.strategy='fsdp2'"], True, "sharded"),
+        ("amp-fp16", ["parallel.strategy='ddp'"], True, "plain"),
+        ("amp-fp16", ["parallel.strategy='fsdp2'"], False, "plain"),  # one process
+        ("amp-bf16", [], False, "none"),
+        ("amp-bf16", ["grad_scaler='on'"], False, "plain"),
+        ("fp16", [], False, "none"),  # a pure cast is never scaled
+        ("fp32", ["grad_scaler='on'"], False, "plain"),
+    ],
+)
+def test_one_decision_names_the_scaler_and_the_scaler_built_is_that_one(
+    preset: str, overrides: list[str], grouped: bool, scaler: str
+) -> None:
+    p = cfg.load_preset(preset, overrides)
+    policy = precision_policy(p, False, grouped)
+    assert policy.scaler == scaler
+    if scaler != "sharded":  # a sharded one needs a process group to step, not to be named
+        built = policy.grad_scaler(torch.device("cpu"), p.scaler)
+        assert built.is_enabled() is (scaler != "none")

@@ -10,22 +10,14 @@ steps.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
 from ampscope.core.config import Preset
 from ampscope.core.parallel import fsdp_dtypes
 from ampscope.engine.device import DeviceInfo
-from ampscope.engine.precision import PrecisionPolicy
+from ampscope.engine.precision import DTYPES, PrecisionPolicy
 
-DTYPES = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp64": torch.float64,
-}
 CHECKSUM_MODULUS = 1_000_003  # position weights, so that swapped values change the sum
 
 
@@ -84,36 +76,6 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
                 units.append(block)
                 taken |= params
     return units
-
-
-def grad_scaler(
-    preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool
-) -> torch.amp.GradScaler:
-    """The policy's scaler; under FSDP2 the sharded one (every rank sees only its shard)."""
-    if not grouped or preset.parallel.strategy != "fsdp2" or not policy.use_scaler:
-        return policy.grad_scaler(info.device, preset.scaler)
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-    # Its found-inf scalar becomes a DTensor with a warning on every step; the value is right.
-    warnings.filterwarnings("ignore", message="Found a non-scalar tensor with numel=1")
-    o = preset.scaler
-    return ShardedGradScaler(
-        info.device.type,
-        init_scale=o.init_scale,
-        growth_factor=o.growth_factor,
-        backoff_factor=o.backoff_factor,
-        growth_interval=o.growth_interval,
-    )
-
-
-def fused_adamw(preset: Preset, policy: PrecisionPolicy, info: DeviceInfo, grouped: bool) -> bool:
-    """Fused AdamW on CUDA, except beside a ShardedGradScaler: once unscaled (the loop does, to
-    clip), its found-inf flag has shape [1], and fused AdamW subtracts it in place from its 0-dim
-    step counters: "output with shape [] doesn't match the broadcast shape [1]" at the first
-    step (torch 2.13 over gloo; the CUDA path is the same code). The foreach AdamW takes it,
-    on DTensors too (tests/test_fsdp_fp16.py)."""
-    sharded_scaler = grouped and preset.parallel.strategy == "fsdp2" and policy.use_scaler
-    return info.is_cuda and not sharded_scaler
 
 
 def plain(t: torch.Tensor) -> torch.Tensor:

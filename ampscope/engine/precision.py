@@ -1,34 +1,51 @@
 """What a preset's `precision` means in torch terms; whether a device can run it is validation's.
 
-Every dtype decision of a run is made here: where the weights live (pure casts), what autocast
-computes in, whether TF32 is on, whether a GradScaler scales the loss, and which dtype's peak
-MFU is measured against. The workload carries the decision out (``Workload.cast``) and keeps
+Every precision decision of a run is made here, by ``precision_policy``: where the weights
+live (pure casts), what autocast computes in, whether TF32 is on, which GradScaler scales the
+loss (none, plain or sharded), whether AdamW is fused, and which dtype's peak MFU is measured
+against. The workload carries the decision out (``Workload.cast``) and keeps
 its loss in fp32 (``workloads.base.LOSS_DTYPE``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from ampscope.core.config import ConfigError, Preset, ScalerOptions
 from ampscope.engine.workloads import Workload
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+DTYPES = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp64": torch.float64,
+}
+PURE_CASTS = ("bf16", "fp16", "fp64")  # the weights themselves in the format: never scaled
+ScalerKind = Literal["none", "plain", "sharded"]
 
 
 @dataclass(frozen=True)
 class PrecisionPolicy:
-    """Where the weights live, what autocast computes in, and which peak MFU is measured against."""
+    """Where the weights live, what autocast computes in, which peak MFU is measured against,
+    which GradScaler scales the loss and whether AdamW is the fused kernel: decided together,
+    by ``precision_policy``, and read by the step."""
 
     name: str
     param_dtype: torch.dtype
     autocast_dtype: torch.dtype | None
     tf32: bool
     compute_dtype: str
-    use_scaler: bool
+    scaler: ScalerKind
+    fused_adamw: bool
+
+    @property
+    def use_scaler(self) -> bool:
+        return self.scaler != "none"
 
     def autocast(self, device_type: str) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
@@ -41,8 +58,17 @@ class PrecisionPolicy:
             workload.cast(self.param_dtype)
 
     def grad_scaler(self, device: torch.device, options: ScalerOptions) -> torch.amp.GradScaler:
-        """A GradScaler that scales only where the policy says so (disabled, it passes through)."""
-        return torch.amp.GradScaler(
+        """The policy's scaler: disabled (it passes through) where nothing is scaled, and under
+        FSDP2 the sharded one (every rank sees only its shard of the gradients)."""
+        if self.scaler == "sharded":
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            # Its found-inf scalar becomes a DTensor with a warning on every step; the value is right.
+            warnings.filterwarnings("ignore", message="Found a non-scalar tensor with numel=1")
+            scaler_type: type[torch.amp.GradScaler] = ShardedGradScaler
+        else:
+            scaler_type = torch.amp.GradScaler
+        return scaler_type(
             device.type,
             enabled=self.use_scaler,
             init_scale=options.init_scale,
@@ -52,20 +78,37 @@ class PrecisionPolicy:
         )
 
 
-def precision_policy(preset: Preset) -> PrecisionPolicy:
-    """``amp-X``: fp32 weights, autocast to X. ``bf16``/``fp16``/``fp64``: pure casts, never
-    scaled. ``fp32``/``tf32``: no autocast; TF32 Tensor Cores only for ``tf32``. The scaler
-    follows the preset's ``grad_scaler`` (``auto``: on for amp-fp16 only)."""
+def precision_policy(
+    preset: Preset, on_cuda: bool = False, grouped: bool = False
+) -> PrecisionPolicy:
+    """Every precision decision of a run, in one place.
+
+    ``amp-X``: fp32 weights, autocast to X. ``bf16``/``fp16``/``fp64``: pure casts, never
+    scaled. ``fp32``/``tf32``: no autocast; TF32 Tensor Cores only for ``tf32``. ``fp8``: fp8
+    linears (engine/fp8.py) inside bf16 autocast; emulated fp8 runs fp32 matmuls.
+
+    The scaler follows the preset's ``grad_scaler`` (``auto``: on for amp-fp16 only); on
+    several ranks under FSDP2 it is the sharded one. AdamW is the fused kernel on CUDA, except
+    beside a ShardedGradScaler: once unscaled (the loop does, to clip), its found-inf flag has
+    shape [1], and fused AdamW subtracts it in place from its 0-dim step counters ("output with
+    shape [] doesn't match the broadcast shape [1]" at the first step, torch 2.13 over gloo;
+    the CUDA path is the same code). The foreach AdamW takes it, on DTensors too
+    (tests/test_fsdp_fp16.py). A CPU keeps torch's default.
+    """
     p = preset.precision
-    if p == "fp8":  # fp8 linears (engine/fp8.py) inside bf16 autocast; emulated fp8 runs fp32 mms
+    scaled = preset.uses_scaler and p not in PURE_CASTS
+    sharded = grouped and preset.parallel.strategy == "fsdp2"
+    scaler: ScalerKind = "none" if not scaled else "sharded" if sharded else "plain"
+    fused = on_cuda and scaler != "sharded"
+    if p == "fp8":
         compute = "fp32" if preset.fp8.emulate else "fp8"
-        return PrecisionPolicy(p, torch.float32, torch.bfloat16, False, compute, preset.uses_scaler)
+        return PrecisionPolicy(p, torch.float32, torch.bfloat16, False, compute, scaler, fused)
     if p.startswith("amp-"):
         short = p.removeprefix("amp-")
-        return PrecisionPolicy(p, torch.float32, DTYPES[short], False, short, preset.uses_scaler)
-    if p in DTYPES:
-        return PrecisionPolicy(p, DTYPES[p], None, False, p, False)
-    return PrecisionPolicy(p, torch.float32, None, p == "tf32", p, preset.uses_scaler)
+        return PrecisionPolicy(p, torch.float32, DTYPES[short], False, short, scaler, fused)
+    if p in PURE_CASTS:
+        return PrecisionPolicy(p, DTYPES[p], None, False, p, scaler, fused)
+    return PrecisionPolicy(p, torch.float32, None, p == "tf32", p, scaler, fused)
 
 
 TF32_API_SINCE = "2.9"  # torch.backends.cuda.matmul.fp32_precision first shipped in torch 2.9

@@ -19,7 +19,6 @@ from ampscope.engine.hello import make_hello
 from ampscope.engine.link import Link, SoloLink, connect
 from ampscope.engine.loop import train
 from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
-from ampscope.engine.precision import precision_policy
 from ampscope.engine.process import SoFar
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
@@ -62,7 +61,7 @@ def train_preset(
         info = resolve_device(preset.device, ranks)
         verdict = require_runnable(preset, read_facts(info, ranks.distributed))
         link = connect(ranks, info.device)
-        setup = build(preset, info, precision_policy(preset), link, verdict.sizes)
+        setup = build(preset, info, link, verdict.sizes)
         link.hold(setup)
         setup_warnings = verdict.warnings + [w for w in [memory_estimate(setup)] if w]
         hello = make_hello(setup, run_dir, rank_devices(setup))

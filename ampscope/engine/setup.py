@@ -15,7 +15,7 @@ from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.fp8 import convert_for_fp8
 from ampscope.engine.link import Link, SoloLink
-from ampscope.engine.parallelize import fused_adamw, grad_scaler, parallelize
+from ampscope.engine.parallelize import parallelize
 from ampscope.engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
 from ampscope.engine.validation import RunWarning, training_state_warning
 from ampscope.engine.workloads import Workload, build_workload
@@ -43,15 +43,14 @@ class Setup:
 def build(
     preset: Preset,
     info: DeviceInfo,
-    policy: PrecisionPolicy | None = None,
     link: Link | None = None,
     sizes: WorkloadSizes | None = None,
 ) -> Setup:
     """The run as it will train. The session calls this after ``validation.require_runnable``
     has said that the run can go ahead here, with the sizes that check resolved (None: resolved
     here, as a test or a benchmark builds a run directly)."""
-    policy = policy or precision_policy(preset)
     link = link or SoloLink()
+    policy = precision_policy(preset, info.is_cuda, link.grouped)
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     rss_before = None if info.is_cuda else current_rss()
@@ -67,9 +66,9 @@ def build(
         model.parameters(),
         lr=preset.lr,
         weight_decay=0.0,
-        fused=fused_adamw(preset, policy, info, link.grouped) or None,
+        fused=policy.fused_adamw or None,
     )
-    scaler = grad_scaler(preset, policy, info, link.grouped)
+    scaler = policy.grad_scaler(info.device, preset.scaler)
     model = compile_model(model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(
