@@ -8,6 +8,7 @@ into a step event, warnings, and the run's statistics.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Collection, Iterable
 from typing import NamedTuple
 
@@ -115,13 +116,18 @@ def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tenso
 
 class MemoryReader:
     """This rank's memory after a step: the CUDA allocator's figures, or on the CPU the
-    process RSS and its true peak since the loop began (``core.host_memory``)."""
+    process RSS and its true peak since the loop began (``core.host_memory``). A watched loop
+    reads the host at most every ``host_every_s`` (a read costs ~20 us; its steps may be
+    far shorter than the engine's)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, host_every_s: float = 0.0) -> None:
         self.device = device
         self.host = HostPeak()
         if device.type != "cuda":
             self.host.reset()  # setup's own peak (imports, the FLOP count) does not count
+        self.host_every_s = host_every_s
+        self._host_last: tuple[int | None, int | None, int | None] = (None, None, None)
+        self._host_read_at = -math.inf
 
     def read(self) -> tuple[int | None, int | None, int | None]:
         """(allocated, reserved, peak allocated) bytes; on the CPU (RSS, None, peak RSS).
@@ -134,8 +140,12 @@ class MemoryReader:
             allocated = stats.get("allocated_bytes", {}).get("all", {})
             reserved = stats.get("reserved_bytes", {}).get("all", {})
             return allocated.get("current"), reserved.get("current"), allocated.get("peak")
-        rss, peak = self.host.read()  # one read of /proc/self/status (~20 us)
-        return rss, None, peak
+        now = time.monotonic()
+        if now - self._host_read_at >= self.host_every_s:
+            self._host_read_at = now
+            rss, peak = self.host.read()  # one read of /proc/self/status (~20 us)
+            self._host_last = (rss, None, peak)
+        return self._host_last
 
     def reset_peak(self) -> int | None:
         """The CUDA allocator's peak so far, then the peak restarted from what is held now:

@@ -21,6 +21,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
+from ampscope.engine.metrics import MemoryReader
 from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker
 from ampscope.watching.describe import RunFacts
@@ -28,7 +29,7 @@ from ampscope.watching.losses import checked_loss
 from ampscope.watching.messages import StepNotes, error_event, outcome
 from ampscope.watching.opening import open_record, start_telemetry
 from ampscope.watching.options import Options
-from ampscope.watching.readout import MemoryReader, Raw, make_readout
+from ampscope.watching.readout import RSS_EVERY_S, Raw, make_readout
 from ampscope.watching.record import Troubles, WatchRecord
 from ampscope.watching.reporting import StepReport, Ticker
 from ampscope.watching.stats import RunFigures
@@ -102,7 +103,7 @@ class Monitor:
                 model, facts.info.device, writer.emit, o.numerics_every, scaler
             )
         self._hooks = StepHooks(model, self._optimizer, o, self.troubles, numerics)
-        self._steps.memory = MemoryReader(facts.info.device if facts.info.is_cuda else None)
+        self._steps.memory = MemoryReader(facts.info.device, host_every_s=RSS_EVERY_S)
         self._steps.peak = facts.peak
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         phase: ev.Phase = "compile" if facts.compiled else "train"

@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from ampscope.core.host_memory import HostPeak
 from ampscope.engine.private_apis import initial_scale, live_scale
 from ampscope.engine.probe import FinishedStep, make_probe
 
@@ -213,36 +212,6 @@ class DeviceReadout:
     def drain(self) -> None:
         """Every step still in flight; synchronises, so only at the end of the run."""
         self.landed.extend(self._raw(item) for item in self.probe.drain())
-
-
-class MemoryReader:
-    """Memory per step: torch's CUDA allocator on a GPU (host-side counters, no sync), else
-    the process RSS and its true peak since watching began (``core.host_memory``), read at
-    most every ``RSS_EVERY_S`` (a read costs ~20 us)."""
-
-    def __init__(self, cuda: torch.device | None) -> None:
-        self.cuda = cuda
-        self._host = HostPeak()
-        if cuda is None:
-            self._host.reset()
-        self._read: tuple[int | None, int | None, int | None] = (None, None, None)
-        self._read_at = -math.inf
-
-    def read(self) -> tuple[int | None, int | None, int | None]:
-        """Allocated, reserved and peak bytes (on the CPU: RSS, None, peak RSS)."""
-        if self.cuda is not None:
-            d = self.cuda
-            return (
-                torch.cuda.memory_allocated(d),
-                torch.cuda.memory_reserved(d),
-                torch.cuda.max_memory_allocated(d),
-            )
-        now = time.monotonic()
-        if now - self._read_at >= RSS_EVERY_S:
-            self._read_at = now
-            rss, peak = self._host.read()
-            self._read = (rss, None, peak)
-        return self._read
 
 
 def make_readout(device: torch.device, scaler: Any) -> HostReadout | DeviceReadout:

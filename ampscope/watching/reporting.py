@@ -9,8 +9,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+import torch
+
+from ampscope.engine.metrics import MemoryReader
 from ampscope.watching.messages import StepNotes
-from ampscope.watching.readout import MemoryReader, Raw, StepValues
+from ampscope.watching.readout import RSS_EVERY_S, Raw, StepValues
 from ampscope.watching.stats import RunFigures
 from ampscope.watching.step_event import step_event
 
@@ -25,7 +28,8 @@ class StepReport:
     ) -> None:
         """``bad_step`` is told of a step that was skipped or not finite."""
         self.figures, self.notes, self.emit, self.bad_step = figures, notes, emit, bad_step
-        self.memory = MemoryReader(None)  # the device's, once the run knows it is on a GPU
+        # the device's, once the run knows it is on a GPU
+        self.memory = MemoryReader(torch.device("cpu"), host_every_s=RSS_EVERY_S)
         self.peak: float | None = None  # the device's peak TFLOP/s, for MFU
 
     def report(self, v: StepValues, flops: float | None) -> None:
