@@ -56,6 +56,32 @@ def test_an_inf_born_in_a_weight_gradient_names_the_module_that_owns_the_weight(
 
 
 @pytest.mark.unit
+def test_without_a_scaler_an_inf_born_in_a_weight_gradient_is_named_at_its_step_and_pass():
+    """Step 3's loss is finite but wlin's weight gradient overflows fp16; its update spoils the
+    weight and step 4's loss is NaN. The run names step 3's backward pass, as 'ampscope
+    numerics' does, not step 4's forward; training is the same as with numerics off."""
+    on = run_model(
+        "amp-fp16-noscale", "make_grad_inf", "steps=6", "numerics.every=1000", code=EXIT_FAILED
+    )
+    error = of(on, ev.ErrorEvent)[0]
+    assert error.step == 4
+    assert "inf/NaN first appears in wlin's gradients (backward pass) at step 3." in error.message
+    replayed = [e for e in of(on, ev.NumericsEvent) if e.replayed]
+    assert [e.first_nonfinite for e in replayed] == [
+        ev.FirstNonfinite(step=3, module="wlin", pass_="backward")
+    ]
+    every = run_model(
+        "amp-fp16-noscale", "make_grad_inf", "steps=6", "numerics.every=1", code=EXIT_FAILED
+    )
+    assert of(every, ev.ErrorEvent)[0].message == error.message
+    off = run_model(
+        "amp-fp16-noscale", "make_grad_inf", "steps=6", "numerics.every=0", code=EXIT_FAILED
+    )
+    loss = lambda seen: [(e.loss, e.grad_norm) for e in of(seen, ev.StepEvent)]  # noqa: E731
+    assert loss(on) == loss(off) == loss(every) and len(loss(on)) == 5
+
+
+@pytest.mark.unit
 def test_without_a_scaler_the_error_of_a_non_finite_loss_names_the_module():
     seen = run_model("fp32", "make_nan_loss", "steps=5", "numerics.every=1000", code=EXIT_FAILED)
     error = of(seen, ev.ErrorEvent)[0]

@@ -168,8 +168,9 @@ class StepReporter:
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
         self.profiled = profiled  # the steps that ran under torch.profiler (the profiler's)
         self.input_wait = InputWait(stats.warmup_steps)
-        # Told of each skipped or non-finite step (step, its loss scale, whether the run ends
-        # on it); answers where the inf first appeared, if it can tell (numerics).
+        # Told of each skipped step, or one with a non-finite loss or gradient norm (step, its
+        # loss scale, whether the run ends on it); answers where the inf first appeared, if it
+        # can tell (numerics).
         self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
 
     def report(self, ranks: list[RankFigures]) -> None:
@@ -193,7 +194,11 @@ class StepReporter:
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         )
         first = None
-        if (skipped or not math.isfinite(loss)) and self.on_bad is not None:
+        # A finite loss with non-finite gradients is where an overflow born in the backward
+        # pass shows first (without a GradScaler its update spoils the weights, and only the
+        # next step's loss shows it).
+        bad = skipped or not math.isfinite(loss) or not math.isfinite(m.grad_norm)
+        if bad and self.on_bad is not None:
             first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
         if ends:
             bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]

@@ -10,6 +10,10 @@ on the input uses the RNG at every step.
 weight gradient (a sum over 64 rows of 32768 x 1.0) overflows fp16, while every module's
 output and output gradient stays finite.
 
+``make_grad_inf`` (amp-fp16-noscale, no GradScaler): step 3's input is 1000 instead of 0.01,
+so ``wlin``'s weight gradient (a sum over 64 rows of 2 x 1000) overflows fp16 while the loss
+stays finite; the update then puts NaN into the weight, and step 4's loss is NaN.
+
 ``make_nan_loss`` (fp32, no GradScaler): step 2's batch is 1e30, which ``square`` squares
 beyond fp32: the loss is inf and the run ends on it.
 """
@@ -64,6 +68,16 @@ def make_weight_inf(ctx):
     model = nn.Sequential()
     model.add_module("lin", nn.Linear(16, 16, bias=False))  # a bias's gradient: 64 x 32768
     return ampscope.Workload(model=model, batches=batches, loss=weighted, name="weight-inf")
+
+
+def make_grad_inf(ctx):
+    torch.manual_seed(0)
+    small, large = torch.full((64, 16), 0.01), torch.full((64, 16), 1000.0)
+    batches = [(small, torch.full((1, 1), 2.0))] * 3 + [(large, torch.full((1, 1), 2.0))]
+    batches += [(small, torch.full((1, 1), 2.0))] * 4
+    model = nn.Sequential()
+    model.add_module("wlin", nn.Linear(16, 16, bias=False))
+    return ampscope.Workload(model=model, batches=batches, loss=weighted, name="grad-inf")
 
 
 def make_nan_loss(ctx):

@@ -86,7 +86,8 @@ class NumericsProbe:
         self.pending: collections.deque[Pending] = collections.deque()
         self.extra: set[int] = set()  # steps sampled out of turn (after a skipped step)
         self.measured: collections.deque[int] = collections.deque(maxlen=RECENT)
-        self.found: ev.FirstNonfinite | None = None  # the latest first inf/NaN seen
+        # Each measured step's first inf/NaN, by step (a rerun step may land after later ones)
+        self.found: dict[int, ev.FirstNonfinite] = {}
 
     def wants(self, step: int) -> bool:
         if self.failed or not self.names:
@@ -218,7 +219,9 @@ class NumericsProbe:
             ev.FirstNonfinite(step=item.step, module=first[0], pass_=first[1]) if first else None
         )
         if found is not None:
-            self.found = found
+            self.found[item.step] = found
+            while len(self.found) > RECENT:
+                del self.found[min(self.found)]
         return ev.NumericsEvent(
             step=item.step,
             loss_scale=scale if scale == scale else None,  # NaN: no GradScaler
