@@ -195,7 +195,7 @@ def train(
         numerics.finish()
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
-    return status
+    return reporter.finished(status)  # raises when every step was skipped
 
 
 def end_compile_phase(writer: EventWriter, seconds: float) -> None:

@@ -55,6 +55,18 @@ class NonFiniteLoss(Exception):
         self.first = first  # where the inf/NaN first appeared, when numerics found it
 
 
+class EveryStepSkipped(Exception):
+    """The GradScaler skipped every step of a run that finished: the weights never changed."""
+
+    def __init__(
+        self, steps: int, scale_first: float, scale_last: float, first: ev.FirstNonfinite | None
+    ) -> None:
+        super().__init__(f"every step of {steps} skipped")
+        self.steps = steps
+        self.scale_first, self.scale_last = scale_first, scale_last
+        self.first = first  # where the inf/NaN first appeared, when numerics found it
+
+
 class ReplicasDiverged(Exception):
     """Ranks disagree on something every replica must share: one skipped a step another took."""
 
@@ -172,6 +184,8 @@ class StepReporter:
         # loss scale, whether the run ends on it); answers where the inf first appeared, if it
         # can tell (numerics).
         self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
+        self.first: ev.FirstNonfinite | None = None  # the run's first inf/NaN, when found
+        self.scales: list[float] = []  # the loss scale of the first step, and after the last
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -200,9 +214,19 @@ class StepReporter:
         bad = skipped or not math.isfinite(loss) or not math.isfinite(m.grad_norm)
         if bad and self.on_bad is not None:
             first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
+            self.first = self.first or first
+        self.scales = [self.scales[0] if self.scales else m.scale_before, m.scale_after]
         if ends:
             bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
             raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None, first)
+
+    def finished(self, status: ev.DoneStatus) -> ev.DoneStatus:
+        """``status``, unless a run that finished had every step skipped: then it raises
+        ``EveryStepSkipped``, for the run never trained (a skip is no failure of its own)."""
+        done = self.stats.steps_done
+        if status == "ok" and self.scaled and done and self.stats.skipped >= done:
+            raise EveryStepSkipped(done, self.scales[0], self.scales[-1], self.first)
+        return status
 
     def _diverged(self, step: int, skips: list[bool]) -> None:
         took = [r for r, s in enumerate(skips) if not s]

@@ -90,3 +90,16 @@ def make_nan_loss(ctx):
     return ampscope.Workload(
         model=model, batches=batches, loss=lambda out, y: out.mean(), name="nan-loss"
     )
+
+
+def make_every_skip(ctx):
+    """amp-fp16: the loss weighs the output by 1e4, so the gradient at boost's fp16 output is
+    1e4 x the loss scale, beyond fp16's 65504 down to a scale of 4: the GradScaler skips
+    every step of a run up to 14 steps long, while the loss stays finite."""
+    torch.manual_seed(0)
+    x = torch.full((1, 16), 0.01)
+    batches = [(x, torch.full((1, 1), 1e4))] * 4
+    model = nn.Sequential()
+    model.add_module("lin", nn.Linear(16, 16))
+    model.add_module("boost", Scale(1.5))
+    return ampscope.Workload(model=model, batches=batches, loss=weighted, name="every-skip")
