@@ -26,7 +26,11 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
             "JSON object instead."
         ),
     )
-    add_run_arguments(p)
+    add_run_arguments(
+        p,
+        json_help="print one JSON object at the end (every module's figures, the first inf/NaN "
+        "and the verdicts) instead of the table; progress goes to stderr as without it",
+    )
 
 
 def cmd_numerics(args: argparse.Namespace) -> int:
