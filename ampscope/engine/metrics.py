@@ -211,8 +211,8 @@ class StepReporter:
         # A finite loss with non-finite gradients is where an overflow born in the backward
         # pass shows first (without a GradScaler its update spoils the weights, and only the
         # next step's loss shows it).
-        bad = skipped or not math.isfinite(loss) or not math.isfinite(m.grad_norm)
-        if bad and self.on_bad is not None:
+        went_wrong = skipped or not math.isfinite(loss) or not math.isfinite(m.grad_norm)
+        if went_wrong and self.on_bad is not None:
             first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
             self.first = self.first or first
         self.scales = [self.scales[0] if self.scales else m.scale_before, m.scale_after]
