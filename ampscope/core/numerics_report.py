@@ -253,11 +253,14 @@ def verdicts(summary: NumericsSummary) -> list[str]:
     out = [verdict(summary, key) for key in LIMITS]
     first = summary.first_nonfinite
     if first is not None:
-        words = "outputs" if first.pass_ == "forward" else "gradients"
+        side = "activation" if first.pass_ == "forward" else "gradient"
+        words = PASS_WORDS[side]
+        held = summary.modules.get(first.module)
+        dtype = held.side(side).dtype if held is not None else None
+        where = DTYPE_LABELS.get(dtype or "", dtype or "the format it is computed in")
         out.insert(
             0,
             f"inf/NaN first appears in {visible(first.module, 120)}'s {words} at step "
-            f"{first.step}: an overflow of the format it is computed in, and of every "
-            "narrower one.",
+            f"{first.step}: an overflow of {where}, and of every narrower format.",
         )
     return out
