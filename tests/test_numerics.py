@@ -167,17 +167,6 @@ def test_shares_match_torch_casts(factory, amp):
 
 
 @pytest.mark.unit
-def test_the_written_out_dtype_ranges_are_torchs_and_an_inf_overflows_each_narrower_format():
-    from ampscope.core.numerics import DTYPE_LARGEST, overflows_in
-
-    for name, largest in DTYPE_LARGEST.items():
-        assert largest == torch.finfo(getattr(torch, name)).max, name
-    assert [k for k in LIMITS if overflows_in("float16", k)] == ["fp16", "e4m3", "e5m2"]
-    assert [k for k in LIMITS if overflows_in("float32", k)] == list(LIMITS)
-    assert not [k for k in LIMITS if overflows_in(None, k)]  # an older record: not known
-
-
-@pytest.mark.unit
 def test_the_written_out_limits_are_those_real_casts_give():
     assert {key: derive_limits(key) for key in LIMITS} == LIMITS
 
@@ -336,3 +325,14 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     for key in ("e4m3", "e5m2"):
         want = reference_scaled_underflow(x, key)
         assert want > 0.1 and abs(got.formats[key].scaled_underflow - want) < 1e-4, key
+
+
+@pytest.mark.unit
+def test_the_written_out_dtype_ranges_are_torchs_and_an_inf_overflows_each_narrower_format():
+    from ampscope.core.numerics import DTYPE_LARGEST, overflows_in
+
+    for name, largest in DTYPE_LARGEST.items():
+        assert largest == torch.finfo(getattr(torch, name)).max, name
+    assert [k for k in LIMITS if overflows_in("float16", k)] == ["fp16", "e4m3", "e5m2"]
+    assert [k for k in LIMITS if overflows_in("float32", k)] == list(LIMITS)
+    assert not [k for k in LIMITS if overflows_in(None, k)]  # an older record: not known
