@@ -103,6 +103,12 @@ def test_a_run_whose_every_step_was_skipped_fails_and_names_where_the_inf_is(tmp
     (record,) = [records.load_run(d) for d in tmp_path.iterdir() if d.is_dir()]
     row = comparison.row_from_runs("amp-fp16", [record])
     assert comparison.cells(row)["status"] == f"failed: {error.message}"
+    unmeasured = run_model(
+        "amp-fp16", "make_every_skip", "steps=12", "numerics.every=0", code=EXIT_FAILED
+    )
+    message = of(unmeasured, ev.ErrorEvent)[0].message
+    assert message.startswith("Every step skipped (12 of 12)") and "first appears" not in message
+    assert "'ampscope numerics amp-fp16', with this run's flags, names the layer" in message
 
 
 @pytest.mark.unit
