@@ -88,8 +88,8 @@ def report(summary: NumericsSummary) -> str:
         f"{len(summary.steps)} steps sampled; {len(summary.modules)} of "
         f"{summary.modules_total} leaf modules measured"
         + (f"; gradients carry loss scale {summary.loss_scale:g}" if summary.loss_scale else ""),
-        "shares: over/under (values beyond the largest finite, and inf/NaN computed in that"
-        " format or a narrower one / values rounding to zero)",
+        "shares: over/under (over: beyond the largest finite value, and inf/NaN computed in",
+        "the format or a narrower one; under: non-zero values rounding to zero)",
         head,
     ]
     for m in summary.modules.values():
