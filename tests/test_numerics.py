@@ -33,7 +33,10 @@ def planted(factory: str):
 
 def reference_counts(t: torch.Tensor) -> dict[str, tuple[float, float]]:
     """(overflow, underflow) shares as torch's casts make them: inf/NaN from a finite value,
-    0 from a non-zero one (e4m3, which has no inf, as ml_dtypes casts it)."""
+    or an inf/NaN of ``t``'s own when ``t``'s format holds no larger a value than the cast's
+    (an fp16 tensor's inf is an fp16 and fp8 overflow, not a bf16 one); 0 from a non-zero one
+    (e4m3, which has no inf, as ml_dtypes casts it)."""
+    own = torch.finfo(t.dtype).max
     t = t.detach().float()
     out = {}
     for key, dtype in DTYPES.items():
@@ -41,7 +44,8 @@ def reference_counts(t: torch.Tensor) -> dict[str, tuple[float, float]]:
             cast = torch.from_numpy(t.numpy().astype(ml_dtypes.float8_e4m3fn).astype("float32"))
         else:
             cast = t.to(dtype).float()
-        over = (~torch.isfinite(cast) & torch.isfinite(t)).sum().item()
+        counted = torch.isfinite(t) | (torch.finfo(dtype).max <= own)
+        over = (~torch.isfinite(cast) & counted).sum().item()
         under = ((cast == 0) & (t != 0)).sum().item()
         out[key] = (over / t.numel(), under / t.numel())
     return out
@@ -98,11 +102,12 @@ def reference_step(model, x, y) -> dict[tuple[str, str], list[torch.Tensor]]:
     return kept
 
 
-def probe_step(model, x, y) -> ev.NumericsEvent:
+def probe_step(model, x, y, amp: bool = False) -> ev.NumericsEvent:
     got: list[ev.Event] = []
     probe = NumericsProbe(model, torch.device("cpu"), got.append, every=1)
     probe.begin(0, torch.full((), math.nan))
-    loss = torch.nn.functional.cross_entropy(model(x), y)
+    with torch.autocast("cpu", torch.float16, enabled=amp):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
     probe.end(0)
     probe.poll(wait=True)
@@ -111,24 +116,31 @@ def probe_step(model, x, y) -> ev.NumericsEvent:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("factory", ["make_overflow", "make_underflow"])
-def test_shares_match_torch_casts(factory):
+@pytest.mark.parametrize(
+    ("factory", "amp"),
+    [("make_overflow", False), ("make_underflow", False), ("make_overflow", True)],
+)
+def test_shares_match_torch_casts(factory, amp):
+    """In fp32, and under fp16 autocast, where trunk.boost's output is inf in fp16 itself."""
     work = planted(factory)
     model = work.model
     x, y = work.batches[0]
     torch.manual_seed(0)
-    kept = reference_step(model, x, y)
+    with torch.autocast("cpu", torch.float16, enabled=amp):
+        kept = reference_step(model, x, y)
     model.zero_grad()
-    event = probe_step(model, x, y)
+    event = probe_step(model, x, y, amp)
     by_name = {m.name: m for m in event.modules}
     checked = 0
     scaled_seen: list[float] = []
     for (name, which), pieces in kept.items():
-        whole = torch.cat([p.reshape(-1).float() for p in pieces])
+        whole = torch.cat([p.reshape(-1) for p in pieces])
         want = reference_counts(whole)
         entry = by_name[name].activation if which == "forward" else by_name[name].gradient
         assert entry.numel == whole.numel(), (name, which)
-        assert entry.amax == pytest.approx(whole.abs().max().item(), rel=1e-6)
+        assert entry.dtype == str(whole.dtype).removeprefix("torch."), (name, which)
+        finite = whole[torch.isfinite(whole)].float()
+        assert entry.amax == pytest.approx(finite.abs().max().item(), rel=1e-6)
         for key, (over, under) in want.items():
             share = entry.formats[key]
             assert abs(share.overflow - over) <= 0.01, (name, which, key, share, over)
@@ -138,9 +150,13 @@ def test_shares_match_torch_casts(factory):
                 assert abs(share.scaled_underflow - scaled) <= 0.01, (name, which, key, scaled)
                 scaled_seen.append(scaled)
             checked += 1
-    assert checked >= 40 and max(scaled_seen) > 0
+    assert checked >= 40 and (amp or max(scaled_seen) > 0)
     planted_layer = by_name["trunk.boost"].activation if factory == "make_overflow" else None
-    if planted_layer is not None:  # the planted layer is seen, and only bf16 holds it
+    if planted_layer is not None and amp:  # inf in fp16 itself: fp16's overflow, bf16 unknown
+        assert planted_layer.dtype == "float16" and planted_layer.nonfinite > 0
+        assert planted_layer.formats["fp16"].overflow == planted_layer.nonfinite / 512
+        assert planted_layer.formats["bf16"].overflow == 0
+    elif planted_layer is not None:  # the planted layer is seen, and only bf16 holds it
         assert planted_layer.formats["fp16"].overflow > 0.3
         assert planted_layer.formats["bf16"].overflow == 0
     else:
@@ -321,7 +337,9 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     x[5::997] = math.inf
     x[9::991] = math.nan
     raw = measure(x, torch.tensor(CONSTANTS, dtype=torch.float32)).tolist()
-    modules, _ = module_numerics(["m"], ["M"], ["m"], [(0, "forward")], [row_of(raw)], [])
+    modules, _ = module_numerics(
+        ["m"], ["M"], ["m"], [(0, "forward")], [row_of(raw)], [], ["float32"]
+    )
     got = modules[0].activation
     assert got.numel == numel and got.nonfinite == x.isnan().sum() + x.isinf().sum()
     finite = x[torch.isfinite(x)].abs()
@@ -332,3 +350,14 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     for key in ("e4m3", "e5m2"):
         want = reference_scaled_underflow(x, key)
         assert want > 0.1 and abs(got.formats[key].scaled_underflow - want) < 1e-4, key
+
+
+@pytest.mark.unit
+def test_the_written_out_dtype_ranges_are_torchs_and_an_inf_overflows_each_narrower_format():
+    from ampscope.core.numerics import DTYPE_LARGEST, overflows_in
+
+    for name, largest in DTYPE_LARGEST.items():
+        assert largest == torch.finfo(getattr(torch, name)).max, name
+    assert [k for k in LIMITS if overflows_in("float16", k)] == ["fp16", "e4m3", "e5m2"]
+    assert [k for k in LIMITS if overflows_in("float32", k)] == list(LIMITS)
+    assert not [k for k in LIMITS if overflows_in(None, k)]  # an older record: not known

@@ -70,6 +70,26 @@ def test_cli_json_names_the_planted_overflow_and_the_first_inf(capsys):
 
 
 @pytest.mark.unit
+def test_an_inf_computed_in_fp16_is_named_as_an_fp16_overflow_never_every_layer_fits(capsys):
+    """Under amp-fp16 trunk.boost's output is inf in fp16 itself (finite values reach 6.5e4 at
+    most): the fp16 verdict names it, the JSON's share counts the infs, and bf16 is not said
+    to fit it (its true size was lost in fp16)."""
+    args = ("amp-fp16", "--model", f"{MODEL}:make_overflow", "--steps", "2")
+    done = numerics_cli(capsys, *args)
+    assert done.returncode == 0, done.stderr
+    assert "every layer fits" not in done.stdout.split("first inf/NaN")[1]
+    verdicts = {line.split(":")[0]: line for line in done.stdout.splitlines()[-4:]}
+    assert "of trunk.boost's outputs overflow fp16: inf/NaN, computed in fp16" in verdicts["fp16"]
+    assert ". bf16 holds" not in verdicts["fp16"] and "ampscope numerics fp32" in verdicts["fp16"]
+    assert "trunk.boost's outputs are inf/NaN, computed in fp16" in verdicts["bf16"]
+    out = json.loads(numerics_cli(capsys, *args, "--json").stdout)
+    boost = out["modules"][1]["activation"]
+    assert boost["dtype"] == "float16" and boost["nonfinite"] > 0
+    assert boost["formats"]["fp16"]["overflow"] > 0.3 and boost["formats"]["bf16"]["overflow"] == 0
+    assert out["verdicts"][1:] == list(verdicts.values())
+
+
+@pytest.mark.unit
 def test_cli_table_and_verdicts_name_the_planted_layers(capsys):
     done = numerics_cli(capsys, "fp32", "--model", f"{MODEL}:make_overflow", "--steps", "2")
     assert done.returncode == 0, done.stderr

@@ -140,6 +140,45 @@ def test_numerics_view(size):
 
 
 @pytest.mark.ui
+def test_the_header_names_a_layer_whose_fp16_output_is_inf_as_an_fp16_overflow():
+    """What amp-fp16 records for a layer that multiplies by 1e5: inf in fp16 itself, finite
+    values up to 6.5e4. The header says the overflow, as the CLI does, not "every layer fits"."""
+    shares = {k: FormatShare(overflow=0.0, underflow=0.0) for k in ("bf16", "e4m3", "e5m2")}
+    shares["fp16"] = FormatShare(overflow=0.75, underflow=0.0)
+    boost = TensorNumerics(
+        numel=512, amax=65472.0, min_nonzero=1.0, nonfinite=384, formats=shares, dtype="float16"
+    )
+    first = FirstNonfinite(step=0, module="trunk.boost", pass_="forward")
+    state = gpu_run()
+    state.ingest(
+        ev.NumericsEvent(
+            step=0,
+            loss_scale=65536.0,
+            modules=[ModuleNumerics(name="trunk.boost", kind="Scale", activation=boost)],
+            modules_total=1,
+            first_nonfinite=first,
+        )
+    )
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=Path("runs"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_run_view(pilot, app, state)
+            await pilot.press("n")
+            await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            said = "".join(app.screen.query_one("#numerics-verdict").render().plain)
+            assert said.startswith("fp16: 75% of trunk.boost's outputs overflow fp16"), said
+            assert "every layer fits" not in said
+            await pilot.press("f")  # bf16: the true size was lost in fp16, so not "fits"
+            await pilot.pause()
+            said = "".join(app.screen.query_one("#numerics-verdict").render().plain)
+            assert said.startswith("bf16: 75% of trunk.boost's outputs are inf/NaN"), said
+
+    run(go())
+
+
+@pytest.mark.ui
 def test_a_run_without_numerics_says_why():
     async def go() -> None:
         app = AmpscopeApp(runs_dir=Path("runs"))

@@ -88,3 +88,12 @@ def test_a_nan_loss_under_fp16_autocast_still_points_at_the_range(tmp_path) -> N
     run_dir, _ = run_with(tmp_path, [None, math.nan], precision="amp-fp16")
     (error,) = events_of(run_dir, ev.ErrorEvent)
     assert "left the format's range" in error.message
+
+
+def test_an_inf_loss_in_fp32_is_not_told_to_use_a_wider_format(tmp_path) -> None:
+    """fp32 is as wide as training goes: the advice is the learning rate, clipping, the data."""
+    run_dir, _ = run_with(tmp_path, [None, math.inf, None], precision="fp32")
+    (error,) = events_of(run_dir, ev.ErrorEvent)
+    assert "use a wider format" not in error.message
+    assert "clip_grad_norm_" in error.message  # a watched loop has no grad_clip field
+    assert "a wider format gives no more room: lower the learning rate" in error.message

@@ -26,7 +26,11 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
             "JSON object instead."
         ),
     )
-    add_run_arguments(p)
+    add_run_arguments(
+        p,
+        json_help="print one JSON object at the end (every module's figures, the first inf/NaN "
+        "and the verdicts) instead of the table; progress goes to stderr as without it",
+    )
 
 
 def cmd_numerics(args: argparse.Namespace) -> int:
@@ -84,7 +88,8 @@ def report(summary: NumericsSummary) -> str:
         f"{len(summary.steps)} steps sampled; {len(summary.modules)} of "
         f"{summary.modules_total} leaf modules measured"
         + (f"; gradients carry loss scale {summary.loss_scale:g}" if summary.loss_scale else ""),
-        "shares: over/under (values beyond the largest finite / rounding to zero)",
+        "shares: over/under (over: beyond the largest finite value, and inf/NaN computed in",
+        "the format or a narrower one; under: non-zero values rounding to zero)",
         head,
     ]
     for m in summary.modules.values():

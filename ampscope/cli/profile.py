@@ -25,7 +25,13 @@ from ampscope.core.run_args import add_launch_arguments, add_model_argument, mod
 from ampscope.core.text import visible
 
 WARMUP_STEPS = 3
-"""Steps before the profile: allocator, cuDNN and autotuning settle (one more to compile)."""
+"""Steps before the profile at least: allocator, cuDNN and autotuning settle. The preset's own
+``warmup_steps`` when more (5 by default), and one more to compile."""
+
+
+def warmup_of(preset: cfg.Preset) -> int:
+    """The steps run before the profile starts."""
+    return max(WARMUP_STEPS, preset.warmup_steps) + (preset.compile != "off")
 
 
 def add_profile_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,8 +55,9 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=profiles.DEFAULT_STEPS,
         metavar="K",
-        help=f"steps to profile, 1 to {profiles.MAX_STEPS} (default: %(default)s), after "
-        f"{WARMUP_STEPS} warm-up steps",
+        help=f"steps to profile, 1 to {profiles.MAX_STEPS} (default: %(default)s), after the "
+        f"preset's warm-up steps (its warmup_steps, 5 by default, at least {WARMUP_STEPS}; one "
+        "more when it compiles)",
     )
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (same as --set device=D)")
     p.add_argument(
@@ -102,7 +109,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         preset = cfg.load_preset(args.preset, overrides)
     except cfg.ConfigError as exc:
         return fail(exc)
-    start = max(WARMUP_STEPS, preset.warmup_steps) + (preset.compile != "off")
+    start = warmup_of(preset)
     overrides.append(f"steps={start + k}")
 
     from ampscope.cli.console import ConsoleReporter
@@ -139,7 +146,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(json.dumps(profiles.to_json(profile, preset.name)))
     else:
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
-        print(visible(profiles.render(profile, preset.name, width), keep_newlines=True))
+        warm = f"after {start} warm-up step{'s' if start != 1 else ''}"
+        title = f"{preset.name} ({warm})"
+        print(visible(profiles.render(profile, title, width), keep_newlines=True))
     return code
 
 

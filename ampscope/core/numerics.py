@@ -53,6 +53,28 @@ LIMITS = {
 }
 
 
+# The largest finite value of each floating format a measured tensor may be computed in, by
+# torch's name for it (tests/test_numerics.py checks them against torch.finfo).
+DTYPE_LARGEST = {
+    "float64": 1.7976931348623157e308,
+    "float32": 3.4028234663852886e38,
+    "bfloat16": 3.3895313892515355e38,
+    "float16": 65504.0,
+    "float8_e5m2": 57344.0,
+    "float8_e4m3fn": 448.0,
+}
+DTYPE_LABELS = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def overflows_in(dtype: str | None, key: str) -> bool:
+    """Whether an inf or NaN computed in ``dtype`` is an overflow of format ``key``: it is when
+    ``key`` holds no larger a value (an fp16 tensor's inf is beyond fp16 and both fp8 formats,
+    an fp32 tensor's beyond every one). Whether bf16 would hold an fp16 tensor's inf is not
+    known: the value was lost where it was computed."""
+    largest = DTYPE_LARGEST.get(dtype or "")
+    return largest is not None and LIMITS[key].largest <= largest
+
+
 def headroom_bits(amax: float | None, key: str) -> float | None:
     """log2(largest finite / amax): negative when the values are beyond the format."""
     if amax is None or amax <= 0:
@@ -120,11 +142,22 @@ class PassTotals:
     lost: dict[str, list[float]] = field(default_factory=dict)  # key -> [over, under, scaled]
     steps: int = 0
     overflow_steps: dict[str, int] = field(default_factory=dict)  # steps with any overflow
+    # key -> inf/NaN values not counted as key's overflow: computed in a narrower format, or
+    # (an older record) in a format not recorded
+    hidden: dict[str, int] = field(default_factory=dict)
+    dtype: str | None = None  # the widest format its tensors were computed in
 
     def add(self, t: TensorNumerics) -> None:
         self.steps += 1
         self.numel += t.numel
         self.nonfinite += t.nonfinite
+        if t.dtype is not None and DTYPE_LARGEST.get(t.dtype, 0.0) >= DTYPE_LARGEST.get(
+            self.dtype or "", 0.0
+        ):
+            self.dtype = t.dtype
+        for key in FORMATS:
+            if t.nonfinite and not overflows_in(t.dtype, key):
+                self.hidden[key] = self.hidden.get(key, 0) + t.nonfinite
         if t.amax is not None:
             self.amax = t.amax if self.amax is None else max(self.amax, t.amax)
         if t.min_nonzero is not None:
@@ -154,5 +187,6 @@ class PassTotals:
             "amax": self.amax,
             "min_nonzero": self.min_nonzero,
             "nonfinite": self.nonfinite,
+            "dtype": self.dtype,
             "formats": formats,
         }

@@ -10,7 +10,9 @@ import msgspec
 class FormatShare(msgspec.Struct, kw_only=True):
     """Shares (0-1) of a tensor's values that a format would lose."""
 
-    overflow: float  # finite values beyond the format's largest finite value
+    # values beyond the format's largest finite value: finite ones, and the inf/NaN of a
+    # tensor computed in a format no wider (older records: finite ones only)
+    overflow: float
     underflow: float  # non-zero values that round to zero
     scaled_underflow: float | None = None  # fp8 only: after scaling the tensor by its amax
 
@@ -24,6 +26,10 @@ class TensorNumerics(msgspec.Struct, kw_only=True):
     min_nonzero: float | None  # the smallest non-zero finite magnitude
     nonfinite: int  # inf and NaN values
     formats: dict[str, FormatShare]
+    # The format the tensor was computed in (torch's name: float16, float32; the widest of a
+    # module's several tensors); null in older records. Its inf and NaN values count as the
+    # overflow of every format that holds no larger a value (``core.numerics.overflows_in``).
+    dtype: str | None = None
 
 
 class ModuleNumerics(msgspec.Struct, kw_only=True):

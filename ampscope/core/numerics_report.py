@@ -7,14 +7,24 @@ same shares, the same sentences. No torch here.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ampscope.core import events as ev
-from ampscope.core.numerics import FP8_KEYS, LIMITS, FirstNonfinite, PassTotals
+from ampscope.core.numerics import (
+    DTYPE_LABELS,
+    FP8_KEYS,
+    LIMITS,
+    FirstNonfinite,
+    PassTotals,
+    group_label,
+    pattern,
+)
 from ampscope.core.text import visible
 
 PASS_WORDS = {"activation": "outputs", "gradient": "gradients"}
-NOTABLE = 0.01  # a share below this is not worth a sentence
+NOTABLE = 0.01  # an underflow share below this is not worth a sentence
+ALSO = 3  # modules a verdict names after the worst one, then "and N more"
 KEEP_EVENTS = 240  # sampled steps a view keeps for its heatmap (the summary keeps them all)
 
 
@@ -81,21 +91,45 @@ class NumericsSummary:
         }
 
 
-def _worst(summary: NumericsSummary, key: str, which: int) -> tuple[ModuleTotals, str, float]:
-    """The module and pass losing the largest share to ``key`` (0 overflow, 1 underflow, 2
-    underflow after amax scaling)."""
-    best: tuple[ModuleTotals, str, float] | None = None
-    for m in summary.modules.values():
-        for side in ("activation", "gradient"):
-            share = m.side(side).share(key, which)
-            if best is None or share > best[2]:
-                best = (m, side, share)
-    assert best is not None
-    return best
+def _ranked(
+    summary: NumericsSummary, share_of: Callable[[PassTotals], float], at_least: float
+) -> list[tuple[ModuleTotals, str, float]]:
+    """Every module and pass whose ``share_of`` is ``at_least`` (above 0), largest first, the
+    model's order among equals."""
+    found = [
+        (m, side, share_of(m.side(side)))
+        for m in summary.modules.values()
+        for side in PASS_WORDS
+        if m.side(side).steps
+    ]
+    kept = [f for f in found if f[2] > 0 and f[2] >= at_least]
+    return sorted(kept, key=lambda f: -f[2])
+
+
+def _also(ranked: list[tuple[ModuleTotals, str, float]], what: str) -> str:
+    """The passes after the worst that cross the same line, up to ``ALSO`` named, then "and N
+    more"; the members of a repeated block as one (``blocks.1-11.attn.proj``), its worst share."""
+    groups: dict[tuple[str, str], list[tuple[ModuleTotals, str, float]]] = {}
+    for found in ranked[1:]:  # largest first: each group's first member is its worst
+        groups.setdefault((pattern(found[0].name), found[1]), []).append(found)
+    named = []
+    for members in groups.values():
+        label = group_label([m.name for m, _, _ in members])
+        named.append(f"{visible(label, 120)}'s {PASS_WORDS[members[0][1]]} ({_pct(members[0][2])})")
+    if not named:
+        return ""
+    shown = named[:ALSO]
+    if len(named) > ALSO:
+        shown.append(f"{len(named) - ALSO} more")
+    listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    return f" Also {what}: {listed}."
 
 
 def _holds(summary: NumericsSummary, key: str, m: ModuleTotals, side: str) -> bool:
-    return m.side(side).share(key, 0) == 0 and m.side(side).share(key, 1) < NOTABLE
+    """Whether ``key`` holds this pass: none beyond it, few lost to zero, and no inf/NaN whose
+    value is unknown to it."""
+    t = m.side(side)
+    return t.share(key, 0) == 0 and t.share(key, 1) < NOTABLE and not t.hidden.get(key)
 
 
 def magnitude(x: float | None) -> str:
@@ -121,10 +155,12 @@ def _pct(share: float) -> str:
 
 def verdict(summary: NumericsSummary, key: str) -> str:
     """One or two sentences for one format, e.g. "fp16: trunk.boost's outputs reach 7.8e4,
-    beyond fp16's 65504; amp-fp16 will skip every step. bf16 holds it."."""
+    beyond fp16's 65504; amp-fp16 will skip every step. bf16 holds it."; "every layer fits"
+    only when nothing overflowed, inf and NaN included."""
     if not summary.modules:
         return f"{key}: nothing measured."
     said = [s for s in (_overflow(summary, key), _underflow(summary, key)) if s]
+    said += [s for s in [_unknown(summary, key)] if s]
     if said:
         return f"{key}: " + " ".join(said)
     lim = LIMITS[key]
@@ -135,34 +171,55 @@ def verdict(summary: NumericsSummary, key: str) -> str:
     )
 
 
+def _computed_in(t: PassTotals) -> str:
+    return DTYPE_LABELS.get(t.dtype or "", t.dtype or "the format the run computes in")
+
+
 def _overflow(summary: NumericsSummary, key: str) -> str | None:
-    m, side, share = _worst(summary, key, 0)
-    if share == 0:
+    ranked = _ranked(summary, lambda t: t.share(key, 0), 0.0)
+    if not ranked:
         return None
+    m, side, share = ranked[0]
     totals = m.side(side)
-    out = (
-        f"{visible(m.name, 120)}'s {PASS_WORDS[side]} reach {magnitude(totals.amax)}, "
-        f"beyond {key}'s {limit(LIMITS[key].largest)}"
-    )
-    if key == "fp16":
+    name, words = visible(m.name, 120), PASS_WORDS[side]
+    beyond = totals.amax is not None and totals.amax >= LIMITS[key].overflow_at
+    lost = totals.nonfinite - totals.hidden.get(key, 0)  # inf/NaN counted as key's overflow
+    if beyond:  # finite values measured beyond it: how far is known
+        out = (
+            f"{name}'s {words} reach {magnitude(totals.amax)}, beyond {key}'s "
+            f"{limit(LIMITS[key].largest)}"
+        )
+        if lost:
+            out += f", and {_pct(lost / totals.numel)} are inf/NaN, computed in "
+            out += _computed_in(totals)
+    else:  # inf/NaN where they were computed: the format itself overflowed
+        out = (
+            f"{_pct(share)} of {name}'s {words} overflow {key}: inf/NaN, computed in "
+            f"{_computed_in(totals)}"
+        )
+    if key == "fp16" and beyond:
         every = totals.overflow_steps.get(key, 0) >= totals.steps
         out += "; amp-fp16 will skip every step" if every else "; amp-fp16 will skip steps"
-        if _holds(summary, "bf16", m, side):
-            out += ". bf16 holds it"
-    elif key in FP8_KEYS:
+    if key == "fp16" and _holds(summary, "bf16", m, side):
+        out += ". bf16 holds it"
+    elif key == "fp16" and totals.hidden.get("bf16"):
+        out += ". Whether bf16 holds them, a run in fp32 shows ('ampscope numerics fp32')"
+    elif key in FP8_KEYS and not totals.nonfinite:
         scaled = _pct(totals.share(key, 2))
         out += f"; scaled by their amax (tensorwise fp8) they fit, and {scaled} round to 0"
-    return out + "."
+    return out + "." + _also(ranked, f"beyond {key}")
 
 
 def _underflow(summary: NumericsSummary, key: str) -> str | None:
-    m, side, share = _worst(summary, key, 1)
-    if share < NOTABLE:
+    ranked = _ranked(summary, lambda t: t.share(key, 1), NOTABLE)
+    if not ranked:
         return None
+    m, side, share = ranked[0]
     totals = m.side(side)
     out = (
         f"{_pct(share)} of {visible(m.name, 120)}'s {PASS_WORDS[side]} round to zero "
-        f"(at or below half of {key}'s smallest, {magnitude(LIMITS[key].smallest)})"
+        f"(at or below {magnitude(LIMITS[key].smallest / 2)}, half of {key}'s smallest "
+        f"subnormal {magnitude(LIMITS[key].smallest)})"
     )
     if key == "fp16" and side == "gradient":
         out += (
@@ -174,18 +231,36 @@ def _underflow(summary: NumericsSummary, key: str) -> str | None:
         out += ". bf16 holds them"
     if key in FP8_KEYS:
         out += f"; scaled by their amax (tensorwise fp8), {_pct(totals.share(key, 2))} do"
-    return out + "."
+    return out + "." + _also(ranked, "rounding to zero")
+
+
+def _unknown(summary: NumericsSummary, key: str) -> str | None:
+    """inf/NaN values not counted as ``key``'s overflow: computed in a narrower format (their
+    true size was lost there) or, in an older record, in a format it does not name."""
+    ranked = _ranked(summary, lambda t: t.hidden.get(key, 0) / t.numel if t.numel else 0.0, 0.0)
+    if not ranked:
+        return None
+    m, side, share = ranked[0]
+    totals = m.side(side)
+    return (
+        f"{_pct(share)} of {visible(m.name, 120)}'s {PASS_WORDS[side]} are inf/NaN, computed "
+        f"in {_computed_in(totals)}: whether {key} holds them, a run in fp32 shows "
+        "('ampscope numerics fp32')." + _also(ranked, "inf/NaN")
+    )
 
 
 def verdicts(summary: NumericsSummary) -> list[str]:
     out = [verdict(summary, key) for key in LIMITS]
     first = summary.first_nonfinite
     if first is not None:
-        words = "outputs" if first.pass_ == "forward" else "gradients"
+        side = "activation" if first.pass_ == "forward" else "gradient"
+        words = PASS_WORDS[side]
+        held = summary.modules.get(first.module)
+        dtype = held.side(side).dtype if held is not None else None
+        where = DTYPE_LABELS.get(dtype or "", dtype or "the format it is computed in")
         out.insert(
             0,
             f"inf/NaN first appears in {visible(first.module, 120)}'s {words} at step "
-            f"{first.step}, in the format the run computes in: the shares below count the "
-            "finite values only.",
+            f"{first.step}: an overflow of {where}, and of every narrower format.",
         )
     return out

@@ -83,14 +83,15 @@ def add_model_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="SPEC", help=MODEL_HELP)
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
+def add_run_arguments(
+    p: argparse.ArgumentParser, json_help: str = "print the event stream (one JSON object a line)"
+) -> None:
+    """The flags of a command that runs a preset; ``json_help`` says what its --json prints."""
     p.add_argument(
         "preset", help="a preset name (see 'ampscope presets') or a path to a .toml file"
     )
     add_override_arguments(p)
-    p.add_argument(
-        "--json", action="store_true", help="print the event stream (one JSON object a line)"
-    )
+    p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument(
         "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
     )

@@ -8,9 +8,10 @@ import torch
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core.nonfinite import range_advice
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.exits import EXIT_FAILED, EXIT_USAGE
-from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
+from ampscope.engine.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.record import IO_HINT, RecordLost
 from ampscope.engine.stats import RunStats
 from ampscope.engine.workloads.user_code import user_traceback
@@ -44,6 +45,39 @@ def left_early(exc: SystemExit, stats: RunStats) -> ev.ErrorEvent:
     )
 
 
+def first_words(first: ev.FirstNonfinite | None) -> str:
+    """Where the inf/NaN first appeared, as a sentence to add (nothing when not found)."""
+    if first is None:
+        return ""
+    words = "outputs" if first.pass_ == "forward" else "gradients"
+    return (
+        f" inf/NaN first appears in {first.module}'s {words} ({first.pass_} pass) at step "
+        f"{first.step}."
+    )
+
+
+def every_step_skipped(exc: EveryStepSkipped, preset: str) -> ev.ErrorEvent:
+    """A run that finished without one update: the GradScaler skipped every step."""
+    message = (
+        f"Every step skipped ({exc.steps} of {exc.steps}): the GradScaler found inf/NaN in "
+        "the gradients at every step, so the weights were never updated; the loss scale fell "
+        f"from {exc.scale_first:g} to {exc.scale_last:g} without finding a finite step."
+    )
+    if exc.first is not None:
+        message += first_words(exc.first)
+        if exc.first.pass_ == "forward":
+            message += (
+                " An overflow in the forward pass is no loss scale's to fix: amp-bf16 has "
+                "fp32's range."
+            )
+    else:
+        message += (
+            f" 'ampscope numerics {preset}', with this run's flags, names the layer where the "
+            "inf/NaN appears."
+        )
+    return ev.ErrorEvent(kind="nan", message=message, step=exc.steps - 1)
+
+
 def failure(
     exc: Exception, preset: cfg.Preset, info: DeviceInfo | None, stats: RunStats
 ) -> tuple[ev.ErrorEvent, int]:
@@ -63,16 +97,14 @@ def failure(
             cause = "the numbers left the format's range. " + (
                 "Pure fp16 has no master weights or loss scaling; use amp-fp16 or amp-bf16."
                 if preset.precision == "fp16"
-                else "Lower the learning rate or use a wider format."
+                else range_advice(preset.precision, preset.grad_clip)
             )
-        message = f"Loss became {exc.loss} at step {exc.step}{where}: {cause}"
-        if exc.first is not None:
-            words = "outputs" if exc.first.pass_ == "forward" else "gradients"
-            message += (
-                f" inf/NaN first appears in {exc.first.module}'s {words} ({exc.first.pass_} "
-                f"pass) at step {exc.first.step}."
-            )
+        message = (
+            f"Loss became {exc.loss} at step {exc.step}{where}: {cause}{first_words(exc.first)}"
+        )
         return ev.ErrorEvent(kind="nan", message=message, step=exc.step), EXIT_FAILED
+    if isinstance(exc, EveryStepSkipped):
+        return every_step_skipped(exc, preset.name), EXIT_FAILED
     if isinstance(exc, ReplicasDiverged):
         return ev.ErrorEvent(kind="diverged", message=str(exc), step=exc.step), EXIT_FAILED
     if isinstance(exc, RecordLost):

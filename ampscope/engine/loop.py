@@ -34,7 +34,7 @@ from ampscope.engine.metrics import (
 )
 from ampscope.engine.numerics import LoopNumerics, LossOf, loop_numerics
 from ampscope.engine.parallelize import plain
-from ampscope.engine.probe import make_probe
+from ampscope.engine.probe import CpuProbe, make_probe
 from ampscope.engine.profiling import ProfileControl, no_phase
 from ampscope.engine.setup import Setup
 from ampscope.engine.stats import RunStats
@@ -72,7 +72,7 @@ def train_step(
     with phase("optimizer"):
         grad_norm = plain(clip_grad_norm_(s.model.parameters(), s.preset.grad_clip or math.inf))
         scale_before = scaler_scale(s.scaler, s.nan)
-        if numerics is None or not numerics.holds_update(loss):
+        if numerics is None or not numerics.holds_update(step, loss, grad_norm):
             s.scaler.step(s.optimizer)  # skipped inside when the gradients hold inf/NaN
     with phase(scaling):
         s.scaler.update()  # halves the scale after a skip, grows it after growth_interval steps
@@ -134,7 +134,15 @@ def train(
     compile_watch = CompileWatch(writer) if compiled else None
     # None when off: nothing added to a step. A step that went wrong is run again, hooks on.
     # Its time is no step's: the next step is timed from the rerun's end (probe.begin).
-    numerics = loop_numerics(s, writer, step_loss(s), reporter, probe.begin)
+    # A rerun inside a step (a CPU's, before its update) is left out of the step's time.
+    numerics = loop_numerics(
+        s,
+        writer,
+        step_loss(s),
+        reporter,
+        probe.begin,
+        probe.leave_out if isinstance(probe, CpuProbe) else None,
+    )
     first_phase: ev.Phase = "compile" if compiled else "train"
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status: ev.DoneStatus = "ok"
@@ -190,7 +198,7 @@ def train(
         numerics.finish()
     last_step = stats.steps_done - 1 if stats.steps_done else None
     writer.emit(ev.PhaseEvent(phase="train", state="end", step=last_step), urgent=True)
-    return status
+    return reporter.finished(status)  # raises when every step was skipped
 
 
 def end_compile_phase(writer: EventWriter, seconds: float) -> None:

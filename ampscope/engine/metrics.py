@@ -57,6 +57,18 @@ class NonFiniteLoss(Exception):
         self.first = first  # where the inf/NaN first appeared, when numerics found it
 
 
+class EveryStepSkipped(Exception):
+    """The GradScaler skipped every step of a run that finished: the weights never changed."""
+
+    def __init__(
+        self, steps: int, scale_first: float, scale_last: float, first: ev.FirstNonfinite | None
+    ) -> None:
+        super().__init__(f"every step of {steps} skipped")
+        self.steps = steps
+        self.scale_first, self.scale_last = scale_first, scale_last
+        self.first = first  # where the inf/NaN first appeared, when numerics found it
+
+
 class ReplicasDiverged(Exception):
     """Ranks disagree on something every replica must share: one skipped a step another took."""
 
@@ -178,9 +190,12 @@ class StepReporter:
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
         self.profiled = profiled  # the steps that ran under torch.profiler (the profiler's)
         self.input_wait = InputWait(stats.warmup_steps)
-        # Told of each skipped or non-finite step (step, its loss scale, whether the run ends
-        # on it); answers where the inf first appeared, if it can tell (numerics).
+        # Told of each skipped step, or one with a non-finite loss or gradient norm (step, its
+        # loss scale, whether the run ends on it); answers where the inf first appeared, if it
+        # can tell (numerics).
         self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
+        self.first: ev.FirstNonfinite | None = None  # the run's first inf/NaN, when found
+        self.scales: list[float] = []  # the loss scale of the first step, and after the last
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -203,11 +218,25 @@ class StepReporter:
             not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         )
         first = None
-        if (skipped or not math.isfinite(loss)) and self.on_bad is not None:
+        # A finite loss with non-finite gradients is where an overflow born in the backward
+        # pass shows first (without a GradScaler its update spoils the weights, and only the
+        # next step's loss shows it).
+        went_wrong = skipped or not math.isfinite(loss) or not math.isfinite(m.grad_norm)
+        if went_wrong and self.on_bad is not None:
             first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
+            self.first = self.first or first
+        self.scales = [self.scales[0] if self.scales else m.scale_before, m.scale_after]
         if ends:
             bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
             raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None, first)
+
+    def finished(self, status: ev.DoneStatus) -> ev.DoneStatus:
+        """``status``, unless a run that finished had every step skipped: then it raises
+        ``EveryStepSkipped``, for the run never trained (a skip is no failure of its own)."""
+        done = self.stats.steps_done
+        if status == "ok" and self.scaled and done and self.stats.skipped >= done:
+            raise EveryStepSkipped(done, self.scales[0], self.scales[-1], self.first)
+        return status
 
     def _diverged(self, step: int, skips: list[bool]) -> None:
         took = [r for r, s in enumerate(skips) if not s]

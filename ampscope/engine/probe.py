@@ -33,6 +33,10 @@ class CpuProbe:
     def begin(self) -> None:
         self._t0 = time.perf_counter()
 
+    def leave_out(self, ms: float) -> None:
+        """The step running now is timed without these ``ms`` (a rerun inside it)."""
+        self._t0 += ms / 1000.0
+
     def end(self, step: int, metrics: torch.Tensor) -> None:
         ms = (time.perf_counter() - self._t0) * 1000.0
         self._ready.append(FinishedStep(step, ms, metrics.tolist()))

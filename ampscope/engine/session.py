@@ -18,7 +18,7 @@ from ampscope.engine.faults import failure, left_early
 from ampscope.engine.hello import make_hello
 from ampscope.engine.link import Link, SoloLink, connect
 from ampscope.engine.loop import train
-from ampscope.engine.metrics import NonFiniteLoss, ReplicasDiverged
+from ampscope.engine.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.process import SoFar
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
@@ -28,7 +28,7 @@ from ampscope.engine.stats import RunStats
 from ampscope.engine.telemetry import TelemetrySampler
 from ampscope.engine.validation import read_facts, require_runnable
 
-SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged)
+SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged, EveryStepSkipped)
 """Faults every rank reaches together (same preset, same exchanged figures): no rank to blame."""
 
 

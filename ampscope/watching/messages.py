@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ampscope.core import events as ev
+from ampscope.core.nonfinite import range_advice
 
 if TYPE_CHECKING:
     from ampscope.watching.describe import RunFacts
@@ -153,7 +154,7 @@ class StepNotes:
         hint = (
             "Pure fp16 has no master weights or loss scaling; use autocast with a GradScaler."
             if self.precision == "fp16"
-            else "Lower the learning rate or use a wider format."
+            else range_advice(self.precision)
         )
         return (
             f"Loss became {v.loss} at step {v.step}: the numbers left the format's range. "

@@ -10,6 +10,10 @@ on the input uses the RNG at every step.
 weight gradient (a sum over 64 rows of 32768 x 1.0) overflows fp16, while every module's
 output and output gradient stays finite.
 
+``make_grad_inf`` (amp-fp16-noscale, no GradScaler): step 3's input is 1000 instead of 0.01,
+so ``wlin``'s weight gradient (a sum over 64 rows of 2 x 1000) overflows fp16 while the loss
+stays finite; the update then puts NaN into the weight, and step 4's loss is NaN.
+
 ``make_nan_loss`` (fp32, no GradScaler): step 2's batch is 1e30, which ``square`` squares
 beyond fp32: the loss is inf and the run ends on it.
 """
@@ -66,6 +70,16 @@ def make_weight_inf(ctx):
     return ampscope.Workload(model=model, batches=batches, loss=weighted, name="weight-inf")
 
 
+def make_grad_inf(ctx):
+    torch.manual_seed(0)
+    small, large = torch.full((64, 16), 0.01), torch.full((64, 16), 1000.0)
+    batches = [(small, torch.full((1, 1), 2.0))] * 3 + [(large, torch.full((1, 1), 2.0))]
+    batches += [(small, torch.full((1, 1), 2.0))] * 4
+    model = nn.Sequential()
+    model.add_module("wlin", nn.Linear(16, 16, bias=False))
+    return ampscope.Workload(model=model, batches=batches, loss=weighted, name="grad-inf")
+
+
 def make_nan_loss(ctx):
     torch.manual_seed(0)
     model = nn.Sequential()
@@ -76,3 +90,16 @@ def make_nan_loss(ctx):
     return ampscope.Workload(
         model=model, batches=batches, loss=lambda out, y: out.mean(), name="nan-loss"
     )
+
+
+def make_every_skip(ctx):
+    """amp-fp16: the loss weighs the output by 1e4, so the gradient at boost's fp16 output is
+    1e4 x the loss scale, beyond fp16's 65504 down to a scale of 4: the GradScaler skips
+    every step of a run up to 14 steps long, while the loss stays finite."""
+    torch.manual_seed(0)
+    x = torch.full((1, 16), 0.01)
+    batches = [(x, torch.full((1, 1), 1e4))] * 4
+    model = nn.Sequential()
+    model.add_module("lin", nn.Linear(16, 16))
+    model.add_module("boost", Scale(1.5))
+    return ampscope.Workload(model=model, batches=batches, loss=weighted, name="every-skip")

@@ -53,6 +53,7 @@ class Pending:
 
     step: int
     slots: list[tuple[int, str]]  # (owner index, pass) of each row, in the order measured
+    dtypes: list[str]  # the format each row's tensor was computed in (torch's name)
     flat: torch.Tensor  # the rows, the weight checks, the scale: on the host or in flight
     ready: Callable[[], bool]
     replayed: bool = False
@@ -83,10 +84,12 @@ class NumericsProbe:
         self.rows: list[torch.Tensor] = []
         self.checks: list[torch.Tensor] = []  # weight gradients' largest magnitude
         self.slots: list[tuple[int, str]] = []
+        self.dtypes: list[str] = []  # each row's tensor's dtype: its inf is that format's overflow
         self.pending: collections.deque[Pending] = collections.deque()
         self.extra: set[int] = set()  # steps sampled out of turn (after a skipped step)
         self.measured: collections.deque[int] = collections.deque(maxlen=RECENT)
-        self.found: ev.FirstNonfinite | None = None  # the latest first inf/NaN seen
+        # Each measured step's first inf/NaN, by step (a rerun step may land after later ones)
+        self.found: dict[int, ev.FirstNonfinite] = {}
 
     def wants(self, step: int) -> bool:
         if self.failed or not self.names:
@@ -99,7 +102,7 @@ class NumericsProbe:
 
     def begin(self, step: int, scale: torch.Tensor) -> None:
         self.scale = scale
-        self.rows, self.checks, self.slots = [], [], []
+        self.rows, self.checks, self.slots, self.dtypes = [], [], [], []
         self.measured.append(step)
         for index, module in enumerate(self.modules):
             self.handles.append(module.register_forward_hook(self._forward_hook(index)))
@@ -149,6 +152,7 @@ class NumericsProbe:
         with torch.no_grad():
             self.rows.append(measure(t, self.constants))
         self.slots.append((index, which))
+        self.dtypes.append(str(t.dtype).removeprefix("torch."))
 
     def _fail(self, exc: Exception) -> None:
         self.fail(exc, "measuring a layer failed")
@@ -183,14 +187,16 @@ class NumericsProbe:
             parts.append(self.scale.reshape(1).to(torch.float64))
             flat = torch.cat(parts)
             self.rows, self.checks = [], []
+            ready: Callable[[], bool]
             if self.device.type == "cuda":
                 host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
                 host.copy_(flat, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record()
-                self.pending.append(Pending(step, self.slots, host, done.query, replayed))
+                ready = done.query
             else:
-                self.pending.append(Pending(step, self.slots, flat, lambda: True, replayed))
+                host, ready = flat, lambda: True
+            self.pending.append(Pending(step, self.slots, self.dtypes, host, ready, replayed))
         except Exception as exc:
             self._fail(exc)
         self.poll()
@@ -212,13 +218,15 @@ class NumericsProbe:
         table = [row_of(flat[i * RAW : (i + 1) * RAW]) for i in range(rows)]
         checks, scale = flat[rows * RAW : -1], flat[-1]
         modules, first = module_numerics(
-            self.names, self.kinds, self.owners, item.slots, table, checks
+            self.names, self.kinds, self.owners, item.slots, table, checks, item.dtypes
         )
         found = (
             ev.FirstNonfinite(step=item.step, module=first[0], pass_=first[1]) if first else None
         )
         if found is not None:
-            self.found = found
+            self.found[item.step] = found
+            while len(self.found) > RECENT:
+                del self.found[min(self.found)]
         return ev.NumericsEvent(
             step=item.step,
             loss_scale=scale if scale == scale else None,  # NaN: no GradScaler

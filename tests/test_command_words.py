@@ -1,0 +1,41 @@
+"""What the commands say about themselves: help texts and headings that state real numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampscope.cli.main import main
+from tests.helpers import cli
+
+
+def help_of(capsys: pytest.CaptureFixture[str], command: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse's wrapping undone
+
+
+@pytest.mark.unit
+def test_numerics_help_says_json_prints_one_object_not_the_event_stream(capsys) -> None:
+    said = help_of(capsys, "numerics")
+    assert "--json print one JSON object at the end" in said
+    assert "event stream" not in said
+    assert "--json print the event stream" in help_of(capsys, "run")  # run's does
+
+
+@pytest.mark.unit
+def test_profile_says_the_warm_up_it_really_runs(capsys, tmp_path: Path) -> None:
+    """The preset's warmup_steps (here 4), not a fixed 3: in the help and over the profile."""
+    assert "after the preset's warm-up steps (its warmup_steps, 5 by default" in help_of(
+        capsys, "profile"
+    )
+    done = cli(
+        capsys,
+        "profile", "mlp-demo", "--device", "cpu", "--steps", "1", "--no-record",
+        "--set", "warmup_steps=4", "--set", "workload.width=32", "--set", "workload.layers=1",
+        "--set", "batch_size=4",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("mlp-demo (after 4 warm-up steps): 1 steps from step 4,")
