@@ -164,3 +164,46 @@ def test_history_lists_a_record_whose_live_json_is_a_fifo_and_its_keys_still_wor
     assert returns(lambda: run(go()), [fifo])
     assert [r[2] for r in rows] == ["crashed", "ok"]
     assert ended == [True]
+
+
+def test_history_stays_live_while_a_slow_disk_reads_its_records(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A read that does not end (a network folder that stalls) is not on the UI thread:
+    History shows at once, says it is reading, and its keys still work."""
+    root = tmp_path / "runs"
+    a_record(root, "20260101T000000Z-done", finished=True)
+    stalled = threading.Event()
+    real = records.list_runs
+
+    def slow(folder: Path | None = None) -> list[records.RunRecord]:
+        stalled.wait(HANG_S * 2)
+        return real(folder)
+
+    monkeypatch.setattr(records, "list_runs", slow)
+    seen: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=root)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            seen.append(str(history.query_one("#history-title").render()))
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            stalled.set()  # the disk answers: the runs appear
+            table = history.query_one("#history-table")
+            assert await wait_for(pilot, lambda: table.row_count == 1, 10)
+            await pilot.press("q")
+            seen.append("quit" if await wait_for(pilot, lambda: not app.is_running, 10) else "")
+
+    thread = threading.Thread(target=lambda: run(go()), daemon=True)
+    thread.start()
+    thread.join(HANG_S)
+    stalled.set()
+    thread.join(HANG_S)
+    assert seen and seen[0].startswith("History · reading the records in "), seen
+    assert seen[-1] == "quit"
