@@ -461,3 +461,23 @@ def test_a_bad_message_closes_its_socket_and_nothing_after_it_reaches_the_viewer
     asyncio.run(serve_viewers.pass_messages(tab, Request(), viewer))  # type: ignore[arg-type]
     assert viewer.got == [("resize", 1000, 1000), ("stdin", b"j")]
     assert tab.sent == [["pong", "42"]] and tab.closed_with == 1008
+
+
+@pytest.mark.unit
+def test_the_viewer_itself_acts_on_no_resize_that_is_not_a_terminal_size() -> None:
+    """Its own guard, behind serve's: text or 1e308 is ignored, 100000 columns become 1000."""
+    from ampscope.cli.viewer_driver import ViewerDriver
+
+    class App:
+        def __init__(self) -> None:
+            self.sizes: list[tuple[int, int]] = []
+
+        def post_message(self, message) -> None:
+            self.sizes.append(tuple(message.size))
+
+    driver = ViewerDriver.__new__(ViewerDriver)  # no terminal, no input thread
+    driver._app = app = App()  # type: ignore[assignment]
+    for width in ("x", 1e308, True, None):
+        driver.on_meta("resize", {"type": "resize", "width": width, "height": 30})
+    driver.on_meta("resize", {"type": "resize", "width": 100000, "height": 40})
+    assert app.sizes == [(1000, 40)]
