@@ -13,6 +13,7 @@ from typing import NamedTuple, TypeVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
@@ -80,7 +81,7 @@ def read_history(runs_dir: Path) -> list[HistoryRow]:
     return rows
 
 
-def off_ui_thread(screen: Screen, read: Callable[[], T], then: Callable[[T | None], None]) -> None:
+def off_ui_thread(screen: DOMNode, read: Callable[[], T], then: Callable[[T | None], None]) -> None:
     """``then(read())`` on the UI thread, with ``read`` run on a thread of its own: at once
     when it ends within READ_WAIT_S, else when it does. ``then(None)`` if ``read`` failed.
     A daemon thread: one stuck in a read never holds up the app's exit."""
@@ -277,9 +278,3 @@ def latest_sweep_runs(runs_dir: Path) -> tuple[list[records.RunRecord], bool]:
     if sum(len(g) for g in groups) < 2:
         return [], False
     return [records.load_run(d) for g in groups for d in g], any(len(g) > 1 for g in groups)
-
-
-def compare_latest_sweep(runs_dir: Path) -> CompareScreen | None:
-    """Compare for the last sweep (a row a preset, repeats together), or None: no sweep."""
-    runs, repeated = latest_sweep_runs(runs_dir)
-    return CompareScreen(runs, repeated=repeated) if runs else None
