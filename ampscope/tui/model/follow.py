@@ -156,9 +156,10 @@ class AttachSource:
 
     # ------------------------------------------------------------------ following
 
-    def pump(self) -> bool:
-        """Ingest what is new; True while more is waiting (catching up)."""
-        items, more = self.tail.read()
+    async def pump(self) -> bool:
+        """Ingest what is new, read on a thread (never the UI's: a disk may stall); True
+        while more is waiting (catching up)."""
+        items, more = await asyncio.to_thread(self.tail.read)
         if items:
             self.state.ingest_many(items)
         return more
@@ -173,7 +174,7 @@ class AttachSource:
         loop = asyncio.get_running_loop()
         next_check = loop.time() + LIVENESS_S
         while True:
-            more = self.pump()
+            more = await self.pump()
             if self.state.done is not None:
                 break
             if more:
@@ -182,10 +183,10 @@ class AttachSource:
             self.caught_up = True
             if loop.time() >= next_check:
                 next_check = loop.time() + LIVENESS_S
-                engine = self.engine_state()
+                engine = await asyncio.to_thread(self.engine_state)  # reads live.json
                 self.stalled = engine == "stalled"
                 if engine == "gone":
-                    while self.pump():  # the last lines, written before it went
+                    while await self.pump():  # the last lines, written before it went
                         pass
                     if self.state.done is None:
                         self.crashed = not self.state.stop_requested
