@@ -419,3 +419,35 @@ def wait_for_tab(port: int, serve: subprocess.Popen) -> socket.socket:
             if serve.poll() is not None or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_serve_under_nohup_goes_on_serving_after_a_hang_up(tmp_path: Path) -> None:
+    """``nohup ampscope serve`` asks to outlive the terminal: its ignored SIGHUP stays ignored."""
+    import signal
+    import urllib.request
+
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
+        + ["--runs-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=engine_env(),
+        cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+    )
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    try:
+        assert wait_until(answers, 60)
+        serve.send_signal(signal.SIGHUP)
+        assert answers() and serve.poll() is None
+    finally:
+        serve.terminate()
+        serve.wait(30)

@@ -223,8 +223,8 @@ def viewer_server_class() -> type:
 
 def run_server(server: Any, sockets: list[socket.socket]) -> None:
     """Serve ``server`` (a ViewerServer) on ``sockets`` until SIGINT, SIGTERM or SIGHUP (the
-    SSH session that started it dropped, its terminal closed): each ends every tab's viewer on
-    the way out. Should serve die without a word (SIGKILL, the OOM killer), its viewers go by
+    SSH session that started it dropped, its terminal closed; not under ``nohup``, which asks
+    for the opposite): each ends every tab's viewer on the way out. Should serve die without a word (SIGKILL, the OOM killer), its viewers go by
     themselves (cli/viewer.py)."""
     from aiohttp import web
 
@@ -232,7 +232,8 @@ def run_server(server: Any, sockets: list[socket.socket]) -> None:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(signum, server.request_exit)
+        if signum != signal.SIGHUP or signal.getsignal(signum) != signal.SIG_IGN:  # nohup
+            loop.add_signal_handler(signum, server.request_exit)
     web.run_app(
         server._make_app(),
         sock=sockets,
