@@ -60,8 +60,9 @@ _atexit_registered = False
 _real_exit: Callable[[int], NoReturn] | None = None
 """``os._exit`` as it was before ours, while ours is in place."""
 _exit_pid = 0
-_FIRST_EXIT = os._exit
 """The process whose runs ours ends: a forked child's ``os._exit`` ends none of them."""
+_FIRST_EXIT = os._exit
+"""``os._exit`` when this module was loaded: what ours calls once it has been put back."""
 
 
 class ProcessExit(Exception):
