@@ -148,14 +148,14 @@ def test_a_corpus_of_bad_records_never_breaks_the_listing(tmp_path: Path, capsys
 @pytest.mark.unit
 def test_an_unreadable_record_is_named_not_raised(tmp_path: Path, monkeypatch) -> None:
     path = write_record(tmp_path, "20260101T000000Z-locked", {"hello": None}, "{}\n")
-    real = Path.read_text
+    real = os.open
 
-    def denied(self: Path, *args, **kwargs) -> str:
-        if self.parent == path:  # what a chmod 000 gives a user who is not root
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self, *args, **kwargs)
+    def denied(file, *args, **kwargs) -> int:
+        if Path(file).parent == path:  # what a chmod 000 gives a user who is not root
+            raise PermissionError(13, "Permission denied", str(file))
+        return real(file, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr(os, "open", denied)
     (run,) = records.list_runs(tmp_path)
     assert run.problem and "Permission denied" in run.problem
 

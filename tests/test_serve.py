@@ -367,3 +367,117 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
         assert started == ["width=100&height=30"]  # no viewer started on a bad size
 
     asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- what a tab sends
+
+
+@pytest.mark.unit
+def test_every_message_from_a_browser_is_checked_before_the_viewer_gets_it() -> None:
+    read = serve_cli.browser_message
+    assert read('["stdin", "q"]') == ("stdin", "q")
+    assert read('["ping", "1712345678901"]') == ("ping", "1712345678901")
+    assert read('["focus"]') == ("focus", None) and read('["blur"]') == ("blur", None)
+    assert read('["resize", {"width": 120, "height": 40}]') == ("resize", (120, 40))
+    # a size past the range is brought into it: no viewer draws 100000 columns
+    assert read('["resize", {"width": 100000, "height": 100000}]') == ("resize", (1000, 1000))
+    assert read('["resize", {"width": 4, "height": 2}]') == ("resize", (10, 10))
+    bad = {
+        '["resize", {"width": "x", "height": 30}]': 'a resize to width="x", which is not a whole number',
+        '["resize", {"width": 1e308, "height": 30}]': "width=1e+308",
+        '["resize", {"width": 80, "height": true}]': "height=true",
+        '["resize", {"width": 80.5, "height": 30}]': "width=80.5",
+        '["resize", 5]': "a resize without width and height",
+        '["stdin", 5]': "stdin that is not text",
+        '["ping", "' + "9" * 100 + '"]': "a ping that is not text",
+        '["exec", "rm -rf /"]': "a message of unknown kind exec",
+        '{"resize": 1}': "not a [kind, data] list",
+        "[]": "not a [kind, data] list",
+        "nope": "a message that is not JSON",
+        "[" * 100_000: "a message that is not JSON",  # no RecursionError either
+    }
+    for text, why in bad.items():
+        with pytest.raises(serve_cli.BadMessage) as refused:
+            read(text)
+        assert why in str(refused.value), (text[:40], str(refused.value))
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_a_bad_message_closes_its_socket_and_nothing_after_it_reaches_the_viewer() -> None:
+    import asyncio
+
+    from aiohttp import WSMsgType
+
+    from ampscope.cli import serve_viewers
+
+    class Message:
+        def __init__(self, data: str) -> None:
+            self.type, self.data = WSMsgType.TEXT, data
+
+    class Tab:
+        def __init__(self, *texts: str) -> None:
+            self.texts = list(texts)
+            self.closed_with: int | None = None
+            self.sent: list[object] = []
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self) -> Message:
+            if not self.texts or self.closed_with is not None:
+                raise StopAsyncIteration
+            return Message(self.texts.pop(0))
+
+        async def close(self, code: int = 1000, message: bytes = b"") -> None:
+            self.closed_with = code
+
+        async def send_json(self, data: object) -> None:
+            self.sent.append(data)
+
+    class Viewer:
+        def __init__(self) -> None:
+            self.got: list[tuple] = []
+
+        async def set_terminal_size(self, width: int, height: int) -> None:
+            self.got.append(("resize", width, height))
+
+        async def send_bytes(self, data: bytes) -> None:
+            self.got.append(("stdin", data))
+
+    class Request:
+        remote = "192.0.2.7"
+
+    tab, viewer = (
+        Tab(
+            '["resize", {"width": 100000, "height": 100000}]',
+            '["ping", "42"]',
+            '["stdin", "j"]',
+            '["resize", {"width": 1e308, "height": 30}]',
+            '["stdin", "q"]',
+        ),
+        Viewer(),
+    )
+    asyncio.run(serve_viewers.pass_messages(tab, Request(), viewer))  # type: ignore[arg-type]
+    assert viewer.got == [("resize", 1000, 1000), ("stdin", b"j")]
+    assert tab.sent == [["pong", "42"]] and tab.closed_with == 1008
+
+
+@pytest.mark.unit
+def test_the_viewer_itself_acts_on_no_resize_that_is_not_a_terminal_size() -> None:
+    """Its own guard, behind serve's: text or 1e308 is ignored, 100000 columns become 1000."""
+    from ampscope.cli.viewer_driver import ViewerDriver
+
+    class App:
+        def __init__(self) -> None:
+            self.sizes: list[tuple[int, int]] = []
+
+        def post_message(self, message) -> None:
+            self.sizes.append(tuple(message.size))
+
+    driver = ViewerDriver.__new__(ViewerDriver)  # no terminal, no input thread
+    driver._app = app = App()  # type: ignore[assignment]
+    for width in ("x", 1e308, True, None):
+        driver.on_meta("resize", {"type": "resize", "width": width, "height": 30})
+    driver.on_meta("resize", {"type": "resize", "width": 100000, "height": 40})
+    assert app.sizes == [(1000, 40)]

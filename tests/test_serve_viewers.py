@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import importlib.util
 import json
 import os
@@ -248,3 +249,205 @@ def test_the_viewer_repaints_its_whole_screen_when_asked(tmp_path: Path) -> None
     finally:
         viewer.kill()
         viewer.wait()
+
+
+# --------------------------------------------------------------------------- what a tab sends
+
+
+def close_code(sock: socket.socket, seconds: float = 60) -> int | None:
+    """Read the server's frames (after the rest of the handshake's answer) until its close
+    frame; its status code (None: the connection ended without one)."""
+    sock.settimeout(seconds)
+    data = b""
+
+    def fill(n: int) -> None:
+        nonlocal data
+        while len(data) < n:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                raise EOFError
+            data += chunk
+
+    def take(n: int) -> bytes:
+        nonlocal data
+        fill(n)
+        head, data = data[:n], data[n:]
+        return head
+
+    try:
+        while b"\r\n\r\n" not in data:
+            fill(len(data) + 1)
+        data = data.split(b"\r\n\r\n", 1)[1]
+        while True:
+            first, second = take(2)
+            size = second & 0x7F
+            if size == 126:
+                size = struct.unpack(">H", take(2))[0]
+            elif size == 127:
+                size = struct.unpack(">Q", take(8))[0]
+            payload = take(size)
+            if first & 0x0F == 0x8:
+                return struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else None
+    except (EOFError, OSError):
+        return None
+
+
+def test_a_bad_message_closes_that_tab_alone_and_its_viewer_ends(served, caplog) -> None:
+    bad = a_tab_that_never_reads(served.port)
+    assert wait_until(lambda: len(served.viewer_pids()) == 1, 60)
+    (bad_pid,) = served.viewer_pids()
+    good = a_tab_that_never_reads(served.port)
+    try:
+        assert wait_until(lambda: len(served.viewer_pids()) == 2, 60)
+        (good_pid,) = set(served.viewer_pids()) - {bad_pid}
+        bad.sendall(frame(["resize", {"width": "x", "height": 30}]))
+        assert close_code(bad) == 1008  # policy violation: this tab is closed
+        assert wait_until(lambda: zombie(bad_pid) and served.server.viewers == 1, BOUND_S)
+        assert not zombie(good_pid)  # the other tab goes on
+        said = [r.getMessage() for r in caplog.records]
+        assert any(
+            "closed the tab of 127.0.0.1: its browser sent a resize to width=" in m for m in said
+        ), said
+        assert not any(r.exc_info for r in caplog.records)  # one line, no traceback
+    finally:
+        bad.close()
+        good.close()
+
+
+def test_the_viewer_ends_when_its_input_ends(tmp_path: Path) -> None:
+    """serve's end of the pipe closed (serve is gone): the viewer ends, it does not draw on."""
+    env = engine_env(TEXTUAL_DRIVER="textual.drivers.web_driver:WebDriver", COLUMNS="90", ROWS="25")
+    env["AMPSCOPE_VIEWER_PARENT"] = str(os.getpid())
+    viewer = subprocess.Popen(
+        [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    started = threading.Event()
+
+    def read() -> None:
+        out = viewer.stdout
+        assert out is not None
+        while line := out.readline():
+            if line == b"__GANGLION__\n":
+                started.set()
+                break
+        while out.read(1 << 16):
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert started.wait(60)
+        assert viewer.stdin is not None
+        viewer.stdin.close()
+        viewer.wait(timeout=BOUND_S + 10)  # raises TimeoutExpired while it draws on
+        assert viewer.returncode is not None
+    finally:
+        viewer.kill()
+        viewer.wait()
+
+
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
+def test_serves_viewers_go_when_serve_goes_however_it_goes(tmp_path: Path, how: str) -> None:
+    """The SSH session that started serve drops (SIGHUP), or the OOM killer takes it (SIGKILL),
+    with a tab open: its viewer goes too, not reparented to init for ever."""
+    import signal
+
+    port = free_port()
+    with open(tmp_path / "serve.log", "wb") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
+            + ["--runs-dir", str(tmp_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=engine_env(),
+            cwd=ROOT,
+        )
+    viewers: list[psutil.Process] = []
+
+    def viewer_started() -> bool:
+        with contextlib.suppress(psutil.Error):
+            viewers[:] = [
+                p
+                for p in psutil.Process(serve.pid).children()
+                if "ampscope.cli.viewer" in " ".join(p.cmdline())
+            ]
+        return bool(viewers)
+
+    tab = None
+    try:
+        tab = wait_for_tab(port, serve)
+        assert wait_until(viewer_started, 60), (tmp_path / "serve.log").read_text()
+        (viewer,) = viewers
+        assert seen(tab, b"read-only", 60)  # drawn: a viewer killed mid-start dies anyway
+        serve.send_signal(getattr(signal, how))
+        serve.wait(timeout=30)
+        assert wait_until(lambda: not viewer.is_running() or zombie(viewer.pid), BOUND_S + 10)
+    finally:
+        if tab is not None:
+            tab.close()
+        for proc in viewers:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        serve.kill()
+        serve.wait()
+
+
+def seen(sock: socket.socket, text: bytes, seconds: float) -> bool:
+    """Read what the server sends ``sock`` until ``text`` appears in it."""
+    sock.settimeout(seconds)
+    data = b""
+    with contextlib.suppress(OSError):
+        while text not in data:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data = data[-len(text) :] + chunk
+    return text in data
+
+
+def wait_for_tab(port: int, serve: subprocess.Popen) -> socket.socket:
+    """A tab on the serve process at ``port``, once it listens."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return a_tab_that_never_reads(port)
+        except OSError:
+            if serve.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_serve_under_nohup_goes_on_serving_after_a_hang_up(tmp_path: Path) -> None:
+    """``nohup ampscope serve`` asks to outlive the terminal: its ignored SIGHUP stays ignored."""
+    import signal
+    import urllib.request
+
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
+        + ["--runs-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=engine_env(),
+        cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+    )
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    try:
+        assert wait_until(answers, 60)
+        serve.send_signal(signal.SIGHUP)
+        assert answers() and serve.poll() is None
+    finally:
+        serve.terminate()
+        serve.wait(30)

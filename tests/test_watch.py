@@ -147,6 +147,49 @@ def test_an_exception_in_the_loop_ends_the_record_failed(tmp_path: Path) -> None
     assert error.kind == "exception" and "raise RuntimeError" in (error.traceback or "")
 
 
+def test_hello_is_on_disk_when_watch_returns(tmp_path: Path, monkeypatch) -> None:
+    """A process that ends before the monitor's first tick still leaves a record that says
+    what ran."""
+    from ampscope.watching import monitor
+
+    monkeypatch.setattr(monitor, "TICK_S", 3600.0)  # no tick comes: only watch() writes
+    model, opt = tiny_model()
+    mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+    try:
+        (hello,) = events_of(mon.run_dir, ev.HelloEvent)
+        assert hello.preset == mon.run_dir.name.split("-", 1)[-1]
+    finally:
+        mon.close()
+
+
+class Exited(BaseException):
+    """What the stand-in for the process's own ``os._exit`` raises, with its status."""
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(0, "ok"), (3, "failed")])
+def test_os_exit_after_a_watched_loop_ends_its_record_first(
+    tmp_path: Path, monkeypatch, status: int, outcome: str
+) -> None:
+    def process_exit(code: int):
+        raise Exited(code)
+
+    monkeypatch.setattr(os, "_exit", process_exit)  # what watch() finds, and calls last
+    model, opt = tiny_model()
+    mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+    train(mon, model, opt, steps=7)
+    with pytest.raises(Exited) as exited:
+        os._exit(status)
+    assert exited.value.args == (status,)  # the process goes as asked
+    assert os._exit is process_exit  # and ours is gone with the run
+    run = records.load_run(mon.run_dir)
+    assert run.status == outcome and run.done is not None and run.done.steps_done == 7
+    assert len(events_of(mon.run_dir, ev.StepEvent)) == 7
+    assert not (mon.run_dir / records.LIVE_FILE).exists()
+    assert records.load_run(mon.run_dir, with_events=False).done is not None  # summary.json
+    if status:
+        assert run.done.error == "ProcessExit: os._exit(3) ended the process"
+
+
 def test_a_stop_whose_figures_cannot_be_summed_still_ends_the_record_stopped(
     tmp_path: Path, monkeypatch
 ) -> None:

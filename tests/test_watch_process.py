@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli.main import main as cli_main
+from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.tui.model.follow import AttachSource
 from tests.helpers import ROOT, engine_env, wait_gone
@@ -117,6 +118,47 @@ def test_an_uncaught_exception_leaves_done_failed_and_the_traceback(tmp_path) ->
     run = records.load_run(run_dir)
     assert run.status == "failed" and run.done is not None
     assert run.done.error == "RuntimeError: the user's own bug" and run.done.steps_done == 6
+
+
+OS_EXIT = """
+import os, sys
+import torch
+import ampscope
+
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+mon = ampscope.watch(model, opt, name="fast")
+x = torch.randn(4, 8)
+for i in range(200):
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    mon.step(loss, samples=4)
+print(mon.run_dir, flush=True)
+os._exit(0)  # skips a teardown that hangs (NCCL, DataLoader workers): no hook runs
+"""
+
+
+def test_os_exit_right_after_a_fast_loop_loses_no_step(tmp_path) -> None:
+    script = tmp_path / "fast.py"
+    script.write_text(OS_EXIT)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=engine_env(AMPSCOPE_RUNS_DIR=str(tmp_path / "runs")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = Path(done.stdout.strip())
+    run = records.load_run(run_dir)
+    assert run.hello is not None and run.status == "ok", run.events[:3]
+    assert run.done is not None and run.done.steps_done == 200
+    steps = [e.step for e in run.events if isinstance(e, ev.StepEvent)]
+    assert steps == list(range(200))
+    assert not (run_dir / records.LIVE_FILE).exists()  # not listed live, nor crashed
 
 
 def test_sigterm_leaves_done_stopped_and_exits_as_sigterm_would(tmp_path) -> None:

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import errno
 import ipaddress
+import json
 import os
 import shlex
 import signal
@@ -86,6 +87,63 @@ def size_refusal(query: Mapping[str, str]) -> str | None:
             shown = visible(value, 40)
             return f"{key}={shown} is not a terminal size: give a whole number from {low} to {high}"
     return None
+
+
+STDIN_CHARS = 1 << 16
+"""The most characters one ``stdin`` message may carry (a paste); xterm.js sends keys one by one."""
+PING_CHARS = 64
+"""A ``ping`` carries the browser's clock, echoed back: a few digits."""
+
+
+class BadMessage(ValueError):
+    """A browser's websocket message that is not one textual-serve's page sends: its tab is
+    closed (the message says why)."""
+
+
+def browser_message(text: str) -> tuple[str, Any]:
+    """A browser's websocket message as ``(kind, data)``, checked before anything reaches the
+    viewer; BadMessage when it is not one the page sends.
+
+    A ``resize`` must give whole numbers; they are brought into SIZE_RANGE, as the query's are
+    checked against it: a browser window dragged narrower than 10 columns is no reason to close
+    the tab, and a viewer asked for 100000 columns would take gigabytes drawing them.
+    """
+    try:
+        envelope = json.loads(text)
+    except (ValueError, RecursionError):
+        raise BadMessage("a message that is not JSON") from None
+    if not isinstance(envelope, list) or not envelope or not isinstance(envelope[0], str):
+        raise BadMessage("a message that is not a [kind, data] list")
+    kind, data = envelope[0], envelope[1] if len(envelope) > 1 else None
+    if kind == "stdin":
+        if not isinstance(data, str) or len(data) > STDIN_CHARS:
+            raise BadMessage(f"stdin that is not text of at most {STDIN_CHARS} characters")
+        return kind, data
+    if kind == "resize":
+        return kind, terminal_size(data)
+    if kind == "ping":
+        if not isinstance(data, str) or len(data) > PING_CHARS:
+            raise BadMessage(f"a ping that is not text of at most {PING_CHARS} characters")
+        return kind, data
+    if kind in ("focus", "blur"):
+        return kind, None
+    raise BadMessage(f"a message of unknown kind {visible(kind, 40)}")
+
+
+def terminal_size(data: Any) -> tuple[int, int]:
+    """``{"width": W, "height": H}`` as whole numbers brought into SIZE_RANGE; BadMessage for
+    anything else (text, fractions, booleans, 1e308)."""
+    low, high = SIZE_RANGE
+    if not isinstance(data, dict):
+        raise BadMessage("a resize without width and height")
+    size = []
+    for key in ("width", "height"):
+        value = data.get(key)
+        if type(value) is not int:  # bool is an int too, and no size
+            shown = visible(json.dumps(value), 40)
+            raise BadMessage(f"a resize to {key}={shown}, which is not a whole number")
+        size.append(min(max(value, low), high))
+    return size[0], size[1]
 
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:
@@ -164,14 +222,18 @@ def viewer_server_class() -> type:
 
 
 def run_server(server: Any, sockets: list[socket.socket]) -> None:
-    """Serve ``server`` (a ViewerServer) on ``sockets`` until SIGINT or SIGTERM."""
+    """Serve ``server`` (a ViewerServer) on ``sockets`` until SIGINT, SIGTERM or SIGHUP (the
+    SSH session that started it dropped, its terminal closed; not under ``nohup``, which asks
+    for the opposite): each ends every tab's viewer on the way out. Should serve die without a word (SIGKILL, the OOM killer), its viewers go by
+    themselves (cli/viewer.py)."""
     from aiohttp import web
 
     server.initialize_logging()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, server.request_exit)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signum != signal.SIGHUP or signal.getsignal(signum) != signal.SIG_IGN:  # nohup
+            loop.add_signal_handler(signum, server.request_exit)
     web.run_app(
         server._make_app(),
         sock=sockets,

@@ -11,7 +11,11 @@ quit and stays, with all it holds, while it no longer counts toward ``--max-view
 - a tab that takes nothing for SEND_STALL_S is disconnected;
 - once the socket closes the viewer is asked to quit; after QUIT_S its process group gets
   SIGTERM, after TERM_S more SIGKILL;
-- a tab counts toward ``--max-viewers`` until its viewer process has exited.
+- a tab counts toward ``--max-viewers`` until its viewer process has exited;
+- every message from the tab is checked (``serve.browser_message``) before the viewer gets it:
+  one that the page would never send closes that tab, and only that one;
+- a viewer goes when serve does, however serve goes: it is told serve's pid (PARENT_ENV) and
+  watches for its end (cli/viewer.py).
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
 from textual_serve.server import Server
 
-from ampscope.cli.viewer import REPAINT_SIGNAL
+from ampscope.cli.serve import BadMessage, browser_message
+from ampscope.cli.viewer import PARENT_ENV, REPAINT_SIGNAL
+from ampscope.core.text import visible
 
 OUTBOX_BYTES = 4 << 20
 """Frames held for one tab; more than this and the backlog is dropped for a repaint."""
@@ -111,6 +117,11 @@ class ViewerProcess(AppService):
             download_manager=downloads,
         )
 
+    def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
+        environment = super()._build_environment(width, height)
+        environment[PARENT_ENV] = str(os.getpid())  # the viewer ends when this process does
+        return environment
+
     async def _open_app_process(
         self, width: int = 80, height: int = 24
     ) -> asyncio.subprocess.Process:
@@ -174,6 +185,40 @@ class ViewerProcess(AppService):
             self._task = None
 
 
+async def pass_messages(
+    ws: web.WebSocketResponse, request: web.Request, viewer: ViewerProcess
+) -> None:
+    """The tab's messages to its viewer, each checked first, until the tab goes or sends one
+    that is not a message of the page's; that one closes the socket (1008) and is told in
+    serve's terminal in one line."""
+    async for message in ws:
+        if message.type == WSMsgType.ERROR:
+            return
+        try:
+            if message.type != WSMsgType.TEXT:
+                raise BadMessage("a binary message")
+            kind, data = browser_message(message.data)
+        except BadMessage as bad:
+            peer = visible(request.remote or "a browser")
+            log.warning("ampscope serve: closed the tab of %s: its browser sent %s.", peer, bad)
+            with suppress(Exception, asyncio.CancelledError):
+                reason = f"ampscope serve: {bad}"[:120].encode()
+                await asyncio.wait_for(
+                    ws.close(code=WSCloseCode.POLICY_VIOLATION, message=reason), CLOSE_S
+                )
+            return
+        if kind == "stdin":
+            await viewer.send_bytes(data.encode("utf-8"))
+        elif kind == "resize":
+            await viewer.set_terminal_size(*data)
+        elif kind == "ping":
+            await ws.send_json(["pong", data])
+        elif kind == "focus":
+            await viewer.focus()
+        elif kind == "blur":
+            await viewer.blur()
+
+
 async def hang_up(ws: web.WebSocketResponse, request: web.Request) -> None:
     """Close the socket, then cut the connection: a tab that takes nothing would otherwise
     hold it open (its unsent frames keep a closing transport alive).
@@ -204,7 +249,7 @@ async def serve_tab(server: Server, request: web.Request) -> web.WebSocketRespon
         await viewer.start(width, height)
         tasks += [
             asyncio.ensure_future(outbox.send_all(ws, viewer.repaint)),
-            asyncio.ensure_future(server._process_messages(ws, viewer)),
+            asyncio.ensure_future(pass_messages(ws, request, viewer)),
         ]
         ended = [*tasks, viewer.output_done] if viewer.output_done else tasks
         await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)

@@ -3,13 +3,23 @@
 textual-serve starts one per browser tab. It opens the dashboard read-only, following the
 newest live run in DIR. SIGUSR1 repaints its whole screen: ``ampscope serve`` sends it when
 frames were dropped for a tab that could not keep up (cli/serve_viewers.py).
+
+A viewer never outlives the ``ampscope serve`` that started it, however serve ends (SIGKILL,
+the OOM killer, a hang-up it could not act on): on Linux the kernel sends it SIGTERM when serve
+goes (PR_SET_PDEATHSIG); everywhere, a thread sees its parent change, and its input reaching
+its end (serve's side of the pipe closed) ends it too (cli/viewer_driver.py). Each of these
+asks the app to quit, and ends the process outright if it has not within EXIT_GRACE_S.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -22,6 +32,48 @@ if TYPE_CHECKING:
     from textual.app import App
 
 REPAINT_SIGNAL = signal.SIGUSR1
+PARENT_ENV = "AMPSCOPE_VIEWER_PARENT"
+"""The pid of the ``ampscope serve`` that started this viewer: the viewer ends with it."""
+PARENT_POLL_S = 0.5
+EXIT_GRACE_S = 3.0
+"""How long the app has to quit once its parent is gone, before the process just ends."""
+PR_SET_PDEATHSIG = 1
+
+
+def leave_soon() -> None:
+    """Quit: SIGTERM to this process (the app's driver turns it into a quit; before the app
+    runs it ends the process), and ``os._exit`` should the quit take over EXIT_GRACE_S (its
+    last frames may block on a pipe nobody reads any more)."""
+
+    def last_resort() -> None:
+        time.sleep(EXIT_GRACE_S)
+        os._exit(0)
+
+    threading.Thread(target=last_resort, name="ampscope-leave", daemon=True).start()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def end_with_parent(parent: int | None = None) -> None:
+    """End this process when ``parent`` (PARENT_ENV, else the process that started this one)
+    ends: the kernel's parent-death signal on Linux, and a thread that polls the parent's pid
+    (which becomes another's once the parent is gone) everywhere."""
+    if parent is None:
+        parent = int(os.environ.get(PARENT_ENV) or 0) or os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the poll below still ends it
+    if os.getppid() != parent:  # serve was gone before the line above
+        sys.exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        leave_soon()
+
+    threading.Thread(target=watch, name="ampscope-parent", daemon=True).start()
 
 
 def repaint(app: App[object]) -> None:
@@ -46,11 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, help="where run records are")
     add_refresh_argument(parser)
     args = parser.parse_args(argv)
+    end_with_parent()
+    from textual.drivers.web_driver import WebDriver
+
+    from ampscope.cli.viewer_driver import ViewerDriver
     from ampscope.tui.app import AmpscopeApp
 
     app = AmpscopeApp(
         runs_dir=args.runs_dir, refresh_hz=args.refresh, read_only=True, follow_live=True
     )
+    if app.driver_class is WebDriver:  # served (textual-serve names the web driver)
+        app.driver_class = ViewerDriver
     repaint_on_signal(app)
     app.run()
     return 0

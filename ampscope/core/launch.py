@@ -24,7 +24,7 @@ from typing import Any
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import ownership, records
+from ampscope.core import ownership, record_files, records
 from ampscope.core.parallel import Launch
 from ampscope.core.workload_spec import record_name
 
@@ -247,7 +247,7 @@ def wait_for_hello(proc: subprocess.Popen, run_dir: Path, wait_s: float) -> int 
 def said_hello(events: Path) -> bool:
     """Hello is among the first lines of ``events.jsonl`` (after the setup phase)."""
     try:
-        with events.open("rb") as fh:
+        with record_files.open_file(events, record_files.EVENTS_BYTES) as fh:
             head = fh.read(1 << 20)
     except OSError:
         return False
@@ -260,7 +260,7 @@ def why_not_started(run_dir: Path) -> str:
         if isinstance(event, ev.ErrorEvent):
             return event.message
     try:
-        with open(run_dir / ENGINE_LOG, "rb") as fh:
+        with record_files.open_file(run_dir / ENGINE_LOG, record_files.EVENTS_BYTES) as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - 4096))
             lines = fh.read().decode(errors="replace").strip().splitlines()[-LOG_LINES:]

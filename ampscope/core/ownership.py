@@ -29,6 +29,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ampscope.core import record_files
+
 OWNER_FILE = ".owner"
 _held: dict[str, int] = {}
 """Run folder -> the descriptor this process holds on its ``.owner``."""
@@ -126,8 +128,9 @@ def group_leader(run_dir: Path) -> int | None:
     if _owner_identity(run_dir) is None:
         return None
     try:
-        data: Any = json.loads((run_dir / OWNER_FILE).read_bytes() or b"{}")
+        raw = record_files.read_bytes(run_dir / OWNER_FILE, follow_links=False)
+        data: Any = json.loads(raw or b"{}")
         leader = int(data.get("group", 0)) if isinstance(data, dict) else 0
-    except (OSError, ValueError, TypeError, OverflowError):
+    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
         return None
     return leader if leader > 0 else None

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from ampscope.core import events as ev
-from ampscope.core import ownership
+from ampscope.core import ownership, record_files
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -101,11 +101,11 @@ class RunRecord:
 def read_events(path: Path) -> tuple[list[ev.Event], int]:
     """All events of an ``events.jsonl``; a torn last line (a crash mid-write) is skipped.
 
-    Raises OSError when the file cannot be read at all.
+    Raises OSError when the file cannot be read at all, or is no regular file of a record's size.
     """
     events: list[ev.Event] = []
     bad = 0
-    with path.open("rb") as fh:
+    with record_files.open_file(path, record_files.EVENTS_BYTES) as fh:
         for line in fh:
             if not line.strip():
                 continue
@@ -135,7 +135,7 @@ def load_run(path: Path, with_events: bool = True) -> RunRecord:
         if (path / SUMMARY_FILE).is_file():
             _read_summary(record)
         elif events_path.is_file():
-            with events_path.open("rb") as fh:
+            with record_files.open_file(events_path, record_files.EVENTS_BYTES) as fh:
                 first = ev.decode(fh.readline(1 << 20))
             if isinstance(first, ev.HelloEvent):
                 record.hello = first
@@ -146,7 +146,7 @@ def load_run(path: Path, with_events: bool = True) -> RunRecord:
 
 def _read_summary(record: RunRecord) -> None:
     try:
-        data = json.loads((record.path / SUMMARY_FILE).read_text())
+        data = record_files.read_json(record.path / SUMMARY_FILE)
     except ValueError:
         record.problem = f"{SUMMARY_FILE} is not valid JSON"
         return
@@ -226,8 +226,10 @@ def write_live(
 
 
 def read_live(run_dir: Path) -> dict[str, Any] | None:
+    """``live.json``, or None: absent, unreadable, not a regular file (a FIFO would block its
+    reader for ever), a link (only ampscope's own processes write it, never as a link)."""
     try:
-        data = json.loads((run_dir / LIVE_FILE).read_text())
+        data = record_files.read_json(run_dir / LIVE_FILE, follow_links=False)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -327,7 +329,7 @@ def is_stalled(run_dir: Path, now: float | None = None) -> bool:
 def tail_events(path: Path, max_bytes: int = 1 << 16) -> list[ev.Event]:
     """The complete events in the last ``max_bytes`` of ``events.jsonl`` (cheap on big records)."""
     try:
-        with path.open("rb") as fh:
+        with record_files.open_file(path, record_files.EVENTS_BYTES) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))

@@ -7,10 +7,9 @@ folder's name.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ampscope.core import records
+from ampscope.core import record_files, records
 from ampscope.core.workload_spec import config_model, model_label
 
 
@@ -19,7 +18,7 @@ def launch_config(run: records.RunRecord) -> dict[str, Any]:
     if run.hello is not None:
         return run.hello.config or {}
     try:
-        conf = json.loads((run.path / records.CONFIG_FILE).read_text())
+        conf = record_files.read_json(run.path / records.CONFIG_FILE)
     except (OSError, ValueError):
         return {}
     return conf if isinstance(conf, dict) else {}

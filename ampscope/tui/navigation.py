@@ -12,8 +12,10 @@ from pathlib import Path
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
+from ampscope.core.records import RunRecord
+from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.formats import FormatsScreen
-from ampscope.tui.screens.history import HistoryScreen, compare_latest_sweep
+from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs, off_ui_thread
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
@@ -60,11 +62,15 @@ class Navigation(App):
         self.push_screen(HistoryScreen(self.runs_dir))
 
     def show_sweep(self) -> None:
-        screen = compare_latest_sweep(self.runs_dir)
-        if screen is None:
+        """The last sweep's runs side by side, its records read off the UI thread."""
+        off_ui_thread(self, lambda: latest_sweep_runs(self.runs_dir), self._show_sweep)
+
+    def _show_sweep(self, found: tuple[list[RunRecord], bool] | None) -> None:
+        if found is None or not found[0]:
             self.tell("No sweep recorded yet: mark presets with m on the Presets screen, then w.")
             return
-        self.push_screen(screen)
+        runs, repeated = found
+        self.push_screen(CompareScreen(runs, repeated=repeated))
 
     def show_formats(self) -> None:
         self.push_screen(FormatsScreen())

@@ -1,13 +1,17 @@
 """How a watched run learns that its process is ending, so its record ends with ``done``.
 
-Three ways out, each ending every open run:
+Four ways out, each ending every open run:
 
 - the interpreter exits (the script ran to its end, or ``sys.exit``): an ``atexit`` hook;
 - an exception nobody caught: a ``sys.excepthook`` wrapper, which then calls the previous hook;
 - SIGTERM or SIGINT: a handler that notes the signal (the run then ends ``stopped``) and
   chains to the handler that was there before. Where that was the default, it does what the
   default would, but as an exception (SystemExit(143) for SIGTERM, KeyboardInterrupt for
-  SIGINT), so the record can be finished on the way out. An ignored signal stays ignored.
+  SIGINT), so the record can be finished on the way out. An ignored signal stays ignored;
+- ``os._exit`` (a common way to skip a hanging NCCL or DataLoader teardown), which runs no
+  hook at all: while a run is open it is wrapped, so the steps still queued, ``done`` and the
+  summary are written and ``live.json`` removed before the process goes as asked. Status 0
+  ends the run ``ok``, any other ``failed``.
 
 The handler's own frame is taken out of the traceback of the exception it raises (or that the
 previous handler raised), as soon as ampscope's code runs again (the run closing, or the
@@ -26,12 +30,14 @@ nothing into the parent's record and never waits on it. Torch-free.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -51,6 +57,19 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 """Where ampscope's own files are: frames there are not the user's."""
 _raised: BaseException | None = None  # by the signal handler, its frame still in the traceback
 _atexit_registered = False
+_real_exit: Callable[[int], NoReturn] | None = None
+"""``os._exit`` as it was before ours, while ours is in place."""
+_exit_pid = 0
+"""The process whose runs ours ends: a forked child's ``os._exit`` ends none of them."""
+_FIRST_EXIT = os._exit
+"""``os._exit`` when this module was loaded: what ours calls once it has been put back."""
+
+
+class ProcessExit(Exception):
+    """What a run that ended in ``os._exit(status)``, status not 0, is recorded as failing with."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"os._exit({status}) ended the process")
 
 
 def register(run: OpenRun) -> None:
@@ -73,7 +92,10 @@ def unregister(run: OpenRun) -> None:
 
 
 def _install() -> None:
-    global _previous_excepthook
+    global _previous_excepthook, _real_exit, _exit_pid
+    if os._exit is not _on_os_exit:
+        _real_exit, _exit_pid = os._exit, os.getpid()
+        os._exit = _on_os_exit
     if sys.excepthook is not _except_hook:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _except_hook
@@ -91,8 +113,11 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
-    global _previous_excepthook
+    global _previous_excepthook, _real_exit
     _hide_handler_frame()
+    if os._exit is _on_os_exit and _real_exit is not None:
+        os._exit = _real_exit  # type: ignore[assignment]
+        _real_exit = None
     if sys.excepthook is _except_hook and _previous_excepthook is not None:
         sys.excepthook = _previous_excepthook
         _previous_excepthook = None
@@ -154,6 +179,17 @@ def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackT
     for run in list(_open):
         run.close(value)
     hook(kind, value, tb)
+
+
+def _on_os_exit(status: int) -> NoReturn:
+    """``os._exit`` while a run is open: every open run ends first, then the process goes."""
+    real = _real_exit if _real_exit is not None else _FIRST_EXIT  # closing puts it back
+    if os.getpid() == _exit_pid:
+        error = ProcessExit(status) if status else None
+        for run in list(_open):
+            with contextlib.suppress(BaseException):  # the process goes as asked, whatever
+                run.close(error)
+    real(status)
 
 
 def _at_exit() -> None:

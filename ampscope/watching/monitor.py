@@ -112,6 +112,8 @@ class Monitor:
         self._compile = CompileTracker(facts.compiled, self._emit)
         self._readout = make_readout(facts.info.device, scaler)
         self._landed = self._readout.landed
+        writer.flush()  # hello on disk now, not at the first tick: a process may end before it
+        self._record.file.write_queued()
         self._ticker = Ticker(TICK_S, self._tick, "ampscope-watch")
         if o.count_flops and not facts.compiled:
             self._hooks.count_flops()

@@ -9,14 +9,13 @@ once its pid is verified to be that engine (``stopping.verified_pid``).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core import records, stopping
+from ampscope.core import record_files, records, stopping
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import RESTART, STOP
 
@@ -43,13 +42,13 @@ class RecordTail:
     def read(self, max_bytes: int = CHUNK) -> tuple[list[ev.Event | ev.UnknownEvent], bool]:
         """Events decoded from the new bytes, and whether more bytes are waiting."""
         try:
-            with self.path.open("rb") as fh:
+            with record_files.open_file(self.path, record_files.EVENTS_BYTES) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size < self.offset:  # replaced or truncated: start over
                     self.offset, self._partial, self._skipping = 0, b"", False
                 fh.seek(self.offset)
                 chunk = fh.read(max_bytes)
-        except FileNotFoundError:
+        except OSError:  # gone, or no regular file (a FIFO, a link to a device): nothing to follow
             return [], False
         if not chunk:
             return [], False
@@ -71,7 +70,7 @@ class RecordTail:
 
 def _config(run_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((run_dir / records.CONFIG_FILE).read_text())
+        data = record_files.read_json(run_dir / records.CONFIG_FILE)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -157,9 +156,10 @@ class AttachSource:
 
     # ------------------------------------------------------------------ following
 
-    def pump(self) -> bool:
-        """Ingest what is new; True while more is waiting (catching up)."""
-        items, more = self.tail.read()
+    async def pump(self) -> bool:
+        """Ingest what is new, read on a thread (never the UI's: a disk may stall); True
+        while more is waiting (catching up)."""
+        items, more = await asyncio.to_thread(self.tail.read)
         if items:
             self.state.ingest_many(items)
         return more
@@ -174,7 +174,7 @@ class AttachSource:
         loop = asyncio.get_running_loop()
         next_check = loop.time() + LIVENESS_S
         while True:
-            more = self.pump()
+            more = await self.pump()
             if self.state.done is not None:
                 break
             if more:
@@ -183,10 +183,10 @@ class AttachSource:
             self.caught_up = True
             if loop.time() >= next_check:
                 next_check = loop.time() + LIVENESS_S
-                engine = self.engine_state()
+                engine = await asyncio.to_thread(self.engine_state)  # reads live.json
                 self.stalled = engine == "stalled"
                 if engine == "gone":
-                    while self.pump():  # the last lines, written before it went
+                    while await self.pump():  # the last lines, written before it went
                         pass
                     if self.state.done is None:
                         self.crashed = not self.state.stop_requested

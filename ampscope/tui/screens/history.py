@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import calendar
-import json
+import contextlib
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ampscope.core import records
+from ampscope.core import record_files, records
 from ampscope.core.run_labels import run_model, run_preset
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
@@ -27,6 +31,7 @@ ORDER = (0, 1, 2, 6, 4, 5, 3)
 """Which columns stay on a narrow terminal: the preset, its model, its state, when, then its
 figures."""
 
+T = TypeVar("T")
 STAMP = "%Y%m%dT%H%M%SZ"
 """How a run folder's name starts (``records.new_run_dir``): its start, in UTC."""
 
@@ -38,6 +43,72 @@ def started(run: records.RunRecord) -> str:
         return fmt_time(calendar.timegm(time.strptime(run.name.split("-", 1)[0], STAMP)))
     except ValueError:
         return fmt_time(run.hello.started_at) if run.hello is not None else "-"
+
+
+READ_WAIT_S = 0.5
+"""How long the UI waits for the records to be read before it shows the screen without them
+(they are shown once read): a slow disk (a network folder that stalls) never freezes it."""
+
+
+class HistoryRow(NamedTuple):
+    """One run as History shows it, read off the UI thread."""
+
+    name: str
+    path: Path
+    state: str
+    preset: str
+    cells: list[str]
+    """The columns after the preset."""
+
+
+def read_history(runs_dir: Path) -> list[HistoryRow]:
+    """Every run under ``runs_dir`` with what History shows of it (this reads the records)."""
+    rows = []
+    for run in records.list_runs(runs_dir):
+        state = run.state  # fills in ``done`` from the stream
+        done = run.done
+        cells = [
+            run_model(run),
+            state,
+            "-" if done is None else str(done.steps_done),
+            fmt_ms(done.step_ms_median if done else None),
+            fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
+            if done
+            else "-",
+            started(run),
+        ]
+        rows.append(HistoryRow(run.name, run.path, state, run_preset(run), cells))
+    return rows
+
+
+def off_ui_thread(screen: DOMNode, read: Callable[[], T], then: Callable[[T | None], None]) -> None:
+    """``then(read())`` on the UI thread, with ``read`` run on a thread of its own: at once
+    when it ends within READ_WAIT_S, else when it does. ``then(None)`` if ``read`` failed.
+    A daemon thread: one stuck in a read never holds up the app's exit."""
+    lock, ended = threading.Lock(), threading.Event()
+    waiting = True  # the UI thread still waits: it takes the result itself
+    found: list[T | None] = []
+
+    def work() -> None:
+        try:
+            value: T | None = read()
+        except Exception:  # noqa: BLE001 - said to ``then`` as None
+            value = None
+        with lock:
+            found.append(value)
+            ended.set()
+            if waiting:
+                return
+        with contextlib.suppress(RuntimeError):  # the app has gone meanwhile
+            screen.app.call_from_thread(then, value)
+
+    threading.Thread(target=work, name="ampscope-history", daemon=True).start()
+    ended.wait(READ_WAIT_S)
+    with lock:
+        waiting = False
+        if not found:
+            return  # ``work`` calls ``then`` once it has read
+    then(found[0])
 
 
 class HistoryScreen(Screen):
@@ -65,9 +136,14 @@ class HistoryScreen(Screen):
         self.paths: dict[str, Path] = {}
         self.states: dict[str, str] = {}  # live, crashed, ok, failed, stopped
         self.marked: list[str] = []
+        self.presets: dict[str, str] = {}
+        self._reading = False
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="history-title")
+        yield Static(
+            Text.assemble("History · reading the records in ", literal(self.runs_dir)),
+            id="history-title",
+        )
         yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-empty")
         yield KeyBar()
@@ -84,27 +160,26 @@ class HistoryScreen(Screen):
         return Text.assemble("● " if name in self.marked else "  ", literal(preset))
 
     def action_reload(self) -> None:
+        """The runs, read off the UI thread (``off_ui_thread``): shown at once when the
+        records read as quickly as they should, else once they have been read."""
+        if self._reading:
+            return  # a read under way shows its runs when it ends
+        self._reading = True
+        off_ui_thread(self, lambda: read_history(self.runs_dir), self._show_runs)
+
+    def _show_runs(self, runs: list[HistoryRow] | None) -> None:
+        self._reading = False
+        if runs is None or not self.is_mounted:
+            return
         table = self.query_one(DataTable)
         row = table.cursor_row
         self.paths.clear()
-        runs = records.list_runs(self.runs_dir)
         rows = []
         for run in runs:
-            self.states[run.name] = state = run.state  # fills in ``done`` from the stream
-            done = run.done
-            rows.append(
-                [
-                    self.preset_cell(run.name, run_preset(run)),
-                    literal(run_model(run)),
-                    state,
-                    "-" if done is None else str(done.steps_done),
-                    fmt_ms(done.step_ms_median if done else None),
-                    fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
-                    if done
-                    else "-",
-                    started(run),
-                ]
-            )
+            self.states[run.name] = run.state
+            self.presets[run.name] = run.preset
+            model, *figures = run.cells
+            rows.append([self.preset_cell(run.name, run.preset), literal(model), *figures])
             self.paths[run.name] = run.path
         shown = fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
         if rows:
@@ -153,22 +228,28 @@ class HistoryScreen(Screen):
             self.marked.remove(name)
         else:
             self.marked.append(name)
-        preset = records.load_run(self.paths[name], with_events=False).preset
-        table.update_cell(name, "preset", self.preset_cell(name, preset))
+        table.update_cell(name, "preset", self.preset_cell(name, self.presets.get(name, name)))
         table.move_cursor(row=min(table.cursor_row + 1, table.row_count - 1))
 
     def action_compare(self) -> None:
-        """Compare the marked runs, or, with none marked, the most recent sweep's runs."""
+        """Compare the marked runs, or, with none marked, the most recent sweep's runs (read
+        off the UI thread: each record is read whole)."""
         paths = [self.paths[n] for n in self.marked if n in self.paths]
-        screen = None
-        if len(paths) >= 2:
-            screen = CompareScreen([records.load_run(p) for p in paths])
-        elif not paths:
-            screen = compare_latest_sweep(self.runs_dir)
-        if screen is None:
+        if len(paths) == 1:
+            self._compare(None)
+        elif paths:
+            off_ui_thread(
+                self, lambda: ([records.load_run(p) for p in paths], False), self._compare
+            )
+        else:
+            off_ui_thread(self, lambda: latest_sweep_runs(self.runs_dir), self._compare)
+
+    def _compare(self, found: tuple[list[records.RunRecord], bool] | None) -> None:
+        if found is None or len(found[0]) < 2:
             self.notify("Mark two or more runs with space, then press c.", title="Compare")
-            return
-        self.app.push_screen(screen)
+        elif self.is_mounted and self.app.screen is self:
+            runs, repeated = found
+            self.app.push_screen(CompareScreen(runs, repeated=repeated))
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -179,7 +260,7 @@ def latest_sweep_groups(runs_dir: Path) -> list[list[Path]]:
     none from a file that is not what a sweep writes (any JSON may be in that file)."""
     try:
         sweeps = sorted(runs_dir.glob("*-sweep*/sweep.json")) if runs_dir.is_dir() else []
-        data = json.loads(sweeps[-1].read_text()) if sweeps else {}
+        data = record_files.read_json(sweeps[-1]) if sweeps else {}
     except (OSError, ValueError, RecursionError):
         return []
     rows = data.get("rows") if isinstance(data, dict) else None
@@ -191,10 +272,9 @@ def latest_sweep_groups(runs_dir: Path) -> list[list[Path]]:
     return [g for g in groups if g]
 
 
-def compare_latest_sweep(runs_dir: Path) -> CompareScreen | None:
-    """Compare for the last sweep (a row a preset, repeats together), or None: no sweep."""
+def latest_sweep_runs(runs_dir: Path) -> tuple[list[records.RunRecord], bool]:
+    """The last sweep's records (none: no sweep), and whether a preset was repeated."""
     groups = latest_sweep_groups(runs_dir)
     if sum(len(g) for g in groups) < 2:
-        return None
-    runs = [records.load_run(d) for g in groups for d in g]
-    return CompareScreen(runs, repeated=any(len(g) > 1 for g in groups))
+        return [], False
+    return [records.load_run(d) for g in groups for d in g], any(len(g) > 1 for g in groups)

@@ -1,0 +1,209 @@
+"""A record's files that are not files: a FIFO or a link to /dev/zero where live.json, .owner,
+summary.json or events.jsonl should be. Each is "unreadable", at once: nothing waits on a FIFO
+for ever, nothing reads a device until memory runs out, and History's keys still work."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ampscope.cli.main import main as cli_main
+from ampscope.core import events as ev
+from ampscope.core import ownership, record_files, records
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from tests.helpers import SIZE, done, hello, run, shown, step, wait_for
+
+pytestmark = pytest.mark.unit
+
+HANG_S = 60.0
+"""Far past what any of these takes (milliseconds): only a read that waits for ever exceeds it."""
+
+
+def returns(call: Callable[[], object], fifos: list[Path]) -> bool:
+    """Whether ``call()`` returns, rather than waiting for ever on one of ``fifos``. A reader
+    stuck on one is set free afterwards (a writer opens and closes it), so no thread is left."""
+
+    def quietly() -> None:
+        with contextlib.suppress(BaseException):  # what it raises is the caller's to check
+            call()
+
+    thread = threading.Thread(target=quietly, daemon=True)
+    thread.start()
+    thread.join(HANG_S)
+    stuck = thread.is_alive()
+    while thread.is_alive():
+        for fifo in fifos:
+            with contextlib.suppress(OSError):  # ENXIO: nobody waits on this one
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(0.1)
+    return not stuck
+
+
+def a_record(root: Path, name: str, finished: bool = False) -> Path:
+    path = root / name
+    path.mkdir(parents=True)
+    items = [hello(), step(0), step(1)] + ([done("ok", 2)] if finished else [])
+    (path / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in items))
+    return path
+
+
+def test_only_a_regular_file_of_a_records_size_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")
+    big = tmp_path / "big"
+    with big.open("wb") as fh:
+        fh.truncate(record_files.SMALL_BYTES + 1)  # sparse: costs no disk
+    good = tmp_path / "good.json"
+    good.write_text('{"pid": 1}')
+    link = tmp_path / "link.json"
+    link.symlink_to(good)
+
+    assert record_files.read_json(good) == {"pid": 1}
+    assert record_files.read_json(link) == {"pid": 1}  # a link is followed where allowed
+    cases = {
+        fifo: "not a regular file",
+        zero: "not a regular file",
+        big: f"larger than {record_files.SMALL_BYTES:,} bytes",
+        tmp_path: "not a regular file",  # a folder
+    }
+    for path, why in cases.items():
+        with pytest.raises(record_files.NotAFile) as refused:
+            assert returns(lambda p=path: record_files.read_bytes(p), [fifo])
+            record_files.read_bytes(path)
+        assert why in str(refused.value) and str(path) in str(refused.value)
+    for path in (link, zero):
+        with pytest.raises(record_files.NotAFile) as refused:
+            record_files.read_json(path, follow_links=False)
+        assert refused.value.errno == errno.ELOOP
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    with pytest.raises(ValueError, match="nests too deep"):
+        record_files.read_json(tmp_path / "deep.json")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_runs_and_stop_say_what_they_can_of_a_live_json_that_is_not_a_file(
+    tmp_path: Path, capsys, kind: str
+) -> None:
+    root = tmp_path / "runs"
+    run_dir = a_record(root, "20260101T000000Z-fp32")
+    live = run_dir / records.LIVE_FILE
+    if kind == "fifo":
+        os.mkfifo(live)
+    else:
+        live.symlink_to("/dev/zero")
+    fifos = [live] if kind == "fifo" else []
+    codes: list[int] = []
+    assert returns(
+        lambda: codes.append(cli_main(["runs", "--json", "--runs-dir", str(root)])), fifos
+    )
+    (row,) = json.loads(capsys.readouterr().out)
+    assert codes == [0] and row["state"] == "crashed"  # no process claims it
+    assert returns(lambda: codes.append(cli_main(["stop", str(run_dir)])), fifos)
+    assert codes[-1] != 0 and "Traceback" not in capsys.readouterr().err
+    assert records.read_live(run_dir) is None
+
+
+def test_a_summary_events_or_owner_that_is_not_a_file_is_unreadable_not_a_hang(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "runs"
+    summary_fifo = a_record(root, "20260101T000001Z-summary") / records.SUMMARY_FILE
+    os.mkfifo(summary_fifo)
+    events_dir = root / "20260101T000002Z-events"
+    events_dir.mkdir()
+    (events_dir / records.EVENTS_FILE).symlink_to("/dev/zero")
+    owner_dir = a_record(root, "20260101T000003Z-owner")
+    (owner_dir / ownership.OWNER_FILE).symlink_to("/dev/zero")
+    fifos = [summary_fifo]
+    loaded: list[records.RunRecord] = []
+    assert returns(lambda: loaded.append(records.load_run(summary_fifo.parent, False)), fifos)
+    assert loaded[-1].hello is not None  # from the events, the summary being no file
+    with pytest.raises(record_files.NotAFile):
+        record_files.read_json(summary_fifo)
+    assert returns(lambda: loaded.append(records.load_run(events_dir)), fifos)
+    assert loaded[-1].hello is None and loaded[-1].events == []
+    assert records.tail_events(events_dir / records.EVENTS_FILE) == []
+    assert ownership.group_leader(owner_dir) is None
+
+
+def test_history_lists_a_record_whose_live_json_is_a_fifo_and_its_keys_still_work(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "runs"
+    a_record(root, "20260101T000000Z-done", finished=True)
+    fifo = a_record(root, "20260101T000001Z-fifo") / records.LIVE_FILE
+    os.mkfifo(fifo)
+    rows: list[list[str]] = []
+    ended: list[bool] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=root)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            table = history.query_one("#history-table")
+            assert await wait_for(pilot, lambda: table.row_count == 2, 10)
+            rows.extend([str(c).strip() for c in table.get_row_at(i)] for i in range(2))
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("q")
+            ended.append(await wait_for(pilot, lambda: not app.is_running, 10))
+
+    assert returns(lambda: run(go()), [fifo])
+    assert [r[2] for r in rows] == ["crashed", "ok"]
+    assert ended == [True]
+
+
+def test_history_stays_live_while_a_slow_disk_reads_its_records(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A read that does not end (a network folder that stalls) is not on the UI thread:
+    History shows at once, says it is reading, and its keys still work."""
+    root = tmp_path / "runs"
+    a_record(root, "20260101T000000Z-done", finished=True)
+    stalled = threading.Event()
+    real = records.list_runs
+
+    def slow(folder: Path | None = None) -> list[records.RunRecord]:
+        stalled.wait(HANG_S * 2)
+        return real(folder)
+
+    monkeypatch.setattr(records, "list_runs", slow)
+    seen: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=root)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            seen.append(str(history.query_one("#history-title").render()))
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            stalled.set()  # the disk answers: the runs appear
+            table = history.query_one("#history-table")
+            assert await wait_for(pilot, lambda: table.row_count == 1, 10)
+            await pilot.press("q")
+            seen.append("quit" if await wait_for(pilot, lambda: not app.is_running, 10) else "")
+
+    thread = threading.Thread(target=lambda: run(go()), daemon=True)
+    thread.start()
+    thread.join(HANG_S)
+    stalled.set()
+    thread.join(HANG_S)
+    assert seen and seen[0].startswith("History · reading the records in "), seen
+    assert seen[-1] == "quit"
