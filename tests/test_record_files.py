@@ -22,8 +22,6 @@ from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import SIZE, done, hello, run, shown, step, wait_for
 
-pytestmark = pytest.mark.unit
-
 HANG_S = 60.0
 """Far past what any of these takes (milliseconds): only a read that waits for ever exceeds it."""
 
@@ -56,6 +54,7 @@ def a_record(root: Path, name: str, finished: bool = False) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_only_a_regular_file_of_a_records_size_is_read(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -91,6 +90,7 @@ def test_only_a_regular_file_of_a_records_size_is_read(tmp_path: Path) -> None:
         record_files.read_json(tmp_path / "deep.json")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_runs_and_stop_say_what_they_can_of_a_live_json_that_is_not_a_file(
     tmp_path: Path, capsys, kind: str
@@ -114,6 +114,7 @@ def test_runs_and_stop_say_what_they_can_of_a_live_json_that_is_not_a_file(
     assert records.read_live(run_dir) is None
 
 
+@pytest.mark.unit
 def test_a_summary_events_or_owner_that_is_not_a_file_is_unreadable_not_a_hang(
     tmp_path: Path,
 ) -> None:
@@ -137,6 +138,7 @@ def test_a_summary_events_or_owner_that_is_not_a_file_is_unreadable_not_a_hang(
     assert ownership.group_leader(owner_dir) is None
 
 
+@pytest.mark.ui
 def test_history_lists_a_record_whose_live_json_is_a_fifo_and_its_keys_still_work(
     tmp_path: Path,
 ) -> None:
@@ -166,6 +168,7 @@ def test_history_lists_a_record_whose_live_json_is_a_fifo_and_its_keys_still_wor
     assert ended == [True]
 
 
+@pytest.mark.ui
 def test_history_stays_live_while_a_slow_disk_reads_its_records(
     tmp_path: Path, monkeypatch
 ) -> None:
