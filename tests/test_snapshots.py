@@ -245,7 +245,7 @@ def test_format_explorer_and_memory_plan(size) -> None:
             await settle(pilot)
             text = assert_snapshot(app, name("formats-values", size))
             assert "65504 as fp64, bits" in text  # at 80 columns too
-            formats.query_one("#formats-tabs").active = "tab-facts"
+            await pilot.press("f")  # the Formats tab's key
             await settle(pilot)
             assert_snapshot(app, name("formats-facts", size))
             await pilot.press("escape")
