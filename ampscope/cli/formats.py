@@ -187,12 +187,13 @@ def format_facts(keys: list[str], width: int | None = None) -> list[str]:
     def span(columns: list[str]) -> int:
         return sum(widths[c] for c in columns) + len(columns) - 1
 
-    past_inline = width is None or span(shown) + 2 + widths["past the largest"] <= width
-    if not past_inline and span(shown) > width:  # type: ignore[operator]
+    room = 1 << 30 if width is None else width  # None: no limit
+    past_inline = span(shown) + 2 + widths["past the largest"] <= room
+    if not past_inline and span(shown) > room:
         heads.update(SHORT_HEADS)
         widths = {c: max(len(heads[c]), *(len(r[c]) for r in rows)) for c in heads}
     for column in DROPPED_FIRST:
-        if past_inline or span(shown) <= width:  # type: ignore[operator]
+        if past_inline or span(shown) <= room:
             break
         shown.remove(column)
 

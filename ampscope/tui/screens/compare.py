@@ -127,6 +127,9 @@ def compare_help(level: float, min_repeats: int) -> str:
     return (
         "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
         "against the baseline, step time and loss curves overlaid, and a verdict in words. "
+        "The columns in which the runs differ come first (grad zeros, skipped steps and the "
+        "final loss ahead of the rest), those equal in every run last; left/right scroll to "
+        "the columns off the edge, which the title names, and the preset stays. "
         "A speed-up is called only when repeated runs show it: repeat k of a preset is paired "
         f"with repeat k of the baseline, and the {level * 100:g} % confidence interval of their "
         "median step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
