@@ -175,8 +175,13 @@ def write_record(
     steps: int,
     lift: float = 0.0,
     extra: Sequence[ev.Event] = (),
+    zeros: float | None = None,
+    skipped: int = 0,
+    loss_final: float | None = None,
 ) -> Path:
-    """A run folder with a fixed name: hello, ``steps`` steps, ``extra`` and how it ended."""
+    """A run folder with a fixed name: hello, ``steps`` steps, ``extra`` and how it ended;
+    ``zeros``: the grad zeros every fifth step measures; ``skipped``: steps a GradScaler
+    skipped; ``loss_final``: the final loss, when not the curve's unlifted end."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     items: list[ev.Event] = [
@@ -190,14 +195,18 @@ def write_record(
     for i in range(steps):
         loss = 2.0 / (1 + i / 20) + lift * (1 - i / 400)
         loss = float("nan") if status == "failed" and i == steps - 1 else loss
-        items.append(step(i, ms + (i % 5) * 0.2, loss=loss, t=1.0 + i * ms / 1000))
+        measured = zeros if zeros is not None and i % 5 == 0 else None
+        items.append(
+            step(i, ms + (i % 5) * 0.2, loss=loss, t=1.0 + i * ms / 1000, grad_zero_frac=measured)
+        )
     items += extra
     if status == "failed":
         items.append(ev.ErrorEvent(kind="nan", message=f"loss became nan at step {steps - 1}"))
     end = done(status, steps)
     end.step_ms_median, end.step_ms_p10, end.step_ms_p90 = ms + 0.4, ms, ms + 0.8
     end.samples_per_s, end.loss_final = 8000 / ms, 2.0 / (1 + (steps - 1) / 20)
-    end.skipped_steps = 0
+    end.loss_final = end.loss_final if loss_final is None else loss_final
+    end.skipped_steps = skipped
     if status == "failed":
         end.error = f"loss became nan at step {steps - 1}"
     items.append(end)
@@ -213,6 +222,21 @@ def write_history(root: Path) -> list[Path]:
         write_record(root, "20261130T092000Z-amp-fp16", "amp-fp16", "stopped", 6.5, 120, 0.6),
         write_record(root, "20261130T093000Z-fp16", "fp16", "failed", 5.0, 40, 1.0),
     ]
+
+
+def write_underflow_pair(root: Path) -> list[Path]:
+    """The underflow demonstration's sweep: amp-fp16 (a GradScaler: six skipped steps while its
+    scale settles, few zeros) against amp-fp16-noscale (most gradient values lost to zero,
+    its loss left high). The same speed: only the demonstration's columns differ."""
+    return [
+        write_record(
+            root, "20261130T090000Z-amp-fp16", "amp-fp16", "ok", 6.5, 200, zeros=0.004, skipped=6
+        ),
+        write_record(
+            root, "20261130T091000Z-amp-fp16-noscale", "amp-fp16-noscale", "ok", 6.5, 200,
+            lift=1.2, zeros=0.85, loss_final=0.76,
+        ),
+    ]  # fmt: skip
 
 
 FP32_SPLIT = dict(matmul_fp32=7.6, elementwise=1.4, norm=0.8, optimizer=1.0, idle=1.2)

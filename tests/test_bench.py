@@ -266,3 +266,18 @@ def test_a_run_that_ended_on_nan_shows_nan_as_its_final_loss_in_the_table() -> N
     example = Path(__file__).resolve().parent.parent / "ampscope" / "example_runs" / "fp16-nan"
     row = comparison.row_from_runs("fp16", [records.load_run(example)])
     assert comparison.cells(row)["loss"] == "nan at step 1"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("columns", [80, 120])
+def test_bench_prose_fits_the_terminal_between_words(columns: int) -> None:
+    """The verdicts and the legend under bench's table are wrapped to the terminal between
+    words: left to the terminal, a long verdict breaks mid-word ("interle / aved"). The words
+    are the unfitted text's, in order."""
+    rows = fixed_rows()
+    full = comparison.render(rows, "fp32")
+    fitted = comparison.render(rows, "fp32", width=columns)
+    prose = fitted.rsplit("\n\n", 1)[1]
+    assert all(len(line) <= columns for line in prose.splitlines()), prose
+    assert prose.split() == full.rsplit("\n\n", 1)[1].split()
+    assert any(line.startswith("  ") for line in prose.splitlines())  # a note's second line

@@ -402,3 +402,75 @@ def test_the_formats_table_shows_exact_maxima() -> None:
 
     assert [_g(65504.0), _g(57344.0), _g(448.0)] == ["65504", "57344", "448"]
     assert _g(3.4028234663852886e38) == "3.403e+38" and _g(6.103515625e-05) == "6.104e-05"
+
+
+NARROW_PROSE = (
+    "bits min normal, min subn.: the smallest normal and subnormal positive values. "
+    "Past the largest finite value: Left out to fit 80 120 columns: bias, digits, bits "
+    "(a wider terminal shows it). them)."
+)
+"""The words only a fitted layout says (its headings and what it left out)."""
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["65504", "1e-8"],
+        ["1 + 2**-8", "-1e-8"],
+        [],
+        ["--demo", "list"],
+        *(["--demo", name] for name in fm.DEMOS),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else str(a),
+)
+def test_dtypes_fits_the_terminal_without_breaking_words(capsys, monkeypatch, columns, argv):
+    """At 80 and 120 columns no line of `ampscope dtypes` is wider than the terminal (which
+    would wrap it mid-word, "satur / ate"), and what it says is the same words as the
+    unfitted output: nothing cut, no word split. A word is split when a fitted line ends in
+    a fragment of a word of the full text."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["dtypes", *argv]) == 0
+    full = capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["dtypes", *argv]) == 0
+    fitted = capsys.readouterr().out
+    wide = [line for line in fitted.splitlines() if len(line) > columns]
+    assert not wide, f"{len(wide)} lines wider than {columns}: {wide[:3]}"
+    full_words = set(_words(full))
+    narrow_words = set(_words(NARROW_PROSE))
+    for word in _words(fitted):
+        cut = word.endswith("…") and any(w.startswith(word[:-1]) for w in full_words)
+        assert word in full_words or cut or word in narrow_words, word
+
+
+@pytest.mark.unit
+def test_dtypes_at_80_columns_keeps_bits_flags_and_what_overflow_does(capsys, monkeypatch):
+    """The narrow layout moves each row's bits to a line of their own and the overflow column
+    under the table; nothing a lecturer points at is lost."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["dtypes", "65504", "1e-8"]) == 0
+    out = capsys.readouterr().out
+    assert "    bits 0|11110|1111111111" in out  # fp16's 65504
+    assert "overflow,saturated" in out and "underflow" in out
+    assert main(["dtypes"]) == 0
+    out = capsys.readouterr().out
+    assert "Past the largest finite value:" in out
+    assert "no inf: becomes NaN (torch's cast and FP8 recipes saturate to" in out
+    assert "Left out to fit 80 columns: bias" in out
+
+
+@pytest.mark.unit
+def test_dtypes_in_a_pipe_keeps_one_line_a_format(capsys, monkeypatch):
+    """Without a terminal or $COLUMNS the output is not fitted: one line per format, bits
+    on it, for a script to cut."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["dtypes", "65504"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    fp16 = next(line for line in lines if line.startswith("  fp16 "))
+    assert fp16.endswith("0|11110|1111111111")

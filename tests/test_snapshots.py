@@ -29,7 +29,7 @@ from ampscope.tui.screens.save import SaveDialog
 from ampscope.tui.screens.waiting import WaitingScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import RunPlot
-from tests.helpers import assert_snapshot, run, shown, wait_for
+from tests.helpers import assert_snapshot, run, screen_capture, shown, wait_for
 from tests.snapshot_runs import (
     FrozenSource,
     gpu_profile,
@@ -37,6 +37,7 @@ from tests.snapshot_runs import (
     underflow_run,
     write_history,
     write_profiled_runs,
+    write_underflow_pair,
 )
 
 pytestmark = pytest.mark.ui
@@ -245,7 +246,7 @@ def test_format_explorer_and_memory_plan(size) -> None:
             await settle(pilot)
             text = assert_snapshot(app, name("formats-values", size))
             assert "65504 as fp64, bits" in text  # at 80 columns too
-            formats.query_one("#formats-tabs").active = "tab-facts"
+            await pilot.press("f")  # the Formats tab's key
             await settle(pilot)
             assert_snapshot(app, name("formats-facts", size))
             await pilot.press("escape")
@@ -329,6 +330,7 @@ SCENES = (
     "history",
     "compare",
     "compare-profile",
+    "compare-underflow",
     "formats-values",
     "formats-facts",
     "memory",
@@ -348,3 +350,36 @@ def test_every_scene_has_its_snapshots_and_no_snapshot_is_stray() -> None:
     expected.add("too-small-40x12")
     assert {p.stem for p in folder.glob("*.txt")} == expected
     assert {p.stem for p in folder.glob("*.svg")} == expected
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_compare_shows_what_differs_first_and_scrolls_to_the_rest(size, tmp_path: Path) -> None:
+    """The underflow demonstration's sweep: grad zeros, skipped steps and the final loss (where
+    the two runs differ) come right after the preset at 80x24 as at 120x40; columns equal in
+    both runs are last, named in the title, and right scrolls to them (the preset stays)."""
+    paths = write_underflow_pair(tmp_path / "runs")
+
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=size) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.push_screen(CompareScreen([records.load_run(p) for p in paths]))
+            compare = await shown(pilot, app, CompareScreen)
+            await settle(pilot)
+            text = assert_snapshot(app, name("compare-underflow", size))
+            header = next(line for line in text.splitlines() if "preset" in line)
+            assert header.split()[1:6] == ["preset", "grad", "zeros", "skipped", "final"], header
+            assert "85.0%" in text and "0.4%" in text and "0.7600" in text
+            title = str(compare.query_one("#compare-title").render())
+            if size == (80, 24):
+                assert "→ " in title and "(←/→)" in title, title
+                table = compare.query_one("#compare-table")
+                for _ in range(20):
+                    await pilot.press("right")
+                await settle(pilot)
+                scrolled = screen_capture(app, "compare")[0]
+                row = next(line for line in scrolled.splitlines() if "noscale" in line)
+                assert "ok" in row and table.scroll_x > 0  # status, the last column, in view
+                assert "← " in str(compare.query_one("#compare-title").render())
+
+    run(go())

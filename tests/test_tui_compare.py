@@ -10,7 +10,7 @@ from textual.widgets import Input
 
 from ampscope.core import comparison, records, significance
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.screens.compare import CompareScreen, compare_help
+from ampscope.tui.screens.compare import FIT_ORDER, CompareScreen, column_order, compare_help
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import field_id
 from ampscope.tui.screens.presets import PresetsScreen
@@ -94,3 +94,20 @@ def test_compares_help_states_the_rule_that_significance_applies() -> None:
     assert "90 % confidence interval" in other and "fewer than 5 repeats" in other
     assert "repeats 5 or more" in other and "--repeats 5'" in other
     assert "95" not in other and "3" not in other
+
+
+@pytest.mark.unit
+def test_columns_that_differ_come_first_the_demonstrations_figures_ahead() -> None:
+    """The preset, then what differs (grad zeros, skipped, final loss before the rest), then
+    the columns equal in every row, which are named as such; a lone run keeps FIT_ORDER."""
+    heads = [title for title, _ in comparison.COLUMNS]
+    same = {h: "x" for h in heads}
+    a = dict(same, preset="a", speedup="1.00x", **{"grad zeros": "0.4%", "final loss": "0.26"})
+    b = dict(same, preset="b", speedup="1.20x", **{"grad zeros": "85%", "final loss": "0.76"})
+    order, equal = column_order(heads, [[a[h] for h in heads], [b[h] for h in heads]])
+    shown = [heads[i] for i in order]
+    assert shown[:4] == ["preset", "grad zeros", "final loss", "speedup"]
+    assert sorted(shown) == sorted(heads) and "skipped" in equal and "speedup" not in equal
+    assert set(shown[4:]) == set(equal)
+    alone, none_equal = column_order(heads, [[a[h] for h in heads]])
+    assert [heads[i] for i in alone] == list(FIT_ORDER) and none_equal == []

@@ -14,7 +14,6 @@ table from any runs in the history.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, output_width
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records, significance
@@ -152,8 +151,7 @@ def cmd_bench(args) -> int:
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
     rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    print(render(rows, baseline, fmt, width=width))
+    print(render(rows, baseline, fmt, width=output_width()))
     sweep = write_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0

@@ -9,6 +9,9 @@ import re
 import sys
 from typing import Any
 
+from ampscope.cli.output import output_width
+from ampscope.core.text import wrap
+
 # -------------------------------------------------------------------------------------------
 # Parsers
 
@@ -89,57 +92,165 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_description(d: Any, colour: bool = False) -> list[str]:
+def format_description(d: Any, colour: bool = False, width: int | None = None) -> list[str]:
+    """One value in every format, a row each. Fitted to ``width`` columns when given: the
+    exact-decimal column narrows, then each row's bits move to a line of their own, and the
+    notes wrap between words; None keeps one line a format, for a script to read."""
     from ampscope.core import formats as fm
 
-    lines = [f"{d.input}", f"  exact value: {_cut(d.exact_text, 70)}"]
+    exact = f"  exact value: {_cut(d.exact_text, 70)}"
     if str(d.fp64) != d.exact_text and fm.shortest_repr(d.fp64, "fp64") != d.exact_text:
-        lines[-1] += f"   (every format is cast from fp64's {fm.shortest_repr(d.fp64, 'fp64')})"
-    head = f"  {'format':<11} {'stored':<14} {'exact decimal of stored':<30} {'rel. error':>10}  {'flags':<19} bits (sign|exponent|mantissa)"
-    lines.append(head)
+        exact += f"   (every format is cast from fp64's {fm.shortest_repr(d.fp64, 'fp64')})"
+    flags_w = 19 if width is None else max(5, *(len(",".join(r.flags)) for r in d.rows))
+    bits_head = "bits (sign|exponent|mantissa)"
+    bits_w = max(len(bits_head), *(len("|".join(r.fields)) for r in d.rows))
+    fixed = 2 + 11 + 1 + 14 + 1 + 1 + 10 + 2 + flags_w  # every column but exact and bits
+    exact_w, bits_inline = 30, True
+    if width is not None and fixed + exact_w + 2 + bits_w > width:
+        exact_w = max(14, width - fixed - 2 - bits_w)
+        if fixed + exact_w + 2 + bits_w > width:
+            exact_w, bits_inline = max(10, min(30, width - fixed)), False
+    exact_head = "exact decimal of stored" if exact_w >= 23 else "exact decimal"
+    head = (
+        f"  {'format':<11} {'stored':<14} {exact_head:<{exact_w}} "
+        f"{'rel. error':>10}  {'flags':<{flags_w}}"
+    )
+    lines = [f"{d.input}", *wrap(exact, width, hang="    ")]
+    lines.append(f"{head}  {bits_head}" if bits_inline else head.rstrip())
     notes: list[str] = []
     for r in d.rows:
         f = fm.FORMATS[r.format]
-        flags = ",".join(r.flags)
-        lines.append(
-            f"  {f.label[:11]:<11} {_cut(r.text, 14):<14} {_cut(r.exact, 30):<30} "
-            f"{_err(r.rel_error):>10}  {flags:<19} {draw_bits(r.fields, f, colour)}"
+        bits = draw_bits(r.fields, f, colour)
+        row = (
+            f"  {f.label[:11]:<11} {_cut(r.text, 14):<14} {_cut(r.exact, exact_w):<{exact_w}} "
+            f"{_err(r.rel_error):>10}  {','.join(r.flags):<{flags_w}}"
         )
+        lines += [f"{row}  {bits}"] if bits_inline else [row.rstrip(), f"    bits {bits}"]
         notes += [f"  {f.label}: {n}" for n in r.notes if not n.startswith("quantized")]
     if any(not fm.FORMATS[r.format].is_float for r in d.rows):
         notes.append(
             "  integers are quantized: rounded half to even, then saturated to [min, max] "
             "(a plain cast would wrap around); scales are not applied"
         )
-    return lines + notes
+    return lines + [line for note in notes for line in wrap(note, width, hang="    ")]
 
 
-def format_facts(keys: list[str]) -> list[str]:
+FACT_COLUMNS = (
+    "format",
+    "bits",
+    "s/e/m",
+    "bias",
+    "largest",
+    "smallest normal",
+    "smallest subn.",
+    "eps",
+    "digits",
+    "decades",
+)
+SHORT_HEADS = {"smallest normal": "min normal", "smallest subn.": "min subn."}
+"""Headings a narrow terminal shows in place of the long ones."""
+DROPPED_FIRST = ("bias", "digits", "bits")
+"""Columns a narrow terminal goes without, in this order: each follows from the others
+(bits = s + e + m; digits = mantissa bits x log10(2); the bias from the exponent bits)."""
+
+
+def format_facts(keys: list[str], width: int | None = None) -> list[str]:
+    """Every format's range and precision, a row each. Fitted to ``width`` columns when
+    given: what happens past the largest value moves under the table, then the columns that
+    follow from others are left out, and the prose wraps between words."""
     from ampscope.core import formats as fm
 
-    lines = [
-        f"{'format':<15} {'bits':>4} {'s/e/m':>7} {'bias':>5} {'largest':>10} {'smallest normal':>16} "
-        f"{'smallest subn.':>15} {'eps':>9} {'digits':>6} {'decades':>7}  past the largest",
-    ]
+    rows: list[dict[str, str]] = []
     for k in keys:
         f = fm.FORMATS[k]
-        sem = f"{f.sign_bits}/{f.exponent_bits}/{f.mantissa_bits}" if f.is_float else "int"
-        normal = f"{f.smallest_normal:.3g}" if f.is_float else "-"
-        subn = f"{f.smallest_subnormal:.3g}" if f.has_subnormals else "none"
-        lines.append(
-            f"{f.label:<15} {f.bits:>4} {sem:>7} {f.bias if f.bias is not None else '-':>5} "
-            f"{f.max:>10.4g} {normal:>16} {subn:>15} {f.eps:>9.3g} {f.decimal_digits:>6.1f} "
-            f"{f.range_decades:>7.1f}  {f.overflow}"
+        rows.append(
+            {
+                "format": f.label,
+                "bits": str(f.bits),
+                "s/e/m": f"{f.sign_bits}/{f.exponent_bits}/{f.mantissa_bits}"
+                if f.is_float
+                else "int",
+                "bias": str(f.bias) if f.bias is not None else "-",
+                "largest": f"{f.max:.4g}",
+                "smallest normal": f"{f.smallest_normal:.3g}" if f.is_float else "-",
+                "smallest subn.": f"{f.smallest_subnormal:.3g}" if f.has_subnormals else "none",
+                "eps": f"{f.eps:.3g}",
+                "digits": f"{f.decimal_digits:.1f}",
+                "decades": f"{f.range_decades:.1f}",
+                "past the largest": f.overflow,
+            }
         )
-    lines += [
-        "",
+    shown = list(FACT_COLUMNS)
+    heads = {c: c for c in [*shown, "past the largest"]}
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in heads}
+
+    def span(columns: list[str]) -> int:
+        return sum(widths[c] for c in columns) + len(columns) - 1
+
+    room = 1 << 30 if width is None else width  # None: no limit
+    past_inline = span(shown) + 2 + widths["past the largest"] <= room
+    if not past_inline and span(shown) > room:
+        heads.update(SHORT_HEADS)
+        widths = {c: max(len(heads[c]), *(len(r[c]) for r in rows)) for c in heads}
+    for column in DROPPED_FIRST:
+        if past_inline or span(shown) <= room:
+            break
+        shown.remove(column)
+
+    def line(cells: dict[str, str]) -> str:
+        text = " ".join(
+            cells[c].ljust(widths[c]) if c == "format" else cells[c].rjust(widths[c]) for c in shown
+        )
+        return f"{text}  {cells['past the largest']}" if past_inline else text
+
+    lines = [line(heads)]
+    lines += [line(r) for r in rows]
+    if not past_inline:
+        lines += ["", "Past the largest finite value:"]
+        label_w = widths["format"]
+        for r in rows:
+            lines += wrap(
+                r["past the largest"], width, f"  {r['format']:<{label_w}}  ", " " * (label_w + 4)
+            )
+    prose = [
         "s/e/m: sign, exponent and mantissa bits. digits: mantissa bits x log10(2). decades: "
         "log10(largest / smallest positive).",
         "tf32 is not a storage type: it is how Tensor Cores round fp32 matmul inputs "
         "(fp32's range, fp16's 10 mantissa bits).",
-        "Try: ampscope dtypes 65504 1e-8 '1 + 2**-8'   or   ampscope dtypes --demo list",
     ]
+    if SHORT_HEADS["smallest normal"] in heads.values():
+        prose.append("min normal, min subn.: the smallest normal and subnormal positive values.")
+    if len(shown) < len(FACT_COLUMNS):
+        left_out = [c for c in FACT_COLUMNS if c not in shown]
+        them = "it" if len(left_out) == 1 else "them"
+        prose.append(
+            f"Left out to fit {width} columns: {', '.join(left_out)} (a wider terminal shows {them})."
+        )
+    lines.append("")
+    lines += [w for p in prose for w in wrap(p, width)]
+    lines.append("Try: ampscope dtypes 65504 1e-8 '1 + 2**-8'   or   ampscope dtypes --demo list")
     return lines
+
+
+def demo_lines(lines: list[str], width: int | None) -> list[str]:
+    """A demonstration's text fitted to ``width``: the sentences of a paragraph (its lines
+    that start at the margin) are joined and wrapped between words; an indented line (a row
+    of figures) wraps with a deeper indent. None: the lines as written."""
+    if width is None:
+        return list(lines)
+    out: list[str] = []
+    paragraph: list[str] = []
+    for text in [*lines, ""]:
+        if text and not text[0].isspace():
+            paragraph.append(text)
+            continue
+        if paragraph:
+            out += wrap(" ".join(paragraph), width)
+            paragraph = []
+        if text:
+            indent = text[: len(text) - len(text.lstrip())]
+            out += wrap(text.strip(), width, indent, indent + "    ")
+    return out
 
 
 def cmd_dtypes(args: argparse.Namespace) -> int:
@@ -155,7 +266,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"formats": fm.facts_table(keys)}, indent=2, allow_nan=False))
         else:
-            print("\n".join(format_facts(keys)))
+            print("\n".join(format_facts(keys, output_width())))
         return 0
     described = []
     for text in args.values:
@@ -177,7 +288,8 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2, allow_nan=False))
         return 0
     colour = use_colour()
-    blocks = ["\n".join(format_description(d, colour)) for d in described]
+    width = output_width()
+    blocks = ["\n".join(format_description(d, colour, width)) for d in described]
     print("\n\n".join(blocks))
     return 0
 
@@ -191,7 +303,7 @@ def _run_demo(name: str, as_json: bool) -> int:
         else:
             width = max(len(k) for k in fm.DEMOS)
             for key, (what, _) in fm.DEMOS.items():
-                print(f"{key:<{width}}  {what}")
+                print("\n".join(wrap(what, output_width(), f"{key:<{width}}  ", " " * (width + 2))))
         return 0
     if name not in fm.DEMOS:
         return _fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
@@ -212,7 +324,7 @@ def _run_demo(name: str, as_json: bool) -> int:
     else:
         print(result.title)
         print("=" * len(result.title))
-        print("\n".join(result.lines))
+        print("\n".join(demo_lines(result.lines, output_width())))
     return 0
 
 

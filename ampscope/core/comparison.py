@@ -19,6 +19,7 @@ import msgspec
 
 from ampscope.core import events as ev
 from ampscope.core import records, significance
+from ampscope.core.text import wrap
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
@@ -344,7 +345,11 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
         lines += ["| " + " | ".join(r) + " |" for r in body]
     else:
         lines = text_table(heads, body, width)
-    notes = verdicts(rows, baseline) + legend(rows)
+    notes = [
+        line
+        for note in verdicts(rows, baseline) + legend(rows)
+        for line in wrap(note, width, hang="  ")
+    ]
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 

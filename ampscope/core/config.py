@@ -108,6 +108,10 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     batch_size: Dim | Literal["auto"] = "auto"
     lr: Annotated[float, Meta(gt=0, le=10)] = 3e-3
     grad_clip: Annotated[float, Meta(ge=0, le=1e9)] = 1.0
+    # Backward runs on loss / loss_divisor, as when a trainer averages over that many times the
+    # examples (gradient accumulation, a loss over millions of tokens): every gradient that much
+    # smaller, where fp16 flushes them to zero. AdamW's update does not depend on the scale.
+    loss_divisor: Annotated[float, Meta(ge=1, le=2.0**40)] = 1.0
     seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] = 0
     device: Annotated[str, Meta(max_length=64)] = "auto"
     grad_zero_every: StepIndex = 10
@@ -170,6 +174,8 @@ PRESET_ORDER = (
     "fp8-tensorwise",
     "fp8-rowwise",
     "fp8-eager",
+    "underflow-demo-scaled",
+    "underflow-demo",
 )
 
 

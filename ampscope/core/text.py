@@ -8,6 +8,7 @@ every control character into a printable escape (``\\x1b``), and caps the length
 
 from __future__ import annotations
 
+import textwrap
 import unicodedata
 
 MAX_SHOWN = 4000
@@ -44,3 +45,22 @@ def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False
             out.append(_escape(ch))
     shown = "".join(out)
     return f"{shown}… ({cut:,} more characters)" if cut else shown
+
+
+def wrap(text: str, width: int | None, indent: str = "", hang: str | None = None) -> list[str]:
+    """``text`` as lines of at most ``width`` columns, broken between words only: a terminal
+    that wraps a long line itself cuts words in two ("interle / aved"). The first line starts
+    with ``indent``, the rest with ``hang`` (``indent`` when not given). A word longer than a
+    line (a path) keeps a line of its own, whole. ``width`` None: one line, as it is."""
+    hang = indent if hang is None else hang
+    if width is None:
+        return [indent + text]
+    lines = textwrap.wrap(
+        text,
+        width=max(width, len(indent) + 1, len(hang) + 1),
+        initial_indent=indent,
+        subsequent_indent=hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return lines or [indent.rstrip()]

@@ -64,8 +64,9 @@ def train_step(
     zeros = ZeroGradCounter(graded, s.nan) if graded is not None else None
     if s.preset.debug.configured:  # [debug] faults, for demonstrations and tests
         loss = inject_faults(s.preset.debug, step, loss, s.link.rank)
+    divisor = s.preset.loss_divisor  # 1 but in the underflow demonstration
     with phase("backward"):
-        s.scaler.scale(loss).backward()
+        s.scaler.scale(loss if divisor == 1 else loss / divisor).backward()
     scaling = "scaler" if s.policy.use_scaler else "optimizer"  # a disabled one: no scaling
     with phase(scaling):
         s.scaler.unscale_(s.optimizer)  # clip true gradients, not scaled ones

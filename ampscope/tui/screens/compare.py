@@ -23,7 +23,13 @@ from ampscope.tui.text import literal
 from ampscope.tui.widgets.chart import LEGEND_GLYPHS, LINE_ORDER
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.overlay_plot import COLORS, OverlayPlot
-from ampscope.tui.widgets.tables import fill, hidden_note
+from ampscope.tui.widgets.tables import (
+    CELL_PADDING,
+    TABLE_CHROME,
+    column_widths,
+    fill,
+    off_edges,
+)
 
 FIT_ORDER = (
     "preset",
@@ -42,7 +48,29 @@ FIT_ORDER = (
     "loss vs base",
     "compile",
 )
-"""Which columns stay on a narrow terminal, most wanted first (all of comparison.COLUMNS)."""
+"""The columns' order of precedence, most wanted first (all of comparison.COLUMNS)."""
+DEMO_COLUMNS = ("grad zeros", "skipped", "final loss")
+"""What precision demonstrations are about (underflow zeros, skipped steps, the loss they
+cost): first after the preset whenever the runs differ in them."""
+
+
+def column_order(heads: list[str], body: list[list[object]]) -> tuple[list[int], list[str]]:
+    """The columns in the order the table shows them, and the names of those equal in every
+    row. The preset first; then the columns in which the runs differ, the demonstrations'
+    figures ahead of the rest of ``FIT_ORDER``; the equal ones last, off to the right on a
+    narrow terminal, where left/right reaches them. A lone run differs in nothing."""
+
+    if len(body) < 2:
+        return [heads.index(h) for h in FIT_ORDER], []
+
+    def differs(i: int) -> bool:
+        return len({str(row[i]) for row in body}) > 1
+
+    wanted = dict.fromkeys(["preset", *DEMO_COLUMNS, *FIT_ORDER])
+    first, *rest = (heads.index(h) for h in wanted)
+    equal = [i for i in rest if not differs(i)]
+    return [first, *(i for i in rest if differs(i)), *equal], [heads[i] for i in equal]
+
 
 ROOMY_WIDTH = 120
 """From this width the step time carries its spread; narrower, the columns after it fit."""
@@ -99,6 +127,9 @@ def compare_help(level: float, min_repeats: int) -> str:
     return (
         "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
         "against the baseline, step time and loss curves overlaid, and a verdict in words. "
+        "The columns in which the runs differ come first (grad zeros, skipped steps and the "
+        "final loss ahead of the rest), those equal in every run last; left/right scroll to "
+        "the columns off the edge, which the title names, and the preset stays. "
         "A speed-up is called only when repeated runs show it: repeat k of a preset is paired "
         f"with repeat k of the baseline, and the {level * 100:g} % confidence interval of their "
         "median step-time ratios must exclude 1.0; ~ marks an interval that includes it (no "
@@ -146,7 +177,11 @@ class CompareScreen(Screen):
             self.base_rows
         )
         self.sort_index = 0
+        self.sorted_by = SORTS[0][0]
         self.rows: list[comparison.Row] = []
+        self.heads: list[str] = []  # the table's columns, in the order shown
+        self.widths: list[int] = []  # their widths, padding included
+        self.equal: list[str] = []  # the columns in which every run is the same
         self.profiled = [  # a row's profile: the last one any of its runs took
             profile_compare.ProfiledRun(lbl, run_preset(rs[0]), profile_compare.last_profile_of(rs))
             for lbl, rs in zip(self.labels, members, strict=True)
@@ -164,6 +199,7 @@ class CompareScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
+        self.watch(table, "scroll_x", lambda _x: self.show_title(), init=False)
         self.render_table()
         self.query_one("#compare-step", OverlayPlot).show(self.curves("step_ms"))
         self.query_one("#compare-loss", OverlayPlot).show(self.curves("loss"))
@@ -198,27 +234,41 @@ class CompareScreen(Screen):
             line[0] = self.legend_cell(row.preset)
             body.append(line)
         heads = [title for title, _ in comparison.COLUMNS]
-        order = [heads.index(h) for h in FIT_ORDER]
-        shown = fill(table, heads, body, self.size.width, order, keys=[r.preset for r in rows])
+        order, self.equal = column_order(heads, body)
+        self.heads = [heads[i] for i in order]
+        body = [[line[i] for i in order] for line in body]
+        fill(table, self.heads, body, 1 << 20, keys=[r.preset for r in rows])  # every column
+        table.fixed_columns = 1  # the preset stays while left/right scroll the rest
+        self.widths = [w + CELL_PADDING for w in column_widths(self.heads, body)]
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
-        counted = f"{len(rows)} runs"
-        if self.repeats > 1:
-            counted = f"{len(rows)} presets × {self.repeats} runs"
-        self.query_one("#compare-title", Static).update(
-            Text.assemble(
-                f"{counted} · {models_of(self.runs)}baseline ",
-                literal(self.baseline, "bold"),
-                f" · sorted by {title}",
-                hidden_note(heads, shown, order),
-            )
-        )
+        self.sorted_by = title
+        self.show_title()
+        self.call_after_refresh(self.show_title)  # once the table knows its width
         self.query_one("#compare-verdict", Static).update(
             Text("\n").join(literal(v) for v in comparison.verdicts(rows, self.baseline))
         )
         lines = profile_compare.compare_lines(self.profiled, self.baseline, self.size.width - 2)
         self.query_one("#compare-profile", Static).update(
             Text("\n", no_wrap=True, overflow="ellipsis").join(literal(v) for v in lines)
+        )
+
+    def show_title(self) -> None:
+        """What is compared, and the columns the table's edges cut (left/right reach them);
+        those equal in every run are said to be, since they are last."""
+        table = self.query_one(DataTable)
+        counted = f"{len(self.rows)} runs"
+        if self.repeats > 1:
+            counted = f"{len(self.rows)} presets × {self.repeats} runs"
+        room = table.scrollable_content_region.width or self.size.width - TABLE_CHROME
+        left, right = off_edges(self.heads, self.widths, table.scroll_x, room)
+        self.query_one("#compare-title", Static).update(
+            Text.assemble(
+                f"{counted} · {models_of(self.runs)}baseline ",
+                literal(self.baseline, "bold"),
+                f" · sorted by {self.sorted_by}",
+                more_note(left, right, self.equal),
+            )
         )
 
     def legend_cell(self, label: str) -> Text:
@@ -254,6 +304,27 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def more_note(left: list[str], right: list[str], equal: list[str], room: int = 24) -> str:
+    """`` · → grad zeros, skipped +3 (←/→)`` for the columns off either edge, as many names as
+    ``room`` holds; the equal ones are named as such: nothing is silently missing."""
+    if not left and not right:
+        return ""
+
+    def names(heads: list[str]) -> str:
+        said: list[str] = []
+        for head in heads:
+            if said and len(", ".join([*said, head])) > room:
+                break
+            said.append(head)
+        rest = len(heads) - len(said)
+        return ", ".join(said) + (f" +{rest}" if rest else "")
+
+    sides = [f"← {names(left)}" if left else "", f"→ {names(right)}" if right else ""]
+    same = right and all(h in equal for h in right)
+    tail = ", the same in every run" if same else ""
+    return f" · {'  '.join(s for s in sides if s)}{tail} (←/→)"
 
 
 def row_named(

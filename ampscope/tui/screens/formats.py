@@ -75,14 +75,24 @@ class FormatsScreen(ToolScreen):
         "(1 + 2**-9, 1e-8), enter shows every format's stored value, its relative error, "
         "flags (overflow, underflow, saturated) and its bits; the line under the table spells "
         "out the highlighted row's bits. Formats: each format's range and precision. Demos: "
-        "the lecture's cases (fp16 overflow, underflow, loss scaling): up/down picks one, enter "
-        "runs it. To change tab, shift+tab up to the tab bar, then left/right (or click a tab)."
+        "the lecture's cases (fp16 overflow, underflow, loss scaling): up/down shows one. "
+        "v, f and d open the Values, Formats and Demos tabs from anywhere but the text field "
+        "(esc leaves it first); a click on a tab does too."
     )
     BINDINGS = [
         *ESC_BINDINGS,
         Binding("escape", "back", "Back", id="formats.back"),
+        Binding("v", "open_tab('tab-values')", "Values", id="formats.values"),
+        Binding("f", "open_tab('tab-facts')", "Formats", id="formats.facts"),
+        Binding("d", "open_tab('tab-demos')", "Demos", id="formats.demos"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
+    TAB_FOCUS = {
+        "tab-values": "#formats-input",
+        "tab-facts": "#facts-table",
+        "tab-demos": "#demo-list",
+    }
+    """What each tab hands the focus to: the field to type a value in, the table, the list."""
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="formats-tabs"):
@@ -93,7 +103,7 @@ class FormatsScreen(ToolScreen):
                 yield DataTable(id="formats-table", zebra_stripes=True, cursor_type="row")
                 yield Static("", id="formats-bits", markup=False)
             with TabPane("Formats", id="tab-facts"):
-                yield DataTable(id="facts-table", zebra_stripes=True)
+                yield DataTable(id="facts-table", zebra_stripes=True, cursor_type="row")
             with TabPane("Demos", id="tab-demos"):
                 yield OptionList(id="demo-list")
                 yield Static("", id="demo-text")
@@ -126,15 +136,19 @@ class FormatsScreen(ToolScreen):
         demos = self.query_one("#demo-list", OptionList)
         for name, (title, _fn) in fm.DEMOS.items():
             demos.add_option(f"{name}: {title}")
+        demos.highlighted = 0  # the first demo is lit and shown: down goes to the second
         self.show_values(DEFAULT_VALUES)
         self.query_one("#formats-input", Input).focus()
 
+    def action_open_tab(self, pane: str) -> None:
+        self.query_one("#formats-tabs", TabbedContent).active = pane
+        self.query_one(self.TAB_FOCUS[pane]).focus()
+
     @on(TabbedContent.TabActivated)
     def _tab(self, event: TabbedContent.TabActivated) -> None:
-        """Each tab gives the focus to what it is about: esc then goes back in one press."""
-        pane = event.pane.id or ""
-        target = {"tab-facts": "#facts-table", "tab-demos": "#demo-list"}.get(pane)
-        self.query_one(target or "#formats-input").focus()
+        """Each tab gives the focus to what it is about, its first row lit: esc then goes
+        back in one press, and the tab keys work at once."""
+        self.query_one(self.TAB_FOCUS.get(event.pane.id or "", "#formats-input")).focus()
 
     @on(Input.Submitted, "#formats-input")
     def _submitted(self, event: Input.Submitted) -> None:
@@ -190,8 +204,11 @@ class FormatsScreen(ToolScreen):
         text.append_text(bits_text(fields))
         line.update(text)
 
+    @on(OptionList.OptionHighlighted, "#demo-list")
     @on(OptionList.OptionSelected, "#demo-list")
-    def _demo(self, event: OptionList.OptionSelected) -> None:
+    def _demo(self, event: OptionList.OptionHighlighted | OptionList.OptionSelected) -> None:
+        """The lit demo is shown as the cursor reaches it: a presenter steps through them
+        with up/down alone."""
         fm = _fm()
         name = list(fm.DEMOS)[event.option_index]
         self.query_one("#demo-text", Static).update("\n".join(fm.run_demo(name).lines))

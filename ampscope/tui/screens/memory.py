@@ -21,7 +21,13 @@ from ampscope.core.units import fmt_bytes
 from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
-from ampscope.tui.widgets.tables import CELL_PADDING, TABLE_CHROME, column_widths, fill
+from ampscope.tui.widgets.tables import (
+    CELL_PADDING,
+    TABLE_CHROME,
+    column_widths,
+    fill,
+    off_edges,
+)
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 HEADS = (
@@ -182,15 +188,8 @@ class MemoryScreen(ToolScreen):
     def show_more(self) -> None:
         """Name the columns the table's edges cut, on either side of what shows now."""
         table = self.query_one(DataTable)
-        shown = table.scrollable_content_region.width
-        left, right = [], []
-        x = self.widths[0]  # the regime, fixed at the left
-        for head, width in zip(HEADS[1:], self.widths[1:], strict=True):
-            if x < self.widths[0] + table.scroll_x:
-                left.append(head)
-            elif x + width - 1 > shown + table.scroll_x:  # its right padding may go
-                right.append(head)
-            x += width
+        room = table.scrollable_content_region.width
+        left, right = off_edges(HEADS, self.widths, table.scroll_x, room)  # the regime stays
         sides = [f"← {', '.join(left)}" if left else "", f"→ {', '.join(right)}" if right else ""]
         more = self.query_one("#memory-more", Static)
         more.display = bool(left or right)

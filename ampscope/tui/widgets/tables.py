@@ -75,3 +75,21 @@ def hidden_note(
         names.append(name)
     rest = len(hidden) - len(names)
     return f" · columns hidden: {', '.join(names)}" + (f" +{rest}" if rest else "")
+
+
+def off_edges(
+    heads: Sequence[str], widths: Sequence[int], scroll_x: float, room: int, fixed: int = 1
+) -> tuple[list[str], list[str]]:
+    """The columns a sideways-scrolled table cuts: (those left of what shows, those right of
+    it). ``widths`` include the padding; the first ``fixed`` columns never scroll; ``room`` is
+    the width the table draws its columns in."""
+    left: list[str] = []
+    right: list[str] = []
+    x = sum(widths[:fixed])
+    for head, width in zip(heads[fixed:], widths[fixed:], strict=True):
+        if x < sum(widths[:fixed]) + scroll_x:
+            left.append(head)
+        elif x + width - 1 > room + scroll_x:  # its right padding may go
+            right.append(head)
+        x += width
+    return left, right

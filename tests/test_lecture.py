@@ -1,0 +1,152 @@
+"""docs/lecture.md: every command it gives parses, names presets, fields and examples that
+exist, and the instant ones run; every key it names does something on its screen.
+
+The training commands run for two steps in the subprocess tier (each starts an engine); the
+dashboard's key sequences are driven with Pilot in tests/test_formats_tabs.py (the Formats
+screen) and tests/test_snapshots.py (Compare's sideways scroll)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from textual.binding import Binding
+from textual.widgets import DataTable, OptionList
+
+from ampscope.cli.main import build_parser
+from ampscope.cli.runs import EXAMPLES_DIR
+from ampscope.core import config as cfg
+from ampscope.core.run_args import run_overrides
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.compare import CompareScreen
+from ampscope.tui.screens.formats import FormatsScreen
+from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.run import RunScreen
+from tests.helpers import ROOT, cli, engine_env
+
+LECTURE = ROOT / "docs" / "lecture.md"
+SCREENS = {
+    "Presets": (PresetsScreen,),
+    "Formats": (FormatsScreen, DataTable, OptionList),  # its tables and its list of demos
+    "History": (HistoryScreen, DataTable),
+    "Compare": (CompareScreen, DataTable),  # left/right: the table's sideways scroll
+    "Run": (RunScreen,),
+}
+
+ALIASES = {"esc": "escape"}
+"""Keys as the guide (and the footer) writes them, as Textual names them."""
+
+
+def commands() -> list[list[str]]:
+    """Each ``ampscope ...`` line of the guide's bash blocks, as argv (comments dropped)."""
+    text = LECTURE.read_text()
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            argv = shlex.split(line, comments=True)
+            if argv and argv[0] == "ampscope":
+                found.append(argv[1:])
+    return found
+
+
+def key_lines() -> list[tuple[str, list[str]]]:
+    """``Keys, SCREEN: `a` `b``` lines: the screen and its keys, in order."""
+    found = re.findall(r"^Keys, (\w+): (.+)$", LECTURE.read_text(), flags=re.M)
+    return [(screen, re.findall(r"`([^`]+)`", keys)) for screen, keys in found]
+
+
+def bound_keys(owners: tuple[type, ...]) -> set[str]:
+    keys: set[str] = set()
+    for owner in (*owners, AmpscopeApp):
+        for binding in owner.BINDINGS:
+            if isinstance(binding, Binding):
+                keys.update(k.strip() for k in binding.key.split(","))
+            else:  # a tuple: (key, action, description)
+                keys.update(k.strip() for k in binding[0].split(","))
+    return keys
+
+
+@pytest.mark.unit
+def test_the_readme_points_at_the_lecture_guide() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/lecture.md" in readme and "demonstrations below" not in readme
+
+
+@pytest.mark.unit
+def test_the_guide_covers_the_lecture_in_six_timed_steps() -> None:
+    text = LECTURE.read_text()
+    steps = re.findall(r"^## \d\. (.+) \((\d+) minutes?\)$", text, flags=re.M)
+    assert len(steps) == 6, steps
+    assert sum(int(minutes) for _, minutes in steps) == 15
+    assert len(commands()) >= 15 and len(key_lines()) >= 5
+
+
+@pytest.mark.unit
+def test_every_command_in_the_guide_parses_and_names_what_exists() -> None:
+    """Presets with their --set fields load; replays name a shipped example."""
+    examples = {p.name for p in EXAMPLES_DIR.iterdir()}
+    for argv in commands():
+        args = build_parser().parse_args(argv)  # SystemExit(2) on anything argparse refuses
+        if args.command in ("run", "bench"):
+            names = [args.preset] if args.command == "run" else args.presets
+            for name in names:
+                cfg.load_preset(name, run_overrides(args))  # ConfigError names what is wrong
+        if args.command == "replay":
+            assert args.run in examples, argv
+
+
+@pytest.mark.unit
+def test_the_guides_instant_commands_run(capsys) -> None:
+    """The dtypes lines, in this process: exit 0 and what the guide says they show."""
+    said = {}
+    for argv in commands():
+        if argv[:1] == ["dtypes"]:
+            done = cli(capsys, *argv)
+            assert done.returncode == 0, (argv, done.stderr)
+            said[" ".join(argv)] = done.stdout
+    assert "65520" in said["dtypes --demo fp16-overflow"]
+    assert (
+        "1e-08" in said["dtypes --demo fp16-underflow"]
+        or "1e-8" in said["dtypes --demo fp16-underflow"]
+    )
+    assert "256" in said["dtypes --demo sum-0.1"]
+
+
+@pytest.mark.unit
+def test_every_key_in_the_guide_is_bound_on_its_screen() -> None:
+    for screen, keys in key_lines():
+        assert screen in SCREENS, screen
+        bound = bound_keys(SCREENS[screen])
+        missing = [k for k in keys if ALIASES.get(k, k) not in bound]
+        assert not missing, f"{screen}: {missing} not bound"
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_the_guides_training_commands_run_two_steps(tmp_path: Path) -> None:
+    """Each run and bench line, cut to two steps on the CPU (a detached one in the
+    foreground): it starts, trains and ends without an error. The compiled run trains
+    eager here: a cold compile costs 20 s to minutes on a busy CPU, and the suite's own
+    cold-compile test covers it."""
+    for argv in commands():
+        if argv[:1] not in (["run"], ["bench"]):
+            continue
+        argv = [a for a in argv if a != "--detach"]
+        if "--steps" in argv:
+            at = argv.index("--steps")
+            del argv[at : at + 2]
+        extra = ["--steps", "2", "--set", "device='cpu'", "--set", "warmup_steps=0"]
+        if any("compile" in a for a in argv):
+            extra += ["--set", "compile='off'"]
+        if argv[0] == "bench":
+            extra += ["--repeats", "1"]
+        command = [sys.executable, "-m", "ampscope", *argv, *extra, "--runs-dir", str(tmp_path)]
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=engine_env(), timeout=300, check=False
+        )
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
