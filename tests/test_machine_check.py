@@ -8,6 +8,7 @@ with a lowered power limit, thermal throttling and a narrow PCIe link, a CPU who
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -492,3 +493,60 @@ def test_doctor_bench_json_on_this_cpu_agrees_with_a_matmul_timed_here(tmp_path)
     assert lines[0].startswith("machine check on ")
     assert [line.split()[0] for line in lines[1:4]] == ["fp32", "bf16", "fp16"]
     assert lines[4].startswith("memory copy")
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's MFU read against the measured peak
+
+
+@pytest.mark.unit
+def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_path) -> None:
+    """No datasheet peak exists for a CPU: with a kept check, the run's TFLOP/s is read
+    against the measured fp32 figure in hello, the done event (the record), the console's
+    summary, the bench table and the Run view's card."""
+    from ampscope.cli.console import summary_table
+    from ampscope.core import comparison, records
+    from ampscope.core import events as ev
+    from ampscope.engine.device import cpu_name
+    from ampscope.engine.run import run
+    from ampscope.tui.model.figures import cards
+    from ampscope.tui.model.run_state import RunState
+
+    measured = 0.004  # TFLOP/s: a small MLP runs well below it
+    check = a_check(device=cpu_name())
+    check.matmul["fp32"].tflops = measured
+    mc.save(check)
+    seen: list[ev.Event] = []
+    overrides = ["workload.kind='mlp'", "device='cpu'", "steps=6", "warmup_steps=2"]
+    assert run("fp32", overrides, runs_dir=tmp_path, on_event=seen.append) == 0
+    hello = next(e for e in seen if isinstance(e, ev.HelloEvent))
+    done = next(e for e in seen if isinstance(e, ev.DoneEvent))
+    assert hello.peak_tflops is None and hello.measured_tflops == measured
+    assert "doctor --bench" in (hello.measured_tflops_note or "")
+    assert done.mfu is None and done.tflops is not None
+    assert done.mfu_measured == pytest.approx(done.tflops / measured)
+    share = f"{done.tflops / measured * 100:.0f}% of measured"
+    assert re.search(rf"\n  MFU +{share}\n", summary_table(done))
+    # the record on disk carries it, and bench's table reads it from there
+    (record,) = records.list_runs(tmp_path)
+    row = comparison.row_from_runs("fp32", [records.load_run(record.path)])
+    assert row.mfu is None and row.mfu_measured == pytest.approx(done.mfu_measured)
+    assert comparison.cells(row)["mfu"] == share
+    row.mfu = 0.33  # a GPU's: both
+    assert comparison.cells(row)["mfu"] == f"33.0% · {share}"
+    state = RunState()
+    for event in seen:
+        state.ingest(event)
+    card = next(c for c in cards(state) if c.key == "tflops")
+    assert card.sub.startswith("MFU ") and card.sub.endswith("% of measured")
+
+
+@pytest.mark.unit
+def test_without_a_check_nothing_changes_and_a_gpu_run_shows_both() -> None:
+    from ampscope.core.units import fmt_mfu
+
+    assert fmt_mfu(None, None) == "-"
+    assert fmt_mfu(0.33, None) == "33.0%"
+    assert fmt_mfu(0.33, 0.412) == "33.0% · 41% of measured"
+    assert mc.of_measured(400.0, 800.0, world_size=2) == pytest.approx(0.25)
+    assert mc.of_measured(None, 800.0) is None and mc.of_measured(1.0, None) is None

@@ -410,6 +410,14 @@ def measured_peak(
     return fig.tflops, f"{fmt} matmul measured by {RUN_COMMAND} on {check.when[:10]}"
 
 
+def of_measured(tflops: float | None, measured: float | None, world_size: int = 1) -> float | None:
+    """A run's TFLOP/s as a share of what ``world_size`` devices measured: its MFU against
+    the achievable peak rather than the datasheet's."""
+    if tflops is None or not measured:
+        return None
+    return tflops / (measured * max(1, world_size))
+
+
 def nvidia_driver() -> str | None:
     """The loaded NVIDIA driver's version, read from /proc (no NVML, no torch)."""
     try:
