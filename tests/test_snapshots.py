@@ -332,6 +332,7 @@ SCENES = (
     "formats-values",
     "formats-facts",
     "memory",
+    "machine",  # tests/test_machine_view.py
     "help-presets",
     "confirm",
     "save",

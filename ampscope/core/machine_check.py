@@ -224,6 +224,17 @@ def matmul_verdicts(check: MachineCheck) -> list[str]:
     if check.kind == "cpu":
         return cpu_verdicts(check.matmul, check.cpu_units)
     said = []
+    typical = [
+        (f, fig.ratio) for f, fig in check.matmul.items() if (fig.ratio or 0) >= TYPICAL_MATMUL
+    ]
+    if typical:  # one line for every healthy format: the ones that are not stand out
+        shares = ", ".join(f"{f} {pct(r or 0.0)}" for f, r in typical)
+        said.append(
+            f"{typical[0][0]} matmul at {pct(typical[0][1] or 0.0)} of the datasheet: typical for "
+            "this GPU"
+            if len(typical) == 1
+            else f"matmul at {shares} of the datasheet: typical for this GPU"
+        )
     for fmt, fig in check.matmul.items():
         if fig.ratio is None:
             said.append(
@@ -231,7 +242,7 @@ def matmul_verdicts(check: MachineCheck) -> list[str]:
                 f"'{check.device}' to compare with"
             )
         elif fig.ratio >= TYPICAL_MATMUL:
-            said.append(f"{fmt} matmul at {pct(fig.ratio)} of the datasheet: typical for this GPU")
+            continue
         elif fig.ratio >= LOW_MATMUL:
             said.append(
                 f"{fmt} matmul at {pct(fig.ratio)} of the datasheet: below the usual "

@@ -46,6 +46,8 @@ PRIORITY: dict[str, int] = {
     "compare.back": 2,
     "formats.back": 2,
     "memory.back": 2,
+    "machine.back": 2,
+    "presets.machine": 6,  # in help and the palette; the footer keeps the run's keys first
     "save.cancel": 2,
     "form.leave": 2,
     "run.restart": 3,

@@ -14,6 +14,7 @@ from textual.screen import Screen
 
 from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.history import HistoryScreen, compare_latest_sweep
+from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
@@ -39,6 +40,11 @@ class Navigation(App):
         yield SystemCommand("Compare the last sweep", "Its runs side by side", self.show_sweep)
         yield SystemCommand("Number formats", "What each format stores", self.show_formats)
         yield SystemCommand("Memory plan", "Memory per precision regime", self.show_memory)
+        yield SystemCommand(
+            "Machine check",
+            "What this machine measured per format (doctor --bench)",
+            self.show_machine,
+        )
         for command in super().get_system_commands(screen):
             if command.title not in ("Keys", "Quit"):
                 yield command
@@ -71,3 +77,6 @@ class Navigation(App):
 
     def show_memory(self) -> None:
         self.push_screen(MemoryScreen(None))
+
+    def show_machine(self) -> None:
+        self.push_screen(MachineScreen())

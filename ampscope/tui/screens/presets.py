@@ -51,6 +51,7 @@ class PresetsScreen(Screen):
         Binding("h", "history", "History", id="presets.history"),
         Binding("f", "formats", "Formats", id="presets.formats"),
         Binding("p", "memory", "Memory plan", id="presets.memory"),
+        Binding("c", "machine", "Machine check", id="presets.machine"),
         Binding("v", "view_run", "Live run", id="presets.live-run"),
         # one of the two shows (check_action): the toggle names the current state
         Binding("d", "toggle_detach(True)", "Detached: off", id="presets.detach"),
@@ -168,6 +169,11 @@ class PresetsScreen(Screen):
         from ampscope.tui.screens.memory import MemoryScreen
 
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
+
+    def action_machine(self) -> None:
+        from ampscope.tui.screens.machine import MachineScreen
+
+        self.app.push_screen(MachineScreen())
 
     def runnable(self, title: str) -> bool:
         """The form, validated again; when it cannot run, say why under ``title``."""
