@@ -553,3 +553,43 @@ def test_without_a_check_nothing_changes_and_a_gpu_run_shows_both() -> None:
     assert fmt_mfu(0.33, 0.412) == "33.0% · 41% of measured"
     assert mc.of_measured(400.0, 800.0, world_size=2) == pytest.approx(0.25)
     assert mc.of_measured(None, 800.0) is None and mc.of_measured(1.0, None) is None
+
+
+@pytest.mark.unit
+def test_a_watched_loop_reads_its_tflops_against_the_measured_peak_too(tmp_path) -> None:
+    import ampscope
+    from ampscope.core import records
+    from ampscope.engine.device import cpu_name
+    from tests.helpers import tiny_model
+
+    check = a_check(device=cpu_name())
+    check.matmul["fp32"].tflops = 0.002
+    mc.save(check)
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True) as mon:
+        for _ in range(4):
+            loss = model(torch.randn(16, 32)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss, samples=16)
+    run = records.load_run(mon.run_dir)
+    assert run.hello is not None and run.hello.measured_tflops == 0.002
+    assert run.done is not None and run.done.tflops is not None and run.done.mfu is None
+    assert run.done.mfu_measured == pytest.approx(run.done.tflops / 0.002)
+
+
+@pytest.mark.unit
+def test_plain_doctor_says_whether_a_check_is_kept_and_whether_it_is_stale(capsys) -> None:
+    done = cli(capsys, "doctor")
+    assert done.returncode == 0
+    assert "machine check: none kept here (ampscope doctor --bench measures" in done.stdout
+    mc.save(a_check(device="Test\x1b[2JCPU", torch="1.0.0", when="2026-12-01T10:00:00+00:00"))
+    done = cli(capsys, "doctor")
+    line = done.stdout.splitlines()[-1]
+    assert line.startswith("machine check: Test\\x1b[2JCPU measured 2026-12-01 10:00 UTC; ")
+    assert (
+        f"torch 1.0.0 (now {torch.__version__})" in line and "run ampscope doctor --bench" in line
+    )
+    data = json.loads(cli(capsys, "doctor", "--json").stdout)
+    assert data["machine_checks"][0]["device"] == "Test\x1b[2JCPU"
