@@ -337,6 +337,8 @@ def test_real_cpu_matmuls_run_in_each_format_at_the_shape_asked() -> None:
     for fmt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         out = mb.matmul_call(fmt, (8, 4, 16), torch.device("cpu"))()
         assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == dtype
+    out = mb.matmul_call("fp8", (8, 4, 16), torch.device("cpu"))()  # torch._scaled_mm, e4m3
+    assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == torch.bfloat16
     with mb._Float32Precision("tf32"):
         assert torch.get_float32_matmul_precision() == "high"
     assert torch.get_float32_matmul_precision() == "highest"
@@ -593,3 +595,49 @@ def test_plain_doctor_says_whether_a_check_is_kept_and_whether_it_is_stale(capsy
     )
     data = json.loads(cli(capsys, "doctor", "--json").stdout)
     assert data["machine_checks"][0]["device"] == "Test\x1b[2JCPU"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16", "fp8"])
+def test_the_flops_a_figure_is_computed_from_are_torchs_own_count(fmt) -> None:
+    """TFLOP/s = flops_of(shape) / seconds: the FLOPs are what FlopCounterMode counts for the
+    very call that is timed, in every format."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shape = (64, 32, 128)
+    call = mb.matmul_call(fmt, shape, torch.device("cpu"))
+    with FlopCounterMode(display=False) as counter:
+        call()
+    assert counter.get_total_flops() == mb.flops_of(shape)
+
+
+@pytest.mark.unit
+def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(
+    capsys, monkeypatch
+) -> None:
+    check = a_check(seconds=9.6)
+    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    done = cli(capsys, "doctor", "--bench")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "- bf16 matmul runs at 0.3x fp32 here: this CPU has no AMX or AVX512-BF16 units, so bf16 "
+        "presets train slower than fp32 on it"
+    )
+    assert lines[-1] == f"done in 10 s; kept in {mc.check_path()}"
+    assert mc.find("Test CPU") is not None
+
+
+@pytest.mark.unit
+def test_a_config_folder_that_cannot_be_written_still_prints_the_figures(
+    capsys, monkeypatch, tmp_path
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
+    check = a_check(seconds=3.0)
+    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    done = cli(capsys, "doctor", "--bench")
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("ampscope: the results could not be kept in ")
+    assert done.stdout.splitlines()[-1] == "done in 3 s; not kept"

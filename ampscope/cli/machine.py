@@ -80,7 +80,17 @@ def cmd_machine_check(args: argparse.Namespace) -> int:
     check = run_check(args.bench_device, quick=args.quick, on_figure=said)
     where = None
     if not args.quick:
-        where = mc.save(check)
+        try:
+            where = mc.save(check)
+        except OSError as exc:  # the figures still print; runs just cannot read them later
+            print(
+                visible(
+                    f"ampscope: the results could not be kept in {mc.check_path()} ({exc}); "
+                    "runs will not show MFU against them. Check that the folder is writable "
+                    "(or set XDG_CONFIG_HOME)."
+                ),
+                file=sys.stderr,
+            )
     if args.json:
         data = check.to_json()
         data["kept_at"] = str(where) if where else None
@@ -90,6 +100,6 @@ def cmd_machine_check(args: argparse.Namespace) -> int:
         print(visible(f"- {line}"))
     if check.allreduce_note:
         print(visible(f"- {check.allreduce_note}"))
-    kept = f"kept in {where}" if where else "not kept (--quick)"
+    kept = f"kept in {where}" if where else "not kept" + (" (--quick)" if args.quick else "")
     print(visible(f"done in {check.seconds:.0f} s; {kept}"))
     return 0
