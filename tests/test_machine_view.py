@@ -119,3 +119,18 @@ def test_a_cpu_check_shows_gflops_scaled_to_its_fastest_format() -> None:
     assert bf16.endswith(" 40.0") and fp32.endswith(" 20.0")
     assert bf16.count(bar(1, 1, 1)) == 2 * fp32.count(bar(1, 1, 1))
     assert "- bf16 matmul runs at 2x fp32 here, on its AVX512-BF16 units" in lines
+
+
+def test_a_gpu_runs_card_shows_the_datasheet_mfu_and_the_measured_share_within_its_width() -> None:
+    from ampscope.tui.model.figures import cards
+    from tests.snapshot_runs import gpu_run
+
+    state = gpu_run()
+    before = next(c for c in cards(state) if c.key == "tflops")
+    assert state.hello is not None
+    state.hello.measured_tflops = 760.0  # an H100 that reached 760 of its 989 TFLOP/s
+    card = next(c for c in cards(state) if c.key == "tflops")
+    tflops, mfu = before.value.split(" · ")
+    assert card.value == before.value  # the datasheet's MFU stays where it was
+    assert card.sub == f"{float(tflops) / 760.0 * 100:.0f}% of measured peak"
+    assert len(card.sub) <= 22 and before.sub.startswith("MFU ")
