@@ -120,13 +120,14 @@ def fake_gpu_seams(
     name: str = "NVIDIA H100 80GB HBM3",
     cc: tuple[int, int] = (9, 0),
     h2d: float = 11.0,
+    sms: int | None = None,
 ) -> mb.Seams:
     return mb.Seams(
         timer=timer,
         nvml=nvml,
         make=fake_make,
         sync=lambda: None,
-        gpu=lambda: mb.GpuInfo(name, cc, "58fa5f56-0000", 1),
+        gpu=lambda: mb.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
         copy=lambda device, nbytes, t, b: 2800.0,
         h2d=lambda device, nbytes, t, b: h2d,
     )
@@ -642,3 +643,17 @@ def test_a_config_folder_that_cannot_be_written_still_prints_the_figures(
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert done.stderr.startswith("ampscope: the results could not be kept in ")
     assert done.stdout.splitlines()[-1] == "done in 3 s; not kept"
+
+
+@pytest.mark.unit
+def test_a_mig_slice_is_held_to_its_share_of_the_chip() -> None:
+    """A 3g slice of an H100 (60 of 132 multiprocessors) is not 'far below normal' at 45 % of
+    the whole chip; its memory has no datasheet share to compare with."""
+    rates = {f: r * 60 / 132 for f, r in H100_RATES.items()}
+    name = "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(rates), name=name, sms=60))
+    bf16 = check.matmul["bf16"]
+    assert bf16.datasheet_tflops == pytest.approx(989.4 * 60 / 132, abs=0.05)
+    assert bf16.ratio == pytest.approx(790.0 / 989.4, rel=1e-3)
+    assert check.memory_datasheet_gbps is None
+    assert not any("far below" in v for v in check.verdicts)

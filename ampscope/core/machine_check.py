@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core.config import user_config_dir
-from ampscope.core.hardware import Gpu, identify
+from ampscope.core.hardware import Gpu, identify, is_mig, peak_tflops
 
 MATMUL_FORMATS_GPU = ("fp32", "tf32", "bf16", "fp16", "fp8")
 MATMUL_FORMATS_CPU = ("fp32", "bf16", "fp16")
@@ -183,27 +183,27 @@ def _float(value: Any) -> float | None:
 # Datasheet figures
 
 
-def datasheet_tflops(gpu: Gpu | None, fmt: str) -> float | None:
-    """The dense datasheet figure for a matmul format; None on a CPU or an unknown GPU."""
-    if gpu is None:
-        return None
-    value = getattr(gpu, fmt, None)
-    return float(value) if value else None
-
-
 def datasheet_gbps(gpu: Gpu | None) -> float | None:
     return MEMORY_GBPS.get(gpu.model) if gpu is not None else None
 
 
 def with_datasheet(
-    device: str, kind: str, figures: dict[str, MatmulFigure], power_w: float | None
+    device: str,
+    kind: str,
+    figures: dict[str, MatmulFigure],
+    power_w: float | None,
+    multiprocessors: int | None = None,
 ) -> Gpu | None:
-    """Fill each figure's datasheet entry and ratio in place; the table's row (or None)."""
+    """Fill each figure's datasheet entry and ratio in place; the table's row (or None).
+
+    A MIG slice is held to its share of the chip's peak (``hardware.peak_tflops``), and gets
+    no memory figure: its share of the bandwidth is not its share of the multiprocessors."""
     gpu = identify(device, power_w) if kind == "cuda" else None
     for fmt, fig in figures.items():
-        fig.datasheet_tflops = datasheet_tflops(gpu, fmt)
-        fig.ratio = fig.tflops / fig.datasheet_tflops if fig.datasheet_tflops else None
-    return gpu
+        peak = peak_tflops(device, fmt, power_w, multiprocessors)[0] if gpu is not None else None
+        fig.datasheet_tflops = round(peak, 1) if peak else None
+        fig.ratio = fig.tflops / peak if peak else None
+    return None if gpu is not None and is_mig(device) else gpu
 
 
 def allreduce_busbw(algbw_gbps: float, ranks: int) -> float:

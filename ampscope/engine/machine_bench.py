@@ -246,6 +246,7 @@ class GpuInfo:
     capability: tuple[int, int]
     uuid: str | None
     count: int  # GPUs torch sees
+    multiprocessors: int | None = None  # a MIG slice's share of the chip
 
 
 def first_gpu() -> GpuInfo | None:
@@ -257,6 +258,7 @@ def first_gpu() -> GpuInfo | None:
         (props.major, props.minor),
         str(getattr(props, "uuid", "")) or None,
         torch.cuda.device_count(),
+        props.multi_processor_count,
     )
 
 
@@ -349,14 +351,17 @@ def run_check(
     said("device", f"machine check on {where}")
     figures: dict[str, MatmulFigure] = {}
     power = state.power_limit_w if state else None
+    sms = gpu.multiprocessors if gpu is not None else None
+    driver = driver or mc.nvidia_driver()
     for fmt in formats_for(kind, capability):
         fig = sweep(fmt, shapes, device, timer, budget, seams.make)
         figures[fmt] = fig
-        mc.with_datasheet(name, kind, {fmt: fig}, power)
+        mc.with_datasheet(name, kind, {fmt: fig}, power, sms)
         said("matmul", matmul_line(fmt, fig, kind))
     if gpu is not None and nvml is not None:
         state, driver = state_under_load(nvml, gpu.uuid, figures, device, seams)
-    gpu_row = mc.with_datasheet(name, kind, figures, power)
+        driver = driver or mc.nvidia_driver()
+    gpu_row = mc.with_datasheet(name, kind, figures, power, sms)
     gbps = seams.copy(device, copy_bytes, timer, budget)
     said("memory", f"memory copy  {gbps:,.0f} GB/s" + (" (in RAM)" if not cuda else ""))
     h2d = None
