@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ampscope.core import machine_check as mc
+from ampscope.core import machine_verdicts as mv
 from ampscope.tui.model.machine_view import bar, view_lines
 from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -45,7 +46,7 @@ def h200_check() -> mc.MachineCheck:
             pcie_max_width=16,
         ),
     )
-    check.verdicts = mc.judge(check)
+    check.verdicts = mv.judge(check)
     return check
 
 
@@ -111,7 +112,7 @@ def test_a_cpu_check_shows_gflops_scaled_to_its_fastest_format() -> None:
     check = mc.MachineCheck(device="AMD EPYC", kind="cpu", matmul=figures, memory_gbps=7.0)
     check.threads = 2
     check.cpu_units = ["avx512_bf16"]
-    check.verdicts = mc.judge(check)
+    check.verdicts = mv.judge(check)
     lines = view_lines({"AMD EPYC": check}, None, 76, None, None)
     assert lines[0] == "AMD EPYC, 2 threads"
     bf16 = next(line for line in lines if line.startswith("bf16"))

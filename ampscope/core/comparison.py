@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from ampscope.core import events as ev
-from ampscope.core import records, significance
+from ampscope.core import machine_check, records, significance
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_mfu, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
@@ -108,7 +108,7 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     row.tokens_per_s = _median([d.tokens_per_s for d in ok])
     row.tflops = _median([d.tflops for d in ok])
     row.mfu = _median([d.mfu for d in ok])
-    row.mfu_measured = _median([d.mfu_measured for d in ok])
+    row.mfu_measured = _median([machine_check.mfu_measured(r) for r in runs if r.done in ok])
     peaks = [d.mem_peak for d in ok if d.mem_peak is not None]
     row.mem_peak = max(peaks) if peaks else None
     row.loss_final = _median([d.loss_final for d in ok])

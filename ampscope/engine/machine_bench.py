@@ -18,7 +18,9 @@ from typing import Any, Protocol
 import torch
 
 from ampscope.core import machine_check as mc
+from ampscope.core import machine_verdicts as mv
 from ampscope.core.machine_check import GpuState, MachineCheck, MatmulFigure
+from ampscope.engine.machine_state import allreduce_busbw, gpu_state
 
 Shape = tuple[int, int, int]
 
@@ -166,7 +168,7 @@ def h2d_gbps(device: torch.device, nbytes: int, timer: Timer, budget: Budget) ->
 
 def cpu_units(flags: set[str]) -> list[str]:
     """The reduced-precision matmul units among /proc/cpuinfo's flags."""
-    wanted = {flag for units in mc.CPU_UNITS.values() for flag, _ in units}
+    wanted = {flag for units in mv.CPU_UNITS.values() for flag, _ in units}
     return sorted(wanted & flags)
 
 
@@ -179,64 +181,6 @@ def formats_for(kind: str, capability: tuple[int, int] | None) -> tuple[str, ...
         f
         for f in mc.MATMUL_FORMATS_GPU
         if not (f in ("tf32", "bf16") and cc < (8, 0)) and not (f == "fp8" and cc < (8, 9))
-    )
-
-
-def gpu_state(
-    nvml: Any, uuid: str | None, pci_bus_id: str | None = None
-) -> tuple[GpuState | None, str | None]:
-    """Power limit, throttle reasons and PCIe link from NVML, and the driver's version.
-    ``(None, None)`` when NVML is missing or the GPU is not found; a field NVML refuses is None."""
-    from ampscope.engine.telemetry.nvml import (
-        as_text,
-        decode_throttle_reasons,
-        find_gpu_handle,
-        nvml_call,
-        nvml_init,
-    )
-
-    if nvml is None or nvml_init(nvml) is not None:
-        return None, None
-    try:
-        driver, _ = nvml_call(nvml, "nvmlSystemGetDriverVersion")
-        handle, _ = find_gpu_handle(nvml, uuid, pci_bus_id)
-        if handle is None:
-            return None, as_text(driver) if driver else None
-
-        def read(*names: str) -> Any:
-            for name in names:
-                value, exc = nvml_call(nvml, name, handle)
-                if exc is None:
-                    return value
-            return None
-
-        limit = read("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit")
-        rated = read("nvmlDeviceGetPowerManagementDefaultLimit")
-        mask = read(
-            "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
-        )
-        state = GpuState(
-            power_limit_w=limit / 1000.0 if limit else None,
-            power_max_w=rated / 1000.0 if rated else None,
-            throttle=decode_throttle_reasons(mask) if mask is not None else [],
-            pcie_gen=read("nvmlDeviceGetCurrPcieLinkGeneration"),
-            pcie_width=read("nvmlDeviceGetCurrPcieLinkWidth"),
-            pcie_max_gen=read("nvmlDeviceGetMaxPcieLinkGeneration"),
-            pcie_max_width=read("nvmlDeviceGetMaxPcieLinkWidth"),
-        )
-        return state, as_text(driver) if driver else None
-    finally:
-        nvml_call(nvml, "nvmlShutdown")
-
-
-def allreduce_busbw(gpus: int) -> tuple[float | None, str | None]:
-    """An all-reduce over NCCL needs one process per GPU, which ``doctor`` does not start;
-    the figure is left out and the note says how to get it."""
-    if gpus < 2:
-        return None, None
-    return None, (
-        f"{gpus} GPUs: all-reduce bus bandwidth is not measured by this command; "
-        "run nccl-tests' all_reduce_perf for it"
     )
 
 
@@ -387,7 +331,7 @@ def run_check(
         cpu_units=units,
         gpu_state=state,
     )
-    check.verdicts = mc.judge(check)
+    check.verdicts = mv.judge(check)
     check.seconds = round(time.monotonic() - started, 2)
     return check
 
@@ -397,7 +341,7 @@ def matmul_line(fmt: str, fig: MatmulFigure, kind: str) -> str:
     value = f"{fig.tflops:,.1f} TFLOP/s" if kind == "cuda" else f"{fig.tflops * 1e3:,.1f} GFLOP/s"
     shape = "x".join(str(x) for x in fig.shape)
     tail = (
-        f" ({mc.pct(fig.ratio)} of {fig.datasheet_tflops:g})"
+        f" ({mv.pct(fig.ratio)} of {fig.datasheet_tflops:g})"
         if fig.ratio is not None and fig.datasheet_tflops
         else ""
     )

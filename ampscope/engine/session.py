@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core.machine_check import of_measured
+from ampscope.core.units import of_measured
 from ampscope.engine.device import DeviceInfo, resolve_device
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED

@@ -43,7 +43,7 @@ class Navigation(App):
         yield SystemCommand(
             "Machine check",
             "What this machine measured per format (doctor --bench)",
-            self.show_machine,
+            self.action_show_machine,
         )
         for command in super().get_system_commands(screen):
             if command.title not in ("Keys", "Quit"):
@@ -78,5 +78,6 @@ class Navigation(App):
     def show_memory(self) -> None:
         self.push_screen(MemoryScreen(None))
 
-    def show_machine(self) -> None:
+    def action_show_machine(self) -> None:
+        """``c`` on the presets screen, and the palette: what doctor --bench kept."""
         self.push_screen(MachineScreen())

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core.machine_check import of_measured
 from ampscope.engine.emitter import EventWriter
 from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker
@@ -223,7 +222,6 @@ class Monitor:
             self._wind_down(error, status)
             peak = self._facts.peak if self._facts else None
             done = self._figures.done(status, self.flops_per_step, peak, message)
-            done.mfu_measured = of_measured(done.tflops, self._hello.measured_tflops)
         except Exception as exc:  # noqa: BLE001 - a signal mid-step: the record still ends
             self.troubles.report("summing up the run failed, so its done has no figures", exc)
             done = ev.empty_done(status, message)

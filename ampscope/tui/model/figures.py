@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ampscope.core import events as ev
-from ampscope.core.machine_check import of_measured
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, of_measured
 from ampscope.tui.model.run_events import RECENT
 from ampscope.tui.model.run_state import RunState
 

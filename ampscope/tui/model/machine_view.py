@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 
 from ampscope.core import machine_check as mc
+from ampscope.core import machine_verdicts as mv
 from ampscope.core.text import visible
 
 FULL, EMPTY = "\u2588", "\u2591"
@@ -64,7 +65,7 @@ def check_lines(
     for fmt, value, fig in figures:
         if fig.datasheet_tflops:
             sheet = rate(fig.datasheet_tflops, check.kind)
-            tail = f" of {sheet} ({mc.pct(fig.ratio or 0.0)})"
+            tail = f" of {sheet} ({mv.pct(fig.ratio or 0.0)})"
             drawn = bar(fig.tflops, fig.datasheet_tflops, bar_w)
         else:
             tail = "" if not has_sheet else "  (no datasheet)"
@@ -77,7 +78,7 @@ def check_lines(
             lines.append(
                 f"{what}: {bar(check.memory_gbps, check.memory_datasheet_gbps, bar_w)} "
                 f"{check.memory_gbps:,.0f} of {check.memory_datasheet_gbps:,.0f} GB/s "
-                f"({mc.pct(ratio)})"
+                f"({mv.pct(ratio)})"
             )
         else:
             lines.append(f"{what}: {check.memory_gbps:,.1f} GB/s")

@@ -22,6 +22,13 @@ from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 from ampscope.tui.screens.save import ask_and_save
 from ampscope.tui.widgets.key_bar import KeyBar
 
+TOOL_BINDINGS = [
+    # the tools a preset is chosen with: formats, memory, what this machine delivers
+    Binding("f", "formats", "Formats", id="presets.formats"),
+    Binding("p", "memory", "Memory plan", id="presets.memory"),
+    Binding("c", "app.show_machine", "Machine check", id="presets.machine"),
+]
+
 
 class PresetsScreen(Screen):
     """The first screen: the list, the form (a ``PresetDraft`` holds what it means) and the
@@ -49,9 +56,7 @@ class PresetsScreen(Screen):
             for n in REPEAT_CHOICES
         ),
         Binding("h", "history", "History", id="presets.history"),
-        Binding("f", "formats", "Formats", id="presets.formats"),
-        Binding("p", "memory", "Memory plan", id="presets.memory"),
-        Binding("c", "machine", "Machine check", id="presets.machine"),
+        *TOOL_BINDINGS,
         Binding("v", "view_run", "Live run", id="presets.live-run"),
         # one of the two shows (check_action): the toggle names the current state
         Binding("d", "toggle_detach(True)", "Detached: off", id="presets.detach"),
@@ -169,11 +174,6 @@ class PresetsScreen(Screen):
         from ampscope.tui.screens.memory import MemoryScreen
 
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
-
-    def action_machine(self) -> None:
-        from ampscope.tui.screens.machine import MachineScreen
-
-        self.app.push_screen(MachineScreen())
 
     def runnable(self, title: str) -> bool:
         """The form, validated again; when it cannot run, say why under ``title``."""
