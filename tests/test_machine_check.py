@@ -473,19 +473,32 @@ def gflops_here(n: int, dtype: torch.dtype, repeats: int = 7) -> float:
 def test_doctor_bench_json_on_this_cpu_agrees_with_a_matmul_timed_here(tmp_path) -> None:
     """A real ``doctor --bench --quick --json``: the issue's JSON shape on stdout, a line per
     figure on stderr, and fp32 and bf16 within a factor of ten of this process's own timing
-    of the same shape, taken before and after (the machine's load moves both)."""
-    before = {"fp32": gflops_here(256, torch.float32), "bf16": gflops_here(256, torch.bfloat16)}
-    done = subprocess.run(
-        [sys.executable, "-m", "ampscope", "doctor", "--bench", "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        env=engine_env(),
-        timeout=120,
-    )
-    after = {"fp32": gflops_here(256, torch.float32), "bf16": gflops_here(256, torch.bfloat16)}
+    of the same shape, taken before and after (the machine's load moves both). Both on one
+    thread: two threads of a small matmul on a busy machine wait on each other for whole
+    scheduler slices, which made one figure 50x another here."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = {
+            f: gflops_here(256, d) for f, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "ampscope", "doctor", "--bench", "--quick", "--json"],
+            capture_output=True,
+            text=True,
+            env=engine_env(OMP_NUM_THREADS="1"),
+            timeout=120,
+        )
+        after = {
+            f: gflops_here(256, d) for f, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
+    finally:
+        torch.set_num_threads(threads)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["kind"] == "cpu" and set(data["matmul"]) == {"fp32", "bf16", "fp16"}
+    assert data["threads"] == 1  # the process's thread count, as OMP_NUM_THREADS set it
+    assert done.stderr.startswith(f"machine check on {data['device']}, 1 thread\n")
     assert data["kept_at"] is None  # --quick figures are not kept
     for fmt in ("fp32", "bf16"):
         fig = data["matmul"][fmt]

@@ -291,7 +291,7 @@ def run_check(
         units = cpu_units((seams.cpu_flags or dev.cpu_flags)())
         threads = torch.get_num_threads()
     kind = "cuda" if cuda else "cpu"
-    where = f"{name}" + (f", {threads} threads" if threads else "")
+    where = name + (f", {threads} thread{'s' if threads > 1 else ''}" if threads else "")
     said("device", f"machine check on {where}")
     figures: dict[str, MatmulFigure] = {}
     power = state.power_limit_w if state else None

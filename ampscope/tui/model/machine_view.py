@@ -38,7 +38,7 @@ def check_lines(
     """The view of one kept check, ``width`` columns wide at most."""
     unit = "TFLOP/s" if check.kind == "cuda" else "GFLOP/s"
     when = check.when.replace("T", " ")[:16] + " UTC" if check.when else "at an unknown time"
-    threads = f", {check.threads} threads" if check.threads else ""
+    threads = f", {check.threads} thread{'s' if check.threads > 1 else ''}" if check.threads else ""
     lines = [
         visible(f"{check.device}{threads}", 200),
         visible(
