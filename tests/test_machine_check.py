@@ -229,7 +229,8 @@ def test_only_the_formats_the_gpu_runs_natively_are_measured(cc, formats) -> Non
 
 def cpu_seams(flags: set[str], rates: dict[str, float]) -> mb.Seams:
     return mb.Seams(
-        timer=FakeTimer(rates, small=1.0),
+        # two threads run fp32 at twice one thread's rate: an idle machine
+        timer=ThreadedTimer(rates, small=1.0, one=rates.get("fp32", 1.0) / 2),
         make=fake_make,
         cpu_flags=lambda: flags,
         cpu_name=lambda: "Test CPU",
@@ -671,3 +672,47 @@ def test_a_mig_slice_is_held_to_its_share_of_the_chip() -> None:
     assert bf16.ratio == pytest.approx(790.0 / 989.4, rel=1e-3)
     assert check.memory_datasheet_gbps is None
     assert not any("far below" in v for v in check.verdicts)
+
+
+@dataclass
+class ThreadedTimer(FakeTimer):
+    """fp32 at ``one`` TFLOP/s on one thread, at the table's rate on more."""
+
+    one: float = 0.1
+
+    def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+        if torch.get_num_threads() == 1:
+            assert isinstance(fn, FakeCall) and fn.fmt == "fp32"
+            self.batches.append((fn.fmt, fn.shape, repeats, warmup))
+            return [mb.flops_of(fn.shape) / (self.one * 1e12)] * repeats
+        return super().__call__(fn, repeats, warmup)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("two", "said"), [(0.05, True), (0.19, False)])
+def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores(
+    monkeypatch, two, said
+) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: getattr(torch, "_fake_threads", 2))
+
+    def set_threads(n: int) -> None:
+        torch._fake_threads = n  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(torch, "set_num_threads", set_threads)
+    timer = ThreadedTimer({"fp32": two, "bf16": two, "fp16": two}, small=1.0, one=0.1)
+    seams = cpu_seams(set(), {})
+    seams.timer = timer
+    lines: list[str] = []
+    check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
+    assert torch.get_num_threads() == 2  # given back after the one-thread run
+    assert check.threads == 2 and check.fp32_one_thread_tflops == pytest.approx(0.1)
+    assert "fp32  matmul  100.0 GFLOP/s on 1 thread" in lines
+    verdict = next((v for v in check.verdicts if "one thread" in v), None)
+    if said:
+        assert verdict is not None and verdict.startswith(
+            "fp32 matmul on 2 threads runs at 0.5x one thread: other processes are using the cores"
+        )
+    else:
+        assert verdict is None  # 1.9x: the second thread pays
+    back = mc.MachineCheck.from_json(json.loads(json.dumps(check.to_json())))
+    assert back.fp32_one_thread_tflops == check.fp32_one_thread_tflops

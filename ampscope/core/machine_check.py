@@ -105,6 +105,8 @@ class MachineCheck:
     threads: int | None = None  # the CPU's matmul threads
     seconds: float | None = None
     cpu_units: list[str] = field(default_factory=list)
+    fp32_one_thread_tflops: float | None = None  # a CPU with several threads: fp32 on one
+    load_average: float | None = None  # the host's 1-minute load when the check ran
     gpu_state: GpuState | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -128,6 +130,8 @@ class MachineCheck:
             "threads": self.threads,
             "seconds": self.seconds,
             "cpu_units": list(self.cpu_units),
+            "fp32_one_thread_tflops": self.fp32_one_thread_tflops,
+            "load_average": self.load_average,
             "gpu_state": asdict(self.gpu_state) if self.gpu_state else None,
         }
 
@@ -162,6 +166,8 @@ class MachineCheck:
             threads=data.get("threads"),
             seconds=_float(data.get("seconds")),
             cpu_units=[str(u) for u in data.get("cpu_units") or []],
+            fp32_one_thread_tflops=_float(data.get("fp32_one_thread_tflops")),
+            load_average=_float(data.get("load_average")),
             gpu_state=GpuState(**state) if isinstance(state, dict) else None,
         )
 

@@ -165,6 +165,23 @@ def judge(check: MachineCheck) -> list[str]:
     """Every verdict, the device's state first (the likely cause), then each figure."""
     return [
         *state_verdicts(check.gpu_state),
+        *thread_verdicts(check),
         *matmul_verdicts(check),
         *memory_verdicts(check, pcie_link_gbps(check.gpu_state)),
+    ]
+
+
+def thread_verdicts(check: MachineCheck) -> list[str]:
+    """A CPU whose threads gain nothing over one: other processes hold its cores, and a
+    small matmul's threads wait on each other for whole scheduler slices."""
+    fp32, one = check.matmul.get("fp32"), check.fp32_one_thread_tflops
+    if check.kind != "cpu" or fp32 is None or not one or not check.threads or check.threads < 2:
+        return []
+    if fp32.tflops >= 1.2 * one:
+        return []
+    load = f" (load average {check.load_average:.1f})" if check.load_average is not None else ""
+    return [
+        f"fp32 matmul on {check.threads} threads runs at {fp32.tflops / one:.2g}x one thread: "
+        f"other processes are using the cores{load}; every figure here is lower than on an "
+        "idle machine (OMP_NUM_THREADS=1 or fewer threads may train faster)"
     ]

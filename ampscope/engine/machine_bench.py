@@ -8,6 +8,7 @@ without a GPU. The verdicts themselves are ``ampscope.core.machine_check``'s.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -302,6 +303,9 @@ def run_check(
         figures[fmt] = fig
         mc.with_datasheet(name, kind, {fmt: fig}, power, sms)
         said("matmul", matmul_line(fmt, fig, kind))
+    one_thread = one_thread_fp32(figures, threads, device, timer, budget, seams.make)
+    if one_thread is not None:
+        said("threads", f"fp32  matmul  {one_thread * 1e3:,.1f} GFLOP/s on 1 thread")
     if gpu is not None and nvml is not None:
         state, driver = state_under_load(nvml, gpu.uuid, figures, device, seams)
         driver = driver or mc.nvidia_driver()
@@ -330,10 +334,33 @@ def run_check(
         threads=threads,
         cpu_units=units,
         gpu_state=state,
+        fp32_one_thread_tflops=one_thread,
+        load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     )
     check.verdicts = mv.judge(check)
     check.seconds = round(time.monotonic() - started, 2)
     return check
+
+
+def one_thread_fp32(
+    figures: dict[str, MatmulFigure],
+    threads: int | None,
+    device: torch.device,
+    timer: Timer,
+    budget: Budget,
+    make: MatmulMaker,
+) -> float | None:
+    """fp32 at the best shape on one thread, where a CPU runs several: a busy machine's
+    threads gain nothing, which the verdicts then say."""
+    fig = figures.get("fp32")
+    if fig is None or not threads or threads < 2:
+        return None
+    torch.set_num_threads(1)
+    try:
+        shape = (fig.shape[0], fig.shape[1], fig.shape[2])
+        return sweep("fp32", [shape], device, timer, budget, make).tflops
+    finally:
+        torch.set_num_threads(threads)
 
 
 def matmul_line(fmt: str, fig: MatmulFigure, kind: str) -> str:
