@@ -117,6 +117,7 @@ def read_evidence(outdir: Path) -> rules.Evidence:
     e.dashboard = read_json(outdir / "dashboard.json")
     e.profile = read_json(outdir / "profile" / "profile.json")
     e.numerics = read_json(outdir / "numerics" / "numerics.json")
+    e.machine = read_json(outdir / "machine" / "machine.json")
     return e
 
 
@@ -147,6 +148,7 @@ def all_checks(e: rules.Evidence) -> list[rules.Check]:
         *figures.dashboard_checks(e),
         *tools.profile_checks(e),
         *tools.numerics_checks(e),
+        *rules.machine_checks(e),
     ]
 
 
@@ -260,6 +262,7 @@ def cmd_check(outdir: Path, interim_after: str = "") -> int:
         "dashboard": e.dashboard,
         "profile": e.profile,
         "numerics": e.numerics,
+        "machine": e.machine,
         "runs": [run_figures(stage, r) for stage, runs in e.runs.items() for r in runs],
     }
     (outdir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -72,6 +72,7 @@ if [ "$smoke" = 1 ]; then
   one_rank=("fsdp2 amp-fp16")
   probes=(tf32)
   doctor=(doctor --json)  # the compile stage is the smoke run's compile on the CPU
+  machine=(doctor --bench --quick --bench-device cpu --json)  # small shapes: seconds
   eager_steps=4 compile_steps=4 fp8_steps=4 rank_steps=4 numerics_steps=2 warm=1
   fp8_set=("${gpt[@]}" --set "workload.kind='llama'" --set "workload.kv_heads=1"
     --set "compile='off'" --set "fp8.emulate=true")
@@ -90,6 +91,7 @@ else
   one_rank=("ddp amp-bf16" "fsdp2 amp-fp16")
   probes=(tf32 fp32)  # the states after which torch's legacy TF32 getters used to raise
   doctor=(doctor --json --try-compile cuda)  # the CPU's first C++ build took it past 75 s
+  machine=(doctor --bench --bench-device cuda --json)  # about 6 s of GPU work
   eager_steps=40 compile_steps=40 fp8_steps=30 rank_steps=20 numerics_steps=4 warm=5
   # lr 6e-4: at the presets' 3e-3 the width-2048 Llama's loss rose from 10.8 to 11.3 in 30
   # steps on an H200, compiled amp-bf16 and both fp8 recipes alike
@@ -230,6 +232,12 @@ stage_numerics() {  # every layer's outputs and gradients measured at every step
   head -c 600 "$out/numerics/numerics.json" && echo
 }
 
+stage_machine() {  # what each format and the memory deliver: doctor --bench beside the datasheet
+  mkdir -p "$out/machine"
+  "${A[@]}" "${machine[@]}" > "$out/machine/machine.json" || return 1
+  head -c 600 "$out/machine/machine.json" && echo
+}
+
 stage_max_autotune() {  # the small GPT: its autotuning fits a slot; eager beside it, same sizes
   bench max-autotune amp-bf16 compile-max-autotune --baseline amp-bf16 --steps 40 \
     "${small_gpt[@]}" --set warmup_steps=10
@@ -266,7 +274,8 @@ printf '{"smoke": %s, "inject_fail": %s, "stages": "%s", "budget_s": %s}\n' \
 # compiles, in a second (GPU_CHECK_STAGES=fp8,max-autotune). CAP is a stage's time limit, NEED
 # what it took on an H200 (2026-12-04; preflight and max-autotune estimated: they ran out of
 # time there): a stage is not started with less than NEED left of the budget, and its checks
-# SKIP saying so. The needs up to numerics add up to 418 s of the 465 the budget leaves them.
+# SKIP saying so. The needs up to machine add up to 430 s of the 465 the budget leaves them
+# (machine's 12 s estimated: torch's import, CUDA's start and about 6 s of matmuls and copies).
 stage preflight 90 45
 stage probe 120 85
 stage eager 170 135
@@ -275,6 +284,7 @@ stage ranks 60 30
 stage dashboard 45 15
 stage profile 45 16
 stage numerics 40 12
+stage machine 45 12
 stage fp8 200 155
 if [ "$smoke" = 1 ]; then  # max-autotune on a CPU autotunes C++ GEMMs for minutes
   echo "== max-autotune: a GPU stage, left out of the smoke run"

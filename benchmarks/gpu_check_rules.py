@@ -25,6 +25,7 @@ STAGES = (
     "dashboard",
     "profile",
     "numerics",
+    "machine",
     "fp8",
     "max-autotune",
 )
@@ -35,6 +36,9 @@ MAX_SKIPPED = 5  # amp-fp16: GradScaler's first steps may overflow at 2**16, a f
 FP8_LOSS_TOLERANCE = 0.02  # final loss of an fp8 recipe against compiled amp-bf16
 MEANT_TO_FAIL = {"fp16": "pure fp16 runs out of range", "amp-fp16-noscale": "gradients underflow"}
 # Peaks from the datasheets (REFERENCE.md), independent of the engine's table: bf16 dense.
+# What an H200 delivered here before (REFERENCE.md: 8192-cubed bf16 at about 790 TFLOP/s, a
+# device-to-device copy at about 4.3 TB/s): doctor --bench must find at least this much.
+MACHINE_H200 = {"bf16_tflops": 700.0, "copy_gbps": 3500.0}
 BF16_PEAKS = {"H200 SXM": 989.4, "H100 SXM": 989.4, "H200 NVL": 836.0, "H100 NVL": 836.0}
 # Warnings a run may give: everywhere, and on the CPU of a smoke run.
 EXPECTED_WARNINGS = {"nvml-process-not-listed"}  # a container's PID namespace (said, handled)
@@ -98,6 +102,7 @@ class Evidence:
     dashboard: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None  # what ``ampscope profile --json`` printed
     numerics: dict[str, Any] | None = None  # what ``ampscope numerics --json`` printed
+    machine: dict[str, Any] | None = None  # what ``ampscope doctor --bench --json`` printed
 
     def run(self, stage: str, preset: str) -> records.RunRecord | None:
         found = [r for r in self.runs.get(stage, []) if r.preset == preset]
@@ -350,3 +355,49 @@ def warning_checks(e: Evidence) -> list[Check]:
         return [FAIL("warnings", detail)]
     kinds = ", ".join(f"{c} x{len(p)}" for c, p in sorted(seen.items())) or "none"
     return [PASS("warnings", f"only expected kinds: {kinds}")]
+
+
+def machine_checks(e: Evidence) -> list[Check]:
+    """``doctor --bench``: every format measured beside its datasheet; on an H200, bf16 and the
+    copy at least what the H200 here delivered before. A smoke run checks the CPU's figures."""
+    if not e.ran("machine"):
+        return [not_there(e, "machine", "machine check")]
+    data = e.machine or {}
+    matmul = data.get("matmul") or {}
+    memory = data.get("memory") or {}
+    if not matmul:
+        return [FAIL("machine check", "machine/machine.json is missing or has no matmul figures")]
+    device = str(data.get("device", "?"))
+    want = ("fp32", "bf16", "fp16") if e.smoke else ("fp32", "tf32", "bf16", "fp16", "fp8")
+    missing = [f for f in want if not (matmul.get(f) or {}).get("tflops")]
+    listed = ", ".join(
+        f"{f} {float(m['tflops']):.4g}" for f, m in matmul.items() if m.get("tflops")
+    )
+    out = [
+        FAIL("machine check", f"{device}: no figure for {', '.join(missing)} ({listed})")
+        if missing
+        else PASS(
+            "machine check",
+            f"{device}: TFLOP/s {listed}; {len(data.get('verdicts') or [])} verdicts",
+        )
+    ]
+    if e.smoke:
+        return [*out, SKIP("machine bf16", GPU_ONLY), SKIP("machine copy", GPU_ONLY)]
+    if "H200" not in device.upper():
+        why = f"the thresholds are an H200's; this is {device}"
+        return [*out, SKIP("machine bf16", why), SKIP("machine copy", why)]
+    bf16 = float((matmul.get("bf16") or {}).get("tflops") or 0.0)
+    floor = MACHINE_H200["bf16_tflops"]
+    out.append(
+        (PASS if bf16 >= floor else FAIL)(
+            "machine bf16", f"{bf16:.0f} TFLOP/s (at least {floor:.0f} on an H200)"
+        )
+    )
+    copy = float(memory.get("gbps") or 0.0)
+    floor = MACHINE_H200["copy_gbps"]
+    out.append(
+        (PASS if copy >= floor else FAIL)(
+            "machine copy", f"{copy:,.0f} GB/s (at least {floor:,.0f} on an H200)"
+        )
+    )
+    return out

@@ -168,6 +168,7 @@ def gpu_outdir(tmp: Path, tweak: Tweak | None = None) -> Path:
         },
         "profile": profile_json(),
         "numerics": numerics_json(),
+        "machine": machine_json(),
     }
     if tweak is not None:
         tweak(spec, files)
@@ -182,13 +183,29 @@ def gpu_outdir(tmp: Path, tweak: Tweak | None = None) -> Path:
     (tmp / "preflight" / "imports.json").write_text(json.dumps(files["imports"]))
     (tmp / "preflight" / "doctor.json").write_text(json.dumps(files["doctor"]))
     (tmp / "dashboard.json").write_text(json.dumps(files["dashboard"]))
-    for tool in ("profile", "numerics"):
+    for tool in ("profile", "numerics", "machine"):
         (tmp / tool).mkdir()
         (tmp / tool / f"{tool}.json").write_text(json.dumps(files[tool]))
     for stage, presets in spec.items():
         for n, (preset, figures) in enumerate(presets.items()):
             write_run(tmp / "runs" / stage / f"{n:02d}-run", preset.strip(), figures)
     return tmp
+
+
+def machine_json(bf16: float = 752.0, copy_gbps: float = 4310.0) -> dict[str, Any]:
+    """``doctor --bench --json`` on a healthy H200."""
+    rates = {"fp32": 55.0, "tf32": 390.0, "bf16": bf16, "fp16": 748.0, "fp8": 1310.0}
+    peaks = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1979.0}
+    return {
+        "device": "NVIDIA H200",
+        "matmul": {
+            f: {"tflops": v, "shape": [8192, 8192, 16384], "datasheet_tflops": peaks[f],
+                "ratio": v / peaks[f]}
+            for f, v in rates.items()
+        },
+        "memory": {"gbps": copy_gbps, "datasheet_gbps": 4800.0},
+        "verdicts": ["matmul at ... of the datasheet: typical for this GPU"],
+    }  # fmt: skip
 
 
 def failures(outdir: Path) -> set[str]:

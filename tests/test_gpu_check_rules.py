@@ -17,6 +17,7 @@ from tests.gpu_check_forge import (
     file,
     gpu_check,
     gpu_outdir,
+    machine_json,
     numerics_json,
     profile_json,
     smi,
@@ -290,3 +291,26 @@ def test_the_results_name_torch_and_the_gpu_when_doctor_or_preflight_left_nothin
     gpu_check.cmd_check(out)
     header = (out / "gpu-results.md").read_text().splitlines()[2]
     assert "NVIDIA H200 (from its runs); torch 2.11.0+cu130" in header, header
+
+
+def test_the_machine_checks_hold_an_h200_to_what_it_delivered_before(tmp_path: Path) -> None:
+    """bf16 under 700 TFLOP/s or a copy under 3.5 TB/s fails its own check, and only that."""
+    good = gpu_outdir(tmp_path / "good")
+    gpu_check.cmd_check(good)
+    text = (good / "checks.txt").read_text()
+    assert "PASS machine bf16: 752 TFLOP/s (at least 700 on an H200)" in text
+    assert "PASS machine copy: 4,310 GB/s (at least 3,500 on an H200)" in text
+
+    def slow(spec, files) -> None:
+        files["machine"] = machine_json(bf16=520.0, copy_gbps=2900.0)
+
+    bad = gpu_outdir(tmp_path / "bad", slow)
+    assert gpu_check.cmd_check(bad) == 1
+    assert failures(bad) == {"machine bf16", "machine copy"}
+
+    def no_fp8(spec, files) -> None:
+        files["machine"]["matmul"].pop("fp8")
+
+    missing = gpu_outdir(tmp_path / "missing", no_fp8)
+    gpu_check.cmd_check(missing)
+    assert failures(missing) == {"machine check"}

@@ -334,6 +334,7 @@ SCENES = (
     "formats-values",
     "formats-facts",
     "memory",
+    "machine",  # tests/test_machine_view.py
     "help-presets",
     "confirm",
     "save",

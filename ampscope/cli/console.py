@@ -11,7 +11,7 @@ from typing import TextIO
 from ampscope.core import events as ev
 from ampscope.core.fp8_recipes import layers_line
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_mfu, fmt_ms, fmt_num
 
 REDRAW_S = 0.1
 
@@ -55,6 +55,9 @@ class ConsoleReporter:
                 if event.peak_tflops
                 else "no MFU peak"
             )
+            if event.measured_tflops:  # this machine's own, from ampscope doctor --bench
+                measured = f"{event.measured_tflops:.3g} TFLOP/s {event.compute_dtype} measured"
+                peak = f"{peak}, {measured}" if event.peak_tflops else f"{measured} peak"
             header = (
                 f"{event.preset}: {event.config['precision']} on {where_it_runs(event)}, "
                 f"{fmt_num(event.param_count)} params, {workload_label(event)}, {peak}"
@@ -162,7 +165,7 @@ def summary_table(done: ev.DoneEvent, error_said: bool = False) -> str:
             + (f", {fmt_num(done.tokens_per_s)} tokens/s" if done.tokens_per_s else ""),
         ),
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
-        ("MFU", f"{done.mfu:.1%}" if done.mfu is not None else "-"),
+        ("MFU", fmt_mfu(done.mfu, done.mfu_measured)),
         ("peak memory", fmt_bytes(done.mem_peak)),
         *(
             [("compile peak", f"{fmt_bytes(done.mem_peak_compile)} (the compile step's own)")]

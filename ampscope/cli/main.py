@@ -95,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_numerics_parser(sub)
     doctor = sub.add_parser(
-        "doctor", help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML"
+        "doctor",
+        help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML; with --bench, "
+        "what it delivers",
     )
     doctor.add_argument(
         "--json", action="store_true", help="print the findings as one JSON object (for scripts)"
@@ -111,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(cpu or cuda; 20-40 s each, cold), instead of only checking that Triton, a C compiler "
         "and Python.h are there",
     )
+    from ampscope.cli.machine import add_bench_options
+
+    add_bench_options(doctor)
     add_runs_parsers(sub)
     from ampscope.cli.stop import add_stop_parser
 
@@ -170,6 +175,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
 
         return runs.main(args)
     if args.command == "doctor":
+        if args.bench or args.quick or args.bench_device != "auto":
+            from ampscope.cli.machine import cmd_machine_check
+
+            return cmd_machine_check(args)
         from ampscope.engine.doctor import doctor
 
         return doctor(as_json=args.json, try_compile=args.try_compile)

@@ -18,9 +18,9 @@ from pathlib import Path
 import msgspec
 
 from ampscope.core import events as ev
-from ampscope.core import records, significance
+from ampscope.core import machine_check, records, significance
 from ampscope.core.text import wrap
-from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_mfu, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
 DEFAULT_BASELINE = "fp32"
@@ -51,6 +51,7 @@ class Row(msgspec.Struct, kw_only=True):
     tokens_per_s: float | None = None
     tflops: float | None = None
     mfu: float | None = None
+    mfu_measured: float | None = None  # against this machine's measured peak (doctor --bench)
     mem_peak: int | None = None
     mem_change: float | None = None  # fraction vs the baseline: -0.38 is 38 % less
     loss_final: float | None = None
@@ -108,6 +109,7 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     row.tokens_per_s = _median([d.tokens_per_s for d in ok])
     row.tflops = _median([d.tflops for d in ok])
     row.mfu = _median([d.mfu for d in ok])
+    row.mfu_measured = _median([machine_check.mfu_measured(r) for r in runs if r.done in ok])
     peaks = [d.mem_peak for d in ok if d.mem_peak is not None]
     row.mem_peak = max(peaks) if peaks else None
     row.loss_final = _median([d.loss_final for d in ok])
@@ -269,7 +271,7 @@ def cells(row: Row, with_spread: bool = True) -> dict[str, str]:
         "samples": fmt_num(row.samples_per_s),
         "tokens": fmt_num(row.tokens_per_s),
         "tflops": f"{row.tflops:.3g}" if row.tflops is not None else "-",
-        "mfu": f"{row.mfu:.1%}" if row.mfu is not None else "-",
+        "mfu": fmt_mfu(row.mfu, row.mfu_measured),
         "mem": fmt_bytes(row.mem_peak),
         "mem_change": f"{row.mem_change:+.0%}" if row.mem_change is not None else "-",
         "loss": f"{row.loss_final:.4f}"

@@ -82,6 +82,9 @@ class HelloEvent(Event, tag="hello"):
     backend: str | None = None  # "nccl" or "gloo"; null on one process
     strategy: str | None = None  # "ddp" or "fsdp2"; null on one process
     ranks: list[RankDevice] | None = None
+    # this machine's measured matmul TFLOP/s for the compute format (ampscope doctor --bench)
+    measured_tflops: float | None = None
+    measured_tflops_note: str | None = None
     # Who trains: ampscope's engine, or a user's own loop seen through ``ampscope.watch``.
     source: Literal["engine", "watch"] = "engine"
     # Whether a viewer may stop the run; a watched process allows it only when asked to.
@@ -285,6 +288,7 @@ class DoneEvent(Event, tag="done"):
     world_size: int = 1
     ranks: list[RankDone] | None = None
     mem_peak_compile: int | None = None  # CUDA, compiled runs: the compile step's own peak
+    mfu_measured: float | None = None  # against world_size x hello.measured_tflops
 
 
 class ProfileOp(msgspec.Struct, kw_only=True):

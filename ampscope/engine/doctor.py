@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ampscope.core.fp8_recipes import INSTALL_HINT
+from ampscope.core.text import visible
 
 TryCompile = bool | Literal["cpu", "cuda"]
 """``--try-compile``: every device (True), one of them, or none."""
@@ -62,7 +63,23 @@ def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
     report["nvml"] = nvml_report()
     report["compile"] = compile_report(torch.cuda.is_available(), try_compile)
     report["torchao"] = _torchao_version()
+    report["machine_checks"] = kept_checks(
+        str(torch.__version__), report["nvml"].get("driver_version")
+    )
     return report
+
+
+def kept_checks(torch_version: str, driver: str | None) -> list[dict[str, Any]]:
+    """What ``doctor --bench`` kept for this host: each device, when, and whether it is stale."""
+    from ampscope.core import machine_check as mc
+
+    checks, problem = mc.load_all()
+    if problem:
+        return [{"device": None, "when": None, "stale": problem}]
+    return [
+        {"device": c.device, "when": c.when, "stale": mc.staleness(c, torch_version, driver)}
+        for c in checks.values()
+    ]
 
 
 def compile_report(cuda: bool, try_compile: TryCompile) -> dict[str, dict[str, Any]]:
@@ -178,5 +195,21 @@ def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
         if ao
         else f"fp8 training: torchao is not installed ({INSTALL_HINT})"
     )
+    lines += [visible(line, 400) for line in machine_lines(report["machine_checks"])]
     print("\n".join(lines))
     return 0
+
+
+def machine_lines(checks: list[dict[str, Any]]) -> list[str]:
+    if not checks:
+        return [
+            "machine check: none kept here (ampscope doctor --bench measures what each format "
+            "delivers, under a minute and a half)"
+        ]
+    return [
+        f"machine check: {c['device']} measured {str(c['when'])[:16].replace('T', ' ')} UTC"
+        + (f"; {c['stale']}" if c["stale"] else " (ampscope doctor --bench measures again)")
+        if c["device"] is not None
+        else f"machine check: {c['stale']}"
+        for c in checks
+    ]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core import machine_check
 from ampscope.core.hardware import peak_tflops
 from ampscope.core.workload_spec import model_label
 from ampscope.engine.device import where_it_runs
@@ -30,11 +31,25 @@ def choose_peak(s: Setup) -> tuple[float | None, str]:
     return None, CPU_PEAK_NOTE
 
 
+def choose_measured(s: Setup) -> tuple[float | None, str | None]:
+    """This machine's measured peak for the run's format, from ``ampscope doctor --bench``:
+    MFU is then read against what the device can reach, on a CPU for the first time. A CPU
+    has no TF32, so a tf32 run there is read against fp32."""
+    fmt = s.policy.compute_dtype
+    if not s.info.is_cuda and fmt == "tf32":
+        fmt = "fp32"
+    try:
+        return machine_check.measured_peak(s.info.name, fmt)
+    except OSError:  # an unreadable config folder: no measured peak, the run goes on
+        return None, None
+
+
 def make_hello(
     s: Setup, run_dir: Path | None, ranks: list[ev.RankDevice] | None = None
 ) -> ev.HelloEvent:
     """``ranks``: every rank's device, gathered beforehand (a collective) on several processes."""
     peak, note = choose_peak(s)
+    measured, measured_note = choose_measured(s)
     resolved = cfg.to_dict(s.preset)
     resolved["batch_size"] = s.batch_size
     resolved["workload"].update(s.dims)
@@ -50,6 +65,8 @@ def make_hello(
         compute_dtype=s.policy.compute_dtype,
         peak_tflops=peak,
         peak_tflops_note=note,
+        measured_tflops=measured,
+        measured_tflops_note=measured_note,
         param_count=sum(p.numel() for p in s.model.parameters()),
         flops_per_step=s.flops.per_step,
         flops_source=s.flops.source,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core.units import of_measured
 from ampscope.engine.device import DeviceInfo, resolve_device
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
@@ -124,7 +125,7 @@ def done_event(
     """Rates need the workload's figures from hello; a run that never got there has none."""
     if hello is None:
         return stats.done(status, 0, None, 0.0, None, error)
-    return stats.done(
+    done = stats.done(
         status,
         hello.samples_per_step,
         hello.tokens_per_step,
@@ -134,3 +135,5 @@ def done_event(
         world_size=hello.world_size,
         ranks=stats.rank_done(checksums),
     )
+    done.mfu_measured = of_measured(done.tflops, hello.measured_tflops, hello.world_size)
+    return done

@@ -44,6 +44,7 @@ from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
 from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.help import HelpScreen
 from ampscope.tui.screens.history import HistoryScreen
+from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.numerics import NumericsScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -84,6 +85,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
         CompareScreen,
         FormatsScreen,
         MemoryScreen,
+        MachineScreen,
         ProfileScreen,
         NumericsScreen,
         WaitingScreen,

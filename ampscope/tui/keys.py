@@ -50,6 +50,8 @@ PRIORITY: dict[str, int] = {
     "formats.facts": 3,
     "formats.demos": 3,
     "memory.back": 2,
+    "machine.back": 2,
+    "presets.machine": 6,  # in help and the palette; the footer keeps the run's keys first
     "save.cancel": 2,
     "form.leave": 2,
     "run.restart": 3,

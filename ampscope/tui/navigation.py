@@ -16,6 +16,7 @@ from ampscope.core.records import RunRecord
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs, off_ui_thread
+from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
@@ -41,6 +42,11 @@ class Navigation(App):
         yield SystemCommand("Compare the last sweep", "Its runs side by side", self.show_sweep)
         yield SystemCommand("Number formats", "What each format stores", self.show_formats)
         yield SystemCommand("Memory plan", "Memory per precision regime", self.show_memory)
+        yield SystemCommand(
+            "Machine check",
+            "What this machine measured per format (doctor --bench)",
+            self.action_show_machine,
+        )
         for command in super().get_system_commands(screen):
             if command.title not in ("Keys", "Quit"):
                 yield command
@@ -77,3 +83,7 @@ class Navigation(App):
 
     def show_memory(self) -> None:
         self.push_screen(MemoryScreen(None))
+
+    def action_show_machine(self) -> None:
+        """``c`` on the presets screen, and the palette: what doctor --bench kept."""
+        self.push_screen(MachineScreen())

@@ -2,7 +2,7 @@
 
 The device is where the model's parameters live; the number format comes from the parameters'
 dtype and the scaler, or from ``precision=``, since autocast is invisible from outside the
-loop. MFU is measured against the same datasheet peaks as engine runs (``core.peaks``).
+loop. MFU is measured against the same datasheet peaks as engine runs (``core.hardware``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core import machine_check
 from ampscope.core.hardware import peak_tflops
 from ampscope.core.host_memory import current_rss
 from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
@@ -135,6 +136,16 @@ def _peak(facts: RunFacts, options: Options) -> tuple[float | None, str]:
     return None, "no peak TFLOP/s for CPUs; pass peak_tflops= to ampscope.watch() to get MFU"
 
 
+def measured_peak(device_name: str, compute_dtype: str, cuda: bool) -> float | None:
+    """This machine's measured peak for the loop's format (``ampscope doctor --bench``), read
+    once; a CPU has no TF32, so tf32 reads fp32's. None without a kept check."""
+    fmt = "fp32" if not cuda and compute_dtype == "tf32" else compute_dtype
+    try:
+        return machine_check.measured_peak(device_name, fmt)[0]
+    except OSError:
+        return None
+
+
 def rss_without_model(model: torch.nn.Module) -> int:
     """The process RSS less the model's parameters and buffers: as near as a loop that built
     its model before watching allows to the engine's reading from before the model was built
@@ -162,6 +173,7 @@ def hello_event(
         compute_dtype=facts.compute_dtype,
         peak_tflops=facts.peak,
         peak_tflops_note=facts.peak_note,
+        measured_tflops=measured_peak(info.name, facts.compute_dtype, info.is_cuda),
         param_count=facts.param_count,
         flops_per_step=flops or 0.0,
         samples_per_step=0,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ampscope.core import events as ev
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, of_measured
 from ampscope.tui.model.run_events import RECENT
 from ampscope.tui.model.run_state import RunState
 
@@ -102,6 +102,10 @@ def _speed_cards(state: RunState) -> list[Card]:
     tps = _median([s[6] for s in recent if s[6] is not None])
     tfl = _median([s[7] for s in recent]) or None
     mfu = _median([s[8] for s in recent if s[8] is not None])
+    hello = state.hello
+    measured = (
+        of_measured(tfl, hello.measured_tflops, hello.world_size) if hello is not None else None
+    )
     data = state.median_data_ms()
     step_ms = fmt_ms(state.median_step_ms())
     # a card is 22 columns at 120: the title says what the figures are, the line how many
@@ -109,8 +113,9 @@ def _speed_cards(state: RunState) -> list[Card]:
     if data is not None:  # the wait for the next batch, a part of the step: shown first
         sub = f"data {fmt_ms(data)} · last {len(recent)}"
     flops = "-" if tfl is None else f"{tfl:.3g}"
-    if tfl is not None and mfu is not None:
-        flops += f" · {mfu * 100:.0f}%"
+    shown = mfu if mfu is not None else measured  # a CPU: the measured peak is the only one
+    if tfl is not None and shown is not None:
+        flops += f" · {shown * 100:.0f}%"
     return [
         Card(
             "step_ms",
@@ -132,8 +137,14 @@ def _speed_cards(state: RunState) -> list[Card]:
             "FLOPs not known"
             if tfl is None and recent
             else "MFU n/a (no peak known)"
-            if mfu is None
-            else f"MFU {mfu * 100:.1f}%",
+            if mfu is None and measured is None
+            # the card is 22 columns: the value line has the datasheet's MFU, this line the
+            # share of this machine's measured peak (ampscope doctor --bench)
+            else f"{measured * 100:.0f}% of measured peak"
+            if measured is not None
+            else f"MFU {mfu * 100:.1f}%"
+            if mfu is not None
+            else "",
         ),
     ]
 

@@ -22,6 +22,13 @@ from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 from ampscope.tui.screens.save import ask_and_save
 from ampscope.tui.widgets.key_bar import KeyBar
 
+TOOL_BINDINGS = [
+    # the tools a preset is chosen with: formats, memory, what this machine delivers
+    Binding("f", "formats", "Formats", id="presets.formats"),
+    Binding("p", "memory", "Memory plan", id="presets.memory"),
+    Binding("c", "app.show_machine", "Machine check", id="presets.machine"),
+]
+
 
 class PresetsScreen(Screen):
     """The first screen: the list, the form (a ``PresetDraft`` holds what it means) and the
@@ -49,8 +56,7 @@ class PresetsScreen(Screen):
             for n in REPEAT_CHOICES
         ),
         Binding("h", "history", "History", id="presets.history"),
-        Binding("f", "formats", "Formats", id="presets.formats"),
-        Binding("p", "memory", "Memory plan", id="presets.memory"),
+        *TOOL_BINDINGS,
         Binding("v", "view_run", "Live run", id="presets.live-run"),
         # one of the two shows (check_action): the toggle names the current state
         Binding("d", "toggle_detach(True)", "Detached: off", id="presets.detach"),

@@ -1,0 +1,105 @@
+"""``ampscope doctor --bench``: the machine check's front-end, a line per figure as it lands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ampscope.cli.output import fail
+from ampscope.core import machine_check as mc
+from ampscope.core.text import visible
+
+
+def add_bench_options(doctor: argparse.ArgumentParser) -> None:
+    doctor.add_argument(
+        "--bench",
+        action="store_true",
+        help="measure what this machine delivers: matmul TFLOP/s per number format and memory "
+        "bandwidth, beside the datasheet, with verdicts (under a minute and a half); the "
+        "results are kept, and runs then show MFU against the measured peak too",
+    )
+    doctor.add_argument(
+        "--bench-device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="with --bench: the device to measure (default: GPU 0 when there is one, else the CPU)",
+    )
+    doctor.add_argument(
+        "--quick",
+        action="store_true",
+        help="with --bench: small shapes only, a few seconds (a smoke test; the figures are low "
+        "and are not kept)",
+    )
+
+
+def check_options(args: argparse.Namespace) -> str | None:
+    """The message for options that need --bench given without it, else None."""
+    alone = [
+        flag
+        for flag, given in (
+            ("--quick", args.quick),
+            ("--bench-device", args.bench_device != "auto"),
+        )
+        if given
+    ]
+    if alone and not args.bench:
+        given = " and ".join(alone)
+        return (
+            f"{given} only apply to the machine check: add --bench (for example 'ampscope "
+            f"doctor --bench {alone[0]}{' cpu' if alone[0] == '--bench-device' else ''}'), or "
+            "leave them out for the plain report"
+        )
+    if args.bench and args.try_compile:
+        return (
+            "--try-compile and --bench each take a while and measure different things: run "
+            "'ampscope doctor --try-compile' and 'ampscope doctor --bench' one after the other"
+        )
+    return None
+
+
+def cmd_machine_check(args: argparse.Namespace) -> int:
+    problem = check_options(args)
+    if problem:
+        return fail(problem)
+    if args.bench_device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return fail(
+                "--bench-device cuda: torch sees no CUDA GPU here (CPU-only torch, or no "
+                "driver); use --bench-device cpu or auto"
+            )
+    from ampscope.engine.machine_bench import run_check
+
+    out = sys.stderr if args.json else sys.stdout
+
+    def said(what: str, line: str) -> None:
+        print(visible(line), file=out, flush=True)
+
+    check = run_check(args.bench_device, quick=args.quick, on_figure=said)
+    where = None
+    if not args.quick:
+        try:
+            where = mc.save(check)
+        except OSError as exc:  # the figures still print; runs just cannot read them later
+            print(
+                visible(
+                    f"ampscope: the results could not be kept in {mc.check_path()} ({exc}); "
+                    "runs will not show MFU against them. Check that the folder is writable "
+                    "(or set XDG_CONFIG_HOME)."
+                ),
+                file=sys.stderr,
+            )
+    if args.json:
+        data = check.to_json()
+        data["kept_at"] = str(where) if where else None
+        print(json.dumps(data, indent=2))
+        return 0
+    for line in check.verdicts:
+        print(visible(f"- {line}"))
+    if check.allreduce_note:
+        print(visible(f"- {check.allreduce_note}"))
+    kept = f"kept in {where}" if where else "not kept" + (" (--quick)" if args.quick else "")
+    print(visible(f"done in {check.seconds:.0f} s; {kept}"))
+    return 0

@@ -1,0 +1,117 @@
+"""The Machine view's lines: one bar per format, measured beside the datasheet, then verdicts.
+
+Textual-free and torch-free: the dashboard only reads what ``ampscope doctor --bench`` kept.
+A bar's full length is the datasheet figure and its filled part the measured one; a CPU has
+no datasheet, so its bars are scaled to its fastest format.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from ampscope.core import machine_check as mc
+from ampscope.core import machine_verdicts as mv
+from ampscope.core.text import visible
+
+FULL, EMPTY = "\u2588", "\u2591"
+NO_CHECK = (
+    "No machine check kept for this host yet. Run\n\n    ampscope doctor --bench\n\nin a "
+    "terminal (under a minute and a half): it measures what each number format delivers here, "
+    "beside the datasheet, and says why a figure is low. Runs then show their MFU against the "
+    "measured peak too."
+)
+
+
+def bar(value: float, full: float, width: int) -> str:
+    filled = max(0, min(width, round(width * value / full))) if full > 0 else 0
+    return FULL * filled + EMPTY * (width - filled)
+
+
+def rate(tflops: float, kind: str) -> str:
+    """TFLOP/s on a GPU; GFLOP/s on a CPU, where a TFLOP/s figure would read 0.0."""
+    return f"{tflops:,.0f}" if kind == "cuda" else f"{tflops * 1e3:,.1f}"
+
+
+def check_lines(
+    check: mc.MachineCheck, width: int, torch: str | None, driver: str | None
+) -> list[str]:
+    """The view of one kept check, ``width`` columns wide at most."""
+    unit = "TFLOP/s" if check.kind == "cuda" else "GFLOP/s"
+    when = check.when.replace("T", " ")[:16] + " UTC" if check.when else "at an unknown time"
+    threads = f", {check.threads} thread{'s' if check.threads > 1 else ''}" if check.threads else ""
+    lines = [
+        visible(f"{check.device}{threads}", 200),
+        visible(
+            f"measured {when} on torch {check.torch}"
+            + (f", driver {check.driver}" if check.driver else ""),
+            200,
+        ),
+    ]
+    stale = mc.staleness(check, torch, driver)
+    if stale:
+        lines.extend(textwrap.wrap(stale, width, initial_indent="! ", subsequent_indent="  "))
+    lines.append("")
+    has_sheet = any(f.datasheet_tflops for f in check.matmul.values())
+    lines.append(
+        f"matmul {unit}: {FULL} measured, to the bar's end the datasheet"
+        if has_sheet
+        else f"matmul {unit}: {FULL} measured (no datasheet for a CPU: bars against the fastest)"
+    )
+    scale = max((f.tflops for f in check.matmul.values()), default=0.0)
+    figures = [(fmt, rate(f.tflops, check.kind), f) for fmt, f in check.matmul.items()]
+    num_w = max((len(r) for _, r, _ in figures), default=1)
+    tail_w = 22 if has_sheet else 0
+    bar_w = max(8, min(40, width - 6 - num_w - 1 - tail_w - 2))
+    for fmt, value, fig in figures:
+        if fig.datasheet_tflops:
+            sheet = rate(fig.datasheet_tflops, check.kind)
+            tail = f" of {sheet} ({mv.pct(fig.ratio or 0.0)})"
+            drawn = bar(fig.tflops, fig.datasheet_tflops, bar_w)
+        else:
+            tail = "" if not has_sheet else "  (no datasheet)"
+            drawn = bar(fig.tflops, scale, bar_w)
+        lines.append(f"{visible(fmt, 8):<5} {drawn} {value:>{num_w}}{tail}")
+    if check.memory_gbps is not None:
+        what = "copy" if check.kind == "cuda" else "RAM copy"
+        if check.memory_datasheet_gbps:
+            ratio = check.memory_gbps / check.memory_datasheet_gbps
+            lines.append(
+                f"{what}: {bar(check.memory_gbps, check.memory_datasheet_gbps, bar_w)} "
+                f"{check.memory_gbps:,.0f} of {check.memory_datasheet_gbps:,.0f} GB/s "
+                f"({mv.pct(ratio)})"
+            )
+        else:
+            lines.append(f"{what}: {check.memory_gbps:,.1f} GB/s")
+    if check.h2d_gbps is not None:
+        lines.append(f"host to GPU (pinned): {check.h2d_gbps:,.1f} GB/s")
+    if check.verdicts:
+        lines.append("")
+        for verdict in check.verdicts:
+            lines.extend(
+                textwrap.wrap(
+                    visible(verdict, 400), width, initial_indent="- ", subsequent_indent="  "
+                )
+            )
+    return lines
+
+
+def view_lines(
+    checks: dict[str, mc.MachineCheck],
+    problem: str | None,
+    width: int,
+    torch: str | None,
+    driver: str | None,
+) -> list[str]:
+    """Every kept check of this host, GPUs first; or how to get one."""
+    if problem:
+        return textwrap.wrap(visible(problem, 400), width)
+    if not checks:
+        return [
+            line for part in NO_CHECK.split("\n") for line in (textwrap.wrap(part, width) or [""])
+        ]
+    lines: list[str] = []
+    for check in sorted(checks.values(), key=lambda c: (c.kind != "cuda", c.device)):
+        if lines:
+            lines.append("")
+        lines.extend(check_lines(check, width, torch, driver))
+    return lines

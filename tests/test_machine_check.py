@@ -1,0 +1,718 @@
+"""``ampscope doctor --bench``: the sweep, the timing, the verdicts and the stored check.
+
+The GPU paths run here against fakes: a timer that answers from a table of rates, an NVML
+with a lowered power limit, thermal throttling and a narrow PCIe link, a CPU whose
+/proc/cpuinfo flags lack the bf16 units.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from ampscope.core import machine_check as mc
+from ampscope.engine import machine_bench as mb
+from tests.helpers import cli, engine_env
+
+
+@dataclass
+class FakeCall:
+    """A matmul that is never run: the fake timer reads what it would have been."""
+
+    fmt: str
+    shape: mb.Shape
+
+    def __call__(self) -> None:
+        pass
+
+
+def fake_make(fmt: str, shape: mb.Shape, device: torch.device) -> Callable[[], object]:
+    return FakeCall(fmt, shape)
+
+
+@dataclass
+class FakeTimer:
+    """Seconds from TFLOP/s per format; the GPU sweep's largest shape runs at the full rate,
+    others at ``small`` of it (small matmuls leave a GPU idle). Records every batch timed."""
+
+    tflops: dict[str, float]
+    small: float = 0.5
+    batches: list[tuple[str, mb.Shape, int, int]] = field(default_factory=list)
+
+    def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+        assert isinstance(fn, FakeCall), "only matmuls are timed through this fake"
+        self.batches.append((fn.fmt, fn.shape, repeats, warmup))
+        rate = self.tflops[fn.fmt] * (
+            1.0 if fn.shape == max(mb.GPU_SHAPES, key=mb.flops_of) else self.small
+        )
+        seconds = mb.flops_of(fn.shape) / (rate * 1e12)
+        # one repeat in five is slow (another process): the median must not see it
+        return [seconds * (3.0 if i % 5 == 4 else 1.0) for i in range(repeats)]
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+@dataclass
+class FakeNvml:
+    """A GPU capped at 400 of its 700 W, throttled for heat, on a Gen3 x8 link."""
+
+    limit_mw: int = 400_000
+    rated_mw: int = 700_000
+    reasons: int = 0x20 | 0x1  # sw_thermal, and gpu_idle (ignored)
+    link: tuple[int, int, int, int] = (3, 8, 5, 16)
+    NVMLError = NVMLError
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "570.124.06"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        if uuid != "GPU-58fa5f56-0000":
+            raise NVMLError(6)
+        return "gpu0"
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
+        return self.limit_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h: str) -> int:
+        return self.rated_mw
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: str) -> int:
+        return self.reasons
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: str) -> int:
+        return self.link[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: str) -> int:
+        return self.link[1]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: str) -> int:
+        return self.link[2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: str) -> int:
+        return self.link[3]
+
+
+H100_RATES = {"fp32": 50.0, "tf32": 380.0, "bf16": 790.0, "fp16": 780.0, "fp8": 1300.0}
+
+
+def fake_gpu_seams(
+    nvml: object,
+    timer: FakeTimer,
+    name: str = "NVIDIA H100 80GB HBM3",
+    cc: tuple[int, int] = (9, 0),
+    h2d: float = 11.0,
+    sms: int | None = None,
+) -> mb.Seams:
+    return mb.Seams(
+        timer=timer,
+        nvml=nvml,
+        make=fake_make,
+        sync=lambda: None,
+        gpu=lambda: mb.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
+        copy=lambda device, nbytes, t, b: 2800.0,
+        h2d=lambda device, nbytes, t, b: h2d,
+    )
+
+
+@pytest.mark.unit
+def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_its_datasheet() -> (
+    None
+):
+    timer = FakeTimer(H100_RATES)
+    lines: list[str] = []
+    check = mb.run_check(
+        on_figure=lambda what, line: lines.append(line), seams=fake_gpu_seams(FakeNvml(), timer)
+    )
+    assert check.kind == "cuda" and check.device == "NVIDIA H100 80GB HBM3"
+    assert list(check.matmul) == ["fp32", "tf32", "bf16", "fp16", "fp8"]
+    bf16 = check.matmul["bf16"]
+    # the best shape of the sweep, at the rate the fake clock gave it, against the H100 SXM row
+    assert bf16.shape == [8192, 8192, 16384]
+    assert bf16.tflops == pytest.approx(790.0)
+    assert bf16.datasheet_tflops == 989.4
+    assert bf16.ratio == pytest.approx(790.0 / 989.4)
+    assert check.matmul["fp8"].datasheet_tflops == 1979.0
+    assert check.memory_datasheet_gbps == 3350.0
+    said = "\n".join(check.verdicts)
+    assert "power limit 400 W of 700 W" in said
+    assert "SM clock throttled (thermal)" in said
+    assert "PCIe Gen3 x8, where the GPU supports Gen5 x16" in said
+    assert (
+        "matmul at fp32 75 %, tf32 77 %, bf16 80 %, fp16 79 %, fp8 66 % of the datasheet: "
+        "typical for this GPU"
+    ) in check.verdicts
+    # 11 GB/s over a Gen3 x8 link (7.9 GB/s) is fine: no host-to-device verdict
+    assert "host-to-device" not in said
+    assert check.driver == "570.124.06"
+    # a line per figure as it lands, in order, each naming its datasheet share
+    assert lines[0] == "machine check on NVIDIA H100 80GB HBM3"
+    assert lines[3] == "bf16  matmul  790.0 TFLOP/s at 8192x8192x16384 (80 % of 989.4)"
+    assert lines[-2].startswith("memory copy  2,800 GB/s")
+    assert lines[-1] == "pinned host-to-device  11.0 GB/s"
+    # every timed batch: one warm-up call and a probe, then repeats without warm-up
+    assert all(w in (0, 1) for _, _, _, w in timer.batches)
+
+
+@pytest.mark.unit
+def test_a_healthy_gpu_gets_no_state_verdicts_and_the_json_has_the_issue_shape() -> None:
+    healthy = FakeNvml(limit_mw=700_000, reasons=0x1, link=(5, 16, 5, 16))
+    check = mb.run_check(seams=fake_gpu_seams(healthy, FakeTimer(H100_RATES), h2d=50.0))
+    said = "\n".join(check.verdicts)
+    assert "power limit" not in said and "throttled" not in said and "PCIe" not in said
+    # the same 11 GB/s that suits a Gen3 x8 link is slow on a Gen5 x16 one
+    slow = mb.run_check(seams=fake_gpu_seams(healthy, FakeTimer(H100_RATES), h2d=11.0))
+    assert slow.verdicts[-1].startswith(
+        "pinned host-to-device at 11 GB/s, under half of what the PCIe link carries (63 GB/s)"
+    )
+    data = json.loads(json.dumps(check.to_json()))
+    assert data["device"] == "NVIDIA H100 80GB HBM3"
+    assert data["matmul"]["bf16"] == {
+        "tflops": pytest.approx(790.0),
+        "shape": [8192, 8192, 16384],
+        "datasheet_tflops": 989.4,
+        "ratio": pytest.approx(0.7985, abs=1e-4),
+    }
+    assert data["memory"]["gbps"] == 2800.0 and data["memory"]["datasheet_gbps"] == 3350.0
+    assert isinstance(data["verdicts"], list) and data["verdicts"]
+
+
+@pytest.mark.unit
+def test_a_slow_gpu_is_called_below_normal_and_an_unknown_one_has_no_ratio() -> None:
+    slow = dict(H100_RATES, bf16=350.0)
+    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(slow)))
+    assert any(
+        v.startswith("bf16 matmul at 35 % of the datasheet: far below normal")
+        for v in check.verdicts
+    )
+    assert "bf16 35 %" not in "\n".join(check.verdicts)  # not called typical beside it
+    unknown = mb.run_check(
+        seams=fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES), name="Mystery GPU 9000")
+    )
+    assert unknown.matmul["bf16"].ratio is None and unknown.memory_datasheet_gbps is None
+    assert "no datasheet figure for 'Mystery GPU 9000'" in "\n".join(unknown.verdicts)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("cc", "formats"),
+    [
+        ((7, 0), ("fp32", "fp16")),
+        ((8, 0), ("fp32", "tf32", "bf16", "fp16")),
+        ((8, 9), ("fp32", "tf32", "bf16", "fp16", "fp8")),
+    ],
+)
+def test_only_the_formats_the_gpu_runs_natively_are_measured(cc, formats) -> None:
+    timer = FakeTimer(H100_RATES)
+    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), timer, cc=cc))
+    assert tuple(check.matmul) == formats
+    assert {fmt for fmt, *_ in timer.batches} == set(formats)
+
+
+def cpu_seams(flags: set[str], rates: dict[str, float]) -> mb.Seams:
+    return mb.Seams(
+        # two threads run fp32 at twice one thread's rate: an idle machine
+        timer=ThreadedTimer(rates, small=1.0, one=rates.get("fp32", 1.0) / 2),
+        make=fake_make,
+        cpu_flags=lambda: flags,
+        cpu_name=lambda: "Test CPU",
+        gpu=lambda: None,
+        copy=lambda device, nbytes, t, b: 12.5,
+    )
+
+
+@pytest.mark.unit
+def test_a_cpu_without_bf16_units_is_told_why_bf16_is_slower() -> None:
+    rates = {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}
+    check = mb.run_check(seams=cpu_seams({"avx2", "fma"}, rates))
+    assert check.kind == "cpu" and list(check.matmul) == ["fp32", "bf16", "fp16"]
+    assert check.threads == torch.get_num_threads()
+    assert check.verdicts[0] == (
+        "bf16 matmul runs at 0.3x fp32 here: this CPU has no AMX or AVX512-BF16 units, so bf16 "
+        "presets train slower than fp32 on it"
+    )
+    assert check.verdicts[1].startswith("fp16 matmul runs at 0.04x fp32 here: this CPU has no")
+    assert all(fig.datasheet_tflops is None and fig.ratio is None for fig in check.matmul.values())
+    assert check.memory_gbps == 12.5 and check.memory_what == "copy in RAM"
+
+
+@pytest.mark.unit
+def test_a_cpu_with_amx_is_credited_and_one_whose_units_go_unused_is_told_to_check() -> None:
+    fast = mb.run_check(
+        seams=cpu_seams({"amx_bf16", "avx512_bf16"}, {"fp32": 0.1, "bf16": 0.4, "fp16": 0.1})
+    )
+    assert fast.cpu_units == ["amx_bf16", "avx512_bf16"]
+    assert fast.verdicts[0] == "bf16 matmul runs at 4x fp32 here, on its AMX-BF16 units"
+    unused = mb.run_check(
+        seams=cpu_seams({"avx512_bf16"}, {"fp32": 0.1, "bf16": 0.05, "fp16": 0.1})
+    )
+    assert unused.verdicts[0].startswith(
+        "bf16 matmul runs at 0.5x fp32 here although this CPU has AVX512-BF16 units"
+    )
+
+
+@pytest.mark.unit
+def test_a_slow_format_stops_the_sweep_before_a_shape_that_would_take_seconds() -> None:
+    """fp16 without fp16 units at 5 GFLOP/s: 2048 cubed would take 3.4 s a call, so it is not
+    tried; 1024 cubed (0.4 s) is."""
+    timer = FakeTimer({"fp16": 0.005}, small=1.0)
+    fig = mb.sweep(
+        "fp16", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(seconds=0.5), fake_make
+    )
+    assert {shape for _, shape, _, _ in timer.batches} == {(512, 512, 512), (1024, 1024, 1024)}
+    assert fig.tflops == pytest.approx(0.005)
+
+
+@pytest.mark.unit
+def test_the_median_of_repeats_ignores_a_slow_outlier_and_a_slow_call_is_not_repeated_long() -> (
+    None
+):
+    calls: list[tuple[int, int]] = []
+
+    def timer(fn, repeats, warmup):
+        calls.append((repeats, warmup))
+        return [0.01, 0.01, 0.5, 0.01, 0.011][:repeats] if repeats > 1 else [0.01]
+
+    assert mb.time_median(timer, lambda: None, mb.Budget(seconds=0.05)) == 0.01
+    assert calls == [(1, 1), (5, 0)]
+    calls.clear()
+
+    def slow(fn, repeats, warmup):
+        calls.append((repeats, warmup))
+        return [2.0] * repeats
+
+    assert mb.time_median(slow, lambda: None, mb.Budget(seconds=0.5)) == 2.0
+    assert calls == [(1, 1), (2, 0)]  # three timed calls in all, the probe one of them
+
+
+@pytest.mark.unit
+def test_the_cuda_timer_reads_the_gpus_own_clock_and_syncs_once(monkeypatch) -> None:
+    """Events around each call, one synchronisation for the batch: no host sync per call."""
+    clock = [0.0]
+    synced: list[int] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            self.at: float | None = None
+
+        def record(self) -> None:
+            self.at = clock[0]
+
+        def elapsed_time(self, end: Event) -> float:  # milliseconds, as CUDA's
+            assert synced, "read before the synchronisation"
+            return (end.at - self.at) * 1000.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    ran: list[int] = []
+
+    def work() -> None:  # the GPU's clock moves 3 ms a call; the host's does not matter
+        ran.append(1)
+        clock[0] += 0.003
+
+    times = mb.cuda_timer(work, repeats=4, warmup=2)
+    assert times == pytest.approx([0.003] * 4)
+    assert len(ran) == 6 and synced == [1]
+
+
+@pytest.mark.unit
+def test_real_cpu_matmuls_run_in_each_format_at_the_shape_asked() -> None:
+    for fmt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        out = mb.matmul_call(fmt, (8, 4, 16), torch.device("cpu"))()
+        assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == dtype
+    out = mb.matmul_call("fp8", (8, 4, 16), torch.device("cpu"))()  # torch._scaled_mm, e4m3
+    assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == torch.bfloat16
+    with mb._Float32Precision("tf32"):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+@pytest.mark.unit
+def test_allreduce_bus_bandwidth_follows_ncclts_formula_and_one_gpu_has_none() -> None:
+    assert mc.allreduce_busbw(100.0, 8) == pytest.approx(175.0)
+    assert mc.allreduce_busbw(100.0, 2) == pytest.approx(100.0)
+    assert mb.allreduce_busbw(1) == (None, None)
+    value, note = mb.allreduce_busbw(8)
+    assert value is None and note is not None and "all_reduce_perf" in note
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage, staleness, the measured peak a run is shown against
+
+
+def a_check(**over: object) -> mc.MachineCheck:
+    check = mb.run_check(seams=cpu_seams(set(), {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}))
+    for key, value in over.items():
+        setattr(check, key, value)
+    return check
+
+
+@pytest.mark.unit
+def test_a_kept_check_reads_back_whole_and_serves_the_measured_peak() -> None:
+    check = a_check(torch="2.13.0+cpu", driver=None)
+    path = mc.save(check)
+    assert path.parent == mc.checks_dir() and path.name == f"{mc.host_name()}.json"
+    back = mc.find("Test CPU")
+    assert back is not None and back.to_json() == check.to_json()
+    peak, note = mc.measured_peak("Test CPU", "fp32")
+    assert peak == pytest.approx(0.1) and note is not None and "ampscope doctor --bench" in note
+    assert mc.measured_peak("Other CPU", "fp32") == (None, None)
+    # a second device on the same host is kept beside the first
+    mc.save(a_check(device="Second CPU"))
+    assert set(mc.load_all()[0]) == {"Test CPU", "Second CPU"}
+
+
+@pytest.mark.unit
+def test_a_damaged_file_is_named_with_what_to_run() -> None:
+    mc.check_path().parent.mkdir(parents=True, exist_ok=True)
+    mc.check_path().write_text("{not json")
+    checks, problem = mc.load_all()
+    assert checks == {} and problem is not None
+    assert str(mc.check_path()) in problem and "ampscope doctor --bench" in problem
+
+
+@pytest.mark.unit
+def test_a_check_from_another_torch_or_driver_says_so() -> None:
+    check = a_check(torch="2.12.0", driver="550.54.15")
+    assert mc.staleness(check, "2.12.0", "550.54.15") is None
+    said = mc.staleness(check, "2.13.0", "570.124.06")
+    assert said == (
+        "measured on torch 2.12.0 (now 2.13.0) and driver 550.54.15 (now 570.124.06): the "
+        "figures may have changed; run ampscope doctor --bench again"
+    )
+
+
+@pytest.mark.unit
+def test_the_driver_version_is_read_from_procs_text(tmp_path, monkeypatch) -> None:
+    text = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Tue Feb 25 04:14:44 UTC 2025\nGCC version:  gcc 12\n"
+    )
+    fake = tmp_path / "version"
+    fake.write_text(text)
+    real_path = mc.Path
+    monkeypatch.setattr(
+        mc, "Path", lambda p: fake if p == "/proc/driver/nvidia/version" else real_path(p)
+    )
+    assert mc.nvidia_driver() == "570.124.06"
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["doctor", "--quick"], "--quick"),
+        (["doctor", "--bench-device", "cpu"], "--bench-device"),
+        (["doctor", "--bench", "--try-compile"], "--try-compile"),
+    ],
+)
+def test_bench_options_without_bench_or_with_try_compile_are_one_paragraph_exit_2(
+    capsys, argv, named
+) -> None:
+    done = cli(capsys, *argv)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("ampscope: ") and named in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+
+
+@pytest.mark.unit
+def test_an_unknown_bench_device_names_the_choices(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli(capsys, "doctor", "--bench", "--bench-device", "tpu")
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "'tpu'" in err and "cpu" in err and "cuda" in err
+
+
+@pytest.mark.unit
+def test_bench_device_cuda_without_a_gpu_is_a_user_error(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    done = cli(capsys, "doctor", "--bench", "--bench-device", "cuda")
+    assert (
+        done.returncode == 2
+        and "no CUDA GPU" in done.stderr
+        and "--bench-device cpu" in done.stderr
+    )
+
+
+def gflops_here(n: int, dtype: torch.dtype, repeats: int = 7) -> float:
+    """This process's own figure for one matmul size: the median of ``repeats``."""
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+@pytest.mark.subprocess
+def test_doctor_bench_json_on_this_cpu_agrees_with_a_matmul_timed_here(tmp_path) -> None:
+    """A real ``doctor --bench --quick --json``: the issue's JSON shape on stdout, a line per
+    figure on stderr, and fp32 and bf16 within a factor of ten of this process's own timing
+    of the same shape, taken before and after (the machine's load moves both). Both on one
+    thread: two threads of a small matmul on a busy machine wait on each other for whole
+    scheduler slices, which made one figure 50x another here."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = {
+            f: gflops_here(256, d) for f, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "ampscope", "doctor", "--bench", "--quick", "--json"],
+            capture_output=True,
+            text=True,
+            env=engine_env(OMP_NUM_THREADS="1"),
+            timeout=120,
+        )
+        after = {
+            f: gflops_here(256, d) for f, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
+    finally:
+        torch.set_num_threads(threads)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["kind"] == "cpu" and set(data["matmul"]) == {"fp32", "bf16", "fp16"}
+    assert data["threads"] == 1  # the process's thread count, as OMP_NUM_THREADS set it
+    assert done.stderr.startswith(f"machine check on {data['device']}, 1 thread\n")
+    assert data["kept_at"] is None  # --quick figures are not kept
+    for fmt in ("fp32", "bf16"):
+        fig = data["matmul"][fmt]
+        assert set(fig) >= {"tflops", "shape", "datasheet_tflops", "ratio"}
+        assert fig["datasheet_tflops"] is None and fig["ratio"] is None  # no CPU datasheet
+        theirs = fig["tflops"] * 1e3
+        low, high = min(before[fmt], after[fmt]), max(before[fmt], after[fmt])
+        assert low / 10 <= theirs <= high * 10, (fmt, theirs, before[fmt], after[fmt])
+    assert data["memory"]["gbps"] > 0 and data["memory"]["datasheet_gbps"] is None
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("machine check on ")
+    assert [line.split()[0] for line in lines[1:4]] == ["fp32", "bf16", "fp16"]
+    assert lines[4].startswith("memory copy")
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's MFU read against the measured peak
+
+
+@pytest.mark.unit
+def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_path) -> None:
+    """No datasheet peak exists for a CPU: with a kept check, the run's TFLOP/s is read
+    against the measured fp32 figure in hello, the done event (the record), the console's
+    summary, the bench table and the Run view's card."""
+    from ampscope.cli.console import summary_table
+    from ampscope.core import comparison, records
+    from ampscope.core import events as ev
+    from ampscope.engine.device import cpu_name
+    from ampscope.engine.run import run
+    from ampscope.tui.model.figures import cards
+    from ampscope.tui.model.run_state import RunState
+
+    measured = 0.004  # TFLOP/s: a small MLP runs well below it
+    check = a_check(device=cpu_name())
+    check.matmul["fp32"].tflops = measured
+    mc.save(check)
+    seen: list[ev.Event] = []
+    overrides = ["workload.kind='mlp'", "device='cpu'", "steps=6", "warmup_steps=2"]
+    assert run("fp32", overrides, runs_dir=tmp_path, on_event=seen.append) == 0
+    hello = next(e for e in seen if isinstance(e, ev.HelloEvent))
+    done = next(e for e in seen if isinstance(e, ev.DoneEvent))
+    assert hello.peak_tflops is None and hello.measured_tflops == measured
+    assert "doctor --bench" in (hello.measured_tflops_note or "")
+    assert done.mfu is None and done.tflops is not None
+    assert done.mfu_measured == pytest.approx(done.tflops / measured)
+    share = f"{done.tflops / measured * 100:.0f}% of measured"
+    assert re.search(rf"\n  MFU +{share}\n", summary_table(done))
+    # the record on disk carries it, and bench's table reads it from there
+    (record,) = records.list_runs(tmp_path)
+    row = comparison.row_from_runs("fp32", [records.load_run(record.path)])
+    assert row.mfu is None and row.mfu_measured == pytest.approx(done.mfu_measured)
+    assert comparison.cells(row)["mfu"] == share
+    row.mfu = 0.33  # a GPU's: both
+    assert comparison.cells(row)["mfu"] == f"33.0% · {share}"
+    state = RunState()
+    for event in seen:
+        state.ingest(event)
+    card = next(c for c in cards(state) if c.key == "tflops")
+    assert card.sub.endswith("% of measured peak") and len(card.sub) <= 22  # a card's width
+    assert card.value.endswith(card.sub.split()[0])  # a CPU: the value's share is the measured one
+
+
+@pytest.mark.unit
+def test_without_a_check_nothing_changes_and_a_gpu_run_shows_both() -> None:
+    from ampscope.core.units import fmt_mfu, of_measured
+
+    assert fmt_mfu(None, None) == "-"
+    assert fmt_mfu(0.33, None) == "33.0%"
+    assert fmt_mfu(0.33, 0.412) == "33.0% · 41% of measured"
+    assert of_measured(400.0, 800.0, world_size=2) == pytest.approx(0.25)
+    assert of_measured(None, 800.0) is None and of_measured(1.0, None) is None
+
+
+@pytest.mark.unit
+def test_a_watched_loop_reads_its_tflops_against_the_measured_peak_too(tmp_path) -> None:
+    import ampscope
+    from ampscope.core import comparison, records
+    from ampscope.engine.device import cpu_name
+    from tests.helpers import tiny_model
+
+    check = a_check(device=cpu_name())
+    check.matmul["fp32"].tflops = 0.002
+    mc.save(check)
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True) as mon:
+        for _ in range(4):
+            loss = model(torch.randn(16, 32)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss, samples=16)
+    run = records.load_run(mon.run_dir)
+    assert run.hello is not None and run.hello.measured_tflops == 0.002
+    assert run.done is not None and run.done.tflops is not None and run.done.mfu is None
+    row = comparison.row_from_runs("mine", [run])  # bench and Compare work it out from hello
+    assert row.mfu_measured == pytest.approx(run.done.tflops / 0.002)
+
+
+@pytest.mark.unit
+def test_plain_doctor_says_whether_a_check_is_kept_and_whether_it_is_stale(capsys) -> None:
+    done = cli(capsys, "doctor")
+    assert done.returncode == 0
+    assert "machine check: none kept here (ampscope doctor --bench measures" in done.stdout
+    mc.save(a_check(device="Test\x1b[2JCPU", torch="1.0.0", when="2026-12-01T10:00:00+00:00"))
+    done = cli(capsys, "doctor")
+    line = done.stdout.splitlines()[-1]
+    assert line.startswith("machine check: Test\\x1b[2JCPU measured 2026-12-01 10:00 UTC; ")
+    assert (
+        f"torch 1.0.0 (now {torch.__version__})" in line and "run ampscope doctor --bench" in line
+    )
+    data = json.loads(cli(capsys, "doctor", "--json").stdout)
+    assert data["machine_checks"][0]["device"] == "Test\x1b[2JCPU"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "fp16", "fp8"])
+def test_the_flops_a_figure_is_computed_from_are_torchs_own_count(fmt) -> None:
+    """TFLOP/s = flops_of(shape) / seconds: the FLOPs are what FlopCounterMode counts for the
+    very call that is timed, in every format."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shape = (64, 32, 128)
+    call = mb.matmul_call(fmt, shape, torch.device("cpu"))
+    with FlopCounterMode(display=False) as counter:
+        call()
+    assert counter.get_total_flops() == mb.flops_of(shape)
+
+
+@pytest.mark.unit
+def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(
+    capsys, monkeypatch
+) -> None:
+    check = a_check(seconds=9.6)
+    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    done = cli(capsys, "doctor", "--bench")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "- bf16 matmul runs at 0.3x fp32 here: this CPU has no AMX or AVX512-BF16 units, so bf16 "
+        "presets train slower than fp32 on it"
+    )
+    assert lines[-1] == f"done in 10 s; kept in {mc.check_path()}"
+    assert mc.find("Test CPU") is not None
+
+
+@pytest.mark.unit
+def test_a_config_folder_that_cannot_be_written_still_prints_the_figures(
+    capsys, monkeypatch, tmp_path
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
+    check = a_check(seconds=3.0)
+    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    done = cli(capsys, "doctor", "--bench")
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("ampscope: the results could not be kept in ")
+    assert done.stdout.splitlines()[-1] == "done in 3 s; not kept"
+
+
+@pytest.mark.unit
+def test_a_mig_slice_is_held_to_its_share_of_the_chip() -> None:
+    """A 3g slice of an H100 (60 of 132 multiprocessors) is not 'far below normal' at 45 % of
+    the whole chip; its memory has no datasheet share to compare with."""
+    rates = {f: r * 60 / 132 for f, r in H100_RATES.items()}
+    name = "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(rates), name=name, sms=60))
+    bf16 = check.matmul["bf16"]
+    assert bf16.datasheet_tflops == pytest.approx(989.4 * 60 / 132, abs=0.05)
+    assert bf16.ratio == pytest.approx(790.0 / 989.4, rel=1e-3)
+    assert check.memory_datasheet_gbps is None
+    assert not any("far below" in v for v in check.verdicts)
+
+
+@dataclass
+class ThreadedTimer(FakeTimer):
+    """fp32 at ``one`` TFLOP/s on one thread, at the table's rate on more."""
+
+    one: float = 0.1
+
+    def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+        if torch.get_num_threads() == 1:
+            assert isinstance(fn, FakeCall) and fn.fmt == "fp32"
+            self.batches.append((fn.fmt, fn.shape, repeats, warmup))
+            return [mb.flops_of(fn.shape) / (self.one * 1e12)] * repeats
+        return super().__call__(fn, repeats, warmup)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("two", "said"), [(0.05, True), (0.19, False)])
+def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores(
+    monkeypatch, two, said
+) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: getattr(torch, "_fake_threads", 2))
+
+    def set_threads(n: int) -> None:
+        torch._fake_threads = n  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(torch, "set_num_threads", set_threads)
+    timer = ThreadedTimer({"fp32": two, "bf16": two, "fp16": two}, small=1.0, one=0.1)
+    seams = cpu_seams(set(), {})
+    seams.timer = timer
+    lines: list[str] = []
+    check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
+    assert torch.get_num_threads() == 2  # given back after the one-thread run
+    assert check.threads == 2 and check.fp32_one_thread_tflops == pytest.approx(0.1)
+    assert "fp32  matmul  100.0 GFLOP/s on 1 thread" in lines
+    verdict = next((v for v in check.verdicts if "one thread" in v), None)
+    if said:
+        assert verdict is not None and verdict.startswith(
+            "fp32 matmul on 2 threads runs at 0.5x one thread: other processes are using the cores"
+        )
+    else:
+        assert verdict is None  # 1.9x: the second thread pays
+    back = mc.MachineCheck.from_json(json.loads(json.dumps(check.to_json())))
+    assert back.fp32_one_thread_tflops == check.fp32_one_thread_tflops

@@ -1,0 +1,137 @@
+"""The Machine view: the kept check, one bar per format beside the datasheet, at 80x24 and
+120x40; and what it says when no check was kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampscope.core import machine_check as mc
+from ampscope.core import machine_verdicts as mv
+from ampscope.tui.model.machine_view import bar, view_lines
+from ampscope.tui.screens.machine import MachineScreen
+from ampscope.tui.screens.presets import PresetsScreen
+from tests.helpers import assert_snapshot, run, shown
+from tests.test_snapshots import SIZES, app_for, footer, name, settle
+
+pytestmark = pytest.mark.unit
+
+
+def h200_check() -> mc.MachineCheck:
+    """An H200 capped at 500 W and running hot: fixed figures, as a snapshot needs."""
+    rates = {"fp32": 51.0, "tf32": 372.0, "bf16": 702.0, "fp16": 699.0, "fp8": 1254.0}
+    figures = {
+        fmt: mc.MatmulFigure(tflops=value, shape=[8192, 8192, 16384])
+        for fmt, value in rates.items()
+    }
+    mc.with_datasheet("NVIDIA H200", "cuda", figures, 500.0)
+    check = mc.MachineCheck(
+        device="NVIDIA H200",
+        kind="cuda",
+        matmul=figures,
+        memory_gbps=4310.0,
+        memory_datasheet_gbps=4800.0,
+        memory_what="device-to-device copy",
+        h2d_gbps=53.2,
+        when="2026-12-01T10:00:00+00:00",
+        torch="2.12.0+cu128",
+        driver="570.124.06",
+        host="gpu-box-7",
+        gpu_state=mc.GpuState(
+            power_limit_w=500.0,
+            power_max_w=700.0,
+            throttle=["sw_thermal"],
+            pcie_gen=5,
+            pcie_width=16,
+            pcie_max_gen=5,
+            pcie_max_width=16,
+        ),
+    )
+    check.verdicts = mv.judge(check)
+    return check
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_machine_view_shows_each_format_beside_its_datasheet_and_the_verdicts(size) -> None:
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=size) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.push_screen(
+                MachineScreen({"NVIDIA H200": h200_check()}, now=("2.13.0+cu128", "570.124.06"))
+            )
+            await shown(pilot, app, MachineScreen)
+            await settle(pilot)
+            text = assert_snapshot(app, name("machine", size))
+            for row in ("fp32", "tf32", "bf16", "fp16", "fp8"):
+                assert f"\n {row} " in text or f"\n{row} " in text or f"│{row} " in text
+            assert "702 of 989 (71 %)" in text  # H200 SXM bf16: measured beside datasheet
+            assert "4,310 of 4,800 GB/s (90 %)" in text
+            assert "power limit 500 W of 700 W" in text  # the verdicts, at 80x24 too
+            assert "SM clock throttled (thermal)" in text
+            assert "torch 2.12.0+cu128 (now 2.13.0+cu128)" in text  # a stale check says so
+            assert "esc Back" in footer(app)
+
+    run(go())
+
+
+def test_the_presets_key_opens_the_view_and_without_a_check_it_says_what_to_run() -> None:
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("c")
+            screen = await shown(pilot, app, MachineScreen)
+            await settle(pilot)
+            body = str(screen.query_one("#machine-body").render())
+            assert "No machine check kept for this host yet" in body
+            assert "    ampscope doctor --bench" in body
+            await pilot.press("escape")
+            await shown(pilot, app, PresetsScreen)
+
+    run(go())
+
+
+def test_a_kept_check_on_disk_is_what_the_view_reads() -> None:
+    """The screen reads the file ``doctor --bench`` keeps (no torch in the dashboard)."""
+    check = h200_check()
+    check.host = mc.host_name()
+    mc.save(check)
+    lines = view_lines(*mc.load_all(), width=76, torch="2.12.0+cu128", driver="570.124.06")
+    assert lines[0] == "NVIDIA H200"
+    assert not any(line.startswith("! ") for line in lines)  # same torch and driver: not stale
+    assert any(line.startswith("bf16  ") and "702 of 989" in line for line in lines)
+    assert all(len(line) <= 76 for line in lines)
+
+
+def test_a_cpu_check_shows_gflops_scaled_to_its_fastest_format() -> None:
+    figures = {
+        "fp32": mc.MatmulFigure(0.02, [1024] * 3),
+        "bf16": mc.MatmulFigure(0.04, [1024] * 3),
+        "fp16": mc.MatmulFigure(0.001, [512] * 3),
+    }
+    check = mc.MachineCheck(device="AMD EPYC", kind="cpu", matmul=figures, memory_gbps=7.0)
+    check.threads = 2
+    check.cpu_units = ["avx512_bf16"]
+    check.verdicts = mv.judge(check)
+    lines = view_lines({"AMD EPYC": check}, None, 76, None, None)
+    assert lines[0] == "AMD EPYC, 2 threads"
+    bf16 = next(line for line in lines if line.startswith("bf16"))
+    fp32 = next(line for line in lines if line.startswith("fp32"))
+    assert bf16.endswith(" 40.0") and fp32.endswith(" 20.0")
+    assert bf16.count(bar(1, 1, 1)) == 2 * fp32.count(bar(1, 1, 1))
+    assert "- bf16 matmul runs at 2x fp32 here, on its AVX512-BF16 units" in lines
+
+
+def test_a_gpu_runs_card_shows_the_datasheet_mfu_and_the_measured_share_within_its_width() -> None:
+    from ampscope.tui.model.figures import cards
+    from tests.snapshot_runs import gpu_run
+
+    state = gpu_run()
+    before = next(c for c in cards(state) if c.key == "tflops")
+    assert state.hello is not None
+    state.hello.measured_tflops = 760.0  # an H100 that reached 760 of its 989 TFLOP/s
+    card = next(c for c in cards(state) if c.key == "tflops")
+    tflops, mfu = before.value.split(" · ")
+    assert card.value == before.value  # the datasheet's MFU stays where it was
+    assert card.sub == f"{float(tflops) / 760.0 * 100:.0f}% of measured peak"
+    assert len(card.sub) <= 22 and before.sub.startswith("MFU ")
