@@ -133,6 +133,18 @@ def fake_gpu_seams(
     )
 
 
+@pytest.fixture(autouse=True)
+def _a_two_thread_process(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """The fakes describe a two-thread process whatever OMP_NUM_THREADS the suite runs under
+    (one thread a worker under xdist): the check times fp32 on one thread only when it has
+    more."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    threads = {"n": 2}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.__setitem__("n", n))
+
+
 @pytest.mark.unit
 def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_its_datasheet() -> (
     None

@@ -13,7 +13,6 @@ from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import assert_snapshot, run, shown
 from tests.test_snapshots import SIZES, app_for, footer, name, settle
 
-pytestmark = pytest.mark.unit
 
 
 def h200_check() -> mc.MachineCheck:
@@ -50,6 +49,7 @@ def h200_check() -> mc.MachineCheck:
     return check
 
 
+@pytest.mark.ui
 @pytest.mark.parametrize("size", SIZES)
 def test_machine_view_shows_each_format_beside_its_datasheet_and_the_verdicts(size) -> None:
     async def go() -> None:
@@ -74,6 +74,7 @@ def test_machine_view_shows_each_format_beside_its_datasheet_and_the_verdicts(si
     run(go())
 
 
+@pytest.mark.ui
 def test_the_presets_key_opens_the_view_and_without_a_check_it_says_what_to_run() -> None:
     async def go() -> None:
         app = app_for()
@@ -91,6 +92,7 @@ def test_the_presets_key_opens_the_view_and_without_a_check_it_says_what_to_run(
     run(go())
 
 
+@pytest.mark.unit
 def test_a_kept_check_on_disk_is_what_the_view_reads() -> None:
     """The screen reads the file ``doctor --bench`` keeps (no torch in the dashboard)."""
     check = h200_check()
@@ -103,6 +105,7 @@ def test_a_kept_check_on_disk_is_what_the_view_reads() -> None:
     assert all(len(line) <= 76 for line in lines)
 
 
+@pytest.mark.unit
 def test_a_cpu_check_shows_gflops_scaled_to_its_fastest_format() -> None:
     figures = {
         "fp32": mc.MatmulFigure(0.02, [1024] * 3),
@@ -122,6 +125,7 @@ def test_a_cpu_check_shows_gflops_scaled_to_its_fastest_format() -> None:
     assert "- bf16 matmul runs at 2x fp32 here, on its AVX512-BF16 units" in lines
 
 
+@pytest.mark.unit
 def test_a_gpu_runs_card_shows_the_datasheet_mfu_and_the_measured_share_within_its_width() -> None:
     from ampscope.tui.model.figures import cards
     from tests.snapshot_runs import gpu_run
