@@ -137,3 +137,16 @@ def relu_mlp(ctx):
     return ampscope.Workload(
         model=relu_mlp_model(), batches=batches, loss=nn.functional.cross_entropy, name="relu-mlp"
     )
+
+
+def wide_mlp(ctx):
+    """Parameters dominate (a 2048 x 2048 layer, a small batch): the optimizer step peaks."""
+    g = torch.Generator().manual_seed(ctx.seed)
+    bs = ctx.batch_size or 8
+    model = nn.Sequential(
+        nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, CLASSES)
+    )
+    batches = [(torch.randn(bs, 64, generator=g), torch.randint(0, CLASSES, (bs,), generator=g))]
+    return ampscope.Workload(
+        model=model, batches=batches, loss=nn.functional.cross_entropy, name="wide-mlp"
+    )
