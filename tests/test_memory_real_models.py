@@ -5,6 +5,7 @@ formula for them, the plan left activations out and a run measured 53x its predi
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -100,3 +101,27 @@ def test_the_optimizer_steps_temporaries_keep_the_plan_an_upper_bound() -> None:
     assert plan.optimizer_temp == 2 * largest
     # the step's few small temporaries beside (gradient-norm scalars, a bias's): within 0.1 %
     assert plan.static < measured <= 1.001 * plan.train_total <= 1.001 * (measured + plan.grads)
+
+
+@pytest.mark.unit
+def test_memory_run_of_a_users_model_plans_its_activations_and_names_the_rss_band(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ViT run on the CPU, then `memory --run`: once 'activations -' and the RSS growth 53x
+    the prediction, with no word that RSS growth itself moves 1.07-1.42x between runs."""
+    from ampscope.cli.main import main
+    from ampscope.engine.run import EXIT_OK, run
+
+    spec = f"workload.model='{SPEC}:vit'"
+    overrides = ["device='cpu'", "steps=2", "warmup_steps=0", "batch_size=32", spec]
+    assert run("fp32", overrides, runs_dir=tmp_path) == EXIT_OK
+    (run_dir,) = tmp_path.iterdir()
+    assert main(["memory", "--run", str(run_dir), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    plan = out["plan"]
+    truth = workload("vit", 32)
+    from ampscope.engine.saved_memory import measure_step_memory
+
+    assert plan["activations"] == measure_step_memory(truth, ["fp32"]).activations["fp32"]
+    assert plan["activations"] > plan["weights"]  # the ViT's step is mostly activations
+    assert any("1.07-1.42x the tensor peak" in n for n in out["notes"])

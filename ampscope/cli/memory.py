@@ -154,8 +154,9 @@ def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
         lines.append(
             "activ.: what autograd saves for backward in one step of this model "
             "(saved_tensors_hooks; storages once, parameters and the casts column left out), "
-            f"in each regime's dtypes, {measured.how}; logits: what the loss saves plus its two "
-            "fp32 gradients the size of the model's output."
+            f"in each regime's dtypes, {measured.how}; logits: for this model, what the loss "
+            "saves and the buffers the loss and backward hold beyond the saved tensors at the "
+            "step's peak (torch.profiler's allocator records)."
         )
     elif shape is None:
         lines.append(
@@ -308,8 +309,9 @@ def _memory_run(args: argparse.Namespace) -> int:
     found = resolve_run(args.run, root)
     if found is None and not Path(args.run).exists():
         return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
+    folder = str(found) if found is not None else args.run
     try:
-        c = memory_runs.compare_run(str(found) if found is not None else args.run)
+        c = memory_runs.compare_run(folder, _measure_recorded(folder))
     except mp.PlanError as exc:
         return _fail(str(exc))
     if args.json:
@@ -334,3 +336,22 @@ def _memory_run(args: argparse.Namespace) -> int:
     lines += [f"  note: {n}" for n in c.notes]
     print("\n".join(lines))
     return 0
+
+
+def _measure_recorded(folder: str) -> Any:
+    """A recorded run of a user's model: its activations measured again at the run's batch,
+    from the model file it names (None when that no longer builds, or for a built-in)."""
+    from ampscope.core import records
+
+    try:
+        hello = records.load_run(Path(folder)).hello
+        conf = (hello.config or {}) if hello is not None else {}
+        spec = (conf.get("workload") or {}).get("model")
+        batch = conf.get("batch_size")
+    except Exception:  # noqa: BLE001 - compare_run says what is wrong with the record
+        return None
+    if not isinstance(spec, str) or not spec:
+        return None
+    from ampscope.cli.model_memory import measure
+
+    return measure(spec, batch if isinstance(batch, int) and batch > 0 else None)

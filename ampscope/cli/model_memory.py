@@ -37,7 +37,7 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
     return params, shape, f"{title}, as built on {where}", measured
 
 
-def measure(spec: str) -> mp.MeasuredStep | None:
+def measure(spec: str, batch: int | None = None) -> mp.MeasuredStep | None:
     """What one step of the model saves for backward, in each regime (``engine.saved_memory``);
     None when the model cannot run a step on the CPU (the plan then says so)."""
     import torch
@@ -47,7 +47,7 @@ def measure(spec: str) -> mp.MeasuredStep | None:
     from ampscope.engine.workloads.user import build_user_workload
 
     try:
-        workload = build_user_workload(spec, ModelContext(torch.device("cpu"), None, 0, "fp32"))
+        workload = build_user_workload(spec, ModelContext(torch.device("cpu"), batch, 0, "fp32"))
         workload.prepare()
         return measure_step_memory(workload)
     except (Exception, SystemExit):  # noqa: BLE001 - the parameter plan stands without it
