@@ -153,7 +153,8 @@ def _saved(
 
 def _allocation_peak(prof: profile) -> int:
     """The peak of the running sum of the allocations and frees torch.profiler recorded."""
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    results: Any = prof.profiler.kineto_results if prof.profiler is not None else None
+    events = [e for e in results.events() if e.name() == "[memory]"] if results else []
     running = peak = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
         running += event.nbytes()
