@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -135,7 +137,10 @@ def _saved(
         inputs = _floats_to(inputs, model_dtype)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     counter = _Counter(params)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _no_stderr():  # torch 2.13's profiler writes a line to stderr as it starts and stops
+        prof.__enter__()
+    try:
         with (
             torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None),
             counter.hooks(),
@@ -145,6 +150,9 @@ def _saved(
             value = workload.loss(output, target)
         value.backward()
         del value, output
+    finally:
+        with _no_stderr():
+            prof.__exit__(None, None, None)
     for p in model.parameters():
         p.grad = None
     peak = _allocation_peak(prof)
@@ -153,6 +161,20 @@ def _saved(
     # tensors and the weights' casts (the plan's grads column counts every gradient already)
     rest = max(counter.bytes["loss"], peak - saved - counter.bytes["casts"])
     return saved, rest
+
+
+@contextlib.contextmanager
+def _no_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the moment: the profiler's C++ side writes there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _allocation_peak(prof: profile) -> int:
