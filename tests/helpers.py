@@ -193,7 +193,9 @@ def split_profile(
         cls, _, dtype = key.partition("_")
         name = "aten::_to_copy" if key == "casts" else f"op-{key}"
         cls = "elementwise" if key == "casts" else "norm_act" if key == "norm" else cls
-        ops.append(OpTime(name, cls, per_step * steps * 1000.0, 2 * steps, dtype or None))
+        ops.append(
+            OpTime(name, cls, per_step * steps * 1000.0, 2 * steps, dtype or None, key == "casts")
+        )
     return profiles.summarize(
         ops, step_ms * 1000.0 * steps, step=step, steps=steps, timing=timing, idle_us=idle
     )

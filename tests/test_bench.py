@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 import threading
 from pathlib import Path
@@ -115,7 +116,9 @@ def test_repeats_are_interleaved() -> None:
 def test_repeats_use_the_spread_across_runs() -> None:
     runs = [record("x", done(ms, 1, 1.0)) for ms in (40.0, 50.0, 60.0)]
     row = comparison.row_from_runs("x", runs)
-    assert (row.step_ms, row.spread_lo, row.spread_hi, row.runs) == (50.0, 40.0, 60.0, 3)
+    geometric_mean = (40.0 * 50.0 * 60.0) ** (1 / 3)  # 49.3 ms: the speed-up's own average
+    assert row.step_ms == pytest.approx(geometric_mean)
+    assert (row.spread_lo, row.spread_hi, row.runs) == (40.0, 60.0, 3)
 
 
 @pytest.mark.subprocess
@@ -281,3 +284,58 @@ def test_bench_prose_fits_the_terminal_between_words(columns: int) -> None:
     assert all(len(line) <= columns for line in prose.splitlines()), prose
     assert prose.split() == full.rsplit("\n\n", 1)[1].split()
     assert any(line.startswith("  ") for line in prose.splitlines())  # a note's second line
+
+
+def _printed(text: str, preset: str) -> tuple[float, float]:
+    """The step time (ms) and speed-up a row of the text table shows."""
+    line = next(ln for ln in text.splitlines() if ln.startswith(preset + " "))
+    shown = re.match(rf"{preset} +([0-9.]+) ms \(.*?\) +([0-9.]+)x", line)
+    assert shown is not None, line
+    return float(shown[1]), float(shown[2])
+
+
+@pytest.mark.unit
+def test_the_printed_speedup_is_the_ratio_of_the_printed_step_times() -> None:
+    """The README's own sample once printed 2.41x beside 93.8 and 45.9 ms (2.04x): the step
+    time was the median of the repeats, the speed-up the geometric mean of their ratios."""
+    rows = comparison.compare(
+        [
+            comparison.row_from_runs("fp32", runs("fp32", (37.3, 93.8, 357.7), 1000, 2.0)),
+            comparison.row_from_runs("bf16", runs("bf16", (13.1, 45.9, 148.6), 1000, 2.0)),
+        ],
+        "fp32",
+    )
+    text = comparison.render(rows, "fp32")
+    base_ms, _ = _printed(text, "fp32")
+    bf16_ms, speedup = _printed(text, "bf16")
+    assert speedup == pytest.approx(base_ms / bf16_ms, abs=0.01)
+    assert "step time: geometric mean of the repeats' median step times" in text
+
+
+@pytest.mark.unit
+def test_a_speedup_from_fewer_repeats_than_the_step_time_says_so() -> None:
+    fp16 = runs("fp16", (50.0, 50.0, 50.0, 51.0, 20.0), 1000, 2.0)
+    fp16[4].done = ev.empty_done("failed", "boom")
+    base = runs("fp32", (100.0, 101.0, 99.0, 100.0, 98.0), 1000, 2.0)
+    base[1].done = ev.empty_done("failed", "boom")
+    rows = comparison.compare(
+        [comparison.row_from_runs("fp32", base), comparison.row_from_runs("fp16", fp16)], "fp32"
+    )
+    assert "fp16: speedup from the 3 repeats that ran in both it and fp32" in comparison.render(
+        rows, "fp32"
+    )
+
+
+@pytest.mark.unit
+def test_a_preset_given_twice_runs_once_and_bench_says_so(tmp_path: Path, capsys, monkeypatch):
+    ran: list[str] = []
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        ran.append(name)
+        return record(name, done(100.0, 1000, 2.0))
+
+    monkeypatch.setattr("ampscope.cli.bench.run_one", fake_run)
+    monkeypatch.setattr(comparison, "write_sweep", lambda *a: tmp_path / "sweep")
+    code = main(["bench", "fp32", "fp32", "--repeats", "1", "--runs-dir", str(tmp_path)])
+    assert code == 0 and ran == ["fp32"]
+    assert "fp32 given 2 times: it runs once per repeat" in capsys.readouterr().err

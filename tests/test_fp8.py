@@ -374,3 +374,37 @@ def test_nothing_to_convert_in_a_users_model_names_their_layers_not_workload_wid
         fp8.convert_for_fp8(model, fp8_preset("tensorwise", "fp8.emulate=true", spec), CPU)
     assert "workload.width" not in str(caught.value)
     assert "give your model's linear layers such dimensions" in str(caught.value)
+
+
+REAL_MODELS = Path(__file__).parent / "data" / "real_models.py"
+
+
+@pytest.mark.unit
+def test_a_vit_on_multihead_attention_counts_only_the_layers_that_run_in_fp8() -> None:
+    """nn.MultiheadAttention multiplies out_proj.weight itself and keeps q/k/v in a bare
+    Parameter: swapped for fp8 layers, its out_proj never ran (forward hooks on the converted
+    layers during the first step show it), yet the line once said 9 of 10 layers in fp8."""
+    pytest.importorskip("torchao")
+    from ampscope.engine.loop import train_step
+
+    preset = cfg.load_preset(
+        "fp8-eager", [*EMULATED, f"workload.model='{REAL_MODELS}:vit'", "batch_size=16"]
+    )
+    s = engine_setup.build(preset, CPU)
+    assert s.fp8 is not None
+    ran: set[str] = set()
+    for name, module in s.workload.model.named_modules():
+        if type(module).__name__ == "Float8Linear":
+            module.register_forward_hook(lambda *_a, name=name: ran.add(name))
+    train_step(s, 0, False)
+    # the reference: what the first step called, of the layers torchao converted
+    assert ran == set(s.fp8.converted) and len(ran) == 7  # patch + 2 MLP layers x 3 blocks
+    mha_out = [f"blocks.{i}.attn.out_proj" for i in range(3)]
+    assert all("never called" in s.fp8.skipped[n] for n in mha_out)
+    assert "in_proj_weight" in next(iter(k for k in s.fp8.skipped if "blocks.0.attn.in" in k))
+    line = layers_line(s.fp8)
+    assert line.startswith("fp8 tensorwise emulated: 7 of 14 linear layers in fp8")
+    assert (
+        "blocks.0.attn.out_proj, blocks.1.attn.out_proj and 1 more: nn.MultiheadAttention" in line
+    )
+    assert "head: the output head" in line

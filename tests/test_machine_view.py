@@ -14,7 +14,6 @@ from tests.helpers import assert_snapshot, run, shown
 from tests.test_snapshots import SIZES, app_for, footer, name, settle
 
 
-
 def h200_check() -> mc.MachineCheck:
     """An H200 capped at 500 W and running hot: fixed figures, as a snapshot needs."""
     rates = {"fp32": 51.0, "tf32": 372.0, "bf16": 702.0, "fp16": 699.0, "fp8": 1254.0}

@@ -75,7 +75,12 @@ def test_memory_gives_the_models_true_parameter_count(tmp_path: Path, capsys) ->
 
     truth = sum(p.numel() for p in (nn.Linear(16, 64), nn.Linear(64, 4)) for p in p.parameters())
     assert plan["params"] == truth == 1348
-    assert plan["regimes"][0]["train_total"] == mp.plan_regime(truth, "amp-bf16").train_total
+    measured = mp.MeasuredStep(**plan["measured"])  # the activations of one step, measured
+    assert plan["regimes"][0]["activations"] == measured.activations["amp-bf16"] > 0
+    assert (
+        plan["regimes"][0]["train_total"]
+        == mp.plan_regime(truth, "amp-bf16", measured=measured).train_total
+    )
     assert main(["memory", "--model", f"{path}:make"]) == 0
     assert "model teacher-mlp from" in capsys.readouterr().out
 

@@ -209,6 +209,14 @@ def test_the_memory_plan_of_a_model_dashboard_plans_the_users_model(tmp_path: Pa
             assert screen.model_params == 1348  # the test model, not the preset's GPT
             assert screen.query_one("#memory-params", Input).value == "1348"
             assert "1,348 parameters" in str(screen.query_one("#memory-title").render())
+            # the activations of one step, as `ampscope memory --model` measures them
+            assert screen.measured is not None
+            by_regime = {r.regime: r for r in screen.plan}
+            fp32 = by_regime["fp32"]
+            assert fp32.activations == screen.measured.activations["fp32"] > 0
+            assert "activations measured on the CPU" in str(
+                screen.query_one("#memory-title").render()
+            )
 
     helpers.run(go())
 

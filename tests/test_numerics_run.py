@@ -271,3 +271,36 @@ def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
     notes = [e for e in seen if isinstance(e, ev.WarningEvent)]
     assert [e.code for e in notes] == ["numerics-off"]
     assert "compiles its model" in notes[0].message and "ampscope numerics" in notes[0].message
+
+
+REAL_MODELS = Path(__file__).parent / "data" / "real_models.py"
+
+
+@pytest.mark.unit
+def test_numerics_names_the_leaf_modules_that_never_ran_and_why(capsys):
+    """nn.MultiheadAttention never calls its out_proj: "18 of 21 leaf modules measured" once
+    left the three unnamed (and the dashboard suggested a cap). The reference: forward hooks
+    on every leaf of the same model over one forward."""
+    import torch
+
+    from tests.data import real_models
+
+    model, called = real_models.ViT(), set()
+    leaves = {n: m for n, m in model.named_modules() if n and not any(m.children())}
+    for name, module in leaves.items():
+        module.register_forward_hook(lambda *_a, name=name: called.add(name))
+    model(torch.randn(2, 3, 16, 16))
+    idle = sorted(set(leaves) - called)
+    assert idle == [f"blocks.{i}.attn.out_proj" for i in range(3)]
+
+    done = numerics_cli(capsys, "fp32", "--model", f"{REAL_MODELS}:vit", "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["modules_measured"], out["modules_total"]) == (len(called), len(leaves))
+    assert sorted(out["modules_never_ran"]) == idle
+    assert "F.multi_head_attention_forward" in out["modules_never_ran"][idle[0]]
+    table = numerics_cli(capsys, "fp32", "--model", f"{REAL_MODELS}:vit", "--steps", "1")
+    assert (
+        "18 of 21 leaf modules measured; 3 never ran: blocks.0.attn.out_proj, "
+        "blocks.1.attn.out_proj and 1 more (nn.MultiheadAttention's out_proj" in table.stdout
+    )

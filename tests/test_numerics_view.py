@@ -235,3 +235,32 @@ def test_many_layers_scroll_and_the_header_says_how_many_were_measured():
             assert "layer_pp" in last and "layer_aa" not in last
 
     run(go())
+
+
+@pytest.mark.unit
+def test_the_header_names_layers_that_never_ran_and_suggests_no_cap_for_them():
+    """nn.MultiheadAttention's out_proj never runs as a module: '18 layers of 21' once came
+    with '(at most 256 measured)', a cap that had nothing to do with it."""
+    modules = [
+        ModuleNumerics(name=f"mlp.{i}", kind="Linear", activation=tensor(2.0), gradient=None)
+        for i in range(18)
+    ]
+    idle = {f"blocks.{i}.attn.out_proj": "never called" for i in range(3)}
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=Path("runs"))
+        state = gpu_run()
+        state.ingest(
+            ev.NumericsEvent(
+                step=0, loss_scale=None, modules=modules, modules_total=21, modules_idle=idle
+            )
+        )
+        async with app.run_test(size=(120, 40)) as pilot:
+            await open_run_view(pilot, app, state)
+            await pilot.press("n")
+            screen = await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            header = text(screen, "#numerics-header")
+            assert "18 layers of 21 (3 never ran)" in header and "at most" not in header
+
+    run(go())

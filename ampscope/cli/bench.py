@@ -111,6 +111,12 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> None:
 
 def cmd_bench(args) -> int:
     presets = list(args.presets) or list(LECTURE_SWEEP)
+    for name in dict.fromkeys(p for p in presets if presets.count(p) > 1):
+        print(
+            f"ampscope: {name} given {presets.count(name)} times: it runs once per repeat, one row "
+            f"(--repeats N runs every preset N times, interleaved).",
+            file=sys.stderr,
+        )
     baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in presets else presets[0])
     presets = [baseline, *(p for p in dict.fromkeys(presets) if p != baseline)]  # baseline first
     overrides = run_overrides(args)

@@ -86,10 +86,13 @@ def _gb(n: int | None) -> str:
     return "-" if n is None else fmt_bytes(n)
 
 
-def format_plan(rows: list[Any], title: str, shape: Any) -> list[str]:
+def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -> list[str]:
     from ampscope.core import memory_plan as mp
 
-    values = ("weights", "grads", "master", "optim.", "casts", "activ.", "logits", "TRAIN", "INFER")
+    values = (
+        "weights", "grads", "master", "optim.", "casts", "activ.", "logits", "opt.tmp", "TRAIN",
+        "INFER",
+    )  # fmt: skip
     lines = [title, ""]
     lines.append(
         f"{'regime':<23} {'w':>2} {'g':>2} {'mst':>3} {'opt':>3} {'=B/p':>4} {'+cast':>5}  "
@@ -104,6 +107,7 @@ def format_plan(rows: list[Any], title: str, shape: Any) -> list[str]:
             r.cast_copies,
             r.activations,
             r.logits,
+            r.optimizer_temp,
             r.train_total,
             r.inference_total,
         )
@@ -126,10 +130,10 @@ def format_plan(rows: list[Any], title: str, shape: Any) -> list[str]:
             mark = "x" if n in mp.unable_gpus(r.regime) else mark
             marks.append(f"{mark:^{len(n)}}")
         lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
-    return lines + _plan_notes(rows, shape)
+    return lines + _plan_notes(rows, shape, measured)
 
 
-def _plan_notes(rows: list[Any], shape: Any) -> list[str]:
+def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
     from ampscope.core import memory_plan as mp
 
     lines = [
@@ -138,11 +142,23 @@ def _plan_notes(rows: list[Any], shape: Any) -> list[str]:
         "optimizer state; =B/p their sum.",
         "+cast: transient low-precision weight copies per parameter (live from forward to "
         "backward).",
-        "TRAIN: the sum of the columns before it. It counts the gradients, which the engine "
-        "frees before each forward (zero_grad(set_to_none=True)): its measured peak is up to "
-        "the grads column lower.",
+        "opt.tmp: the optimizer step's temporaries: per-tensor AdamW (torch's default off "
+        "CUDA) makes two copies of the largest parameter in its state's dtype; fused AdamW on "
+        "CUDA none.",
+        "TRAIN: weights to optim., plus the larger of the backward's transients (casts, "
+        "activ., logits) and opt.tmp (the backward's are freed before the step). It counts the "
+        "gradients, which the engine frees before each forward (zero_grad(set_to_none=True)): "
+        "its measured peak is up to the grads column lower.",
     ]
-    if shape is None:
+    if measured is not None:
+        lines.append(
+            "activ.: what autograd saves for backward in one step of this model "
+            "(saved_tensors_hooks; storages once, parameters and the casts column left out), "
+            f"in each regime's dtypes, {measured.how}; logits: for this model, what the loss "
+            "saves and the buffers the loss and backward hold beyond the saved tensors at the "
+            "step's peak (torch.profiler's allocator records)."
+        )
+    elif shape is None:
         lines.append(
             "activ., logits: unknown without a transformer shape (--layers --hidden --heads "
             "--seq --batch, or --preset): TRAIN covers the model state only."
@@ -176,8 +192,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
         if args.model:
             from ampscope.cli.model_memory import from_model
 
-            params, shape, title = from_model(args)
+            params, shape, title, measured = from_model(args)
+            if measured is None and shape is None:
+                title += "\n(the model could not run a step on the CPU: activations not measured)"
         else:
+            measured = None
             params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
     except mp.PlanError as exc:
         return _fail(str(exc))
@@ -194,7 +213,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         )
     states = mp.OPTIMIZER_STATES[args.optimizer]
     title += f"\noptimizer: {args.optimizer} ({states} state tensor{'s' if states != 1 else ''} a parameter)"
-    rows = mp.plan(params, regimes, args.optimizer, shape)
+    rows = mp.plan(params, regimes, args.optimizer, shape, measured)
     if args.json:
         out = {
             "params": params,
@@ -204,10 +223,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "fit_fraction": mp.FIT_FRACTION,
             "gpus": dict(mp.GPUS),
             "regimes": [r.to_dict() for r in rows],
+            "measured": None if measured is None else measured.__dict__,
         }
         print(json.dumps(out, indent=2))
         return 0
-    print("\n".join(format_plan(rows, title, shape)))
+    print("\n".join(format_plan(rows, title, shape, measured)))
     return 0
 
 
@@ -289,8 +309,9 @@ def _memory_run(args: argparse.Namespace) -> int:
     found = resolve_run(args.run, root)
     if found is None and not Path(args.run).exists():
         return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
+    folder = str(found) if found is not None else args.run
     try:
-        c = memory_runs.compare_run(str(found) if found is not None else args.run)
+        c = memory_runs.compare_run(folder, _measure_recorded(folder))
     except mp.PlanError as exc:
         return _fail(str(exc))
     if args.json:
@@ -315,3 +336,22 @@ def _memory_run(args: argparse.Namespace) -> int:
     lines += [f"  note: {n}" for n in c.notes]
     print("\n".join(lines))
     return 0
+
+
+def _measure_recorded(folder: str) -> Any:
+    """A recorded run of a user's model: its activations measured again at the run's batch,
+    from the model file it names (None when that no longer builds, or for a built-in)."""
+    from ampscope.core import records
+
+    try:
+        hello = records.load_run(Path(folder)).hello
+        conf = (hello.config or {}) if hello is not None else {}
+        spec = (conf.get("workload") or {}).get("model")
+        batch = conf.get("batch_size")
+    except Exception:  # noqa: BLE001 - compare_run says what is wrong with the record
+        return None
+    if not isinstance(spec, str) or not spec:
+        return None
+    from ampscope.cli.model_memory import measure
+
+    return measure(spec, batch if isinstance(batch, int) and batch > 0 else None)

@@ -18,9 +18,10 @@ from ampscope.core.text import visible
 SHAPE = ("layers", "hidden", "heads", "seq", "batch")
 
 
-def from_model(args: argparse.Namespace) -> tuple[int, Any, str]:
-    """(parameter count, transformer shape if the flags give one, title); ConfigError (with
-    the user's traceback, if their code failed) for a spec that builds no model."""
+def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep | None]:
+    """(parameter count, transformer shape if the flags give one, title, the activations
+    measured on one step of the model); ConfigError (with the user's traceback, if their code
+    failed) for a spec that builds no model."""
     from ampscope.engine.workloads.user import count_model_parameters
 
     try:
@@ -32,7 +33,25 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str]:
         shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
     where = "the meta device" if device == "meta" else "the CPU"
     title = f"Training memory for model {visible(name)} from {args.model}: {params:,} parameters"
-    return params, shape, f"{title}, as built on {where}"
+    measured = None if shape is not None else measure(args.model)
+    return params, shape, f"{title}, as built on {where}", measured
+
+
+def measure(spec: str, batch: int | None = None) -> mp.MeasuredStep | None:
+    """What one step of the model saves for backward, in each regime (``engine.saved_memory``);
+    None when the model cannot run a step on the CPU (the plan then says so)."""
+    import torch
+
+    from ampscope.core.workload_spec import ModelContext
+    from ampscope.engine.saved_memory import measure_step_memory
+    from ampscope.engine.workloads.user import build_user_workload
+
+    try:
+        workload = build_user_workload(spec, ModelContext(torch.device("cpu"), batch, 0, "fp32"))
+        workload.prepare()
+        return measure_step_memory(workload)
+    except (Exception, SystemExit):  # noqa: BLE001 - the parameter plan stands without it
+        return None
 
 
 def left_early(spec: str, exc: SystemExit) -> ConfigError:

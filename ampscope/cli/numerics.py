@@ -84,9 +84,11 @@ def report(summary: NumericsSummary) -> str:
     """The terminal's table: per module and pass, amax and each format's losses."""
     keys = list(FORMATS)
     head = f"{'module':<28} {'pass':<4} {'amax':>8} " + " ".join(f"{k:>11}" for k in keys)
+    idle = summary.not_measured_line()
     lines = [
         f"{len(summary.steps)} steps sampled; {len(summary.modules)} of "
         f"{summary.modules_total} leaf modules measured"
+        + (f"; {visible(idle, 2000)}" if idle else "")
         + (f"; gradients carry loss scale {summary.loss_scale:g}" if summary.loss_scale else ""),
         "shares: over/under (over: beyond the largest finite value, and inf/NaN computed in",
         "the format or a narrower one; under: non-zero values rounding to zero)",

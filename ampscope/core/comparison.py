@@ -36,7 +36,7 @@ class Row(msgspec.Struct, kw_only=True):
     status: str  # ok | failed | stopped | mixed
     runs: int
     reason: str | None = None
-    step_ms: float | None = None
+    step_ms: float | None = None  # geometric mean of the runs' median step times
     spread_lo: float | None = None  # p10 of one run, or the lowest repeat's median
     spread_hi: float | None = None
     run_medians: list[float | None] = msgspec.field(default_factory=list)  # per run, in order
@@ -100,7 +100,9 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     ok = measured
     medians = [d.step_ms_median for d in ok if d.step_ms_median is not None]
     if medians:
-        row.step_ms = statistics.median(medians)
+        # The geometric mean, as the speed-up averages the logs of paired ratios: with every
+        # repeat paired, speedup = baseline step time / this step time, as printed.
+        row.step_ms = statistics.geometric_mean(medians) if len(medians) > 1 else medians[0]
         if len(medians) > 1:
             row.spread_lo, row.spread_hi = min(medians), max(medians)
         else:
@@ -358,12 +360,28 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
 def legend(rows: list[Row]) -> list[str]:
     """What the marks in the speed-up column mean, for the marks that appear."""
     notes = []
+    if any(r.runs > 1 for r in rows):
+        notes.append(
+            "step time: geometric mean of the repeats' median step times (the fastest and "
+            "slowest repeat's in brackets); speedup: geometric mean of the paired repeats' "
+            "ratios, the baseline's step time / the row's when every repeat ran."
+        )
     if any(r.significant is not None for r in rows):
         notes.append(
-            "speedup: geometric mean over the interleaved repeats "
-            f"({significance.LEVEL:.0%} confidence interval); "
+            f"speedup interval: {significance.LEVEL:.0%} confidence; "
             "~ marks an interval that contains 1.0: not significant."
         )
+    base = next((r for r in rows if r.is_baseline), None)
+    for row in rows:
+        if base is None or row is base or row.speedup is None or row.differs:
+            continue
+        pairs = len(significance.paired_medians(base.run_medians, row.run_medians))
+        measured = max(_count_measured(base), _count_measured(row))
+        if row.significant is not None and pairs < measured:
+            notes.append(
+                f"{row.preset}: speedup from the {pairs} repeats that ran in both it and "
+                f"{base.preset}; step times from every repeat that ran, so the two differ."
+            )
     if any(r.significant is None and r.speedup is not None and not r.is_baseline for r in rows):
         notes.append(
             f"? marks an untested speed-up: one run's step-time spread is not run-to-run "
@@ -391,6 +409,10 @@ def _csv_value(value: object) -> object:
     if value is None:
         return ""
     return "; ".join(map(str, value)) if isinstance(value, list) else value
+
+
+def _count_measured(row: Row) -> int:
+    return sum(1 for m in row.run_medians if m is not None and m > 0)
 
 
 def _median(values: Sequence[float | None]) -> float | None:

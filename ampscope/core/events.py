@@ -201,6 +201,7 @@ class NumericsEvent(Event, tag="numerics"):
     loss_scale: float | None  # the GradScaler's scale the gradients carry; null without one
     modules: list[ModuleNumerics]
     modules_total: int  # leaf modules in the model; more than len(modules) beyond the cap
+    modules_idle: dict[str, str] = msgspec.field(default_factory=dict)  # hooked, never ran: why
     first_nonfinite: FirstNonfinite | None = None  # this step's first inf/NaN tensor
     replayed: bool = False  # measured by running a skipped or non-finite step again
 

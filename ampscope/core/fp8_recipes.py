@@ -93,7 +93,22 @@ def layers_line(layers: Fp8Layers) -> str:
     known = RECIPES.get(layers.recipe)
     how = f" ({known.describe()})" if known else ""
     total = len(layers.converted) + len(layers.skipped)
-    return f"{_mode(layers)}: {len(layers.converted)} of {total} linear layers in fp8{how}"
+    line = f"{_mode(layers)}: {len(layers.converted)} of {total} linear layers in fp8{how}"
+    return line + "".join(f"\n  in bf16: {group}" for group in skipped_groups(layers))
+
+
+def skipped_groups(layers: Fp8Layers, shown: int = 2) -> list[str]:
+    """The layers left in bf16, one line a reason: 'blocks.0.attn.out_proj, blocks.1.attn.out_proj
+    and 1 more: nn.MultiheadAttention's out_proj: ...'."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in layers.skipped.items():
+        by_reason.setdefault(why, []).append(name)
+    lines = []
+    for why, names in by_reason.items():
+        listed = ", ".join(names[:shown])
+        more = len(names) - shown
+        lines.append(f"{listed}{f' and {more} more' if more > 0 else ''}: {why}")
+    return lines
 
 
 def layers_short(layers: Fp8Layers) -> str:

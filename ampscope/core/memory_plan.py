@@ -117,6 +117,57 @@ class Shape:
     vocab: int | None = None
 
 
+MEASURED_AS = {
+    "fp32": "fp32",
+    "tf32": "fp32",
+    "amp-bf16": "amp-bf16",
+    "amp-fp16": "amp-fp16",
+    "mixed-fp16": "fp16",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "fp64": "fp32",
+}
+"""The run a regime's activations were measured in: fp8 runs bf16 autocast around its fp8
+matmuls (counted as amp-bf16, an upper bound: torchao saves fp8 inputs); fp64 is fp32's
+bytes twice."""
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """What one training step of a user's model keeps for backward (``engine.saved_memory``),
+    per measured regime: autograd's saved tensors (``saved_tensors_hooks``; storages once,
+    parameters and the weights' casts, which the casts column holds, left out), and the loss's
+    and backward's buffers beyond them at the step's peak (torch.profiler's allocator records)."""
+
+    batch: int
+    activations: dict[str, int]
+    loss: dict[str, int]
+    largest_param: int  # elements of the largest parameter: per-tensor AdamW's temporaries
+    how: str
+
+    def for_regime(self, regime: str) -> tuple[int | None, int | None]:
+        key = MEASURED_AS.get(regime, "amp-bf16" if regime.startswith("fp8") else regime)
+        factor = 2 if regime == "fp64" else 1
+        acts, loss = self.activations.get(key), self.loss.get(key)
+        return (
+            None if acts is None else acts * factor,
+            None if loss is None else loss * factor,
+        )
+
+
+ADAMW_TEMPORARIES = 2
+"""Per-tensor AdamW (torch's default off CUDA) makes two parameter-sized temporaries for the
+parameter it updates: sqrt(v), then its quotient, before the in-place add of eps."""
+
+
+def optimizer_temporaries(optimizer: str, largest_param: int | None, state_bytes: int) -> int:
+    """The optimizer step's transient bytes beyond its state: AdamW's two temporaries of the
+    largest parameter, in its state's dtype (fused AdamW on CUDA makes none: an upper bound)."""
+    if optimizer != "adamw" or not largest_param:
+        return 0
+    return ADAMW_TEMPORARIES * largest_param * state_bytes
+
+
 @dataclass
 class RegimePlan:
     """One regime's bytes: per parameter, and in total for the model (and shape, if given)."""
@@ -137,11 +188,12 @@ class RegimePlan:
     master: int
     optimizer_state: int
     cast_copies: int
-    activations: int | None  # None: no transformer shape known
+    activations: int | None  # None: no transformer shape known, nor measured
     logits: int | None  # the loss's logit-sized buffers at the backward peak
     static: int  # weights + grads + master + optimizer state
-    train_total: int  # static + transient casts + activations + logits: every column
+    train_total: int  # static + the larger of the backward's and the optimizer step's peaks
     inference_total: int  # weights only
+    optimizer_temp: int = 0  # the optimizer step's temporaries (activations are freed by then)
     fits_train: list[str] = field(default_factory=list)
     fits_inference: list[str] = field(default_factory=list)
     note: str = ""
@@ -269,8 +321,13 @@ def plan_regime(
     regime: str,
     optimizer: str = "adamw",
     shape: Shape | None = None,
+    measured: MeasuredStep | None = None,
+    largest_param: int | None = None,
 ) -> RegimePlan:
-    """One regime's bytes. TRAIN adds every column, gradients included.
+    """One regime's bytes. TRAIN adds every column, gradients included; the optimizer step's
+    temporaries count where they exceed the backward's transients (activations, casts and the
+    loss's buffers are freed before the step). ``measured``: a user's model's activations,
+    measured (no shape formula); ``largest_param``: its largest parameter's elements.
 
     The engine frees its gradients before each forward (zero_grad(set_to_none=True)), so at
     the backward peak they do not exist yet: its measured peak is lower by up to the grads
@@ -290,8 +347,13 @@ def plan_regime(
     train_bpp = r.weight_bytes + r.grad_bytes + master_bpp + opt_bpp
     acts = activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
     logits = logits_bytes(shape, r.activation_bytes) if shape else None
+    if measured is not None and shape is None:
+        acts, logits = measured.for_regime(r.key)
+        largest_param = largest_param or measured.largest_param
     static = params * train_bpp
-    total = static + params * r.cast_bytes + (acts or 0) + (logits or 0)
+    temp = optimizer_temporaries(optimizer, largest_param, r.state_bytes)
+    backward = params * r.cast_bytes + (acts or 0) + (logits or 0)
+    total = static + max(backward, temp)
     inference = params * r.inference_bytes
     return RegimePlan(
         regime=r.key,
@@ -315,6 +377,7 @@ def plan_regime(
         static=static,
         train_total=total,
         inference_total=inference,
+        optimizer_temp=temp,
         fits_train=fits(total, regime=r.key),
         fits_inference=fits(inference, regime=r.key),
         note=r.note,
@@ -326,9 +389,11 @@ def plan(
     regimes: Iterable[str] = DEFAULT_REGIMES,
     optimizer: str = "adamw",
     shape: Shape | None = None,
+    measured: MeasuredStep | None = None,
+    largest_param: int | None = None,
 ) -> list[RegimePlan]:
     """One :class:`RegimePlan` a regime: the planner's table."""
-    return [plan_regime(params, r, optimizer, shape) for r in regimes]
+    return [plan_regime(params, r, optimizer, shape, measured, largest_param) for r in regimes]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.memory_plan import (
     ATTENTION,
+    MeasuredStep,
     PlanError,
     RegimePlan,
     Shape,
@@ -52,8 +53,15 @@ class RunComparison:
         return d
 
 
-def compare_run(run_dir: Any) -> RunComparison:
-    """The planner's prediction for a recorded run beside its measured peak memory."""
+RSS_SPREAD = (1.07, 1.42)
+"""RSS growth over the tensor peak (torch.profiler's allocator bytes) between identical CPU
+runs of one model: the allocator's caching and the runtime's own growth differ run to run."""
+
+
+def compare_run(run_dir: Any, step: MeasuredStep | None = None) -> RunComparison:
+    """The planner's prediction for a recorded run beside its measured peak memory.
+    ``step``: a user's model's activations for the run's batch (``engine.saved_memory``),
+    when the model could be built again."""
     path = Path(run_dir)
     if not (path / records.EVENTS_FILE).is_file() and not (path / records.SUMMARY_FILE).is_file():
         raise PlanError(f"{path} is not a run record (no {records.EVENTS_FILE} in it).")
@@ -83,7 +91,7 @@ def compare_run(run_dir: Any) -> RunComparison:
             params = workload_from(kind, dims, batch, precision).params
         except (KeyError, PlanError) as exc:
             raise PlanError(f"{path}: no parameter count in the record ({exc}).") from None
-    p = plan_regime(params, regime, "adamw", shape)
+    p = plan_regime(params, regime, "adamw", shape, step)
     on_cuda = str(hello.device or "").startswith("cuda")
     measured = _measured_peak(rec)
     notes: list[str] = []
@@ -99,14 +107,24 @@ def compare_run(run_dir: Any) -> RunComparison:
                 "of Python and torch runtime: it is not compared with tensor memory (a record "
                 "with an RSS read from before the model was built is)"
             )
+        else:
+            low, high = RSS_SPREAD
+            notes.append(
+                f"RSS growth is not tensor bytes: between identical CPU runs it measured "
+                f"{low:.2f}-{high:.2f}x the tensor peak (the allocator's caching, the runtime's "
+                "own growth), so read the ratio against that band, not against 1.00"
+            )
     if p.activations is None:
         what = f"a user's model ({kind})" if wl.get("model") else f"a {kind} workload"
         notes.append(f"no transformer shape for {what}: activations are not predicted")
+    elif step is not None and shape is None:
+        notes.append(f"activations: what autograd saves in one step of the model, {step.how}")
     else:
         notes.append(ATTENTION)
     notes.append(
         "prediction: weights + grads + AdamW state + transient casts"
         + (" + activations + logits" if p.activations is not None else "")
+        + (", or the optimizer step's temporaries where larger" if p.optimizer_temp else "")
     )
     ratio = compared / p.train_total if compared and p.train_total else None
     return RunComparison(

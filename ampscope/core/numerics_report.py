@@ -48,6 +48,7 @@ class NumericsSummary:
     first_nonfinite: FirstNonfinite | None = None
     loss_scale: float | None = None
     modules_total: int = 0
+    idle: dict[str, str] = field(default_factory=dict)  # hooked in every sampled step, never ran
     recent: deque[ev.NumericsEvent] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
 
     def add(self, event: ev.NumericsEvent) -> None:
@@ -55,6 +56,10 @@ class NumericsSummary:
         self.steps.append(event.step)
         self.loss_scale = event.loss_scale
         self.modules_total = max(self.modules_total, event.modules_total)
+        idle = event.modules_idle
+        if len(self.steps) > 1:  # a module that ran in any sampled step was measured
+            idle = {n: why for n, why in self.idle.items() if n in event.modules_idle}
+        self.idle = idle
         first = event.first_nonfinite  # the earliest step's: a rerun step may come in late
         if first is not None and (
             self.first_nonfinite is None or first.step < self.first_nonfinite.step
@@ -67,6 +72,24 @@ class NumericsSummary:
             if m.gradient is not None:
                 totals.gradient.add(m.gradient)
 
+    def never_ran(self) -> dict[str, str]:
+        """The measured modules whose forward never ran in a sampled step, with why."""
+        return {n: why for n, why in self.idle.items() if n not in self.modules}
+
+    def not_measured_line(self) -> str:
+        """'3 never ran: a, b and 1 more (why)', or '' when every hooked module ran."""
+        idle = self.never_ran()
+        if not idle:
+            return ""
+        by_reason: dict[str, list[str]] = {}
+        for name, why in idle.items():
+            by_reason.setdefault(why, []).append(name)
+        parts = []
+        for why, names in by_reason.items():
+            more = f" and {len(names) - 2} more" if len(names) > 2 else ""
+            parts.append(f"{', '.join(names[:2])}{more} ({why})")
+        return f"{len(idle)} never ran: " + "; ".join(parts)
+
     def to_json(self, preset: str) -> dict[str, object]:
         first = self.first_nonfinite
         return {
@@ -75,6 +98,7 @@ class NumericsSummary:
             "loss_scale": self.loss_scale,
             "modules_total": self.modules_total,
             "modules_measured": len(self.modules),
+            "modules_never_ran": self.never_ran(),
             "modules": [
                 {
                     "name": m.name,

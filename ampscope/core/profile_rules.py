@@ -46,13 +46,13 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
         ("conv", r"conv|winograd|implicit_gemm|im2col|cudnn_convolution"),
         (
             "matmul",
-            r"aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|mv)$|gemm|cublas|"
+            r"aten::(linear|mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|mv)$|gemm|cublas|"
             r"cutlass|xmma|nvjet|s1688|s16816|h1688|h16816|triton_tem_|_scaled_mm",
         ),
         ("elementwise", r"triton_(poi|red|per)_"),  # torch.compile's fused kernels
         (
             "norm_act",
-            r"norm|gelu|relu|silu|sigmoid|tanh|softmax|dropout|nll_loss|"
+            r"norm|gelu|relu|silu|sigmoid|tanh|softmax|dropout|nll_loss|threshold|"
             r"cross_entropy|hardswish|mish|\belu",
         ),
         (
@@ -60,13 +60,15 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
             r"elementwise|aten::(add|sub|mul|div|neg|pow|sqrt|rsqrt|exp|log|"
             r"copy_|_to_copy|to|fill_|zero_|where|clamp|abs|sum|mean|cat|stack|index|scatter|"
             r"gather|masked|lerp|addcmul|addcdiv|maximum|minimum|_foreach_\w+)|triton_|"
+            r"pool|embedding|"
             r"reduce_kernel|copy_kernel|fill_kernel|cat_|index_",
         ),
     ]
 ]
 
-_CASTS = re.compile(r"aten::(_to_copy|copy_)$|copy_kernel|direct_copy")
-"""Format conversions: under AMP the casts autocast inserts, counted in elementwise too."""
+_CASTS = re.compile(r"aten::(to|_to_copy|copy_)$")
+"""The ops a format conversion goes through (autocast's casts among them); one is a cast when
+its dtypes differ (``OpTime.cast``), counted in elementwise too."""
 
 _DTYPES = {
     "bfloat16": "bf16",
@@ -97,10 +99,37 @@ _KERNEL_ALIASES = {
 }
 
 
+_AUTOGRAD_NODE = re.compile(r"^(?:autograd::engine::evaluate_function: )?(\w+?)Backward\d*$")
+_ACCUMULATE = re.compile(r"accumulategrad")
+_CONVERSIONS = re.compile(r"aten::(to|_to_copy)$")
+GENERIC = ("elementwise", "other")
+"""Classes that say little about what an op is for: such an op takes its caller's class
+(``aten::clamp_min`` under ``aten::relu`` is the activation's, ``aten::copy_`` under
+``aten::addmm`` is the matmul's)."""
+
+
+def op_name(name: str) -> str:
+    """The aten op an autograd node stands for (``AddmmBackward0`` and autograd's
+    ``evaluate_function: AddmmBackward0`` are addmm's backward), else the name as it is."""
+    node = _AUTOGRAD_NODE.match(name)
+    if node is None:
+        return name
+    return "aten::" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", node.group(1)).lower()
+
+
+def decides_itself(name: str, cls: str) -> bool:
+    """Whether an op's own class stands, whatever called it: a specific class, or a format
+    conversion (autocast's casts, under the matmul that asked for them, are casts)."""
+    return cls not in GENERIC or _CONVERSIONS.search(name.lower()) is not None
+
+
 def op_class(name: str, phase: str | None = None) -> str:
-    """The class an op's (or a kernel's) self time counts in. ``phase`` is the engine's range
-    it ran under (``forward``, ``optimizer``...), when it ran under one."""
-    lowered = name.lower()
+    """The class an op's (or a kernel's) self time counts in, from its own name. ``phase`` is
+    the engine's range it ran under (``forward``, ``optimizer``...), when it ran under one.
+    An op of a generic class takes its caller's (the engine's ``collect`` walks the tree)."""
+    lowered = op_name(name).lower()
+    if _ACCUMULATE.search(lowered):  # autograd adding into .grad
+        lowered = "aten::add_"
     if phase in PHASE_CLASS and not _RULES[0][1].search(lowered):
         return PHASE_CLASS[phase]
     if lowered.startswith(PHASE_PREFIX):  # a range's own time: Python between the ops
@@ -145,3 +174,4 @@ class OpTime:
     self_us: float
     calls: int = 1
     dtype: str | None = None
+    cast: bool = False  # a copy between number formats (its input dtypes differ)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core.profile_rules import CLASSES, OpTime, is_cast
+from ampscope.core.profile_rules import CLASSES, OpTime
 from ampscope.core.units import fmt_ms
 
 REQUEST_FILE = "profile-request.json"
@@ -53,7 +53,7 @@ def summarize(
         by_class[op.cls] += op.self_us
         if op.cls in ("matmul", "conv") and op.dtype:
             by_dtype[op.cls][op.dtype] += op.self_us
-        if op.cls == "elementwise" and is_cast(op.name):
+        if op.cls == "elementwise" and op.cast:
             casts += op.self_us
         row = by_op.setdefault((op.name, op.cls, op.dtype), [0.0, 0])
         row[0] += op.self_us

@@ -26,6 +26,7 @@ from ampscope.core import events as ev
 from ampscope.core.config import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 from ampscope.engine.device import DeviceInfo
+from ampscope.engine.module_calls import attention_projections, why_not_called
 
 FP8_MULTIPLE = 16  # fp8 matmul kernels need both dimensions of a weight to be multiples of 16
 
@@ -34,8 +35,12 @@ FP8_MULTIPLE = 16  # fp8 matmul kernels need both dimensions of a weight to be m
 _NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
-def convert_for_fp8(model: nn.Module, preset: Preset, info: DeviceInfo) -> ev.Fp8Layers | None:
+def convert_for_fp8(
+    model: nn.Module, preset: Preset, info: DeviceInfo, called: set[str] | None = None
+) -> ev.Fp8Layers | None:
     """Swap the chosen linear layers for fp8 ones in place; None for presets that are not fp8.
+    ``called``: the modules a forward pass calls (``module_calls``); a layer outside it would
+    never run in fp8, and stays as it is, named with why.
 
     Raises ConfigError (exit 2) where no layer can be converted or torchao does not import;
     the device and the token counts were checked before the build (``engine.validation``).
@@ -44,7 +49,7 @@ def convert_for_fp8(model: nn.Module, preset: Preset, info: DeviceInfo) -> ev.Fp
         return None
     options = preset.fp8
     float8 = import_torchao_float8()
-    converted, skipped = choose_layers(model, options.skip_head)
+    converted, skipped = choose_layers(model, options.skip_head, called)
     if not converted:
         wider = (
             "give your model's linear layers such dimensions"
@@ -70,19 +75,26 @@ def convert_for_fp8(model: nn.Module, preset: Preset, info: DeviceInfo) -> ev.Fp
     )
 
 
-def choose_layers(model: nn.Module, skip_head: bool) -> tuple[list[str], dict[str, str]]:
+def choose_layers(
+    model: nn.Module, skip_head: bool, called: set[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """The linear layers to train in fp8, and the others with the reason they stay in bf16.
 
     The output head is the model's last linear layer: its logits go straight into the loss,
-    where fp8's 2-3 mantissa bits would cost the most, and fp8 recipes leave it out.
+    where fp8's 2-3 mantissa bits would cost the most, and fp8 recipes leave it out. A layer
+    the forward pass never calls (``called``, when known) would not run in fp8 if swapped;
+    nor do the q/k/v projections ``nn.MultiheadAttention`` keeps as bare parameters.
     """
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    head = linears[-1][0] if linears else None
+    ran = [(n, m) for n, m in linears if called is None or n in called]
+    head = ran[-1][0] if ran else None
     converted: list[str] = []
     skipped: dict[str, str] = {}
     for name, module in linears:
         out_features, in_features = module.weight.shape
-        if skip_head and name == head:
+        if called is not None and name not in called:
+            skipped[name] = why_not_called(model, name)
+        elif skip_head and name == head:
             skipped[name] = "the output head (fp8.skip_head = true)"
         elif in_features % FP8_MULTIPLE or out_features % FP8_MULTIPLE:
             skipped[name] = (
@@ -90,6 +102,7 @@ def choose_layers(model: nn.Module, skip_head: bool) -> tuple[list[str], dict[st
             )
         else:
             converted.append(name)
+    skipped.update(attention_projections(model))
     return converted, skipped
 
 

@@ -15,6 +15,7 @@ from ampscope.engine.device import DeviceInfo
 from ampscope.engine.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.fp8 import convert_for_fp8
 from ampscope.engine.link import Link, SoloLink
+from ampscope.engine.module_calls import called_modules
 from ampscope.engine.parallelize import parallelize
 from ampscope.engine.precision import PrecisionPolicy, precision_policy, set_matmul_precision
 from ampscope.engine.validation import RunWarning, training_state_warning
@@ -57,7 +58,8 @@ def build(
     workload, dims = make_workload(preset, info, link, sizes)
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
-    fp8_layers = convert_for_fp8(workload.model, preset, info)  # None unless precision = "fp8"
+    called = fp8_probe(workload) if preset.precision == "fp8" else None
+    fp8_layers = convert_for_fp8(workload.model, preset, info, called)  # None unless fp8
     policy.cast(workload)
     batch_size = workload.samples_per_step
     workload.pool.shard(link.rank, link.world_size)
@@ -109,6 +111,11 @@ def memory_estimate(s: Setup) -> RunWarning | None:
     params = sum(p.numel() for p in s.model.parameters())
     total = s.info.total_memory if s.info.is_cuda else psutil.virtual_memory().total
     return training_state_warning(s.preset, s.info, params, total)
+
+
+def fp8_probe(workload: Workload) -> set[str] | None:
+    """The modules the model's forward pass calls: the linear layers that can run in fp8."""
+    return called_modules(workload.model, workload.first_batch(), workload.forward)
 
 
 def count_flops(workload: Workload) -> FlopFigures:

@@ -22,6 +22,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import MODULE_CAP, choose_modules
+from ampscope.engine.module_calls import why_not_called
 from ampscope.engine.numerics.measure import CONSTANTS, RAW, measure, row_of
 from ampscope.engine.numerics.summary import module_numerics
 
@@ -57,6 +58,7 @@ class Pending:
     flat: torch.Tensor  # the rows, the weight checks, the scale: on the host or in flight
     ready: Callable[[], bool]
     replayed: bool = False
+    called: frozenset[int] = frozenset()  # the measured modules whose forward ran
 
 
 @dataclass
@@ -70,6 +72,7 @@ class NumericsProbe:
     kinds: list[str] = field(default_factory=list)
     total: int = 0
     failed: bool = False
+    called: set[int] = field(default_factory=set)  # this sampled step's modules that ran
 
     def __post_init__(self) -> None:
         leaves = leaf_modules(self.model)
@@ -103,6 +106,7 @@ class NumericsProbe:
     def begin(self, step: int, scale: torch.Tensor) -> None:
         self.scale = scale
         self.rows, self.checks, self.slots, self.dtypes = [], [], [], []
+        self.called = set()
         self.measured.append(step)
         for index, module in enumerate(self.modules):
             self.handles.append(module.register_forward_hook(self._forward_hook(index)))
@@ -113,6 +117,7 @@ class NumericsProbe:
         def hook(module: torch.nn.Module, inputs: object, out: object) -> None:
             if self.failed:
                 return
+            self.called.add(index)
             try:
                 for t in tensors_in(out):
                     self._take(index, FORWARD, t)
@@ -196,7 +201,10 @@ class NumericsProbe:
                 ready = done.query
             else:
                 host, ready = flat, lambda: True
-            self.pending.append(Pending(step, self.slots, self.dtypes, host, ready, replayed))
+            called = frozenset(self.called)
+            self.pending.append(
+                Pending(step, self.slots, self.dtypes, host, ready, replayed, called)
+            )
         except Exception as exc:
             self._fail(exc)
         self.poll()
@@ -232,6 +240,11 @@ class NumericsProbe:
             loss_scale=scale if scale == scale else None,  # NaN: no GradScaler
             modules=modules,
             modules_total=self.total,
+            modules_idle={
+                name: why_not_called(self.model, name)
+                for i, name in enumerate(self.names)
+                if i not in item.called
+            },
             first_nonfinite=found,
             replayed=item.replayed,
         )

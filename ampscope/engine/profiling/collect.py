@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ampscope.core.profile_rules import PHASE_PREFIX, OpTime, op_class, phase_of, short_dtype
+from ampscope.core.profile_rules import (
+    PHASE_CLASS,
+    PHASE_PREFIX,
+    OpTime,
+    decides_itself,
+    is_cast,
+    op_class,
+    phase_of,
+    short_dtype,
+)
 
 DENSE = ("matmul", "conv", "attention")
 
@@ -32,8 +41,30 @@ def _phase(event: Any) -> str | None:
     return None
 
 
+def event_class(event: Any, phase: str | None) -> str:
+    """What an op does: its own class, or where that is generic (an elementwise kernel, a
+    view), its caller's: ``aten::clamp_min`` under ``aten::relu`` is the activation's,
+    ``aten::threshold_backward`` under autograd's ``ReluBackward0`` too, and the bias copy
+    ``aten::addmm`` makes is the matmul's. The walk stops at the engine's ranges."""
+    cls = op_class(event.name, phase)
+    if decides_itself(event.name, cls) or phase in PHASE_CLASS:
+        return cls
+    parent = event.cpu_parent
+    if parent is None or phase_of(parent.name) is not None:
+        return cls
+    caller = event_class(parent, phase)
+    return caller if caller != "other" else cls
+
+
+WRAPPERS = ("aten::linear", "aten::matmul")
+"""Dense ops that call the one that does the work: under autocast their inputs are the
+model's fp32, the kernel's are bf16."""
+
+
 def _dtype(event: Any, cls: str, kernel: str = "") -> str | None:
-    if cls not in DENSE:
+    """The format of a dense op's own work: not of an op that takes the class of its caller
+    (the bias sum of addmm's backward) nor of a wrapper."""
+    if cls not in DENSE or event.name in WRAPPERS or op_class(event.name) != cls:
         return None
     return short_dtype(getattr(event, "input_dtypes", None) or (), kernel)
 
@@ -49,8 +80,8 @@ def cpu_op_times(events: Sequence[Any]) -> list[OpTime]:
             continue
         if e.self_cpu_time_total <= 0:
             continue
-        cls = op_class(e.name, _phase(e))
-        rows.append(OpTime(e.name, cls, float(e.self_cpu_time_total), 1, _dtype(e, cls)))
+        cls = event_class(e, _phase(e))
+        rows.append(OpTime(e.name, cls, float(e.self_cpu_time_total), 1, _dtype(e, cls), _casts(e)))
     return rows
 
 
@@ -75,12 +106,26 @@ def device_op_times(events: Sequence[Any]) -> tuple[list[OpTime], float]:
         phase = _phase(launcher) if launcher is not None else None
         cls = op_class(e.name, phase)
         if launcher is not None and cls not in KERNEL_DECIDES:
-            by_op = op_class(launcher.name, phase)
+            by_op = event_class(launcher, phase)
             cls = by_op if by_op != "other" else cls
         dtype = _dtype(launcher, cls, e.name) if launcher is not None else _dtype(e, cls, e.name)
-        rows.append(OpTime(e.name, cls, end - start, 1, dtype))
+        cast = _casts(launcher) if launcher is not None else False
+        rows.append(OpTime(e.name, cls, end - start, 1, dtype, cast))
         spans.append((start, end))
     return rows, covered_us(spans)
+
+
+def _casts(event: Any) -> bool:
+    """Whether an op converts between number formats: a copy whose destination and source
+    dtypes differ (torch.profiler records them with ``record_shapes``), or a conversion
+    (``aten::to``, ``aten::_to_copy``) whose copy does. ``addmm`` copying its bias into its
+    output is a copy, not a cast."""
+    if not is_cast(event.name):
+        return False
+    if event.name == "aten::copy_":
+        dtypes = [d for d in (getattr(event, "input_dtypes", None) or [])[:2] if d]
+        return len(dtypes) == 2 and dtypes[0] != dtypes[1]
+    return any(_casts(child) for child in getattr(event, "cpu_children", None) or [])
 
 
 KERNEL_DECIDES = ("memcpy", "communication")

@@ -67,6 +67,7 @@ class MemoryScreen(ToolScreen):
         self.workload: mp.Workload | None = None
         self.model_spec = ""  # a --model dashboard's model
         self.model_params: int | None = None
+        self.measured: mp.MeasuredStep | None = None  # the model's activations, one step
         self.plan: list[mp.RegimePlan] = []
         self.widths: list[int] = []  # the table's columns, padding included
         self.keys: list[str] = []
@@ -117,16 +118,23 @@ class MemoryScreen(ToolScreen):
             self.query_one("#memory-error", Label).update(visible(str(exc)))
             return
         if self.model_params is not None and params == self.model_params:
-            self.show(params, None, f"model {self.model_spec}: {params:,} parameters")
+            title = f"model {self.model_spec}: {params:,} parameters"
+            self.show(params, None, title, self.measured)
         elif self.workload is not None and params == self.workload.params:
             self.show(params, self.workload.shape, f"preset {self.preset} at its GPU size")
         else:
             self.show(params, None, f"{text.strip()} parameters")
 
-    def show(self, params: int, shape: mp.Shape | None, title: str) -> None:
+    def show(
+        self,
+        params: int,
+        shape: mp.Shape | None,
+        title: str,
+        measured: mp.MeasuredStep | None = None,
+    ) -> None:
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
-        plan = mp.plan(params, optimizer=optimizer, shape=shape)
+        plan = mp.plan(params, optimizer=optimizer, shape=shape, measured=measured)
         self.plan = plan
         self.keys = [r.regime for r in plan]
         self.fit_table()
@@ -136,6 +144,8 @@ class MemoryScreen(ToolScreen):
                 + (
                     f" · {mp.ATTENTION}"
                     if shape
+                    else f" · activations {measured.how}"
+                    if measured
                     else " · no transformer shape: activations not counted"
                 )
             )
@@ -152,22 +162,29 @@ class MemoryScreen(ToolScreen):
         )
 
     def count_model(self, spec: str) -> None:
-        """In a thread: the model's parameter count from ``ampscope memory --model`` (the
-        dashboard never imports torch), then the plan for it."""
+        """In a thread: the model's parameter count and one step's activations from
+        ``ampscope memory --model`` (the dashboard never imports torch), then the plan."""
         command = [sys.executable, "-m", "ampscope", "memory", "--model", spec, "--json"]
+        measured = None
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-            params = int(json.loads(done.stdout)["params"]) if done.returncode == 0 else None
+            answer = json.loads(done.stdout) if done.returncode == 0 else {}
+            params = int(answer["params"]) if answer else None
+            if answer.get("measured"):
+                measured = mp.MeasuredStep(**answer["measured"])
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
             params, done = None, None
-        self.app.call_from_thread(self.model_counted, params, done.stderr if done else "")
+        error = done.stderr if done else ""
+        self.app.call_from_thread(self.model_counted, params, error, measured)
 
-    def model_counted(self, params: int | None, error: str) -> None:
+    def model_counted(
+        self, params: int | None, error: str, measured: mp.MeasuredStep | None = None
+    ) -> None:
         if params is None:
             said = error.strip() or f"the model {self.model_spec} could not be counted"
             self.query_one("#memory-error", Label).update(visible(said, 400))
             return
-        self.model_params = params
+        self.model_params, self.measured = params, measured
         self.query_one("#memory-params", Input).value = str(params)
         self.recompute()
 

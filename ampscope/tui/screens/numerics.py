@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ampscope.core.numerics import FORMATS, LIMITS
+from ampscope.core.numerics import FORMATS, LIMITS, MODULE_CAP
 from ampscope.core.numerics_grid import METRICS, GridRow, build_grid
 from ampscope.core.numerics_report import NumericsSummary, limit, verdict
 from ampscope.core.run_args import DEFAULT_REFRESH_HZ
@@ -137,8 +137,13 @@ class NumericsScreen(Screen):
             sampled = len(summary.steps)
             header += f" · {sampled} sampled step"
             header += f"{'s' if sampled != 1 else ''} · {measured} layers"
+            idle = len(summary.never_ran())
             if summary.modules_total > measured:
-                header += f" of {summary.modules_total} (at most 256 measured)"
+                header += f" of {summary.modules_total}"
+                if idle:
+                    header += f" ({idle} never ran)"
+                if summary.modules_total > measured + idle:
+                    header += f" (at most {MODULE_CAP} measured)"
         self.query_one("#numerics-header", Static).update(header)
         if not summary.steps:
             self.query_one("#numerics-verdict", Static).update(NO_NUMERICS)
