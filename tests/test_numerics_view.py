@@ -237,7 +237,7 @@ def test_many_layers_scroll_and_the_header_says_how_many_were_measured():
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_the_header_names_layers_that_never_ran_and_suggests_no_cap_for_them():
     """nn.MultiheadAttention's out_proj never runs as a module: '18 layers of 21' once came
     with '(at most 256 measured)', a cap that had nothing to do with it."""
