@@ -109,20 +109,24 @@ def _speed_cards(state: RunState) -> list[Card]:
     mfu = _median([s[8] for s in recent if s[8] is not None])
     data = state.median_data_ms()
     step_ms = fmt_ms(state.median_step_ms())
-    # a card is 22 columns at 120: the title says what the figures are, the line how many
-    sub = f"of the last {len(recent)}" if recent else ""
-    if data is not None:  # the wait for the next batch, a part of the step: shown first
-        sub = f"data {fmt_ms(data)} · last {len(recent)}"
+    # A card is 22 columns at 120, 14 at 80: the title says which steps the figure is of, so
+    # that it is not read as the run's median (the last line of the log) when the two differ.
+    title, short = "Step time", "Step time"
+    if recent:
+        title, short = f"Step time · last {len(recent)}", f"Step · last {len(recent)}"
+    sub = "median" if recent else ""
+    if data is not None:  # the wait for the next batch, a part of the step
+        sub = f"median · data {fmt_ms(data)}"
     flops = "-" if tfl is None else f"{tfl:.3g}"
     if tfl is not None and mfu is not None:
         flops += f" · {mfu * 100:.0f}%"
     return [
         Card(
             "step_ms",
-            "Step time · median",
+            title,
             step_ms,
             sub,
-            short=("Step time", step_ms),  # 80x24: the card is 14 columns
+            short=(short, step_ms),  # 80x24: the card is 14 columns
         ),
         Card(
             "throughput",
