@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Input, Label, OptionList, Select
+from textual.widgets import Input, OptionList, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core.text import visible
@@ -107,7 +107,7 @@ class PresetsScreen(Screen):
         self.presets = cfg.list_presets()
         self.query_one(PresetList).show(self.presets, self.draft.marked)
         if not self.presets:
-            self.query_one("#preset-error", Label).update(
+            self.query_one("#preset-error", Static).update(
                 f"No presets found. Add .toml files to {visible(cfg.user_presets_dir())}."
             )
             return
