@@ -41,7 +41,14 @@ class PresetsScreen(Screen):
         Binding("enter", "run", "Run", id="presets.run-enter"),
         Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
-        Binding("m", "mark", "Mark for sweep", id="presets.mark"),
+        Binding(
+            "m",
+            "mark",
+            "Mark for sweep",
+            id="presets.mark",
+            # the help's words: the move is what surprises (m m m marks three in a row)
+            tooltip="Mark for sweep (again: unmark), then move down to the next preset",
+        ),
         Binding("w", "sweep", "Run sweep", id="presets.sweep"),
         # one shows (check_action): it names the current count, pressing it moves to the next
         *(
