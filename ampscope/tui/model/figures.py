@@ -166,6 +166,9 @@ def _loss_cards(state: RunState) -> list[Card]:
 def _grad_zero_card(state: RunState) -> Card:
     """The underflow demo's number: output-gradient values that are exactly zero."""
     seen = state.grad_zero
+    every = (state.hello.config if state.hello else {}).get("grad_zero_every")
+    if seen is None and every == 0:  # never measured, by choice: not "yet"
+        return Card("grad_zeros", "Grad zeros", "off", "grad_zero_every=0")
     if seen is None:
         return Card("grad_zeros", "Grad zeros", "-", "not measured yet")
     step, frac = seen
