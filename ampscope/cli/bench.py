@@ -123,10 +123,21 @@ def cmd_bench(args) -> int:
         )
         return 2
     try:
-        for name in presets:
-            cfg.load_preset(name, overrides)
+        loaded = [cfg.load_preset(name, overrides) for name in presets]
     except cfg.ConfigError as exc:
         return fail(exc)
+    clock = getattr(args, "clock", "wall")
+    if clock == "cpu":
+        on_gpu = next((p for p in loaded if _runs_on_cuda(p.device)), None)
+        if on_gpu is not None:
+            print(
+                f"ampscope: --clock cpu: {on_gpu.name} runs on a GPU (device = "
+                f"'{on_gpu.device}'{' finds one here' if on_gpu.device == 'auto' else ''}), "
+                "where a step's time is the GPU's, not the process's CPU time. Accepted: "
+                "--clock cpu with --device cpu, or the wall clock (the default) on a GPU.",
+                file=sys.stderr,
+            )
+            return 2
     launch: Launch = args.launch
     problem = port_in_use(launch)
     if problem is not None:
@@ -150,13 +161,24 @@ def cmd_bench(args) -> int:
         if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
-    rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
+    rows = compare([row_from_runs(p, rs, clock) for p, rs in results.items() if rs], baseline)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     print(render(rows, baseline, fmt, width=width))
     sweep = write_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0
+
+
+def _runs_on_cuda(device: str) -> bool:
+    """Whether a preset's ``device`` trains on a GPU here (``auto`` asks torch, only then)."""
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 class _Progress:
