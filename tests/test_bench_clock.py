@@ -93,3 +93,25 @@ def test_the_cpu_clock_is_refused_on_a_gpu(
     assert "Accepted: --clock cpu with --device cpu" in said.stderr
     assert "Traceback" not in said.stderr
     assert shared_machine == []  # refused before any run
+
+
+def test_a_cpu_run_records_each_steps_cpu_time_and_its_median_over_the_timed_steps() -> None:
+    """The engine's step events carry ``cpu_ms`` on a CPU, and ``done.cpu_ms_median`` is the
+    median over the same steps as ``step_ms_median`` (warm-up and grad-zero steps left out)."""
+    import statistics
+
+    from ampscope.core.summary import timed_steps
+    from ampscope.engine.run import EXIT_OK, run
+
+    seen: list[ev.Event] = []
+    sets = ["device='cpu'", "steps=7", "warmup_steps=2", "grad_zero_every=3"]
+    assert run("mlp-demo", sets, record=False, on_event=seen.append) == EXIT_OK
+    steps = [e for e in seen if isinstance(e, ev.StepEvent)]
+    (done,) = [e for e in seen if isinstance(e, ev.DoneEvent)]
+    assert all(s.cpu_ms is not None and s.cpu_ms > 0 for s in steps)
+    zeros = {s.step for s in steps if s.grad_zero_frac is not None}
+    kept = timed_steps(len(steps), 2, instrumented=zeros)
+    assert kept == [2, 4, 5]  # 3 and 6 measured zeros
+    assert done.step_ms_median == pytest.approx(statistics.median(steps[i].step_ms for i in kept))
+    cpu = statistics.median(steps[i].cpu_ms for i in kept)  # type: ignore[type-var]
+    assert done.cpu_ms_median == pytest.approx(cpu, abs=1e-3)
