@@ -1,5 +1,6 @@
-"""A long message is never cut: a factory's error in the Run view and the preset form's
-error line show every word at 80x24 and 120x40 (wrapped, or scrolled to)."""
+"""What the Run view and the preset form say is never cut nor misleading, at 80x24 and
+120x40: a factory's error and the form's error line show every word (wrapped, or scrolled
+to), and a Grad zeros card that is never measured says off, not "not measured yet"."""
 
 from __future__ import annotations
 
@@ -101,5 +102,36 @@ def test_the_preset_forms_error_line_wraps_rather_than_cut(size, tmp_path: Path)
             assert message.endswith("<= 10000000."), message
             form = [ln.split("\u2502")[-1] for ln in terminal_output(app)[0].splitlines()]
             assert flat(message) in flat("\n".join(form))  # right of the list's border
+
+    run(go())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_watched_runs_grad_zeros_card_says_off_when_never_measured(size) -> None:
+    from ampscope.tui.model.run_state import RunState
+    from tests.helpers import hello
+    from tests.snapshot_runs import FrozenSource
+
+    state = RunState(label="mine")
+    config = {"name": "mine", "source": "watch", "precision": "fp32", "grad_zero_every": 0}
+    state.ingest(hello(preset="mine", config=config))
+    for i in range(30):
+        state.ingest(step(i, 10.0))
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=Path("runs"))
+        async with app.run_test(size=size) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.open_run(FrozenSource(state))
+            await shown(pilot, app, RunScreen)
+            await pilot.pause(0.5)
+            cards = "\n".join(terminal_output(app)[0].splitlines()[1:8])
+            assert "not measured yet" not in cards
+            line = next(ln for ln in cards.splitlines() if "Grad zeros" in ln)
+            under = cards.splitlines()[cards.splitlines().index(line) + 1]
+            column = line.index("Grad zeros")
+            assert under[column:].split()[0] == "off"
+            if size == (120, 40):  # the detail line: 80x24 has none
+                assert "grad_zero_every=0" in cards
 
     run(go())
