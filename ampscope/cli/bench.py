@@ -31,6 +31,7 @@ from ampscope.core import records, significance
 from ampscope.core.comparison import (
     DEFAULT_BASELINE,
     LECTURE_SWEEP,
+    Clock,
     compare,
     interleaved,
     render,
@@ -126,7 +127,7 @@ def cmd_bench(args) -> int:
         loaded = [cfg.load_preset(name, overrides) for name in presets]
     except cfg.ConfigError as exc:
         return fail(exc)
-    clock = getattr(args, "clock", "wall")
+    clock: Clock = "cpu" if getattr(args, "clock", "wall") == "cpu" else "wall"
     if clock == "cpu":
         on_gpu = next((p for p in loaded if _runs_on_cuda(p.device)), None)
         if on_gpu is not None:

@@ -17,7 +17,8 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     found = [lowered[c] for c in difflib.get_close_matches(word.lower(), list(lowered), n=3)]
     # Two letters swapped (fp61 for fp16) is the commonest slip; difflib may rank fp64 as high.
     swapped = [c for c in found if sorted(c.lower()) == sorted(word.lower())]
-    return (swapped or found or [None])[0]
+    best = swapped or found
+    return best[0] if best else None
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
