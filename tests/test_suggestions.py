@@ -52,6 +52,8 @@ def test_a_format_typo_prefers_the_swapped_letters(capsys) -> None:
         keys_from("bf16,fp61")  # fp64 is as close to difflib; two swapped letters are likelier
     said = cli(capsys, "dtypes", "1.0", "--formats", "e4m3,bf61")
     assert said.returncode == 2 and "Did you mean 'bf16'?" in said.stderr
+    said = cli(capsys, "dtypes", "--demo", "fp16-undreflow")
+    assert said.returncode == 2 and "Did you mean 'fp16-underflow'?" in said.stderr
 
 
 FACTORY_FILE = """

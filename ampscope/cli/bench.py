@@ -28,14 +28,13 @@ from ampscope.cli.output import fail
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records, significance
+from ampscope.core.bench_notes import Clock, clock_note, row_by_clock, spread_notes
 from ampscope.core.comparison import (
     DEFAULT_BASELINE,
     LECTURE_SWEEP,
-    Clock,
     compare,
     interleaved,
     render,
-    row_from_runs,
     write_sweep,
 )
 from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
@@ -162,10 +161,13 @@ def cmd_bench(args) -> int:
         if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
-    rows = compare([row_from_runs(p, rs, clock) for p, rs in results.items() if rs], baseline)
+    rows = compare([row_by_clock(p, rs, clock) for p, rs in results.items() if rs], baseline)
+    on_cpu = all(r.hello is None or r.hello.device == "cpu" for rs in results.values() for r in rs)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     print(render(rows, baseline, fmt, width=width))
+    if fmt in ("text", "markdown"):  # what the clock was, and a spread that blocks a verdict
+        print("\n".join([*spread_notes(rows, baseline, on_cpu), clock_note(clock)]))
     sweep = write_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0

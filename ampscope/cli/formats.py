@@ -9,6 +9,8 @@ import re
 import sys
 from typing import Any
 
+from ampscope.core.suggest import did_you_mean
+
 # -------------------------------------------------------------------------------------------
 # Parsers
 
@@ -194,7 +196,10 @@ def _run_demo(name: str, as_json: bool) -> int:
                 print(f"{key:<{width}}  {what}")
         return 0
     if name not in fm.DEMOS:
-        return _fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
+        hint = did_you_mean(name, ["list", *fm.DEMOS])
+        return _fail(
+            f"--demo {name}: no such demonstration.{hint} Demos: list, {', '.join(fm.DEMOS)}."
+        )
     result = fm.run_demo(name)
     if as_json:
         print(

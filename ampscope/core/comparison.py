@@ -14,7 +14,6 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import msgspec
 
@@ -27,14 +26,6 @@ DEFAULT_BASELINE = "fp32"
 SWEEP_FILE = "sweep.json"
 # What must match the baseline for a difference to be a precision effect, in the user's words.
 SETUP_FIELDS = ("workload", "sizes", "batch", "steps", "device")
-Clock = Literal["wall", "cpu"]
-CLOCK_WORDS = {
-    "wall": "wall clock (each step's elapsed time)",
-    "cpu": "CPU clock (each step's process CPU time, all threads: --clock cpu)",
-}
-SPREAD_BLOCKS = 1.2
-"""A speed-up interval this many times wide (high / low) that still holds 1.0 says the
-repeats disagree, not that the presets run alike: the bench says so, and what would help."""
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -69,8 +60,7 @@ class Row(msgspec.Struct, kw_only=True):
     grad_zero_frac: float | None = None  # the largest measured in the run(s)
     compile_s: float | None = None
     run_dirs: list[str] = msgspec.field(default_factory=list)
-    clock: Clock = "wall"  # what step_ms, the spread and the speed-up were measured with
-    device: str | None = None  # the runs' device (cpu, cuda:0), from hello
+    clock: str = "wall"  # step times by the wall clock, or the CPU's (bench --clock cpu)
 
 
 def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
@@ -78,21 +68,14 @@ def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
     return [p for _ in range(repeats) for p in presets]
 
 
-def row_from_runs(preset: str, runs: Sequence[records.RunRecord], clock: Clock = "wall") -> Row:
+def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     """One row from a preset's runs. A stopped run's figures count: they measure the steps it
-    ran (its status says it stopped); a failed run's do not. ``clock``: the step time is the
-    wall clock's, or (``cpu``) the process's CPU time, which CPU devices' runs record."""
+    ran (its status says it stopped); a failed run's do not."""
     dones = [r.done for r in runs if r.done is not None]
     measured = [d for d in dones if d.status in ("ok", "stopped") and d.steps_done > 0]
     statuses = {r.status for r in runs}
     status = statuses.pop() if len(statuses) == 1 else "mixed"
-    row = Row(
-        preset=preset,
-        status=status,
-        runs=len(runs),
-        run_dirs=[str(r.path) for r in runs],
-        clock=clock,
-    )
+    row = Row(preset=preset, status=status, runs=len(runs), run_dirs=[str(r.path) for r in runs])
     failures = [_reason(r) for r in runs if r.status != "ok"]
     row.reason = next((f for f in failures if f), None)
     zeros = [
@@ -108,20 +91,18 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord], clock: Clock =
         row.loss_nonfinite = went_nonfinite.loss_nonfinite
         row.loss_nonfinite_step = went_nonfinite.loss_final_step
     row.setup = setup_of(runs[0]) if runs else {}
-    row.device = runs[0].hello.device if runs and runs[0].hello is not None else None
     row.run_medians = [
-        _run_median(r.done, clock) if r.done is not None and r.done in measured else None
-        for r in runs
+        r.done.step_ms_median if r.done is not None and r.done in measured else None for r in runs
     ]
     if not measured:
         return row
     ok = measured
-    medians = [m for m in row.run_medians if m is not None]
+    medians = [d.step_ms_median for d in ok if d.step_ms_median is not None]
     if medians:
         row.step_ms = statistics.median(medians)
         if len(medians) > 1:
             row.spread_lo, row.spread_hi = min(medians), max(medians)
-        elif clock == "wall":
+        else:
             row.spread_lo, row.spread_hi = ok[0].step_ms_p10, ok[0].step_ms_p90
     row.samples_per_s = _median([d.samples_per_s for d in ok])
     row.tokens_per_s = _median([d.tokens_per_s for d in ok])
@@ -133,10 +114,6 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord], clock: Clock =
     compiles = [d.compile_s for d in ok if d.compile_s is not None]
     row.compile_s = statistics.median(compiles) if compiles else None
     return row
-
-
-def _run_median(done: ev.DoneEvent, clock: Clock) -> float | None:
-    return done.cpu_ms_median if clock == "cpu" else done.step_ms_median
 
 
 def setup_of(run: records.RunRecord) -> dict[str, str]:
@@ -361,62 +338,16 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
         for row in rows:
             writer.writerow([_csv_value(getattr(row, f)) for f in fields])
         return out.getvalue()
-    clock = rows[0].clock if rows else "wall"
-    heads = [("CPU time/step" if k == "step" and clock == "cpu" else h) for h, k in COLUMNS]
+    step_head = "CPU time/step" if rows and rows[0].clock == "cpu" else "step time"
+    heads = [step_head if k == "step" else h for h, k in COLUMNS]
     body = [[c[k] for _, k in COLUMNS] for c in table]
     if fmt == "markdown":
         lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         lines += ["| " + " | ".join(r) + " |" for r in body]
     else:
         lines = text_table(heads, body, width)
-    notes = verdicts(rows, baseline) + spread_notes(rows, baseline) + legend(rows)
-    notes.append(f"step time: {CLOCK_WORDS[clock]}, the median of each run's timed steps.")
+    notes = verdicts(rows, baseline) + legend(rows)
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
-
-
-def spread_blocks(row: Row) -> bool:
-    """No verdict because the repeats disagree: the interval holds 1.0 and is wide."""
-    low, high = row.speedup_low, row.speedup_high
-    if row.significant is not False or low is None or high is None or low <= 0:
-        return False
-    return high / low >= SPREAD_BLOCKS
-
-
-def spread_notes(rows: list[Row], baseline: str) -> list[str]:
-    """Where the spread between repeats is what keeps a verdict back: say so, with the
-    repeats' range, and what would narrow it on this clock and device."""
-    blocked = [r for r in rows if spread_blocks(r)]
-    if not blocked:
-        return []
-    base = next((r for r in rows if r.preset == baseline), None)
-    ranges = []
-    for row in [r for r in (base, *blocked) if r is not None]:
-        if row.spread_lo is not None and row.spread_hi is not None:
-            ranges.append(f"{row.preset} {fmt_ms(row.spread_lo)}-{fmt_ms(row.spread_hi)}")
-    clock = blocked[0].clock
-    cpu_device = _on_cpu(blocked[0])
-    helps = []
-    if clock == "wall" and cpu_device:
-        helps.append(
-            "--clock cpu (each step's process CPU time: other tenants' load hardly moves it)"
-        )
-    helps.append("more --repeats")
-    if cpu_device:
-        helps.append("fewer threads (OMP_NUM_THREADS=1 on a shared machine)")
-    else:
-        helps.append("a GPU nothing else is using")
-    names = ", ".join(r.preset for r in blocked)
-    return [
-        f"No speed verdict for {names}: the repeats spread too widely to tell "
-        f"(step time across repeats: {'; '.join(ranges)})."
-        if ranges
-        else f"No speed verdict for {names}: the repeats spread too widely to tell.",
-        "What would help: " + ", ".join(helps) + ".",
-    ]
-
-
-def _on_cpu(row: Row) -> bool:
-    return row.clock == "cpu" or (row.device or "").startswith("cpu")
 
 
 def legend(rows: list[Row]) -> list[str]:

@@ -22,6 +22,9 @@ from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 from ampscope.tui.screens.save import ask_and_save
 from ampscope.tui.widgets.key_bar import KeyBar
 
+MARK_HELP = "Mark for sweep (again: unmark), then move down to the next preset"
+"""The help's words for m: the move down is what surprises (m m m marks three in a row)."""
+
 
 class PresetsScreen(Screen):
     """The first screen: the list, the form (a ``PresetDraft`` holds what it means) and the
@@ -41,14 +44,7 @@ class PresetsScreen(Screen):
         Binding("enter", "run", "Run", id="presets.run-enter"),
         Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
-        Binding(
-            "m",
-            "mark",
-            "Mark for sweep",
-            id="presets.mark",
-            # the help's words: the move is what surprises (m m m marks three in a row)
-            tooltip="Mark for sweep (again: unmark), then move down to the next preset",
-        ),
+        Binding("m", "mark", "Mark for sweep", id="presets.mark", tooltip=MARK_HELP),
         Binding("w", "sweep", "Run sweep", id="presets.sweep"),
         # one shows (check_action): it names the current count, pressing it moves to the next
         *(
