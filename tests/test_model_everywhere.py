@@ -222,19 +222,25 @@ def test_the_memory_plan_of_a_model_dashboard_plans_the_users_model(tmp_path: Pa
 
 
 @pytest.mark.ui
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_the_presets_form_of_a_model_dashboard_shows_the_model_not_workload_gpt(
-    tmp_path: Path,
+    tmp_path: Path, size: tuple[int, int]
 ) -> None:
     path = user_model(tmp_path)
 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=[model_set(path)])
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=size) as pilot:
             await shown(pilot, app, PresetsScreen)
             await pilot.pause()
             text = helpers.screen_capture(app, "presets")[0]
-            assert "model      user_model.py:make" in text
-            assert "workload" not in text.split("model      ")[1].splitlines()[0]
+            lines = text.splitlines()
+            model = next(ln for ln in lines if "user_model.py:make" in ln)
+            precision = next(ln for ln in lines if " precision " in ln)
+            assert "workload" not in model
+            # the model's label and value in the same columns as the fields under it
+            assert model.index("model ") == precision.index("precision ")
+            assert model.index("user_model.py") == precision.index("fp32")
             assert not app.screen.query_one("#field-workload-kind").parent.display
 
     helpers.run(go())

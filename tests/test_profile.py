@@ -453,7 +453,14 @@ def test_copies_are_called_casts_only_where_a_narrow_format_ran_and_cpu_advice_s
     assert "Tensor Cores are where it pays" in profiles.advice(fp32_cpu)
     assert "(AMX, AVX512-BF16" in profiles.advice(fp32_cpu)
     amp = split_profile(10.0, "device", matmul_bf16=4.0, matmul_fp32=1.0, casts=0.5)
-    assert profiles.label("elementwise", amp) == "elementwise, casts 5%"
+    # the casts are a row of their own under elementwise, each figure a share of the step
+    assert profiles.label("elementwise", amp) == "elementwise"
+    assert profiles.casts_share("elementwise", amp) == pytest.approx(0.05)
+    assert profiles.casts_share("elementwise", fp32_cpu) is None
+    lines = profiles.render(amp, "amp").splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.strip().startswith("elementwise"))
+    assert lines[row + 1].split() == ["of", "which", "casts", "5%", "\u2588\u2588"]
+    assert "elementwise 5% (casts 5% of the step)" in profiles.headline(amp, most=6)
     fp32_gpu = split_profile(10.0, "device", matmul_fp32=9.0, optimizer=1.0)
     assert profiles.advice(fp32_gpu).endswith(
         "bf16 autocast (Tensor Cores) or tf32 would help most."
@@ -533,3 +540,44 @@ def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_
     assert kinds.get("aten::threshold_backward", "norm_act") == "norm_act"
     assert kinds.get("aten::clamp_min", "norm_act") == "norm_act"
     assert rows["aten::copy_"].count > 0 and profile.casts == 0.0  # fp32: no format changed
+
+
+KINETO_PROBE = """
+import torch
+from ampscope.core import events as ev
+from ampscope.engine.profiling.control import ProfileControl
+
+class Writer:
+    def emit(self, event, urgent=False):
+        print(type(event).__name__)
+
+control = ProfileControl(Writer(), torch.device("cpu"), first=(0, 1))
+control.before_step(0)
+torch.ones(64, 64) @ torch.ones(64, 64)
+control.after_step(0)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("users_level", [None, "0"])
+def test_a_profile_writes_no_kineto_lines_to_the_terminal(users_level: str | None) -> None:
+    """torch's profiler library prints 'USDT: ... profiler_start' to stderr; ampscope's
+    profiles leave the terminal to ampscope, unless the user set KINETO_LOG_LEVEL."""
+    import subprocess
+    import sys
+
+    from tests.helpers import engine_env
+
+    env = engine_env()
+    env.pop("KINETO_LOG_LEVEL", None)
+    if users_level is not None:
+        env["KINETO_LOG_LEVEL"] = users_level
+    done = subprocess.run(
+        [sys.executable, "-c", KINETO_PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ProfileEvent" in done.stdout  # the profile was taken
+    if users_level is None:
+        assert "profiler_start" not in done.stderr and "USDT" not in done.stderr, done.stderr
+    else:  # theirs is kept: the check above is not blind
+        assert "profiler_start" in done.stderr

@@ -77,14 +77,29 @@ def test_the_step_card_shows_the_wait_for_batches_when_the_engine_reports_it() -
     state = RunState(label="fp32")
     state.ingest(hello())
     state.ingest(step(0, 40.0))  # an older record: no data_ms
-    assert {c.key: c for c in cards(state)}["step_ms"].sub == "of the last 1"
+    assert {c.key: c for c in cards(state)}["step_ms"].sub == "median"
     for i in range(1, 4):
         state.ingest(step(i, 40.0, data_ms=12.0 + i))  # 13, 14, 15 ms of 40
     card = {c.key: c for c in cards(state)}["step_ms"]
-    # both figures are medians, and the card says so (never a bare "of 4")
-    assert card.title == "Step time · median" and card.value == "40.0 ms"
-    assert card.sub == "data 14.0 ms · last 4"
+    # both figures are medians of the recent steps, and the card says so (never a bare "of 4")
+    assert card.title == "Step time · last 4" and card.value == "40.0 ms"
+    assert card.sub == "median · data 14.0 ms"
     assert max(len(card.title), len(card.sub)) <= 22  # a card's width at 120 columns
+    assert card.short == ("Step · last 4", "40.0 ms")  # 80x24: no sub line, 14 columns
+
+
+@pytest.mark.unit
+def test_the_step_card_and_the_runs_last_line_say_which_median_each_is() -> None:
+    """At the end of a run the card (its last 20 steps) and the log's last line (the whole
+    run) differ; each says which steps it is of, so neither reads as a wrong figure."""
+    state = RunState(label="fp32")
+    state.ingest(hello())
+    for i in range(40):
+        state.ingest(step(i, 100.0 if i < 20 else 50.0))
+    state.ingest(msgspec.structs.replace(done(steps=40), step_ms_median=75.0))
+    card = {c.key: c for c in cards(state)}["step_ms"]
+    assert (card.title, card.value, card.sub) == ("Step time · last 20", "50.0 ms", "median")
+    assert "median step of the run 75.0 ms" in state.log[-1].text
 
 
 @pytest.mark.unit

@@ -99,7 +99,7 @@ def line_of(text: str) -> int:
 
 BAD = [
     ("make_raises", "the factory raised ValueError: the data folder is empty"),
-    ("no_such_factory", "has no 'no_such_factory'. Its functions and classes: "),
+    ("no_such_factory", "has no 'no_such_factory'. The functions it defines: "),
     ("make_no_model", "the factory's answer has no 'model'"),
     ("make_no_batches", "the factory's answer has no 'batches'"),
     ("make_not_a_module", "'model' is a str, not a torch.nn.Module"),

@@ -476,3 +476,26 @@ def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path, monkeypatc
     with ampscope.watch(model, opt, runs_dir=tmp_path, allow_stop=True) as mon:
         live = records.read_live(mon.run_dir)
         assert live is not None and live["stop_signal"] == "SIGINT"  # as Ctrl+C, where it works
+
+
+@pytest.mark.parametrize("every", [0, 3])
+def test_the_grad_zeros_card_of_a_watched_run_says_off_when_never_measured(
+    tmp_path: Path, every: int
+) -> None:
+    """grad_zero_every=0 (the default) means never: the card says so, not "not measured yet"."""
+    from ampscope.tui.model.figures import cards
+    from ampscope.tui.model.run_state import RunState
+
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, runs_dir=tmp_path, steps=6, grad_zero_every=every) as mon:
+        train(mon, model, opt, steps=6)
+    run = records.load_run(mon.run_dir)
+    assert run.hello is not None and run.hello.config["grad_zero_every"] == every
+    state = RunState()
+    for event in run.events:
+        state.ingest(event)
+    card = {c.key: c for c in cards(state)}["grad_zeros"]
+    if every == 0:
+        assert (card.value, card.sub) == ("off", "grad_zero_every=0")
+    else:
+        assert card.value.endswith("%") and card.sub.startswith("at step ")

@@ -27,13 +27,13 @@ from ampscope.cli.output import fail, output_width
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import records, significance
+from ampscope.core.bench_notes import Clock, clock_note, row_by_clock, spread_notes
 from ampscope.core.comparison import (
     DEFAULT_BASELINE,
     LECTURE_SWEEP,
     compare,
     interleaved,
     render,
-    row_from_runs,
     write_sweep,
 )
 from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
@@ -128,10 +128,21 @@ def cmd_bench(args) -> int:
         )
         return 2
     try:
-        for name in presets:
-            cfg.load_preset(name, overrides)
+        loaded = [cfg.load_preset(name, overrides) for name in presets]
     except cfg.ConfigError as exc:
         return fail(exc)
+    clock: Clock = "cpu" if getattr(args, "clock", "wall") == "cpu" else "wall"
+    if clock == "cpu":
+        on_gpu = next((p for p in loaded if _runs_on_cuda(p.device)), None)
+        if on_gpu is not None:
+            print(
+                f"ampscope: --clock cpu: {on_gpu.name} runs on a GPU (device = "
+                f"'{on_gpu.device}'{' finds one here' if on_gpu.device == 'auto' else ''}), "
+                "where a step's time is the GPU's, not the process's CPU time. Accepted: "
+                "--clock cpu with --device cpu, or the wall clock (the default) on a GPU.",
+                file=sys.stderr,
+            )
+            return 2
     launch: Launch = args.launch
     problem = port_in_use(launch)
     if problem is not None:
@@ -155,12 +166,26 @@ def cmd_bench(args) -> int:
         if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
-    rows = compare([row_from_runs(p, rs) for p, rs in results.items() if rs], baseline)
+    rows = compare([row_by_clock(p, rs, clock) for p, rs in results.items() if rs], baseline)
+    on_cpu = all(r.hello is None or r.hello.device == "cpu" for rs in results.values() for r in rs)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     print(render(rows, baseline, fmt, width=output_width()))
+    if fmt in ("text", "markdown"):  # what the clock was, and a spread that blocks a verdict
+        print("\n".join([*spread_notes(rows, baseline, on_cpu), clock_note(clock)]))
     sweep = write_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0
+
+
+def _runs_on_cuda(device: str) -> bool:
+    """Whether a preset's ``device`` trains on a GPU here (``auto`` asks torch, only then)."""
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 class _Progress:

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from ampscope.cli.output import output_width
+from ampscope.core.suggest import did_you_mean
 from ampscope.core.text import wrap
 
 # -------------------------------------------------------------------------------------------
@@ -306,7 +307,10 @@ def _run_demo(name: str, as_json: bool) -> int:
                 print("\n".join(wrap(what, output_width(), f"{key:<{width}}  ", " " * (width + 2))))
         return 0
     if name not in fm.DEMOS:
-        return _fail(f"--demo {name}: no such demonstration. Demos: list, {', '.join(fm.DEMOS)}.")
+        hint = did_you_mean(name, ["list", *fm.DEMOS])
+        return _fail(
+            f"--demo {name}: no such demonstration.{hint} Demos: list, {', '.join(fm.DEMOS)}."
+        )
     result = fm.run_demo(name)
     if as_json:
         print(

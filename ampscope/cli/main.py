@@ -45,6 +45,16 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
             f"repeats excludes 1.0, which needs {significance.MIN_REPEATS} or more"
         ),
     )
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help=(
+            "what a step's time is: wall (default) or cpu, the engine process's CPU time (all "
+            "threads). On a shared CPU machine other tenants stretch the wall clock, hardly the "
+            "CPU time; CPU devices only"
+        ),
+    )
     p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")

@@ -188,6 +188,14 @@ def viewer_server_class() -> type:
             """Tabs open, and tabs closed whose viewer process has not exited yet."""
             return len(self.tabs)
 
+        async def handle_index(self, request: web.Request) -> web.StreamResponse:
+            """The page refuses a size its viewer could not start on, as the websocket does:
+            a 400 with the reason, not a page whose screen then never comes."""
+            bad_size = size_refusal(request.query)
+            if bad_size is not None:
+                return web.Response(status=400, text=f"ampscope serve: {bad_size}.\n")
+            return await super().handle_index(request)
+
         # A refused viewer gets a plain HTTP answer, not a websocket: wider than the base's.
         async def handle_websocket(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
             why = refusal(request.headers.get("Origin"), request.host, self.loopback)

@@ -62,6 +62,7 @@ class Row(msgspec.Struct, kw_only=True):
     grad_zero_frac: float | None = None  # the largest measured in the run(s)
     compile_s: float | None = None
     run_dirs: list[str] = msgspec.field(default_factory=list)
+    clock: str = "wall"  # step times by the wall clock, or the CPU's (bench --clock cpu)
 
 
 def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
@@ -342,7 +343,8 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
         for row in rows:
             writer.writerow([_csv_value(getattr(row, f)) for f in fields])
         return out.getvalue()
-    heads = [h for h, _ in COLUMNS]
+    step_head = "CPU time/step" if rows and rows[0].clock == "cpu" else "step time"
+    heads = [step_head if k == "step" else h for h, k in COLUMNS]
     body = [[c[k] for _, k in COLUMNS] for c in table]
     if fmt == "markdown":
         lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]

@@ -32,6 +32,7 @@ from ampscope.core.preset_toml import (
     reason,
     toml_value,
 )
+from ampscope.core.suggest import did_you_mean
 from ampscope.core.workload_rules import (
     TRANSFORMERS,
     WORKLOAD_SIZES,
@@ -218,8 +219,9 @@ def find_preset(name_or_path: str) -> PresetInfo:
     if looks_like_path:
         raise ConfigError(f"Preset file {name_or_path} does not exist.")
     names = ", ".join(p.name for p in presets) or "(none found)"
+    hint = did_you_mean(name_or_path, [p.name for p in presets])
     raise ConfigError(
-        f"Unknown preset '{name_or_path}'. Available presets: {names}. A preset can also be given "
+        f"Unknown preset '{name_or_path}'.{hint} Available presets: {names}. A preset can also be given "
         f"as a path to a .toml file, or saved in {user_presets_dir()}."
     )
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from ampscope.core.suggest import did_you_mean
+
 _AT = re.compile(r"\s*-\s*at\s*`\$(?P<path>[^`]*)`\s*$")
 
 
@@ -20,8 +22,9 @@ def describe_validation_error(message: str, root: type[msgspec.Struct]) -> tuple
     unknown = re.match(r"Object contains unknown field `(?P<field>[^`]+)`", body)
     if unknown:
         field = f"{key}.{unknown['field']}" if key else unknown["field"]
-        accepted = ", ".join(_fields_at(root, key))
-        return field, f"unknown field '{field}'. Accepted fields here: {accepted}."
+        names = _fields_at(root, key)
+        hint = did_you_mean(unknown["field"], names)
+        return field, f"unknown field '{field}'.{hint} Accepted fields here: {', '.join(names)}."
     missing = re.match(r"Object missing required field `(?P<field>[^`]+)`", body)
     if missing:
         field = f"{key}.{missing['field']}" if key else missing["field"]
@@ -33,8 +36,12 @@ def describe_validation_error(message: str, root: type[msgspec.Struct]) -> tuple
         return key or None, f"'{key}' cannot be {got}." + (
             f" Accepted: {accepted}." if accepted else ""
         )
+    hint = ""
+    bad = re.match(r"Invalid enum value '(?P<value>[^']*)'", body)
+    if bad:
+        hint = did_you_mean(bad["value"], _literal_values(root, key))
     body = body.replace("Expected `", "expected `").replace("Invalid enum value", "invalid value")
-    return key or None, f"'{key}': {body}." + (f" Accepted: {accepted}." if accepted else "")
+    return key or None, f"'{key}': {body}.{hint}" + (f" Accepted: {accepted}." if accepted else "")
 
 
 _TYPE_MISMATCH = re.compile(r"Expected `[^`]+`, got `(?P<got>[^`]+)`$")
@@ -69,6 +76,19 @@ def _accepted_at(root: type[msgspec.Struct], key: str) -> str:
     struct = _struct_at(root, ".".join(parts[:-1]))
     hint = typing.get_type_hints(struct, include_extras=True).get(parts[-1])
     return _describe_type(hint) if hint is not None else ""
+
+
+def _literal_values(root: type[msgspec.Struct], key: str) -> list[str]:
+    """The text values a Literal field at ``key`` accepts (none for other types)."""
+    parts = [p for p in key.split(".") if p]
+    if not parts:
+        return []
+    struct = _struct_at(root, ".".join(parts[:-1]))
+    hint = typing.get_type_hints(struct).get(parts[-1])
+    for arm in (hint, *typing.get_args(hint)):  # a Literal, or an optional one
+        if typing.get_origin(arm) is Literal:
+            return [v for v in typing.get_args(arm) if isinstance(v, str)]
+    return []
 
 
 def _describe_type(hint: Any) -> str:

@@ -144,6 +144,9 @@ class StepEvent(Event, tag="step"):
     data_ms: float | None = None
     ranks: list[RankStep] | None = None
     profiled: bool = False  # ran under torch.profiler (slower): left out of step-time figures
+    # CPU devices: the process's CPU time over the same span as step_ms (all its threads);
+    # unmoved by other tenants' load, unlike the wall clock. Null on CUDA and in older records.
+    cpu_ms: float | None = None
 
 
 def peak_memory(step: StepEvent) -> int | None:
@@ -290,6 +293,7 @@ class DoneEvent(Event, tag="done"):
     ranks: list[RankDone] | None = None
     mem_peak_compile: int | None = None  # CUDA, compiled runs: the compile step's own peak
     mfu_measured: float | None = None  # against world_size x hello.measured_tflops
+    cpu_ms_median: float | None = None  # CPU devices: the timed steps' median cpu_ms
 
 
 class ProfileOp(msgspec.Struct, kw_only=True):

@@ -90,9 +90,31 @@ def label(cls: str, profile: ev.ProfileEvent | None = None) -> str:
     kinds = profile.dtypes.get(cls) if profile else None
     if kinds:
         text += " (" + "/".join(sorted(kinds, key=lambda d: -kinds[d])[:2]) + ")"
-    if cls == "elementwise" and profile and profile.casts >= 0.01 and narrow_formats(profile):
-        text += f", casts {profile.casts:.0%}"  # format conversions, where there are formats
     return text
+
+
+def casts_share(cls: str, profile: ev.ProfileEvent) -> float | None:
+    """The step's share in casts between formats, for the elementwise class they count in
+    (None where no format narrower than fp32 ran: copies there are plain copies)."""
+    if cls == "elementwise" and profile.casts >= 0.01 and narrow_formats(profile):
+        return profile.casts
+    return None
+
+
+CASTS_ROW = "  of which casts"
+"""The casts' own row, under elementwise: a share of the step like every row, and part of
+the elementwise row above it (``elementwise, casts 30%   49%`` read as two rival figures)."""
+
+
+def split_rows(profile: ev.ProfileEvent) -> list[tuple[str, float, str]]:
+    """The split as shown: (label, share of the step, class), casts under elementwise."""
+    rows = []
+    for cls, share in shown_classes(profile):
+        rows.append((label(cls, profile), share, cls))
+        casts = casts_share(cls, profile)
+        if casts is not None:
+            rows.append((CASTS_ROW, casts, cls))
+    return rows
 
 
 def narrow_formats(profile: ev.ProfileEvent) -> bool:
@@ -111,7 +133,12 @@ def shown_classes(profile: ev.ProfileEvent, least: float = 0.005) -> list[tuple[
 def headline(profile: ev.ProfileEvent, most: int = 3) -> str:
     """'matmul (bf16) 41 %, elementwise 22 %, idle (no kernel) 15 %': the largest classes."""
     top = shown_classes(profile)[:most]
-    return ", ".join(f"{label(cls, profile)} {share:.0%}" for cls, share in top)
+    parts = []
+    for cls, share in top:
+        casts = casts_share(cls, profile)
+        of_it = f" (casts {casts:.0%} of the step)" if casts is not None else ""
+        parts.append(f"{label(cls, profile)} {share:.0%}{of_it}")
+    return ", ".join(parts)
 
 
 def advice(profile: ev.ProfileEvent) -> str:
@@ -241,9 +268,9 @@ def render(profile: ev.ProfileEvent, title: str, width: int = 80) -> str:
         "",
     ]
     bar_width = max(10, min(40, width - 40))
-    for cls, share in shown_classes(profile):
+    for name, share, _cls in split_rows(profile):
         bar = "\u2588" * max(1, round(share * bar_width))
-        lines.append(f"  {label(cls, profile)[:28]:<28} {share:>5.0%}  {bar}")
+        lines.append(f"  {name[:28]:<28} {share:>5.0%}  {bar}")
     lines += ["", f"  top ops by self time ({whose}):"]
     for op in profile.top_ops:
         room = width - 34

@@ -71,7 +71,7 @@ def fmt_done(e: DoneEvent) -> str:
     memory included where the run compiled on a GPU."""
     compile_peak = e.mem_peak_compile
     return (
-        f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step "
+        f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step of the run "
         f"{fmt_ms(e.step_ms_median)}, final loss "
         + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
         + ("" if compile_peak is None else f", compile peak {fmt_bytes(compile_peak)}")

@@ -156,8 +156,37 @@ def _torchao_version() -> str | None:
         return None
 
 
+def next_commands(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """(what doctor could not confirm, the one command that would), in the report's order.
+
+    A finding that is settled, yes or no (no GPU in a CPU-only torch, a missing compiler
+    named with its fix), needs no command; one left open does: a compile not tried, a GPU
+    whose driver or NVML did not answer, an MFU peak not known, fp8 without torchao.
+    """
+    out: list[tuple[str, str]] = []
+    if report.get("cuda_build") and not report.get("gpus"):
+        out.append(("GPUs: a CUDA torch that sees none", "nvidia-smi"))
+    for g in report.get("gpus", []):
+        if not g.get("peak_table_entry"):
+            out.append(
+                (
+                    f"MFU on GPU {g['index']} (no peak known for {g['name']})",
+                    "ampscope run amp-bf16 --set peak_tflops=<its dense bf16 TFLOP/s>",
+                )
+            )
+    if report.get("gpus") and not report.get("nvml", {}).get("available"):
+        out.append(("NVML (GPU power, clocks, utilization)", "nvidia-smi"))
+    for where, c in report.get("compile", {}).items():
+        if c.get("ok") is None:
+            out.append((f"torch.compile on {where}", f"ampscope doctor --try-compile {where}"))
+    if not report.get("torchao"):
+        out.append(("fp8 training", "pip install torchao"))
+    return out
+
+
 def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
     report = machine_report(try_compile)
+    report["next"] = [{"unconfirmed": what, "command": cmd} for what, cmd in next_commands(report)]
     if as_json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -196,6 +225,13 @@ def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
         else f"fp8 training: torchao is not installed ({INSTALL_HINT})"
     )
     lines += [visible(line, 400) for line in machine_lines(report["machine_checks"])]
+    todo = next_commands(report)
+    if todo:
+        width = max(len(what) for what, _cmd in todo)
+        lines += ["", "Left to confirm, one command each:"]
+        lines += [f"  {what:<{width}}  {cmd}" for what, cmd in todo]
+    else:
+        lines += ["", "Everything above was confirmed on this machine."]
     print("\n".join(lines))
     return 0
 

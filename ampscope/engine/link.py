@@ -54,6 +54,7 @@ class RankFigures(NamedTuple):
     mem_allocated: int | None
     mem_reserved: int | None
     mem_peak: int | None
+    cpu_ms: float | None = None  # CPU devices: the process's CPU time over the step
 
 
 class SoloLink:

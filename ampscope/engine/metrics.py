@@ -170,7 +170,7 @@ class MemoryReader:
         return peak
 
     def figures(self, rank: int, item: FinishedStep) -> RankFigures:
-        return RankFigures(rank, item.step, item.step_ms, item.values, *self.read())
+        return RankFigures(rank, item.step, item.step_ms, item.values, *self.read(), item.cpu_ms)
 
 
 class StepReporter:
@@ -261,6 +261,7 @@ class StepReporter:
         stats = self.stats
         stats.steps_done = step + 1
         stats.step_ms.append(job_ms)
+        stats.cpu_ms.append(_job_cpu_ms(ranks))
         if not math.isnan(m.grad_zero_frac):
             stats.instrumented.add(step)
         if step in self.profiled:
@@ -300,6 +301,7 @@ class StepReporter:
         event = ev.StepEvent(
             step=step,
             step_ms=round(job_ms, 4),
+            cpu_ms=None if (cpu := _job_cpu_ms(ranks)) is None else round(cpu, 4),
             loss=loss if math.isfinite(loss) else None,
             loss_scale=m.scale_after if self.scaled else None,
             skipped=skipped,
@@ -403,3 +405,10 @@ def _largest(values: Iterable[int | None]) -> int | None:
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks)
+
+
+def _job_cpu_ms(ranks: list[RankFigures]) -> float | None:
+    """The step's CPU time as the job's step time is taken: the slowest rank's (None where a
+    rank has none: a GPU's step is not the host's CPU time)."""
+    times = [f.cpu_ms for f in ranks]
+    return None if any(t is None for t in times) else max(t for t in times if t is not None)

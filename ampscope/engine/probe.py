@@ -23,15 +23,21 @@ class FinishedStep:
     step: int
     step_ms: float
     values: list[float]
+    cpu_ms: float | None = None  # the process's CPU time over the step (CPU devices)
 
 
 class CpuProbe:
+    """The host's wall clock, and beside it the process's CPU time (``time.process_time``, all
+    threads): on a shared machine other tenants stretch the first, hardly the second."""
+
     def __init__(self) -> None:
         self._t0 = 0.0
+        self._cpu0 = 0.0
         self._ready: list[FinishedStep] = []
 
     def begin(self) -> None:
         self._t0 = time.perf_counter()
+        self._cpu0 = time.process_time()
 
     def leave_out(self, ms: float) -> None:
         """The step running now is timed without these ``ms`` (a rerun inside it)."""
@@ -39,7 +45,8 @@ class CpuProbe:
 
     def end(self, step: int, metrics: torch.Tensor) -> None:
         ms = (time.perf_counter() - self._t0) * 1000.0
-        self._ready.append(FinishedStep(step, ms, metrics.tolist()))
+        cpu_ms = (time.process_time() - self._cpu0) * 1000.0
+        self._ready.append(FinishedStep(step, ms, metrics.tolist(), cpu_ms))
 
     def poll(self) -> list[FinishedStep]:
         ready, self._ready = self._ready, []

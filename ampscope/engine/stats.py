@@ -15,6 +15,7 @@ class RunStats:
     warmup_steps: int
     compiled: bool = False  # the first step compiled the model: it is never a timed step
     step_ms: list[float] = field(default_factory=list)  # by step, from step 0
+    cpu_ms: list[float | None] = field(default_factory=list)  # by step: CPU devices' CPU time
     instrumented: set[int] = field(default_factory=set)  # steps that also counted grad zeros
     profiled: set[int] = field(default_factory=set)  # steps torch.profiler slowed
     steps_done: int = 0
@@ -62,6 +63,14 @@ class RunStats:
             )
         return out
 
+    def cpu_ms_median(self) -> float | None:
+        """The timed steps' median CPU time, as ``step_ms_median`` is of their wall time;
+        None unless every timed step has one (``bench --clock cpu``)."""
+        times = [self.cpu_ms[i] for i in self.timed_steps() if i < len(self.cpu_ms)]
+        if not times or any(t is None for t in times):
+            return None
+        return statistics.median(t for t in times if t is not None)
+
     def timed(self) -> list[float]:
         """The step times that say how fast training runs (``timed_steps``)."""
         return [self.step_ms[i] for i in self.timed_steps()]
@@ -96,6 +105,7 @@ class RunStats:
             speed,
             error,
             mem_peak_compile=self.mem_peak_compile,
+            cpu_ms_median=self.cpu_ms_median(),
             world_size=world_size,
             ranks=ranks,
         )

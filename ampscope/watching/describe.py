@@ -77,6 +77,7 @@ def describe(
         "grad_scaler": "on" if scaler_enabled(scaler) else "off",
         "scaler": scaler_settings(scaler),
         "allow_stop": options.allow_stop,
+        "grad_zero_every": options.grad_zero_every,  # 0: never measured (the card says off)
     }
     return facts
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 import ml_dtypes
 import numpy as np
 
+from ampscope.core.suggest import did_you_mean
+
 Encoding = Literal["ieee", "fn", "fn-nonan", "e8m0", "int"]
 
 
@@ -227,7 +229,10 @@ def get_format(key: str | Format) -> Format:
     try:
         return FORMATS[key]
     except KeyError:
-        raise KeyError(f"unknown format '{key}'. Known formats: {', '.join(FORMATS)}.") from None
+        hint = did_you_mean(key, FORMATS)
+        raise KeyError(
+            f"unknown format '{key}'.{hint} Known formats: {', '.join(FORMATS)}."
+        ) from None
 
 
 def crosscheck() -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core.formats.catalog import FORMATS, convert, shortest_repr
+from ampscope.core.suggest import did_you_mean
 
 # ---------------------------------------------------------------------------------------------
 # Demonstrations a lecturer can read aloud
@@ -193,4 +194,5 @@ def run_demo(name: str) -> DemoResult:
     try:
         return DEMOS[name][1]()
     except KeyError:
-        raise KeyError(f"unknown demo '{name}'. Demos: {', '.join(DEMOS)}.") from None
+        hint = did_you_mean(name, DEMOS)
+        raise KeyError(f"unknown demo '{name}'.{hint} Demos: {', '.join(DEMOS)}.") from None

@@ -11,6 +11,7 @@ engine's ranges mark data, forward, backward, scaler and optimizer, and at the e
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -27,6 +28,15 @@ from ampscope.engine.profiling.trace import save_trace
 
 CHECK_EVERY_S = 0.5
 _NOTHING = contextlib.nullcontext()
+KINETO_QUIET = "6"
+"""torch's profiler library (kineto) writes ``USDT: ... profiler_start`` (and _stop) to the
+process's stderr at every profile, between the progress lines. Its level USDT is its highest
+(5): a threshold above it keeps the terminal ours. It is read once, at the first profile."""
+
+
+def quiet_kineto() -> None:
+    """Silence kineto's own log lines, unless the user set ``KINETO_LOG_LEVEL`` themselves."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
 
 
 def no_phase(name: str) -> AbstractContextManager[object]:
@@ -90,6 +100,7 @@ class ProfileControl:
         activities = [ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
+        quiet_kineto()
         try:
             prof = profile(activities=activities, record_shapes=True)
             prof.__enter__()

@@ -10,6 +10,7 @@ plumbing, so the file and line shown are theirs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
@@ -19,10 +20,11 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 from ampscope.core.config import ConfigError
+from ampscope.core.suggest import did_you_mean
 from ampscope.core.workload_spec import (
     RETURN_FORMS,
     SPEC_FORMS,
@@ -98,13 +100,12 @@ def load_factory(spec_text: str) -> Callable[..., Any]:
     target: Any = module
     for part in spec.function.split("."):
         if not hasattr(target, part):
-            names = sorted(
-                n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-            )
-            where = spec.target
+            names = factory_names(module)
+            hint = did_you_mean(spec.function, names)
             raise UserCodeError(
-                f"workload.model = '{spec.text}': {where} has no '{spec.function}'. Its "
-                f"functions and classes: {', '.join(names) or '(none)'}. Accepted: {SPEC_FORMS}."
+                f"workload.model = '{spec.text}': {spec.target} has no '{spec.function}'.{hint} "
+                f"The functions it defines: {', '.join(names) or '(none)'}. "
+                f"Accepted: {SPEC_FORMS}."
             )
         target = getattr(target, part)
     if not callable(target):
@@ -113,6 +114,20 @@ def load_factory(spec_text: str) -> Callable[..., Any]:
             f"{type(target).__name__}, not a function. Accepted: a function called as make(ctx)."
         )
     return target
+
+
+def factory_names(module: ModuleType) -> list[str]:
+    """The public functions ``module`` itself defines: what could be a factory. What it
+    imports (``DataLoader``, ``Dataset``) and the classes it defines (an ``nn.Module`` is
+    the model, not its factory) are not, and listing them hides the name meant."""
+    own = getattr(module, "__name__", None)
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and isinstance(value, (FunctionType, functools.partial))
+        and getattr(value, "__module__", own) == own
+    )
 
 
 def _import_file(spec: ModelSpec) -> ModuleType:

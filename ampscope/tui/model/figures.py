@@ -108,10 +108,14 @@ def _speed_cards(state: RunState) -> list[Card]:
     )
     data = state.median_data_ms()
     step_ms = fmt_ms(state.median_step_ms())
-    # a card is 22 columns at 120: the title says what the figures are, the line how many
-    sub = f"of the last {len(recent)}" if recent else ""
-    if data is not None:  # the wait for the next batch, a part of the step: shown first
-        sub = f"data {fmt_ms(data)} · last {len(recent)}"
+    # A card is 22 columns at 120, 14 at 80: the title says which steps the figure is of, so
+    # that it is not read as the run's median (the last line of the log) when the two differ.
+    title, short = "Step time", "Step time"
+    if recent:
+        title, short = f"Step time · last {len(recent)}", f"Step · last {len(recent)}"
+    sub = "median" if recent else ""
+    if data is not None:  # the wait for the next batch, a part of the step
+        sub = f"median · data {fmt_ms(data)}"
     flops = "-" if tfl is None else f"{tfl:.3g}"
     shown = mfu if mfu is not None else measured  # a CPU: the measured peak is the only one
     if tfl is not None and shown is not None:
@@ -119,10 +123,10 @@ def _speed_cards(state: RunState) -> list[Card]:
     return [
         Card(
             "step_ms",
-            "Step time · median",
+            title,
             step_ms,
             sub,
-            short=("Step time", step_ms),  # 80x24: the card is 14 columns
+            short=(short, step_ms),  # 80x24: the card is 14 columns
         ),
         Card(
             "throughput",
@@ -168,6 +172,9 @@ def _loss_cards(state: RunState) -> list[Card]:
 def _grad_zero_card(state: RunState) -> Card:
     """The underflow demo's number: output-gradient values that are exactly zero."""
     seen = state.grad_zero
+    every = (state.hello.config if state.hello else {}).get("grad_zero_every")
+    if seen is None and every == 0:  # never measured, by choice: not "yet"
+        return Card("grad_zeros", "Grad zeros", "off", "grad_zero_every=0")
     if seen is None:
         return Card("grad_zeros", "Grad zeros", "-", "not measured yet")
     step, frac = seen

@@ -54,8 +54,13 @@ def key_rows(screen: Screen) -> list[tuple[str, str, str, str]]:
             keys.append(display)
         if binding.id not in ids:
             ids.append(binding.id)
-    rows = [
-        (", ".join(keys), binding.description, _note(screen, binding, node), ", ".join(ids))
+    rows = [  # a binding's tooltip is its longer description, where the footer's is too short
+        (
+            ", ".join(keys),
+            binding.tooltip or binding.description,
+            _note(screen, binding, node),
+            ", ".join(ids),
+        )
         for keys, ids, binding, node in groups.values()
     ]
     return _one_row_per_id(rows)

@@ -51,7 +51,10 @@ class PresetForm(VerticalScroll, can_focus=False):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="preset-description")
-        yield Static("", id="preset-model")  # a --model dashboard: the model, for workload
+        # a --model dashboard: the model, in place of workload, in the fields' own columns
+        with Horizontal(classes="form-row", id="preset-model-row"):
+            yield Label("model", classes="form-label")
+            yield Static("", id="preset-model")
         for key, label, choices in FIELDS:
             with Horizontal(classes="form-row"):
                 yield Label(label, classes="form-label")
@@ -65,7 +68,8 @@ class PresetForm(VerticalScroll, can_focus=False):
                         compact=True,
                         classes="form-input",
                     )
-        yield Label("", id="preset-error", classes="error", markup=False)
+        # a Static, not a Label: a Label is as wide as its text, and a long message was cut
+        yield Static("", id="preset-error", classes="error", markup=False)
         yield Static("", id="preset-status")
 
     def show(
@@ -88,10 +92,9 @@ class PresetForm(VerticalScroll, can_focus=False):
                 literal(preset.description, keep_newlines=True),
             )
         )
-        row = self.query_one("#preset-model", Static)
-        row.display = model is not None
+        self.query_one("#preset-model-row").display = model is not None
         if model is not None:
-            row.update(Text.assemble(("model      ", "bold"), literal(model_label(model) or model)))
+            self.query_one("#preset-model", Static).update(literal(model_label(model) or model))
         for key in ("workload.kind", "workload.size"):
             parent = self.query_one("#" + field_id(key)).parent
             if parent is not None:
@@ -121,7 +124,7 @@ class PresetForm(VerticalScroll, can_focus=False):
     def show_state(self, problem: str | None, key: str | None, status: str) -> None:
         """Why the form cannot run, with the field at fault (if one is) drawn invalid, and
         the status line under it."""
-        self.query_one("#preset-error", Label).update(visible(problem or "", keep_newlines=True))
+        self.query_one("#preset-error", Static).update(visible(problem or "", keep_newlines=True))
         for fkey, _label, _choices in FIELDS:
             self.query_one("#" + field_id(fkey)).set_class(fkey == key, "-invalid")
         self.query_one("#preset-status", Static).update(literal(status))

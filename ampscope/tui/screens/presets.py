@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Input, Label, OptionList, Select
+from textual.widgets import Input, OptionList, Select, Static
 
 from ampscope.core import config as cfg
 from ampscope.core.text import visible
@@ -28,6 +28,9 @@ TOOL_BINDINGS = [
     Binding("p", "memory", "Memory plan", id="presets.memory"),
     Binding("c", "app.show_machine", "Machine check", id="presets.machine"),
 ]
+
+MARK_HELP = "Mark for sweep (again: unmark), then move down to the next preset"
+"""The help's words for m: the move down is what surprises (m m m marks three in a row)."""
 
 
 class PresetsScreen(Screen):
@@ -48,7 +51,7 @@ class PresetsScreen(Screen):
         Binding("enter", "run", "Run", id="presets.run-enter"),
         Binding("escape", "leave_field", "Done editing", id="form.leave"),
         Binding("s", "save", "Save as", id="presets.save"),
-        Binding("m", "mark", "Mark for sweep", id="presets.mark"),
+        Binding("m", "mark", "Mark for sweep", id="presets.mark", tooltip=MARK_HELP),
         Binding("w", "sweep", "Run sweep", id="presets.sweep"),
         # one shows (check_action): it names the current count, pressing it moves to the next
         *(
@@ -113,7 +116,7 @@ class PresetsScreen(Screen):
         self.presets = cfg.list_presets()
         self.query_one(PresetList).show(self.presets, self.draft.marked)
         if not self.presets:
-            self.query_one("#preset-error", Label).update(
+            self.query_one("#preset-error", Static).update(
                 f"No presets found. Add .toml files to {visible(cfg.user_presets_dir())}."
             )
             return

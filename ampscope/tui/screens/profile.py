@@ -147,11 +147,11 @@ def chart(profile: ev.ProfileEvent, title: str, width: int, height: int) -> Text
     out = Text()
     out.append(f"{visible(title)}: steps {profile.step}-{last}, ", style="bold")
     out.append(f"{fmt_ms(profile.step_ms)}/step ({whose})\n\n", style="bold")
-    rows = profiles.shown_classes(profile)
+    rows = profiles.split_rows(profile)
     name_w = 26
     bar_w = max(10, width - name_w - 10)
-    for cls, share in rows:
-        out.append(f"{profiles.label(cls, profile)[:name_w]:<{name_w}} {share:>4.0%} ")
+    for name, share, cls in rows:
+        out.append(f"{name[:name_w]:<{name_w}} {share:>4.0%} ")
         out.append("\u2588" * max(1, round(share * bar_w)), style=_colour(cls))
         out.append("\n")
     advice = profiles.advice(profile)

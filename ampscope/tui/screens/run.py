@@ -10,7 +10,7 @@ from typing import Any
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Vertical
+from textual.containers import Grid, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
@@ -84,7 +84,9 @@ class RunScreen(Screen):
     def compose(self) -> ComposeResult:
         with Vertical(id="run-top"):
             yield Static("", id="run-header", markup=False)
-            yield Static("", id="run-error", markup=False)
+            # a long message scrolls, never cut; focusable only while it shows one
+            with VerticalScroll(id="run-error-box", can_focus=False):
+                yield Static("", id="run-error", markup=False)
         yield StatCards(id="cards")
         yield RankStrip(id="ranks")
         with Grid(id="plots"):
@@ -157,9 +159,17 @@ class RunScreen(Screen):
         lines = header.count("\n") + 1  # a relayout only when that changes
         self.query_one("#run-header", Static).update(header, layout=lines != self._header_lines)
         self._header_lines = lines
-        error = self.query_one("#run-error", Static)
-        error.update(visible(state.error or "", keep_newlines=True))
-        error.display = bool(state.error)
+        self.query_one("#run-error", Static).update(visible(state.error or "", keep_newlines=True))
+        box = self.query_one("#run-error-box", VerticalScroll)
+        box.display = box.can_focus = bool(state.error)
+        # A run that failed before its first step (a factory's error) has empty plots: the
+        # message takes their place, whole, and scrolls with the arrows when longer still.
+        early = bool(state.error) and state.step is None
+        if early and not self.has_class("-failed-early"):
+            self.add_class("-failed-early")
+            box.focus()
+        elif not early:
+            self.remove_class("-failed-early")
         self.query_one(StatCards).show(figures.cards(state))
         self.query_one(RankStrip).show(state.ranks)
         self.query_one(EventLog).sync(state)

@@ -1,0 +1,138 @@
+"""How long the dashboard takes to show its first screen, beside what any Textual app takes.
+
+Each command runs in a pseudo-terminal of the given size, as over SSH: the clock starts before
+the process is spawned and stops when the terminal receives the first screen's text (the
+presets list's last shipped preset, for ampscope), then ctrl+q ends it. The peers, run
+interleaved with it (A B C A B C ...), are ``python -c 'import textual'`` (the floor: Python
+and Textual's import) and a minimal Textual app drawing one line (Textual's own first paint).
+
+    python benchmarks/first_paint.py [--repeats 7] [--size 80x24]
+
+Prints each command's median and range and the ratios to the peers. A shared machine moves
+the absolute figures; the ratios, measured side by side, move less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pty
+import select
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MINIMAL_APP = """
+from textual.app import App
+from textual.widgets import Static
+
+class Minimal(App):
+    def compose(self):
+        yield Static("first-paint-marker")
+
+Minimal().run()
+"""
+
+TIMEOUT_S = 60.0
+
+
+def commands(runs_dir: str) -> dict[str, tuple[list[str], bytes | None]]:
+    """name: (argv, the bytes that mean the first screen is drawn; None: wait for the exit)."""
+    py = sys.executable
+    return {
+        "ampscope (dashboard)": ([py, "-m", "ampscope", "--runs-dir", runs_dir], b"mlp-demo"),
+        "minimal Textual app": ([py, "-c", MINIMAL_APP], b"first-paint-marker"),
+        "python -c 'import textual'": ([py, "-c", "import textual"], None),
+    }
+
+
+def first_paint(argv: list[str], marker: bytes | None, size: tuple[int, int]) -> float:
+    """Seconds from spawning ``argv`` in a pty of ``size`` to ``marker`` on its screen."""
+    main, side = pty.openpty()
+    cols, rows = size
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, stdin=side, stdout=side, stderr=side, env=env, start_new_session=True
+    )
+    os.close(side)
+    seen = b""
+    painted: float | None = None
+    try:
+        while time.perf_counter() - started < TIMEOUT_S:
+            ready, _, _ = select.select([main], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the process closed the terminal
+                    chunk = b""
+                seen = (seen + chunk)[-8192:]
+                if marker is not None and marker in seen:
+                    painted = time.perf_counter() - started
+                    os.write(main, b"\x11")  # ctrl+q
+                    break
+            if marker is None and proc.poll() is not None:
+                painted = time.perf_counter() - started
+                break
+            if ready and not chunk and proc.poll() is not None:
+                break
+        if painted is None:
+            raise RuntimeError(f"{argv[:3]} drew nothing recognisable in {TIMEOUT_S:.0f} s")
+        return painted
+    finally:
+        _end(proc, main)
+
+
+def _end(proc: subprocess.Popen, main: int) -> None:
+    """Let it quit (ctrl+q was sent), drain its terminal, and kill what is left."""
+    deadline = time.perf_counter() + 10.0
+    while proc.poll() is None and time.perf_counter() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.1)
+        if ready:
+            try:
+                os.read(main, 65536)
+            except OSError:
+                break
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    os.close(main)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size", default="80x24", help="COLSxROWS of the terminal")
+    args = parser.parse_args()
+    cols, rows = (int(n) for n in args.size.lower().split("x"))
+    with tempfile.TemporaryDirectory() as runs_dir:
+        cmds = commands(runs_dir)
+        times: dict[str, list[float]] = {name: [] for name in cmds}
+        for _ in range(args.repeats):
+            for name, (argv, marker) in cmds.items():
+                times[name].append(first_paint(argv, marker, (cols, rows)))
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    print(f"first paint in a {cols}x{rows} pty, median of {args.repeats} (interleaved):")
+    for name, ts in times.items():
+        print(f"  {name:<28} {medians[name]:6.2f} s  (range {min(ts):.2f}-{max(ts):.2f} s)")
+    ours = medians["ampscope (dashboard)"]
+    print(
+        f"ampscope / minimal Textual app: {ours / medians['minimal Textual app']:.2f}x; "
+        f"ampscope / import textual: {ours / medians[list(cmds)[2]]:.2f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""doctor ends with the one command to run for each thing it could not confirm."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from ampscope.engine import doctor
+
+pytestmark = pytest.mark.unit
+
+H100 = {
+    "index": 0,
+    "name": "NVIDIA H100 80GB HBM3",
+    "compute_capability": "9.0",
+    "memory_bytes": 80 << 30,
+    "bf16": True,
+    "tf32": True,
+    "fp8": True,
+    "peak_table_entry": "H100 SXM",
+}
+
+GPU_BOX: dict[str, Any] = {
+    "python": "3.11.7",
+    "platform": "Linux",
+    "torch": "2.13.0",
+    "cuda_build": "12.8",
+    "cuda_available": True,
+    "cpu": {"name": "Xeon", "capability": "AVX512", "fast_bf16": True, "fast_fp16": False},
+    "gpus": [H100],
+    "nvml": {"available": True, "driver_version": "570.1"},
+    "compile": {
+        "cpu": {"ok": True, "why": "a tiny function compiled and ran"},
+        "cuda": {"ok": None, "why": "not tried (ampscope doctor --try-compile cuda)"},
+    },
+    "torchao": "0.18.0",
+}
+
+
+def test_each_open_finding_gets_its_command_and_settled_ones_none() -> None:
+    assert doctor.next_commands(GPU_BOX) == [
+        ("torch.compile on cuda", "ampscope doctor --try-compile cuda")
+    ]
+    worse = copy.deepcopy(GPU_BOX)
+    worse["gpus"][0]["peak_table_entry"] = None
+    worse["nvml"] = {"available": False, "why": "libnvidia-ml.so not found"}
+    worse["torchao"] = None
+    worse["compile"]["cpu"] = {"ok": None, "why": "not tried"}
+    assert [cmd for _what, cmd in doctor.next_commands(worse)] == [
+        "ampscope run amp-bf16 --set peak_tflops=<its dense bf16 TFLOP/s>",
+        "nvidia-smi",
+        "ampscope doctor --try-compile cpu",
+        "ampscope doctor --try-compile cuda",
+        "pip install torchao",
+    ]
+    blind = copy.deepcopy(GPU_BOX) | {"gpus": []}  # a CUDA torch that sees no GPU
+    assert ("GPUs: a CUDA torch that sees none", "nvidia-smi") in doctor.next_commands(blind)
+    laptop = copy.deepcopy(GPU_BOX) | {"gpus": [], "cuda_build": None}
+    laptop["compile"] = {"cpu": {"ok": False, "why": "no C compiler (install gcc)"}}
+    assert doctor.next_commands(laptop) == []  # all settled: no GPU, no compiler (said why)
+
+
+def test_doctor_prints_them_last_and_in_its_json(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(doctor, "machine_report", lambda try_compile: copy.deepcopy(GPU_BOX))
+    assert doctor.doctor() == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [
+        "Left to confirm, one command each:",
+        "  torch.compile on cuda  ampscope doctor --try-compile cuda",
+    ]
+    assert doctor.doctor(as_json=True) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["next"] == [
+        {"unconfirmed": "torch.compile on cuda", "command": "ampscope doctor --try-compile cuda"}
+    ]
+    settled = copy.deepcopy(GPU_BOX)
+    settled["compile"]["cuda"] = {"ok": True, "why": "compiled"}
+    monkeypatch.setattr(doctor, "machine_report", lambda try_compile: settled)
+    assert doctor.doctor() == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Everything above was confirmed on this machine."
+    )
