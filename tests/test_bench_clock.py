@@ -112,6 +112,7 @@ def test_a_cpu_run_records_each_steps_cpu_time_and_its_median_over_the_timed_ste
     zeros = {s.step for s in steps if s.grad_zero_frac is not None}
     kept = timed_steps(len(steps), 2, instrumented=zeros)
     assert kept == [2, 4, 5]  # 3 and 6 measured zeros
-    assert done.step_ms_median == pytest.approx(statistics.median(steps[i].step_ms for i in kept))
+    wall = statistics.median(steps[i].step_ms for i in kept)  # the events round to 0.1 us
+    assert done.step_ms_median == pytest.approx(wall, abs=1e-3)
     cpu = statistics.median(steps[i].cpu_ms for i in kept)  # type: ignore[type-var]
     assert done.cpu_ms_median == pytest.approx(cpu, abs=1e-3)

@@ -61,6 +61,16 @@ def test_each_open_finding_gets_its_command_and_settled_ones_none() -> None:
     laptop = copy.deepcopy(GPU_BOX) | {"gpus": [], "cuda_build": None}
     laptop["compile"] = {"cpu": {"ok": False, "why": "no C compiler (install gcc)"}}
     assert doctor.next_commands(laptop) == []  # all settled: no GPU, no compiler (said why)
+    unmeasured = copy.deepcopy(laptop) | {"machine_checks": []}
+    assert doctor.next_commands(unmeasured) == [
+        ("what each format delivers here", "ampscope doctor --bench")
+    ]
+    stale = [{"device": "Test CPU", "stale": "measured on torch 1.0.0, this is 2.13.0"}]
+    assert (
+        doctor.next_commands(laptop | {"machine_checks": stale})[-1][1] == "ampscope doctor --bench"
+    )
+    fresh = [{"device": "Test CPU", "stale": None}]
+    assert doctor.next_commands(laptop | {"machine_checks": fresh}) == []
 
 
 def test_doctor_prints_them_last_and_in_its_json(monkeypatch, capsys) -> None:

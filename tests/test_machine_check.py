@@ -617,7 +617,7 @@ def test_plain_doctor_says_whether_a_check_is_kept_and_whether_it_is_stale(capsy
     assert "machine check: none kept here (ampscope doctor --bench measures" in done.stdout
     mc.save(a_check(device="Test\x1b[2JCPU", torch="1.0.0", when="2026-12-01T10:00:00+00:00"))
     done = cli(capsys, "doctor")
-    line = done.stdout.splitlines()[-1]
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("machine check:")]
     assert line.startswith("machine check: Test\\x1b[2JCPU measured 2026-12-01 10:00 UTC; ")
     assert (
         f"torch 1.0.0 (now {torch.__version__})" in line and "run ampscope doctor --bench" in line

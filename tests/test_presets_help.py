@@ -12,7 +12,7 @@ from ampscope.tui.screens.help import HelpScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from tests.helpers import run, select_preset, shown, terminal_output
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.ui
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])

@@ -23,7 +23,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.ui
 
 SIZES = [(80, 24), (120, 40)]
 

@@ -181,6 +181,9 @@ def next_commands(report: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((f"torch.compile on {where}", f"ampscope doctor --try-compile {where}"))
     if not report.get("torchao"):
         out.append(("fp8 training", "pip install torchao"))
+    checks = report.get("machine_checks")
+    if checks is not None and (not checks or any(c.get("stale") for c in checks)):
+        out.append(("what each format delivers here", "ampscope doctor --bench"))
     return out
 
 
@@ -224,7 +227,7 @@ def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
         if ao
         else f"fp8 training: torchao is not installed ({INSTALL_HINT})"
     )
-    lines += [visible(line, 400) for line in machine_lines(report["machine_checks"])]
+    lines += [visible(line, 400) for line in machine_lines(report.get("machine_checks", []))]
     todo = next_commands(report)
     if todo:
         width = max(len(what) for what, _cmd in todo)
