@@ -11,6 +11,7 @@ engine's ranges mark data, forward, backward, scaler and optimizer, and at the e
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -82,9 +83,13 @@ class ProfileControl:
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
-        if not self._request.exists():
+        if not os.path.lexists(self._request):
             return None
-        return profiles.take_request(self._request.parent)
+        try:
+            return profiles.take_request(self._request.parent)
+        except profiles.BadRequest as exc:  # left by anyone: refused, and training goes on
+            self._warn(step, f"the request was refused: {exc}")
+            return None
 
     def _start(self, step: int, steps: int) -> None:
         activities = [ProfilerActivity.CPU]
