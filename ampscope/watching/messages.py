@@ -120,6 +120,23 @@ class StepNotes:
             ),
         )
 
+    def bad_figure(
+        self, step: int, name: str, problem: str, tensor_figures: tuple[str, ...]
+    ) -> ev.WarningEvent | None:
+        """``mon.step(name=...)`` got what is no number: said once a figure and kind."""
+        if not self._once(f"figure-unreadable {name} {problem.split(' (')[0]}"):
+            return None
+        takes = "a one-element tensor or a real number" if name in tensor_figures else "a number"
+        return ev.WarningEvent(
+            code="figure-unreadable",
+            step=step,
+            message=(
+                f"Step {step}'s {name}= is {problem}: mon.step({name}=) takes {takes}. The "
+                f"step is recorded without it, as are later steps given one like it; your "
+                "loop goes on."
+            ),
+        )
+
     def not_scalar(self, step: int, shape: tuple[int, ...]) -> ev.WarningEvent | None:
         if not self._once("loss-not-scalar"):
             return None

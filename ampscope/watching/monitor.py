@@ -24,7 +24,7 @@ from ampscope.engine.emitter import EventWriter
 from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker
 from ampscope.watching.describe import RunFacts
-from ampscope.watching.losses import checked_loss
+from ampscope.watching.losses import checked_figure, checked_loss
 from ampscope.watching.messages import StepNotes, error_event, outcome
 from ampscope.watching.opening import open_record, start_telemetry
 from ampscope.watching.options import Options
@@ -141,6 +141,8 @@ class Monitor:
                 if note is not None:  # no loss, or not a scalar: said once a kind
                     self._emit(note, urgent=True)
                     self.troubles.note(note.message)
+            if tokens is not None or samples is not None or grad_norm is not None:
+                tokens, samples, grad_norm = self._checked(step, tokens, samples, grad_norm)
             zeros = None
             if self._extras:
                 grad_norm, zeros = self._extra_work(step, grad_norm)
@@ -151,6 +153,18 @@ class Monitor:
         except Exception as exc:  # noqa: BLE001 - never into the user's loop
             self._readout = None
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
+
+    def _checked(self, step: int, *figures: Any) -> list[Any]:
+        """``tokens``, ``samples`` and ``grad_norm`` as recorded: one that is no number is
+        left out of its step and warned about, once a kind, as a loss is."""
+        kept = []
+        for name, value in zip(("tokens", "samples", "grad_norm"), figures, strict=True):
+            value, note = checked_figure(step, name, value, self._notes)
+            if note is not None:
+                self._emit(note, urgent=True)
+                self.troubles.note(note.message)
+            kept.append(value)
+        return kept
 
     def _extra_work(self, step: int, grad_norm: Any) -> tuple[Any, Any]:
         """What only some steps need: the FLOP count's end, the hooks' figures, the first step."""
