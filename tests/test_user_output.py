@@ -113,6 +113,7 @@ def test_a_process_the_users_code_left_running_is_ended_and_named(tmp_path: Path
     daemon = int((tmp_path / "daemon.pid").read_text())
     try:
         assert len(warnings) == 1 and f"{pid} (" in warnings[0].message, warnings
+        assert isinstance(events[-1], ev.DoneEvent)  # part of the run: before done, not after
         assert "your code left 1 process running" in out.stderr
         # the daemon left the engine's tree: named, and left running as it was made to
         assert "it also left 1 process that left the engine's process tree" in out.stderr

@@ -100,16 +100,14 @@ def run(
             preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
         )
     except KeyboardInterrupt:  # stopped while torch was still importing
-        done = ev.empty_done("stopped")
-        writer.emit(done, urgent=True)
-        code = EXIT_STOPPED
+        done, code = end_import_stopped(writer), EXIT_STOPPED
     finally:
         ending.acquire()
-        end_users_children(writer)
+        end_users_children(writer)  # what ending the run missed (its warning came before done)
         restore_exit()
         writer.close()
         if saved:
-            saved.close(hello, done)
+            saved.close(hello, writer.done or done)
         if events_fd is not None:  # stdout is the stream's again, for a caller in this process
             sys.stdout.flush()
             os.dup2(events_fd, sys.stdout.fileno())
@@ -119,6 +117,15 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def end_import_stopped(writer: EventWriter) -> ev.DoneEvent:
+    """A stop while torch imported: what the user's code left (a factory's import may have
+    started something), then ``done``."""
+    end_users_children(writer)
+    done = ev.empty_done("stopped")
+    writer.emit(done, urgent=True)
+    return done
 
 
 def import_session(importing: threading.Event, stop: threading.Event) -> Any:
@@ -144,15 +151,17 @@ def stuck_ender(
     def end_stuck() -> None:
         if not ending.acquire(blocking=False):
             return  # the main thread is ending the run itself
-        hello, done = so_far.now()
-        if not writer.done_sent:
-            writer.emit(done, urgent=True)
+        writer.end_here()  # a step that fails now (its child ended below) ends nothing more
         end_users_children(writer)
+        hello, done = so_far.now()
+        writer.emit(done, urgent=True)  # unless the main thread's done was out first
+        done = writer.done or done
         writer.close()
         if saved:
             saved.close(hello, done)
         sys.stdout.flush()
-        os._exit(EXIT_STOPPED)  # the lock is held: the guard below only exits
+        code = EXIT_STOPPED if done.status == "stopped" else EXIT_FAILED
+        os._exit(code)  # the lock is held: the guard below only exits
 
     return end_stuck
 
@@ -185,6 +194,7 @@ def record_users_exit(
 
     def users_exit(status: int) -> NoReturn:
         if os.getpid() == engine_pid and ending.acquire(blocking=False):
+            writer.end_here()
             step = so_far.step_now()
             where = f"at step {step}" if step is not None else "before the first step"
             message = (
@@ -195,6 +205,7 @@ def record_users_exit(
             end_users_children(writer)
             hello, done = so_far.now("failed", message)
             writer.emit(done, urgent=True)
+            done = writer.done or done
             writer.close()
             if saved:
                 saved.close(hello, done)
