@@ -158,6 +158,7 @@ class EventWriter:
             live.started = self.started
         self._pending: list[tuple[bytes, bool]] = []
         self.done: ev.DoneEvent | None = None  # the run's done, once out: nothing follows it
+        self.in_forked_child: Callable[[], None] | None = None  # see forget_after_fork
         self._ender: int | None = None  # the thread ending the run, once one does
         self._last_flush = self.started
         self._lock = threading.Lock()
@@ -192,7 +193,20 @@ class EventWriter:
         with self._lock:
             self._ender = threading.get_ident()
 
+    def forget_after_fork(self, leave: Callable[[], None]) -> None:
+        """In a forked child (right after the fork, in the user's code): the run and its
+        outputs are the parent's. Nothing is written, no lock or thread of the parent's is
+        waited on, and ``leave`` is called as soon as the child emits: back in ampscope's
+        run, it would run a second copy of it."""
+        self.record, self.live, self.on_event = None, None, None
+        self._pending = []
+        self._lock = threading.Lock()
+        self.in_forked_child = leave
+
     def emit(self, event: ev.Event, urgent: bool = False) -> None:
+        if self.in_forked_child is not None:
+            self.in_forked_child()
+            return
         now = time.monotonic()
         event.t = round(now - self.started, 4)
         line = ev.encode(event)
@@ -217,6 +231,8 @@ class EventWriter:
             self._flush_locked(time.monotonic())
 
     def close(self, drain_s: float = LIVE_DRAIN_S) -> None:
+        if self.in_forked_child is not None:
+            return
         self._closed.set()
         self.flush()
         if self.live is not None:

@@ -8,6 +8,7 @@ but only rank 0 writes the event stream and the record (the others have no outpu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -77,6 +78,7 @@ def run(
         if json_out:
             live = LiveStream(events_fd, recorded=saved is not None)
     writer = EventWriter(saved, live, on_event)
+    forked = guard_forks(writer, saved)
     stop, in_loop, importing = threading.Event(), threading.Event(), threading.Event()
     ending = threading.Lock()  # the main thread or the stop watch ends the run, never both
 
@@ -104,6 +106,7 @@ def run(
     finally:
         ending.acquire()
         end_users_children(writer)  # what ending the run missed (its warning came before done)
+        forked.clear()
         restore_exit()
         writer.close()
         if saved:
@@ -117,6 +120,49 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+_RUNNING: list[Callable[[], None]] = []
+"""What a forked child of the running engine does right after the fork (one run at a time)."""
+
+
+def _after_fork_in_child() -> None:
+    for forget in _RUNNING:
+        forget()
+    _RUNNING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def guard_forks(writer: EventWriter, saved: RunRecord | None) -> list[Callable[[], None]]:
+    """A child the user's code forks (a factory, a data iterator) writes nothing of the
+    parent's run. One that comes back into ampscope's run (both processes went on past the
+    fork) leaves at its first event: otherwise the record would get a second hello, every
+    step twice and a second done. A child that runs its own work and exits (a DataLoader
+    worker) is left alone. Returns the list the guard is in: cleared, the guard is off."""
+    engine_pid = os.getpid()
+
+    def leave() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"ampscope: process {os.getpid()}, forked by your code from the engine "
+                f"(process {engine_pid}), came back into ampscope's run: the run and its "
+                "record are the engine's, so this copy leaves. Let a forked child run its own "
+                "work and end with os._exit().",
+                file=sys.stderr,
+                flush=True,
+            )
+        os._exit(EXIT_FAILED)  # not sys.exit: nothing of the parent's is flushed twice
+
+    def forget() -> None:
+        writer.forget_after_fork(leave)
+        if saved is not None:
+            saved.forget_after_fork()
+
+    _RUNNING[:] = [forget]
+    return _RUNNING
 
 
 def end_import_stopped(writer: EventWriter) -> ev.DoneEvent:
