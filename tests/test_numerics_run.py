@@ -251,3 +251,52 @@ def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
     notes = [e for e in seen if isinstance(e, ev.WarningEvent)]
     assert [e.code for e in notes] == ["numerics-off"]
     assert "compiles its model" in notes[0].message and "ampscope numerics" in notes[0].message
+
+
+PRINTING = """
+import os
+import torch
+from torch import nn
+import ampscope
+
+
+class Loud(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        print("forward says hello")
+        os.write(1, b"raw bytes on fd 1\\n")
+        return self.fc(x)
+
+
+def make(ctx):
+    print("factory says hello")
+    x, y = torch.randn(32, 8), torch.randint(0, 2, (32,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
+    return ampscope.Workload(model=Loud(), batches=batches, loss=nn.functional.cross_entropy)
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["numerics", "profile"])
+def test_json_on_stdout_is_the_json_alone_whatever_the_users_code_prints(
+    tmp_path, capfd, command
+) -> None:
+    """The user's print() came first on stdout, and `| jq` failed."""
+    import json
+
+    from ampscope.cli.main import main
+
+    (tmp_path / "loud.py").write_text(PRINTING)
+    steps = ["--steps", "2"] if command == "numerics" else ["--steps", "1"]
+    code = main(
+        [command, "fp32", "--model", f"{tmp_path / 'loud.py'}:make", *steps, "--json",
+         "--device", "cpu", "--runs-dir", str(tmp_path / "runs")]
+    )  # fmt: skip
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    json.loads(out)  # one JSON document, nothing else
+    assert "factory says hello" in err and "forward says hello" in err
+    assert "raw bytes on fd 1" in err  # os.write(1, ...) too

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from ampscope.cli.output import stdout_for_json_only
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.numerics import FORMATS
@@ -56,13 +57,14 @@ def cmd_numerics(args: argparse.Namespace) -> int:
         if not args.json or isinstance(event, (ev.ErrorEvent, ev.WarningEvent)):
             console(event)
 
-    code = run(
-        args.preset,
-        overrides,
-        runs_dir=args.runs_dir,
-        record=not args.no_record,
-        on_event=on_event,
-    )
+    with stdout_for_json_only(args.json):
+        code = run(
+            args.preset,
+            overrides,
+            runs_dir=args.runs_dir,
+            record=not args.no_record,
+            on_event=on_event,
+        )
     if code == 2 or not summary.steps:
         return code
     if args.json:

@@ -6,7 +6,10 @@ have filled with escape sequences.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 
 from ampscope.core.text import visible
 
@@ -15,3 +18,27 @@ def fail(message: object, code: int = 2) -> int:
     """Print ``ampscope: MESSAGE`` on stderr and return the exit code (2: a user error)."""
     print(f"ampscope: {visible(message, keep_newlines=True)}", file=sys.stderr)
     return code
+
+
+@contextlib.contextmanager
+def stdout_for_json_only(json_out: bool) -> Iterator[None]:
+    """While the user's code trains in this process (``numerics``, ``profile``): with
+    ``json_out``, what it prints (``print``, ``os.write(1, ...)``, a C library) goes to
+    stderr, so that stdout carries the command's JSON alone (``| jq`` works)."""
+    if not json_out:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no stdout or stderr to speak of: only Python's print is moved
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
