@@ -128,6 +128,6 @@ def group_leader(run_dir: Path) -> int | None:
     try:
         data: Any = json.loads((run_dir / OWNER_FILE).read_bytes() or b"{}")
         leader = int(data.get("group", 0)) if isinstance(data, dict) else 0
-    except (OSError, ValueError, TypeError, OverflowError):
+    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
         return None
     return leader if leader > 0 else None

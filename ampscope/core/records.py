@@ -147,7 +147,7 @@ def load_run(path: Path, with_events: bool = True) -> RunRecord:
 def _read_summary(record: RunRecord) -> None:
     try:
         data = json.loads((record.path / SUMMARY_FILE).read_text())
-    except ValueError:
+    except (ValueError, RecursionError):
         record.problem = f"{SUMMARY_FILE} is not valid JSON"
         return
     if not isinstance(data, dict):
@@ -228,7 +228,7 @@ def write_live(
 def read_live(run_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((run_dir / LIVE_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -20,7 +20,7 @@ def launch_config(run: records.RunRecord) -> dict[str, Any]:
         return run.hello.config or {}
     try:
         conf = json.loads((run.path / records.CONFIG_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return conf if isinstance(conf, dict) else {}
 

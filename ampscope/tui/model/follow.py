@@ -72,7 +72,7 @@ class RecordTail:
 def _config(run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads((run_dir / records.CONFIG_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
