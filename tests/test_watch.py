@@ -311,6 +311,35 @@ def test_a_bad_argument_names_itself_and_what_is_accepted(kwargs, named, tmp_pat
     assert not list(tmp_path.iterdir())  # nothing recorded for a call that was refused
 
 
+@pytest.mark.parametrize(
+    ("which", "named", "hint"),
+    [
+        ("parameters", "optimizer=generator", "the model's parameters"),
+        ("string", "optimizer='adam'", "a torch.optim.Optimizer"),
+        ("scaler-as-optimizer", "optimizer=GradScaler", "pass it as scaler="),
+        ("bad-scaler", "scaler='yes'", "a torch.amp.GradScaler"),
+        ("bad-model", "model='net'", "torch.nn.Module"),
+    ],
+)
+def test_a_wrong_object_for_the_model_optimizer_or_scaler_is_a_value_error_naming_it(
+    which, named, hint, tmp_path
+) -> None:
+    """watch(model, model.parameters()) raised a raw internal AttributeError."""
+    model, opt = tiny_model()
+    args: dict = {
+        "parameters": dict(model=model, optimizer=model.parameters()),
+        "string": dict(model=model, optimizer="adam"),
+        "scaler-as-optimizer": dict(model=model, optimizer=torch.amp.GradScaler("cpu")),
+        "bad-scaler": dict(model=model, optimizer=opt, scaler="yes"),
+        "bad-model": dict(model="net", optimizer=opt),
+    }[which]
+    with pytest.raises(ValueError, match="Accepted") as info:
+        ampscope.watch(runs_dir=tmp_path, **args)
+    assert named in str(info.value) and hint in str(info.value)
+    assert not list(tmp_path.iterdir())
+    ampscope.watch(model, opt, runs_dir=tmp_path, scaler=torch.amp.GradScaler("cpu")).close()
+
+
 def test_ampscope_watch_is_a_plain_function_whichever_import_came_first(tmp_path) -> None:
     import inspect
 
