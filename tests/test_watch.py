@@ -507,3 +507,39 @@ def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path, monkeypatc
     with ampscope.watch(model, opt, runs_dir=tmp_path, allow_stop=True) as mon:
         live = records.read_live(mon.run_dir)
         assert live is not None and live["stop_signal"] == "SIGINT"  # as Ctrl+C, where it works
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [
+        (3, "failed", "sys.exit(3): exit code 3"),
+        ("bye", "failed", "sys.exit('bye'): exit code 1"),
+        (0, "ok", None),
+        ("caught", "ok", None),
+    ],
+)
+def test_a_watched_script_ending_in_sys_exit_records_its_code(code, status, said, tmp_path):
+    """The atexit hook cannot see the exit code: a script ending in sys.exit(3) was
+    recorded ok. Here the script's end is played in this process: sys.exit, then the
+    interpreter's atexit hook."""
+    import sys
+
+    from ampscope.watching import exits
+
+    model, opt = tiny_model()
+    mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+    for _ in range(2):
+        loss = model(torch.randn(8, 32)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss)
+    with pytest.raises(SystemExit):
+        sys.exit(5 if code == "caught" else code)
+    if code == "caught":  # the loop caught it and went on: its later end is its own
+        mon.step(model(torch.randn(8, 32)).square().mean())
+    exits._at_exit()
+    done = events_of(mon.run_dir, ev.DoneEvent)[-1]
+    assert done.status == status
+    assert (said in (done.error or "")) if said else done.error is None
+    assert getattr(sys.exit, "_ampscope_noting", False) is False  # put back with the last run

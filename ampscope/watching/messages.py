@@ -195,7 +195,8 @@ def outcome(error: BaseException | None, signum: int | None) -> tuple[str, str |
     if isinstance(error, SystemExit):
         if error.code in (0, None):
             return "ok", None
-        return "failed", f"SystemExit: {error.code}"
+        code = error.code if isinstance(error.code, int) else 1  # Python prints a message, exits 1
+        return "failed", f"the script ended with sys.exit({error.code!r}): exit code {code}"
     if error is not None:
         return "failed", f"{type(error).__name__}: {error}"
     return "ok", None

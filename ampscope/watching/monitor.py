@@ -70,6 +70,7 @@ class Monitor:
         )
         self._figures, self._notes = self._steps.figures, self._steps.notes
         self._signal: int | None = None
+        self._exit: tuple[object, int] | None = None  # sys.exit's code, and the step it came at
         self._closed = False
         self._landed: deque[Raw] = deque()  # steps read back, waiting to be reported
         self._extras = True  # this step needs more than the reading (the first one always does)
@@ -207,6 +208,11 @@ class Monitor:
 
     # ------------------------------------------------------------------ the end
 
+    def note_exit(self, code: object) -> None:
+        """``sys.exit(code)`` was called on the main thread: unless a step follows (the loop
+        caught the SystemExit), the run ends with that code."""
+        self._exit = (code, self._next_step)
+
     def note_signal(self, signum: int) -> None:
         """SIGTERM or SIGINT reached the process: however it ends now, it was stopped."""
         self._signal = signum
@@ -231,6 +237,9 @@ class Monitor:
         if self._writer is None or self._record is None or self._hello is None:
             self._end_flop_count()
             return
+        noted = self._exit
+        if error is None and noted is not None and noted[1] == self._next_step:
+            error = SystemExit(noted[0])  # the atexit hook's way out: sys.exit said how
         status, message = outcome(error, self._signal)
         try:  # the last steps read, the error, the phase's end: a signal may have cut any of it
             self._wind_down(error, status)
