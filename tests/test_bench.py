@@ -266,3 +266,22 @@ def test_a_run_that_ended_on_nan_shows_nan_as_its_final_loss_in_the_table() -> N
     example = Path(__file__).resolve().parent.parent / "ampscope" / "example_runs" / "fp16-nan"
     row = comparison.row_from_runs("fp16", [records.load_run(example)])
     assert comparison.cells(row)["loss"] == "nan at step 1"
+
+
+@pytest.mark.unit
+def test_ctrl_c_before_the_first_run_finishes_says_so_and_exits_130(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """It ended in TypeError: 'int' object is not iterable, with nothing to compare."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_one", interrupted)
+    code = main(["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)])
+    said = capsys.readouterr()
+    assert code == 130, said.err
+    assert "stopped before its first run finished" in said.err and "Traceback" not in said.err
+    assert said.out == "" and not list(tmp_path.glob("*sweep*"))  # no empty table or sweep
