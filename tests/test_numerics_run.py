@@ -81,6 +81,9 @@ def test_cli_table_and_verdicts_name_the_planted_layers(capsys):
     assert "fp16: 100% of head.tiny's outputs round to zero" in under.stdout
     bad = numerics_cli(capsys, "fp32", "--set", "numerics.every=-1")
     assert bad.returncode == 2 and "numerics.every" in bad.stderr and "Traceback" not in bad.stderr
+    off = numerics_cli(capsys, "fp32", "--set", "numerics.every=0")  # printed nothing at all
+    assert off.returncode == 2 and off.stdout == ""
+    assert "numerics.every=0 turns the measuring off" in off.stderr and "1 or more" in off.stderr
 
 
 @pytest.mark.unit
