@@ -174,9 +174,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
     regimes = args.regime or list(mp.DEFAULT_REGIMES)
     try:
         if args.model:
-            from ampscope.cli.model_memory import from_model
+            from ampscope.cli.model_memory import Interrupted, from_model
 
-            params, shape, title = from_model(args)
+            try:
+                params, shape, title = from_model(args)
+            except Interrupted as exc:
+                print(f"ampscope: {exc}", file=sys.stderr)
+                return 130
         else:
             params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
     except mp.PlanError as exc:
