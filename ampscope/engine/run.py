@@ -247,7 +247,9 @@ def record_users_exit(
                 f"your code called os._exit({status}) {where}, which ends the process at once: "
                 "the run stopped there and is recorded failed."
             )
-            writer.emit(ev.ErrorEvent(kind="exception", message=message, step=step), urgent=True)
+            error = blamed(ev.ErrorEvent(kind="exception", message=message, step=step))
+            message = error.message  # 'rank 1: ...' on one rank of several
+            writer.emit(error, urgent=True)
             end_users_children(writer)
             hello, done = so_far.now("failed", message)
             writer.emit(done, urgent=True)
@@ -267,6 +269,13 @@ def record_users_exit(
 
     os._exit = users_exit
     return restore
+
+
+def blamed(event: ev.ErrorEvent) -> ev.ErrorEvent:
+    """``event`` told to the other ranks as this rank's failure (``link.blame_here``), where
+    this process joined several: imported only then (it needs torch)."""
+    link = sys.modules.get("ampscope.engine.link")
+    return link.blame_here(event) if link is not None else event
 
 
 def cannot_record(exc: OSError, runs_dir: Path | None, run_dir: Path | None) -> str:
