@@ -339,3 +339,22 @@ def test_a_preset_given_twice_runs_once_and_bench_says_so(tmp_path: Path, capsys
     code = main(["bench", "fp32", "fp32", "--repeats", "1", "--runs-dir", str(tmp_path)])
     assert code == 0 and ran == ["fp32"]
     assert "fp32 given 2 times: it runs once per repeat" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_ctrl_c_before_the_first_run_finishes_says_so_and_exits_130(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """It ended in TypeError: 'int' object is not iterable, with nothing to compare."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_one", interrupted)
+    code = main(["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)])
+    said = capsys.readouterr()
+    assert code == 130, said.err
+    assert "stopped before its first run finished" in said.err and "Traceback" not in said.err
+    assert said.out == "" and not list(tmp_path.glob("*sweep*"))  # no empty table or sweep

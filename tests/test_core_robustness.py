@@ -218,3 +218,30 @@ def test_byte_sizes_read_at_a_glance_never_in_exponents() -> None:
         "3 KiB",
         "512 B",
     ]
+
+
+@pytest.mark.subprocess  # the two records are real engine runs (made once a session)
+def test_a_deeply_nested_line_in_a_record_is_one_unreadable_line_not_a_crash(
+    recorded_runs: Path, capsys
+) -> None:
+    """A line of 100,000 nested brackets raised RecursionError out of replay, profile
+    --compare and memory --run: JSON's own parser recurses once per level."""
+    from ampscope.tui.model.replay import ReplaySource
+    from tests.helpers import split_profile
+
+    nested = b'{"type": "step", "v": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    a, b = sorted(recorded_runs.iterdir())
+    for run_dir in (a, b):
+        events = run_dir / records.EVENTS_FILE
+        lines = events.read_bytes().splitlines(keepends=True)
+        lines.insert(len(lines) - 1, ev.encode(split_profile(10.0, matmul=5000)))
+        lines.insert(2, nested)
+        events.write_bytes(b"".join(lines))
+    assert ev.decode(nested).reason  # unreadable, said why
+    run = records.load_run(a)
+    assert run.status == "ok" and run.unreadable_lines == 1
+    ReplaySource.load(a)  # the replay's source reads it whole
+    assert main(["profile", "--compare", str(a), str(b)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert main(["memory", "--run", str(a)]) in (0, 1)
+    assert "RecursionError" not in capsys.readouterr().err

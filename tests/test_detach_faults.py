@@ -126,3 +126,52 @@ def test_detach_returns_once_the_engine_said_hello(tmp_path: Path) -> None:
     finally:
         os.killpg(pid, 15)
         assert wait_until(lambda: gone(pid), 30)
+
+
+@pytest.mark.unit
+def test_the_engine_takes_the_launchers_owner_descriptor_and_no_child_of_its_inherits_it(
+    tmp_path: Path,
+) -> None:
+    """The detached launcher passes .owner with pass_fds, which leaves it inheritable in the
+    engine: every os.system child of the user's code held the record's proof too."""
+    from ampscope.core import ownership
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    passed = ownership.claim_for_child(run_dir)
+    os.set_inheritable(passed, True)  # as pass_fds leaves it in the child
+    try:
+        assert ownership.claim(run_dir) == passed  # held as its own, not opened again
+        assert not os.get_inheritable(passed)
+    finally:
+        ownership.release(run_dir)
+    with pytest.raises(OSError):
+        os.fstat(passed)  # released with the record
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_while_detach_waits_still_says_where_the_run_is(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Ctrl+C during the wait for hello printed a traceback, and the run went on with its
+    folder and pid never printed."""
+    from ampscope.cli.main import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "wait_for_hello", interrupted)
+    code = main(
+        ["run", "fp32", "--detach", "--runs-dir", str(tmp_path), "--device", "cpu",
+         "--set", "workload.kind='mlp'", "--set", "steps=100000"]
+    )  # fmt: skip
+    said = capsys.readouterr()
+    (run_dir,) = tmp_path.iterdir()
+    pid = int(said.out.split("pid ")[1].split()[0])
+    try:
+        assert code == 0, said.err
+        assert str(run_dir) in said.out and "Traceback" not in said.err
+        assert "ampscope attach" in said.err
+    finally:
+        os.killpg(pid, 15)
+        assert wait_until(lambda: gone(pid), 30)

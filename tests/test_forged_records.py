@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -136,3 +137,32 @@ def test_an_engine_holding_the_record_is_stopped_and_its_group_only_when_ampscop
     finally:
         os.close(fd)
         end(shell)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("forged", ["huge-pid", "nan-start", "string-pid"])
+def test_a_live_json_naming_no_real_pid_or_start_is_not_live_and_nothing_crashes(
+    tmp_path: Path, capsys, forged: str
+) -> None:
+    """A pid of 10**30 made runs, runs --json and stop die with OverflowError; a
+    proc_start of NaN passed the pid-reuse check, so a record naming pid 1 was listed live."""
+    import json
+    import socket
+
+    runs = tmp_path / "runs"
+    run_dir = runs / "20260101T000000Z-forged"
+    run_dir.mkdir(parents=True)
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(step(0)))
+    pid = {"huge-pid": 10**30, "nan-start": 1, "string-pid": "1"}[forged]
+    start = math.nan if forged == "nan-start" else (records.process_start(1) or 0.0)
+    live = {"pid": pid, "host": socket.gethostname(), "heartbeat": time.time(),
+            "started_at": time.time(), "proc_start": start}  # fmt: skip
+    (run_dir / records.LIVE_FILE).write_text(json.dumps(live))
+    assert records.same_process(records.read_live(run_dir) or {}) is None
+    assert records.live_owner(run_dir) is None
+    assert cli_main(["runs", "--runs-dir", str(runs), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["state"] != "live"
+    assert cli_main(["runs", "--runs-dir", str(runs)]) == 0
+    assert cli_main(["stop", str(run_dir), "--wait", "0"]) == 1
+    assert "is not running on this host (crashed): nothing to stop" in capsys.readouterr().err

@@ -39,6 +39,11 @@ def make_exits(ctx):
     sys.exit()
 
 
+def make_os_exit(ctx):
+    import os
+    os._exit(0)
+
+
 def make_odd_name(ctx):
     loss = nn.functional.mse_loss
     return {"model": nn.Linear(4, 2), "batches": batches(), "loss": loss, "name": "two\\nlines\\x1b[2J"}
@@ -123,3 +128,26 @@ def test_a_stop_during_setup_still_says_where_the_record_is(tmp_path) -> None:
     (run_dir,) = runs.iterdir()
     assert proc.returncode == EXIT_STOPPED, err[-2000:]
     assert out.rstrip().splitlines()[-1] == f"run record: {run_dir}"
+
+
+@pytest.mark.unit
+def test_ctrl_c_in_the_factory_under_memory_says_so_without_a_traceback(tmp_path, capsys) -> None:
+    """It printed a raw KeyboardInterrupt traceback."""
+    spec = f"{model_file(tmp_path)}:make_interrupted"
+    assert main(["memory", "--model", spec]) == EXIT_STOPPED
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert "stopped (Ctrl+C) while the model of" in err and "nothing counted" in err
+
+
+@pytest.mark.subprocess
+def test_os_exit_in_the_factory_under_memory_is_said_and_never_exit_0(tmp_path) -> None:
+    """The factory's os._exit(0) ended memory --model with exit 0 and not a word."""
+    spec = f"{model_file(tmp_path)}:make_os_exit"
+    done = subprocess.run(
+        [sys.executable, "-m", "ampscope", "memory", "--model", spec],
+        env=engine_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert done.stdout == ""
+    assert "your code called os._exit(0) while its model was being built" in done.stderr

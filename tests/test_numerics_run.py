@@ -101,6 +101,9 @@ def test_cli_table_and_verdicts_name_the_planted_layers(capsys):
     assert "fp16: 100% of head.tiny's outputs round to zero" in under.stdout
     bad = numerics_cli(capsys, "fp32", "--set", "numerics.every=-1")
     assert bad.returncode == 2 and "numerics.every" in bad.stderr and "Traceback" not in bad.stderr
+    off = numerics_cli(capsys, "fp32", "--set", "numerics.every=0")  # printed nothing at all
+    assert off.returncode == 2 and off.stdout == ""
+    assert "numerics.every=0 turns the measuring off" in off.stderr and "1 or more" in off.stderr
 
 
 @pytest.mark.unit
@@ -304,3 +307,52 @@ def test_numerics_names_the_leaf_modules_that_never_ran_and_why(capsys):
         "18 of 21 leaf modules measured; 3 never ran: blocks.0.attn.out_proj, "
         "blocks.1.attn.out_proj and 1 more (nn.MultiheadAttention's out_proj" in table.stdout
     )
+
+
+PRINTING = """
+import os
+import torch
+from torch import nn
+import ampscope
+
+
+class Loud(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        print("forward says hello")
+        os.write(1, b"raw bytes on fd 1\\n")
+        return self.fc(x)
+
+
+def make(ctx):
+    print("factory says hello")
+    x, y = torch.randn(32, 8), torch.randint(0, 2, (32,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
+    return ampscope.Workload(model=Loud(), batches=batches, loss=nn.functional.cross_entropy)
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["numerics", "profile"])
+def test_json_on_stdout_is_the_json_alone_whatever_the_users_code_prints(
+    tmp_path, capfd, command
+) -> None:
+    """The user's print() came first on stdout, and `| jq` failed."""
+    import json
+
+    from ampscope.cli.main import main
+
+    (tmp_path / "loud.py").write_text(PRINTING)
+    steps = ["--steps", "2"] if command == "numerics" else ["--steps", "1"]
+    code = main(
+        [command, "fp32", "--model", f"{tmp_path / 'loud.py'}:make", *steps, "--json",
+         "--device", "cpu", "--runs-dir", str(tmp_path / "runs")]
+    )  # fmt: skip
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    json.loads(out)  # one JSON document, nothing else
+    assert "factory says hello" in err and "forward says hello" in err
+    assert "raw bytes on fd 1" in err  # os.write(1, ...) too

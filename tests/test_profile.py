@@ -581,3 +581,50 @@ def test_a_profile_writes_no_kineto_lines_to_the_terminal(users_level: str | Non
         assert "profiler_start" not in done.stderr and "USDT" not in done.stderr, done.stderr
     else:  # theirs is kept: the check above is not blind
         assert "profiler_start" in done.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("utf8", "not JSON text"),
+        (
+            "huge",
+            '"steps": inf',
+        ),  # 1e400: json reads it as inf, which int() refused with OverflowError
+        ("fifo", "not a file"),  # opened blocking, it froze the training loop
+        ("zero", "cannot be opened as a file"),  # read to the end, it filled memory
+        ("list", "not {"),
+    ],
+)
+def test_a_bad_profile_request_is_refused_with_a_warning_and_training_goes_on(
+    tmp_path: Path, kind: str, said: str
+) -> None:
+    import os
+
+    import torch
+
+    from ampscope.engine.profiling import ProfileControl
+
+    request = tmp_path / profiles.REQUEST_FILE
+    if kind == "utf8":
+        request.write_bytes(b'{"steps": "\xff\xfe"}')
+    elif kind == "huge":
+        request.write_text('{"steps": 1e400}')
+    elif kind == "fifo":
+        os.mkfifo(request)
+    elif kind == "zero":
+        request.symlink_to("/dev/zero")
+    else:
+        request.write_text("[5]")
+    writer = _Writer()
+    control = ProfileControl(writer, torch.device("cpu"), tmp_path)  # type: ignore[arg-type]
+    assert control.before_step(3) is False and not control.active
+    (warning,) = writer.events
+    assert isinstance(warning, ev.WarningEvent) and warning.code == "profile-failed"
+    assert "request was refused" in warning.message and said in warning.message
+    assert not os.path.lexists(request)  # removed: refused once, not every half second
+    profiles.ask_to_profile(tmp_path, 2)  # a good request afterwards is taken
+    control._next_check = 0.0
+    assert control.before_step(4) is True
+    control.close()

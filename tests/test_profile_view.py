@@ -91,6 +91,34 @@ def test_p_says_why_a_run_cannot_be_profiled(tmp_path: Path, kind: str, why: str
     run(go())
 
 
+@pytest.mark.unit
+def test_p_in_a_read_only_view_never_asks_the_live_run_to_profile(tmp_path: Path) -> None:
+    """A served viewer (anyone with the link) has no effect on the run it shows."""
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path, read_only=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            notes: list[str] = []
+            app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
+            state = live_state(tmp_path)
+            app.open_run(FrozenSource(state))
+            screen = await shown(pilot, app, RunScreen)
+            assert screen.check_action("profile", ()) is None  # shown, disabled
+            await pilot.press("p")
+            await pilot.pause()
+            assert isinstance(app.screen, RunScreen)
+            assert any("this view is read-only" in n for n in notes), notes
+            assert not (tmp_path / profiles.REQUEST_FILE).exists()
+            state.ingest(gpu_profile(step=11))  # a profile the run took is still shown
+            await pilot.press("p")
+            profile = await shown(pilot, app, ProfileScreen)
+            assert profile.check_action("again", ()) is False
+            assert not (tmp_path / profiles.REQUEST_FILE).exists()
+
+    run(go())
+
+
 @pytest.mark.subprocess
 def test_a_running_engine_profiles_its_next_steps_when_asked_and_keeps_them_in_the_record(
     tmp_path: Path,

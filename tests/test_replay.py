@@ -167,6 +167,9 @@ def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys)
             assert screen.source is start and start.speed == 50
             # the first example (read in a thread once the view is up)
             assert await wait_for(pilot, lambda: screen.state.label == "amp-fp16", 10)
+            # the dashboard covers what was printed: its header says it is an example
+            header = screen.state.header()
+            assert header.endswith("shipped example replay"), header
             await pilot.press("escape")
             assert await wait_for(pilot, lambda: not isinstance(app.screen, RunScreen), 5)
 

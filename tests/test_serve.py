@@ -481,3 +481,45 @@ def test_the_viewer_itself_acts_on_no_resize_that_is_not_a_terminal_size() -> No
         driver.on_meta("resize", {"type": "resize", "width": width, "height": 30})
     driver.on_meta("resize", {"type": "resize", "width": 100000, "height": 40})
     assert app.sizes == [(1000, 40)]
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(
+    monkeypatch, caplog
+) -> None:
+    """A GET /ws without Upgrade got no HTTP reply and two raw tracebacks in serve's
+    terminal; /static/ listed its folders."""
+    import asyncio
+    import logging
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from ampscope.cli import serve_viewers
+
+    started: list[str] = []
+
+    async def a_viewer(server, request):
+        started.append(request.path)
+        raise AssertionError("no viewer for a plain GET")
+
+    monkeypatch.setattr(serve_viewers, "serve_tab", a_viewer)
+    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+
+    async def go() -> None:
+        async with TestClient(TestServer(await server._make_app(), host="127.0.0.1")) as client:
+            own = f"http://127.0.0.1:{client.port}"
+            answer = await client.get("/ws", headers={"Origin": own})
+            assert answer.status == 400
+            assert "open / in a browser" in await answer.text()
+            for folder in ("/static/", "/static/css/"):
+                listing = await client.get(folder)
+                assert listing.status in (403, 404)
+                assert "xterm.css" not in await listing.text()
+            css = await client.get("/static/css/xterm.css")  # the page's own files are served
+            assert css.status == 200
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(go())
+    assert started == [] and server.viewers == 0
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback logged

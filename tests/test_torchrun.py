@@ -355,3 +355,49 @@ def _drain(fd: int) -> None:
     with contextlib.suppress(OSError):
         while os.read(fd, 65536):
             pass
+
+
+LEAVING_RANK = """
+import os
+import torch
+from torch import nn
+import ampscope
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if os.environ.get("RANK") == "1" and self.calls > 5:  # past setup's passes
+            os._exit(7)
+        return self.fc(x)
+
+
+def make(ctx):
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    return ampscope.Workload(model=Net(), batches=batches, loss=nn.functional.cross_entropy)
+"""
+
+
+def test_a_rank_that_calls_os_exit_is_named_with_how_it_left(tmp_path: Path) -> None:
+    """It was recorded as 'rank 0: gloo Connection closed by peer'."""
+    (tmp_path / "net.py").write_text(LEAVING_RANK)
+    code, events, stderr = ampscope_run(
+        "fp32", "--nproc-per-node", "2", "--steps", "50", "--model", f"{tmp_path}/net.py:make",
+        "--set", "device='cpu'", "--set", "warmup_steps=2", runs_dir=tmp_path / "runs",
+    )  # fmt: skip
+    pids = rank_pids(events)
+    try:
+        assert code != 0, stderr[-3000:]
+        (error,) = of(events, ev.ErrorEvent)
+        assert error.rank == 1, error.message
+        assert error.message.startswith("rank 1: your code called os._exit(7) at step ")
+        done = of(events, ev.DoneEvent)[0]
+        assert done.status == "failed" and done.error == error.message
+    finally:
+        assert_all_gone(pids)

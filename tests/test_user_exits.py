@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,43 @@ def test_os_exit_in_forward_is_recorded_before_the_process_goes(tmp_path) -> Non
     assert wait_until(lambda: gone(child), 10)
     (ended,) = [w for w in events_of(run_dir, ev.WarningEvent) if w.code == "children-ended"]
     assert str(child) in ended.message
+
+
+FORKING = """
+import os
+import torch
+from torch import nn
+import ampscope
+
+
+def make(ctx):
+    os.fork()  # both processes go on: the child returns into ampscope's run
+    open(f"after-fork-{os.getpid()}", "w").close()
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    loss = nn.functional.cross_entropy
+    return ampscope.Workload(model=nn.Linear(8, 2), batches=batches, loss=loss)
+"""
+
+
+@pytest.mark.subprocess
+def test_a_factory_that_forks_leaves_one_run_in_the_record(tmp_path) -> None:
+    """The child went on into the engine: 2 hellos, 2 dones and every step twice."""
+    (tmp_path / "net.py").write_text(FORKING)
+    runs = tmp_path / "runs"
+    out = subprocess.run(
+        [sys.executable, "-m", "ampscope", "run", "fp32", "--model", "net.py:make",
+         "--steps", "6", "--runs-dir", str(runs)],
+        cwd=tmp_path, env=engine_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = runs.iterdir()
+    assert len(events_of(run_dir, ev.HelloEvent)) == 1
+    assert [s.step for s in events_of(run_dir, ev.StepEvent)] == list(range(6))
+    (done,) = events_of(run_dir, ev.DoneEvent)
+    assert done.status == "ok" and records.load_run(run_dir).status == "ok"
+    assert len(list(tmp_path.glob("after-fork-*"))) == 2  # both went on past the fork
+    said = re.search(r"ampscope: process (\d+), forked by your code from the engine", out.stderr)
+    assert said is not None and "so this copy leaves" in out.stderr, out.stderr
+    assert wait_until(lambda: gone(int(said.group(1))), 10)
+    assert (out.stdout + out.stderr).count("run record:") == 1  # one summary printed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,7 @@ def test_a_process_the_users_code_left_running_is_ended_and_named(tmp_path: Path
     daemon = int((tmp_path / "daemon.pid").read_text())
     try:
         assert len(warnings) == 1 and f"{pid} (" in warnings[0].message, warnings
+        assert isinstance(events[-1], ev.DoneEvent)  # part of the run: before done, not after
         assert "your code left 1 process running" in out.stderr
         # the daemon left the engine's tree: named, and left running as it was made to
         assert "it also left 1 process that left the engine's process tree" in out.stderr
@@ -121,3 +123,38 @@ def test_a_process_the_users_code_left_running_is_ended_and_named(tmp_path: Path
     finally:
         with contextlib.suppress(psutil.Error):
             psutil.Process(daemon).kill()
+
+
+@pytest.mark.subprocess
+def test_inductors_own_compilers_are_ended_without_blaming_the_users_code(tmp_path: Path) -> None:
+    """A stop during torch.compile said 'your code left 2 processes' about inductor's g++
+    and its cc1plus. Here this process stands for the engine: a 'compiler' whose command
+    line names inductor's cache (with a child of its own, as g++ has cc1plus) and one
+    process of the user's."""
+    import psutil
+
+    from ampscope.engine.children import end_users_children
+    from ampscope.engine.emitter import EventWriter
+
+    cache = tmp_path / "torchinductor_someone"
+    compiler = subprocess.Popen(["sh", "-c", f"sleep 60; : {cache}/c7.cpp"])
+    users = subprocess.Popen(["sleep", "61"])
+    try:
+        wait = time.monotonic() + 10
+        while not psutil.Process(compiler.pid).children() and time.monotonic() < wait:
+            time.sleep(0.05)
+        (cc1,) = psutil.Process(compiler.pid).children()
+        got: list[ev.Event] = []
+        writer = EventWriter(on_event=got.append)
+        ended = end_users_children(writer)
+        assert ended == [users.pid]
+        (warning,) = got
+        assert isinstance(warning, ev.WarningEvent) and "left 1 process" in warning.message
+        assert f"{users.pid} (sleep 61)" in warning.message
+        assert "sh -c" not in warning.message and str(cc1.pid) not in warning.message
+        assert compiler.wait(timeout=10) is not None and users.wait(timeout=10) is not None
+        assert not cc1.is_running() or cc1.status() == psutil.STATUS_ZOMBIE
+    finally:
+        for proc in (compiler, users):
+            proc.kill()
+            proc.wait()

@@ -354,6 +354,35 @@ def test_a_bad_argument_names_itself_and_what_is_accepted(kwargs, named, tmp_pat
     assert not list(tmp_path.iterdir())  # nothing recorded for a call that was refused
 
 
+@pytest.mark.parametrize(
+    ("which", "named", "hint"),
+    [
+        ("parameters", "optimizer=generator", "the model's parameters"),
+        ("string", "optimizer='adam'", "a torch.optim.Optimizer"),
+        ("scaler-as-optimizer", "optimizer=GradScaler", "pass it as scaler="),
+        ("bad-scaler", "scaler='yes'", "a torch.amp.GradScaler"),
+        ("bad-model", "model='net'", "torch.nn.Module"),
+    ],
+)
+def test_a_wrong_object_for_the_model_optimizer_or_scaler_is_a_value_error_naming_it(
+    which, named, hint, tmp_path
+) -> None:
+    """watch(model, model.parameters()) raised a raw internal AttributeError."""
+    model, opt = tiny_model()
+    args: dict = {
+        "parameters": dict(model=model, optimizer=model.parameters()),
+        "string": dict(model=model, optimizer="adam"),
+        "scaler-as-optimizer": dict(model=model, optimizer=torch.amp.GradScaler("cpu")),
+        "bad-scaler": dict(model=model, optimizer=opt, scaler="yes"),
+        "bad-model": dict(model="net", optimizer=opt),
+    }[which]
+    with pytest.raises(ValueError, match="Accepted") as info:
+        ampscope.watch(runs_dir=tmp_path, **args)
+    assert named in str(info.value) and hint in str(info.value)
+    assert not list(tmp_path.iterdir())
+    ampscope.watch(model, opt, runs_dir=tmp_path, scaler=torch.amp.GradScaler("cpu")).close()
+
+
 def test_ampscope_watch_is_a_plain_function_whichever_import_came_first(tmp_path) -> None:
     import inspect
 
@@ -499,3 +528,39 @@ def test_the_grad_zeros_card_of_a_watched_run_says_off_when_never_measured(
         assert (card.value, card.sub) == ("off", "grad_zero_every=0")
     else:
         assert card.value.endswith("%") and card.sub.startswith("at step ")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [
+        (3, "failed", "sys.exit(3): exit code 3"),
+        ("bye", "failed", "sys.exit('bye'): exit code 1"),
+        (0, "ok", None),
+        ("caught", "ok", None),
+    ],
+)
+def test_a_watched_script_ending_in_sys_exit_records_its_code(code, status, said, tmp_path):
+    """The atexit hook cannot see the exit code: a script ending in sys.exit(3) was
+    recorded ok. Here the script's end is played in this process: sys.exit, then the
+    interpreter's atexit hook."""
+    import sys
+
+    from ampscope.watching import exits
+
+    model, opt = tiny_model()
+    mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+    for _ in range(2):
+        loss = model(torch.randn(8, 32)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss)
+    with pytest.raises(SystemExit):
+        sys.exit(5 if code == "caught" else code)
+    if code == "caught":  # the loop caught it and went on: its later end is its own
+        mon.step(model(torch.randn(8, 32)).square().mean())
+    exits._at_exit()
+    done = events_of(mon.run_dir, ev.DoneEvent)[-1]
+    assert done.status == status
+    assert (said in (done.error or "")) if said else done.error is None
+    assert getattr(sys.exit, "_ampscope_noting", False) is False  # put back with the last run

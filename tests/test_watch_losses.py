@@ -97,3 +97,55 @@ def test_an_inf_loss_in_fp32_is_not_told_to_use_a_wider_format(tmp_path) -> None
     assert "use a wider format" not in error.message
     assert "clip_grad_norm_" in error.message  # a watched loop has no grad_clip field
     assert "a wider format gives no more room: lower the learning rate" in error.message
+
+
+@pytest.mark.parametrize("name", ["tokens", "samples", "grad_norm"])
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [("x", "a str ('x')"), (10**400, "an int too large for a float")],
+    ids=["str", "huge-int"],
+)
+def test_a_bad_figure_in_mon_step_costs_its_step_not_the_rest(tmp_path, name, bad, said) -> None:
+    """One bad tokens=, samples= or grad_norm= stopped recording for the rest of the run."""
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            for i in range(8):
+                loss = model(torch.randn(8, 32)).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                good = {"tokens": 64, "samples": 8, "grad_norm": torch.tensor(0.5)}[name]
+                mon.step(loss, **{name: bad if i in (2, 5) else good})
+    run = records.load_run(mon.run_dir)
+    steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
+    assert [s.step for s in steps] == list(range(8))  # every step is recorded
+    assert run.status == "ok" and run.done is not None and run.done.steps_done == 8
+    figure = {"tokens": "tokens_per_s", "samples": "samples_per_s", "grad_norm": "grad_norm"}
+    kept = [getattr(s, figure[name]) is not None for s in steps]
+    if name == "samples":  # a step without samples= has the batch size known from before
+        assert all(kept)
+    else:
+        assert kept == [True, True, False, True, True, False, True, True]
+    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if name in w.message]
+    assert warning.code == "figure-unreadable" and warning.step == 2  # said once
+    assert f"Step 2's {name}= is {said}" in warning.message
+    assert f"mon.step({name}=) takes" in warning.message
+    assert [w for w in caught if said in str(w.message)]
+    assert not events_of(mon.run_dir, ev.ErrorEvent)
+
+
+def test_a_tensor_of_several_tokens_is_no_count(tmp_path) -> None:
+    model, opt = tiny_model()
+    with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+        for i in range(3):
+            loss = model(torch.randn(8, 32)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss, tokens=torch.tensor([3, 4]) if i == 1 else torch.tensor(7))
+    steps = events_of(mon.run_dir, ev.StepEvent)
+    assert [s.tokens_per_s is not None for s in steps] == [True, False, True]
+    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if w.step == 1]
+    assert "tokens= is a tensor of shape (2,), not one number" in warning.message

@@ -62,3 +62,44 @@ def test_a_record_deleted_mid_loop_is_said_once_and_the_loop_goes_on(
     else:
         assert not (mon.run_dir / "live.json").exists()  # it is no live run any more
         assert not (mon.run_dir / "summary.json").exists()
+
+
+def test_a_full_disk_ends_the_watched_record_failed_with_the_reason_not_crashed(
+    tmp_path: Path,
+) -> None:
+    """The engine's record keeps room for its end; a watched one kept none and read
+    ``crashed``. Writes to /dev/full fail as on a full disk (ENOSPC)."""
+    import os
+
+    from ampscope.core import events as ev
+    from ampscope.core import records
+    from tests.helpers import events_of
+
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+        for _ in range(3):
+            one_step(mon, model, opt)
+        time.sleep(0.3)  # the first lines are on disk
+        assert mon._record is not None and mon.run_dir is not None
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, mon._record.file._file.fd)  # from now on, the disk is full
+        os.close(full)
+        for _ in range(20):
+            one_step(mon, model, opt)
+            time.sleep(0.02)
+        mon.close()
+    run_dir = mon.run_dir
+    assert any("cannot write the run record" in m for m in said(caught))
+    events, bad = records.read_events(run_dir / records.EVENTS_FILE)
+    assert not bad and isinstance(events[-1], ev.DoneEvent)  # whole lines, done last
+    done = events[-1]
+    assert done.status == "failed" and "No space left on device" in (done.error or "")
+    assert "your training went on" in (done.error or "")
+    assert done.steps_done == 23  # the run's own figures: every step it trained
+    (error,) = events_of(run_dir, ev.ErrorEvent)
+    assert error.kind == "io"
+    run = records.load_run(run_dir, with_events=False)  # summary.json, as runs lists it
+    assert run.status == "failed"
+    assert not (run_dir / ".spare").exists() and not (run_dir / records.LIVE_FILE).exists()

@@ -166,6 +166,8 @@ def cmd_bench(args) -> int:
         if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
+    if not any(results.values()):  # stopped during the first run: nothing to compare
+        return fail("bench stopped before its first run finished: nothing to compare.", 130)
     rows = compare([row_by_clock(p, rs, clock) for p, rs in results.items() if rs], baseline)
     on_cpu = all(r.hello is None or r.hello.device == "cpu" for rs in results.values() for r in rs)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"

@@ -190,9 +190,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
     regimes = args.regime or list(mp.DEFAULT_REGIMES)
     try:
         if args.model:
-            from ampscope.cli.model_memory import from_model
+            from ampscope.cli.model_memory import Interrupted, from_model
 
-            params, shape, title, measured = from_model(args)
+            try:
+                params, shape, title, measured = from_model(args)
+            except Interrupted as exc:
+                print(f"ampscope: {exc}", file=sys.stderr)
+                return 130
             if measured is None and shape is None:
                 title += "\n(the model could not run a step on the CPU: activations not measured)"
         else:

@@ -8,8 +8,11 @@ loader, so this front-end reaches into the engine only when asked.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 from ampscope.core import memory_plan as mp
 from ampscope.core.config import ConfigError
@@ -25,7 +28,8 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
     from ampscope.engine.workloads.user import count_model_parameters
 
     try:
-        params, device, name = count_model_parameters(args.model)
+        with os_exit_said(args.model):
+            params, device, name = count_model_parameters(args.model)
     except SystemExit as exc:  # their code's sys.exit() would end this command silently
         raise left_early(args.model, exc) from None
     shape = None
@@ -52,6 +56,42 @@ def measure(spec: str, batch: int | None = None) -> mp.MeasuredStep | None:
         return measure_step_memory(workload)
     except (Exception, SystemExit):  # noqa: BLE001 - the parameter plan stands without it
         return None
+
+
+class Interrupted(Exception):
+    """Ctrl+C while the model was being built: the command says so and exits 130."""
+
+
+@contextlib.contextmanager
+def os_exit_said(spec: str) -> Iterator[None]:
+    """While the user's code builds the model: its ``os._exit(N)`` ends this command as it
+    asked, but with a word on stderr and never with 0 (nothing was counted); a forked child
+    (a DataLoader worker) leaves as it would. Ctrl+C is ``Interrupted``."""
+    real_exit, me = os._exit, os.getpid()
+
+    def said_exit(status: int) -> NoReturn:
+        if os.getpid() == me:
+            with contextlib.suppress(OSError, ValueError):
+                print(
+                    f"ampscope: workload.model = '{visible(spec)}': your code called "
+                    f"os._exit({status}) while its model was being built, which ends this "
+                    "command at once with nothing counted. Return the model from the factory.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            status = status or 2
+        real_exit(status)
+
+    os._exit = said_exit
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"stopped (Ctrl+C) while the model of '{visible(spec)}' was being built: nothing "
+            "counted."
+        ) from None
+    finally:
+        os._exit = real_exit
 
 
 def left_early(spec: str, exc: SystemExit) -> ConfigError:

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from ampscope.cli.output import fail, stdout_for_json_only
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.numerics import FORMATS
@@ -39,7 +40,14 @@ def cmd_numerics(args: argparse.Namespace) -> int:
 
     overrides = ["numerics.every=1", *run_overrides(args)]
     try:
-        if cfg.load_preset(args.preset, overrides).compile != "off":
+        preset = cfg.load_preset(args.preset, overrides)
+        if preset.numerics.every == 0:  # off: the run would measure nothing to print
+            return fail(
+                "numerics.every=0 turns the measuring off, and 'ampscope numerics' prints what "
+                "it measures. Accepted: a whole number of steps between measurements, 1 or "
+                "more (the default here is 1: every step)."
+            )
+        if preset.compile != "off":
             overrides.append("compile='off'")
             print(
                 "ampscope: numerics hook every layer, so this run does not compile", file=sys.stderr
@@ -60,13 +68,14 @@ def cmd_numerics(args: argparse.Namespace) -> int:
         if not args.json or isinstance(event, (ev.ErrorEvent, ev.WarningEvent)):
             console(event)
 
-    code = run(
-        args.preset,
-        overrides,
-        runs_dir=args.runs_dir,
-        record=not args.no_record,
-        on_event=on_event,
-    )
+    with stdout_for_json_only(args.json):
+        code = run(
+            args.preset,
+            overrides,
+            runs_dir=args.runs_dir,
+            record=not args.no_record,
+            on_event=on_event,
+        )
     if code == 2 or not summary.steps:
         return code
     if args.json:

@@ -6,9 +6,11 @@ have filled with escape sequences.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 
 from ampscope.core.text import visible
 
@@ -30,3 +32,27 @@ def output_width(stream: object = None) -> int | None:
     if getattr(stream, "isatty", lambda: False)():
         return shutil.get_terminal_size().columns
     return None
+
+
+@contextlib.contextmanager
+def stdout_for_json_only(json_out: bool) -> Iterator[None]:
+    """While the user's code trains in this process (``numerics``, ``profile``): with
+    ``json_out``, what it prints (``print``, ``os.write(1, ...)``, a C library) goes to
+    stderr, so that stdout carries the command's JSON alone (``| jq`` works)."""
+    if not json_out:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no stdout or stderr to speak of: only Python's print is moved
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)

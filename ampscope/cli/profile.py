@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, stdout_for_json_only
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core import profiles
@@ -129,14 +129,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
         elif isinstance(event, ev.WarningEvent):
             print(f"ampscope: warning: {visible(event.message)}", file=sys.stderr)
 
-    code = run(
-        args.preset,
-        overrides,
-        runs_dir=args.runs_dir,
-        record=not args.no_record,
-        on_event=on_event,
-        profile=(start, k),
-    )
+    with stdout_for_json_only(args.json):
+        code = run(
+            args.preset,
+            overrides,
+            runs_dir=args.runs_dir,
+            record=not args.no_record,
+            on_event=on_event,
+            profile=(start, k),
+        )
     if not found:
         if errors and progress is None:
             print(f"ampscope: {visible(errors[0].message)}", file=sys.stderr)

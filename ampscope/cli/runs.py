@@ -166,7 +166,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
         state = record.state
         steps, median, loss = progress(record)
         live = records.read_live(record.path) or {}
-        pid = live.get("pid") if state == "live" else None
+        pid = records.live_pid(live) if state == "live" else None
         rows.append(
             {
                 "name": record.name,
@@ -263,11 +263,16 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return code
 
 
+EXAMPLE_REPLAY = "shipped example replay"
+"""The header's word for a replay of a shipped example, played when no run is finished."""
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     low, high = SPEED_RANGE
     if not low <= args.speed <= high:
         return fail(f"--speed {args.speed:g} is out of range. Accepted: {low:g} to {high:g}.")
     root = _runs_root(args)
+    read_from = "replay"
     if args.run:
         path = resolve_run(args.run, root)
         if path is None:
@@ -280,9 +285,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
             path = record.path
         elif examples:
             path = examples[0]
-            print(f"ampscope: no finished run in {root}; replaying the example {path.name}.")
+            read_from = EXAMPLE_REPLAY  # the header says so: the dashboard covers this line
+            print(
+                visible(f"ampscope: no finished run in {root}; replaying the example {path.name}."),
+                file=sys.stderr,
+            )
         else:
             return fail(f"no finished run in {root} to replay.", 1)
     from ampscope.tui.model.replay import ReplaySource
 
-    return _dashboard(args, ReplaySource.load(path, speed=args.speed))
+    return _dashboard(args, ReplaySource.load(path, speed=args.speed, read_from=read_from))

@@ -204,6 +204,12 @@ def viewer_server_class() -> type:
             bad_size = size_refusal(request.query)
             if bad_size is not None:  # the viewer would fail to start on it
                 return web.Response(status=400, text=f"ampscope serve: {bad_size}.\n")
+            if not web.WebSocketResponse().can_prepare(request).ok:  # a plain GET: no viewer
+                return web.Response(
+                    status=400,
+                    text="ampscope serve: /ws is the dashboard's websocket; open / in a "
+                    "browser to watch.\n",
+                )
             if self.viewers >= self.max_viewers:
                 return web.Response(
                     status=503,
@@ -216,6 +222,15 @@ def viewer_server_class() -> type:
             self.tabs[tab] = request
             tab.add_done_callback(lambda done: self.tabs.pop(done, None))
             return await asyncio.shield(tab)
+
+        async def _make_app(self) -> web.Application:
+            """The base's app, less the listing of /static/ (the page's files are served;
+            what else the folder holds is nobody's business)."""
+            app = await super()._make_app()
+            for resource in app.router.resources():
+                if isinstance(resource, web.StaticResource):
+                    resource._show_index = False
+            return app
 
         async def on_startup(self, app: web.Application) -> None:
             pass  # cmd_serve says where it serves, once the port is bound

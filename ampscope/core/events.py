@@ -384,7 +384,7 @@ def decode(line: bytes | str) -> Event | UnknownEvent:
         text = line.decode(errors="replace") if isinstance(line, bytes) else line
         try:
             version = _version_decoder.decode(line).v
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             version = None
         return UnknownEvent(line=text.rstrip("\n"), reason=str(exc), v=version)
 

@@ -198,7 +198,10 @@ def launch_detached(
         os.close(owner)
     # Until the engine writes its own, this one says who runs the record.
     records.write_live(run_dir, proc.pid)
-    code = wait_for_hello(proc, run_dir, wait_s)
+    try:
+        code = wait_for_hello(proc, run_dir, wait_s)
+    except KeyboardInterrupt:  # Ctrl+C stops the wait, not the run: it runs on its own
+        code = None
     if code is not None:
         records.clear_live(run_dir)
         failed = EngineDidNotStart(run_dir, code, why_not_started(run_dir))

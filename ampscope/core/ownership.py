@@ -52,8 +52,28 @@ def claim(run_dir: Path) -> int:
     """
     key = os.path.abspath(run_dir)
     if key not in _held:
-        _held[key] = _open_owner(run_dir)
+        _held[key] = _inherited(run_dir) or _open_owner(run_dir)
     return _held[key]
+
+
+def _inherited(run_dir: Path) -> int | None:
+    """The descriptor on ``.owner`` a detached launcher passed this process (``pass_fds``
+    leaves it inheritable), made close-on-exec and kept as this process's own: otherwise
+    every program the user's code starts (``os.system``, a tool) would hold it too."""
+    try:
+        want = os.stat(run_dir / OWNER_FILE, follow_symlinks=False)
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):
+        return None  # no .owner yet, or no /proc
+    for fd in fds:
+        try:
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) == (want.st_dev, want.st_ino) and os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                return fd
+        except OSError:  # the listing's own descriptor, since closed
+            continue
+    return None
 
 
 def claim_for_child(run_dir: Path) -> int:

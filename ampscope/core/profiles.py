@@ -8,8 +8,10 @@ Torch-free: ``ampscope profile``, the Run view's profile screen and Compare read
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -291,19 +293,55 @@ def ask_to_profile(run_dir: Path, steps: int = DEFAULT_STEPS) -> None:
     os.replace(tmp, run_dir / REQUEST_FILE)
 
 
+REQUEST_MAX_BYTES = 4096
+"""A request is ``{"steps": K}``: anything longer is not one."""
+
+
+class BadRequest(ValueError):
+    """A request file that is not a request (the message says why); it has been removed."""
+
+
 def take_request(run_dir: Path) -> int | None:
-    """The steps a waiting request asks for (the request is removed), or None."""
+    """The steps a waiting request asks for (the request is removed), or None when there is
+    none. Raises ``BadRequest`` for one that is not ``{"steps": K}`` in a small regular file:
+    anyone who can write the folder can leave anything there (a FIFO would block the training
+    loop, a link to /dev/zero would fill its memory), and a run is never stopped by it."""
     path = run_dir / REQUEST_FILE
     try:
-        text = path.read_text()
-        path.unlink()
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return None
+    except OSError as exc:  # a link (ELOOP), no permission
+        _remove(path)
+        raise BadRequest(f"{path} cannot be opened as a file ({exc.strerror or exc})") from None
     try:
-        steps = int(json.loads(text).get("steps", DEFAULT_STEPS))
-    except (ValueError, TypeError, AttributeError):
-        steps = DEFAULT_STEPS
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > REQUEST_MAX_BYTES:
+                kind = "larger than a request" if stat.S_ISREG(info.st_mode) else "not a file"
+                raise BadRequest(f"{path} is {kind}")
+            raw = fh.read(REQUEST_MAX_BYTES + 1)
+    finally:
+        _remove(path)
+    return _steps_asked(path, raw)
+
+
+def _steps_asked(path: Path, raw: bytes) -> int:
+    try:
+        asked = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadRequest(f"{path} is not JSON text") from None
+    if not isinstance(asked, dict):
+        raise BadRequest(f'{path} holds {type(asked).__name__}, not {{"steps": K}}')
+    steps = asked.get("steps", DEFAULT_STEPS)
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise BadRequest(f'{path} asks for "steps": {steps!r}; a whole number is accepted')
     return min(max(steps, 1), MAX_STEPS)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def profiles_in(events: Sequence[object]) -> list[ev.ProfileEvent]:

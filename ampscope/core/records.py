@@ -147,7 +147,7 @@ def load_run(path: Path, with_events: bool = True) -> RunRecord:
 def _read_summary(record: RunRecord) -> None:
     try:
         data = record_files.read_json(record.path / SUMMARY_FILE)
-    except ValueError:
+    except (ValueError, RecursionError):
         record.problem = f"{SUMMARY_FILE} is not valid JSON"
         return
     if not isinstance(data, dict):
@@ -230,7 +230,7 @@ def read_live(run_dir: Path) -> dict[str, Any] | None:
     reader for ever), a link (only ampscope's own processes write it, never as a link)."""
     try:
         data = record_files.read_json(run_dir / LIVE_FILE, follow_links=False)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -255,9 +255,22 @@ def clear_live(run_dir: Path) -> None:
     ownership.release(run_dir)
 
 
+MAX_PID = (1 << 31) - 1
+"""No process has a larger pid (a pid_t is 32 bits; Linux's own limit is 2**22)."""
+
+
+def live_pid(live: dict[str, Any]) -> int | None:
+    """The pid ``live.json`` names, when it is one a process can have: a file that names
+    10**30 or "1" names none."""
+    pid = live.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= MAX_PID:
+        return None
+    return pid
+
+
 def pid_alive(pid: int) -> bool:
     """True while ``pid`` runs on this host (a zombie counts as gone)."""
-    if pid <= 0:
+    if not 0 < pid <= MAX_PID:
         return False
     try:
         os.kill(pid, 0)
@@ -265,7 +278,7 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    except OSError:
+    except (OSError, OverflowError):
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -291,15 +304,17 @@ def same_process(live: dict[str, Any]) -> int | None:
     Public facts only (anyone can read them for any process): enough to list a run as live,
     never enough to signal it (``stopping.verified_pid``).
     """
+    pid = live_pid(live)
     try:
-        pid = int(live.get("pid", 0))
         recorded = float(live["proc_start"])
     except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if pid is None or not math.isfinite(recorded):  # NaN is within no slack of anything
         return None
     if live.get("host") != socket.gethostname() or not pid_alive(pid):
         return None
     started = process_start(pid)
-    if started is None or abs(started - recorded) > PROC_START_SLACK_S:
+    if started is None or not abs(started - recorded) <= PROC_START_SLACK_S:
         return None
     return pid
 

@@ -19,7 +19,7 @@ def launch_config(run: records.RunRecord) -> dict[str, Any]:
         return run.hello.config or {}
     try:
         conf = record_files.read_json(run.path / records.CONFIG_FILE)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return conf if isinstance(conf, dict) else {}
 

@@ -69,22 +69,56 @@ def unreachable() -> list[psutil.Process]:
     return found
 
 
+def compiler_marks() -> tuple[str, ...]:
+    """What names inductor's own compiler processes on their command line: its cache folder
+    (``TORCHINDUCTOR_CACHE_DIR``, by default ``/tmp/torchinductor_USER``), which the g++ it
+    starts compiles in."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return ("torchinductor_", cache) if cache else ("torchinductor_",)
+
+
 def users_children() -> list[psutil.Process]:
     """The engine's live descendants, less torch's own compile workers."""
+    return _descendants()[0]
+
+
+def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """The engine's live descendants as the user's and inductor's own compilers (a g++ on a
+    file in inductor's cache, its cc1plus): a stop during torch.compile ends those too,
+    without blaming the user for them. Torch's compile workers are in neither list."""
+    me = os.getpid()
     try:
-        found = psutil.Process(os.getpid()).children(recursive=True)
+        found = psutil.Process(me).children(recursive=True)
     except psutil.Error:
-        return []
-    left = []
+        return [], []
+    kinds: dict[int, str] = {}
+    parents: dict[int, int] = {}
     for child in found:
         try:
-            cmdline = " ".join(child.cmdline())
-            if child.status() == psutil.STATUS_ZOMBIE or any(t in cmdline for t in TORCH_OWN):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                kinds[child.pid] = "gone"
                 continue
+            cmdline = " ".join(child.cmdline())
+            parents[child.pid] = child.ppid()
         except psutil.Error:
+            kinds[child.pid] = "gone"
             continue
-        left.append(child)
-    return left
+        if any(t in cmdline for t in TORCH_OWN):
+            kinds[child.pid] = "torch"
+        elif any(mark in cmdline for mark in compiler_marks()):
+            kinds[child.pid] = "compiler"
+
+    def kind(pid: int) -> str:
+        seen = pid
+        while seen != me and seen in parents:  # what an ancestor is, its children are
+            if kinds.get(seen, "user") != "user":
+                return kinds[seen]
+            seen = parents[seen]
+        return kinds.get(pid, "user")
+
+    users = [c for c in found if kind(c.pid) == "user"]
+    compilers = [c for c in found if kind(c.pid) == "compiler"]
+    return users, compilers
 
 
 def describe(child: psutil.Process) -> str:
@@ -105,9 +139,12 @@ def _count(procs: list[psutil.Process]) -> str:
 
 def end_users_children(writer: EventWriter) -> list[int]:
     """End the processes the user's code left behind, and name those it cannot reach;
-    returns the pids of those ended."""
-    left = users_children()
+    returns the pids of those ended. Inductor's compilers (a stop during torch.compile) are
+    ended too, and not named: they are torch's, not the user's."""
+    left, compilers = _descendants()
     away = unreachable()
+    if compilers:
+        _end(compilers)
     if not left and not away:
         return []
     parts = []
@@ -124,12 +161,17 @@ def end_users_children(writer: EventWriter) -> list[int]:
         )
     message = "; ".join(parts) + "; join or terminate the processes your code starts."
     writer.emit(ev.WarningEvent(code="children-ended", message=message), urgent=True)
-    for child in left:
+    _end(left)
+    return [c.pid for c in left]
+
+
+def _end(procs: list[psutil.Process]) -> None:
+    """SIGTERM, then SIGKILL to what is left after TERM_GRACE_S."""
+    for child in procs:
         with contextlib.suppress(psutil.Error):
             child.terminate()
-    _, alive = psutil.wait_procs(left, timeout=TERM_GRACE_S)
+    _, alive = psutil.wait_procs(procs, timeout=TERM_GRACE_S)
     for child in alive:
         with contextlib.suppress(psutil.Error):
             child.kill()
     psutil.wait_procs(alive, timeout=1.0)
-    return [c.pid for c in left]

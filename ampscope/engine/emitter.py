@@ -134,6 +134,12 @@ class EventWriter:
 
     ``on_event`` (the headless console) runs under the lock, in order; if it fails with an
     OSError (its terminal hung up), it is dropped and the run goes on.
+
+    ``done`` is a run's last line: the writer takes nothing after it (a telemetry sample, a
+    second ``done`` from a thread that ended the run meanwhile). Once a thread ends the run
+    (``end_here``: a stop the loop did not answer, the user's ``os._exit``), the others'
+    events are left out: a step that fails because the ending killed its child process is
+    no second ending.
     """
 
     def __init__(
@@ -151,7 +157,9 @@ class EventWriter:
         if live is not None:
             live.started = self.started
         self._pending: list[tuple[bytes, bool]] = []
-        self.done_sent = False  # a done is out: nothing may write a second one
+        self.done: ev.DoneEvent | None = None  # the run's done, once out: nothing follows it
+        self.in_forked_child: Callable[[], None] | None = None  # see forget_after_fork
+        self._ender: int | None = None  # the thread ending the run, once one does
         self._last_flush = self.started
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -176,12 +184,39 @@ class EventWriter:
         if fault is not None:
             raise fault
 
+    @property
+    def done_sent(self) -> bool:
+        return self.done is not None
+
+    def end_here(self) -> None:
+        """From now on only this thread's events are written: it ends the run."""
+        with self._lock:
+            self._ender = threading.get_ident()
+
+    def forget_after_fork(self, leave: Callable[[], None]) -> None:
+        """In a forked child (right after the fork, in the user's code): the run and its
+        outputs are the parent's. Nothing is written, no lock or thread of the parent's is
+        waited on, and ``leave`` is called as soon as the child emits: back in ampscope's
+        run, it would run a second copy of it."""
+        self.record, self.live, self.on_event = None, None, None
+        self._pending = []
+        self._lock = threading.Lock()
+        self.in_forked_child = leave
+
     def emit(self, event: ev.Event, urgent: bool = False) -> None:
+        if self.in_forked_child is not None:
+            self.in_forked_child()
+            return
         now = time.monotonic()
         event.t = round(now - self.started, 4)
         line = ev.encode(event)
         with self._lock:
-            self.done_sent = self.done_sent or isinstance(event, ev.DoneEvent)
+            if self.done is not None:
+                return
+            if self._ender is not None and self._ender != threading.get_ident():
+                return
+            if isinstance(event, ev.DoneEvent):
+                self.done = event
             self._pending.append((line, isinstance(event, DROPPABLE)))
             if urgent or now - self._last_flush >= self.flush_interval:
                 self._flush_locked(now)
@@ -196,6 +231,8 @@ class EventWriter:
             self._flush_locked(time.monotonic())
 
     def close(self, drain_s: float = LIVE_DRAIN_S) -> None:
+        if self.in_forked_child is not None:
+            return
         self._closed.set()
         self.flush()
         if self.live is not None:

@@ -276,6 +276,19 @@ _OPEN: list[RankLink] = []
 """Links live as long as the process (see ``RankLink.close``)."""
 
 
+def blame_here(event: ev.ErrorEvent) -> ev.ErrorEvent:
+    """``event`` as this rank's own failure, told to the others through the store, when this
+    process is one rank of several (``RankLink.blame``); as it is otherwise. For a rank that
+    leaves at once (the user's ``os._exit``): the others then name it, and how it left,
+    instead of the connection they saw close."""
+    for link in _OPEN:
+        try:
+            return link.blame(event)
+        except Exception:  # noqa: BLE001 - leaving must not fail on the report
+            return event
+    return event
+
+
 def is_comm_error(exc: BaseException) -> bool:
     """A collective or the store failed: a symptom of another rank's end, not a cause."""
     if isinstance(exc, getattr(dist, "DistError", ())):

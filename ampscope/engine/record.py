@@ -143,6 +143,13 @@ class RunRecord:
         if self.fault is None:
             self.fault = RecordLost(path, error)
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: the record is the parent's. The child writes nothing to it and
+        its end removes nothing (no spare, no ``live.json``, no summary)."""
+        self.fault = RecordLost(self.events.path, OSError("a forked child writes no record"))
+        self.events.close()
+        self._forgotten = True
+
     def close(self, hello: ev.HelloEvent | None, done: ev.DoneEvent | None = None) -> None:
         """Close the events file, summarise the run (when it got as far as hello), go quiet.
 
@@ -150,6 +157,8 @@ class RunRecord:
         the events file is given the ``done`` it could not take, and the summary (written
         whenever it can be) holds it too.
         """
+        if getattr(self, "_forgotten", False):
+            return
         with contextlib.suppress(OSError):
             (self.run_dir / SPARE_FILE).unlink()
         if self.fault is not None and done is not None:

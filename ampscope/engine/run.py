@@ -8,6 +8,7 @@ but only rank 0 writes the event stream and the record (the others have no outpu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -77,6 +78,7 @@ def run(
         if json_out:
             live = LiveStream(events_fd, recorded=saved is not None)
     writer = EventWriter(saved, live, on_event)
+    forked = guard_forks(writer, saved)
     stop, in_loop, importing = threading.Event(), threading.Event(), threading.Event()
     ending = threading.Lock()  # the main thread or the stop watch ends the run, never both
 
@@ -100,16 +102,15 @@ def run(
             preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
         )
     except KeyboardInterrupt:  # stopped while torch was still importing
-        done = ev.empty_done("stopped")
-        writer.emit(done, urgent=True)
-        code = EXIT_STOPPED
+        done, code = end_import_stopped(writer), EXIT_STOPPED
     finally:
         ending.acquire()
-        end_users_children(writer)
+        end_users_children(writer)  # what ending the run missed (its warning came before done)
+        forked.clear()
         restore_exit()
         writer.close()
         if saved:
-            saved.close(hello, done)
+            saved.close(hello, writer.done or done)
         if events_fd is not None:  # stdout is the stream's again, for a caller in this process
             sys.stdout.flush()
             os.dup2(events_fd, sys.stdout.fileno())
@@ -119,6 +120,58 @@ def run(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+_RUNNING: list[Callable[[], None]] = []
+"""What a forked child of the running engine does right after the fork (one run at a time)."""
+
+
+def _after_fork_in_child() -> None:
+    for forget in _RUNNING:
+        forget()
+    _RUNNING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def guard_forks(writer: EventWriter, saved: RunRecord | None) -> list[Callable[[], None]]:
+    """A child the user's code forks (a factory, a data iterator) writes nothing of the
+    parent's run. One that comes back into ampscope's run (both processes went on past the
+    fork) leaves at its first event: otherwise the record would get a second hello, every
+    step twice and a second done. A child that runs its own work and exits (a DataLoader
+    worker) is left alone. Returns the list the guard is in: cleared, the guard is off."""
+    engine_pid = os.getpid()
+
+    def leave() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"ampscope: process {os.getpid()}, forked by your code from the engine "
+                f"(process {engine_pid}), came back into ampscope's run: the run and its "
+                "record are the engine's, so this copy leaves. Let a forked child run its own "
+                "work and end with os._exit().",
+                file=sys.stderr,
+                flush=True,
+            )
+        os._exit(EXIT_FAILED)  # not sys.exit: nothing of the parent's is flushed twice
+
+    def forget() -> None:
+        writer.forget_after_fork(leave)
+        if saved is not None:
+            saved.forget_after_fork()
+
+    _RUNNING[:] = [forget]
+    return _RUNNING
+
+
+def end_import_stopped(writer: EventWriter) -> ev.DoneEvent:
+    """A stop while torch imported: what the user's code left (a factory's import may have
+    started something), then ``done``."""
+    end_users_children(writer)
+    done = ev.empty_done("stopped")
+    writer.emit(done, urgent=True)
+    return done
 
 
 def import_session(importing: threading.Event, stop: threading.Event) -> Any:
@@ -144,15 +197,17 @@ def stuck_ender(
     def end_stuck() -> None:
         if not ending.acquire(blocking=False):
             return  # the main thread is ending the run itself
-        hello, done = so_far.now()
-        if not writer.done_sent:
-            writer.emit(done, urgent=True)
+        writer.end_here()  # a step that fails now (its child ended below) ends nothing more
         end_users_children(writer)
+        hello, done = so_far.now()
+        writer.emit(done, urgent=True)  # unless the main thread's done was out first
+        done = writer.done or done
         writer.close()
         if saved:
             saved.close(hello, done)
         sys.stdout.flush()
-        os._exit(EXIT_STOPPED)  # the lock is held: the guard below only exits
+        code = EXIT_STOPPED if done.status == "stopped" else EXIT_FAILED
+        os._exit(code)  # the lock is held: the guard below only exits
 
     return end_stuck
 
@@ -185,16 +240,20 @@ def record_users_exit(
 
     def users_exit(status: int) -> NoReturn:
         if os.getpid() == engine_pid and ending.acquire(blocking=False):
+            writer.end_here()
             step = so_far.step_now()
             where = f"at step {step}" if step is not None else "before the first step"
             message = (
                 f"your code called os._exit({status}) {where}, which ends the process at once: "
                 "the run stopped there and is recorded failed."
             )
-            writer.emit(ev.ErrorEvent(kind="exception", message=message, step=step), urgent=True)
+            error = blamed(ev.ErrorEvent(kind="exception", message=message, step=step))
+            message = error.message  # 'rank 1: ...' on one rank of several
+            writer.emit(error, urgent=True)
             end_users_children(writer)
             hello, done = so_far.now("failed", message)
             writer.emit(done, urgent=True)
+            done = writer.done or done
             writer.close()
             if saved:
                 saved.close(hello, done)
@@ -210,6 +269,13 @@ def record_users_exit(
 
     os._exit = users_exit
     return restore
+
+
+def blamed(event: ev.ErrorEvent) -> ev.ErrorEvent:
+    """``event`` told to the other ranks as this rank's failure (``link.blame_here``), where
+    this process joined several: imported only then (it needs torch)."""
+    link = sys.modules.get("ampscope.engine.link")
+    return link.blame_here(event) if link is not None else event
 
 
 def cannot_record(exc: OSError, runs_dir: Path | None, run_dir: Path | None) -> str:

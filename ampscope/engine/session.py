@@ -12,6 +12,7 @@ from pathlib import Path
 from ampscope.core import config as cfg
 from ampscope.core import events as ev
 from ampscope.core.units import of_measured
+from ampscope.engine.children import end_users_children
 from ampscope.engine.device import DeviceInfo, resolve_device
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
@@ -100,13 +101,22 @@ def train_preset(
         if writer.on_event is None and ranks.lead:
             print(f"ampscope: {event.message}", file=sys.stderr)
         status, exit_code, error = "failed", EXIT_FAILED, event.message
+    wind_down(writer, profiler, sampler)
+    done = done_event(stats, status, hello, error, checksums)
+    writer.emit(done, urgent=True)
+    return exit_code, hello, writer.done or done
+
+
+def wind_down(
+    writer: EventWriter, profiler: ProfileControl | None, sampler: TelemetrySampler | None
+) -> None:
+    """What ends before ``done``: the profiler, telemetry, and the processes the user's code
+    left (their warning is part of the run: before done, the record's last line)."""
     if profiler is not None:
         profiler.close()
     if sampler is not None:
         sampler.stop()
-    done = done_event(stats, status, hello, error, checksums)
-    writer.emit(done, urgent=True)
-    return exit_code, hello, done
+    end_users_children(writer)
 
 
 def offer_summary(so_far: SoFar | None, stats: RunStats, hello: ev.HelloEvent) -> None:

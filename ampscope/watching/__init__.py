@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ampscope.watching.options import Options, RecordOptions, WatchOptions
+from ampscope.watching.options import Options, RecordOptions, WatchOptions, check_objects
 from ampscope.watching.record import WatchWarning
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ def watch(
     loop: trouble with the record (folder, disk) or the GPU's telemetry is one ``WatchWarning``.
     """
     checked = Options.of(options)
+    check_objects(model, optimizer, scaler)
     from ampscope.watching.monitor import Monitor
 
     return Monitor(model, optimizer, scaler, checked)

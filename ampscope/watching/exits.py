@@ -4,6 +4,10 @@ Four ways out, each ending every open run:
 
 - the interpreter exits (the script ran to its end, or ``sys.exit``): an ``atexit`` hook;
 - an exception nobody caught: a ``sys.excepthook`` wrapper, which then calls the previous hook;
+- ``sys.exit(code)`` (or the ``exit``/``quit`` builtins) on the main thread: noted, so that a
+  script that ends with ``sys.exit(3)`` or ``sys.exit("bye")`` is recorded ``failed`` with its
+  code, not ``ok`` (the atexit hook cannot see the exit code). A bare ``raise SystemExit(3)``
+  outside a ``with watch(...)`` block is not seen;
 - SIGTERM or SIGINT: a handler that notes the signal (the run then ends ``stopped``) and
   chains to the handler that was there before. Where that was the default, it does what the
   default would, but as an exception (SystemExit(143) for SIGTERM, KeyboardInterrupt for
@@ -30,6 +34,7 @@ nothing into the parent's record and never waits on it. Torch-free.
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import os
 import signal
@@ -46,6 +51,8 @@ class OpenRun(Protocol):
     def note_signal(self, signum: int) -> None: ...
 
     def close(self, error: BaseException | None = None) -> None: ...
+
+    def note_exit(self, code: object) -> None: ...
 
     def forget_after_fork(self) -> None: ...
 
@@ -91,6 +98,30 @@ def unregister(run: OpenRun) -> None:
             _uninstall()
 
 
+_previous_exits: dict[str, Any] = {}
+"""``sys.exit`` and the ``exit``/``quit`` builtins as they were before ours (by name)."""
+
+
+def _noting_exit(previous: Any) -> Any:
+    def exit(code: object = None) -> Any:  # noqa: A001 - stands in for sys.exit
+        if threading.current_thread() is threading.main_thread():  # elsewhere: a thread ends
+            for run in list(_open):
+                run.note_exit(code)
+        return previous(code)
+
+    exit._ampscope_noting = True  # type: ignore[attr-defined]
+    return exit
+
+
+def _exits() -> dict[str, tuple[Any, str]]:
+    """Where the exits live: ``sys.exit`` and, when ``site`` made them, the builtins."""
+    return {
+        "sys.exit": (sys, "exit"),
+        "exit": (builtins, "exit"),
+        "quit": (builtins, "quit"),
+    }
+
+
 def _install() -> None:
     global _previous_excepthook, _real_exit, _exit_pid
     if os._exit is not _on_os_exit:
@@ -99,6 +130,11 @@ def _install() -> None:
     if sys.excepthook is not _except_hook:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _except_hook
+    for key, (owner, name) in _exits().items():
+        current = getattr(owner, name, None)
+        if current is not None and not getattr(current, "_ampscope_noting", False):
+            _previous_exits[key] = current
+            setattr(owner, name, _noting_exit(current))
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in SIGNALS:
@@ -121,6 +157,10 @@ def _uninstall() -> None:
     if sys.excepthook is _except_hook and _previous_excepthook is not None:
         sys.excepthook = _previous_excepthook
         _previous_excepthook = None
+    for key, (owner, name) in _exits().items():
+        current = getattr(owner, name, None)
+        if key in _previous_exits and getattr(current, "_ampscope_noting", False):
+            setattr(owner, name, _previous_exits.pop(key))
     if threading.current_thread() is not threading.main_thread():
         return
     for signum, previous in list(_previous_handlers.items()):

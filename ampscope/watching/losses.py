@@ -2,7 +2,8 @@
 
 A loss is a tensor (one element; several are recorded as their mean) or a real number that fits
 a float. Anything else costs its step's loss only: that step is recorded without one, and a
-warning names what it was, once a kind.
+warning names what it was, once a kind. ``tokens=``, ``grad_norm=`` (a one-element tensor or
+a real number) and ``samples=`` (a real number) are checked the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +29,33 @@ def checked_loss(step: int, loss: Any, notes: StepNotes) -> tuple[Any, ev.Warnin
     if isinstance(loss, torch.Tensor):
         return loss, notes.not_scalar(step, tuple(loss.shape))
     return loss, None
+
+
+_FITS = 1 << 63
+"""An int below this in size is taken as it is (the common case, checked at no cost)."""
+TENSOR_FIGURES = ("tokens", "grad_norm")
+"""The figures ``mon.step`` takes as a one-element tensor too; ``samples`` is a plain number."""
+
+
+def checked_figure(
+    step: int, name: str, value: Any, notes: StepNotes
+) -> tuple[Any, ev.WarningEvent | None]:
+    """``value`` as ``mon.step(name=value)`` records it (None where it is no number) and the
+    warning it calls for, once a kind: one bad figure costs that step's figure alone."""
+    if value is None or type(value) is float or (type(value) is int and -_FITS < value < _FITS):
+        return value, None
+    if isinstance(value, torch.Tensor):
+        if name not in TENSOR_FIGURES:
+            problem: str | None = f"a tensor ({tuple(value.shape)})"
+        elif value.numel() != 1:
+            problem = f"a tensor of shape {tuple(value.shape)}, not one number"
+        else:
+            problem = loss_problem(value)
+    else:
+        problem = loss_problem(value)
+    if problem is None:
+        return value, None
+    return None, notes.bad_figure(step, name, problem, TENSOR_FIGURES)
 
 
 def loss_problem(loss: Any) -> str | None:

@@ -121,6 +121,23 @@ class StepNotes:
             ),
         )
 
+    def bad_figure(
+        self, step: int, name: str, problem: str, tensor_figures: tuple[str, ...]
+    ) -> ev.WarningEvent | None:
+        """``mon.step(name=...)`` got what is no number: said once a figure and kind."""
+        if not self._once(f"figure-unreadable {name} {problem.split(' (')[0]}"):
+            return None
+        takes = "a one-element tensor or a real number" if name in tensor_figures else "a number"
+        return ev.WarningEvent(
+            code="figure-unreadable",
+            step=step,
+            message=(
+                f"Step {step}'s {name}= is {problem}: mon.step({name}=) takes {takes}. The "
+                f"step is recorded without it, as are later steps given one like it; your "
+                "loop goes on."
+            ),
+        )
+
     def not_scalar(self, step: int, shape: tuple[int, ...]) -> ev.WarningEvent | None:
         if not self._once("loss-not-scalar"):
             return None
@@ -179,7 +196,8 @@ def outcome(error: BaseException | None, signum: int | None) -> tuple[str, str |
     if isinstance(error, SystemExit):
         if error.code in (0, None):
             return "ok", None
-        return "failed", f"SystemExit: {error.code}"
+        code = error.code if isinstance(error.code, int) else 1  # Python prints a message, exits 1
+        return "failed", f"the script ended with sys.exit({error.code!r}): exit code {code}"
     if error is not None:
         return "failed", f"{type(error).__name__}: {error}"
     return "ok", None

@@ -25,7 +25,7 @@ from ampscope.engine.metrics import MemoryReader
 from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker
 from ampscope.watching.describe import RunFacts
-from ampscope.watching.losses import checked_loss
+from ampscope.watching.losses import checked_figure, checked_loss
 from ampscope.watching.messages import StepNotes, error_event, outcome
 from ampscope.watching.opening import open_record, start_telemetry
 from ampscope.watching.options import Options
@@ -71,6 +71,7 @@ class Monitor:
         )
         self._figures, self._notes = self._steps.figures, self._steps.notes
         self._signal: int | None = None
+        self._exit: tuple[object, int] | None = None  # sys.exit's code, and the step it came at
         self._closed = False
         self._landed: deque[Raw] = deque()  # steps read back, waiting to be reported
         self._extras = True  # this step needs more than the reading (the first one always does)
@@ -144,6 +145,8 @@ class Monitor:
                 if note is not None:  # no loss, or not a scalar: said once a kind
                     self._emit(note, urgent=True)
                     self.troubles.note(note.message)
+            if tokens is not None or samples is not None or grad_norm is not None:
+                tokens, samples, grad_norm = self._checked(step, tokens, samples, grad_norm)
             zeros = None
             if self._extras:
                 grad_norm, zeros = self._extra_work(step, grad_norm)
@@ -154,6 +157,18 @@ class Monitor:
         except Exception as exc:  # noqa: BLE001 - never into the user's loop
             self._readout = None
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
+
+    def _checked(self, step: int, *figures: Any) -> list[Any]:
+        """``tokens``, ``samples`` and ``grad_norm`` as recorded: one that is no number is
+        left out of its step and warned about, once a kind, as a loss is."""
+        kept = []
+        for name, value in zip(("tokens", "samples", "grad_norm"), figures, strict=True):
+            value, note = checked_figure(step, name, value, self._notes)
+            if note is not None:
+                self._emit(note, urgent=True)
+                self.troubles.note(note.message)
+            kept.append(value)
+        return kept
 
     def _extra_work(self, step: int, grad_norm: Any) -> tuple[Any, Any]:
         """What only some steps need: the FLOP count's end, the hooks' figures, the first step."""
@@ -196,6 +211,11 @@ class Monitor:
 
     # ------------------------------------------------------------------ the end
 
+    def note_exit(self, code: object) -> None:
+        """``sys.exit(code)`` was called on the main thread: unless a step follows (the loop
+        caught the SystemExit), the run ends with that code."""
+        self._exit = (code, self._next_step)
+
     def note_signal(self, signum: int) -> None:
         """SIGTERM or SIGINT reached the process: however it ends now, it was stopped."""
         self._signal = signum
@@ -220,6 +240,9 @@ class Monitor:
         if self._writer is None or self._record is None or self._hello is None:
             self._end_flop_count()
             return
+        noted = self._exit
+        if error is None and noted is not None and noted[1] == self._next_step:
+            error = SystemExit(noted[0])  # the atexit hook's way out: sys.exit said how
         status, message = outcome(error, self._signal)
         try:  # the last steps read, the error, the phase's end: a signal may have cut any of it
             self._wind_down(error, status)

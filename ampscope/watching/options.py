@@ -146,6 +146,32 @@ class Options:
             _check(isinstance(value, bool), flag, value, "True or False")
 
 
+def check_objects(model: object, optimizer: object, scaler: object) -> None:
+    """``watch(model, optimizer, scaler=)``: each what it says, or a ValueError naming the
+    argument (duck-typed, torch-free: an optimizer has ``param_groups``, a scaler ``update``).
+    ``watch(model, model.parameters())`` is the usual slip: the parameters, not an optimizer."""
+    if not callable(getattr(model, "parameters", None)) or not callable(model):
+        _refuse("model", model, "the torch.nn.Module that trains")
+    groups = getattr(optimizer, "param_groups", None)
+    if optimizer is not None and not (isinstance(groups, list) and callable(optimizer.step)):  # type: ignore[attr-defined]
+        hint = ""
+        if callable(getattr(optimizer, "unscale_", None)):
+            hint = " (this is a GradScaler: pass it as scaler=)"
+        elif hasattr(optimizer, "__next__") or isinstance(optimizer, (list, tuple)):
+            hint = " (the model's parameters, it seems: pass the optimizer built from them)"
+        _refuse("optimizer", optimizer, "a torch.optim.Optimizer, or None" + hint)
+    if scaler is not None and not (
+        callable(getattr(scaler, "update", None)) and callable(getattr(scaler, "get_scale", None))
+    ):
+        _refuse("scaler", scaler, "a torch.amp.GradScaler, or None")
+
+
+def _refuse(name: str, value: object, accepted: str) -> None:
+    shown = repr(value) if isinstance(value, (str, int, float)) else type(value).__name__
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise ValueError(f"ampscope.watch(): {name}={shown} is not accepted. Accepted: {accepted}.")
+
+
 def _check(ok: bool, name: str, value: object, accepted: str) -> None:
     if not ok:
         raise ValueError(

@@ -6,7 +6,9 @@ The folder layout is an engine run's (see ``ampscope.core.records``), so ``ampsc
 - ``events.jsonl`` is written off the training thread (``RecordFile``): the training loop only
   hands bytes to a queue, so a slow, stalled or full disk never blocks or breaks it;
 - every failure (an unwritable runs folder, a full disk) becomes one ``WatchWarning`` for the
-  run and the record stops where it is. Training goes on.
+  run and the record stops where it is. Training goes on. As in the engine's record, lines are
+  written whole (a torn one is cut back off) and a spare file holds room for the end: on a
+  full disk the record still ends with ``done``, ``failed`` with the reason.
 
 Torch-free.
 """
@@ -23,8 +25,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import msgspec
+
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.engine.record import SPARE_BYTES, SPARE_FILE, EventsFile, RecordLost, reserve
 
 HEARTBEAT_S = 1.0
 MAX_QUEUED_BYTES = 32 << 20
@@ -93,7 +98,8 @@ class RecordFile:
         self.path = path
         self.troubles = troubles
         self.failed = False
-        self._fh = path.open("ab", buffering=0)  # no buffer a forked child could flush
+        self.lost: RecordLost | None = None  # why a write failed (a full disk), once one did
+        self._file = EventsFile(path)  # unbuffered: nothing a forked child could flush
         self._chunks: list[bytes] = []
         self._queued = 0
         self._lock = threading.Lock()
@@ -127,15 +133,19 @@ class RecordFile:
         if not chunks or self.failed:
             return
         try:
-            data = memoryview(b"".join(chunks))
-            while data:  # an unbuffered write may take only part of it
-                written = self._fh.write(data)
-                if not written:
-                    raise OSError(f"no byte of {len(data)} was written")
-                data = data[written:]
-        except (OSError, ValueError) as exc:
-            self.failed = True
-            self.troubles.report(f"cannot write the run record {self.path}", exc)
+            self._file.append(b"".join(chunks))  # whole lines: a torn one is cut back off
+        except RecordLost as lost:
+            self.failed, self.lost = True, lost
+            self.troubles.report(f"cannot write the run record {self.path}", lost.error)
+
+    def write_end(self, data: bytes) -> None:
+        """After a failed write, once the spare room is free: the record's last lines."""
+        with contextlib.suppress(OSError, RecordLost):
+            end = EventsFile(self.path)
+            try:
+                end.append(data)
+            finally:
+                end.close()
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """The last lines, waiting at most ``wait_s`` for a stalled disk."""
@@ -144,14 +154,13 @@ class RecordFile:
         last.start()
         last.join(wait_s)
         if not last.is_alive():
-            with contextlib.suppress(OSError):
-                self._fh.close()
+            self._file.close()
 
     def deleted(self) -> bool:
         """The file was deleted (its folder removed) while open: lines would go nowhere."""
         try:
-            return os.fstat(self._fh.fileno()).st_nlink == 0
-        except (OSError, ValueError):
+            return os.fstat(self._file.fd).st_nlink == 0
+        except OSError:
             return False  # closed: nothing more is written anyway
 
     def forget_after_fork(self) -> None:
@@ -160,8 +169,7 @@ class RecordFile:
         self.failed = self._closed = True
         self._lock = threading.Lock()
         self._chunks, self._queued = [], 0
-        with contextlib.suppress(OSError):
-            self._fh.close()  # the child's copy of the descriptor; unbuffered, nothing flushed
+        self._file.close()  # the child's copy of the descriptor; unbuffered, nothing flushed
 
 
 class Heartbeat:
@@ -209,6 +217,7 @@ class WatchRecord:
         try:
             run_dir = records.new_run_dir(root, name)
             records.write_json(run_dir / records.CONFIG_FILE, config)
+            reserve(run_dir / SPARE_FILE, SPARE_BYTES)  # room for the end on a full disk
             file = RecordFile(run_dir / records.EVENTS_FILE, troubles)
             heartbeat = Heartbeat(run_dir, live_extra)
         except (OSError, RuntimeError) as exc:
@@ -233,10 +242,25 @@ class WatchRecord:
         self.heartbeat.beat()
 
     def finish(self, hello: ev.HelloEvent | None, done: ev.DoneEvent) -> None:
-        """Last lines to disk, then ``summary.json``, then the heartbeat goes (as the engine does)."""
+        """Last lines to disk, then ``summary.json``, then the heartbeat goes (as the engine does).
+
+        After a write failed (a full disk), the spare room takes the end: an ``io`` error and
+        ``done`` ``failed`` that say which lines are missing and why."""
         self.file.close()
+        with contextlib.suppress(OSError):
+            (self.dir / SPARE_FILE).unlink()
+        lost = self.file.lost
+        if lost is not None and not self.gone:
+            message = (
+                f"cannot write the run record {lost.path}: {lost.error.strerror or lost.error}. "
+                "ampscope recorded no more of this run after that (your training went on); "
+                "the record keeps every event written before it."
+            )
+            done = msgspec.structs.replace(done, status="failed", error=message)
+            error = ev.ErrorEvent(kind="io", message=message, t=done.t)
+            self.file.write_end(ev.encode(error) + ev.encode(done))
         try:
-            if not self.file.failed:
+            if not self.file.failed or (lost is not None and not self.gone):
                 records.write_json(
                     self.dir / records.SUMMARY_FILE,
                     {"hello": ev.to_dict(hello) if hello else None, "done": ev.to_dict(done)},

@@ -92,9 +92,13 @@ class ProfileControl:
         if now < self._next_check:
             return None
         self._next_check = now + CHECK_EVERY_S
-        if not self._request.exists():
+        if not os.path.lexists(self._request):
             return None
-        return profiles.take_request(self._request.parent)
+        try:
+            return profiles.take_request(self._request.parent)
+        except profiles.BadRequest as exc:  # left by anyone: refused, and training goes on
+            self._warn(step, f"the request was refused: {exc}")
+            return None
 
     def _start(self, step: int, steps: int) -> None:
         activities = [ProfilerActivity.CPU]

@@ -71,7 +71,7 @@ class RecordTail:
 def _config(run_dir: Path) -> dict[str, Any]:
     try:
         data = record_files.read_json(run_dir / records.CONFIG_FILE)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

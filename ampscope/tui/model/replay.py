@@ -86,8 +86,15 @@ class ReplaySource:
     ``load`` reads the record in a thread once the view is up (``feed``).
     """
 
-    def __init__(self, events: Iterable[ev.Event], label: str = "", speed: float = 1.0) -> None:
+    def __init__(
+        self,
+        events: Iterable[ev.Event],
+        label: str = "",
+        speed: float = 1.0,
+        read_from: str = "replay",
+    ) -> None:
         self.label_text = label
+        self.read_from = read_from  # the header's word for it: a shipped example says so
         self.speed = speed
         self.paused = False
         self.position = 0.0  # record time shown
@@ -106,8 +113,8 @@ class ReplaySource:
         self.duration = self.times[-1] if self.times else 0.0
 
     @classmethod
-    def load(cls, run_dir: Path, speed: float = 1.0) -> ReplaySource:
-        source = cls([], label=Path(run_dir).name, speed=speed)
+    def load(cls, run_dir: Path, speed: float = 1.0, read_from: str = "replay") -> ReplaySource:
+        source = cls([], label=Path(run_dir).name, speed=speed, read_from=read_from)
         source.run_dir = Path(run_dir)
         return source
 
@@ -115,7 +122,9 @@ class ReplaySource:
         """Before the replay reaches the hello, the header still names the run's settings."""
         hello = next((e for e in self.events if isinstance(e, ev.HelloEvent)), None)
         launch = dict(hello.config or {}) if hello is not None else None
-        return RunState(label=self.label_text, launch=launch, read_only=True)
+        return RunState(
+            label=self.label_text, launch=launch, read_only=True, read_from=self.read_from
+        )
 
     @property
     def at_end(self) -> bool:

@@ -27,9 +27,10 @@ SHOW = "show"
 NO = "no"
 
 
-def profile_offer(state: RunState) -> tuple[str, str]:
+def profile_offer(state: RunState, read_only: bool = False) -> tuple[str, str]:
     """What ``p`` can do for this run: ask its engine, show the profile its record holds, or
-    nothing, with the reason."""
+    nothing, with the reason. A ``read_only`` view (``ampscope serve``'s) never asks: a request
+    would make the live run profile itself, and read-only means no effect on a run."""
     hello = state.hello
     if hello is not None and hello.source == "watch":
         return NO, (
@@ -40,11 +41,20 @@ def profile_offer(state: RunState) -> tuple[str, str]:
         if state.profile is not None:
             return SHOW, ""
         return NO, "the run has ended; a profile is taken of a running engine (restart it, then p)"
+    if read_only:
+        if state.profile is not None:
+            return SHOW, ""
+        return NO, "this view is read-only: it shows a profile the run took, and asks for none"
     if hello is None:
         return NO, "the run has not started training yet"
     if not hello.run_dir:
         return NO, "this run keeps no record, and the request goes through its folder"
     return ASK, ""
+
+
+def read_only_view(app: object) -> bool:
+    """Whether ``app`` is a served viewer, which has no effect on any run."""
+    return bool(getattr(app, "read_only", False))
 
 
 def ask_engine(state: RunState, steps: int = profiles.DEFAULT_STEPS) -> str | None:
@@ -108,7 +118,7 @@ class ProfileScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "again":
-            if profile_offer(self.source.state)[0] != ASK:
+            if profile_offer(self.source.state, read_only_view(self.app))[0] != ASK:
                 return False
             return None if self.waiting_for else True
         return True

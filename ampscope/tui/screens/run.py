@@ -30,6 +30,7 @@ from ampscope.tui.screens.profile import (
     ProfileScreen,
     ask_engine,
     profile_offer,
+    read_only_view,
 )
 from ampscope.tui.widgets.event_log import EventLog
 from ampscope.tui.widgets.key_bar import KeyBar
@@ -187,7 +188,7 @@ class RunScreen(Screen):
         if action in ("stop", "restart"):
             return self.source.allows(action)
         if action == "profile":
-            return None if profile_offer(self.state)[0] == NO else True
+            return None if profile_offer(self.state, read_only_view(self.app))[0] == NO else True
         return True
 
     def key_note(self, action: str) -> str:
@@ -198,7 +199,7 @@ class RunScreen(Screen):
             why_not = getattr(self.source, "why_not", None)
             return why_not(action) if why_not else ""
         if action == "profile":
-            return profile_offer(self.state)[1]
+            return profile_offer(self.state, read_only_view(self.app))[1]
         return ""
 
     def on_screen_resume(self) -> None:
@@ -247,7 +248,7 @@ class RunScreen(Screen):
 
     def action_profile(self) -> None:
         """Ask the engine to profile its next steps (or show the profile a record holds)."""
-        offer, why = profile_offer(self.state)
+        offer, why = profile_offer(self.state, read_only_view(self.app))
         if offer == NO:
             self.app.notify(visible(f"Profile: {why}"), title="Not now", markup=False)
             return
