@@ -592,8 +592,8 @@ def test_a_profile_writes_no_kineto_lines_to_the_terminal(users_level: str | Non
             "huge",
             '"steps": inf',
         ),  # 1e400: json reads it as inf, which int() refused with OverflowError
-        ("fifo", "not a file"),  # opened blocking, it froze the training loop
-        ("zero", "cannot be opened as a file"),  # read to the end, it filled memory
+        ("fifo", "not a regular file"),  # opened blocking, it froze the training loop
+        ("zero", "a link, not a file"),  # read to the end, it filled memory
         ("list", "not {"),
     ],
 )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
+from ampscope.core import record_files
 from ampscope.core.profile_rules import CLASSES, OpTime
 from ampscope.core.units import fmt_ms
 
@@ -308,19 +308,11 @@ def take_request(run_dir: Path) -> int | None:
     loop, a link to /dev/zero would fill its memory), and a run is never stopped by it."""
     path = run_dir / REQUEST_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = record_files.read_bytes(path, REQUEST_MAX_BYTES, follow_links=False)
     except FileNotFoundError:
         return None
-    except OSError as exc:  # a link (ELOOP), no permission
-        _remove(path)
-        raise BadRequest(f"{path} cannot be opened as a file ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > REQUEST_MAX_BYTES:
-                kind = "larger than a request" if stat.S_ISREG(info.st_mode) else "not a file"
-                raise BadRequest(f"{path} is {kind}")
-            raw = fh.read(REQUEST_MAX_BYTES + 1)
+    except OSError as exc:  # a FIFO, a device, a link (to /dev/zero, say), no permission
+        raise BadRequest(f"{path} cannot be read as a request: {exc.strerror or exc}") from None
     finally:
         _remove(path)
     return _steps_asked(path, raw)
