@@ -85,6 +85,10 @@ def _isolated_user_config(tmp_path_factory, monkeypatch):
     """User presets and run records never leak between tests or into the developer's home."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
     monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(tmp_path_factory.mktemp("runs")))
+    # Printed text is fitted to $COLUMNS: a developer's terminal, or a dashboard test before
+    # this one, must not change what a command prints here.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 RECORDED_STEPS = (4, 8)

@@ -91,7 +91,7 @@ def test_p_says_why_a_run_cannot_be_profiled(tmp_path: Path, kind: str, why: str
     run(go())
 
 
-@pytest.mark.unit
+@pytest.mark.ui
 def test_p_in_a_read_only_view_never_asks_the_live_run_to_profile(tmp_path: Path) -> None:
     """A served viewer (anyone with the link) has no effect on the run it shows."""
 

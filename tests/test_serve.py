@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from ampscope.cli import serve as serve_cli
+from ampscope.cli import serve_messages
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
@@ -374,7 +375,7 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
 
 @pytest.mark.unit
 def test_every_message_from_a_browser_is_checked_before_the_viewer_gets_it() -> None:
-    read = serve_cli.browser_message
+    read = serve_messages.browser_message
     assert read('["stdin", "q"]') == ("stdin", "q")
     assert read('["ping", "1712345678901"]') == ("ping", "1712345678901")
     assert read('["focus"]') == ("focus", None) and read('["blur"]') == ("blur", None)
@@ -397,7 +398,7 @@ def test_every_message_from_a_browser_is_checked_before_the_viewer_gets_it() -> 
         "[" * 100_000: "a message that is not JSON",  # no RecursionError either
     }
     for text, why in bad.items():
-        with pytest.raises(serve_cli.BadMessage) as refused:
+        with pytest.raises(serve_messages.BadMessage) as refused:
             read(text)
         assert why in str(refused.value), (text[:40], str(refused.value))
 

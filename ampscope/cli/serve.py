@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import errno
 import ipaddress
-import json
 import os
 import shlex
 import signal
@@ -26,14 +25,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ampscope.cli.output import fail
+from ampscope.cli.serve_messages import SIZE_RANGE
 from ampscope.core import records
 from ampscope.core.launch import child_env
 from ampscope.core.text import visible
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 VIEWERS_RANGE = (1, 64)
-SIZE_RANGE = (10, 1000)
-"""Columns and rows a browser may ask the viewer's terminal for (``?width=&height=``)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -87,63 +85,6 @@ def size_refusal(query: Mapping[str, str]) -> str | None:
             shown = visible(value, 40)
             return f"{key}={shown} is not a terminal size: give a whole number from {low} to {high}"
     return None
-
-
-STDIN_CHARS = 1 << 16
-"""The most characters one ``stdin`` message may carry (a paste); xterm.js sends keys one by one."""
-PING_CHARS = 64
-"""A ``ping`` carries the browser's clock, echoed back: a few digits."""
-
-
-class BadMessage(ValueError):
-    """A browser's websocket message that is not one textual-serve's page sends: its tab is
-    closed (the message says why)."""
-
-
-def browser_message(text: str) -> tuple[str, Any]:
-    """A browser's websocket message as ``(kind, data)``, checked before anything reaches the
-    viewer; BadMessage when it is not one the page sends.
-
-    A ``resize`` must give whole numbers; they are brought into SIZE_RANGE, as the query's are
-    checked against it: a browser window dragged narrower than 10 columns is no reason to close
-    the tab, and a viewer asked for 100000 columns would take gigabytes drawing them.
-    """
-    try:
-        envelope = json.loads(text)
-    except (ValueError, RecursionError):
-        raise BadMessage("a message that is not JSON") from None
-    if not isinstance(envelope, list) or not envelope or not isinstance(envelope[0], str):
-        raise BadMessage("a message that is not a [kind, data] list")
-    kind, data = envelope[0], envelope[1] if len(envelope) > 1 else None
-    if kind == "stdin":
-        if not isinstance(data, str) or len(data) > STDIN_CHARS:
-            raise BadMessage(f"stdin that is not text of at most {STDIN_CHARS} characters")
-        return kind, data
-    if kind == "resize":
-        return kind, terminal_size(data)
-    if kind == "ping":
-        if not isinstance(data, str) or len(data) > PING_CHARS:
-            raise BadMessage(f"a ping that is not text of at most {PING_CHARS} characters")
-        return kind, data
-    if kind in ("focus", "blur"):
-        return kind, None
-    raise BadMessage(f"a message of unknown kind {visible(kind, 40)}")
-
-
-def terminal_size(data: Any) -> tuple[int, int]:
-    """``{"width": W, "height": H}`` as whole numbers brought into SIZE_RANGE; BadMessage for
-    anything else (text, fractions, booleans, 1e308)."""
-    low, high = SIZE_RANGE
-    if not isinstance(data, dict):
-        raise BadMessage("a resize without width and height")
-    size = []
-    for key in ("width", "height"):
-        value = data.get(key)
-        if type(value) is not int:  # bool is an int too, and no size
-            shown = visible(json.dumps(value), 40)
-            raise BadMessage(f"a resize to {key}={shown}, which is not a whole number")
-        size.append(min(max(value, low), high))
-    return size[0], size[1]
 
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:

@@ -34,7 +34,7 @@ from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
 from textual_serve.server import Server
 
-from ampscope.cli.serve import BadMessage, browser_message
+from ampscope.cli.serve_messages import BadMessage, browser_message
 from ampscope.cli.viewer import PARENT_ENV, REPAINT_SIGNAL
 from ampscope.core.text import visible
 

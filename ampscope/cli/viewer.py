@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from ampscope.cli.viewer_exit import leave_soon
 from ampscope.core.run_args import ArgParser, add_refresh_argument
 
 if TYPE_CHECKING:
@@ -35,22 +36,7 @@ REPAINT_SIGNAL = signal.SIGUSR1
 PARENT_ENV = "AMPSCOPE_VIEWER_PARENT"
 """The pid of the ``ampscope serve`` that started this viewer: the viewer ends with it."""
 PARENT_POLL_S = 0.5
-EXIT_GRACE_S = 3.0
-"""How long the app has to quit once its parent is gone, before the process just ends."""
 PR_SET_PDEATHSIG = 1
-
-
-def leave_soon() -> None:
-    """Quit: SIGTERM to this process (the app's driver turns it into a quit; before the app
-    runs it ends the process), and ``os._exit`` should the quit take over EXIT_GRACE_S (its
-    last frames may block on a pipe nobody reads any more)."""
-
-    def last_resort() -> None:
-        time.sleep(EXIT_GRACE_S)
-        os._exit(0)
-
-    threading.Thread(target=last_resort, name="ampscope-leave", daemon=True).start()
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def end_with_parent(parent: int | None = None) -> None:
