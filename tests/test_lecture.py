@@ -1,7 +1,7 @@
 """docs/lecture.md: every command it gives parses, names presets, fields and examples that
 exist, and the instant ones run; every key it names does something on its screen.
 
-The training commands run for two steps in the subprocess tier (each starts an engine); the
+The training commands' presets train two steps, as each line sets them; the
 dashboard's key sequences are driven with Pilot in tests/test_formats_tabs.py (the Formats
 screen) and tests/test_snapshots.py (Compare's sideways scroll)."""
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
-from tests.helpers import ROOT, cli, engine_env
+from tests.helpers import ROOT, cli
 
 LECTURE = ROOT / "docs" / "lecture.md"
 SCREENS = {
@@ -126,27 +124,29 @@ def test_every_key_in_the_guide_is_bound_on_its_screen() -> None:
         assert not missing, f"{screen}: {missing} not bound"
 
 
-@pytest.mark.subprocess
 @pytest.mark.slow
-def test_the_guides_training_commands_run_two_steps(tmp_path: Path) -> None:
-    """Each run and bench line, cut to two steps on the CPU (a detached one in the
-    foreground): it starts, trains and ends without an error. The compiled run trains
-    eager here: a cold compile costs 20 s to minutes on a busy CPU, and the suite's own
+def test_every_preset_the_guide_trains_trains_two_steps_as_its_command_sets_it(
+    tmp_path: Path,
+) -> None:
+    """Each run and bench line's presets, with the line's own --set, --steps and --device
+    turned into overrides as the command does, train two steps on the CPU and end ok. In this
+    process: what ``run`` and ``bench`` add around the engine (its process, the table) is
+    tested on their own, and each engine process costs seconds of imports. The compiled run
+    trains eager here: a cold compile costs 20 s to minutes on a busy CPU, and the suite's own
     cold-compile test covers it."""
+    from ampscope.engine.run import EXIT_OK, run
+
+    trained = set()
     for argv in commands():
         if argv[:1] not in (["run"], ["bench"]):
             continue
-        argv = [a for a in argv if a != "--detach"]
-        if "--steps" in argv:
-            at = argv.index("--steps")
-            del argv[at : at + 2]
-        extra = ["--steps", "2", "--set", "device='cpu'", "--set", "warmup_steps=0"]
-        if any("compile" in a for a in argv):
-            extra += ["--set", "compile='off'"]
-        if argv[0] == "bench":
-            extra += ["--repeats", "1"]
-        command = [sys.executable, "-m", "ampscope", *argv, *extra, "--runs-dir", str(tmp_path)]
-        done = subprocess.run(
-            command, capture_output=True, text=True, env=engine_env(), timeout=300, check=False
-        )
-        assert done.returncode == 0, (argv, done.stderr[-2000:])
+        args = build_parser().parse_args(argv)
+        names = [args.preset] if args.command == "run" else args.presets
+        overrides = [str(o) for o in run_overrides(args)]
+        overrides += ["steps=2", "device='cpu'", "warmup_steps=0", "compile='off'"]
+        for name in names:
+            if (name, tuple(overrides)) in trained:
+                continue
+            trained.add((name, tuple(overrides)))
+            assert run(name, overrides, runs_dir=tmp_path) == EXIT_OK, (argv, name)
+    assert len(trained) >= 4

@@ -56,17 +56,17 @@ def test_a_divisor_below_one_is_refused_with_the_field_named() -> None:
 
 
 @pytest.mark.slow
-def test_losing_the_small_gradients_costs_the_loss_within_200_steps() -> None:
-    """What the presets' descriptions promise: after 200 steps the unscaled run's loss is more
-    than twice the scaled run's (measured 0.338 against 0.100), and the scaled run's is
-    fp32's within 20 % (0.09)."""
+def test_losing_the_small_gradients_costs_the_loss_within_80_steps() -> None:
+    """What the presets' descriptions promise, already by step 80 (of the 200 a lecture runs):
+    the unscaled run's loss is more than twice the scaled run's (measured 1.49 against 0.385;
+    0.385 against 0.113 at step 200), and the scaled run's is fp32's within 20 % (0.385)."""
     from ampscope.engine.device import resolve_device
     from ampscope.engine.loop import train_step
     from ampscope.engine.setup import build
 
     def final_loss(preset: str, *overrides: str) -> float:
         s = build(cfg.load_preset(preset, ["device='cpu'", *overrides]), resolve_device("cpu"))
-        losses = [train_step(s, i, measure_zeros=False)[0][0].item() for i in range(200)]
+        losses = [train_step(s, i, measure_zeros=False)[0][0].item() for i in range(80)]
         return sum(losses[-10:]) / 10
 
     lost = final_loss("underflow-demo")
