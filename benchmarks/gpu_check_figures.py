@@ -76,7 +76,7 @@ def same_gpu(torch_name: str, smi_name: str, mig: str) -> bool:
 def board(name: str, power: float | None) -> str:
     """An H100/H200's board: NVL or PCIe when its name says so, else SXM, except a bare
     'NVIDIA H100' limited to 400 W or less, a PCIe board. A power limit an administrator
-    lowered does not make an SXM board another one (ampscope.core.hardware.identify agrees)."""
+    lowered does not make an SXM board another one (ampscope.core.machine.hardware.identify agrees)."""
     upper = " ".join(name.upper().replace("-", " ").replace("_", " ").split())
     if "NVL" in upper.split():
         return "NVL"

@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from ampscope.core import config as cfg  # noqa: E402
-from ampscope.engine.device import resolve_device  # noqa: E402
-from ampscope.engine.loop import train_step  # noqa: E402
-from ampscope.engine.metrics import scaler_scale  # noqa: E402
-from ampscope.engine.numerics.probe import NumericsProbe  # noqa: E402
-from ampscope.engine.setup import build  # noqa: E402
+from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.engine.checks.device import resolve_device  # noqa: E402
+from ampscope.engine.numerics.hooks import NumericsProbe  # noqa: E402
+from ampscope.engine.step.loop import train_step  # noqa: E402
+from ampscope.engine.step.metrics import scaler_scale  # noqa: E402
+from ampscope.engine.step.setup import build  # noqa: E402
 
 DEFAULT_MODEL = str(Path(__file__).resolve().parent / "overhead_model.py") + ":make"
 MODES = {"off": 0, "every 50": 50, "every step": 1}

@@ -41,15 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgspec  # noqa: E402
 import torch  # noqa: E402
 
-from ampscope.core import config as cfg  # noqa: E402
 from ampscope.core import events as ev  # noqa: E402
-from ampscope.engine.device import resolve_device  # noqa: E402
-from ampscope.engine.emitter import EventWriter, LiveStream  # noqa: E402
-from ampscope.engine.loop import train, train_step  # noqa: E402
-from ampscope.engine.metrics import METRICS_WIDTH, MemoryReader, StepReporter  # noqa: E402
-from ampscope.engine.probe import make_probe  # noqa: E402
-from ampscope.engine.setup import build  # noqa: E402
-from ampscope.engine.stats import RunStats  # noqa: E402
+from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.engine.checks.device import resolve_device  # noqa: E402
+from ampscope.engine.lifecycle.emitter import EventWriter, LiveStream  # noqa: E402
+from ampscope.engine.lifecycle.stats import RunStats  # noqa: E402
+from ampscope.engine.step.loop import train, train_step  # noqa: E402
+from ampscope.engine.step.metrics import METRICS_WIDTH, MemoryReader, StepReporter  # noqa: E402
+from ampscope.engine.step.setup import build  # noqa: E402
+from ampscope.engine.step.timer import make_step_timer  # noqa: E402
 from ampscope.engine.telemetry import TelemetrySampler  # noqa: E402
 from ampscope.engine.workloads.user import UserWorkload  # noqa: E402
 
@@ -114,7 +114,7 @@ def main() -> None:
     writer = EventWriter(live=LiveStream(sink.fileno(), recorded=False))
     reporter = StepReporter(setup, writer, RunStats(warmup_steps=0), peak=None)
     memory = MemoryReader(info.device)
-    probe = make_probe(info.device, width=METRICS_WIDTH)
+    probe = make_step_timer(info.device, width=METRICS_WIDTH)
 
     reported: dict[int, float] = {}  # step -> the step_ms the engine reported for it
 

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ampscope.core import config as cfg  # noqa: E402
 from ampscope.core import events as ev  # noqa: E402
-from ampscope.core.launch import child_env  # noqa: E402
+from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.core.processes.launch import child_env  # noqa: E402
 
 
 def median_step(

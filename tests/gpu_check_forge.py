@@ -13,9 +13,9 @@ from typing import Any
 from ampscope.core import events as ev
 from ampscope.core import profiles
 from ampscope.core.numerics import FORMATS
-from ampscope.core.numerics_event import FormatShare, ModuleNumerics, TensorNumerics
-from ampscope.core.numerics_report import NumericsSummary
-from ampscope.core.profile_rules import OpTime
+from ampscope.core.numerics.event import FormatShare, ModuleNumerics, TensorNumerics
+from ampscope.core.numerics.report import NumericsSummary
+from ampscope.core.profiles.rules import OpTime
 from tests.helpers import ROOT, hello, step
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

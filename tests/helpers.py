@@ -22,8 +22,9 @@ import msgspec
 import psutil
 
 from ampscope.cli.main import main
-from ampscope.core import comparison, ownership, records
+from ampscope.core import comparison, records
 from ampscope.core import events as ev
+from ampscope.core.processes import ownership
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 
@@ -186,7 +187,7 @@ def split_profile(
     ``matmul_fp32=3000`` is 3 ms of fp32 matmul a step, ``casts=500`` 0.5 ms of casts (which
     count as elementwise), ``idle=1000`` 1 ms with no kernel; the rest is any class by name."""
     from ampscope.core import profiles
-    from ampscope.core.profile_rules import OpTime
+    from ampscope.core.profiles.rules import OpTime
 
     ops, idle = [], us.pop("idle", 0.0) * steps * 1000.0
     for key, per_step in us.items():

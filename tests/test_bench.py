@@ -254,7 +254,7 @@ def test_different_workloads_are_not_comparable_and_only_the_differences_are_nam
 @pytest.mark.unit
 def test_the_default_repeats_give_a_verdict_and_help_says_so(capsys) -> None:
     from ampscope.cli.main import build_parser
-    from ampscope.core import significance
+    from ampscope.core.comparison import significance
 
     args = build_parser().parse_args(["bench"])
     assert args.repeats >= significance.MIN_REPEATS

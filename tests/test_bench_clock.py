@@ -100,8 +100,8 @@ def test_a_cpu_run_records_each_steps_cpu_time_and_its_median_over_the_timed_ste
     median over the same steps as ``step_ms_median`` (warm-up and grad-zero steps left out)."""
     import statistics
 
-    from ampscope.core.summary import timed_steps
-    from ampscope.engine.run import EXIT_OK, run
+    from ampscope.core.records.summary import timed_steps
+    from ampscope.engine.lifecycle.run import EXIT_OK, run
 
     seen: list[ev.Event] = []
     sets = ["device='cpu'", "steps=7", "warmup_steps=2", "grad_zero_every=3"]

@@ -99,8 +99,13 @@ def test_ui_side_and_package_root_load_without_torch(statement: str) -> None:
 
 @pytest.mark.subprocess
 def test_core_loads_neither_torch_nor_textual() -> None:
-    core = sorted(p.stem for p in (ROOT / "ampscope" / "core").glob("*.py") if p.stem != "__init__")
-    loaded = loaded_after("; ".join(f"import ampscope.core.{m}" for m in core))
+    package = ROOT / "ampscope"
+    core = sorted(
+        ".".join(p.relative_to(package).with_suffix("").parts).removesuffix(".__init__")
+        for p in (package / "core").rglob("*.py")
+    )
+    assert "core.presets" in core and "core.records.files" in core  # every package, every module
+    loaded = loaded_after("; ".join(f"import ampscope.{m}" for m in core))
     assert not loaded & {"torch", "textual", "rich"}
 
 
@@ -109,7 +114,7 @@ def test_the_engine_is_always_ampscopes_own_whatever_the_folder_holds(tmp_path: 
     """Training repos (DETR, DeiT, MAE) have their own engine.py: it must never run instead."""
     for name in ("engine.py", "tui.py", "ampscope.py"):
         (tmp_path / name).write_text("raise SystemExit('the folder\\'s own module ran')\n")
-    from ampscope.core.launch import child_env, engine_command
+    from ampscope.core.processes.launch import child_env, engine_command
 
     out = subprocess.run(
         engine_command("mlp-demo", ["steps=2", "device='cpu'"], exit_with_parent=False)

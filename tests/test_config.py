@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli import main as cli
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 
 SHIPPED = [p.name for p in cfg.list_presets() if p.source == "shipped"]
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli.main import main
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import records, stopping
+from ampscope.core import presets as cfg
+from ampscope.core import records
+from ampscope.core.processes import stopping
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
 from tests.helpers import hello, owning_sleeper

@@ -15,16 +15,18 @@ import torch
 
 from ampscope.cli.console import ConsoleReporter
 from ampscope.core import events as ev
-from ampscope.core.config import load_preset
-from ampscope.core.hardware import peak_tflops
-from ampscope.engine import device, doctor, loop, session
-from ampscope.engine import setup as engine_setup
-from ampscope.engine.faults import failure
-from ampscope.engine.hello import choose_peak
-from ampscope.engine.metrics import MemoryReader, StepReporter
-from ampscope.engine.precision import set_matmul_precision, tf32_disagreements, tf32_getters
-from ampscope.engine.run import EXIT_FAILED, EXIT_OK, run
-from ampscope.engine.stats import RunStats
+from ampscope.core.machine.hardware import peak_tflops
+from ampscope.core.presets import load_preset
+from ampscope.engine.checks import device, doctor
+from ampscope.engine.lifecycle import session
+from ampscope.engine.lifecycle.faults import failure
+from ampscope.engine.lifecycle.hello import choose_peak
+from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
+from ampscope.engine.lifecycle.stats import RunStats
+from ampscope.engine.step import loop
+from ampscope.engine.step import setup as engine_setup
+from ampscope.engine.step.metrics import MemoryReader, StepReporter
+from ampscope.engine.step.precision import set_matmul_precision, tf32_disagreements, tf32_getters
 from ampscope.tui.model.run_state import RunState
 from tests.helpers import FAST
 

@@ -17,7 +17,7 @@ import pytest
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.launch import ENGINE_LOG
+from ampscope.core.processes.launch import ENGINE_LOG
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.follow import AttachSource, RecordTail
 from ampscope.tui.model.replay import RecordSource

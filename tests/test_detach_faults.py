@@ -11,10 +11,11 @@ import msgspec
 import pytest
 import tomllib
 
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import launch, records
-from ampscope.core.launch import EngineDidNotStart, launch_detached
+from ampscope.core import presets as cfg
+from ampscope.core import records
+from ampscope.core.processes import launch
+from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_gone, wait_until
 
 AWKWARD_TEXT = [
@@ -96,7 +97,7 @@ def test_an_engine_that_cannot_even_start_is_reported_from_its_log(
 def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) -> None:
     import asyncio
 
-    from ampscope.tui.model.session import RunSession
+    from ampscope.tui.model.run_manager import RunManager
     from tests.helpers import FakeListener
 
     def launch_that_fails(preset, overrides, runs_dir):
@@ -104,7 +105,7 @@ def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) 
 
     async def go() -> None:
         listener = FakeListener()
-        session = RunSession(listener, tmp_path, launch=launch_that_fails)
+        session = RunManager(listener, tmp_path, launch=launch_that_fails)
         await session.start_run("fp32", detach=True)
         assert listener.detached == []
         ((message, error, title),) = listener.told
@@ -134,7 +135,7 @@ def test_the_engine_takes_the_launchers_owner_descriptor_and_no_child_of_its_inh
 ) -> None:
     """The detached launcher passes .owner with pass_fds, which leaves it inheritable in the
     engine: every os.system child of the user's code held the record's proof too."""
-    from ampscope.core import ownership
+    from ampscope.core.processes import ownership
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ampscope.engine import doctor
+from ampscope.engine.checks import doctor
 
 pytestmark = pytest.mark.unit
 

@@ -15,12 +15,12 @@ from ampscope.cli.runs import EXAMPLES_DIR as EXAMPLES
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.units import fmt_final_loss
-from ampscope.engine import setup as engine_setup
-from ampscope.engine.metrics import MemoryReader, StepReporter, zero_fraction
-from ampscope.engine.precision import TF32_API_SINCE
-from ampscope.engine.probe import FinishedStep
-from ampscope.engine.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
-from ampscope.engine.stats import RunStats
+from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
+from ampscope.engine.lifecycle.stats import RunStats
+from ampscope.engine.step import setup as engine_setup
+from ampscope.engine.step.metrics import MemoryReader, StepReporter, zero_fraction
+from ampscope.engine.step.precision import TF32_API_SINCE
+from ampscope.engine.step.timer import FinishedStep
 from ampscope.tui.model.figures import cards
 from ampscope.tui.model.run_state import RunState
 from tests.helpers import FAST, ROOT, hello, step

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ampscope.engine import process
+from ampscope.engine.lifecycle import process
 
 
 @pytest.mark.unit
@@ -42,7 +42,7 @@ def test_the_writer_takes_nothing_after_done_nor_from_others_once_a_thread_ends_
     """One done per record, and nothing after it: a telemetry sample or a second ending
     (the main thread's step failing because the ending killed its child) is left out."""
     from ampscope.core import events as ev
-    from ampscope.engine.emitter import EventWriter
+    from ampscope.engine.lifecycle.emitter import EventWriter
     from tests.helpers import done, step
 
     got: list[ev.Event] = []

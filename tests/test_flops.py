@@ -9,11 +9,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from ampscope.core import events as ev
-from ampscope.core.config import WORKLOAD_SIZES
-from ampscope.engine.flops import count_train_flops, measure_train_flops
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.core.presets import WORKLOAD_SIZES
+from ampscope.engine.lifecycle.run import EXIT_OK, run
+from ampscope.engine.step.flops import count_train_flops, measure_train_flops
 from ampscope.engine.workloads import BUILDERS
-from ampscope.engine.workloads.base import Workload
+from ampscope.engine.workloads.base import TrainingWorkload
 from tests.helpers import meta_batch
 
 SHIPPED = [(kind, size) for kind, sizes in WORKLOAD_SIZES.items() for size in sizes]
@@ -63,7 +63,7 @@ def gpt_small() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], dict[str,
 
 
 def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return Workload.loss(None, output, target)  # type: ignore[arg-type]
+    return TrainingWorkload.loss(None, output, target)  # type: ignore[arg-type]
 
 
 @pytest.mark.unit

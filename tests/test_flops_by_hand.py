@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import ampscope
-from ampscope.engine.flops import measure_train_flops
+from ampscope.engine.step.flops import measure_train_flops
 
 
 def summed(output: torch.Tensor, _target: object) -> torch.Tensor:

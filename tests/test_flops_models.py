@@ -8,10 +8,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.engine.flops import count_train_flops, measure_train_flops
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.core import presets as cfg
+from ampscope.engine.lifecycle.run import EXIT_OK, run
+from ampscope.engine.step.flops import count_train_flops, measure_train_flops
 from ampscope.engine.workloads import BUILDERS
 
 pytestmark = pytest.mark.unit

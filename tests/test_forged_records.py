@@ -2,7 +2,7 @@
 
 Pid, host and start time are public for every process, so a forged record can name a foreign
 process with its true start time. Only a process that holds the record's ``.owner`` open is
-ever signalled (``core.ownership``), and a whole group only when ampscope created it.
+ever signalled (``core.processes.ownership``), and a whole group only when ampscope created it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
-from ampscope.core import ownership, records, stopping
+from ampscope.core import records
+from ampscope.core.processes import ownership, stopping
 from ampscope.tui.model.follow import AttachSource
 from tests.helpers import gone, hello, owning_sleeper, step, wait_gone
 

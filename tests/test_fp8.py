@@ -14,17 +14,17 @@ import torch
 from torch import nn
 
 from ampscope.cli.main import main
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import memory_plan as mp
-from ampscope.core import memory_runs
+from ampscope.core import presets as cfg
 from ampscope.core.formats import catalog
-from ampscope.core.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
-from ampscope.engine import fp8
-from ampscope.engine import session as engine_session
-from ampscope.engine import setup as engine_setup
-from ampscope.engine.device import DeviceInfo
-from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
+from ampscope.core.memory import measured as memory_runs
+from ampscope.core.memory import plan as mp
+from ampscope.core.presets.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
+from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.lifecycle import session as engine_session
+from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
+from ampscope.engine.step import fp8
+from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.workloads import build_workload
 from ampscope.tui.model.run_state import RunState
 from tests.helpers import hello
@@ -350,7 +350,7 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
 
 @pytest.mark.subprocess
 def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
-    from ampscope.engine import doctor
+    from ampscope.engine.checks import doctor
 
     monkeypatch.setattr(doctor, "_torchao_version", lambda: None)
     assert doctor.doctor() == 0
@@ -385,7 +385,7 @@ def test_a_vit_on_multihead_attention_counts_only_the_layers_that_run_in_fp8() -
     Parameter: swapped for fp8 layers, its out_proj never ran (forward hooks on the converted
     layers during the first step show it), yet the line once said 9 of 10 layers in fp8."""
     pytest.importorskip("torchao")
-    from ampscope.engine.loop import train_step
+    from ampscope.engine.step.loop import train_step
 
     preset = cfg.load_preset(
         "fp8-eager", [*EMULATED, f"workload.model='{REAL_MODELS}:vit'", "batch_size=16"]

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 import torch
 
-from ampscope.core import config as cfg
-from ampscope.engine.device import DeviceInfo
-from ampscope.engine.precision import precision_policy
+from ampscope.core import presets as cfg
+from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.step.precision import precision_policy
 from tests.helpers import ROOT, engine_env
 
 H200 = DeviceInfo(torch.device("cuda", 0), "NVIDIA H200", (9, 0), 141 << 30, 700.0, None)

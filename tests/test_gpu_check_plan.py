@@ -22,10 +22,15 @@ import pytest
 import torch
 
 from ampscope.cli.main import build_parser
-from ampscope.core import config as cfg
-from ampscope.core.run_args import ArgParser, add_run_arguments, model_overrides, run_overrides
-from ampscope.engine.device import DeviceInfo
-from ampscope.engine.validation import Facts, check_run
+from ampscope.core import presets as cfg
+from ampscope.core.presets.run_args import (
+    ArgParser,
+    add_run_arguments,
+    model_overrides,
+    run_overrides,
+)
+from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.checks.validation import Facts, check_run
 from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

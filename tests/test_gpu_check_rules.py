@@ -175,9 +175,9 @@ def test_the_peak_row_of_a_mig_slice_a_capped_sxm_board_and_an_nvl_board_passes(
 def test_the_boards_the_check_expects_are_the_ones_the_engine_picks(
     name: str, power: float | None
 ) -> None:
-    """The check and ampscope.core.hardware.identify decide the board alike: a name that says
+    """The check and ampscope.core.machine.hardware.identify decide the board alike: a name that says
     NVL or PCIe decides; only a bare H100 at 400 W or less reads as PCIe."""
-    from ampscope.core import hardware
+    from ampscope.core.machine import hardware
 
     gpu = hardware.identify(name, power)
     assert gpu is not None

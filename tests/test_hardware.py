@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import hardware, memory_plan
+from ampscope.core.machine import hardware
+from ampscope.core.memory import plan as memory_plan
 
 # Device names as torch.cuda.get_device_name / nvidia-smi print them, and the row each means.
 NAMES = {

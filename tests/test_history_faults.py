@@ -19,7 +19,7 @@ from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
-from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.event_log import EventLogView
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import SIZE, done, hello, run, shown, step, terminal_output, wait_for
 
@@ -142,7 +142,7 @@ def test_a_10_mb_warning_is_cut_and_the_log_stays_bounded(tmp_path: Path) -> Non
             assert any("more characters" in entry.text for entry in state.log)
             assert len(state.error or "") < LOG_LINE_CHARS + 50
             await pilot.pause(0.6)
-            log = screen.query_one(EventLog)
+            log = screen.query_one(EventLogView)
             assert log.texts and max(len(t) for t in log.texts) < LOG_LINE_CHARS + 100
 
     run(go())

@@ -7,10 +7,10 @@ import torch
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import host_memory
-from ampscope.core.host_memory import HostPeak
-from ampscope.engine.metrics import MemoryReader
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.core.memory import host as host_memory
+from ampscope.core.memory.host import HostPeak
+from ampscope.engine.lifecycle.run import EXIT_OK, run
+from ampscope.engine.step.metrics import MemoryReader
 from tests.helpers import events_of
 
 MIB = 1 << 20

@@ -17,8 +17,8 @@ from textual.widgets import DataTable, OptionList
 
 from ampscope.cli.main import build_parser
 from ampscope.cli.runs import EXAMPLES_DIR
-from ampscope.core import config as cfg
-from ampscope.core.run_args import run_overrides
+from ampscope.core import presets as cfg
+from ampscope.core.presets.run_args import run_overrides
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.formats import FormatsScreen
@@ -134,7 +134,7 @@ def test_every_preset_the_guide_trains_trains_two_steps_as_its_command_sets_it(
     tested on their own, and each engine process costs seconds of imports. The compiled run
     trains eager here: a cold compile costs 20 s to minutes on a busy CPU, and the suite's own
     cold-compile test covers it."""
-    from ampscope.engine.run import EXIT_OK, run
+    from ampscope.engine.lifecycle.run import EXIT_OK, run
 
     trained = set()
     for argv in commands():

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from ampscope.core import machine_check as mc
-from ampscope.engine import machine_bench as mb
+from ampscope.core.machine import check as mc
+from ampscope.engine.checks import machine_bench as mb
 from tests.helpers import cli, engine_env
 
 
@@ -539,8 +539,8 @@ def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_
     from ampscope.cli.console import summary_table
     from ampscope.core import comparison, records
     from ampscope.core import events as ev
-    from ampscope.engine.device import cpu_name
-    from ampscope.engine.run import run
+    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.lifecycle.run import run
     from ampscope.tui.model.figures import cards
     from ampscope.tui.model.run_state import RunState
 
@@ -589,7 +589,7 @@ def test_without_a_check_nothing_changes_and_a_gpu_run_shows_both() -> None:
 def test_a_watched_loop_reads_its_tflops_against_the_measured_peak_too(tmp_path) -> None:
     import ampscope
     from ampscope.core import comparison, records
-    from ampscope.engine.device import cpu_name
+    from ampscope.engine.checks.device import cpu_name
     from tests.helpers import tiny_model
 
     check = a_check(device=cpu_name())

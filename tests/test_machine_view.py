@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import machine_check as mc
-from ampscope.core import machine_verdicts as mv
+from ampscope.core.machine import check as mc
+from ampscope.core.machine import verdicts as mv
 from ampscope.tui.model.machine_view import bar, view_lines
 from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.presets import PresetsScreen

@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from ampscope.core import memory_plan as mp
+from ampscope.core.memory import plan as mp
 
 torch = pytest.importorskip("torch")
 

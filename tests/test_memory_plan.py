@@ -10,8 +10,9 @@ import pytest
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import memory_plan as mp
-from ampscope.core import memory_runs, records
+from ampscope.core import records
+from ampscope.core.memory import measured as memory_runs
+from ampscope.core.memory import plan as mp
 from tests import helpers
 from tests.helpers import ROOT, engine_env
 
@@ -250,7 +251,7 @@ def test_run_comparison_sets_tensor_memory_beside_tensor_memory(tmp_path, capsys
 def test_memory_run_on_a_model_record_names_the_users_model(tmp_path, capsys) -> None:
     """A --model run is recorded as the user's model, not as the preset's GPT, and
     `memory --run` says so (it said "no transformer shape for a gpt workload")."""
-    from ampscope.engine.run import EXIT_OK, run
+    from ampscope.engine.lifecycle.run import EXIT_OK, run
 
     sets = [helpers.model_set(helpers.user_model(tmp_path)), "device='cpu'", "steps=2"]
     assert run("fp32", sets, runs_dir=tmp_path / "runs") == EXIT_OK

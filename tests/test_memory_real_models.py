@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampscope.core import memory_plan as mp
+from ampscope.core.memory import plan as mp
 
 torch = pytest.importorskip("torch")
 
@@ -27,7 +27,7 @@ CASES = [
 
 
 def workload(factory: str, batch: int):  # type: ignore[no-untyped-def]
-    from ampscope.core.workload_spec import ModelContext
+    from ampscope.core.presets.workload_spec import ModelContext
     from ampscope.engine.workloads.user import build_user_workload
 
     ctx = ModelContext(torch.device("cpu"), batch, 0, "fp32")
@@ -80,7 +80,7 @@ def measured_peak(factory: str, batch: int, regime: str) -> int:
 def test_the_plan_of_a_users_model_bounds_its_measured_step(
     factory: str, regime: str, batch: int
 ) -> None:
-    from ampscope.engine.saved_memory import measure_step_memory
+    from ampscope.engine.checks.saved_memory import measure_step_memory
 
     w = workload(factory, batch)
     params = sum(p.numel() for p in w.model.parameters())
@@ -97,7 +97,7 @@ def test_the_optimizer_steps_temporaries_keep_the_plan_an_upper_bound() -> None:
     """A model whose parameters dominate peaks in the optimizer step: per-tensor AdamW makes
     two temporaries the size of the largest weight. A 16.8M-parameter model once planned
     256 MiB against a measured 288 MiB."""
-    from ampscope.engine.saved_memory import measure_step_memory
+    from ampscope.engine.checks.saved_memory import measure_step_memory
 
     w = workload("wide_mlp", 8)
     params = sum(p.numel() for p in w.model.parameters())
@@ -116,7 +116,7 @@ def test_memory_run_of_a_users_model_plans_its_activations_and_names_the_rss_ban
     """A ViT run on the CPU, then `memory --run`: once 'activations -' and the RSS growth 53x
     the prediction, with no word that RSS growth itself moves 1.07-1.42x between runs."""
     from ampscope.cli.main import main
-    from ampscope.engine.run import EXIT_OK, run
+    from ampscope.engine.lifecycle.run import EXIT_OK, run
 
     spec = f"workload.model='{SPEC}:vit'"
     overrides = ["device='cpu'", "steps=2", "warmup_steps=0", "batch_size=32", spec]
@@ -126,7 +126,7 @@ def test_memory_run_of_a_users_model_plans_its_activations_and_names_the_rss_ban
     out = json.loads(capsys.readouterr().out)
     plan = out["plan"]
     truth = workload("vit", 32)
-    from ampscope.engine.saved_memory import measure_step_memory
+    from ampscope.engine.checks.saved_memory import measure_step_memory
 
     assert plan["activations"] == measure_step_memory(truth, ["fp32"]).activations["fp32"]
     assert plan["activations"] > plan["weights"]  # the ViT's step is mostly activations

@@ -13,8 +13,8 @@ import torch
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import memory_plan as mp
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.core.memory import plan as mp
+from ampscope.engine.lifecycle.run import EXIT_OK, run
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
@@ -99,7 +99,7 @@ def test_memory_refuses_a_factory_that_fails_showing_the_users_traceback(
 @pytest.mark.unit
 @pytest.mark.parametrize("kind", ["gpt2-124m", "llama"])
 def test_memory_preset_counts_the_new_workloads_as_built(kind: str, tmp_path: Path) -> None:
-    from ampscope.core import config as cfg
+    from ampscope.core import presets as cfg
 
     (tmp_path / "p.toml").write_text(f'name = "p"\n[workload]\nkind = "{kind}"\n')
     wl = mp.workload_from_preset(str(tmp_path / "p.toml"), on_cuda=True)

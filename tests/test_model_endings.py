@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli.main import main
-from ampscope.engine.exits import EXIT_STOPPED, EXIT_USAGE
+from ampscope.engine.lifecycle.exits import EXIT_STOPPED, EXIT_USAGE
 from tests.helpers import engine_env
 
 MODEL = """

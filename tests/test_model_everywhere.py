@@ -9,9 +9,9 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.run_labels import run_model, run_preset
-from ampscope.core.workload_spec import model_label
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.core.presets.workload_spec import model_label
+from ampscope.core.records.labels import run_model, run_preset
+from ampscope.engine.lifecycle.run import EXIT_OK, run
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.compare import CompareScreen
@@ -170,9 +170,9 @@ def test_the_factory_is_told_its_rank_and_a_sharded_loader_is_not_sharded_again(
 
     import torch
 
-    from ampscope.core import config as cfg
-    from ampscope.engine.device import DeviceInfo
-    from ampscope.engine.setup import make_workload
+    from ampscope.core import presets as cfg
+    from ampscope.engine.checks.device import DeviceInfo
+    from ampscope.engine.step.setup import make_workload
 
     path = tmp_path / "ranked.py"
     path.write_text(RANKED_MODEL)

@@ -12,7 +12,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import FORMATS, LIMITS, Limits, choose_modules, group_names
-from ampscope.engine.numerics.probe import NumericsProbe
+from ampscope.engine.numerics.hooks import NumericsProbe
 
 DATA = Path(__file__).parent / "data" / "planted_numerics.py"
 DTYPES = {
@@ -221,7 +221,7 @@ def test_tuple_dict_none_outputs_are_measured_and_the_rest_skipped():
 
 @pytest.mark.unit
 def test_a_probe_failure_is_one_warning_and_training_goes_on(monkeypatch):
-    import ampscope.engine.numerics.probe as probe_mod
+    import ampscope.engine.numerics.hooks as probe_mod
 
     def broken(t, bounds):
         raise RuntimeError("no kernel for this")

@@ -10,7 +10,7 @@ import torch
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.engine.run import EXIT_FAILED, EXIT_OK, run
+from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
 
 MODEL = Path(__file__).parent / "data" / "skipped_numerics.py"
 CPU = ["device='cpu'", "warmup_steps=0"]
@@ -123,10 +123,10 @@ def test_a_run_with_some_steps_skipped_is_ok():
 def test_a_non_finite_loss_in_a_format_with_fp32s_range_is_not_told_to_widen_the_format():
     """The advice after a non-finite loss fits the format: fp32 and bf16 have no wider range
     to go to (lower the learning rate, clip, check the data and the loss); fp16 and fp8 do."""
-    from ampscope.core import config as cfg
-    from ampscope.engine.faults import failure
-    from ampscope.engine.metrics import NonFiniteLoss
-    from ampscope.engine.stats import RunStats
+    from ampscope.core import presets as cfg
+    from ampscope.engine.lifecycle.faults import failure
+    from ampscope.engine.lifecycle.stats import RunStats
+    from ampscope.engine.step.metrics import NonFiniteLoss
 
     def said(preset: str, *overrides: str) -> str:
         event, code = failure(

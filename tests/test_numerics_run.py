@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.engine.run import EXIT_OK, run
+from ampscope.engine.lifecycle.run import EXIT_OK, run
 from tests.helpers import cli
 
 MODEL = Path(__file__).parent / "data" / "planted_numerics.py"
@@ -261,8 +261,8 @@ def test_step_0_says_the_loss_scale_its_gradients_carry():
 @pytest.mark.unit
 def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
     """Hooks would recompile a compiled model, so numerics stay off: a note says so, once."""
-    from ampscope.core import config as cfg
-    from ampscope.engine.emitter import EventWriter
+    from ampscope.core import presets as cfg
+    from ampscope.engine.lifecycle.emitter import EventWriter
     from ampscope.engine.numerics import loop_numerics
 
     seen: list[ev.Event] = []

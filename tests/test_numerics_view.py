@@ -9,7 +9,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import FirstNonfinite, FormatShare, ModuleNumerics, TensorNumerics
-from ampscope.core.numerics_grid import build_grid
+from ampscope.core.numerics.grid import build_grid
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.numerics import NumericsScreen
 from ampscope.tui.screens.presets import PresetsScreen

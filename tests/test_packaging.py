@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ampscope.core import launch
-from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
+from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
+from ampscope.core.processes import launch
 from tests.helpers import ROOT
 
 
@@ -43,8 +43,8 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     models = {p.name for p in (ROOT / "examples").glob("*.py")}
     assert {f"ampscope/model_examples/{n}" for n in models} <= names and len(models) == 3
     assert {
-        "ampscope/engine/run.py",
-        "ampscope/engine/loop.py",
+        "ampscope/engine/lifecycle/run.py",
+        "ampscope/engine/step/loop.py",
         "ampscope/tui/app.py",
         "ampscope/core/events.py",
     } <= names
@@ -77,20 +77,20 @@ def test_the_sdist_holds_each_source_file_once_under_ampscope(tmp_path: Path) ->
     ).stdout.split()
     if tracked:  # a git checkout (CI's clone is one): the sdist is its package tree
         assert sources == sorted(p for p in tracked if p.endswith(".py"))
-    assert "ampscope/engine/loop.py" in sources and "ampscope/tui/app.py" in sources
+    assert "ampscope/engine/step/loop.py" in sources and "ampscope/tui/app.py" in sources
     assert any(m.startswith("ampscope/presets/") and m.endswith(".toml") for m in members)
 
 
 @pytest.mark.subprocess
 def test_an_install_makes_only_ampscope_importable(tmp_path: Path) -> None:
     """From any folder, ampscope imports and the checkout's other folders do not, in this
-    process's children and in the engine's: with the checkout on sys.path, ``engine.exits``
-    and ``ampscope.engine.exits`` were two modules."""
+    process's children and in the engine's: with the checkout on sys.path, ``engine.lifecycle.exits``
+    and ``ampscope.engine.lifecycle.exits`` were two modules."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if launch.found_without_path():  # the engine's, bench's and torchrun's children as well
         env = launch.child_env(env)
     probe = (  # engine.exits imports no torch: the probe takes a tenth of a second, not three
-        "import importlib.util as u, ampscope.engine.exits as exits; "
+        "import importlib.util as u, ampscope.engine.lifecycle.exits as exits; "
         "print(exits.__file__); "
         "print([n for n in ('engine', 'tui', 'tests', 'benchmarks', 'examples') if u.find_spec(n)])"
     )

@@ -10,10 +10,9 @@ import pytest
 import tomllib
 
 from ampscope.cli.main import build_parser, main
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core.launch import child_env, engine_command
-from ampscope.core.parallel import (
+from ampscope.core import presets as cfg
+from ampscope.core.presets.parallel import (
     FSDP_DEFAULTS,
     Launch,
     LaunchError,
@@ -21,7 +20,8 @@ from ampscope.core.parallel import (
     make_launch,
     port_in_use,
 )
-from ampscope.core.run_args import launch_from_args
+from ampscope.core.presets.run_args import launch_from_args
+from ampscope.core.processes.launch import child_env, engine_command
 
 pytestmark = pytest.mark.unit
 
@@ -217,7 +217,7 @@ def test_rank_environment_as_torchrun_sets_it() -> None:
 def test_more_processes_than_gpus_is_a_user_error(monkeypatch) -> None:
     import torch
 
-    from ampscope.engine import device
+    from ampscope.engine.checks import device
     from ampscope.engine.ranks import RankEnv
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
@@ -231,14 +231,14 @@ def test_more_processes_than_gpus_is_a_user_error(monkeypatch) -> None:
 
 
 def figures(rank: int, step: int, ms: float, loss: float = 1.0, scale=(float("nan"),) * 2):
-    from ampscope.engine.link import RankFigures
+    from ampscope.engine.ranks.link import RankFigures
 
     values = [loss, 0.5, scale[0], scale[1], float("nan")]
     return RankFigures(rank, step, ms, values, 100 + rank, None, 200 + rank)
 
 
 def test_steps_come_out_once_every_rank_has_reported_them_in_order() -> None:
-    from ampscope.engine.link import collect
+    from ampscope.engine.ranks.link import collect
 
     pending: dict = {}
     # rank 0 has steps 0 and 1 landed, rank 1 only step 0 (a GPU's read-back runs late)
@@ -255,9 +255,9 @@ def test_steps_come_out_once_every_rank_has_reported_them_in_order() -> None:
 
 
 def reporter(scaled: bool = False, peak: float | None = 10.0):
-    from ampscope.engine.emitter import EventWriter
-    from ampscope.engine.metrics import StepReporter
-    from ampscope.engine.stats import RunStats
+    from ampscope.engine.lifecycle.emitter import EventWriter
+    from ampscope.engine.lifecycle.stats import RunStats
+    from ampscope.engine.step.metrics import StepReporter
 
     seen: list[ev.Event] = []
     s = SimpleNamespace(
@@ -295,7 +295,7 @@ def test_one_process_reports_as_before() -> None:
 
 
 def test_a_skip_on_one_rank_only_is_diverging_replicas() -> None:
-    from ampscope.engine.metrics import ReplicasDiverged
+    from ampscope.engine.step.metrics import ReplicasDiverged
 
     rep, _, _ = reporter(scaled=True)
     agree = (1024.0, 512.0)
@@ -306,7 +306,7 @@ def test_a_skip_on_one_rank_only_is_diverging_replicas() -> None:
 
 
 def test_a_non_finite_loss_on_one_rank_names_it() -> None:
-    from ampscope.engine.metrics import NonFiniteLoss
+    from ampscope.engine.step.metrics import NonFiniteLoss
 
     rep, _, _ = reporter()
     with pytest.raises(NonFiniteLoss) as caught:
@@ -336,7 +336,7 @@ def test_each_rank_takes_its_own_batch_of_the_pool() -> None:
 def test_weight_checksum_is_exact_and_order_sensitive() -> None:
     import torch
 
-    from ampscope.engine.parallelize import param_checksum
+    from ampscope.engine.ranks.parallelize import param_checksum
 
     torch.manual_seed(0)
     a = torch.nn.Linear(4, 3)
@@ -355,7 +355,7 @@ def test_weight_checksum_is_exact_and_order_sensitive() -> None:
 
 
 def test_fsdp2_shards_the_outermost_blocks() -> None:
-    from ampscope.engine.parallelize import shard_units
+    from ampscope.engine.ranks.parallelize import shard_units
     from ampscope.engine.workloads.gpt import Gpt
     from ampscope.engine.workloads.mlp import mlp
 

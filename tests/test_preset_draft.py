@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 from ampscope.tui.model.preset_draft import FIELDS, PresetDraft
 
 

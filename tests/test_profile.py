@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.core import profile_compare, profiles
-from ampscope.core.profile_rules import OpTime, op_class, short_dtype
+from ampscope.core import profiles
+from ampscope.core.profiles import compare as profile_compare
+from ampscope.core.profiles.rules import OpTime, op_class, short_dtype
 
 
 @pytest.mark.unit
@@ -256,11 +257,11 @@ def reference_split(prof, total_us: float) -> dict[str, float]:  # type: ignore[
 def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ampscope.core import config as cfg
-    from ampscope.engine.device import resolve_device
-    from ampscope.engine.loop import train_step
+    from ampscope.core import presets as cfg
+    from ampscope.engine.checks.device import resolve_device
     from ampscope.engine.profiling import ProfileControl
-    from ampscope.engine.setup import build
+    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.step.setup import build
 
     preset = cfg.load_preset(
         "amp-bf16",
@@ -471,10 +472,10 @@ def test_copies_are_called_casts_only_where_a_narrow_format_ran_and_cpu_advice_s
 def test_a_run_without_a_grad_scaler_spends_nothing_on_loss_scaling(tmp_path):
     """The disabled GradScaler's calls (unscale_, update: nothing to do) are the optimizer's
     time in a profile: an fp32 run listed 'loss scaling 1 %'."""
-    from ampscope.core import config as cfg
-    from ampscope.engine.device import resolve_device
-    from ampscope.engine.loop import train_step
-    from ampscope.engine.setup import build
+    from ampscope.core import presets as cfg
+    from ampscope.engine.checks.device import resolve_device
+    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.step.setup import build
 
     preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "workload.width=32", "batch_size=8"])
     s = build(preset, resolve_device("cpu"))
@@ -497,11 +498,11 @@ def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_
     in an fp32 run are copies, not casts. Once: threshold_backward, 40 % of the step, in other."""
     import torch
 
-    from ampscope.core import config as cfg
-    from ampscope.engine.device import resolve_device
-    from ampscope.engine.loop import train_step
+    from ampscope.core import presets as cfg
+    from ampscope.engine.checks.device import resolve_device
     from ampscope.engine.profiling import ProfileControl
-    from ampscope.engine.setup import build
+    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.step.setup import build
 
     model = str(Path(__file__).parent / "data" / "real_models.py") + ":relu_mlp"
     preset = cfg.load_preset("fp32", [f"workload.model='{model}'", "batch_size=256"])

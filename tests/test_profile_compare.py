@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli.main import main
-from ampscope.core import profile_compare as pc
 from ampscope.core import records
+from ampscope.core.profiles import compare as pc
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.presets import PresetsScreen

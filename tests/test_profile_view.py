@@ -13,7 +13,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import profiles
-from ampscope.core.launch import engine_command
+from ampscope.core.processes.launch import engine_command
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.presets import PresetsScreen

@@ -16,7 +16,9 @@ import pytest
 
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
-from ampscope.core import ownership, record_files, records
+from ampscope.core import records
+from ampscope.core.processes import ownership
+from ampscope.core.records import files as record_files
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen

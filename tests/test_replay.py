@@ -20,7 +20,7 @@ from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.model.replay import ReplaySource
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.run import RunScreen
-from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.event_log import EventLogView
 from tests.helpers import ROOT, SIZE, hello, run, shown, step, text, wait_for
 
 EXAMPLE = "amp-fp16-skipped-step"
@@ -66,7 +66,7 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
             assert ev.to_dict(state.done) == ev.to_dict(record.done)
             last_step = max(e.step for e in record.events if isinstance(e, ev.StepEvent))
             assert state.step == last_step and state.skipped == 1 and state.status == "done"
-            log = screen.query_one(EventLog)
+            log = screen.query_one(EventLogView)
             assert await wait_for(pilot, lambda: "run ok" in "\n".join(log.texts), 5)
             assert "step skipped" in "\n".join(log.texts)
             assert await wait_for(pilot, lambda: "end 100%" in text(screen, "#run-header"), 5)
@@ -89,7 +89,7 @@ def test_a_replay_of_a_nan_run_numbers_its_steps_one_way() -> None:
             await pilot.pause()
             screen = app.open_run(ReplaySource.load(example("fp16-nan"), speed=100))
             assert await wait_for(pilot, lambda: screen.source.at_end, 20)
-            log = screen.query_one(EventLog)
+            log = screen.query_one(EventLogView)
             assert await wait_for(pilot, lambda: "run failed" in "\n".join(log.texts), 5)
             header = text(screen, "#run-header")
             assert "failed · 2/150 steps ·" in header and "step 2" not in header
@@ -247,7 +247,7 @@ def test_the_run_view_says_a_record_is_from_a_newer_schema(tmp_path: Path) -> No
             await pilot.pause()
             screen = app.open_run(AttachSource(run_dir))
             assert await wait_for(pilot, lambda: screen.state.done is not None, 20)
-            log = screen.query_one(EventLog)
+            log = screen.query_one(EventLogView)
             assert await wait_for(pilot, lambda: any("run ok" in t for t in log.texts), 5)
             said = [t for t in log.texts if "schema version 2" in t]
             assert len(said) == 1 and said[0].split()[0] == "warning"
@@ -271,8 +271,8 @@ def test_a_replay_sought_back_to_its_start_still_names_the_runs_settings() -> No
 def test_a_record_with_numerics_shows_them_in_replay_and_attach(tmp_path: Path, how: str) -> None:
     """An engine run whose skipped step 3 was run again: its record, replayed or attached to,
     opens the Numerics view with the layers and the first inf."""
-    from ampscope.engine.run import EXIT_OK
-    from ampscope.engine.run import run as run_engine
+    from ampscope.engine.lifecycle.run import EXIT_OK
+    from ampscope.engine.lifecycle.run import run as run_engine
     from ampscope.tui.screens.numerics import NumericsScreen
 
     model = ROOT / "tests" / "data" / "skipped_numerics.py"

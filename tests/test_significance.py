@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ampscope.core import significance
+from ampscope.core.comparison import significance
 from tests.helpers import ROOT, RUN_SIGMA, verdict_rate
 
 TRIALS = 4000

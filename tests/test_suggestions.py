@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ampscope.core.config import ConfigError, find_preset, load_preset
 from ampscope.core.formats.catalog import keys_from
-from ampscope.core.suggest import closest
+from ampscope.core.presets import ConfigError, find_preset, load_preset
+from ampscope.core.presets.suggest import closest
 from ampscope.engine.workloads.user_code import UserCodeError, load_factory
 from tests.helpers import cli
 

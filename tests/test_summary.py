@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from ampscope.core import summary
-from ampscope.engine.stats import RunStats
+from ampscope.core.records import summary
+from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.watching.stats import RunFigures
 
 # step 0 compiles, step 3 also counted gradient zeros, the last loss is NaN
@@ -102,7 +102,7 @@ def test_profiled_steps_are_marked_and_left_out_of_the_step_time_figures() -> No
     import statistics
 
     from ampscope.core import events as ev
-    from ampscope.engine.run import EXIT_OK, run
+    from ampscope.engine.lifecycle.run import EXIT_OK, run
     from ampscope.tui.model.run_state import RunState
 
     seen: list[ev.Event] = []

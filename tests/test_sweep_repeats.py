@@ -10,7 +10,7 @@ import pytest
 
 from ampscope.core import comparison, records
 from ampscope.tui.app import AmpscopeApp
-from ampscope.tui.model.session import RunSession
+from ampscope.tui.model.run_manager import RunManager
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -52,7 +52,7 @@ def test_a_sweep_with_repeats_runs_interleaved_and_records_one_row_a_preset(
     async def go() -> None:
         engines = RecordingEngines(tmp_path)
         listener = FakeListener()
-        session = RunSession(listener, tmp_path, start_engine=engines)
+        session = RunManager(listener, tmp_path, start_engine=engines)
         await session.start_sweep(["bf16", "fp32"], repeats=3)
         await asyncio.wait_for(listener.compared_event.wait(), 5.0)
         assert engines.made == ["bf16", "fp32"] * 3  # ABAB, as 'ampscope bench --repeats'

@@ -18,8 +18,8 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.launch import engine_command
-from ampscope.core.parallel import Launch
+from ampscope.core.presets.parallel import Launch
+from ampscope.core.processes.launch import engine_command
 from tests.helpers import ROOT, engine_env, wait_gone
 
 # one worker runs them all, one after the other: two ranks each, and rendezvous timeouts
@@ -65,7 +65,7 @@ def reference_losses(steps: int) -> list[float]:
     import torch
     from torch.nn import functional as F
 
-    from ampscope.core import config as cfg
+    from ampscope.core import presets as cfg
     from ampscope.engine.workloads import build_workload
 
     preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "device='cpu'"])

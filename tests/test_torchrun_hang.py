@@ -16,7 +16,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.process import RANKS_LOOP_GRACE_S
+from ampscope.engine.lifecycle.process import RANKS_LOOP_GRACE_S
 from tests.helpers import engine_env
 from tests.test_torchrun import assert_all_gone, of, rank_pids
 
@@ -111,8 +111,8 @@ def test_ampscope_stop_ends_a_detached_job_whose_rank_hangs_in_step_1(
     """Step 1 is named too (eager: no compile to wait for), and a stop of the detached job
     reaches every rank through its launcher, not rank 0 alone."""
     from ampscope.cli.main import main as cli_main
-    from ampscope.core.launch import launch_detached
-    from ampscope.core.parallel import Launch
+    from ampscope.core.presets.parallel import Launch
+    from ampscope.core.processes.launch import launch_detached
     from tests.helpers import gone, model_set, wait_until
 
     (tmp_path / "hang.py").write_text(hanging_in(1))

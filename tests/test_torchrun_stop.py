@@ -33,7 +33,7 @@ time.sleep(600)
 WATCH = """
 import sys
 from ampscope.cli.torchrun import TorchrunWatch
-from ampscope.core.parallel import Launch
+from ampscope.core.presets.parallel import Launch
 
 watch = TorchrunWatch([sys.executable, "-c", sys.argv[1], sys.argv[2]], Launch(2))
 watch.kill_after_s = float(sys.argv[3])
@@ -113,7 +113,7 @@ def test_a_stop_while_torchrun_is_starting_is_passed_on_once_it_has(tmp_path: Pa
     were not ours yet, so it ended ampscope at once and left the job running. Now they are
     ours first, and the stop reaches the job as soon as it exists."""
     from ampscope.cli.torchrun import TorchrunWatch
-    from ampscope.core.parallel import Launch
+    from ampscope.core.presets.parallel import Launch
 
     pid_file = tmp_path / "rank.pid"
     watch = TorchrunWatch([sys.executable, "-c", TORCHRUN, str(pid_file)], Launch(2))

@@ -14,14 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 from ampscope.tui.app import AmpscopeApp, parse_autostart
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import field_id
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.screens.save import SaveDialog
-from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.event_log import EventLogView
 from ampscope.tui.widgets.plots import RunPlot
 from tests.helpers import (
     FAST,
@@ -194,7 +194,7 @@ def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -
             assert await wait_for(pilot, lambda: app.session.state.status == "failed", 20)
             screen = await shown(pilot, app, RunScreen)
             assert await wait_for(pilot, lambda: "fp8" in text(screen, "#run-error"), 5)
-            log = screen.query_one(EventLog)
+            log = screen.query_one(EventLogView)
             assert await wait_for(pilot, lambda: "[config]" in "\n".join(log.texts), 5)
             assert "fp8" in "\n".join(log.texts)
             # back, and run a preset that crashes at step 2
@@ -205,7 +205,7 @@ def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -
             screen = await shown(pilot, app, RunScreen)
             assert await wait_for(pilot, lambda: "failed" in text(screen, "#run-header"), 5)
             assert app.is_running
-            log_text = "\n".join(screen.query_one(EventLog).texts)
+            log_text = "\n".join(screen.query_one(EventLogView).texts)
             assert "exception" in log_text and "step" in log_text
             assert app.session.state.error and "exception" in app.session.state.error
 
@@ -287,7 +287,7 @@ def test_refresh_out_of_range_exits_2_naming_the_range(argv: list[str], capsys) 
 @pytest.mark.unit
 def test_the_served_viewer_and_the_app_refuse_the_same_refresh(capsys) -> None:
     from ampscope.cli.viewer import main as viewer_main
-    from ampscope.core.run_args import REFRESH_RANGE
+    from ampscope.core.presets.run_args import REFRESH_RANGE
 
     with pytest.raises(SystemExit) as exit_:
         viewer_main(["--refresh", "5"])
@@ -351,7 +351,7 @@ def test_names_from_records_show_as_written_never_as_markup(tmp_path: Path) -> N
             screen = await shown(pilot, app, RunScreen)
             assert await wait_for(pilot, lambda: "done" in text(screen, "#run-header"), 5)
             assert shown_as in text(screen, "#run-header")
-            log = screen.query_one(EventLog)
+            log = screen.query_one(EventLogView)
             assert any(shown_as in line for line in log.texts)  # the hello line names it
 
     run(go())

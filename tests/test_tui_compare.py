@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from ampscope.core import comparison, records, significance
+from ampscope.core import comparison, records
+from ampscope.core.comparison import significance
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import FIT_ORDER, CompareScreen, column_order, compare_help
 from ampscope.tui.screens.history import HistoryScreen

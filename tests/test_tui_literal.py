@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core import presets as cfg
 from ampscope.core import records
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.follow import AttachSource

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
+from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads.user import count_model_parameters
 from tests.helpers import USER_MODEL, model_set, user_model
 
@@ -203,7 +203,7 @@ def test_waiting_for_batches_is_reported_and_warned_once(tmp_path: Path) -> None
 def test_a_model_too_big_for_the_device_gets_the_planners_estimate_first(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from ampscope.engine import setup
+    from ampscope.engine.step import setup
 
     class Tiny:
         total = 1 << 20  # a device of 1 MiB
@@ -249,7 +249,7 @@ def test_a_loss_that_takes_the_wrong_arguments_is_named_as_the_loss(tmp_path: Pa
 
 
 def test_runs_of_two_models_have_folders_that_tell_them_apart(tmp_path: Path) -> None:
-    from ampscope.core.workload_spec import record_name
+    from ampscope.core.presets.workload_spec import record_name
 
     path = user_model(tmp_path)
     seen: list[ev.Event] = []

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from ampscope.cli.main import main
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.engine import session as engine_session
-from ampscope.engine.device import DeviceInfo
-from ampscope.engine.run import EXIT_OK, EXIT_USAGE, run
-from ampscope.engine.validation import Facts, check_run, require_runnable
+from ampscope.core import presets as cfg
+from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.checks.validation import Facts, check_run, require_runnable
+from ampscope.engine.lifecycle import session as engine_session
+from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from tests.helpers import FAST
 
 GIB = 1 << 30

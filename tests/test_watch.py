@@ -18,8 +18,9 @@ import torch
 
 import ampscope
 from ampscope.cli.main import main as cli_main
-from ampscope.core import comparison, memory_runs, records
+from ampscope.core import comparison, records
 from ampscope.core import events as ev
+from ampscope.core.memory import measured as memory_runs
 from ampscope.watching import WatchWarning
 from ampscope.watching.readout import WIDTH, DeviceReadout, StepValues
 from tests.helpers import events_of, linear_flops, tiny_model
@@ -415,7 +416,7 @@ class LateProbe:
     """Hands a step back one step late, as the CUDA probe does once its copy has landed."""
 
     def __init__(self) -> None:
-        from ampscope.engine.probe import FinishedStep
+        from ampscope.engine.step.timer import FinishedStep
 
         self.finished = FinishedStep
         self.waiting: list = []
@@ -487,7 +488,8 @@ def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path, monkeypatc
     record asks for SIGTERM instead, which the watch's handler ends as a stop too."""
     import signal
 
-    from ampscope.core import records, stopping
+    from ampscope.core import records
+    from ampscope.core.processes import stopping
 
     sent: list[int] = []
     monkeypatch.setattr(stopping.os, "kill", lambda pid, sig: sent.append(sig))

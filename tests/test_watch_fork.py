@@ -25,7 +25,7 @@ SCRIPT = """
 import json, os, signal, sys, time
 import torch
 import ampscope
-from ampscope.core import ownership
+from ampscope.core.processes import ownership
 
 leave = sys.argv[1]
 model = torch.nn.Linear(8, 2)

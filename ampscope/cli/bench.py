@@ -5,7 +5,7 @@ unless the environment shares one). With ``--repeats K`` the presets are interle
 (ABAB, not AABB) so that a machine getting slower or faster over time hits them all alike;
 repeat k of each preset is paired with repeat k of the baseline, and a speed difference is
 called only when the 95 % confidence interval of the speed-up excludes 1.0
-(``ampscope.core.significance``; three repeats at least, the default).
+(``ampscope.core.comparison.significance``; three repeats at least, the default).
 
 Rows are computed from run records, so the dashboard's Compare screen builds the same
 table from any runs in the history.
@@ -24,21 +24,22 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ampscope.cli.output import fail, output_width
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core import records, significance
-from ampscope.core.bench_notes import Clock, clock_note, row_by_clock, spread_notes
+from ampscope.core import presets as cfg
+from ampscope.core import records
 from ampscope.core.comparison import (
     DEFAULT_BASELINE,
     LECTURE_SWEEP,
     compare,
     interleaved,
     render,
+    significance,
     write_sweep,
 )
-from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
-from ampscope.core.parallel import Launch, port_in_use
-from ampscope.core.run_args import run_overrides
+from ampscope.core.comparison.notes import Clock, clock_note, row_by_clock, spread_notes
+from ampscope.core.presets.parallel import Launch, port_in_use
+from ampscope.core.presets.run_args import run_overrides
+from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
 from ampscope.core.units import fmt_ms
 
 

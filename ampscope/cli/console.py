@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ampscope.core import events as ev
-from ampscope.core.fp8_recipes import layers_line
+from ampscope.core.presets.fp8_recipes import layers_line
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_mfu, fmt_ms, fmt_num
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from ampscope.cli.output import output_width
-from ampscope.core.suggest import did_you_mean
+from ampscope.core.presets.suggest import did_you_mean
 from ampscope.core.text import wrap
 
 # -------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ampscope.cli.output import fail
-from ampscope.core import machine_check as mc
+from ampscope.core.machine import check as mc
 from ampscope.core.text import visible
 
 
@@ -70,7 +70,7 @@ def cmd_machine_check(args: argparse.Namespace) -> int:
                 "--bench-device cuda: torch sees no CUDA GPU here (CPU-only torch, or no "
                 "driver); use --bench-device cpu or auto"
             )
-    from ampscope.engine.machine_bench import run_check
+    from ampscope.engine.checks.machine_bench import run_check
 
     out = sys.stderr if args.json else sys.stdout
 

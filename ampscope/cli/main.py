@@ -13,10 +13,10 @@ from pathlib import Path
 
 from ampscope import __version__
 from ampscope.cli.output import fail
-from ampscope.core import config as cfg
-from ampscope.core import significance
-from ampscope.core.parallel import LaunchError
-from ampscope.core.run_args import (
+from ampscope.core import presets as cfg
+from ampscope.core.comparison import significance
+from ampscope.core.presets.parallel import LaunchError
+from ampscope.core.presets.run_args import (
     ArgParser,
     add_launch_arguments,
     add_model_argument,
@@ -189,7 +189,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             from ampscope.cli.machine import cmd_machine_check
 
             return cmd_machine_check(args)
-        from ampscope.engine.doctor import doctor
+        from ampscope.engine.checks.doctor import doctor
 
         return doctor(as_json=args.json, try_compile=args.try_compile)
     return cmd_dashboard(args)
@@ -205,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return cmd_run_distributed(args, args.launch)
     from ampscope.cli.console import ConsoleReporter
-    from ampscope.engine.run import run
+    from ampscope.engine.lifecycle.run import run
 
     reporter = None if args.json else ConsoleReporter()
     return run(

@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ampscope.core.config import ConfigError
+from ampscope.core.presets import ConfigError
 from ampscope.core.units import fmt_bytes
 
 SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "batch")
 
 
 def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from ampscope.core import memory_plan as mp
+    from ampscope.core.memory import plan as mp
 
     p = subparsers.add_parser(
         "memory",
@@ -87,7 +87,7 @@ def _gb(n: int | None) -> str:
 
 
 def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -> list[str]:
-    from ampscope.core import memory_plan as mp
+    from ampscope.core.memory import plan as mp
 
     values = (
         "weights", "grads", "master", "optim.", "casts", "activ.", "logits", "opt.tmp", "TRAIN",
@@ -134,7 +134,7 @@ def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -
 
 
 def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
-    from ampscope.core import memory_plan as mp
+    from ampscope.core.memory import plan as mp
 
     lines = [
         "",
@@ -183,7 +183,7 @@ def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from ampscope.core import memory_plan as mp
+    from ampscope.core.memory import plan as mp
 
     if args.run:
         return _memory_run(args)
@@ -236,8 +236,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any, str]:
-    from ampscope.core import config
-    from ampscope.core import memory_plan as mp
+    from ampscope.core import presets as config
+    from ampscope.core.memory import plan as mp
 
     try:
         wl = mp.workload_from_preset(args.preset, on_cuda=args.device == "cuda")
@@ -266,7 +266,7 @@ def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any
 
 
 def _from_flags(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any, str]:
-    from ampscope.core import memory_plan as mp
+    from ampscope.core.memory import plan as mp
 
     given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None]
     if given and len(given) < len(SHAPE_FLAGS):
@@ -306,8 +306,9 @@ def _count(n: int) -> str:
 
 def _memory_run(args: argparse.Namespace) -> int:
     from ampscope.cli.runs import resolve_run
-    from ampscope.core import memory_plan as mp
-    from ampscope.core import memory_runs, records
+    from ampscope.core import records
+    from ampscope.core.memory import measured as memory_runs
+    from ampscope.core.memory import plan as mp
 
     root = records.default_runs_dir()
     found = resolve_run(args.run, root)

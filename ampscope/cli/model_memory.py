@@ -14,8 +14,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from ampscope.core import memory_plan as mp
-from ampscope.core.config import ConfigError
+from ampscope.core.memory import plan as mp
+from ampscope.core.presets import ConfigError
 from ampscope.core.text import visible
 
 SHAPE = ("layers", "hidden", "heads", "seq", "batch")
@@ -42,12 +42,12 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
 
 
 def measure(spec: str, batch: int | None = None) -> mp.MeasuredStep | None:
-    """What one step of the model saves for backward, in each regime (``engine.saved_memory``);
+    """What one step of the model saves for backward, in each regime (``engine.checks.saved_memory``);
     None when the model cannot run a step on the CPU (the plan then says so)."""
     import torch
 
-    from ampscope.core.workload_spec import ModelContext
-    from ampscope.engine.saved_memory import measure_step_memory
+    from ampscope.core.presets.workload_spec import ModelContext
+    from ampscope.engine.checks.saved_memory import measure_step_memory
     from ampscope.engine.workloads.user import build_user_workload
 
     try:

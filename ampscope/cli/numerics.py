@@ -8,11 +8,11 @@ import json
 import sys
 
 from ampscope.cli.output import fail, stdout_for_json_only
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core import presets as cfg
 from ampscope.core.numerics import FORMATS
-from ampscope.core.numerics_report import NumericsSummary, magnitude, verdicts
-from ampscope.core.run_args import add_run_arguments, run_overrides
+from ampscope.core.numerics.report import NumericsSummary, magnitude, verdicts
+from ampscope.core.presets.run_args import add_run_arguments, run_overrides
 from ampscope.core.text import visible
 
 
@@ -36,7 +36,7 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_numerics(args: argparse.Namespace) -> int:
     from ampscope.cli.console import ConsoleReporter
-    from ampscope.engine.run import run
+    from ampscope.engine.lifecycle.run import run
 
     overrides = ["numerics.every=1", *run_overrides(args)]
     try:

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 from ampscope.cli.output import fail, stdout_for_json_only
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core import presets as cfg
 from ampscope.core import profiles
-from ampscope.core.run_args import add_launch_arguments, add_model_argument, model_overrides
+from ampscope.core.presets.run_args import add_launch_arguments, add_model_argument, model_overrides
 from ampscope.core.text import visible
 
 WARMUP_STEPS = 3
@@ -113,7 +113,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     overrides.append(f"steps={start + k}")
 
     from ampscope.cli.console import ConsoleReporter
-    from ampscope.engine.run import run
+    from ampscope.engine.lifecycle.run import run
 
     found: list[ev.ProfileEvent] = []
     errors: list[ev.ErrorEvent] = []
@@ -156,7 +156,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:
     """Both runs' last profiles side by side, or a message naming the run that has none."""
     from ampscope.cli.runs import resolve_run
-    from ampscope.core import profile_compare, records
+    from ampscope.core import records
+    from ampscope.core.profiles import compare as profile_compare
 
     root = runs_dir or records.default_runs_dir()
     found = []

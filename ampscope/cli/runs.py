@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.cli.output import fail
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
+from ampscope.core import presets as cfg
 from ampscope.core import records
-from ampscope.core.launch import EngineDidNotStart, launch_detached
+from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
 from ampscope.core.text import visible
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "example_runs"
@@ -103,7 +103,7 @@ def _runs_root(args: argparse.Namespace) -> Path:
 
 
 def cmd_run_detached(args: argparse.Namespace) -> int:
-    from ampscope.core.run_args import run_overrides
+    from ampscope.core.presets.run_args import run_overrides
 
     if args.no_record:
         return fail("--detach needs the run record (drop --no-record): it is how you watch it.")

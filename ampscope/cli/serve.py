@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from ampscope.cli.output import fail
 from ampscope.cli.serve_messages import SIZE_RANGE
 from ampscope.core import records
-from ampscope.core.launch import child_env
+from ampscope.core.processes.launch import child_env
 from ampscope.core.text import visible
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.cli.output import fail
-from ampscope.core import records, stopping
+from ampscope.core import records
+from ampscope.core.processes import stopping
 from ampscope.core.text import visible
 
 DEFAULT_WAIT_S = 10.0

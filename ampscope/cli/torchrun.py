@@ -5,9 +5,9 @@ itself. This front-end checks the preset and the launch first (exit 2 before any
 starts), reads rank 0's event stream from torchrun's stdout (the other ranks write none), and
 forwards a stop: SIGINT or SIGTERM here becomes SIGTERM to torchrun, which passes it to every
 rank; the ranks agree to stop at the same step and rank 0 writes ``done`` (a rank stuck in a
-step is cut short after 8 s, ``engine.process``). A second signal, or the job still running
+step is cut short after 8 s, ``engine.lifecycle.process``). A second signal, or the job still running
 ``stop_grace_s`` (15 s) after the first, kills torchrun and every rank at once (the ranks run
-in sessions of their own: ``core.proctree``). If this process dies, the kernel signals
+in sessions of their own: ``core.processes.tree``). If this process dies, the kernel signals
 torchrun too (``die_with_parent``).
 
 torchrun's own stderr (its notices, a failed rank's traceback) is kept in the run record as
@@ -32,12 +32,12 @@ import psutil
 
 from ampscope.cli.console import ConsoleReporter
 from ampscope.cli.output import fail
-from ampscope.core import config as cfg
 from ampscope.core import events as ev
-from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
-from ampscope.core.parallel import Launch, port_in_use
-from ampscope.core.proctree import job_tree, kill_tree
-from ampscope.core.run_args import run_overrides
+from ampscope.core import presets as cfg
+from ampscope.core.presets.parallel import Launch, port_in_use
+from ampscope.core.presets.run_args import run_overrides
+from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
+from ampscope.core.processes.tree import job_tree, kill_tree
 from ampscope.core.text import visible
 
 LAUNCHER_LOG = "torchrun.log"

@@ -27,7 +27,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from ampscope.cli.viewer_exit import leave_soon
-from ampscope.core.run_args import ArgParser, add_refresh_argument
+from ampscope.core.presets.run_args import ArgParser, add_refresh_argument
 
 if TYPE_CHECKING:
     from textual.app import App

@@ -11,7 +11,7 @@ from typing import Any, Literal, Union
 
 import msgspec
 
-from ampscope.core.numerics_event import FirstNonfinite, ModuleNumerics
+from ampscope.core.numerics.event import FirstNonfinite, ModuleNumerics
 
 SCHEMA_VERSION = 1
 

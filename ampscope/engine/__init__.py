@@ -5,17 +5,14 @@ Run it as ``python -m ampscope.engine PRESET`` or ``ampscope run PRESET``. It im
 never textual.
 
 Where things are:
-    run.py       one run from preset to record (process-level, no torch)
-    session.py   setup, hello, the loop, done: every way a run ends
-    setup.py     device checks, workload, precision, optimizer, scaler, compile
-    loop.py      the training step and the loop around it
-    metrics.py   per-step figures on the device, and the step events they become
-    precision.py every dtype decision (PrecisionPolicy)
-    workloads/   synthetic workloads on a shared base (batch pool, loss)
-    probe.py     step timing and metric read-back without stalling the GPU
-    emitter.py   the event writer; telemetry/ the ``sys`` sampler thread
-    ranks.py     which rank this process is (torchrun's environment)
-    link.py      the ranks' exchange: every step's figures, one stop, the failed rank named
-    parallelize.py  DDP or FSDP2 around the model, the scaler that fits, a weight checksum
-    replicas.py  devices, telemetry and weights compared across ranks
+
+lifecycle/       a run from preset to record: the session, the record, every way it ends
+step/            the training step: setup, the precision policy, the loop, timing, metrics
+checks/          what is checked before and around a run: device, preset, memory, doctor
+ranks/           several processes: which rank, their exchange, DDP and FSDP2, stalls
+workloads/       synthetic workloads on a shared base, and the user's own model
+numerics/        per-layer numerics hooks on sampled steps, and the replay of a bad step
+profiling/       torch.profiler over a few steps, on request
+telemetry/       the ``sys`` sampler thread: GPU (NVML) and host figures
+private_apis.py  the private torch APIs ampscope reads, in one place
 """

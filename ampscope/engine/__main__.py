@@ -2,8 +2,8 @@
 
 import sys
 
-from ampscope.core.run_args import ArgParser, add_run_arguments, run_overrides
-from ampscope.engine.run import run
+from ampscope.core.presets.run_args import ArgParser, add_run_arguments, run_overrides
+from ampscope.engine.lifecycle.run import run
 
 parser = ArgParser(
     prog="python -m ampscope.engine", description="Run one preset and print its event stream."

@@ -1,6 +1,6 @@
 """The ampscope dashboard: the screen stack, and the run session's listener.
 
-The app decides what is shown. Runs are the session's (``tui.model.session``, Textual-free); screens
+The app decides what is shown. Runs are the run manager's (``tui.model.run_manager``, Textual-free); screens
 ask for runs with messages (``tui.messages``) and read runs through a source (``tui.model.source``).
 """
 
@@ -21,9 +21,10 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from ampscope.core import parallel, records
-from ampscope.core.launch import launch_detached
-from ampscope.core.run_args import DEFAULT_REFRESH_HZ, check_refresh
+from ampscope.core import records
+from ampscope.core.presets import parallel
+from ampscope.core.presets.run_args import DEFAULT_REFRESH_HZ, check_refresh
+from ampscope.core.processes.launch import launch_detached
 from ampscope.core.text import visible
 from ampscope.tui.commands import PresetCommands
 from ampscope.tui.keymapping import Keymapping
@@ -36,7 +37,7 @@ from ampscope.tui.messages import (
 from ampscope.tui.model.engine_process import kill_all_now
 from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.model.replay import RecordSource
-from ampscope.tui.model.session import LiveRun, RunSession, edited_name, start_engine_process
+from ampscope.tui.model.run_manager import LiveRun, RunManager, edited_name, start_engine_process
 from ampscope.tui.model.source import RunSource
 from ampscope.tui.navigation import Navigation
 from ampscope.tui.screens.compare import CompareScreen
@@ -116,7 +117,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
         self.follow_live = follow_live
         self.open_run_at_start = open_run
         self.autostart = autostart
-        self.session = RunSession(
+        self.session = RunManager(
             self,
             self.runs_dir,
             extra_overrides=extra_overrides,

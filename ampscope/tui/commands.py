@@ -11,7 +11,7 @@ from collections.abc import Callable
 from textual.command import DiscoveryHit, Hit, Hits, Matcher, Provider
 from textual.content import Content
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 from ampscope.core.text import visible
 from ampscope.tui.messages import RunRequested
 

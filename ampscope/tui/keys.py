@@ -18,8 +18,8 @@ from pathlib import Path
 from textual.binding import Binding
 from textual.keys import Keys, key_to_character
 
-from ampscope.core.config import user_config_dir
-from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
+from ampscope.core.presets import user_config_dir
+from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
 from ampscope.tui.private_apis import character_to_key
 
 KEYS_FILE = "keys.toml"

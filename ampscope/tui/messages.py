@@ -12,7 +12,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 
 
 @dataclass

@@ -86,7 +86,7 @@ def count_flops(fn: Callable[[], Any]) -> float:
     For ``flops_per_step=`` with a model you will compile: call it once on the eager model with
     a function that runs one training step (it does run that step), before ``torch.compile``.
     """
-    from ampscope.engine.flops import flop_counter
+    from ampscope.engine.step.flops import flop_counter
 
     with flop_counter() as counter:
         fn()

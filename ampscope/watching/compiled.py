@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.engine.emitter import EventWriter
+from ampscope.engine.lifecycle.emitter import EventWriter
 
 
 class CompileTracker:
@@ -52,7 +52,7 @@ class CompileTracker:
         if writer is None:  # closed: nothing to write to
             return
         if self._watch is None:
-            from ampscope.engine.compile_stats import CompileWatch
+            from ampscope.engine.step.compile_stats import CompileWatch
 
             self._watch = CompileWatch(writer)
         self._watch.after_step(step, self.compile_s)

@@ -2,7 +2,7 @@
 
 The device is where the model's parameters live; the number format comes from the parameters'
 dtype and the scaler, or from ``precision=``, since autocast is invisible from outside the
-loop. MFU is measured against the same datasheet peaks as engine runs (``core.hardware``).
+loop. MFU is measured against the same datasheet peaks as engine runs (``core.machine.hardware``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core import machine_check
-from ampscope.core.hardware import peak_tflops
-from ampscope.core.host_memory import current_rss
-from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
+from ampscope.core.machine import check as machine_check
+from ampscope.core.machine.hardware import peak_tflops
+from ampscope.core.memory.host import current_rss
+from ampscope.engine.checks.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
 from ampscope.watching.options import Options
 from ampscope.watching.readout import host_lr
 

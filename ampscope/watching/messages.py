@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ampscope.core import events as ev
-from ampscope.core.nonfinite import range_advice
+from ampscope.core.numerics.nonfinite import range_advice
 
 if TYPE_CHECKING:
     from ampscope.watching.describe import RunFacts

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.engine.emitter import EventWriter
-from ampscope.engine.metrics import MemoryReader
+from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.step.metrics import MemoryReader
 from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker
 from ampscope.watching.describe import RunFacts

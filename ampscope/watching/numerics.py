@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.engine.metrics import scaler_scale
-from ampscope.engine.numerics.probe import NumericsProbe
+from ampscope.engine.numerics.hooks import NumericsProbe
+from ampscope.engine.step.metrics import scaler_scale
 
 
 class WatchNumerics:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from ampscope.core.config import Precision
+from ampscope.core.presets import Precision
 
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 MIN_HZ, MAX_HZ = 0.25, 10.0

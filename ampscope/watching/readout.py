@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ampscope.engine.private_apis import initial_scale, live_scale
-from ampscope.engine.probe import FinishedStep, make_probe
+from ampscope.engine.step.timer import FinishedStep, make_step_timer
 
 NAN = math.nan
 LOSS, GRAD_NORM, SCALE_BEFORE, SCALE, ZEROS, TOKENS = range(6)
@@ -139,7 +139,7 @@ class HostReadout:
 
 
 class DeviceReadout:
-    """``probe``: the engine's CudaProbe by default; tests hand in one that lands late."""
+    """``probe``: the engine's CudaStepTimer by default; tests hand in one that lands late."""
 
     def __init__(self, device: torch.device, scaler: Any, probe: Any = None) -> None:
         self.device = device
@@ -153,7 +153,7 @@ class DeviceReadout:
         self.landed: deque[Raw] = deque()
         # per step in flight, what the host knows: loss, grad norm, tokens, given?, samples, lr
         self._host: deque[tuple[Any, ...]] = deque()
-        self.probe = probe if probe is not None else make_probe(device, WIDTH)
+        self.probe = probe if probe is not None else make_step_timer(device, WIDTH)
         self.probe.begin()
 
     def restart(self) -> None:

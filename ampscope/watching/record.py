@@ -29,7 +29,13 @@ import msgspec
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.record import SPARE_BYTES, SPARE_FILE, EventsFile, RecordLost, reserve
+from ampscope.engine.lifecycle.record import (
+    SPARE_BYTES,
+    SPARE_FILE,
+    EventsFile,
+    RecordLost,
+    reserve,
+)
 
 HEARTBEAT_S = 1.0
 MAX_QUEUED_BYTES = 32 << 20

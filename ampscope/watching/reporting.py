@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from ampscope.engine.metrics import MemoryReader
+from ampscope.engine.step.metrics import MemoryReader
 from ampscope.watching.messages import StepNotes
 from ampscope.watching.readout import RSS_EVERY_S, Raw, StepValues
 from ampscope.watching.stats import RunFigures

@@ -1,7 +1,7 @@
 """A watched run's running figures, enough to write ``done`` at any moment.
 
 Per-step figures are kept in flat arrays (8 bytes a step), since a watched job may run for
-millions of steps. The summary follows the engine's rule (``core.summary``), so Compare sets
+millions of steps. The summary follows the engine's rule (``core.records.summary``), so Compare sets
 watched and engine runs side by side on the same statistics. Torch-free.
 """
 
@@ -12,7 +12,7 @@ import time
 from array import array
 
 from ampscope.core import events as ev
-from ampscope.core import summary
+from ampscope.core.records import summary
 
 
 class RunFigures:

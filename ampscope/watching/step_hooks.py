@@ -32,7 +32,7 @@ class StepHooks:
         every = options.grad_zero_every
         self.zeros = ZeroGradHook(model, every, troubles) if every > 0 else None
         self.numerics = numerics
-        self.flops: FlopCount | None = None  # counting the first step's FLOPs (count_flops)
+        self.flops: WatchedFlops | None = None  # counting the first step's FLOPs (count_flops)
 
     @property
     def any(self) -> bool:
@@ -40,7 +40,7 @@ class StepHooks:
 
     def count_flops(self) -> None:
         """Count FLOPs from now until ``end_flop_count``."""
-        self.flops = FlopCount()
+        self.flops = WatchedFlops()
 
     def end_flop_count(self) -> float | None:
         """The FLOPs counted since ``count_flops`` (None: none, or not counting)."""
@@ -70,11 +70,11 @@ class StepHooks:
         self.norm = self.zeros = self.numerics = None
 
 
-class FlopCount:
+class WatchedFlops:
     """Counts the first step's FLOPs (``count_flops=True``), with the engine's counter."""
 
     def __init__(self) -> None:
-        from ampscope.engine.flops import flop_counter
+        from ampscope.engine.step.flops import flop_counter
 
         self._counter: Any = flop_counter()
         self._counter.__enter__()

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import ml_dtypes
 import numpy as np
 
-from ampscope.core.suggest import did_you_mean
+from ampscope.core.presets.suggest import did_you_mean
 
 Encoding = Literal["ieee", "fn", "fn-nonan", "e8m0", "int"]
 

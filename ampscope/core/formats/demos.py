@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampscope.core.formats.catalog import FORMATS, convert, shortest_repr
-from ampscope.core.suggest import did_you_mean
+from ampscope.core.presets.suggest import did_you_mean
 
 # ---------------------------------------------------------------------------------------------
 # Demonstrations a lecturer can read aloud

@@ -10,11 +10,11 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.engine.emitter import EventWriter
-from ampscope.engine.metrics import StepReporter, scaler_scale
-from ampscope.engine.numerics.probe import NumericsProbe
+from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.numerics.hooks import NumericsProbe
 from ampscope.engine.numerics.replay import StepKeeper, rerun
-from ampscope.engine.setup import Setup
+from ampscope.engine.step.metrics import StepReporter, scaler_scale
+from ampscope.engine.step.setup import Setup
 
 RERUN_GAP = 10  # steps at least between two reruns of skipped steps (a run that ends: always)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ampscope.core.profile_rules import (
+from ampscope.core.profiles.rules import (
     PHASE_CLASS,
     PHASE_PREFIX,
     OpTime,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core.config import ConfigError
+from ampscope.core.presets import ConfigError
 from ampscope.engine.telemetry.codes import (
     W_GPU_LOST,
     W_GPU_NOT_FOUND,

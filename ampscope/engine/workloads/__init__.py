@@ -13,16 +13,18 @@ from collections.abc import Callable
 
 import torch
 
-from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
+from ampscope.engine.workloads.base import BatchPool, TrainingWorkload, linear_params
 from ampscope.engine.workloads.cnn import CnnWorkload
 from ampscope.engine.workloads.gpt import GptWorkload
 from ampscope.engine.workloads.gpt2 import Gpt2Workload
 from ampscope.engine.workloads.llama import LlamaWorkload
 from ampscope.engine.workloads.mlp import MlpWorkload
 
-__all__ = ["BatchPool", "Workload", "build_workload", "linear_params"]
+__all__ = ["BatchPool", "TrainingWorkload", "build_workload", "linear_params"]
 
-BUILDERS: dict[str, Callable[[dict[str, int], int, torch.device, torch.Generator], Workload]] = {
+BUILDERS: dict[
+    str, Callable[[dict[str, int], int, torch.device, torch.Generator], TrainingWorkload]
+] = {
     "gpt": GptWorkload,
     "mlp": MlpWorkload,
     "cnn": CnnWorkload,
@@ -33,7 +35,7 @@ BUILDERS: dict[str, Callable[[dict[str, int], int, torch.device, torch.Generator
 
 def build_workload(
     kind: str, dims: dict[str, int], batch_size: int, device: torch.device, seed: int
-) -> Workload:
+) -> TrainingWorkload:
     generator = torch.Generator(device="cpu").manual_seed(seed)
     torch.manual_seed(seed)
     workload = BUILDERS[kind](dims, batch_size, device, generator)

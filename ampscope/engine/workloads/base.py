@@ -1,7 +1,7 @@
 """What every workload shares: a batch pool on the device, the loss, and the dtype rules for both.
 
 A workload's data never changes dtype on its own: the precision policy decides whether the
-weights and inputs are cast (``Workload.cast``), and the loss is always computed in fp32.
+weights and inputs are cast (``TrainingWorkload.cast``), and the loss is always computed in fp32.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def linear_params(model: nn.Module) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
-class Workload:
+class TrainingWorkload:
     """A model, the batches it trains on, its loss, and its model FLOPs per optimizer step.
 
     Every built-in workload is a classifier (a next-token predictor is one per position), so

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.engine.workloads.base import BatchPool, Workload
+from ampscope.engine.workloads.base import BatchPool, TrainingWorkload
 
 POOL_BATCHES = 16
 NOISE = 1.0
@@ -32,7 +32,7 @@ class Cnn(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
-class CnnWorkload(Workload):
+class CnnWorkload(TrainingWorkload):
     def __init__(
         self,
         dims: dict[str, int],

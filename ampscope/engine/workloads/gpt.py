@@ -14,13 +14,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
+from ampscope.engine.workloads.base import BatchPool, TrainingWorkload, linear_params
 
 POOL_BATCHES = 32
 FOLLOW_PROB = 0.97
 
 
-class Block(nn.Module):
+class GPTBlock(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
@@ -45,7 +45,7 @@ class Gpt(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(seq_len, width)
-        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(GPTBlock(width, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         for name, p in self.named_parameters():
@@ -97,7 +97,7 @@ def lm_flops(model: nn.Module, dims: dict[str, int], tokens: int) -> float:
     return float((6 * linear_params(model) + attention) * tokens)
 
 
-class LanguageModelWorkload(Workload):
+class LanguageModelWorkload(TrainingWorkload):
     """A decoder LM on the synthetic token pool: the GPT, nanoGPT's GPT-2 and the Llama share
     the data, the token count and the FLOP formula; each builds its own model."""
 

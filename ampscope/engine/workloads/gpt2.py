@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from ampscope.engine.workloads.gpt import LanguageModelWorkload, lm_flops
 
 
-class Block(nn.Module):
+class GPT2Block(nn.Module):
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
@@ -42,7 +42,7 @@ class Gpt2(nn.Module):
         super().__init__()
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(seq_len, width)
-        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(GPT2Block(width, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying, as in GPT-2

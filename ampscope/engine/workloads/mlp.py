@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ampscope.engine.workloads.base import BatchPool, Workload, linear_params
+from ampscope.engine.workloads.base import BatchPool, TrainingWorkload, linear_params
 
 POOL_BATCHES = 32
 
@@ -18,7 +18,7 @@ def mlp(width: int, layers: int, classes: int) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
-class MlpWorkload(Workload):
+class MlpWorkload(TrainingWorkload):
     def __init__(
         self,
         dims: dict[str, int],

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from ampscope.core import events as ev
-from ampscope.core.config import ConfigError
-from ampscope.core.workload_spec import ModelContext
-from ampscope.engine.workloads.base import Workload
+from ampscope.core.presets import ConfigError
+from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.engine.workloads.base import TrainingWorkload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
     call_factory,
@@ -201,7 +201,7 @@ class UserBatches:
         return raw
 
 
-class UserWorkload(Workload):
+class UserWorkload(TrainingWorkload):
     """A factory's answer (its fields checked) as a workload."""
 
     def __init__(self, answer: dict[str, Any], spec_text: str, device: torch.device) -> None:

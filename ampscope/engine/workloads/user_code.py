@@ -23,9 +23,9 @@ from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
 
-from ampscope.core.config import ConfigError
-from ampscope.core.suggest import did_you_mean
-from ampscope.core.workload_spec import (
+from ampscope.core.presets import ConfigError
+from ampscope.core.presets.suggest import did_you_mean
+from ampscope.core.presets.workload_spec import (
     RETURN_FORMS,
     SPEC_FORMS,
     ModelSpec,

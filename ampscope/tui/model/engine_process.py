@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.launch import die_with_parent, engine_command, launch_env, stop_grace_s
-from ampscope.core.parallel import Launch
-from ampscope.core.proctree import job_tree, kill_tree
+from ampscope.core.presets.parallel import Launch
+from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
+from ampscope.core.processes.tree import job_tree, kill_tree
 
 STOP_GRACE_S = 3.0
 STDERR_LINES = 50
@@ -135,7 +135,7 @@ class EngineProcess:
 
     async def stop(self) -> int | None:
         """SIGTERM the group, wait up to the grace period, then SIGKILL it, with every rank
-        of a torchrun job (``core.proctree``). Returns the exit code."""
+        of a torchrun job (``core.processes.tree``). Returns the exit code."""
         if self.process is None:
             return self.returncode
         self.stop_requested = True

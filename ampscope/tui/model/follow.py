@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core import record_files, records, stopping
+from ampscope.core import records
+from ampscope.core.processes import stopping
+from ampscope.core.records import files as record_files
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import RESTART, STOP
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ampscope.core import machine_check as mc
-from ampscope.core import machine_verdicts as mv
+from ampscope.core.machine import check as mc
+from ampscope.core.machine import verdicts as mv
 from ampscope.core.text import visible
 
 FULL, EMPTY = "\u2588", "\u2591"

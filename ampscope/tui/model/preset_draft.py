@@ -2,7 +2,7 @@
 edits, whether they validate and why not, and the sweep queue (presets marked with m, and how
 many interleaved rounds w runs).
 
-A speed verdict needs repeated runs (``ampscope.core.significance``: three at least), so a
+A speed verdict needs repeated runs (``ampscope.core.comparison.significance``: three at least), so a
 marked sweep runs 3 interleaved rounds unless the user picks another count, as
 ``ampscope bench --repeats`` does. Textual-free.
 """
@@ -14,8 +14,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from ampscope.core import config as cfg
-from ampscope.core import significance
+from ampscope.core import presets as cfg
+from ampscope.core.comparison import significance
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [

@@ -12,7 +12,7 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core import profiles
-from ampscope.core.numerics_report import NumericsSummary
+from ampscope.core.numerics.report import NumericsSummary
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_done, fmt_num
 from ampscope.tui.model.columns import STEP_COLUMNS, SYS_COLUMNS, Columns

@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ampscope.core.fp8_recipes import layers_short
-from ampscope.core.run_labels import named_in
-from ampscope.core.workload_spec import config_model, model_label
+from ampscope.core.presets.fp8_recipes import layers_short
+from ampscope.core.presets.workload_spec import config_model, model_label
+from ampscope.core.records.labels import named_in
 from ampscope.tui.model.run_events import FINAL_STATES, EventState
 
 MAX_POINTS = 4096

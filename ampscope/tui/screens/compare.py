@@ -15,9 +15,11 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ampscope.core import comparison, profile_compare, records, significance
+from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.core.run_labels import run_model, run_preset
+from ampscope.core.comparison import significance
+from ampscope.core.profiles import compare as profile_compare
+from ampscope.core.records.labels import run_model, run_preset
 from ampscope.core.text import visible
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.chart import LEGEND_GLYPHS, LINE_ORDER
@@ -123,7 +125,7 @@ def models_of(runs: list[records.RunRecord]) -> str:
 
 
 def compare_help(level: float, min_repeats: int) -> str:
-    """The help text, with the verdict's rule as ``core.significance`` applies it."""
+    """The help text, with the verdict's rule as ``core.comparison.significance`` applies it."""
     return (
         "Runs side by side, as 'ampscope bench' prints them: speedup, memory and final loss "
         "against the baseline, step time and loss curves overlaid, and a verdict in words. "

@@ -17,8 +17,9 @@ from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ampscope.core import record_files, records
-from ampscope.core.run_labels import run_model, run_preset
+from ampscope.core import records
+from ampscope.core.records import files as record_files
+from ampscope.core.records.labels import run_model, run_preset
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens.compare import CompareScreen

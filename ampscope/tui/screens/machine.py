@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ampscope.core import machine_check as mc
+from ampscope.core.machine import check as mc
 from ampscope.tui.model.machine_view import view_lines
 from ampscope.tui.widgets.key_bar import KeyBar
 

@@ -13,9 +13,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Select, Static
 
-from ampscope.core import config as cfg
-from ampscope.core import memory_plan as mp
-from ampscope.core.preset_toml import tomllib  # tomli before Python 3.11
+from ampscope.core import presets as cfg
+from ampscope.core.memory import plan as mp
+from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
@@ -64,7 +64,7 @@ class MemoryScreen(ToolScreen):
     def __init__(self, preset: str | None = None) -> None:
         super().__init__()
         self.preset = preset
-        self.workload: mp.Workload | None = None
+        self.workload: mp.PlannedModel | None = None
         self.model_spec = ""  # a --model dashboard's model
         self.model_params: int | None = None
         self.measured: mp.MeasuredStep | None = None  # the model's activations, one step

@@ -15,9 +15,9 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from ampscope.core.numerics import FORMATS, LIMITS, MODULE_CAP
-from ampscope.core.numerics_grid import METRICS, GridRow, build_grid
-from ampscope.core.numerics_report import NumericsSummary, limit, verdict
-from ampscope.core.run_args import DEFAULT_REFRESH_HZ
+from ampscope.core.numerics.grid import METRICS, GridRow, build_grid
+from ampscope.core.numerics.report import NumericsSummary, limit, verdict
+from ampscope.core.presets.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.text import visible
 from ampscope.tui.model.source import RunSource
 from ampscope.tui.widgets.key_bar import KeyBar

@@ -12,9 +12,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
+from ampscope.core.presets.workload_spec import model_label
 from ampscope.core.text import visible
-from ampscope.core.workload_spec import model_label
 from ampscope.tui.model.preset_draft import FIELDS
 from ampscope.tui.text import literal
 

@@ -11,7 +11,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Input, OptionList, Select, Static
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 from ampscope.core.text import visible
 from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
 from ampscope.tui.model.preset_draft import REPEAT_CHOICES, PresetDraft

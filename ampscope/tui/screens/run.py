@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker
 
-from ampscope.core.run_args import DEFAULT_REFRESH_HZ
+from ampscope.core.presets.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.text import visible
 from ampscope.tui.model import figures
 from ampscope.tui.model.replay import SEEK_STEP
@@ -32,7 +32,7 @@ from ampscope.tui.screens.profile import (
     profile_offer,
     read_only_view,
 )
-from ampscope.tui.widgets.event_log import EventLog
+from ampscope.tui.widgets.event_log import EventLogView
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.plots import LossPlot, MemoryPlot, RunPlot, StepTimePlot, UtilPlot
 from ampscope.tui.widgets.ranks import RankStrip
@@ -95,7 +95,7 @@ class RunScreen(Screen):
             yield LossPlot(id="plot-loss")
             yield MemoryPlot(id="plot-mem")
             yield UtilPlot(id="plot-util")
-        yield EventLog(id="event-log")
+        yield EventLogView(id="event-log")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -173,7 +173,7 @@ class RunScreen(Screen):
             self.remove_class("-failed-early")
         self.query_one(StatCards).show(figures.cards(state))
         self.query_one(RankStrip).show(state.ranks)
-        self.query_one(EventLog).sync(state)
+        self.query_one(EventLogView).sync(state)
 
     def redraw_plots(self) -> None:
         if not self.is_attached:

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
-from ampscope.core import config as cfg
+from ampscope.core import presets as cfg
 from ampscope.core.text import visible
 from ampscope.tui.widgets.key_bar import KeyBar
 

@@ -18,7 +18,7 @@ STYLES = {
 }
 
 
-class EventLog(RichLog):
+class EventLogView(RichLog):
     def __init__(self, **kwargs) -> None:
         super().__init__(max_lines=1000, wrap=True, markup=False, highlight=False, **kwargs)
         self._seq = 0

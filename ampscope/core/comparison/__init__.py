@@ -1,0 +1,436 @@
+"""Run comparison: bench rows, verdicts and sweep records, built from run records.
+
+Shared by ``ampscope bench`` and the dashboard's Compare screen, so both show one table.
+A speed difference is called only from repeated, interleaved runs (``significance``), and
+only between runs of the same workload, sizes, batch, steps and device: anything else is
+marked not comparable instead of being read as a precision effect. Torch- and textual-free.
+
+Beside this module (bench rows, verdicts, sweep records):
+
+    significance.py  a confidence interval on a speed-up: is one preset really faster
+    notes.py         which clock a bench used, and a spread that blocks a verdict
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from ampscope.core.comparison import significance
+from ampscope.core.machine import check as machine_check
+from ampscope.core.text import wrap
+from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_mfu, fmt_ms, fmt_num
+
+LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
+DEFAULT_BASELINE = "fp32"
+SWEEP_FILE = "sweep.json"
+# What must match the baseline for a difference to be a precision effect, in the user's words.
+SETUP_FIELDS = ("workload", "sizes", "batch", "steps", "device")
+
+
+class Row(msgspec.Struct, kw_only=True):
+    """One preset's line in the comparison (several runs of it when repeated)."""
+
+    preset: str
+    status: str  # ok | failed | stopped | mixed
+    runs: int
+    reason: str | None = None
+    step_ms: float | None = None  # geometric mean of the runs' median step times
+    spread_lo: float | None = None  # p10 of one run, or the lowest repeat's median
+    spread_hi: float | None = None
+    run_medians: list[float | None] = msgspec.field(default_factory=list)  # per run, in order
+    setup: dict[str, str] = msgspec.field(default_factory=dict)  # SETUP_FIELDS, from hello
+    differs: list[str] = msgspec.field(default_factory=list)  # SETUP_FIELDS unlike the baseline
+    speedup: float | None = None  # baseline step time / this step time
+    speedup_low: float | None = None  # 95 % confidence interval (3 or more repeats)
+    speedup_high: float | None = None
+    significant: bool | None = None  # None: not tested (fewer than 3 repeats, or no baseline)
+    is_baseline: bool = False
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    tflops: float | None = None
+    mfu: float | None = None
+    mfu_measured: float | None = None  # against this machine's measured peak (doctor --bench)
+    mem_peak: int | None = None
+    mem_change: float | None = None  # fraction vs the baseline: -0.38 is 38 % less
+    loss_final: float | None = None
+    loss_nonfinite: str | None = None  # "nan" or "inf" when a run ended on a non-finite loss
+    loss_nonfinite_step: int | None = None
+    loss_change: float | None = None  # relative difference from the baseline's final loss
+    skipped_steps: int = 0
+    grad_zero_frac: float | None = None  # the largest measured in the run(s)
+    compile_s: float | None = None
+    run_dirs: list[str] = msgspec.field(default_factory=list)
+    clock: str = "wall"  # step times by the wall clock, or the CPU's (bench --clock cpu)
+
+
+def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
+    """ABAB order: every preset once, then every preset again."""
+    return [p for _ in range(repeats) for p in presets]
+
+
+def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
+    """One row from a preset's runs. A stopped run's figures count: they measure the steps it
+    ran (its status says it stopped); a failed run's do not."""
+    dones = [r.done for r in runs if r.done is not None]
+    measured = [d for d in dones if d.status in ("ok", "stopped") and d.steps_done > 0]
+    statuses = {r.status for r in runs}
+    status = statuses.pop() if len(statuses) == 1 else "mixed"
+    row = Row(preset=preset, status=status, runs=len(runs), run_dirs=[str(r.path) for r in runs])
+    failures = [_reason(r) for r in runs if r.status != "ok"]
+    row.reason = next((f for f in failures if f), None)
+    zeros = [
+        e.grad_zero_frac
+        for r in runs
+        for e in r.events
+        if isinstance(e, ev.StepEvent) and e.grad_zero_frac is not None
+    ]
+    row.grad_zero_frac = max(zeros) if zeros else None
+    row.skipped_steps = sum(d.skipped_steps for d in dones)
+    went_nonfinite = next((d for d in dones if d.loss_nonfinite), None)
+    if went_nonfinite is not None:  # shown as it happened, never an earlier finite loss
+        row.loss_nonfinite = went_nonfinite.loss_nonfinite
+        row.loss_nonfinite_step = went_nonfinite.loss_final_step
+    row.setup = setup_of(runs[0]) if runs else {}
+    row.run_medians = [
+        r.done.step_ms_median if r.done is not None and r.done in measured else None for r in runs
+    ]
+    if not measured:
+        return row
+    ok = measured
+    medians = [d.step_ms_median for d in ok if d.step_ms_median is not None]
+    if medians:
+        # The geometric mean, as the speed-up averages the logs of paired ratios: with every
+        # repeat paired, speedup = baseline step time / this step time, as printed.
+        row.step_ms = statistics.geometric_mean(medians) if len(medians) > 1 else medians[0]
+        if len(medians) > 1:
+            row.spread_lo, row.spread_hi = min(medians), max(medians)
+        else:
+            row.spread_lo, row.spread_hi = ok[0].step_ms_p10, ok[0].step_ms_p90
+    row.samples_per_s = _median([d.samples_per_s for d in ok])
+    row.tokens_per_s = _median([d.tokens_per_s for d in ok])
+    row.tflops = _median([d.tflops for d in ok])
+    row.mfu = _median([d.mfu for d in ok])
+    row.mfu_measured = _median([machine_check.mfu_measured(r) for r in runs if r.done in ok])
+    peaks = [d.mem_peak for d in ok if d.mem_peak is not None]
+    row.mem_peak = max(peaks) if peaks else None
+    row.loss_final = _median([d.loss_final for d in ok])
+    compiles = [d.compile_s for d in ok if d.compile_s is not None]
+    row.compile_s = statistics.median(compiles) if compiles else None
+    return row
+
+
+def setup_of(run: records.RunRecord) -> dict[str, str]:
+    """The run's workload, sizes, batch, steps and device as text, from its hello event."""
+    if run.hello is None:
+        return {}
+    conf = run.hello.config or {}
+    workload = conf.get("workload") or {}
+    sizes = {k: v for k, v in workload.items() if k not in ("kind", "size") and v is not None}
+    return {
+        "workload": str(workload.get("kind", "?")),
+        "sizes": ", ".join(f"{k}={v}" for k, v in sorted(sizes.items())),
+        "batch": str(conf.get("batch_size", "?")),
+        "steps": str(conf.get("steps", "?")),
+        "device": run.hello.device_name or run.hello.device,
+    }
+
+
+def compare(rows: list[Row], baseline: str) -> list[Row]:
+    """Fill speed-up, memory and loss changes relative to the baseline row.
+
+    A row whose setup differs from the baseline's gets ``differs`` and no relative figures.
+    """
+    base = next((r for r in rows if r.preset == baseline), None)
+    for row in rows:
+        row.differs = []
+        row.speedup = row.speedup_low = row.speedup_high = row.significant = None
+        row.mem_change = row.loss_change = None
+        row.is_baseline = row is base
+        if base is None:
+            continue
+        if row.setup and base.setup:
+            row.differs = [f for f in SETUP_FIELDS if row.setup.get(f) != base.setup.get(f)]
+        if row.differs:
+            continue
+        if row is base:
+            row.speedup = 1.0 if row.step_ms is not None else None
+        elif row.step_ms is not None and base.step_ms is not None:
+            tested = significance.speed_up(base.run_medians, row.run_medians)
+            if tested is None:
+                row.speedup = base.step_ms / row.step_ms
+            else:
+                row.speedup, row.speedup_low, row.speedup_high = (
+                    tested.ratio,
+                    tested.low,
+                    tested.high,
+                )
+                row.significant = tested.significant
+        if row.mem_peak and base.mem_peak:
+            row.mem_change = row.mem_peak / base.mem_peak - 1
+        if row.loss_final is not None and base.loss_final:
+            row.loss_change = row.loss_final / base.loss_final - 1
+    return rows
+
+
+def verdicts(rows: list[Row], baseline: str) -> list[str]:
+    """Sentences a lecturer can read aloud, derived from the numbers only."""
+    base = next((r for r in rows if r.preset == baseline), None)
+    lines = []
+    for row in rows:
+        if row.preset == baseline:
+            continue
+        if row.status == "stopped" and not row.reason:
+            lines.append(
+                f"{row.preset} was stopped before its last step: its figures cover the steps "
+                "it ran."
+            )
+        elif row.status != "ok":
+            lines.append(
+                f"{row.preset} {row.status}: {(row.reason or 'see its run record').rstrip('.')}."
+            )
+        if row.status != "ok" and row.step_ms is None:
+            continue
+        if row.differs and base is not None:
+            lines.append(_not_comparable(row, base))
+            continue
+        parts = []
+        if row.speedup is not None:
+            parts.append(_speed_words(row, baseline))
+        if row.mem_change is not None and abs(row.mem_change) >= 0.01:
+            more_less = "less" if row.mem_change < 0 else "more"
+            parts.append(f"{abs(row.mem_change):.0%} {more_less} peak memory")
+        if row.loss_change is not None:
+            if abs(row.loss_change) < 0.005:
+                parts.append(f"final loss within {max(abs(row.loss_change), 0.001):.1%}")
+            else:
+                worse = "higher" if row.loss_change > 0 else "lower"
+                parts.append(f"final loss {abs(row.loss_change):.1%} {worse}")
+        sentence = f"{row.preset}: " + ", ".join(parts) if parts else f"{row.preset}: no baseline"
+        lines.append(sentence + ".")
+        if row.grad_zero_frac is not None and row.grad_zero_frac >= 0.01:
+            lines.append(
+                f"{row.preset} lost {row.grad_zero_frac:.0%} of its output-gradient values to "
+                "underflow (exact zeros)."
+            )
+        if row.skipped_steps:
+            lines.append(f"{row.preset}: the loss scaler skipped {row.skipped_steps} step(s).")
+    return lines
+
+
+def _speed_words(row: Row, baseline: str) -> str:
+    assert row.speedup is not None
+    if row.significant is None:
+        n = significance.MIN_REPEATS
+        return (
+            f"{row.speedup:.2g}x the speed of {baseline}, untested (a speed verdict needs {n} "
+            f"or more interleaved runs of each: --repeats {n})"
+        )
+    interval = f"{significance.LEVEL:.0%} CI {row.speedup_low:.3g}-{row.speedup_high:.3g}x"
+    if not row.significant:
+        return f"no significant speed difference from {baseline} ({interval})"
+    if row.speedup >= 1:
+        return f"{row.speedup:.2g}x faster than {baseline} ({interval})"
+    return f"{1 / row.speedup:.2g}x slower than {baseline} ({interval})"
+
+
+def _not_comparable(row: Row, base: Row) -> str:
+    fields = row.differs
+    named = fields[0] if len(fields) == 1 else ", ".join(fields[:-1]) + " and " + fields[-1]
+    details = "; ".join(f"{f} {row.setup.get(f)} vs {base.setup.get(f)}" for f in fields)
+    return f"{row.preset}: different {named} from {base.preset}: not comparable ({details})."
+
+
+COLUMNS = [
+    ("preset", "preset"),
+    ("step time", "step"),
+    ("speedup", "speedup"),
+    ("samples/s", "samples"),
+    ("tokens/s", "tokens"),
+    ("TFLOP/s", "tflops"),
+    ("MFU", "mfu"),
+    ("peak mem", "mem"),
+    ("mem vs base", "mem_change"),
+    ("final loss", "loss"),
+    ("loss vs base", "loss_change"),
+    ("skipped", "skipped"),
+    ("grad zeros", "zeros"),
+    ("compile", "compile"),
+    ("status", "status"),
+]
+
+
+def cells(row: Row, with_spread: bool = True) -> dict[str, str]:
+    """Each figure of a row as shown; ``with_spread``: the step time's p10-p90 beside it."""
+    spread = ""
+    if with_spread and row.spread_lo is not None and row.spread_hi is not None:
+        spread = f" ({fmt_ms(row.spread_lo)}-{fmt_ms(row.spread_hi)})"
+    speedup = _speed_cell(row)
+    return {
+        "preset": row.preset,
+        "step": (fmt_ms(row.step_ms) + spread) if row.step_ms is not None else "-",
+        "speedup": speedup,
+        "samples": fmt_num(row.samples_per_s),
+        "tokens": fmt_num(row.tokens_per_s),
+        "tflops": f"{row.tflops:.3g}" if row.tflops is not None else "-",
+        "mfu": fmt_mfu(row.mfu, row.mfu_measured),
+        "mem": fmt_bytes(row.mem_peak),
+        "mem_change": f"{row.mem_change:+.0%}" if row.mem_change is not None else "-",
+        "loss": f"{row.loss_final:.4f}"
+        if row.loss_final is not None
+        else fmt_final_loss(None, row.loss_nonfinite, row.loss_nonfinite_step),
+        "loss_change": f"{row.loss_change:+.1%}" if row.loss_change is not None else "-",
+        "skipped": str(row.skipped_steps),
+        "zeros": f"{row.grad_zero_frac:.1%}" if row.grad_zero_frac is not None else "-",
+        "compile": f"{row.compile_s:.1f} s" if row.compile_s is not None else "-",
+        "status": row.status if row.status == "ok" else f"{row.status}: {row.reason or '?'}",
+    }
+
+
+def text_table(heads: list[str], body: list[list[str]], width: int | None = None) -> list[str]:
+    """Columns padded to their widest cell. Wider than ``width``: cut into blocks of whole
+    columns, one under the other, each starting with the first column (the preset)."""
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(heads)]
+    blocks: list[list[int]] = [[0]]
+    used = widths[0]
+    for i in range(1, len(heads)):
+        if width is not None and used + 2 + widths[i] > width and len(blocks[-1]) > 1:
+            blocks.append([0])
+            used = widths[0]
+        blocks[-1].append(i)
+        used += 2 + widths[i]
+    lines: list[str] = []
+    for block in blocks:
+        if lines:
+            lines.append("")
+        lines.append("  ".join(heads[i].ljust(widths[i]) for i in block).rstrip())
+        lines += ["  ".join(r[i].ljust(widths[i]) for i in block).rstrip() for r in body]
+    return lines
+
+
+def _speed_cell(row: Row) -> str:
+    """'1.31x (1.22-1.41)' tested and significant, '~' not significant, '?' untested."""
+    if row.differs:
+        return "not comparable: " + ", ".join(row.differs)
+    if row.speedup is None:
+        return "-"
+    if row.is_baseline:
+        return f"{row.speedup:.2f}x"
+    if row.significant is None:
+        return f"{row.speedup:.2f}x ?"
+    interval = f"{row.speedup:.2f}x ({row.speedup_low:.2f}-{row.speedup_high:.2f})"
+    return interval + ("" if row.significant else " ~")
+
+
+def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None = None) -> str:
+    """The comparison as text (fitted to ``width`` columns when given), markdown, CSV or JSON."""
+    if fmt == "json":
+        return json.dumps(
+            {
+                "baseline": baseline,
+                "rows": msgspec.to_builtins(rows),
+                "verdict": verdicts(rows, baseline),
+            },
+            indent=2,
+        )
+    table = [cells(r) for r in rows]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        fields = [f for f in Row.__struct_fields__ if f not in ("run_dirs", "run_medians", "setup")]
+        writer.writerow(fields)
+        for row in rows:
+            writer.writerow([_csv_value(getattr(row, f)) for f in fields])
+        return out.getvalue()
+    step_head = "CPU time/step" if rows and rows[0].clock == "cpu" else "step time"
+    heads = [step_head if k == "step" else h for h, k in COLUMNS]
+    body = [[c[k] for _, k in COLUMNS] for c in table]
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+    else:
+        lines = text_table(heads, body, width)
+    notes = [
+        line
+        for note in verdicts(rows, baseline) + legend(rows)
+        for line in wrap(note, width, hang="  ")
+    ]
+    return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def legend(rows: list[Row]) -> list[str]:
+    """What the marks in the speed-up column mean, for the marks that appear."""
+    notes = []
+    if any(r.runs > 1 for r in rows):
+        notes.append(
+            "step time: geometric mean of the repeats' median step times (the fastest and "
+            "slowest repeat's in brackets); speedup: geometric mean of the paired repeats' "
+            "ratios, the baseline's step time / the row's when every repeat ran."
+        )
+    if any(r.significant is not None for r in rows):
+        notes.append(
+            f"speedup interval: {significance.LEVEL:.0%} confidence; "
+            "~ marks an interval that contains 1.0: not significant."
+        )
+    base = next((r for r in rows if r.is_baseline), None)
+    for row in rows:
+        if base is None or row is base or row.speedup is None or row.differs:
+            continue
+        pairs = len(significance.paired_medians(base.run_medians, row.run_medians))
+        measured = max(_count_measured(base), _count_measured(row))
+        if row.significant is not None and pairs < measured:
+            notes.append(
+                f"{row.preset}: speedup from the {pairs} repeats that ran in both it and "
+                f"{base.preset}; step times from every repeat that ran, so the two differ."
+            )
+    if any(r.significant is None and r.speedup is not None and not r.is_baseline for r in rows):
+        notes.append(
+            f"? marks an untested speed-up: one run's step-time spread is not run-to-run "
+            f"variation, so a verdict needs {significance.MIN_REPEATS} or more interleaved runs "
+            f"of each preset (ampscope bench --repeats {significance.MIN_REPEATS})."
+        )
+    return notes
+
+
+def write_sweep(runs_dir: Path, rows: list[Row], baseline: str, order: list[str]) -> Path:
+    path = records.new_run_dir(runs_dir, "sweep")
+    records.write_json(
+        path / SWEEP_FILE,
+        {
+            "baseline": baseline,
+            "order": order,
+            "rows": msgspec.to_builtins(rows),
+            "verdict": verdicts(rows, baseline),
+        },
+    )
+    return path
+
+
+def _csv_value(value: object) -> object:
+    if value is None:
+        return ""
+    return "; ".join(map(str, value)) if isinstance(value, list) else value
+
+
+def _count_measured(row: Row) -> int:
+    return sum(1 for m in row.run_medians if m is not None and m > 0)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _reason(run: records.RunRecord) -> str | None:
+    errors = [e for e in run.events if isinstance(e, ev.ErrorEvent)]
+    if errors:
+        return errors[-1].message
+    return run.done.error if run.done else "no done event (the engine died)"

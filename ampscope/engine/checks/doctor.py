@@ -1,0 +1,254 @@
+"""``ampscope doctor``: what this machine offers for precision and compile experiments."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+import shutil
+import sys
+import sysconfig
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+from ampscope.core.presets.fp8_recipes import INSTALL_HINT
+from ampscope.core.text import visible
+
+TryCompile = bool | Literal["cpu", "cuda"]
+"""``--try-compile``: every device (True), one of them, or none."""
+
+
+def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+    from ampscope.core.machine.hardware import identify
+    from ampscope.engine.checks.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
+    from ampscope.engine.telemetry import nvml_report
+
+    report: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        # not platform.platform(): it asks a `uname -p` child for the processor's name
+        "platform": f"{platform.system()}-{platform.release()}-{platform.machine()}",
+        "torch": str(torch.__version__),
+        "cuda_build": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu": {
+            "name": cpu_name(),
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "fast_bf16": cpu_has_fast_bf16(),
+            "fast_fp16": cpu_has_fast_fp16(),
+        },
+        "gpus": [],
+    }
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            cc = (p.major, p.minor)
+            peaks = identify(p.name)
+            report["gpus"].append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "compute_capability": f"{p.major}.{p.minor}",
+                    "memory_bytes": p.total_memory,
+                    "uuid": str(getattr(p, "uuid", "")) or None,
+                    "bf16": cc >= (8, 0),
+                    "tf32": cc >= (8, 0),
+                    "fp8": cc >= (8, 9),
+                    "peak_table_entry": peaks.model if peaks else None,
+                }
+            )
+    report["nvml"] = nvml_report()
+    report["compile"] = compile_report(torch.cuda.is_available(), try_compile)
+    report["torchao"] = _torchao_version()
+    report["machine_checks"] = kept_checks(
+        str(torch.__version__), report["nvml"].get("driver_version")
+    )
+    return report
+
+
+def kept_checks(torch_version: str, driver: str | None) -> list[dict[str, Any]]:
+    """What ``doctor --bench`` kept for this host: each device, when, and whether it is stale."""
+    from ampscope.core.machine import check as mc
+
+    checks, problem = mc.load_all()
+    if problem:
+        return [{"device": None, "when": None, "stale": problem}]
+    return [
+        {"device": c.device, "when": c.when, "stale": mc.staleness(c, torch_version, driver)}
+        for c in checks.values()
+    ]
+
+
+def compile_report(cuda: bool, try_compile: TryCompile) -> dict[str, dict[str, Any]]:
+    """Whether torch.compile can work here, per device. ``ok`` is true only once a tiny
+    function compiled (``--try-compile``, or ``--try-compile cuda`` for one device: each cold
+    compile takes 20-40 s, and a GPU box's first C++ build for the CPU can take as long again);
+    null when everything it needs is present but it was not tried; false when a piece is
+    missing or the try failed.
+
+    inductor builds C++ (CPU) and Triton (CUDA) kernels at run time, and both need a C
+    compiler and Python's headers (Python.h): a machine with torch and Triton but without
+    them fails on the first compiled step.
+    """
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    missing = []
+    if compiler is None:
+        missing.append("no C compiler (install gcc)")
+    if not header.is_file():
+        missing.append(f"no Python.h in {header.parent} (install python3-dev)")
+    found = f"C compiler {compiler}, {header}" if not missing else "; ".join(missing)
+    report = {"cpu": _verdict("cpu", missing, found, try_compile)}
+    if not cuda:
+        report["cuda"] = {"ok": False, "why": "no CUDA GPU visible to torch"}
+    elif importlib.util.find_spec("triton") is None:
+        report["cuda"] = {"ok": False, "why": "Triton is not installed (comes with CUDA torch)"}
+    else:
+        report["cuda"] = _verdict("cuda", missing, f"Triton, {found}", try_compile)
+    return report
+
+
+def _verdict(
+    device: str, missing: list[str], found: str, try_compile: TryCompile
+) -> dict[str, Any]:
+    if missing:
+        return {"ok": False, "why": found}
+    if try_compile is not True and try_compile != device:
+        return {"ok": None, "why": f"{found}; not tried (ampscope doctor --try-compile {device})"}
+    failed = try_compiling(device)
+    if failed is not None:
+        return {"ok": False, "why": f"a tiny function did not compile: {failed}"}
+    return {"ok": True, "why": f"a tiny function compiled and ran ({found})"}
+
+
+def try_compiling(device: str) -> str | None:
+    """Compile and run a tiny function on ``device`` (20-40 s cold); None if it worked, else
+    the failure's first line."""
+    import torch
+
+    def tiny(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2.0).sin() + 1.0
+
+    try:
+        x = torch.arange(64, dtype=torch.float32, device=device)
+        got = torch.compile(tiny)(x)
+        # Compiled sin may differ from eager's by an ulp (1.2e-7 near 1), which the + 1.0
+        # turns into that much absolute error where the result is near 0: allclose's default
+        # atol of 1e-8 then calls a working compiler broken (seen on a 2-core CPU).
+        if not torch.allclose(got, tiny(x), rtol=1e-5, atol=1e-6):
+            return "the compiled function gave different numbers from the eager one"
+    except Exception as exc:  # noqa: BLE001 - every failure is the finding
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first}"[:300]
+    return None
+
+
+def _torchao_version() -> str | None:
+    """torchao's version from its metadata: importing it takes seconds and is noisy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torchao")
+    except PackageNotFoundError:
+        return None
+
+
+def next_commands(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """(what doctor could not confirm, the one command that would), in the report's order.
+
+    A finding that is settled, yes or no (no GPU in a CPU-only torch, a missing compiler
+    named with its fix), needs no command; one left open does: a compile not tried, a GPU
+    whose driver or NVML did not answer, an MFU peak not known, fp8 without torchao.
+    """
+    out: list[tuple[str, str]] = []
+    if report.get("cuda_build") and not report.get("gpus"):
+        out.append(("GPUs: a CUDA torch that sees none", "nvidia-smi"))
+    for g in report.get("gpus", []):
+        if not g.get("peak_table_entry"):
+            out.append(
+                (
+                    f"MFU on GPU {g['index']} (no peak known for {g['name']})",
+                    "ampscope run amp-bf16 --set peak_tflops=<its dense bf16 TFLOP/s>",
+                )
+            )
+    if report.get("gpus") and not report.get("nvml", {}).get("available"):
+        out.append(("NVML (GPU power, clocks, utilization)", "nvidia-smi"))
+    for where, c in report.get("compile", {}).items():
+        if c.get("ok") is None:
+            out.append((f"torch.compile on {where}", f"ampscope doctor --try-compile {where}"))
+    if not report.get("torchao"):
+        out.append(("fp8 training", "pip install torchao"))
+    checks = report.get("machine_checks")
+    if checks is not None and (not checks or any(c.get("stale") for c in checks)):
+        out.append(("what each format delivers here", "ampscope doctor --bench"))
+    return out
+
+
+def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
+    report = machine_report(try_compile)
+    report["next"] = [{"unconfirmed": what, "command": cmd} for what, cmd in next_commands(report)]
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    yes = {True: "yes", False: "no"}
+    cpu = report["cpu"]
+    lines = [
+        f"Python {report['python']}  torch {report['torch']}  "
+        f"CUDA build {report['cuda_build'] or 'none (CPU-only torch)'}",
+        f"CPU: {cpu['name']} ({cpu['capability']}); bf16 units: {yes[cpu['fast_bf16']]}, "
+        f"fp16 units: {yes[cpu['fast_fp16']]}",
+    ]
+    if not report["gpus"]:
+        lines.append("GPUs: none visible to torch (runs use the CPU)")
+    for g in report["gpus"]:
+        lines.append(
+            f"GPU {g['index']}: {g['name']}  cc {g['compute_capability']}  "
+            f"{g['memory_bytes'] / 2**30:.0f} GiB  bf16 {yes[g['bf16']]}  tf32 {yes[g['tf32']]}  "
+            f"fp8 {yes[g['fp8']]}  MFU peak: {g['peak_table_entry'] or 'unknown (set peak_tflops)'}"
+        )
+    nvml = report["nvml"]
+    lines.append(
+        "NVML: "
+        + (
+            "available, driver " + str(nvml.get("driver_version"))
+            if nvml.get("available")
+            else f"unavailable: {nvml.get('why')}"
+        )
+    )
+    said = {True: "yes", False: "no", None: "untried"}
+    for where, c in report["compile"].items():
+        lines.append(f"torch.compile on {where}: {said[c['ok']]} ({c['why']})")
+    ao = report["torchao"]
+    lines.append(
+        f"fp8 training: torchao {ao}"
+        if ao
+        else f"fp8 training: torchao is not installed ({INSTALL_HINT})"
+    )
+    lines += [visible(line, 400) for line in machine_lines(report.get("machine_checks", []))]
+    todo = next_commands(report)
+    if todo:
+        width = max(len(what) for what, _cmd in todo)
+        lines += ["", "Left to confirm, one command each:"]
+        lines += [f"  {what:<{width}}  {cmd}" for what, cmd in todo]
+    else:
+        lines += ["", "Everything above was confirmed on this machine."]
+    print("\n".join(lines))
+    return 0
+
+
+def machine_lines(checks: list[dict[str, Any]]) -> list[str]:
+    if not checks:
+        return [
+            "machine check: none kept here (ampscope doctor --bench measures what each format "
+            "delivers, under a minute and a half)"
+        ]
+    return [
+        f"machine check: {c['device']} measured {str(c['when'])[:16].replace('T', ' ')} UTC"
+        + (f"; {c['stale']}" if c["stale"] else " (ampscope doctor --bench measures again)")
+        if c["device"] is not None
+        else f"machine check: {c['stale']}"
+        for c in checks
+    ]

@@ -1,0 +1,149 @@
+"""A run inside the engine process: set up, say hello, train, and always end with ``done``.
+
+On several processes every rank runs this; rank 0's writer is the only one with outputs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from ampscope.core import events as ev
+from ampscope.core import presets as cfg
+from ampscope.core.units import of_measured
+from ampscope.engine.checks.device import DeviceInfo, resolve_device
+from ampscope.engine.checks.validation import read_facts, require_runnable
+from ampscope.engine.lifecycle.children import end_users_children
+from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
+from ampscope.engine.lifecycle.faults import failure, left_early
+from ampscope.engine.lifecycle.hello import make_hello
+from ampscope.engine.lifecycle.process import SoFar
+from ampscope.engine.lifecycle.stats import RunStats
+from ampscope.engine.profiling import ProfileControl
+from ampscope.engine.ranks import RankEnv
+from ampscope.engine.ranks.link import Link, SoloLink, connect
+from ampscope.engine.ranks.replicas import compare_weights, rank_devices, start_sampler
+from ampscope.engine.step.loop import train
+from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
+from ampscope.engine.step.setup import build, memory_estimate
+from ampscope.engine.telemetry import TelemetrySampler
+
+SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged, EveryStepSkipped)
+"""Faults every rank reaches together (same preset, same exchanged figures): no rank to blame."""
+
+
+def train_preset(
+    preset: cfg.Preset,
+    run_dir: Path | None,
+    writer: EventWriter,
+    stop: threading.Event,
+    in_loop: threading.Event,
+    ranks: RankEnv | None = None,
+    profile: tuple[int, int] | None = None,
+    so_far: SoFar | None = None,
+) -> tuple[int, ev.HelloEvent | None, ev.DoneEvent]:
+    """The exit code, hello when the run got that far, and done. Faults end as events.
+
+    ``profile`` is ``(step, K)``: profile K steps from that step on (``ampscope profile``);
+    without it, only when a viewer asks (rank 0, which has the run folder, profiles)."""
+    ranks = ranks or RankEnv()
+    stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
+    if so_far is not None:
+        so_far.step = lambda: stats.step_running
+    info: DeviceInfo | None = None
+    hello: ev.HelloEvent | None = None
+    sampler: TelemetrySampler | None = None
+    link: Link = SoloLink()
+    error: str | None = None
+    checksums: list[str | None] | None = None
+    profiler: ProfileControl | None = None
+    try:
+        info = resolve_device(preset.device, ranks)
+        verdict = require_runnable(preset, read_facts(info, ranks.distributed))
+        link = connect(ranks, info.device)
+        setup = build(preset, info, link, verdict.sizes)
+        link.hold(setup)
+        setup_warnings = verdict.warnings + [w for w in [memory_estimate(setup)] if w]
+        hello = make_hello(setup, run_dir, rank_devices(setup))
+        writer.emit(hello, urgent=True)
+        offer_summary(so_far, stats, hello)
+        sampler, sample = start_sampler(writer, info, preset.telemetry_hz, link)
+        for code, message in setup_warnings:
+            writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
+        writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
+        in_loop.set()
+        profiler = ProfileControl(writer, info.device, run_dir if ranks.lead else None, profile)
+        status = train(setup, writer, stats, hello.peak_tflops, stop, sample, profiler)
+        checksums = compare_weights(setup, stats.steps_done - 1 if stats.steps_done else None)
+        writer.flush()
+        writer.check_record()  # every step on disk before the run is called a success
+        exit_code = EXIT_STOPPED if status == "stopped" else EXIT_OK
+    except KeyboardInterrupt:
+        status, exit_code = "stopped", EXIT_STOPPED
+        elsewhere = link.reported_failure()  # torchrun stops every rank when one fails
+        if elsewhere is not None:
+            writer.emit(elsewhere, urgent=True)
+            status, exit_code, error = "failed", EXIT_FAILED, elsewhere.message
+    except Exception as exc:  # noqa: BLE001 - every fault must reach the watcher as an event
+        event, exit_code = failure(exc, preset, info, stats)
+        event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
+        writer.emit(event, urgent=True)
+        if isinstance(exc, cfg.ConfigError) and writer.on_event is None and ranks.lead:
+            print(f"ampscope: {exc}", file=sys.stderr)
+            if event.traceback:  # the user's own code failed: their frames, to stderr too
+                print(event.traceback, file=sys.stderr)
+        status, error = "failed", event.message
+    except SystemExit as exc:  # the user's code: ampscope's own never exits inside a run
+        event = link.blame(left_early(exc, stats), exc, shared=False)
+        writer.emit(event, urgent=True)
+        if writer.on_event is None and ranks.lead:
+            print(f"ampscope: {event.message}", file=sys.stderr)
+        status, exit_code, error = "failed", EXIT_FAILED, event.message
+    wind_down(writer, profiler, sampler)
+    done = done_event(stats, status, hello, error, checksums)
+    writer.emit(done, urgent=True)
+    return exit_code, hello, writer.done or done
+
+
+def wind_down(
+    writer: EventWriter, profiler: ProfileControl | None, sampler: TelemetrySampler | None
+) -> None:
+    """What ends before ``done``: the profiler, telemetry, and the processes the user's code
+    left (their warning is part of the run: before done, the record's last line)."""
+    if profiler is not None:
+        profiler.close()
+    if sampler is not None:
+        sampler.stop()
+    end_users_children(writer)
+
+
+def offer_summary(so_far: SoFar | None, stats: RunStats, hello: ev.HelloEvent) -> None:
+    """Let a run ended from another thread write the summary of the steps so far."""
+    if so_far is not None:
+        so_far.summary = lambda status, error: (hello, done_event(stats, status, hello, error))
+
+
+def done_event(
+    stats: RunStats,
+    status: ev.DoneStatus,
+    hello: ev.HelloEvent | None,
+    error: str | None,
+    checksums: list[str | None] | None = None,
+) -> ev.DoneEvent:
+    """Rates need the workload's figures from hello; a run that never got there has none."""
+    if hello is None:
+        return stats.done(status, 0, None, 0.0, None, error)
+    done = stats.done(
+        status,
+        hello.samples_per_step,
+        hello.tokens_per_step,
+        hello.flops_per_step,
+        hello.peak_tflops,
+        error,
+        world_size=hello.world_size,
+        ranks=stats.rank_done(checksums),
+    )
+    done.mfu_measured = of_measured(done.tflops, hello.measured_tflops, hello.world_size)
+    return done

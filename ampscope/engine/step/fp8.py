@@ -1,0 +1,224 @@
+"""FP8 training through torchao: refuse what cannot run, pick the layers, convert them.
+
+``precision = "fp8"`` is amp-bf16 with the model's linear layers swapped for torchao's
+Float8Linear, which casts each matmul's operands to fp8 with dynamic scales (the recipe, in
+ampscope.core.presets.fp8_recipes, says which formats and how many scales). Everything else (attention,
+norms, the loss, the layers left out) runs under bf16 autocast as in amp-bf16, and the fp32
+weights stay the master copy.
+
+torchao is optional (``ampscope[fp8]``): it is imported here only, when an fp8 run starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from ampscope.core import events as ev
+from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
+from ampscope.core.presets.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
+from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.step.module_calls import attention_projections, why_not_called
+
+FP8_MULTIPLE = 16  # fp8 matmul kernels need both dimensions of a weight to be multiples of 16
+
+# Loggers that torchao's import wakes on a CPU-only torch: missing CUDA kernels, a pytree
+# deprecation. True but not the user's concern: their lines would land in the dashboard.
+_NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def convert_for_fp8(
+    model: nn.Module, preset: Preset, info: DeviceInfo, called: set[str] | None = None
+) -> ev.Fp8Layers | None:
+    """Swap the chosen linear layers for fp8 ones in place; None for presets that are not fp8.
+    ``called``: the modules a forward pass calls (``module_calls``); a layer outside it would
+    never run in fp8, and stays as it is, named with why.
+
+    Raises ConfigError (exit 2) where no layer can be converted or torchao does not import;
+    the device and the token counts were checked before the build (``engine.checks.validation``).
+    """
+    if preset.precision != "fp8":
+        return None
+    options = preset.fp8
+    float8 = import_torchao_float8()
+    converted, skipped = choose_layers(model, options.skip_head, called)
+    if not converted:
+        wider = (
+            "give your model's linear layers such dimensions"
+            if preset.workload.model
+            else "use a wider workload (workload.width)"
+        )
+        raise ConfigError(
+            "precision = 'fp8', but none of this workload's linear layers can run in fp8 ("
+            + "; ".join(f"{name}: {why}" for name, why in skipped.items())
+            + f"). fp8 matmuls need layers whose dimensions are multiples of 16: {wider}, or "
+            "precision = 'amp-bf16'.",
+            key="precision",
+        )
+    config = float8.Float8LinearConfig.from_recipe_name(options.recipe)
+    if options.emulate:
+        config = dataclasses.replace(config, emulate=True)
+    chosen = set(converted)
+    float8.convert_to_float8_training(
+        model, config=config, module_filter_fn=lambda _module, name: name in chosen
+    )
+    return ev.Fp8Layers(
+        recipe=options.recipe, emulate=options.emulate, converted=converted, skipped=skipped
+    )
+
+
+def choose_layers(
+    model: nn.Module, skip_head: bool, called: set[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The linear layers to train in fp8, and the others with the reason they stay in bf16.
+
+    The output head is the model's last linear layer: its logits go straight into the loss,
+    where fp8's 2-3 mantissa bits would cost the most, and fp8 recipes leave it out. A layer
+    the forward pass never calls (``called``, when known) would not run in fp8 if swapped;
+    nor do the q/k/v projections ``nn.MultiheadAttention`` keeps as bare parameters.
+    """
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    ran = [(n, m) for n, m in linears if called is None or n in called]
+    head = ran[-1][0] if ran else None
+    converted: list[str] = []
+    skipped: dict[str, str] = {}
+    for name, module in linears:
+        out_features, in_features = module.weight.shape
+        if called is not None and name not in called:
+            skipped[name] = why_not_called(model, name)
+        elif skip_head and name == head:
+            skipped[name] = "the output head (fp8.skip_head = true)"
+        elif in_features % FP8_MULTIPLE or out_features % FP8_MULTIPLE:
+            skipped[name] = (
+                f"{in_features} -> {out_features} features, not multiples of {FP8_MULTIPLE}"
+            )
+        else:
+            converted.append(name)
+    skipped.update(attention_projections(model))
+    return converted, skipped
+
+
+def require_fp8_support(
+    preset: Preset,
+    info: DeviceInfo,
+    sizes: WorkloadSizes | None = None,
+    has_torchao: bool | None = None,
+) -> None:
+    """Raise ConfigError where an fp8 preset cannot run here; nothing for other presets.
+
+    ``sizes``: the workload's, already resolved; ``has_torchao``: None looks it up."""
+    if preset.precision == "fp8":
+        installed = torchao_installed() if has_torchao is None else has_torchao
+        require_support(preset.fp8, info, installed)
+        if not preset.fp8.emulate:
+            require_token_multiple(preset, info, sizes)
+
+
+def require_token_multiple(
+    preset: Preset, info: DeviceInfo, sizes: WorkloadSizes | None = None
+) -> None:
+    """torch._scaled_mm needs every matmul's rows (the tokens of a batch: batch x sequence) to
+    be a multiple of 16 too, not only the weights: refused before anything is built, with the
+    nearest sizes that fit. A user's model is sized by its batches, known only once read."""
+    if preset.workload.model is not None:
+        return
+    dims, batch = sizes or resolve_workload(preset, on_cuda=info.is_cuda)
+    seq = dims.get("seq_len", 1)
+    tokens = batch * seq
+    if tokens % FP8_MULTIPLE == 0:
+        return
+    fits = [f"batch_size = {_next_fit(batch, seq)}"]
+    counted = f"batch_size {batch}"
+    if "seq_len" in dims:
+        counted = f"batch_size x workload.seq_len = {batch} x {seq}"
+        fits.append(f"workload.seq_len = {_next_fit(seq, batch)}")
+    raise ConfigError(
+        f"precision = 'fp8' needs the token count of a batch ({counted} = {tokens}) to be a "
+        f"multiple of {FP8_MULTIPLE}: torch's fp8 matmul (torch._scaled_mm) refuses other row "
+        f"counts. Set {' or '.join(fits)}, or emulate fp8 (--set fp8.emulate=true).",
+        key="batch_size",
+    )
+
+
+def _next_fit(value: int, other: int) -> int:
+    """The smallest value >= ``value`` whose product with ``other`` is a multiple of 16."""
+    fit = value
+    while fit * other % FP8_MULTIPLE:
+        fit += 1
+    return fit
+
+
+def require_support(options: Fp8Options, info: DeviceInfo, has_torchao: bool) -> None:
+    """Refuse an fp8 run this device or this Python cannot do, in one paragraph."""
+    capability = None if options.emulate else capability_problem(info)
+    if capability is None and has_torchao:
+        return
+    missing = (
+        f"torchao, which fp8 training runs through, is not installed in this Python "
+        f"({sys.executable}): install it with {INSTALL_HINT}."
+    )
+    if capability is None:
+        message = f"precision = 'fp8': {missing} Or use the amp-bf16 preset."
+    else:
+        message = (
+            f"{capability}{'' if has_torchao else ' ' + missing} To try fp8 without fp8 "
+            "hardware, emulate it (fp8 rounding, fp32 matmuls; slow): --set fp8.emulate=true"
+            f"{'' if has_torchao else ' once torchao is installed'}. For speed on this device, "
+            "use the amp-bf16 preset."
+        )
+    raise ConfigError(message, key="precision")
+
+
+def capability_problem(info: DeviceInfo) -> str | None:
+    """Why this device has no fp8 Tensor Cores, or None when it has them."""
+    need = ".".join(map(str, MIN_CAPABILITY))
+    lead = (
+        f"precision = 'fp8' runs its matmuls on fp8 Tensor Cores, which need a CUDA GPU of "
+        f"compute capability {need} or newer (L4, L40S, RTX 4090, H100, H200, B200)"
+    )
+    if not info.is_cuda:
+        return f"{lead}, but this run's device is the CPU ({info.name})."
+    if info.capability is None or info.capability < MIN_CAPABILITY:
+        have = ".".join(map(str, info.capability)) if info.capability else "unknown"
+        return f"{lead}, but {info.name} has compute capability {have}."
+    return None
+
+
+def torchao_installed() -> bool:
+    return importlib.util.find_spec("torchao") is not None
+
+
+def import_torchao_float8() -> ModuleType:
+    """torchao.float8, quietly; an install that does not import is a user error, not a crash."""
+    try:
+        with _quiet(_NOISY_LOGGERS):
+            import torchao.float8 as float8
+    except Exception as exc:  # noqa: BLE001 - any import failure means the install is broken
+        raise ConfigError(
+            f"torchao is installed but does not import with torch {torch.__version__} "
+            f"({type(exc).__name__}: {exc}). Install a torchao release made for this torch: "
+            f"{INSTALL_HINT}, or use the amp-bf16 preset.",
+            key="precision",
+        ) from None
+    return float8
+
+
+@contextmanager
+def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)

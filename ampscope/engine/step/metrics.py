@@ -1,0 +1,414 @@
+"""Per-step metrics: gathered on the device inside the step, turned into events once they land.
+
+The step returns its figures as one small device tensor (``StepMetrics`` order); nothing in it
+waits for the GPU. The probe reads the tensor back a step late, and ``StepReporter`` turns it
+into a step event, warnings, and the run's statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import NamedTuple
+
+import torch
+
+from ampscope.core import events as ev
+from ampscope.core.memory.host import HostPeak
+from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.lifecycle.stats import RunStats
+from ampscope.engine.private_apis import initial_scale, live_scale
+from ampscope.engine.ranks.link import RankFigures
+from ampscope.engine.step.setup import Setup
+from ampscope.engine.step.timer import FinishedStep
+
+ZERO_COUNT_CHUNK = 1 << 26  # grad_zero_frac counts this many elements at a time (64 MiB of bools)
+INPUT_BOUND_SHARE = 0.25  # waiting for batches above this share of step time: input-bound
+INPUT_BOUND_AFTER = 10  # timed steps (after warm-up) seen before the share is judged
+MAX_NONFINITE_WITH_SCALER = 20  # consecutive non-finite losses a scaler may skip before we give up
+
+
+class StepMetrics(NamedTuple):
+    """One step's figures, in the order the step stacks them on the device."""
+
+    loss: float
+    grad_norm: float
+    scale_before: float  # NaN when no scaler
+    scale_after: float
+    grad_zero_frac: float  # NaN on steps that do not measure it
+
+
+METRICS_WIDTH = len(StepMetrics._fields)
+
+
+class NonFiniteLoss(Exception):
+    def __init__(
+        self,
+        step: int,
+        loss: float,
+        ranks: list[int] | None = None,
+        first: ev.FirstNonfinite | None = None,
+    ) -> None:
+        super().__init__(f"loss became {loss} at step {step}")
+        self.step = step
+        self.loss = loss
+        self.ranks = ranks  # on several processes, the ranks whose own loss was not finite
+        self.first = first  # where the inf/NaN first appeared, when numerics found it
+
+
+class EveryStepSkipped(Exception):
+    """The GradScaler skipped every step of a run that finished: the weights never changed."""
+
+    def __init__(
+        self, steps: int, scale_first: float, scale_last: float, first: ev.FirstNonfinite | None
+    ) -> None:
+        super().__init__(f"every step of {steps} skipped")
+        self.steps = steps
+        self.scale_first, self.scale_last = scale_first, scale_last
+        self.first = first  # where the inf/NaN first appeared, when numerics found it
+
+
+class ReplicasDiverged(Exception):
+    """Ranks disagree on something every replica must share: one skipped a step another took."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class ZeroGradCounter:
+    """Fraction of exactly-zero values in the gradient reaching the model's output.
+
+    That gradient is where underflow strikes first: under fp16 autocast it is cast to fp16
+    before flowing back through the network, and anything below 2**-25 becomes 0. A loss scale
+    lifts it back into range; without one, the zeros are gradient signal lost for good.
+    """
+
+    def __init__(self, output: torch.Tensor, nan: torch.Tensor) -> None:
+        self.fraction = nan
+        output.register_hook(self._count)
+
+    def _count(self, grad: torch.Tensor) -> None:
+        self.fraction = zero_fraction(grad)
+
+
+def zero_fraction(grad: torch.Tensor, chunk: int = ZERO_COUNT_CHUNK) -> torch.Tensor:
+    """The exact fraction of zeros, as a device scalar, without a temporary the size of ``grad``.
+
+    ``(grad == 0).float().mean()`` allocates 5 bytes an element: 2.7 GB for the large GPT's
+    16 x 1024 x 32768 logits. Counted ``chunk`` elements at a time, the temporaries are sized
+    by the chunk, not by the gradient (on CUDA ``count_nonzero`` makes a bool copy of its
+    input, so 64 MiB of them; on the CPU it allocates nothing). The chunk is large because
+    each costs three kernels: at 4 MiB the large GPT's logits took some 400 a measured step.
+    (The L0 norm counts in one kernel, but in the gradient's own format, which holds whole
+    numbers exactly only to 256 in bf16, and given an fp32 ``dtype`` it copies the input.)
+    """
+    grad = grad.detach()
+    if grad.is_contiguous():
+        pieces = grad.view(-1).split(chunk)
+    else:  # views along the first dimension, as many rows as fit in a chunk
+        rows = max(1, chunk * grad.shape[0] // max(grad.numel(), 1))
+        pieces = grad.split(rows)
+    nonzero = sum(torch.count_nonzero(piece) for piece in pieces)
+    return 1.0 - torch.as_tensor(nonzero, device=grad.device) / max(grad.numel(), 1)
+
+
+def scaler_scale(scaler: torch.amp.GradScaler, nan: torch.Tensor) -> torch.Tensor:
+    """The current loss scale as a device tensor (``get_scale()`` would sync). Before its first
+    ``scale()`` a GradScaler holds no scale tensor yet: its initial scale is the one step 0
+    runs with. ``nan`` (a device scalar) without a GradScaler."""
+    if not scaler.is_enabled():
+        return nan
+    scale = live_scale(scaler)
+    if scale is None:
+        return torch.full((), initial_scale(scaler), dtype=torch.float32, device=nan.device)
+    return scale.detach().clone().float().reshape(())
+
+
+class MemoryReader:
+    """This rank's memory after a step: the CUDA allocator's figures, or on the CPU the
+    process RSS and its true peak since the loop began (``core.memory.host``). A watched loop
+    reads the host at most every ``host_every_s`` (a read costs ~20 us; its steps may be
+    far shorter than the engine's)."""
+
+    def __init__(self, device: torch.device, host_every_s: float = 0.0) -> None:
+        self.device = device
+        self.host = HostPeak()
+        if device.type != "cuda":
+            self.host.reset()  # setup's own peak (imports, the FLOP count) does not count
+        self.host_every_s = host_every_s
+        self._host_last: tuple[int | None, int | None, int | None] = (None, None, None)
+        self._host_read_at = -math.inf
+
+    def read(self) -> tuple[int | None, int | None, int | None]:
+        """(allocated, reserved, peak allocated) bytes; on the CPU (RSS, None, peak RSS).
+
+        On CUDA one read of the allocator's statistics a step: ``memory_allocated`` and its
+        siblings each rebuild (and flatten) the whole statistics dict to return one number.
+        """
+        if self.device.type == "cuda":
+            stats = torch.cuda.memory_stats_as_nested_dict(self.device)
+            allocated = stats.get("allocated_bytes", {}).get("all", {})
+            reserved = stats.get("reserved_bytes", {}).get("all", {})
+            return allocated.get("current"), reserved.get("current"), allocated.get("peak")
+        now = time.monotonic()
+        if now - self._host_read_at >= self.host_every_s:
+            self._host_read_at = now
+            rss, peak = self.host.read()  # one read of /proc/self/status (~20 us)
+            self._host_last = (rss, None, peak)
+        return self._host_last
+
+    def reset_peak(self) -> int | None:
+        """The CUDA allocator's peak so far, then the peak restarted from what is held now:
+        after setup and after the compile step, so that ``mem_peak`` is the training peak.
+        Host-side statistics: no sync. None on the CPU (RSS has no peak to restart)."""
+        if self.device.type != "cuda":
+            return None
+        peak = torch.cuda.max_memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peak
+
+    def figures(self, rank: int, item: FinishedStep) -> RankFigures:
+        return RankFigures(rank, item.step, item.step_ms, item.values, *self.read(), item.cpu_ms)
+
+
+class StepReporter:
+    """Turns finished steps (each as every rank's figures) into step events and statistics."""
+
+    def __init__(
+        self,
+        s: Setup,
+        writer: EventWriter,
+        stats: RunStats,
+        peak: float | None,
+        profiled: Collection[int] = (),
+    ) -> None:
+        self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
+        self.scaled = s.policy.use_scaler
+        self.warned_skip = False
+        self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
+        self.profiled = profiled  # the steps that ran under torch.profiler (the profiler's)
+        self.input_wait = InputWait(stats.warmup_steps)
+        # Told of each skipped step, or one with a non-finite loss or gradient norm (step, its
+        # loss scale, whether the run ends on it); answers where the inf first appeared, if it
+        # can tell (numerics).
+        self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
+        self.first: ev.FirstNonfinite | None = None  # the run's first inf/NaN, when found
+        self.scales: list[float] = []  # the loss scale of the first step, and after the last
+
+    def report(self, ranks: list[RankFigures]) -> None:
+        """One step, ``ranks`` by rank (one entry on one process)."""
+        step = ranks[0].step
+        each = [StepMetrics(*f.values) for f in ranks]
+        m = each[0]
+        skips = [self.scaled and x.scale_after < x.scale_before for x in each]
+        if any(skips) and not all(skips):
+            self._diverged(step, skips)
+        skipped = skips[0]
+        loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
+        job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
+        self._count(step, job_ms, loss, m, skipped, ranks)
+        data_ms = self.data_ms.pop(step, None)
+        self.writer.emit(self._step_event(step, job_ms, loss, m, skipped, ranks, data_ms))
+        self._warn(step, m, skipped)
+        if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
+            self.writer.emit(self.input_wait.warning(), urgent=True)
+        ends = not math.isfinite(loss) and (
+            not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
+        )
+        first = None
+        # A finite loss with non-finite gradients is where an overflow born in the backward
+        # pass shows first (without a GradScaler its update spoils the weights, and only the
+        # next step's loss shows it).
+        went_wrong = skipped or not math.isfinite(loss) or not math.isfinite(m.grad_norm)
+        if went_wrong and self.on_bad is not None:
+            first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
+            self.first = self.first or first
+        self.scales = [self.scales[0] if self.scales else m.scale_before, m.scale_after]
+        if ends:
+            bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
+            raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None, first)
+
+    def finished(self, status: ev.DoneStatus) -> ev.DoneStatus:
+        """``status``, unless a run that finished had every step skipped: then it raises
+        ``EveryStepSkipped``, for the run never trained (a skip is no failure of its own)."""
+        done = self.stats.steps_done
+        if status == "ok" and self.scaled and done and self.stats.skipped >= done:
+            raise EveryStepSkipped(done, self.scales[0], self.scales[-1], self.first)
+        return status
+
+    def _diverged(self, step: int, skips: list[bool]) -> None:
+        took = [r for r, s in enumerate(skips) if not s]
+        skipped = [r for r, s in enumerate(skips) if s]
+        raise ReplicasDiverged(
+            step,
+            f"Replicas diverged at step {step}: GradScaler skipped it on rank(s) "
+            f"{_ranks(skipped)} but not on rank(s) {_ranks(took)}. Every rank must see the same "
+            "inf/NaN verdict (all-reduced gradients, or a ShardedGradScaler under FSDP); from "
+            "here the ranks would train different models.",
+        )
+
+    def _count(
+        self,
+        step: int,
+        job_ms: float,
+        loss: float,
+        m: StepMetrics,
+        skipped: bool,
+        ranks: list[RankFigures],
+    ) -> None:
+        stats = self.stats
+        stats.steps_done = step + 1
+        stats.step_ms.append(job_ms)
+        stats.cpu_ms.append(_job_cpu_ms(ranks))
+        if not math.isnan(m.grad_zero_frac):
+            stats.instrumented.add(step)
+        if step in self.profiled:
+            stats.profiled.add(step)
+        stats.skipped += skipped
+        stats.loss_final, stats.loss_final_step = loss, step  # what happened, finite or not
+        if len(ranks) > 1:
+            stats.add_rank_steps([(f.step_ms, f.mem_peak or f.mem_allocated) for f in ranks])
+        if math.isfinite(loss):
+            stats.nonfinite_run = 0
+            if stats.loss_first is None:
+                stats.loss_first = loss
+        else:
+            stats.nonfinite_run += 1
+
+    def warn_from(self, found: list[tuple[str, str, int | None]]) -> None:
+        """Emit (and clear) warnings the workload found while serving batches."""
+        for code, message, step in found:
+            self.writer.emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
+        found.clear()
+
+    def _step_event(
+        self,
+        step: int,
+        job_ms: float,
+        loss: float,
+        m: StepMetrics,
+        skipped: bool,
+        ranks: list[RankFigures],
+        data_ms: float | None = None,
+    ) -> ev.StepEvent:
+        """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
+        workload, world = self.s.workload, len(ranks)
+        seconds = job_ms / 1000.0
+        tflops = world * self.s.flops.per_step / seconds / 1e12
+        tokens = workload.tokens_per_step
+        event = ev.StepEvent(
+            step=step,
+            step_ms=round(job_ms, 4),
+            cpu_ms=None if (cpu := _job_cpu_ms(ranks)) is None else round(cpu, 4),
+            loss=loss if math.isfinite(loss) else None,
+            loss_scale=m.scale_after if self.scaled else None,
+            skipped=skipped,
+            grad_norm=m.grad_norm if math.isfinite(m.grad_norm) else None,
+            samples_per_s=world * workload.samples_per_step / seconds,
+            tokens_per_s=world * tokens / seconds if tokens else None,
+            tflops=tflops,
+            mfu=tflops / (world * self.peak) if self.peak else None,
+            mem_allocated=_largest(f.mem_allocated for f in ranks),
+            mem_reserved=_largest(f.mem_reserved for f in ranks),
+            mem_peak=_largest(f.mem_peak for f in ranks),
+            grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
+            lr=self.s.preset.lr,
+            ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
+            data_ms=None if data_ms is None else round(data_ms, 4),
+            profiled=step in self.profiled,
+        )
+
+        peak = ev.peak_memory(event)
+        if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):
+            self.stats.mem_peak = peak
+        return event
+
+    def _warn(self, step: int, m: StepMetrics, skipped: bool) -> None:
+        before, after = m.scale_before, m.scale_after
+        if skipped and not self.warned_skip:
+            self.warned_skip = True
+            message = (
+                f"GradScaler skipped step {step}: gradients held inf/NaN; loss scale "
+                f"{before:g} -> {after:g}. A few early skips are normal while the scale settles."
+            )
+            self.writer.emit(
+                ev.WarningEvent(code="skipped-step", step=step, message=message), urgent=True
+            )
+        if self.scaled and after < 1.0 and before >= 1.0:
+            message = (
+                f"Loss scale fell below 1 ({after:g}) at step {step}: gradients overflow even "
+                "unscaled. Look for inf/NaN in the forward pass or lower the learning rate."
+            )
+            self.writer.emit(
+                ev.WarningEvent(code="scale-collapse", step=step, message=message), urgent=True
+            )
+
+
+class InputWait:
+    """Whether the run waits on its input pipeline: the host's wait for batches against step
+    time, summed over the timed steps (after warm-up), judged once enough are in. Warns once."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self.first_step: int | None = None
+        self.last_step = 0
+        self.step_ms = 0.0
+        self.data_ms = 0.0
+        self.warned = False
+
+    def add(self, step: int, step_ms: float, data_ms: float) -> bool:
+        """Count a step; True exactly once, when the wait first passes its share."""
+        if self.warned or step < self.warmup_steps:
+            return False
+        if self.first_step is None:
+            self.first_step = step
+        self.steps += 1
+        self.last_step = step
+        self.step_ms += step_ms
+        self.data_ms += data_ms
+        busy = self.data_ms > INPUT_BOUND_SHARE * self.step_ms
+        self.warned = self.steps >= INPUT_BOUND_AFTER and busy
+        return self.warned
+
+    def warning(self) -> ev.WarningEvent:
+        share = self.data_ms / self.step_ms if self.step_ms else 0.0
+        message = (
+            f"Input-bound: waiting for the next batch took {share:.0%} of step time "
+            f"({self.data_ms / self.steps:.3g} ms of {self.step_ms / self.steps:.3g} ms a step, "
+            f"steps {self.first_step}-{self.last_step}). The model waits on its data: more "
+            "DataLoader workers (num_workers), pinned memory (pin_memory=True) or prefetching "
+            "(prefetch_factor) would feed it faster."
+        )
+        return ev.WarningEvent(code="input-bound", message=message, step=self.last_step)
+
+
+def _rank_step(f: RankFigures, scaled: bool) -> ev.RankStep:
+    m = StepMetrics(*f.values)
+    return ev.RankStep(
+        rank=f.rank,
+        step_ms=round(f.step_ms, 4),
+        loss=m.loss if math.isfinite(m.loss) else None,
+        skipped=scaled and m.scale_after < m.scale_before,
+        mem_allocated=f.mem_allocated,
+        mem_reserved=f.mem_reserved,
+        mem_peak=f.mem_peak,
+    )
+
+
+def _largest(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def _job_cpu_ms(ranks: list[RankFigures]) -> float | None:
+    """The step's CPU time as the job's step time is taken: the slowest rank's (None where a
+    rank has none: a GPU's step is not the host's CPU time)."""
+    times = [f.cpu_ms for f in ranks]
+    return None if any(t is None for t in times) else max(t for t in times if t is not None)
