@@ -76,6 +76,6 @@ def test_false_positives_stay_under_five_percent_and_power_rises_with_repeats() 
             assert false_positives == 0.0
     powers = [power for repeats, _, power in table if repeats >= significance.MIN_REPEATS]
     assert powers == sorted(powers) and powers[-1] > 0.9, powers
-    readme = (Path(ROOT) / "README.md").read_text()
+    readme = (Path(ROOT) / "docs" / "accuracy.md").read_text()
     for line in readme_rows(table):
-        assert line in readme, f"README.md lacks the measured row {line!r}"
+        assert line in readme, f"docs/accuracy.md lacks the measured row {line!r}"

@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-DEFAULT_EVERY = 250  # at most 2 % of step time: benchmarks/numerics_cost.py, the README
+DEFAULT_EVERY = 250  # at most 2 % of step time: benchmarks/numerics_cost.py, docs/numerics.md
 
 
 class NumericsOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
