@@ -314,6 +314,17 @@ def make_root_computes(ctx):
     return workload(RootComputes(), (x, y), "zoo-root-computes", nn.functional.cross_entropy)
 
 
+def make_root_overflow(ctx):
+    """``root_computes`` with its own matrix 1e5 times larger: under fp16 autocast its product
+    overflows inside the root's forward, outside every module (not in FACTORIES: a fault, not a
+    kind of model)."""
+    answer = make_root_computes(ctx)
+    with torch.no_grad():
+        answer["model"].mix.mul_(1e5)
+    answer["name"] = "zoo-root-overflow"
+    return answer
+
+
 FACTORIES = {
     "vit": make_vit,
     "encoder": make_encoder,
