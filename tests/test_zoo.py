@@ -497,7 +497,7 @@ CONVS = re.compile(r"conv", re.I)  # aten's conv ops, and autograd's Convolution
 NORM_ACT = re.compile(
     r"^aten::.*(batch_norm|layer_norm|gelu|softmax|tanh|sigmoid|nll_loss|cross_ent)"
 )
-EITHER = re.compile(r"relu|threshold|clamp_min|vector_norm|foreach_norm|^autograd::")
+EITHER = re.compile(r"relu|threshold|clamp_min|vector_norm|foreach_norm|dropout|silu|^autograd::")
 """Filed today elsewhere than by what they do (#36 item 4): ReLU's kernels as elementwise and
 other, gradient clipping's norms as norm_act, autograd's nodes by a word in their name; the
 norm_act check allows either."""
@@ -520,9 +520,12 @@ def test_profile_agrees_with_torch_profilers_own_table(name, profiles_out) -> No
     convs = {k for k in rows if CONVS.search(k)}
     assert classes["conv"] == pytest.approx(own(convs), abs=0.02), classes
     assert (data["classes"]["conv"] > 0) == (name in CONV_MODELS)
+    # norm_act: at least the norm and activation ops of the passes, at most every op (any
+    # phase, any thread) that is one or may be filed as one
     norm_act = {k for k in rows if NORM_ACT.search(k)}
-    either = {k for k in rows if EITHER.search(k)}
-    assert abs(classes["norm_act"] - own(norm_act)) <= 0.02 + own(either), classes
+    either = {k for k in rows if NORM_ACT.search(k) or EITHER.search(k)}
+    anywhere = sum(rows[k].self_cpu_time_total for k in either) / total
+    assert own(norm_act) - 0.02 <= classes["norm_act"] <= anywhere + 0.02, classes
     assert set(data["dtypes"].get("matmul", {"fp32": 0})) == {"fp32"}
     for op in data["top_ops"]:  # a GEMM's every call is in its one row
         if op["name"] in GEMMS:
