@@ -108,6 +108,37 @@ def test_flops_counted_on_the_first_step_match_the_arithmetic(tmp_path: Path) ->
         assert s.mfu == pytest.approx(s.tflops / 1.0)
 
 
+def test_a_count_that_ran_a_kernel_torch_cannot_count_says_it_is_a_lower_bound(
+    tmp_path: Path,
+) -> None:
+    """nn.LSTM runs one oneDNN kernel on a CPU, which FlopCounterMode has no formula for: the
+    count holds only the head's matmuls, and the record (and count_flops) say so, naming it."""
+    torch.manual_seed(0)
+    lstm, head = torch.nn.LSTM(8, 16, batch_first=True), torch.nn.Linear(16, 4)
+    model = torch.nn.ModuleDict({"lstm": lstm, "head": head})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 5, 8), torch.randint(0, 4, (4, 5))
+
+    def step() -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(head(lstm(x)[0]).flatten(0, 1), y.flatten())
+        loss.backward()
+        return loss
+
+    with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True) as mon:
+        for _ in range(2):
+            loss = step()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss)
+    head_only = 6 * 4 * 5 * 16 * 4  # the head's forward, input and weight gradients
+    assert mon.flops_per_step == head_only
+    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if w.code == "flops-partial"]
+    assert warning.message.startswith(f"The FLOP count ({head_only:.4g} a step) is a lower bound")
+    assert "aten.mkldnn_rnn_layer" in warning.message and "flops_per_step=" in warning.message
+    with pytest.warns(UserWarning, match="mkldnn_rnn_layer"):
+        assert ampscope.count_flops(step) == head_only
+
+
 def test_amp_fp16_skipped_step_is_recorded_at_its_step(tmp_path: Path) -> None:
     model, opt = tiny_model()
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)

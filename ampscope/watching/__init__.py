@@ -81,16 +81,24 @@ def watch(
 
 def count_flops(fn: Callable[[], Any]) -> float:
     """The floating-point operations of one call of ``fn``, counted by torch's FlopCounterMode
-    with the engine's corrections (a grouped or depthwise convolution's backward).
+    with the engine's corrections (a grouped or depthwise convolution's backward). A count
+    that ran kernels torch has no formula for (an LSTM's, the CPU's flash attention) is a
+    lower bound, and a ``UserWarning`` names them.
 
     For ``flops_per_step=`` with a model you will compile: call it once on the eager model with
     a function that runs one training step (it does run that step), before ``torch.compile``.
     """
-    from ampscope.engine.step.flops import flop_counter
+    import warnings
 
-    with flop_counter() as counter:
+    from ampscope.engine.step.flops import Counting
+    from ampscope.watching.messages import partial_count
+
+    with Counting() as counting:
         fn()
-    return float(counter.get_total_flops())
+    counted = counting.result("own")
+    if counted.partial:
+        warnings.warn(partial_count(counted.flops, counted.missing), stacklevel=2)
+    return counted.flops
 
 
 def __getattr__(name: str) -> Any:

@@ -53,6 +53,20 @@ def setup_warnings(count_flops: bool, facts: RunFacts) -> list[ev.WarningEvent]:
     return notes
 
 
+def partial_count(flops: float, missing: tuple[str, ...]) -> str:
+    """The sentence for a FLOP count that ran kernels torch has no FLOP formula for."""
+    return (
+        f"The FLOP count ({flops:.4g} a step) is a lower bound: torch has no FLOP formula for "
+        f"{', '.join(missing)}, which ran in the counted step (a recurrent layer, or the CPU's "
+        "flash attention), so TFLOP/s and MFU are lower bounds too. Pass flops_per_step= with "
+        "a count of your own for true figures."
+    )
+
+
+def partial_count_warning(flops: float, missing: tuple[str, ...]) -> ev.WarningEvent:
+    return ev.WarningEvent(code="flops-partial", message=partial_count(flops, missing), step=0)
+
+
 class StepNotes:
     """Warnings and errors a run's steps call for: each kind said once, NaN once per streak."""
 

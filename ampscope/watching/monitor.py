@@ -26,7 +26,7 @@ from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker
 from ampscope.watching.describe import RunFacts
 from ampscope.watching.losses import checked_figure, checked_loss
-from ampscope.watching.messages import StepNotes, error_event, outcome
+from ampscope.watching.messages import StepNotes, error_event, outcome, partial_count_warning
 from ampscope.watching.opening import open_record, start_telemetry
 from ampscope.watching.options import Options
 from ampscope.watching.readout import RSS_EVERY_S, Raw, make_readout
@@ -207,7 +207,9 @@ class Monitor:
     def _end_flop_count(self) -> None:
         counted = self._hooks.end_flop_count() if self._hooks is not None else None
         if counted is not None and self.flops_per_step is None:
-            self.flops_per_step = counted
+            self.flops_per_step = counted.flops
+            if counted.partial:
+                self._emit(partial_count_warning(counted.flops, counted.missing), urgent=True)
 
     # ------------------------------------------------------------------ the end
 

@@ -42,8 +42,9 @@ class StepHooks:
         """Count FLOPs from now until ``end_flop_count``."""
         self.flops = WatchedFlops()
 
-    def end_flop_count(self) -> float | None:
-        """The FLOPs counted since ``count_flops`` (None: none, or not counting)."""
+    def end_flop_count(self) -> Any:
+        """The count since ``count_flops`` (an ``engine.step.flops.FlopCount``; None: none, or not
+        counting)."""
         counting, self.flops = self.flops, None
         return counting.end() if counting is not None else None
 
@@ -74,16 +75,17 @@ class WatchedFlops:
     """Counts the first step's FLOPs (``count_flops=True``), with the engine's counter."""
 
     def __init__(self) -> None:
-        from ampscope.engine.step.flops import flop_counter
+        from ampscope.engine.step.flops import Counting
 
-        self._counter: Any = flop_counter()
-        self._counter.__enter__()
+        self._counting: Any = Counting()
+        self._counting.__enter__()
 
-    def end(self) -> float | None:
-        """Stop counting; the FLOPs counted (None: none, or already ended)."""
-        counter, self._counter = self._counter, None
-        if counter is None:
+    def end(self) -> Any:
+        """Stop counting; the count (an ``engine.step.flops.FlopCount``: the FLOPs and the kernels
+        torch has no formula for), or None: nothing counted, or already ended."""
+        counting, self._counting = self._counting, None
+        if counting is None:
             return None
-        counter.__exit__(None, None, None)
-        counted = float(counter.get_total_flops())
-        return counted if counted > 0 else None
+        counting.__exit__(None, None, None)
+        counted = counting.result("own")
+        return counted if counted.flops > 0 else None

@@ -142,20 +142,43 @@ def flop_counter() -> FlopCounterMode:
     return FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS)
 
 
+class Counting:
+    """``flop_counter()`` and the heavy kernels that ran without a FLOP formula in torch, over
+    the code run inside it: what the engine and ``ampscope.watch`` count a step with."""
+
+    def __init__(self) -> None:
+        self._seen = _SeenKernels()
+        self._counter = flop_counter()
+
+    def __enter__(self) -> Counting:
+        self._seen.__enter__()  # outside the counter: it sees the kernels below its decompositions
+        self._counter.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._counter.__exit__(*exc)
+        self._seen.__exit__(*exc)
+
+    def result(self, where: str) -> FlopCount:
+        missing = sorted(
+            str(p)
+            for p in self._seen.packets
+            if p not in flop_registry and HEAVY_KERNEL.search(str(p))
+        )
+        flops = float(self._counter.get_total_flops())
+        return FlopCount(flops, bool(missing), tuple(missing), where)
+
+
 def _count(
     model: nn.Module, batch: list[Any], loss_fn: LossFn, where: str, forward: Forward | None
 ) -> FlopCount:
-    seen = _SeenKernels()
-    with seen, flop_counter() as counter:
+    with Counting() as counting:
         if forward is None:
             output, target = model(*batch[:-1]), batch[-1]
         else:
             output, target = forward(model, batch[0]), batch[1]
         loss_fn(output, target).backward()
-    missing = sorted(
-        str(p) for p in seen.packets if p not in flop_registry and HEAVY_KERNEL.search(str(p))
-    )
-    return FlopCount(float(counter.get_total_flops()), bool(missing), tuple(missing), where)
+    return counting.result(where)
 
 
 def meta_copy(model: nn.Module) -> nn.Module:

@@ -242,7 +242,7 @@ class UserWorkload(TrainingWorkload):
             model,
             batches,
             tokens_per_step=positive_field(answer, "tokens_per_step", spec_text, whole=True),
-            flops_per_step=flops,  # None: counted with FlopCounterMode (engine.flops)
+            flops_per_step=flops,  # None: counted with FlopCounterMode (engine.step.flops)
             name=str(name) if name else type(model).__name__,
         )
         self.warnings = warnings
