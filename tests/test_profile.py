@@ -629,3 +629,23 @@ def test_a_bad_profile_request_is_refused_with_a_warning_and_training_goes_on(
     control._next_check = 0.0
     assert control.before_step(4) is True
     control.close()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("aten::mkldnn_rnn_layer", "matmul"),  # an LSTM's or GRU's own kernel on a CPU
+        ("MkldnnRnnLayerBackward0", "matmul"),
+        ("aten::_cudnn_rnn", "matmul"),
+        ("aten::lstm", "matmul"),
+        ("aten::linalg_vector_norm", "elementwise"),  # gradient clipping's norm: a reduction
+        ("aten::_foreach_norm", "elementwise"),
+        ("aten::native_layer_norm", "norm_act"),  # a norm layer stays one
+        ("aten::native_batch_norm", "norm_act"),
+    ],
+)
+def test_recurrent_kernels_are_matmul_and_vector_norms_are_no_norm_layers(name, cls) -> None:
+    """An LSTM's kernel, most of its step, was filed under 'other' (Python between ops), and
+    clip_grad_norm_'s norms under 'norm, activation'."""
+    assert op_class(name) == cls

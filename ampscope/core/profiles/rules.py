@@ -49,7 +49,15 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
             r"aten::(linear|mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|mv)$|gemm|cublas|"
             r"cutlass|xmma|nvjet|s1688|s16816|h1688|h16816|triton_tem_|_scaled_mm",
         ),
+        # a recurrent layer's own kernel (oneDNN's on a CPU, cuDNN's on a GPU) is its matmuls
+        (
+            "matmul",
+            r"aten::(lstm|gru|rnn_tanh|rnn_relu|_thnn_fused_(lstm|gru)_cell|mkldnn_rnn_layer|"
+            r"_cudnn_rnn|miopen_rnn)|cudnn::rnn|rnn_layer_(fwd|bwd)",
+        ),
         ("elementwise", r"triton_(poi|red|per)_"),  # torch.compile's fused kernels
+        # a vector norm (gradient clipping's, F.normalize's) is a reduction, not a norm layer
+        ("elementwise", r"aten::(linalg_vector_norm|_foreach_norm|norm)$"),
         (
             "norm_act",
             r"norm|gelu|relu|silu|sigmoid|tanh|softmax|dropout|nll_loss|threshold|"

@@ -26,7 +26,11 @@ from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 from ampscope.engine.checks.device import DeviceInfo
-from ampscope.engine.step.module_calls import attention_projections, why_not_called
+from ampscope.engine.step.module_calls import (
+    attention_projections,
+    foreign_linear_layers,
+    why_not_called,
+)
 
 FP8_MULTIPLE = 16  # fp8 matmul kernels need both dimensions of a weight to be multiples of 16
 
@@ -58,7 +62,7 @@ def convert_for_fp8(
         )
         raise ConfigError(
             "precision = 'fp8', but none of this workload's linear layers can run in fp8 ("
-            + "; ".join(f"{name}: {why}" for name, why in skipped.items())
+            + "; ".join(grouped_reasons(skipped))
             + f"). fp8 matmuls need layers whose dimensions are multiples of 16: {wider}, or "
             "precision = 'amp-bf16'.",
             key="precision",
@@ -73,6 +77,19 @@ def convert_for_fp8(
     return ev.Fp8Layers(
         recipe=options.recipe, emulate=options.emulate, converted=converted, skipped=skipped
     )
+
+
+def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
+    """``name: why`` for each reason, its first few layers named and the rest counted: a
+    GPT-2's 48 Conv1D layers are one reason, not 48 lines."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in skipped.items():
+        by_reason.setdefault(why, []).append(name)
+    out = []
+    for why, names in by_reason.items():
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        out.append(f"{', '.join(names[:shown])}{more}: {why}")
+    return out
 
 
 def choose_layers(
@@ -103,6 +120,7 @@ def choose_layers(
         else:
             converted.append(name)
     skipped.update(attention_projections(model))
+    skipped.update(foreign_linear_layers(model))
     return converted, skipped
 
 

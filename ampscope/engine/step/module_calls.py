@@ -75,3 +75,14 @@ def attention_projections(model: nn.Module) -> dict[str, str]:
         for name, module in model.named_modules()
         if isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None
     }
+
+
+def foreign_linear_layers(model: nn.Module) -> dict[str, str]:
+    """Matmul layers of other libraries that fp8 conversion, which swaps ``nn.Linear`` alone,
+    never reaches: Hugging Face's ``Conv1D`` (GPT-2's every projection), by module name."""
+    return {
+        name: "transformers' Conv1D, GPT-2's linear layer with its weight stored transposed: "
+        "fp8 conversion takes nn.Linear only"
+        for name, module in model.named_modules()
+        if type(module).__name__ == "Conv1D" and type(module).__module__.startswith("transformers")
+    }
