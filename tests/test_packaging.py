@@ -100,7 +100,7 @@ def test_an_install_makes_only_ampscope_importable(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     where, leaked = out.stdout.splitlines()
     assert leaked == "[]"
-    assert Path(where).name == "exits.py" and Path(where).parent.name == "engine"
+    assert Path(where).name == "exits.py" and Path(where).parent.name == "lifecycle"
 
 
 @pytest.mark.unit
