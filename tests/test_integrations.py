@@ -31,7 +31,7 @@ def lightning_fit(root: Path, inf_at: int = -1, fail_at: int = -1, **trainer_kw)
     pl = pytest.importorskip("lightning.pytorch")
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ampscope.integrations.lightning import AmpscopeCallback
+    from ampscope.integrations.lightning import LightningCallback
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
@@ -68,7 +68,7 @@ def lightning_fit(root: Path, inf_at: int = -1, fail_at: int = -1, **trainer_kw)
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[AmpscopeCallback(name="lit", runs_dir=root)],
+        callbacks=[LightningCallback(name="lit", runs_dir=root)],
     )
     trainer = pl.Trainer(**(options | trainer_kw))
     trainer.fit(module, data)
@@ -117,7 +117,7 @@ def test_lightning_failure_ends_the_record_failed(tmp_path: Path) -> None:
 def test_hf_trainer_record_matches_the_trainers_own_logs(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from ampscope.integrations.hf import AmpscopeCallback
+    from ampscope.integrations.hf import HFTrainerCallback
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(
@@ -146,7 +146,7 @@ def test_hf_trainer_record_matches_the_trainers_own_logs(tmp_path: Path) -> None
         save_strategy="no",
         disable_tqdm=True,
     )
-    callback = AmpscopeCallback(name="hf", runs_dir=tmp_path / "runs")
+    callback = HFTrainerCallback(name="hf", runs_dir=tmp_path / "runs")
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
     trainer.train()
 

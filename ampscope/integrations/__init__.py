@@ -1,6 +1,6 @@
 """ampscope.watch for trainers that own the loop: Lightning and Hugging Face's Trainer.
 
-``ampscope.integrations.lightning.AmpscopeCallback`` and ``ampscope.integrations.hf.AmpscopeCallback``
+``ampscope.integrations.lightning.LightningCallback`` and ``ampscope.integrations.hf.HFTrainerCallback``
 each import their library; this package imports neither (extras ``lightning`` and ``hf``).
 """
 

@@ -1,4 +1,4 @@
-"""ampscope for Hugging Face's Trainer: ``Trainer(..., callbacks=[AmpscopeCallback()])``.
+"""ampscope for Hugging Face's Trainer: ``Trainer(..., callbacks=[HFTrainerCallback()])``.
 
 The Trainer hands its callbacks the model and its optimizer: accelerate's wrapper, which holds
 the accelerator's GradScaler (fp16) beside the torch optimizer. The loss of each step is not
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class AmpscopeCallback(TrainerCallback):
+class HFTrainerCallback(TrainerCallback):
     """Records ``trainer.train()`` like an engine run; see ``ampscope.watch`` for the options."""
 
     def __init__(

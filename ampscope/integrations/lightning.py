@@ -1,4 +1,4 @@
-"""ampscope for Lightning: ``Trainer(callbacks=[AmpscopeCallback()])``.
+"""ampscope for Lightning: ``Trainer(callbacks=[LightningCallback()])``.
 
 The callback reads what the trainer already knows: the optimizer, the precision plugin (its
 name gives the number format, its GradScaler the loss scale and skipped steps), the planned
@@ -36,7 +36,7 @@ PRECISIONS = {
 """Lightning's precision names as ampscope's; others (fp8, transformer-engine) are inferred."""
 
 
-class AmpscopeCallback(pl.Callback):
+class LightningCallback(pl.Callback):
     """Records the fit like an engine run; see ``ampscope.watch`` for the options.
 
     ``tokens``: a function from a batch to its number of tokens, for tokens/s.
