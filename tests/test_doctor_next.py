@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ampscope.engine.checks import doctor
+from ampscope.cli import doctor
 
 pytestmark = pytest.mark.unit
 

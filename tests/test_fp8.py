@@ -350,15 +350,16 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
 
 @pytest.mark.subprocess
 def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
+    from ampscope.cli.doctor import doctor as print_doctor
     from ampscope.engine.checks import doctor
 
     monkeypatch.setattr(doctor, "_torchao_version", lambda: None)
-    assert doctor.doctor() == 0
+    assert print_doctor() == 0
     assert "fp8 training: torchao is not installed (pip install 'ampscope[fp8]'" in (
         capsys.readouterr().out
     )
     monkeypatch.setattr(doctor, "_torchao_version", lambda: "0.18.0")
-    assert doctor.doctor() == 0
+    assert print_doctor() == 0
     assert "fp8 training: torchao 0.18.0" in capsys.readouterr().out
 
 

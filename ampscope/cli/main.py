@@ -189,7 +189,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             from ampscope.cli.machine import cmd_machine_check
 
             return cmd_machine_check(args)
-        from ampscope.engine.checks.doctor import doctor
+        from ampscope.cli.doctor import doctor
 
         return doctor(as_json=args.json, try_compile=args.try_compile)
     return cmd_dashboard(args)
