@@ -105,6 +105,15 @@ class PhaseEvent(Event, tag="phase"):
     step: int | None = None
 
 
+def compile_ended(seconds: float) -> tuple[PhaseEvent, PhaseEvent]:
+    """A compiled model's first step is its compile: its end after step 0, then training from
+    step 1. Engine runs and watched loops say it alike."""
+    return (
+        PhaseEvent(phase="compile", state="end", seconds=seconds, step=0),
+        PhaseEvent(phase="train", state="start", step=1),
+    )
+
+
 class RankStep(msgspec.Struct, kw_only=True):
     """One rank's share of a step."""
 

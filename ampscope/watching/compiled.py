@@ -31,11 +31,8 @@ class CompileTracker:
         if not self.compiled:
             return
         self.compile_s = round(time.perf_counter() - self.started, 3)
-        self.emit(
-            ev.PhaseEvent(phase="compile", state="end", seconds=self.compile_s, step=0),
-            urgent=True,
-        )
-        self.emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)
+        for event in ev.compile_ended(self.compile_s):
+            self.emit(event, urgent=True)
 
     def after_step(self, step: int, writer: EventWriter | None) -> None:
         counters = self._counters

@@ -203,5 +203,5 @@ def train(
 
 
 def end_compile_phase(writer: EventWriter, seconds: float) -> None:
-    writer.emit(ev.PhaseEvent(phase="compile", state="end", seconds=seconds, step=0), urgent=True)
-    writer.emit(ev.PhaseEvent(phase="train", state="start", step=1), urgent=True)
+    for event in ev.compile_ended(seconds):
+        writer.emit(event, urgent=True)
