@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import math
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -167,3 +168,17 @@ def test_a_live_json_naming_no_real_pid_or_start_is_not_live_and_nothing_crashes
     assert cli_main(["runs", "--runs-dir", str(runs)]) == 0
     assert cli_main(["stop", str(run_dir), "--wait", "0"]) == 1
     assert "is not running on this host (crashed): nothing to stop" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_stop_names_the_user_whose_process_a_record_names(monkeypatch) -> None:
+    """Another user's engine cannot prove it holds the record's .owner (its descriptors are
+    hidden in /proc): 'stop' said the proof failed; it now says whose process it is."""
+    from ampscope.cli import stop as stop_cli
+
+    assert stop_cli._another_users(os.getpid()) is None  # this user's own
+    monkeypatch.setattr(stop_cli.os, "getuid", lambda: 54321)
+    assert (
+        stop_cli._another_users(os.getpid()) == pwd.getpwuid(os.stat("/proc/self").st_uid).pw_name
+    )
+    assert stop_cli._another_users(2**22 + 12345) is None  # no such process: nothing to say

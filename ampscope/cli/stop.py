@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import pwd
 import signal
 import sys
 import time
@@ -60,6 +62,21 @@ def find_run(arg: str | None, root: Path) -> Path | None:
     return None
 
 
+def _another_users(pid: int) -> str | None:
+    """The name of the user a process belongs to, when that is not this one (its .owner
+    proof cannot be read then: /proc hides another user's descriptors); None otherwise."""
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+    if uid == os.getuid():
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     if args.wait is not None and not (math.isfinite(args.wait) and args.wait >= 0):
         return fail(f"--wait {args.wait:g} is out of range. Accepted: 0 or more seconds.")
@@ -72,6 +89,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     live = records.read_live(path)
     pid = stopping.verified_pid(live, path) if live else None
     named = records.same_process(live) if live else None
+    if pid is None and named is not None and (owner := _another_users(named)) is not None:
+        return fail(
+            f"{visible(path.name)}: its process (pid {named}) is {visible(owner)}'s, not yours: "
+            "ampscope signals only your own runs. Stop it as that user, where it runs.",
+            1,
+        )
     if pid is None and named is not None:
         return fail(
             f"{visible(path.name)}: the process its live.json names (pid {named}) does not "
