@@ -7,6 +7,7 @@ with a lowered power limit, thermal throttling and a narrow PCIe link, a CPU who
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -359,12 +360,46 @@ def test_real_cpu_matmuls_run_in_each_format_at_the_shape_asked() -> None:
 
 
 @pytest.mark.unit
-def test_allreduce_bus_bandwidth_follows_ncclts_formula_and_one_gpu_has_none() -> None:
-    assert mc.allreduce_busbw(100.0, 8) == pytest.approx(175.0)
+def test_several_gpus_get_the_all_reduce_bus_bandwidth_and_a_failed_one_says_why() -> None:
+    assert mc.allreduce_busbw(100.0, 8) == pytest.approx(175.0)  # nccl-tests' 2(n-1)/n
     assert mc.allreduce_busbw(100.0, 2) == pytest.approx(100.0)
-    assert mb.allreduce_busbw(1) == (None, None)
-    value, note = mb.allreduce_busbw(8)
-    assert value is None and note is not None and "all_reduce_perf" in note
+    said: list[tuple[str, str]] = []
+    asked: list[int] = []
+
+    def eight(count: int) -> float:
+        asked.append(count)
+        return 361.0
+
+    seams = fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES))
+    gpus8 = mb.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "58fa5f56-0000", 8)
+    seams = dataclasses.replace(seams, gpu=lambda: gpus8, allreduce=eight)
+    check = mb.run_check(seams=seams, on_figure=lambda what, line: said.append((what, line)))
+    assert asked == [8] and check.allreduce_busbw_gbps == 361.0 and check.allreduce_note is None
+    assert ("allreduce", "all-reduce  361 GB/s bus bandwidth over 8 GPUs (NCCL)") in said
+
+    def broken(count: int) -> float:
+        raise RuntimeError("rank 3 ended with exit code 1")
+
+    check = mb.run_check(seams=dataclasses.replace(seams, allreduce=broken))
+    assert check.allreduce_busbw_gbps is None and check.matmul  # the other figures stand
+    assert check.allreduce_note == (
+        "8 GPUs: the all-reduce could not be measured (RuntimeError: rank 3 ended with exit "
+        "code 1); nccl-tests' all_reduce_perf measures it"
+    )
+    one = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES)))
+    assert one.allreduce_busbw_gbps is None and one.allreduce_note is None  # one GPU: none
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_a_real_all_reduce_over_two_ranks_on_the_cpu() -> None:
+    """The same ranks doctor starts on several GPUs, over gloo on the CPU: two processes join,
+    reduce 4 MiB ten times and leave; the bus bandwidth is their median time's."""
+    from ampscope.engine.checks.allreduce import allreduce_gbps
+
+    busbw = allreduce_gbps(2, nbytes=4 << 20, backend="gloo")
+    # 4 MiB in less than 4 s a reduce, and not faster than a copy in memory could be
+    assert 1e-3 < busbw < 1e3
 
 
 # ---------------------------------------------------------------------------------------------

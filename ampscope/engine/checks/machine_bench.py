@@ -21,7 +21,8 @@ import torch
 from ampscope.core.machine import check as mc
 from ampscope.core.machine import verdicts as mv
 from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
-from ampscope.engine.checks.machine_state import allreduce_busbw, gpu_state
+from ampscope.engine.checks.allreduce import allreduce_gbps
+from ampscope.engine.checks.machine_state import gpu_state
 
 Shape = tuple[int, int, int]
 
@@ -223,6 +224,25 @@ class Seams:
     gpu: Callable[[], GpuInfo | None] = first_gpu
     copy: Bandwidth = copy_gbps
     h2d: Bandwidth = h2d_gbps
+    allreduce: Callable[[int], float] = allreduce_gbps  # several GPUs: one rank each, NCCL
+
+
+def measure_allreduce(
+    gpus: int, seams: Seams, said: Callable[[str, str], None]
+) -> tuple[float | None, str | None]:
+    """The all-reduce's bus bandwidth across every GPU, or why it could not be measured;
+    nothing for one GPU (or none)."""
+    if gpus < 2:
+        return None, None
+    try:
+        busbw = seams.allreduce(gpus)
+    except Exception as exc:  # noqa: BLE001 - the other figures stand; the note says why
+        return None, (
+            f"{gpus} GPUs: the all-reduce could not be measured ({type(exc).__name__}: "
+            f"{exc}); nccl-tests' all_reduce_perf measures it"
+        )
+    said("allreduce", f"all-reduce  {busbw:,.0f} GB/s bus bandwidth over {gpus} GPUs (NCCL)")
+    return busbw, None
 
 
 def state_under_load(
@@ -316,7 +336,8 @@ def run_check(
     if cuda:
         h2d = seams.h2d(device, QUICK_COPY_BYTES if quick else H2D_BYTES, timer, budget)
         said("h2d", f"pinned host-to-device  {h2d:,.1f} GB/s")
-    busbw, busbw_note = allreduce_busbw(gpu.count if gpu is not None else 0)
+    gpus = gpu.count if gpu is not None and not quick else 0
+    busbw, busbw_note = measure_allreduce(gpus, seams, said)
     check = MachineCheck(
         device=name,
         kind=kind,

@@ -1,6 +1,6 @@
 """What holds a GPU back, as NVML reports it, for the machine check: power limit, clock
 throttle reasons, the PCIe link. Read through ``nvml_call`` (never raises), so a fake NVML
-module stands in for ``pynvml`` in tests; and the all-reduce seam for several GPUs.
+module stands in for ``pynvml`` in tests.
 """
 
 from __future__ import annotations
@@ -55,14 +55,3 @@ def gpu_state(
         return state, as_text(driver) if driver else None
     finally:
         nvml_call(nvml, "nvmlShutdown")
-
-
-def allreduce_busbw(gpus: int) -> tuple[float | None, str | None]:
-    """An all-reduce over NCCL needs one process per GPU, which ``doctor`` does not start;
-    the figure is left out and the note says how to get it."""
-    if gpus < 2:
-        return None, None
-    return None, (
-        f"{gpus} GPUs: all-reduce bus bandwidth is not measured by this command; "
-        "run nccl-tests' all_reduce_perf for it"
-    )

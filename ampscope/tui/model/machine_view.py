@@ -84,6 +84,12 @@ def check_lines(
             lines.append(f"{what}: {check.memory_gbps:,.1f} GB/s")
     if check.h2d_gbps is not None:
         lines.append(f"host to GPU (pinned): {check.h2d_gbps:,.1f} GB/s")
+    if check.allreduce_busbw_gbps is not None:
+        lines.append(
+            f"all-reduce across the GPUs: {check.allreduce_busbw_gbps:,.0f} GB/s bus bandwidth"
+        )
+    elif check.allreduce_note:
+        lines.append(check.allreduce_note)
     if check.verdicts:
         lines.append("")
         for verdict in check.verdicts:
