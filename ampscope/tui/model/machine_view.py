@@ -89,7 +89,7 @@ def check_lines(
             f"all-reduce across the GPUs: {check.allreduce_busbw_gbps:,.0f} GB/s bus bandwidth"
         )
     elif check.allreduce_note:
-        lines.append(check.allreduce_note)
+        lines.extend(textwrap.wrap(visible(check.allreduce_note, 400), width))
     if check.verdicts:
         lines.append("")
         for verdict in check.verdicts:
