@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampscope.core.machine.hardware import Gpu, identify, is_mig, peak_tflops
 from ampscope.core.presets import user_config_dir
+from ampscope.core.records.files import read_json
 from ampscope.core.units import of_measured
 
 if TYPE_CHECKING:
@@ -31,34 +32,6 @@ if TYPE_CHECKING:
 MATMUL_FORMATS_GPU = ("fp32", "tf32", "bf16", "fp16", "fp8")
 MATMUL_FORMATS_CPU = ("fp32", "bf16", "fp16")
 RUN_COMMAND = "ampscope doctor --bench"
-
-
-# Datasheet memory bandwidth, GB/s (the same vendors' datasheets as the peak table).
-MEMORY_GBPS: dict[str, float] = {
-    "GB200": 8000.0,
-    "B200": 8000.0,
-    "H200 NVL": 4800.0,
-    "H200 SXM": 4800.0,
-    "H100 NVL": 3900.0,
-    "H100 PCIe": 2000.0,
-    "H100 SXM": 3350.0,
-    "A100 80GB": 2039.0,
-    "A100 40GB": 1555.0,
-    "L40S": 864.0,
-    "L40": 864.0,
-    "L4": 300.0,
-    "A10": 600.0,
-    "RTX 4090 D": 1008.0,
-    "RTX 4090": 1008.0,
-    "RTX 3090 Ti": 1008.0,
-    "RTX 3090": 936.0,
-    "V100S PCIe": 1134.0,
-    "V100 PCIe 32GB": 900.0,
-    "V100 PCIe 16GB": 900.0,
-    "V100 SXM2 32GB": 900.0,
-    "V100 SXM2 16GB": 900.0,
-    "T4": 320.0,
-}
 
 
 @dataclass
@@ -180,10 +153,6 @@ def _float(value: Any) -> float | None:
 # Datasheet figures
 
 
-def datasheet_gbps(gpu: Gpu | None) -> float | None:
-    return MEMORY_GBPS.get(gpu.model) if gpu is not None else None
-
-
 def with_datasheet(
     device: str,
     kind: str,
@@ -230,7 +199,7 @@ def load_all(host: str | None = None) -> tuple[dict[str, MachineCheck], str | No
     """This host's checks by device name, and a problem with the file (None if fine or absent)."""
     path = check_path(host)
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
         checks = {name: MachineCheck.from_json(c) for name, c in dict(data["checks"]).items()}
     except FileNotFoundError:
         return {}, None

@@ -190,3 +190,43 @@ def fit_chart() -> tuple[tuple[str, float], ...]:
     """(label, GiB) for the memory planner's chart, smallest first, one per memory size."""
     rows = [(gpu.chart, gpu.memory_gib) for gpu in GPUS if gpu.chart is not None]
     return tuple(sorted(rows, key=lambda row: row[1]))
+
+
+# Datasheet memory bandwidth, GB/s (the same vendors' datasheets as the peak table).
+MEMORY_GBPS: dict[str, float] = {
+    "GB200": 8000.0,
+    "B200": 8000.0,
+    "H200 NVL": 4800.0,
+    "H200 SXM": 4800.0,
+    "H100 NVL": 3900.0,
+    "H100 PCIe": 2000.0,
+    "H100 SXM": 3350.0,
+    "A100 80GB": 2039.0,
+    "A100 40GB": 1555.0,
+    "L40S": 864.0,
+    "L40": 864.0,
+    "L4": 300.0,
+    "A10": 600.0,
+    "RTX 4090 D": 1008.0,
+    "RTX 4090": 1008.0,
+    "RTX 3090 Ti": 1008.0,
+    "RTX 3090": 936.0,
+    "V100S PCIe": 1134.0,
+    "V100 PCIe 32GB": 900.0,
+    "V100 PCIe 16GB": 900.0,
+    "V100 SXM2 32GB": 900.0,
+    "V100 SXM2 16GB": 900.0,
+    "T4": 320.0,
+}
+
+
+def datasheet_gbps(gpu: Gpu | None) -> float | None:
+    """The datasheet memory bandwidth of a row of ``GPUS`` (None: not listed, or no GPU)."""
+    return MEMORY_GBPS.get(gpu.model) if gpu is not None else None
+
+
+CPU_UNITS = {
+    "bf16": (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16")),
+    "fp16": (("amx_fp16", "AMX-FP16"), ("avx512_fp16", "AVX512-FP16")),
+}
+"""A CPU's matmul units for a 16-bit format: /proc/cpuinfo's flag and the name said for it."""

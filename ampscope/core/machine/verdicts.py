@@ -9,6 +9,7 @@ throttled clocks, a narrow PCIe link), and on a CPU bf16 and fp16 against fp32 w
 from __future__ import annotations
 
 from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
+from ampscope.core.machine.hardware import CPU_UNITS
 
 # A dense matmul reaching this share of the datasheet is healthy (an H100 SXM reaches about
 # 0.8 in bf16, MAMF-finder style sweeps); below LOW something holds the device back.
@@ -19,11 +20,6 @@ TYPICAL_MEMORY = 0.7  # an H200 copies at about 4.3 of its 4.8 TB/s
 # What one PCIe lane carries per direction, GB/s, after line coding (PCI-SIG figures).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 TYPICAL_H2D = 0.5  # pinned copies reach 0.7-0.85 of the link; under half points at the host
-
-CPU_UNITS = {
-    "bf16": (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16")),
-    "fp16": (("amx_fp16", "AMX-FP16"), ("avx512_fp16", "AVX512-FP16")),
-}
 
 
 def pct(ratio: float) -> str:

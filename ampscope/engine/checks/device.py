@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ampscope.core.machine.hardware import CPU_UNITS
 from ampscope.core.presets import ConfigError
 from ampscope.engine.ranks import RankEnv
 
@@ -124,11 +125,17 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_has_fast_bf16() -> bool:
-    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    return cpu_has_units("bf16", cpu_flags())
 
 
 def cpu_has_fast_fp16() -> bool:
-    return bool({"avx512_fp16", "amx_fp16"} & cpu_flags())
+    return cpu_has_units("fp16", cpu_flags())
+
+
+def cpu_has_units(fmt: str, flags: set[str]) -> bool:
+    """Whether ``flags`` (/proc/cpuinfo's) name a matmul unit for ``fmt``, by the one table
+    of them the machine check's verdicts read too (``core.machine.hardware.CPU_UNITS``)."""
+    return any(flag in flags for flag, _name in CPU_UNITS[fmt])
 
 
 def where_it_runs(info: DeviceInfo) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import torch
 from ampscope.core.machine import check as mc
 from ampscope.core.machine import verdicts as mv
 from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
+from ampscope.core.machine.hardware import CPU_UNITS, datasheet_gbps
 from ampscope.engine.checks.allreduce import allreduce_gbps
 from ampscope.engine.checks.machine_state import gpu_state
 
@@ -170,7 +171,7 @@ def h2d_gbps(device: torch.device, nbytes: int, timer: Timer, budget: Budget) ->
 
 def cpu_units(flags: set[str]) -> list[str]:
     """The reduced-precision matmul units among /proc/cpuinfo's flags."""
-    wanted = {flag for units in mv.CPU_UNITS.values() for flag, _ in units}
+    wanted = {flag for units in CPU_UNITS.values() for flag, _ in units}
     return sorted(wanted & flags)
 
 
@@ -343,7 +344,7 @@ def run_check(
         kind=kind,
         matmul=figures,
         memory_gbps=gbps,
-        memory_datasheet_gbps=mc.datasheet_gbps(gpu_row),
+        memory_datasheet_gbps=datasheet_gbps(gpu_row),
         memory_what="device-to-device copy" if cuda else "copy in RAM",
         h2d_gbps=h2d,
         allreduce_busbw_gbps=busbw,

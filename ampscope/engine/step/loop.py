@@ -1,7 +1,7 @@
 """The training loop: one optimizer step per iteration, every step timed and reported.
 
 ``train_step`` is the whole of a step, in the order torch's AMP recipe prescribes. ``train``
-times it with the probe (CUDA events on a GPU) from the end of the step before to its own
+times it with the step timer (CUDA events on a GPU) from the end of the step before to its own
 end, so that the host's work between steps (reading back, emitting) is in the figure. It
 reports each step once its metrics have landed on the host, normally a step later, so the
 loop never waits for the GPU. Before each step the ranks exchange what has landed and whether
@@ -130,27 +130,27 @@ def train(
     reporter = StepReporter(s, writer, stats, peak, profiler.profiled if profiler else ())
     memory = MemoryReader(s.info.device)
     memory.reset_peak()  # setup's peak (weights cast, FLOPs counted) is not training's
-    probe = make_step_timer(s.info.device, width=METRICS_WIDTH)
+    timer = make_step_timer(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
     compile_watch = CompileWatch(writer) if compiled else None
     # None when off: nothing added to a step. A step that went wrong is run again, hooks on.
-    # Its time is no step's: the next step is timed from the rerun's end (probe.begin).
+    # Its time is no step's: the next step is timed from the rerun's end (timer.begin).
     # A rerun inside a step (a CPU's, before its update) is left out of the step's time.
     numerics = loop_numerics(
         s,
         writer,
         step_loss(s),
         reporter,
-        probe.begin,
-        probe.leave_out if isinstance(probe, CpuStepTimer) else None,
+        timer.begin,
+        timer.leave_out if isinstance(timer, CpuStepTimer) else None,
     )
     first_phase: ev.Phase = "compile" if compiled else "train"
     writer.emit(ev.PhaseEvent(phase=first_phase, state="start", step=0), urgent=True)
     status: ev.DoneStatus = "ok"
-    probe.begin()  # step 0 is timed from here, every later step from the end of the one before
+    timer.begin()  # step 0 is timed from here, every later step from the end of the one before
     link.watch_progress(lambda w: writer.emit(w, urgent=True), compiled)  # several ranks
     for step in range(preset.steps):
-        landed = [memory.figures(link.rank, item) for item in probe.poll()]
+        landed = [memory.figures(link.rank, item) for item in timer.poll()]
         halt = stop.is_set() or writer.broken or writer.fault is not None
         ready, stop_all = link.exchange(landed, halt, sample())
         for ranks in ready:  # the steps whose metrics have landed, on every rank
@@ -160,7 +160,7 @@ def train(
             break
         measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
         if profiler is not None and profiler.before_step(step):
-            probe.begin()  # starting the profiler is not the step's work
+            timer.begin()  # starting the profiler is not the step's work
         t0 = time.perf_counter()
         stats.step_running = step
         try:
@@ -176,10 +176,10 @@ def train(
             if told is exc:
                 raise
             raise told from None
-        probe.end(step, metrics)  # CUDA events on a GPU, the host clock on a CPU
+        timer.end(step, metrics)  # CUDA events on a GPU, the host clock on a CPU
         if profiler is not None:
             profiler.after_step(step)  # a profile's analysis is not the next step's work
-        probe.begin()  # the host work up to the next step (polling, reporting) counts in it
+        timer.begin()  # the host work up to the next step (polling, reporting) counts in it
         reporter.data_ms[step] = data_ms
         if s.workload.warnings:  # found while serving batches (an iterable that restarted)
             reporter.warn_from(s.workload.warnings)
@@ -192,7 +192,7 @@ def train(
     link.stop_watching()
     if profiler is not None:
         profiler.end_run()  # a run that stopped mid-profile: the steps profiled so far
-    landed = [memory.figures(link.rank, item) for item in probe.drain()]
+    landed = [memory.figures(link.rank, item) for item in timer.drain()]
     for ranks in link.exchange(landed, False, sample())[0]:
         reporter.report(ranks)
     if numerics:

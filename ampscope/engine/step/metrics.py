@@ -1,7 +1,7 @@
 """Per-step metrics: gathered on the device inside the step, turned into events once they land.
 
 The step returns its figures as one small device tensor (``StepMetrics`` order); nothing in it
-waits for the GPU. The probe reads the tensor back a step late, and ``StepReporter`` turns it
+waits for the GPU. The step timer reads the tensor back a step late, and ``StepReporter`` turns it
 into a step event, warnings, and the run's statistics.
 """
 
@@ -195,7 +195,8 @@ class StepReporter:
         # can tell (numerics).
         self.on_bad: Callable[[int, float, bool], ev.FirstNonfinite | None] | None = None
         self.first: ev.FirstNonfinite | None = None  # the run's first inf/NaN, when found
-        self.scales: list[float] = []  # the loss scale of the first step, and after the last
+        self.scale_first: float | None = None  # the loss scale the first step ran with
+        self.scale_last = math.nan  # the loss scale after the last step
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -208,9 +209,10 @@ class StepReporter:
         skipped = skips[0]
         loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
         job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
-        self._count(step, job_ms, loss, m, skipped, ranks)
+        cpu_ms = _job_cpu_ms(ranks)
+        self._count(step, job_ms, cpu_ms, loss, m, skipped, ranks)
         data_ms = self.data_ms.pop(step, None)
-        self.writer.emit(self._step_event(step, job_ms, loss, m, skipped, ranks, data_ms))
+        self.writer.emit(self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms))
         self._warn(step, m, skipped)
         if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
             self.writer.emit(self.input_wait.warning(), urgent=True)
@@ -225,7 +227,9 @@ class StepReporter:
         if went_wrong and self.on_bad is not None:
             first = self.on_bad(step, m.scale_before if self.scaled else math.nan, ends)
             self.first = self.first or first
-        self.scales = [self.scales[0] if self.scales else m.scale_before, m.scale_after]
+        if self.scale_first is None:
+            self.scale_first = m.scale_before
+        self.scale_last = m.scale_after
         if ends:
             bad = [f.rank for f, x in zip(ranks, each, strict=True) if not math.isfinite(x.loss)]
             raise NonFiniteLoss(step, loss, bad if len(ranks) > 1 else None, first)
@@ -235,7 +239,8 @@ class StepReporter:
         ``EveryStepSkipped``, for the run never trained (a skip is no failure of its own)."""
         done = self.stats.steps_done
         if status == "ok" and self.scaled and done and self.stats.skipped >= done:
-            raise EveryStepSkipped(done, self.scales[0], self.scales[-1], self.first)
+            first_scale = math.nan if self.scale_first is None else self.scale_first
+            raise EveryStepSkipped(done, first_scale, self.scale_last, self.first)
         return status
 
     def _diverged(self, step: int, skips: list[bool]) -> None:
@@ -253,6 +258,7 @@ class StepReporter:
         self,
         step: int,
         job_ms: float,
+        cpu_ms: float | None,
         loss: float,
         m: StepMetrics,
         skipped: bool,
@@ -261,7 +267,7 @@ class StepReporter:
         stats = self.stats
         stats.steps_done = step + 1
         stats.step_ms.append(job_ms)
-        stats.cpu_ms.append(_job_cpu_ms(ranks))
+        stats.cpu_ms.append(cpu_ms)
         if not math.isnan(m.grad_zero_frac):
             stats.instrumented.add(step)
         if step in self.profiled:
@@ -287,6 +293,7 @@ class StepReporter:
         self,
         step: int,
         job_ms: float,
+        cpu_ms: float | None,
         loss: float,
         m: StepMetrics,
         skipped: bool,
@@ -301,7 +308,7 @@ class StepReporter:
         event = ev.StepEvent(
             step=step,
             step_ms=round(job_ms, 4),
-            cpu_ms=None if (cpu := _job_cpu_ms(ranks)) is None else round(cpu, 4),
+            cpu_ms=None if cpu_ms is None else round(cpu_ms, 4),
             loss=loss if math.isfinite(loss) else None,
             loss_scale=m.scale_after if self.scaled else None,
             skipped=skipped,

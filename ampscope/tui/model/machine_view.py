@@ -7,11 +7,9 @@ no datasheet, so its bars are scaled to its fastest format.
 
 from __future__ import annotations
 
-import textwrap
-
 from ampscope.core.machine import check as mc
 from ampscope.core.machine import verdicts as mv
-from ampscope.core.text import visible
+from ampscope.core.text import visible, wrap
 
 FULL, EMPTY = "\u2588", "\u2591"
 NO_CHECK = (
@@ -49,7 +47,7 @@ def check_lines(
     ]
     stale = mc.staleness(check, torch, driver)
     if stale:
-        lines.extend(textwrap.wrap(stale, width, initial_indent="! ", subsequent_indent="  "))
+        lines.extend(wrap(stale, width, "! ", "  "))
     lines.append("")
     has_sheet = any(f.datasheet_tflops for f in check.matmul.values())
     lines.append(
@@ -89,15 +87,11 @@ def check_lines(
             f"all-reduce across the GPUs: {check.allreduce_busbw_gbps:,.0f} GB/s bus bandwidth"
         )
     elif check.allreduce_note:
-        lines.extend(textwrap.wrap(visible(check.allreduce_note, 400), width))
+        lines.extend(wrap(visible(check.allreduce_note, 400), width))
     if check.verdicts:
         lines.append("")
         for verdict in check.verdicts:
-            lines.extend(
-                textwrap.wrap(
-                    visible(verdict, 400), width, initial_indent="- ", subsequent_indent="  "
-                )
-            )
+            lines.extend(wrap(visible(verdict, 400), width, "- ", "  "))
     return lines
 
 
@@ -110,11 +104,9 @@ def view_lines(
 ) -> list[str]:
     """Every kept check of this host, GPUs first; or how to get one."""
     if problem:
-        return textwrap.wrap(visible(problem, 400), width)
+        return wrap(visible(problem, 400), width)
     if not checks:
-        return [
-            line for part in NO_CHECK.split("\n") for line in (textwrap.wrap(part, width) or [""])
-        ]
+        return [line for part in NO_CHECK.split("\n") for line in wrap(part, width)]
     lines: list[str] = []
     for check in sorted(checks.values(), key=lambda c: (c.kind != "cuda", c.device)):
         if lines:
