@@ -47,8 +47,19 @@ SPEC = Path(__file__).parent / "data" / "zoo.py"
 MODELS = list(zoo.FACTORIES)
 STEPS = 3
 QUICK = ["--device", "cpu", "--set", "warmup_steps=1"]
-CONV_MODELS = ("cnn_bn", "dw_separable")
-TOKEN_MODELS = ("encoder", "hf_gpt2", "hf_bert", "lstm", "gru", "tied")
+CONV_MODELS = ("cnn_bn", "dw_separable", "unet")
+TOKEN_MODELS = (
+    "encoder",
+    "hf_gpt2",
+    "hf_bert",
+    "lstm",
+    "gru",
+    "tied",
+    "hf_llama",
+    "moe",
+    "tied_to_device",
+)
+WIDE_BATCH = ("unused", "root_computes", "root_exp")  # 2 x BATCH samples a step
 
 
 def models(*names: str, xfail: str | None = None) -> list[Any]:
@@ -142,13 +153,18 @@ def hand_flops(model: nn.Module, answer: dict, batch: Any) -> float:
     forward: list[float] = []
 
     def hook(module: nn.Module, inputs: Any, out: torch.Tensor) -> None:
-        if isinstance(module, nn.Conv2d):
+        if isinstance(module, nn.ConvTranspose2d):  # each input value meets a kernel a group
+            kh, kw = module.kernel_size
+            per_input = module.out_channels // module.groups * kh * kw
+            forward.append(2 * inputs[0].numel() * per_input)
+        elif isinstance(module, nn.Conv2d):
             kh, kw = module.kernel_size
             forward.append(2 * out.numel() * module.in_channels // module.groups * kh * kw)
         else:
             forward.append(2 * out.numel() * module.in_features)
 
-    layers = [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    kinds = (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)
+    layers = [m for m in model.modules() if isinstance(m, kinds)]
     handles = [m.register_forward_hook(hook) for m in layers]
     loss_of(answer, model, batch)
     for h in handles:
@@ -349,7 +365,7 @@ def test_run_trains_and_counts_the_models_parameters_and_flops(name, refs, bench
     assert hello.flops_source == "counted" and not hello.flops_counted_partial
     assert hello.flops_per_step == pytest.approx(ref.flops, rel=1e-9)
     assert losses[0] == pytest.approx(ref.first_loss, rel=1e-5)  # the same weights, the same batch
-    assert hello.samples_per_step == (2 * zoo.BATCH if name in ("unused", "root_computes") else zoo.BATCH)  # fmt: skip
+    assert hello.samples_per_step == (2 * zoo.BATCH if name in WIDE_BATCH else zoo.BATCH)
     if name in TOKEN_MODELS:
         assert hello.tokens_per_step == zoo.BATCH * zoo.SEQ
 
@@ -406,13 +422,14 @@ def test_numerics_agree_with_torchs_own_casts_layer_by_layer(name, refs, numeric
         for kind, figures in (("outputs", ref.outputs), ("gradients", ref.grads))
         for leaf, c in figures.items()
     ]
-    worst, leaf, kind = max(shares)
+    worst = max(shares)[0]
     fp16 = next(v for v in out["verdicts"] if v.startswith("fp16:"))
     if worst < NOTABLE:  # a share below 1 % is not worth a sentence
         largest = max(c["amax"] for c in ref.outputs.values())
         assert fp16.startswith("fp16: every layer fits") and f"{largest:.3g}" in fp16, fp16
-    else:
-        assert f"of {leaf}'s {kind} round to zero" in fp16, (fp16, worst)
+    else:  # the worst named first (of equals, any: a Llama's two q_proj lose the same share)
+        named = [f"of {leaf}'s {kind} round to zero" for s, leaf, kind in shares if s == worst]
+        assert any(n in fp16 for n in named), (fp16, worst)
 
 
 @pytest.mark.parametrize("name", models("vit", "encoder", "unused"))
@@ -508,7 +525,7 @@ def in_passes(prof: Any, wanted: Any) -> float:
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 CONVS = re.compile(r"conv", re.I)  # aten's conv ops, and autograd's ConvolutionBackward0 node
 NORM_ACT = re.compile(
-    r"^aten::.*(batch_norm|layer_norm|gelu|softmax|tanh|sigmoid|nll_loss|cross_ent)"
+    r"^aten::.*(batch_norm|layer_norm|group_norm|gelu|softmax|tanh|sigmoid|nll_loss|cross_ent)"
 )
 EITHER = re.compile(r"relu|threshold|clamp_min|vector_norm|foreach_norm|dropout|silu|^autograd::")
 """Filed today elsewhere than by what they do (#36 item 4): ReLU's kernels as elementwise and
@@ -606,7 +623,11 @@ def memory_plan(name: str) -> dict:
     return json.loads(out)
 
 
-@pytest.mark.parametrize("name", models(*MODELS))
+@pytest.mark.parametrize(
+    "name",
+    models(*(n for n in MODELS if n != "tied_to_device"))
+    + models("tied_to_device", xfail="the meta build unties the weights: counted twice"),
+)
 def test_memory_counts_each_parameter_once_and_fp32_adamw_at_16_bytes(name, refs) -> None:
     plan, ref = memory_plan(name), ref_of(refs, name)
     assert plan["params"] == ref.params  # a tied weight once
@@ -631,7 +652,18 @@ def test_memory_plans_what_autograd_saves_for_backward(name, refs) -> None:
 # ---------------------------------------------------------------------------------------------
 # emulated fp8 (torchao)
 
-FP8_TRAINS = ["vit", "encoder", "hf_bert", "tied", "unused", "root_computes"]
+FP8_TRAINS = [
+    "vit",
+    "encoder",
+    "hf_bert",
+    "tied",
+    "unused",
+    "root_computes",
+    "hf_llama",
+    "moe",
+    "root_exp",
+    "tied_to_device",
+]
 
 
 @functools.cache
@@ -704,6 +736,7 @@ NO_FORMULA_ON_CPU = {
     "encoder": "aten._scaled_dot_product_flash_attention_for_cpu",
     "hf_gpt2": "aten._scaled_dot_product_flash_attention_for_cpu",
     "hf_bert": "aten._scaled_dot_product_flash_attention_for_cpu",
+    "hf_llama": "aten._scaled_dot_product_flash_attention_for_cpu",
     "lstm": "aten.mkldnn_rnn_layer",
 }
 
