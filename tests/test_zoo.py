@@ -371,6 +371,31 @@ def test_run_trains_and_counts_the_models_parameters_and_flops(name, refs, bench
 
 
 # ---------------------------------------------------------------------------------------------
+# compile
+
+
+@pytest.mark.xdist_group("zoo-tied")
+def test_a_fault_of_ampscopes_own_hooks_is_never_blamed_on_the_users_model(monkeypatch) -> None:
+    """The gradient-zeros hook failing in the first step once read "the first training step
+    failed on the first batch", exit 2, with torch's frames only: the user's fault. It is
+    ampscope's: said so, with its frames, exit 1."""
+    from ampscope.engine.lifecycle.run import EXIT_FAILED, run
+    from ampscope.engine.step import metrics
+
+    def broken(grad: torch.Tensor) -> torch.Tensor:
+        raise AttributeError("'NoneType' object has no attribute 'detach'")
+
+    monkeypatch.setattr(metrics, "zero_fraction", broken)
+    seen: list[ev.Event] = []
+    sets = [f"workload.model='{spec('tied')}'", "device='cpu'", "steps=2"]
+    assert run("fp32", sets, record=False, on_event=seen.append) == EXIT_FAILED
+    (error,) = of(seen, ev.ErrorEvent)
+    assert error.kind == "exception" and "first batch" not in error.message
+    assert error.message.startswith("ampscope's own instrumentation failed"), error.message
+    assert "ampscope/engine/step/metrics.py" in (error.traceback or "")
+
+
+# ---------------------------------------------------------------------------------------------
 # numerics
 
 

@@ -27,6 +27,7 @@ from ampscope.engine.workloads.user_code import (
     load_factory,
     on_meta_device,
     positive_field,
+    raised_by_ampscope,
     user_traceback,
 )
 
@@ -336,9 +337,11 @@ class UserWorkload(TrainingWorkload):
 
     def first_step_failure(self, exc: Exception) -> Exception:
         """A fault in the first step (their model refusing its first batch, most often) is
-        a user error. Running out of memory and torch.compile's own failures stay what they
-        are: faults of the run, not of the input."""
+        a user error. Running out of memory, torch.compile's own failures and a fault of
+        ampscope's own hooks stay what they are: faults of the run, not of the input."""
         if isinstance(exc, (ConfigError, torch.OutOfMemoryError)) or _from_compiler(exc):
+            return exc
+        if raised_by_ampscope(exc):
             return exc
         seen = f" ({self.batches.first_seen})" if self.batches.first_seen else ""
         return UserCodeError(
