@@ -480,6 +480,36 @@ def test_numerics_under_amp_fp16_does_not_call_a_run_with_an_overflow_fitting() 
     assert "every layer fits" not in fp16, fp16
 
 
+@pytest.mark.xdist_group("zoo-moe")
+def test_a_run_names_a_layer_unused_only_if_it_never_ran_in_the_whole_run() -> None:
+    """The MoE's experts 6 and 7 get their first tokens at step 4, between the steps numerics
+    sample (every 3rd): the Numerics view once named them "never ran" all run long. A layer's
+    first run has the next step sampled, so they are measured; a 4-step run, where they
+    never run, names them."""
+    from ampscope.core.numerics.report import NumericsSummary
+    from ampscope.engine.lifecycle.run import run
+
+    late = [f"experts.{e}.{part}" for e in zoo.LATE_EXPERTS for part in ("fc1", "act", "fc2")]
+    answer = build("moe")
+    early, later = answer["batches"](0)[0], answer["batches"](zoo.LATE_FROM)[0]
+    assert (early < zoo.LATE_TOKENS).all() and (later >= zoo.LATE_TOKENS).any()  # by design
+    for steps, ran in ((zoo.LATE_FROM + 2, True), (zoo.LATE_FROM, False)):
+        seen: list[ev.Event] = []
+        sets = [f"workload.model='{spec('moe')}'", "device='cpu'", f"steps={steps}"]
+        sets += ["numerics.every=3", "warmup_steps=1"]
+        assert run("fp32", sets, record=False, on_event=seen.append) == 0
+        summary = NumericsSummary()
+        for event in of(seen, ev.NumericsEvent):
+            summary.add(event)
+        never = summary.never_ran()
+        if ran:  # sampled at 0 and 3, and at 5: the step after the experts first ran
+            assert summary.steps == [0, 3, zoo.LATE_FROM + 1], summary.steps
+            assert not set(late) & set(never), never
+            assert all(summary.modules[name].activation.steps for name in late)
+        else:
+            assert summary.steps == [0, 3] and set(late) <= set(never), never
+
+
 # ---------------------------------------------------------------------------------------------
 # profile
 
@@ -718,14 +748,59 @@ def test_emulated_fp8_trains_and_counts_the_linear_layers_that_run_in_fp8(
     assert losses[0] == pytest.approx(fp32_first, rel=0.01) and losses[0] != fp32_first
     (hello,) = of(events, ev.HelloEvent)
     assert hello.fp8 is not None and hello.fp8.emulate and hello.fp8.recipe == "tensorwise"
-    shapes = {n: m.weight.shape for n, m in build(name)["model"].named_modules() if isinstance(m, nn.Linear)}  # fmt: skip
+    # every linear layer whose dimensions fit, whether the first batch calls it or not (the
+    # MoE's experts 6 and 7, the unused head), but the output head, the last one that ran,
+    # and MultiheadAttention's out_proj, which never runs as a layer
+    named = dict(build(name)["model"].named_modules())
+    mha_out = {f"{n}.out_proj" for n, m in named.items() if isinstance(m, nn.MultiheadAttention)}
+    head = ref.linears_ran[-1]
     expected = [
         n
-        for n in dict.fromkeys(ref.linears_ran)
-        if n != ref.last_linear and all(d % 16 == 0 for d in shapes[n])
+        for n, m in named.items()
+        if isinstance(m, nn.Linear)
+        and n not in (head, *mha_out)
+        and all(d % 16 == 0 for d in m.weight.shape)
     ]
-    assert ref.last_linear in hello.fp8.skipped
+    assert ref.last_linear == head and head in hello.fp8.skipped
     assert hello.fp8.converted == expected
+
+
+@pytest.mark.xdist_group("zoo-moe")
+def test_fp8_converts_the_experts_the_first_batch_does_not_reach() -> None:
+    """The MoE's experts 6 and 7 get tokens from step 4 on: the fp8 line once said "never
+    called in the forward pass" of them, and they ran in bf16 all run long. The reference:
+    forward hooks on the fp8 layers, over the whole run."""
+    pytest.importorskip("torchao")
+    from ampscope.core import presets as cfg
+    from ampscope.core.presets.fp8_recipes import layers_line
+    from ampscope.engine.checks.device import resolve_device
+    from ampscope.engine.step import setup as engine_setup
+    from ampscope.engine.step.loop import train_step
+
+    sets = [f"workload.model='{spec('moe')}'", "device='cpu'", "fp8.emulate=true", "compile='off'"]
+    preset = cfg.load_preset("fp8-tensorwise", sets)
+    s = engine_setup.build(preset, resolve_device("cpu"))
+    assert s.fp8 is not None
+    first_ran: dict[str, int] = {}
+    now = [0]
+
+    def note_first_run(layer: str) -> Any:
+        def hook(*_: Any) -> None:
+            first_ran.setdefault(layer, now[0])
+
+        return hook
+
+    for layer, module in s.workload.model.named_modules():
+        if type(module).__name__ == "Float8Linear":
+            module.register_forward_hook(note_first_run(layer))
+    for step in range(zoo.LATE_FROM + 2):
+        now[0] = step
+        train_step(s, step, False)
+    late = [f"experts.{e}.fc{i}" for e in zoo.LATE_EXPERTS for i in (1, 2)]
+    assert [first_ran.get(layer) for layer in late] == [zoo.LATE_FROM] * len(late)
+    assert set(first_ran) == set(s.fp8.converted)  # every converted layer ran in fp8
+    assert len(s.fp8.converted) == 2 * zoo.EXPERTS and set(s.fp8.skipped) == {"router", "head"}
+    assert "never called" not in layers_line(s.fp8)
 
 
 @pytest.mark.parametrize("name", models("hf_gpt2", "lstm", "gru", "cnn_bn", "dw_separable"))
@@ -740,6 +815,18 @@ def test_fp8_on_a_model_with_no_linear_layer_it_can_take_says_so_and_why(name, r
     assert "none of this workload's linear layers can run in fp8" in error.message
     assert f"({head}: the output head (fp8.skip_head = true)" in error.message
     assert "precision = 'amp-bf16'" in error.message and not error.traceback
+
+
+@pytest.mark.xdist_group("zoo-unet")
+def test_fp8_on_a_model_without_a_linear_layer_says_so_and_nothing_about_dimensions() -> None:
+    """A U-Net has no linear layer: the refusal once read "none of this workload's linear
+    layers can run in fp8 ()" and advised giving them dimensions of multiples of 16."""
+    (error,) = of(fp8_run("unet"), ev.ErrorEvent)
+    convs = [m for m in build("unet")["model"].modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    assert error.kind == "config" and "()" not in error.message
+    assert "no linear layer (nn.Linear) to run in fp8" in error.message
+    assert f"its {len(convs)} convolutions are not" in error.message
+    assert "multiples of 16" not in error.message and "precision = 'amp-bf16'" in error.message
 
 
 @pytest.mark.xdist_group("zoo-hf_gpt2")
