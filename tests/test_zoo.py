@@ -678,8 +678,8 @@ TIGHT = 1.10  # the plan bounds the measured step from above, by at most this mu
 
 @functools.cache
 def memory_plan(name: str) -> dict:
-    regimes = [arg for r in MEMORY_REGIMES for arg in ("--regime", r)]
-    code, out, err = quiet_main("memory", "--model", spec(name), "--json", *regimes)
+    """``ampscope memory --model`` with its default regimes, as JSON."""
+    code, out, err = quiet_main("memory", "--model", spec(name), "--json")
     assert code == 0, err
     return json.loads(out)
 
@@ -710,6 +710,17 @@ def test_memory_plans_what_autograd_saves_for_backward(name, refs) -> None:
     saved = ref_of(refs, name).saved_bytes
     assert fp32["activations"] is not None
     assert 0.67 * saved <= fp32["activations"] <= 1.5 * saved, (fp32["activations"], saved)
+
+
+@pytest.mark.xdist_group("zoo-unet")
+def test_the_memory_plan_has_no_fp8_row_for_a_model_fp8_refuses() -> None:
+    """The U-Net has no linear layer: its plan once had an fp8 row with fp8 casts for every
+    parameter, while ``run fp8-*`` refuses the model (``fp8_run``)."""
+    plan = memory_plan("unet")
+    assert not [r for r in plan["regimes"] if r["regime"].startswith("fp8")]
+    assert "fp8: does not apply" in plan["fp8_not_applicable"]
+    assert "'ampscope run fp8-*' refuses it" in plan["fp8_not_applicable"]
+    assert plan["measured"]["fp8_layers"] == 0
 
 
 def engine_step_peak(name: str, regime: str) -> int:
