@@ -142,11 +142,11 @@ class MeasuredStep:
     backward's buffers and the gradients made by then.
 
     Beside them: the batch's bytes (inputs and targets, on the device all step; real-valued
-    inputs in the weights' dtype), and once: the optimizer step's temporaries (fp32 bytes: the engine's gradient
-    clipping and per-tensor AdamW, run on the largest parameter), the real module's parameter
-    count (a tied weight once), those that take gradients, the trainable parameters the
-    measured step gave no gradient (a later batch may: an MoE's expert), its buffers' bytes,
-    and how many linear layers fp8 training would convert."""
+    inputs in the weights' dtype), and once: the optimizer step's temporaries (fp32 bytes:
+    the engine's gradient clipping and per-tensor AdamW, run where they weigh most), the real
+    module's parameter count (a tied weight once), those that take gradients, the trainable
+    parameters the measured step gave no gradient (a later batch may: an MoE's expert), its
+    buffers' bytes, and how many linear layers fp8 training would convert."""
 
     batch: int
     activations: dict[str, int]
@@ -403,7 +403,7 @@ def measured_plan(params: int, regime: str, optimizer: str, measured: MeasuredSt
     really holds: the forward and backward's (the weights' casts, what autograd saves, the
     loss's and backward's buffers and the gradients made by then, in the order they were
     allocated and freed) and the optimizer step's (every gradient, and the temporaries of
-    gradient clipping and AdamW, run on the largest parameter). A trainable parameter the
+    gradient clipping and AdamW, measured where they weigh most). A trainable parameter the
     measured batch gave no gradient may get one from a later batch (an MoE's expert): its
     gradient is added to the first peak, and its state is counted."""
     r = REGIMES[regime]
@@ -418,10 +418,8 @@ def measured_plan(params: int, regime: str, optimizer: str, measured: MeasuredSt
     later = sum(measured.unreached.values()) * r.grad_bytes
     backward = casts + (acts or 0) + (rest or 0) + later
     held = measured.buffers + measured.batch_bytes.get(measured_key(r.key), 0)
-    return _regime_plan(
-        r, optimizer, params, trainable, opt_bpp, acts, rest, backward, temp, casts,
-        grads_in_peak=True, held=held,
-    )  # fmt: skip
+    figures = (acts, rest, backward, temp, casts)
+    return _regime_plan(r, optimizer, params, trainable, opt_bpp, *figures, True, held)
 
 
 def _regime_plan(
@@ -439,9 +437,9 @@ def _regime_plan(
     held: int = 0,
 ) -> RegimePlan:
     """The regime's row. TRAIN: the state held all step (weights, master, optimizer state,
-    ``held``: buffers and the batch, where measured) plus the larger of the backward's transients and the optimizer step's; the
-    gradients in the latter only where the backward's peak holds those made by then
-    (``grads_in_peak``), else in both."""
+    ``held``: buffers and the batch, where measured) plus the larger of the backward's
+    transients and the optimizer step's; the gradients in the latter only where the
+    backward's peak holds those made by then (``grads_in_peak``), else in both."""
     weights = params * r.weight_bytes
     grads = trainable * r.grad_bytes
     master = trainable * r.master_bytes

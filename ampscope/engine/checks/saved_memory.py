@@ -1,19 +1,23 @@
-"""What one training step of any model keeps for backward, measured, for the memory planner.
+"""What one training step of any model holds, measured on the real module, for the planner.
 
 The planner's activation formula is the engine's GPT block; a user's model (a ViT, an LSTM, a
 CNN) has none, and planning without activations once put a run at 53x its prediction. Here
 the model runs forward on the CPU under ``torch.autograd.graph.saved_tensors_hooks``, in each
 regime's dtypes (autocast for AMP, a bf16 or fp16 copy for pure low precision), and every
 tensor autograd saves is counted once per storage. Parameters are not activations, and the
-16-bit weight copies autocast saves are the plan's casts column: both are left out. The
-loss's buffers at the start of backward are what the loss saves plus two fp32 gradients the
-size of the model's output (the loss's, and the one it hands back).
+16-bit weight copies autocast saves are the plan's casts column: both are left out.
+
+The step runs as the engine's does: no gradient at its start (the engine frees them before
+each forward), the output held until backward ends. Its peak comes from torch.profiler's
+allocator records over forward and backward, added up in the order they happened: what it
+holds beyond the saved tensors and the casts is the loss's and backward's buffers and the
+gradients made by then. The optimizer step is measured too (``_update_temporaries``), and
+the gradients the step made say which trainable parameters the batch did not reach.
 
 A batch of up to 64 samples is measured whole. A larger one is measured at a quarter and a
 half of it, and bytes = a + b x samples extrapolated to the batch: less than a step's cost a
 regime (slices of a sample or two are cheaper still but not yet linear: kernels pick other
-algorithms). A batch that cannot be sliced is measured whole. The step's peak comes from torch.profiler's allocator records over forward and
-backward: what it holds beyond the saved tensors is the loss's and backward's buffers.
+algorithms). A batch that cannot be sliced is measured whole.
 """
 
 from __future__ import annotations
