@@ -5,7 +5,8 @@ References: FLOPs from torch's ``FlopCounterMode`` on the real model (attention 
 kernel, as model FLOPs are defined) or, for convolutions, a hand count; per-layer numerics
 from torch's own casts of the layer's outputs and gradients on the same first step; the
 parameters from ``model.parameters()``; memory from autograd's saved tensors
-(``saved_tensors_hooks``); the profile from torch.profiler's own table of the same steps;
+(``saved_tensors_hooks``) and the engine's own steady step under torch.profiler's allocator
+records; the profile from torch.profiler's own table of the same steps;
 fp8 layers from forward hooks that see which linear layers really run.
 
 Every command runs in this process (``main()``; ``bench``'s runs too, in place of an engine
