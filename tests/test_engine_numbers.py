@@ -189,7 +189,7 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     setup = SimpleNamespace(
         info=cuda,
         policy=SimpleNamespace(use_scaler=False),
-        preset=SimpleNamespace(lr=1e-3),
+        preset=SimpleNamespace(lr=1e-3, grad_zero_every=0),
         flops=SimpleNamespace(per_step=1e12),
         workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None),
     )

@@ -374,7 +374,9 @@ def test_nothing_to_convert_in_a_users_model_names_their_layers_not_workload_wid
     with pytest.raises(cfg.ConfigError) as caught:
         fp8.convert_for_fp8(model, fp8_preset("tensorwise", "fp8.emulate=true", spec), CPU)
     assert "workload.width" not in str(caught.value)
-    assert "give your model's linear layers such dimensions" in str(caught.value)
+    assert "give your model's linear layers dimensions that are multiples of 16" in str(
+        caught.value
+    )
 
 
 REAL_MODELS = Path(__file__).parent / "data" / "real_models.py"

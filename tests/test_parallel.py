@@ -264,7 +264,7 @@ def reporter(scaled: bool = False, peak: float | None = 10.0):
         policy=SimpleNamespace(use_scaler=scaled),
         workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None),
         flops=SimpleNamespace(per_step=4e9),
-        preset=SimpleNamespace(lr=1e-3),
+        preset=SimpleNamespace(lr=1e-3, grad_zero_every=0),
     )
     stats = RunStats(warmup_steps=0)
     return StepReporter(s, EventWriter(on_event=seen.append), stats, peak), seen, stats

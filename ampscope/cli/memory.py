@@ -142,28 +142,25 @@ def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
         "optimizer state; =B/p their sum.",
         "+cast: transient low-precision weight copies per parameter (live from forward to "
         "backward).",
-        "opt.tmp: the optimizer step's temporaries: per-tensor AdamW (torch's default off "
-        "CUDA) makes two copies of the largest parameter in its state's dtype; fused AdamW on "
-        "CUDA none.",
-        "TRAIN: weights to optim., plus the larger of the backward's transients (casts, "
-        "activ., logits) and opt.tmp (the backward's are freed before the step). It counts the "
-        "gradients, which the engine frees before each forward (zero_grad(set_to_none=True)): "
-        "its measured peak is up to the grads column lower.",
     ]
-    if measured is not None:
-        lines.append(
-            "activ.: what autograd saves for backward in one step of this model "
-            "(saved_tensors_hooks; storages once, parameters and the casts column left out), "
-            f"in each regime's dtypes, {measured.how}; logits: for this model, what the loss "
-            "saves and the buffers the loss and backward hold beyond the saved tensors at the "
-            "step's peak (torch.profiler's allocator records)."
-        )
-    elif shape is None:
+    if measured is not None and shape is None:
+        lines += _measured_notes(rows, measured)
+    else:
+        lines += [
+            "opt.tmp: the optimizer step's temporaries: per-tensor AdamW (torch's default off "
+            "CUDA) makes two copies of the largest parameter in its state's dtype; fused AdamW "
+            "on CUDA none.",
+            "TRAIN: weights to optim., plus the larger of the backward's transients (casts, "
+            "activ., logits) and opt.tmp (the backward's are freed before the step). It counts "
+            "the gradients, which the engine frees before each forward "
+            "(zero_grad(set_to_none=True)): its measured peak is up to the grads column lower.",
+        ]
+    if shape is None and measured is None:
         lines.append(
             "activ., logits: unknown without a transformer shape (--layers --hidden --heads "
             "--seq --batch, or --preset): TRAIN covers the model state only."
         )
-    else:
+    elif shape is not None:
         lines.append(
             f"activ.: {shape.layers} layers x s*b*h*(2*R + 14*C) bytes, C the compute dtype's "
             "bytes, R the residual stream's (fp32 under autocast): what autograd keeps in the "
@@ -179,6 +176,53 @@ def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
         "90%: the CUDA context, cuBLAS workspaces and allocator fragmentation take the rest.",
     ]
     lines += [f"{r.label}: {r.note}." for r in rows if r.regime.startswith("fp8")]
+    absent = mp.fp8_not_applicable(measured if shape is None else None)
+    if absent:
+        lines.append(f"{absent}.")
+    return lines
+
+
+def _measured_notes(rows: list[Any], measured: Any) -> list[str]:
+    """How a measured model's columns and TRAIN were found (``core.memory.plan.measured_plan``)."""
+    lines = [
+        "casts: the weights' casts the step saves for backward, as measured (fp8: "
+        "amp-bf16's, an upper bound); the others are in logits.",
+        "activ.: what autograd saves for backward in one step of this model "
+        "(saved_tensors_hooks; storages once, parameters and the casts left out), in each "
+        f"regime's dtypes, {measured.how}; logits: everything else the forward and backward "
+        "hold at their peak (torch.profiler's allocator records, in the order they happened): "
+        "the loss's and backward's buffers and the gradients made by then.",
+        "opt.tmp: the optimizer step's temporaries as the engine's step makes them, measured: "
+        "gradient clipping and per-tensor AdamW (torch's default off CUDA; fused AdamW on CUDA "
+        "makes none), in the state's dtype.",
+        "TRAIN: weights, master and optim., plus the larger of the step's two peaks: the "
+        "forward and backward's (casts + activ. + logits; the engine frees the gradients "
+        "before each forward, so there they are those made by then) and the optimizer step's "
+        "(grads + opt.tmp).",
+    ]
+    params, trainable = measured.params, measured.trainable
+    if params is not None and trainable is not None and trainable < params:
+        lines.append(
+            f"g, mst, opt: for the {trainable:,} parameters that take gradients; "
+            f"{params - trainable:,} frozen (requires_grad = False) get none."
+        )
+    if measured.unreached:
+        names = list(measured.unreached)
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        count = sum(measured.unreached.values())
+        lines.append(
+            f"{', '.join(names[:3])}{more} ({count:,} parameters) got no gradient in the "
+            "measured step: a later batch may reach them (an MoE's experts), so their "
+            "gradients and optimizer state are counted; if they never train, TRAIN is lower "
+            "by their grads and optim."
+        )
+    held = []
+    if measured.batch_bytes:
+        held.append(f"the batch on the device ({_gb(max(measured.batch_bytes.values()))} at most)")
+    if measured.buffers:
+        held.append(f"the model's buffers ({_gb(measured.buffers)})")
+    if held:
+        lines.append(f"TRAIN also holds {' and '.join(held)} all step.")
     return lines
 
 
@@ -228,6 +272,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "gpus": dict(mp.GPUS),
             "regimes": [r.to_dict() for r in rows],
             "measured": None if measured is None else measured.__dict__,
+            "fp8_not_applicable": mp.fp8_not_applicable(measured if shape is None else None),
         }
         print(json.dumps(out, indent=2))
         return 0

@@ -1,8 +1,10 @@
 """``ampscope memory --model SPEC``: the planner fed with a user's model's true parameter count.
 
-The count comes from the model itself, built by its factory on the meta device (no memory, no
-time) when the factory allows it, else on the CPU. Building it needs torch and the engine's
-loader, so this front-end reaches into the engine only when asked.
+The count comes from the model itself: the real module its factory builds on the CPU, where
+one step is measured; without that step (a transformer shape given, or a model the CPU cannot
+run), the model built on the meta device (no memory, no time) when the factory allows it,
+else on the CPU. Building it needs torch and the engine's loader, so this front-end reaches
+into the engine only when asked.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
     if all(getattr(args, k) is not None for k in SHAPE):
         shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
     where = "the meta device" if device == "meta" else "the CPU"
-    title = f"Training memory for model {visible(name)} from {args.model}: {params:,} parameters"
     measured = None if shape is not None else measure(args.model)
+    if measured is not None and measured.params is not None:  # the real module, ties and all
+        params, where = measured.params, "the CPU"
+    title = f"Training memory for model {visible(name)} from {args.model}: {params:,} parameters"
     return params, shape, f"{title}, as built on {where}", measured
 
 

@@ -179,9 +179,11 @@ class CompileEvent(Event, tag="compile"):
 
 
 EPOCH_NOTE, RANK_STALLED, NUMERICS_OFF = "epoch", "rank-stalled", "numerics-off"
+GRAD_ZEROS_OFF = "grad-zeros-off"
 """Warning codes: notes (a user's batches began a new epoch; a compiled run measures no
-per-layer numerics), and a rank that holds up. NOTE_CODES are said as notes, not warnings."""
-NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF})
+per-layer numerics; no gradient reaches the model's output to count its zeros), and a rank
+that holds up. NOTE_CODES are said as notes, not warnings."""
+NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF, GRAD_ZEROS_OFF})
 
 
 class WarningEvent(Event, tag="warning"):

@@ -61,8 +61,9 @@ class ZeroGradHook:
         except Exception as exc:  # noqa: BLE001 - never into the user's forward
             self.troubles.report("measuring zero gradients failed", exc)
 
-    def _count(self, grad: torch.Tensor) -> None:
-        self.fraction = (grad == 0).float().mean()
+    def _count(self, grad: torch.Tensor | None) -> None:
+        if grad is not None:  # None: a compiled model's loss kept the gradient inside its graph
+            self.fraction = (grad == 0).float().mean()
 
     def take(self, next_step: int) -> torch.Tensor | None:
         fraction, self.fraction = self.fraction, None

@@ -1,8 +1,9 @@
 """``watch(numerics_every=N)``: the engine's per-layer numerics probe in a user's own loop.
 
 The hooks go on right after the ``step()`` before a sampled step and come off at that step's
-``step()``, so the user's forward and backward of that one step are measured, and nothing is
-registered on the others. Any failure is the probe's one warning; the loop goes on.
+``step()``, so the user's forward and backward of that one step are measured; on the others
+only a pre-hook on each module that has not run yet, removed as it first runs (which modules
+never ran is the whole loop's answer). Any failure is the probe's one warning; the loop goes on.
 
 A skipped or non-finite step cannot be run again here, as the engine does: the user's loop
 owns the batch, the forward and the loss. Instead, once such a step has landed, the next step
@@ -61,5 +62,5 @@ class WatchNumerics:
         self._arm(step + 1)
 
     def remove(self) -> None:
-        self.probe.remove()
+        self.probe.close()
         self.probe.poll(wait=True)

@@ -16,10 +16,19 @@ misled a command before:
 - ``tied``: a language model whose output head is its embedding (one Parameter, two uses);
 - ``unused``: a model holding modules its forward never calls;
 - ``root_computes``: a model whose root module computes in its own ``forward`` with its own
-  Parameter, beside its children.
+  Parameter, beside its children;
+- ``unet``: a U-Net (GroupNorm, SiLU, strided convolutions down, ``ConvTranspose2d`` up, one of
+  them grouped, skip concatenations) scoring every pixel;
+- ``hf_llama``: Hugging Face's ``LlamaForCausalLM`` from a small ``LlamaConfig`` (RMSNorm,
+  rotary embeddings, grouped-query attention, SwiGLU), its own loss;
+- ``moe``: a mixture of experts with data-dependent top-2 routing, whose last two experts get
+  tokens only from step ``LATE_FROM`` on (the batches before hold no token routed to them);
+- ``root_exp``: a root module whose own forward scales and exponentiates (no matmul);
+- ``tied_to_device``: ``tied`` built by a factory that ends with ``.to(ctx.device)``, as
+  docs/model.md shows (moving a model to the meta device unties its weights).
 
-The batches are one fixed batch served every step, so a few steps of AdamW make the loss
-fall on any of them. Dropout is off: a test can then run a model's first step again, on the
+The batches are one fixed batch served every step (the MoE's: one until ``LATE_FROM``, another
+after), so a few steps of AdamW make the loss fall on any of them. Dropout is off: a test can then run a model's first step again, on the
 same weights and batch, and compare each figure with its own. Nothing is downloaded: the Hugging Face models are built from configs.
 """
 
@@ -325,6 +334,176 @@ def make_root_overflow(ctx):
     return answer
 
 
+# ---------------------------------------------------------------------------------------------
+# A U-Net
+
+
+def conv_block(inputs: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(inputs, outputs, 3, padding=1), nn.GroupNorm(4, outputs), nn.SiLU()
+    )
+
+
+class UNet(nn.Module):
+    """Two levels down (strided convolutions) and up (transposed convolutions, the deeper one
+    grouped), the encoder's maps concatenated into the decoder's; a 1x1 convolution scores
+    each pixel's class. No linear layer."""
+
+    def __init__(self, width: int = 8, classes: int = 4) -> None:
+        super().__init__()
+        c = width
+        self.enc1 = conv_block(3, c)  # 8x8
+        self.down1 = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)  # 4x4
+        self.enc2 = conv_block(2 * c, 2 * c)
+        self.down2 = nn.Conv2d(2 * c, 4 * c, 3, stride=2, padding=1)  # 2x2
+        self.mid = conv_block(4 * c, 4 * c)
+        self.up2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2, groups=2)  # 4x4, grouped
+        self.dec2 = conv_block(4 * c, 2 * c)  # its input: up2's and enc2's maps
+        self.up1 = nn.ConvTranspose2d(2 * c, c, 2, stride=2)  # 8x8
+        self.dec1 = conv_block(2 * c, c)
+        self.out = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e1 = self.enc1(x)
+        e2 = self.enc2(self.down1(e1))
+        m = self.mid(self.down2(e2))
+        d2 = self.dec2(torch.cat([self.up2(m), e2], dim=1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], dim=1))
+        return self.out(d1)
+
+
+def make_unet(ctx):
+    torch.manual_seed(ctx.seed)
+    x, _ = images(ctx.seed)
+    g = torch.Generator().manual_seed(ctx.seed + 1)
+    masks = torch.randint(0, 4, (BATCH, IMAGE, IMAGE), generator=g)  # a class a pixel
+    return workload(UNet(), (x, masks), "zoo-unet", nn.functional.cross_entropy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face Llama, from a config
+
+
+def make_hf_llama(ctx):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(ctx.seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=WIDTH,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,  # grouped-query attention: k and v project to 16
+        max_position_embeddings=SEQ,
+        attention_dropout=0.0,
+    )
+    ids = tokens(ctx.seed)
+    batch = {"input_ids": ids, "labels": ids}  # the model shifts its labels itself
+    return workload(LlamaForCausalLM(config), batch, "zoo-hf-llama")
+
+
+# ---------------------------------------------------------------------------------------------
+# A mixture of experts whose routing changes with the data
+
+EXPERTS = 8
+LATE_EXPERTS = (6, 7)  # get tokens only from step LATE_FROM on
+LATE_FROM = 4
+LATE_TOKENS = 48  # token ids from here on are routed to the late experts, the others never
+
+
+class Expert(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(WIDTH, 64)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(64, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class MoE(nn.Module):
+    """A language model with one mixture-of-experts layer: a learned router picks two experts
+    a token (top-2, gates by softmax), and an expert runs only when it has tokens. A fixed
+    affinity of each token id for the late experts (strongly for, or against) makes the routing
+    to them a matter of the data: token ids below ``LATE_TOKENS`` never reach them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.norm = nn.LayerNorm(WIDTH)
+        self.router = nn.Linear(WIDTH, EXPERTS, bias=False)
+        self.experts = nn.ModuleList(Expert() for _ in range(EXPERTS))
+        self.norm_out = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+        affinity = torch.zeros(VOCAB, EXPERTS)
+        late = list(LATE_EXPERTS)
+        affinity[:LATE_TOKENS, late] = -30.0
+        affinity[LATE_TOKENS:, late] = 30.0
+        self.register_buffer("affinity", affinity)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        h = self.norm(x).flatten(0, 1)
+        scores = self.router(h) + self.affinity[ids.flatten()]
+        top, chosen = scores.topk(2, dim=-1)
+        gates = torch.softmax(top.float(), dim=-1)
+        mixed = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            if rows.numel():  # an expert without tokens does not run
+                out = expert(h[rows]).float() * gates[rows, slot].unsqueeze(-1)
+                mixed = mixed.index_add(0, rows, out)
+        x = x + mixed.to(x.dtype).view_as(x)
+        return self.head(self.norm_out(x))
+
+
+def make_moe(ctx):
+    torch.manual_seed(ctx.seed)
+    g = torch.Generator().manual_seed(ctx.seed)
+    early = torch.randint(0, LATE_TOKENS, (BATCH, SEQ + 1), generator=g)
+    late = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+    early_batch = (early[:, :-1].contiguous(), early[:, 1:].contiguous())
+    late_batch = (late[:, :-1].contiguous(), late[:, 1:].contiguous())
+    answer = workload(MoE(), early_batch, "zoo-moe", lm_loss)
+    answer["batches"] = lambda step: early_batch if step < LATE_FROM else late_batch
+    return answer
+
+
+# ---------------------------------------------------------------------------------------------
+# A root that computes elementwise; a tied model moved to the context's device
+
+
+class RootExp(nn.Module):
+    """A root module whose own forward scales its child's output by its own Parameter and
+    exponentiates it: elementwise work that no leaf module holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(WIDTH, WIDTH)
+        self.scale = nn.Parameter(torch.full((WIDTH,), 0.5))
+        self.out = nn.Linear(WIDTH, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.exp(torch.tanh(self.inp(x)) * self.scale))
+
+
+def make_root_exp(ctx):
+    torch.manual_seed(ctx.seed)
+    g = torch.Generator().manual_seed(ctx.seed)
+    x = torch.randn(BATCH * 2, WIDTH, generator=g)
+    y = torch.randint(0, 4, (BATCH * 2,), generator=g)
+    return workload(RootExp(), (x, y), "zoo-root-exp", nn.functional.cross_entropy)
+
+
+def make_tied_to_device(ctx):
+    """As docs/model.md writes a factory: the model built, then moved to ``ctx.device``."""
+    torch.manual_seed(ctx.seed)
+    model = TiedLM().to(ctx.device)
+    return workload(model, next_tokens(ctx.seed), "zoo-tied-to-device", lm_loss)
+
+
 FACTORIES = {
     "vit": make_vit,
     "encoder": make_encoder,
@@ -337,5 +516,10 @@ FACTORIES = {
     "tied": make_tied,
     "unused": make_unused,
     "root_computes": make_root_computes,
+    "unet": make_unet,
+    "hf_llama": make_hf_llama,
+    "moe": make_moe,
+    "root_exp": make_root_exp,
+    "tied_to_device": make_tied_to_device,
 }
 """Each zoo model by its short name."""

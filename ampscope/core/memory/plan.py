@@ -134,25 +134,63 @@ bytes twice."""
 
 @dataclass(frozen=True)
 class MeasuredStep:
-    """What one training step of a user's model keeps for backward (``engine.checks.saved_memory``),
-    per measured regime: autograd's saved tensors (``saved_tensors_hooks``; storages once,
-    parameters and the weights' casts, which the casts column holds, left out), and the loss's
-    and backward's buffers beyond them at the step's peak (torch.profiler's allocator records)."""
+    """What one training step of a user's model holds, measured on the real module
+    (``engine.checks.saved_memory``), per measured regime: autograd's saved tensors
+    (``saved_tensors_hooks``; storages once, parameters and the weights' casts left out), the
+    weights' casts, and everything else the forward and backward hold at their peak beyond
+    them (torch.profiler's allocator records, in the order they happened): the loss's and
+    backward's buffers and the gradients made by then.
+
+    Beside them: the batch's bytes (inputs and targets, on the device all step; real-valued
+    inputs in the weights' dtype), and once: the optimizer step's temporaries (fp32 bytes:
+    the engine's gradient clipping and per-tensor AdamW, run where they weigh most), the real
+    module's parameter count (a tied weight once), those that take gradients, the trainable
+    parameters the measured step gave no gradient (a later batch may: an MoE's expert), its
+    buffers' bytes, and how many linear layers fp8 training would convert."""
 
     batch: int
     activations: dict[str, int]
     loss: dict[str, int]
     largest_param: int  # elements of the largest parameter: per-tensor AdamW's temporaries
     how: str
+    casts: dict[str, int] = field(default_factory=dict)
+    batch_bytes: dict[str, int] = field(default_factory=dict)  # the batch, in each regime
+    update_temp: int | None = None
+    params: int | None = None
+    trainable: int | None = None
+    unreached: dict[str, int] = field(default_factory=dict)  # parameter name -> elements
+    buffers: int = 0
+    fp8_layers: int | None = None  # None: not known
 
     def for_regime(self, regime: str) -> tuple[int | None, int | None]:
-        key = MEASURED_AS.get(regime, "amp-bf16" if regime.startswith("fp8") else regime)
+        key = measured_key(regime)
         factor = 2 if regime == "fp64" else 1
         acts, loss = self.activations.get(key), self.loss.get(key)
         return (
             None if acts is None else acts * factor,
             None if loss is None else loss * factor,
         )
+
+    def casts_for(self, regime: str) -> int | None:
+        """The weights' casts the regime's step makes, as measured (fp8: amp-bf16's, an
+        upper bound: its converted layers cast to one byte, not two)."""
+        return self.casts.get(measured_key(regime)) if regime != "fp64" else 0
+
+
+def measured_key(regime: str) -> str:
+    return MEASURED_AS.get(regime, "amp-bf16" if regime.startswith("fp8") else regime)
+
+
+def fp8_not_applicable(measured: MeasuredStep | None) -> str | None:
+    """Why the fp8 rows do not apply to a measured model (it has no linear layer fp8 training
+    converts, so ``ampscope run fp8-*`` refuses it); None when they do or it is not known."""
+    if measured is None or measured.fp8_layers != 0:
+        return None
+    return (
+        "fp8: does not apply: the model has no linear layer fp8 training converts (nn.Linear "
+        "with dimensions that are multiples of 16, the output head aside), so "
+        "'ampscope run fp8-*' refuses it"
+    )
 
 
 ADAMW_TEMPORARIES = 2
@@ -194,6 +232,9 @@ class RegimePlan:
     train_total: int  # static + the larger of the backward's and the optimizer step's peaks
     inference_total: int  # weights only
     optimizer_temp: int = 0  # the optimizer step's temporaries (activations are freed by then)
+    trainable: int | None = None  # the parameters that take gradients (None: all of them)
+    held: int = 0  # held all step beside the state, where measured: buffers and the batch
+    grads_in_peak: bool = False  # TRAIN takes the step's measured peaks, gradients in them
     fits_train: list[str] = field(default_factory=list)
     fits_inference: list[str] = field(default_factory=list)
     note: str = ""
@@ -326,13 +367,16 @@ def plan_regime(
 ) -> RegimePlan:
     """One regime's bytes. TRAIN adds every column, gradients included; the optimizer step's
     temporaries count where they exceed the backward's transients (activations, casts and the
-    loss's buffers are freed before the step). ``measured``: a user's model's activations,
-    measured (no shape formula); ``largest_param``: its largest parameter's elements.
+    loss's buffers are freed before the step). ``largest_param``: the largest parameter's
+    elements.
 
     The engine frees its gradients before each forward (zero_grad(set_to_none=True)), so at
     the backward peak they do not exist yet: its measured peak is lower by up to the grads
     column. Counting them keeps TRAIN an upper bound that also holds with gradient
     accumulation, and it is never less than the optimizer step's weights + grads + state.
+
+    ``measured`` (a user's model, no shape formula): its step as it ran, where nothing is
+    assumed (``measured_plan``).
     """
     if regime not in REGIMES:
         raise PlanError(f"unknown regime '{regime}'. Regimes: {', '.join(REGIMES)}.")
@@ -340,20 +384,71 @@ def plan_regime(
         raise PlanError(
             f"unknown optimizer '{optimizer}'. Optimizers: {', '.join(OPTIMIZER_STATES)}."
         )
+    if measured is not None and shape is None:
+        return measured_plan(params, regime, optimizer, measured)
     r = REGIMES[regime]
-    states = OPTIMIZER_STATES[optimizer]
-    opt_bpp = states * r.state_bytes
-    master_bpp = r.master_bytes
-    train_bpp = r.weight_bytes + r.grad_bytes + master_bpp + opt_bpp
+    opt_bpp = OPTIMIZER_STATES[optimizer] * r.state_bytes
     acts = activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
     logits = logits_bytes(shape, r.activation_bytes) if shape else None
-    if measured is not None and shape is None:
-        acts, logits = measured.for_regime(r.key)
-        largest_param = largest_param or measured.largest_param
-    static = params * train_bpp
     temp = optimizer_temporaries(optimizer, largest_param, r.state_bytes)
     backward = params * r.cast_bytes + (acts or 0) + (logits or 0)
-    total = static + max(backward, temp)
+    return _regime_plan(r, optimizer, params, params, opt_bpp, acts, logits, backward, temp)
+
+
+def measured_plan(params: int, regime: str, optimizer: str, measured: MeasuredStep) -> RegimePlan:
+    """A user's model's regime, from its step as it ran on the real module.
+
+    Gradients, master weights and optimizer state are for the parameters that take gradients
+    (frozen ones get none). The step's two peaks are taken as measured, each with what it
+    really holds: the forward and backward's (the weights' casts, what autograd saves, the
+    loss's and backward's buffers and the gradients made by then, in the order they were
+    allocated and freed) and the optimizer step's (every gradient, and the temporaries of
+    gradient clipping and AdamW, measured where they weigh most). A trainable parameter the
+    measured batch gave no gradient may get one from a later batch (an MoE's expert): its
+    gradient is added to the first peak, and its state is counted."""
+    r = REGIMES[regime]
+    trainable = params if measured.trainable is None else measured.trainable
+    opt_bpp = OPTIMIZER_STATES[optimizer] * r.state_bytes
+    acts, rest = measured.for_regime(r.key)
+    casts = measured.casts_for(r.key)
+    casts = params * r.cast_bytes if casts is None else casts
+    temp = optimizer_temporaries(optimizer, measured.largest_param, r.state_bytes)
+    if optimizer == "adamw" and measured.update_temp is not None:
+        temp = measured.update_temp * r.state_bytes // 4  # measured in fp32
+    later = sum(measured.unreached.values()) * r.grad_bytes
+    backward = casts + (acts or 0) + (rest or 0) + later
+    held = measured.buffers + measured.batch_bytes.get(measured_key(r.key), 0)
+    figures = (acts, rest, backward, temp, casts)
+    return _regime_plan(r, optimizer, params, trainable, opt_bpp, *figures, True, held)
+
+
+def _regime_plan(
+    r: Regime,
+    optimizer: str,
+    params: int,
+    trainable: int,
+    opt_bpp: int,
+    acts: int | None,
+    logits: int | None,
+    backward: int,
+    temp: int,
+    casts: int | None = None,
+    grads_in_peak: bool = False,
+    held: int = 0,
+) -> RegimePlan:
+    """The regime's row. TRAIN: the state held all step (weights, master, optimizer state,
+    ``held``: buffers and the batch, where measured) plus the larger of the backward's
+    transients and the optimizer step's; the gradients in the latter only where the
+    backward's peak holds those made by then (``grads_in_peak``), else in both."""
+    weights = params * r.weight_bytes
+    grads = trainable * r.grad_bytes
+    master = trainable * r.master_bytes
+    state = trainable * opt_bpp
+    static = weights + grads + master + state
+    if grads_in_peak:
+        total = weights + master + state + held + max(backward, grads + temp)
+    else:
+        total = static + held + max(backward, temp)
     inference = params * r.inference_bytes
     return RegimePlan(
         regime=r.key,
@@ -362,16 +457,16 @@ def plan_regime(
         params=params,
         weight_bpp=r.weight_bytes,
         grad_bpp=r.grad_bytes,
-        master_bpp=master_bpp,
+        master_bpp=r.master_bytes,
         optimizer_bpp=opt_bpp,
         cast_bpp=r.cast_bytes,
-        train_bpp=train_bpp,
+        train_bpp=r.weight_bytes + r.grad_bytes + r.master_bytes + opt_bpp,
         inference_bpp=r.inference_bytes,
-        weights=params * r.weight_bytes,
-        grads=params * r.grad_bytes,
-        master=params * master_bpp,
-        optimizer_state=params * opt_bpp,
-        cast_copies=params * r.cast_bytes,
+        weights=weights,
+        grads=grads,
+        master=master,
+        optimizer_state=state,
+        cast_copies=params * r.cast_bytes if casts is None else casts,
         activations=acts,
         logits=logits,
         static=static,
@@ -381,6 +476,9 @@ def plan_regime(
         fits_train=fits(total, regime=r.key),
         fits_inference=fits(inference, regime=r.key),
         note=r.note,
+        trainable=trainable,
+        held=held,
+        grads_in_peak=grads_in_peak,
     )
 
 
@@ -392,7 +490,10 @@ def plan(
     measured: MeasuredStep | None = None,
     largest_param: int | None = None,
 ) -> list[RegimePlan]:
-    """One :class:`RegimePlan` a regime: the planner's table."""
+    """One :class:`RegimePlan` a regime: the planner's table. A measured model no fp8 run
+    takes (no linear layer fp8 converts) has no fp8 rows (``fp8_not_applicable`` says why)."""
+    if fp8_not_applicable(measured if shape is None else None):
+        regimes = [r for r in regimes if not r.startswith("fp8")]
     return [plan_regime(params, r, optimizer, shape, measured, largest_param) for r in regimes]
 
 

@@ -1,29 +1,35 @@
-"""What one training step of any model keeps for backward, measured, for the memory planner.
+"""What one training step of any model holds, measured on the real module, for the planner.
 
 The planner's activation formula is the engine's GPT block; a user's model (a ViT, an LSTM, a
 CNN) has none, and planning without activations once put a run at 53x its prediction. Here
 the model runs forward on the CPU under ``torch.autograd.graph.saved_tensors_hooks``, in each
 regime's dtypes (autocast for AMP, a bf16 or fp16 copy for pure low precision), and every
 tensor autograd saves is counted once per storage. Parameters are not activations, and the
-16-bit weight copies autocast saves are the plan's casts column: both are left out. The
-loss's buffers at the start of backward are what the loss saves plus two fp32 gradients the
-size of the model's output (the loss's, and the one it hands back).
+16-bit weight copies autocast saves are the plan's casts column: both are left out.
+
+The step runs as the engine's does: no gradient at its start (the engine frees them before
+each forward), the output held until backward ends. Its peak comes from torch.profiler's
+allocator records over forward and backward, added up in the order they happened: what it
+holds beyond the saved tensors and the casts is the loss's and backward's buffers and the
+gradients made by then. The optimizer step is measured too (``_update_temporaries``), and
+the gradients the step made say which trainable parameters the batch did not reach.
 
 A batch of up to 64 samples is measured whole. A larger one is measured at a quarter and a
 half of it, and bytes = a + b x samples extrapolated to the batch: less than a step's cost a
 regime (slices of a sample or two are cheaper still but not yet linear: kernels pick other
-algorithms). A batch that cannot be sliced is measured whole. The step's peak comes from torch.profiler's allocator records over forward and
-backward: what it holds beyond the saved tensors is the loss's and backward's buffers.
+algorithms). A batch that cannot be sliced is measured whole.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,34 +63,41 @@ TWINS = {
 def measure_step_memory(
     workload: UserWorkload, regimes: Sequence[str] = tuple(REGIMES)
 ) -> MeasuredStep:
-    """Saved-for-backward and loss bytes per regime (keys of ``REGIMES``) for the workload's
-    first batch."""
+    """What the workload's first batch holds in a step, per regime (keys of ``REGIMES``), and
+    what the model itself holds, from the real module (``MeasuredStep``)."""
     inputs, target = workload.first_batch()
     batch = workload.samples_per_step or 1
     model = workload.model
-    largest = max((p.numel() for p in model.parameters()), default=0)
+    params = unique_parameters(model)
+    largest = max((p.numel() for p in params.values()), default=0)
     sizes = (batch // 4, batch // 2)
     sliced = [_slice((inputs, target), batch, n) for n in sizes] if batch > WHOLE_UP_TO else []
     whole = len(sliced) < 2 or any(s is None for s in sliced)
-    activations, loss = {}, {}
+    activations, loss, casts, batch_bytes = {}, {}, {}, {}
+    reached: set[str] = set()
     failed: list[str] = []
     for key in regimes:
         autocast, model_dtype = REGIMES[key]
         runner = model if model_dtype is None else _cast_copy(model, model_dtype)
+        batch_bytes[key] = tensor_bytes((_floats_to(inputs, model_dtype or torch.float32), target))
         try:
             if whole:
-                activations[key], loss[key] = _saved(workload, runner, inputs, target, autocast)
+                step = _saved(workload, runner, inputs, target, autocast)
+                activations[key], loss[key], casts[key] = step.saved, step.rest, step.casts
+                reached |= step.reached
                 continue
-            (a1, l1), (a2, l2) = (_saved(workload, runner, x, y, autocast) for x, y in sliced)
+            one, two = (_saved(workload, runner, x, y, autocast) for x, y in sliced)
         except Exception:  # noqa: BLE001 - a kernel the CPU lacks in this dtype (fp16 LSTM)
             failed.append(key)
             continue
-        activations[key] = _extrapolate(a1, a2, sizes, batch)
-        loss[key] = _extrapolate(l1, l2, sizes, batch)
+        reached |= one.reached | two.reached
+        activations[key] = _extrapolate(one.saved, two.saved, sizes, batch)
+        loss[key] = _extrapolate(one.rest, two.rest, sizes, batch)
+        casts[key] = max(one.casts, two.casts)
     for key in failed:  # its twin keeps values of the same widths
         twin = TWINS[key]
         if twin in activations and twin != key:
-            activations[key], loss[key] = activations[twin], loss[twin]
+            activations[key], loss[key], casts[key] = activations[twin], loss[twin], casts[twin]
     how = (
         f"measured on the CPU for the whole batch of {batch}"
         if whole
@@ -93,7 +106,86 @@ def measure_step_memory(
     )
     if failed:
         how += f"; {', '.join(failed)} could not run on the CPU: its 16-bit twin's bytes"
-    return MeasuredStep(batch, activations, loss, largest, how)
+    trainable = {name: p for name, p in params.items() if p.requires_grad}
+    return MeasuredStep(
+        batch,
+        activations,
+        loss,
+        largest,
+        how,
+        casts=casts,
+        batch_bytes=batch_bytes,
+        update_temp=_update_temporaries(model),
+        params=sum(p.numel() for p in params.values()),
+        trainable=sum(p.numel() for p in trainable.values()),
+        unreached={n: p.numel() for n, p in trainable.items() if n not in reached and reached},
+        buffers=sum(b.numel() * b.element_size() for b in model.buffers()),
+        fp8_layers=_fp8_layers(model),
+    )
+
+
+def tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors in a batch (tuples, lists, dicts), each storage once."""
+    seen: dict[int, int] = {}
+
+    def walk(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            storage = v.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(v, Mapping):
+            for item in v.values():
+                walk(item)
+        elif isinstance(v, (tuple, list)):
+            for item in v:
+                walk(item)
+
+    walk(value)
+    return sum(seen.values())
+
+
+def unique_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The model's parameters by their first name, each once (a tied weight is one)."""
+    return dict(model.named_parameters())
+
+
+def _update_temporaries(model: nn.Module) -> int | None:
+    """The optimizer step's temporaries as the engine's step makes them, in fp32 bytes:
+    gradient clipping over every gradient, then per-tensor AdamW (torch's default off CUDA).
+    AdamW goes through the parameters one at a time, and what it makes for one (a square
+    root, the denominator) is freed as it makes the next one's: run on the neighbours where
+    that weighs most (a parameter and the one before it, the pair largest with the second
+    counted twice), with a learning rate of 0 (the weights stay as they are) and zero
+    gradients, once to make AdamW's state and once under torch.profiler. None when it cannot
+    run."""
+    params = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]
+    if not params:
+        return 0
+    sizes = [p.numel() for p in params]
+    worst = max(range(len(params)), key=lambda i: 2 * sizes[i] + (sizes[i - 1] if i else 0))
+    pair = params[max(0, worst - 1) : worst + 1]
+    try:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        optimizer = torch.optim.AdamW(pair, lr=0.0, weight_decay=0.0, foreach=False)
+        optimizer.step()  # AdamW makes its state at its first step
+
+        def update() -> None:
+            torch.nn.utils.clip_grad_norm_(params, math.inf)
+            optimizer.step()
+
+        return _profiled_peak(update)
+    except Exception:  # noqa: BLE001 - the planner's formula stands without it
+        return None
+    finally:
+        for p in params:
+            p.grad = None
+
+
+def _fp8_layers(model: nn.Module) -> int:
+    """How many linear layers fp8 training would convert (``engine.step.fp8``)."""
+    from ampscope.engine.step.fp8 import choose_layers
+
+    return len(choose_layers(model, skip_head=True)[0])
 
 
 def _extrapolate(at1: int, at2: int, sizes: tuple[int, int], batch: int) -> int:
@@ -124,23 +216,33 @@ def _slice(value: Any, batch: int, n: int) -> Any:
     return out if found[0] else None
 
 
+@dataclass
+class _Step:
+    saved: int  # what autograd saves in the forward, parameters and the weights' casts aside
+    rest: int  # what the forward and backward hold at their peak beyond them and the casts
+    casts: int  # the weights' casts autograd saves (autocast's 16-bit copies)
+    reached: set[str]  # the parameters the step gave a gradient
+
+
 def _saved(
     workload: UserWorkload,
     model: nn.Module,
     inputs: Any,
     target: Any,
     autocast: torch.dtype | None,
-) -> tuple[int, int]:
-    """(bytes autograd saves in the forward, bytes of the loss's buffers) for one batch."""
+) -> _Step:
+    """One forward and backward of a batch, as the engine's step runs it: the output kept
+    until the step ends, the gradients made from none (the engine frees them before each
+    forward)."""
     model_dtype = next((p.dtype for p in model.parameters()), torch.float32)
     if model_dtype != torch.float32:
         inputs = _floats_to(inputs, model_dtype)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     counter = _Counter(params)
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _no_stderr():  # torch 2.13's profiler writes a line to stderr as it starts and stops
-        prof.__enter__()
-    try:
+    for p in model.parameters():
+        p.grad = None
+
+    def step() -> None:
         with (
             torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None),
             counter.hooks(),
@@ -150,17 +252,29 @@ def _saved(
             value = workload.loss(output, target)
         value.backward()
         del value, output
+
+    peak = _profiled_peak(step)
+    reached = {name for name, p in model.named_parameters() if p.grad is not None}
+    for p in model.parameters():
+        p.grad = None
+    saved, casts = counter.bytes["forward"], counter.bytes["casts"]
+    # the loss's buffers, backward's own and the gradients made by the step's peak: what it
+    # holds beyond the saved tensors and the weights' casts
+    return _Step(saved, max(counter.bytes["loss"], peak - saved - casts), casts, reached)
+
+
+def _profiled_peak(run: Callable[[], None]) -> int:
+    """The peak of the running sum of the allocations and frees ``run`` makes, as
+    torch.profiler records them."""
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _no_stderr():  # torch 2.13's profiler writes a line to stderr as it starts and stops
+        prof.__enter__()
+    try:
+        run()
     finally:
         with _no_stderr():
             prof.__exit__(None, None, None)
-    for p in model.parameters():
-        p.grad = None
-    peak = _allocation_peak(prof)
-    saved = counter.bytes["forward"]
-    # the loss's buffers and backward's own: what the step's peak holds beyond the saved
-    # tensors and the weights' casts (the plan's grads column counts every gradient already)
-    rest = max(counter.bytes["loss"], peak - saved - counter.bytes["casts"])
-    return saved, rest
+    return _allocation_peak(prof)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.lifecycle.record import IO_HINT, RecordLost
 from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
-from ampscope.engine.workloads.user_code import user_traceback
+from ampscope.engine.workloads.user_code import raised_by_ampscope, user_traceback
 
 OOM_HINT = (
     "Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
@@ -126,11 +126,14 @@ def failure(
         )
         return event, EXIT_FAILED
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    if preset.workload.model is not None:  # the user's model failed: their frames, as theirs
+    message = f"{type(exc).__name__}: {exc}"
+    if raised_by_ampscope(exc):  # its own hooks: every frame, and whose fault it is
+        message = f"ampscope's own instrumentation failed (a fault of ampscope, not of the model): {message}"
+    elif preset.workload.model is not None:  # the user's model failed: their frames, as theirs
         trace = user_traceback(exc) or trace
     event = ev.ErrorEvent(
         kind="exception",
-        message=f"{type(exc).__name__}: {exc}",
+        message=message,
         step=stats.steps_done or None,
         traceback=trace,
     )

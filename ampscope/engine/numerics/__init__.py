@@ -149,7 +149,7 @@ class LoopNumerics:
             self.restart()  # the next step is timed from here: the rerun is no step's work
 
     def finish(self) -> None:
-        self.probe.remove()
+        self.probe.close()
         self.probe.poll(wait=True)
 
 

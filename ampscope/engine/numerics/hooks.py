@@ -9,6 +9,11 @@ once, without a wait on CUDA (read when the copy has landed, normally a step lat
 Parameters get a hook too, which only checks their gradient for inf/NaN (one reduction): an
 overflow born in a weight gradient (a large batch summed in fp16) is named by the module that
 owns the weight, as that module's backward pass.
+
+Which modules never ran is a claim about the whole run, not the sampled steps: routing is data
+(an MoE's expert may get its first tokens at step 4). A pre-hook on each measured module that
+has not run yet, removed as it first runs, sees every step at the cost of one call a module;
+a module that first runs in a step not sampled has the next step sampled, so it is measured.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class NumericsProbe:
     total: int = 0
     failed: bool = False
     called: set[int] = field(default_factory=set)  # this sampled step's modules that ran
+    ran: set[int] = field(default_factory=set)  # the measured modules that ran in any step
 
     def __post_init__(self) -> None:
         leaves = leaf_modules(self.model)
@@ -93,11 +99,27 @@ class NumericsProbe:
         self.measured: collections.deque[int] = collections.deque(maxlen=RECENT)
         # Each measured step's first inf/NaN, by step (a rerun step may land after later ones)
         self.found: dict[int, ev.FirstNonfinite] = {}
+        self.woke = False  # a module ran for the first time in a step not sampled
+        self.first_calls = {
+            index: module.register_forward_pre_hook(self._first_call(index))
+            for index, module in enumerate(self.modules)
+        }
+
+    def _first_call(self, index: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, inputs: object) -> None:
+            self.ran.add(index)
+            self.woke = self.woke or not self.handles  # outside a sampled step
+            handle = self.first_calls.pop(index, None)
+            if handle is not None:
+                handle.remove()
+
+        return hook
 
     def wants(self, step: int) -> bool:
         if self.failed or not self.names:
             return False
-        return step in self.extra or (self.every > 0 and step % self.every == 0)
+        woke, self.woke = self.woke, False  # a module's first run: measure it at once
+        return woke or step in self.extra or (self.every > 0 and step % self.every == 0)
 
     def sample_next(self, step: int) -> None:
         """Measure ``step`` too: the step after a skip shows where the inf comes from."""
@@ -167,7 +189,7 @@ class NumericsProbe:
         if self.failed:
             return
         self.failed = True
-        self.remove()
+        self.close()
         message = (
             f"numerics stopped: {what} ({type(exc).__name__}: {exc}). "
             "Training goes on unchanged; set numerics.every = 0 to leave them off."
@@ -175,9 +197,17 @@ class NumericsProbe:
         self.emit(ev.WarningEvent(code="numerics-failed", message=message[:2000]))
 
     def remove(self) -> None:
+        """The sampled step's hooks off (the first-call watch stays: see ``close``)."""
         for handle in self.handles:
             handle.remove()
         self.handles = []
+
+    def close(self) -> None:
+        """Every hook off: the run is over, or numerics are."""
+        self.remove()
+        for handle in self.first_calls.values():
+            handle.remove()
+        self.first_calls = {}
 
     def end(self, step: int, replayed: bool = False) -> None:
         """After the step: hooks off, the rows on their way to the host (one copy)."""
@@ -240,10 +270,10 @@ class NumericsProbe:
             loss_scale=scale if scale == scale else None,  # NaN: no GradScaler
             modules=modules,
             modules_total=self.total,
-            modules_idle={
+            modules_idle={  # not run in this step, nor in any step before it
                 name: why_not_called(self.model, name)
                 for i, name in enumerate(self.names)
-                if i not in item.called
+                if i not in item.called and i not in self.ran
             },
             first_nonfinite=found,
             replayed=item.replayed,

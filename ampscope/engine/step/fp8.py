@@ -15,7 +15,7 @@ import dataclasses
 import importlib.util
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 
@@ -29,7 +29,7 @@ from ampscope.engine.checks.device import DeviceInfo
 from ampscope.engine.step.module_calls import (
     attention_projections,
     foreign_linear_layers,
-    why_not_called,
+    never_runs_as_module,
 )
 
 FP8_MULTIPLE = 16  # fp8 matmul kernels need both dimensions of a weight to be multiples of 16
@@ -40,11 +40,11 @@ _NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
 def convert_for_fp8(
-    model: nn.Module, preset: Preset, info: DeviceInfo, called: set[str] | None = None
+    model: nn.Module, preset: Preset, info: DeviceInfo, called: Sequence[str] | None = None
 ) -> ev.Fp8Layers | None:
     """Swap the chosen linear layers for fp8 ones in place; None for presets that are not fp8.
-    ``called``: the modules a forward pass calls (``module_calls``); a layer outside it would
-    never run in fp8, and stays as it is, named with why.
+    ``called``: the modules the first batch's forward calls, in order (``module_calls``): its
+    last linear layer is the output head.
 
     Raises ConfigError (exit 2) where no layer can be converted or torchao does not import;
     the device and the token counts were checked before the build (``engine.checks.validation``).
@@ -55,18 +55,7 @@ def convert_for_fp8(
     float8 = import_torchao_float8()
     converted, skipped = choose_layers(model, options.skip_head, called)
     if not converted:
-        wider = (
-            "give your model's linear layers such dimensions"
-            if preset.workload.model
-            else "use a wider workload (workload.width)"
-        )
-        raise ConfigError(
-            "precision = 'fp8', but none of this workload's linear layers can run in fp8 ("
-            + "; ".join(grouped_reasons(skipped))
-            + f"). fp8 matmuls need layers whose dimensions are multiples of 16: {wider}, or "
-            "precision = 'amp-bf16'.",
-            key="precision",
-        )
+        raise ConfigError(nothing_to_convert(model, skipped, preset), key="precision")
     config = float8.Float8LinearConfig.from_recipe_name(options.recipe)
     if options.emulate:
         config = dataclasses.replace(config, emulate=True)
@@ -77,6 +66,44 @@ def convert_for_fp8(
     return ev.Fp8Layers(
         recipe=options.recipe, emulate=options.emulate, converted=converted, skipped=skipped
     )
+
+
+HEAD_REASON = "the output head (fp8.skip_head = true)"
+
+
+def nothing_to_convert(model: nn.Module, skipped: dict[str, str], preset: Preset) -> str:
+    """Why an fp8 run has no layer to train in fp8, with only the advice that would work: a
+    model without a linear layer (a U-Net, a CNN) is told so, not to resize layers it lacks."""
+    if not skipped:
+        convs = sum(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+        theirs = f" (its {convs} convolutions are not)" if convs else ""
+        return (
+            "precision = 'fp8', but this model has no linear layer (nn.Linear) to run in fp8: "
+            f"fp8 training converts linear layers only{theirs}, so it would train as amp-bf16 "
+            "does. Use precision = 'amp-bf16'."
+        )
+    ways = []
+    if any(f"not multiples of {FP8_MULTIPLE}" in why for why in skipped.values()):
+        ways.append(
+            "give your model's linear layers dimensions that are multiples of 16"
+            if preset.workload.model
+            else "use a wider workload (workload.width)"
+        )
+    heads = [name for name, why in skipped.items() if why == HEAD_REASON]
+    head = model.get_submodule(heads[0]) if heads else None
+    if isinstance(head, nn.Linear) and fits_fp8(head):
+        ways.append("set fp8.skip_head = false (the output head in fp8 too)")
+    to_train = f"To train in fp8, {'; or '.join(ways)}. Otherwise use" if ways else "Use"
+    return (
+        "precision = 'fp8', but none of this workload's linear layers can run in fp8 ("
+        + "; ".join(grouped_reasons(skipped))
+        + f"). {to_train} precision = 'amp-bf16'."
+    )
+
+
+def fits_fp8(layer: nn.Linear) -> bool:
+    """Both dimensions of the layer's weight are multiples of 16, as fp8 matmuls need."""
+    return all(d % FP8_MULTIPLE == 0 for d in layer.weight.shape)
 
 
 def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
@@ -93,27 +120,31 @@ def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
 
 
 def choose_layers(
-    model: nn.Module, skip_head: bool, called: set[str] | None = None
+    model: nn.Module, skip_head: bool, called: Sequence[str] | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """The linear layers to train in fp8, and the others with the reason they stay in bf16.
 
-    The output head is the model's last linear layer: its logits go straight into the loss,
-    where fp8's 2-3 mantissa bits would cost the most, and fp8 recipes leave it out. A layer
-    the forward pass never calls (``called``, when known) would not run in fp8 if swapped;
-    nor do the q/k/v projections ``nn.MultiheadAttention`` keeps as bare parameters.
+    The output head is the last linear layer the forward pass calls (``called``, the first
+    batch's calls in order; the last one the model defines when unknown): its logits go
+    straight into the loss, where fp8's 2-3 mantissa bits would cost the most, and fp8 recipes
+    leave it out. Every other layer whose dimensions fit is converted, whether the first batch
+    calls it or not: an MoE's expert that gets its first tokens at step 4 then runs in fp8 as
+    the others do. Left out whatever the data: ``nn.MultiheadAttention``'s out_proj (its
+    weight is multiplied by the attention's own code) and the q/k/v projections it keeps as
+    bare parameters.
     """
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    ran = [(n, m) for n, m in linears if called is None or n in called]
-    head = ran[-1][0] if ran else None
+    head = output_head([name for name, _ in linears], called)
     converted: list[str] = []
     skipped: dict[str, str] = {}
     for name, module in linears:
         out_features, in_features = module.weight.shape
-        if called is not None and name not in called:
-            skipped[name] = why_not_called(model, name)
+        structural = never_runs_as_module(model, name)
+        if structural is not None:
+            skipped[name] = structural
         elif skip_head and name == head:
-            skipped[name] = "the output head (fp8.skip_head = true)"
-        elif in_features % FP8_MULTIPLE or out_features % FP8_MULTIPLE:
+            skipped[name] = HEAD_REASON
+        elif not fits_fp8(module):
             skipped[name] = (
                 f"{in_features} -> {out_features} features, not multiples of {FP8_MULTIPLE}"
             )
@@ -122,6 +153,16 @@ def choose_layers(
     skipped.update(attention_projections(model))
     skipped.update(foreign_linear_layers(model))
     return converted, skipped
+
+
+def output_head(linears: list[str], called: Sequence[str] | None) -> str | None:
+    """The last of ``linears`` the forward pass called (the last defined, when unknown)."""
+    if called is not None:
+        known = set(linears)
+        ran = [name for name in called if name in known]
+        if ran:
+            return ran[-1]
+    return linears[-1] if linears else None
 
 
 def require_fp8_support(

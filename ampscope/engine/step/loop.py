@@ -158,7 +158,11 @@ def train(
         if stop_all:
             status = "stopped"
             break
-        measure_zeros = preset.grad_zero_every > 0 and step % preset.grad_zero_every == 0
+        measure_zeros = (
+            preset.grad_zero_every > 0
+            and step % preset.grad_zero_every == 0
+            and not reporter.zeros_unreached  # no gradient reached the output: stop asking
+        )
         if profiler is not None and profiler.before_step(step):
             timer.begin()  # starting the profiler is not the step's work
         t0 = time.perf_counter()

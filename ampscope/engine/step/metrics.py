@@ -83,14 +83,20 @@ class ZeroGradCounter:
     That gradient is where underflow strikes first: under fp16 autocast it is cast to fp16
     before flowing back through the network, and anything below 2**-25 becomes 0. A loss scale
     lifts it back into range; without one, the zeros are gradient signal lost for good.
+
+    Under torch.compile a model that computes its own loss (a Hugging Face model given
+    labels) returns its logits beside the loss from one compiled graph: their gradient stays
+    inside the graph, and the hook is called with None. The fraction then stays NaN (not
+    measured), and the reporter says once why (``StepReporter``).
     """
 
     def __init__(self, output: torch.Tensor, nan: torch.Tensor) -> None:
         self.fraction = nan
         output.register_hook(self._count)
 
-    def _count(self, grad: torch.Tensor) -> None:
-        self.fraction = zero_fraction(grad)
+    def _count(self, grad: torch.Tensor | None) -> None:
+        if grad is not None:
+            self.fraction = zero_fraction(grad)
 
 
 def zero_fraction(grad: torch.Tensor, chunk: int = ZERO_COUNT_CHUNK) -> torch.Tensor:
@@ -197,6 +203,9 @@ class StepReporter:
         self.first: ev.FirstNonfinite | None = None  # the run's first inf/NaN, when found
         self.scale_first: float | None = None  # the loss scale the first step ran with
         self.scale_last = math.nan  # the loss scale after the last step
+        # True once a step that was to count the output gradient's zeros got no gradient to
+        # count: the loop stops asking, and a note has said why.
+        self.zeros_unreached = False
 
     def report(self, ranks: list[RankFigures]) -> None:
         """One step, ``ranks`` by rank (one entry on one process)."""
@@ -214,6 +223,7 @@ class StepReporter:
         data_ms = self.data_ms.pop(step, None)
         self.writer.emit(self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms))
         self._warn(step, m, skipped)
+        self._zeros_reached(step, m)
         if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
             self.writer.emit(self.input_wait.warning(), urgent=True)
         ends = not math.isfinite(loss) and (
@@ -331,6 +341,29 @@ class StepReporter:
         if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):
             self.stats.mem_peak = peak
         return event
+
+    def _zeros_reached(self, step: int, m: StepMetrics) -> None:
+        """A step that was to count the zeros in the output's gradient and counted nothing:
+        that gradient never reached the hook. Said once, as a note (the run is fine)."""
+        every = self.s.preset.grad_zero_every
+        measuring = every > 0 and step % every == 0
+        if self.zeros_unreached or not measuring or not math.isnan(m.grad_zero_frac):
+            return
+        self.zeros_unreached = True
+        if self.s.preset.compile != "off":
+            why = (
+                "the model computes its loss inside the compiled graph (torch.compile), so the "
+                "gradient of its output stays inside the graph. Give the factory a 'loss', "
+                "(output, targets) -> loss, or run without compile to measure it"
+            )
+        else:
+            why = (
+                "the model returns no output the loss is computed from (a loss alone), so no "
+                "gradient reaches its output. Give the factory a 'loss', (output, targets) -> "
+                "loss, to measure it"
+            )
+        message = f"grad_zero_frac (the zeros in the output's gradient) is not measured: {why}."
+        self.writer.emit(ev.WarningEvent(code=ev.GRAD_ZEROS_OFF, message=message, step=step))
 
     def _warn(self, step: int, m: StepMetrics, skipped: bool) -> None:
         before, after = m.scale_before, m.scale_after

@@ -4,8 +4,14 @@ A module can own weights that something else multiplies: ``nn.MultiheadAttention
 ``out_proj`` as an ``nn.Linear`` but hands ``out_proj.weight`` to
 ``F.multi_head_attention_forward``, and keeps q/k/v in a bare ``in_proj_weight``. Swapping such
 a layer for an fp8 one, or hooking it to measure its outputs, does nothing: the fp8 line and
-the numerics table must say so instead of counting it. One forward of the first batch, on a
-meta copy of the model (no memory, no arithmetic), with a pre-hook on every module, tells.
+the numerics table must say so instead of counting it. That much is the model's structure,
+true of every batch.
+
+Which other modules run is data: an MoE's expert runs only when a batch routes tokens to it.
+One forward of the first batch, on a meta copy of the model (no memory, no arithmetic), with a
+pre-hook on every module, says which ran first and last (the output head is the last linear
+layer to run), never which modules will not run later: only the whole run can say that
+(``engine.numerics.hooks``).
 """
 
 from __future__ import annotations
@@ -23,10 +29,10 @@ from ampscope.engine.step.flops import _to_meta, kept_state, meta_copy
 Forward = Callable[[nn.Module, Any], Any]
 
 
-def called_modules(model: nn.Module, batch: Sequence[Any], forward: Forward) -> set[str] | None:
+def called_modules(model: nn.Module, batch: Sequence[Any], forward: Forward) -> list[str] | None:
     """The names (as ``named_modules()`` gives them) of the modules one forward pass of
-    ``batch`` (``(inputs, targets)``) calls; None when neither a meta copy nor the real model
-    could run it (then nothing is known, and nothing is left out)."""
+    ``batch`` (``(inputs, targets)``) calls, in the order they are first called; None when
+    neither a meta copy nor the real model could run it (then nothing is known)."""
     try:
         return _calls(meta_copy(model), _to_meta(batch[0]), forward)
     except Exception:  # noqa: BLE001 - data-dependent shapes: the real model, without grads
@@ -38,10 +44,10 @@ def called_modules(model: nn.Module, batch: Sequence[Any], forward: Forward) -> 
         return None
 
 
-def _calls(model: nn.Module, inputs: Any, forward: Forward) -> set[str]:
-    called: set[str] = set()
+def _calls(model: nn.Module, inputs: Any, forward: Forward) -> list[str]:
+    called: dict[str, None] = {}  # first calls, in order
     handles = [
-        module.register_forward_pre_hook(lambda _m, _a, name=name: called.add(name))
+        module.register_forward_pre_hook(lambda _m, _a, name=name: called.setdefault(name))
         for name, module in model.named_modules()
     ]
     try:
@@ -50,11 +56,12 @@ def _calls(model: nn.Module, inputs: Any, forward: Forward) -> set[str]:
     finally:
         for handle in handles:
             handle.remove()
-    return called
+    return list(called)
 
 
-def why_not_called(model: nn.Module, name: str) -> str:
-    """Why the module ``name`` never ran, in a user's words."""
+def never_runs_as_module(model: nn.Module, name: str) -> str | None:
+    """Why the module ``name`` never runs whatever the data, from the model's structure (its
+    weight is multiplied by its parent's own code); None when nothing says so."""
     parent_name, _, own = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     if isinstance(parent, nn.MultiheadAttention) and own == "out_proj":
@@ -62,7 +69,14 @@ def why_not_called(model: nn.Module, name: str) -> str:
             "nn.MultiheadAttention's out_proj: its weight is multiplied by "
             "F.multi_head_attention_forward, the layer itself is never called"
         )
-    return "never called in the forward pass (unused, or its weight is used directly)"
+    return None
+
+
+def why_not_called(model: nn.Module, name: str) -> str:
+    """Why the module ``name`` never ran, in a user's words."""
+    return never_runs_as_module(model, name) or (
+        "never called in the forward pass (unused, or its weight is used directly)"
+    )
 
 
 def attention_projections(model: nn.Module) -> dict[str, str]:

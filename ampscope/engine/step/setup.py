@@ -113,8 +113,8 @@ def memory_estimate(s: Setup) -> RunWarning | None:
     return training_state_warning(s.preset, s.info, params, total)
 
 
-def fp8_probe(workload: TrainingWorkload) -> set[str] | None:
-    """The modules the model's forward pass calls: the linear layers that can run in fp8."""
+def fp8_probe(workload: TrainingWorkload) -> list[str] | None:
+    """The modules the first batch's forward calls, in order: the last linear one is the head."""
     return called_modules(workload.model, workload.first_batch(), workload.forward)
 
 

@@ -9,8 +9,9 @@ as for the built-in workloads.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from ampscope.engine.workloads.user_code import (
     load_factory,
     on_meta_device,
     positive_field,
+    raised_by_ampscope,
     user_traceback,
 )
 
@@ -336,9 +338,11 @@ class UserWorkload(TrainingWorkload):
 
     def first_step_failure(self, exc: Exception) -> Exception:
         """A fault in the first step (their model refusing its first batch, most often) is
-        a user error. Running out of memory and torch.compile's own failures stay what they
-        are: faults of the run, not of the input."""
+        a user error. Running out of memory, torch.compile's own failures and a fault of
+        ampscope's own hooks stay what they are: faults of the run, not of the input."""
         if isinstance(exc, (ConfigError, torch.OutOfMemoryError)) or _from_compiler(exc):
+            return exc
+        if raised_by_ampscope(exc):
             return exc
         seen = f" ({self.batches.first_seen})" if self.batches.first_seen else ""
         return UserCodeError(
@@ -364,12 +368,18 @@ def build_user_workload(spec_text: str, ctx: ModelContext) -> UserWorkload:
 
 def count_model_parameters(spec_text: str, precision: str = "fp32") -> tuple[int, str, str]:
     """The model's true parameter count (tied weights once), where it was built ('meta' when
-    the factory allows, else 'cpu'), and its name. Raises UserCodeError."""
+    the factory allows, else 'cpu'), and its name. Raises UserCodeError.
+
+    A factory that builds its model and then moves it (``.to(ctx.device)``, as docs/model.md
+    writes one) would untie its tied weights on the way to the meta device: each module's
+    parameter becomes a new one. Built with torch's swap of module parameters on conversion,
+    a moved Parameter stays the one object every module holds, so a tie is counted once."""
     factory = load_factory(spec_text)
     for device in ("meta", "cpu"):
         ctx = ModelContext(torch.device(device), None, 0, precision)
         try:
-            answer = call_factory(factory, ctx, spec_text)
+            with ties_kept() if device == "meta" else contextlib.nullcontext():
+                answer = call_factory(factory, ctx, spec_text)
         except UserCodeError:
             if device == "meta":
                 continue  # their factory needs real tensors: build it on the CPU instead
@@ -383,3 +393,15 @@ def count_model_parameters(spec_text: str, precision: str = "fp32") -> tuple[int
         name = str(answer.get("name") or type(model).__name__)
         return sum(p.numel() for p in model.parameters()), device, name
     raise AssertionError("unreachable: the CPU attempt returns or raises")
+
+
+@contextlib.contextmanager
+def ties_kept() -> Iterator[None]:
+    """``Module.to()`` swaps each parameter's contents in place instead of making a new
+    Parameter, while the block runs."""
+    before = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        yield
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(before)

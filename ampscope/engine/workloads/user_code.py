@@ -85,6 +85,15 @@ def user_traceback(exc: BaseException) -> str | None:
     return "".join(lines).rstrip("\n")
 
 
+def raised_by_ampscope(exc: BaseException) -> bool:
+    """Whether ampscope's own code raised ``exc`` after torch or the user's code called it
+    back: a hook or counter ampscope put on the model (its frames come again below a frame of
+    theirs). A fault of ampscope's instrumentation, never of the user's model or batches."""
+    ours = [f.filename.startswith(OURS) for f in traceback.extract_tb(exc.__traceback__)]
+    left = next((i for i, mine in enumerate(ours) if not mine), None)
+    return left is not None and any(ours[left:])
+
+
 def describe_exception(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -150,10 +150,17 @@ class MemoryScreen(ToolScreen):
                 )
             )
         )
+        train = (
+            "TRAIN: weights, master and optimizer state, plus the larger of the model's two "
+            "measured peaks: forward and backward (casts, activations, logits: everything else "
+            "they hold, the gradients made by then in it) and the optimizer step (gradients and "
+            "its temporaries)"
+            if measured is not None and shape is None
+            else "TRAIN adds weights to logits (gradients included, though freed before each "
+            "forward: the measured peak is up to that much lower)"
+        )
         self.query_one("#memory-notes", Static).update(
-            f"B/param: bytes per parameter, training/inference. TRAIN adds weights to logits "
-            "(gradients included, though freed before each forward: the measured peak is up "
-            f"to that much lower). A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
+            f"B/param: bytes per parameter, training/inference. {train}. A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
             "memory. G, M: GiB, MiB. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
             "logit-sized buffers at the start of backward; inference ignores the KV cache. "
             "Smallest GPU: the listed GPU with the least memory that fits training and can run "
