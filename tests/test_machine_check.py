@@ -192,8 +192,7 @@ def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_it
     assert lines[-1].startswith("pinned host-to-device  11.0 GB/s")
     # every timed batch: one warm-up call and a probe, then repeats without warm-up
     assert all(w in (0, 1) for _, _, _, w in timer.batches)
-    # the sweep times each shape in each layout (fp8's kernel takes one); later rounds only
-    # each format's two best
+    # the sweep times each shape in each layout (fp8's kernel takes one)
     swept = {(fmt, shape, layout) for fmt, shape, layout, _ in timer.calls}
     assert {(s, lay) for f, s, lay in swept if f == "bf16"} == {
         (shape, layout) for shape in mb.GPU_SHAPES for layout in ("nn", "nt", "tn")
@@ -1049,8 +1048,8 @@ def test_the_spread_of_rounds_decides_whether_a_figure_is_steady(rounds, spread,
 
 @dataclass
 class LoadedTimer(ThreadedTimer):
-    """A machine whose load comes and goes: in each round, the formats in ``slowed`` run at
-    ``factor`` of their rate (``by_round``: the round's factor). The copy meter turns rounds."""
+    """A machine whose load comes and goes: in each round, the formats (or 'fmt layout') in
+    ``slowed`` run at that round's share of their rate. The copy meter turns the rounds."""
 
     slowed: dict[str, list[float]] = field(default_factory=dict)
     round: int = 0
@@ -1058,7 +1057,8 @@ class LoadedTimer(ThreadedTimer):
     def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
         times = super().__call__(fn, repeats, warmup)
         assert isinstance(fn, FakeCall)
-        factor = self.slowed.get(fn.fmt, [1.0] * 10)[self.round]
+        factor = self.slowed.get(f"{fn.fmt} {fn.layout}", self.slowed.get(fn.fmt, [1.0] * 10))
+        factor = factor[self.round]
         return [t / factor for t in times]
 
     def copy(self, device: torch.device, nbytes: int) -> mb.Meter:
@@ -1135,11 +1135,61 @@ def test_the_sweep_finds_the_layout_a_linear_layer_runs_fastest_in() -> None:
 
 @pytest.mark.unit
 def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monkeypatch) -> None:
-    """A check that could not fit its rounds in a minute and a quarter keeps what it measured
-    and says it is not steady (two rounds cannot tell a steady figure from a lucky one)."""
-    clock = iter([0.0, 1.0, 80.0, 80.0, 80.0, 80.0, 80.0, 80.0])
-    monkeypatch.setattr(mb.time, "monotonic", lambda: next(clock, 80.0))
-    check, lines = loaded_check({})
+    """A machine so slow that a round takes 30 s: the third round would end past a minute and
+    a half, so it is not begun; the check keeps what it measured and says two rounds cannot
+    tell a steady figure from a lucky one."""
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
+    timer = LoadedTimer(rates, small=1.0, one=0.05)
+    monkeypatch.setattr(mb.time, "monotonic", lambda: 30.0 * timer.round)
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    check = mb.run_check(seams=seams)
     assert [len(f.rounds) for f in check.matmul.values()] == [2, 2, 2]
     assert not any(f.trusted for f in check.matmul.values())
     assert "fp32 matmul (only 2 rounds)" in check.verdicts[0]
+
+
+@pytest.mark.unit
+def test_past_the_deadline_the_sweep_tries_no_larger_shape(monkeypatch) -> None:
+    monkeypatch.setattr(mb.time, "monotonic", lambda: 100.0)
+    timer = FakeTimer({"fp32": 0.1}, small=1.0)
+    rates = mb.sweep(
+        "fp32", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(), fake_make, until=50.0
+    )
+    assert set(rates) == {((128, 128, 128), layout) for layout in ("nn", "nt", "tn")}
+
+
+@pytest.mark.unit
+def test_a_layout_stops_growing_once_a_shape_runs_at_under_half_its_best() -> None:
+    """Past the caches a CPU's larger matmuls only get slower: 1024 cubed at a third of 512's
+    rate ends the layout's sweep before 2048 cubed, which would take seconds."""
+
+    @dataclass
+    class Caches(FakeTimer):
+        def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+            times = super().__call__(fn, repeats, warmup)
+            assert isinstance(fn, FakeCall)
+            return [t * 3 if fn.shape[0] >= 1024 else t for t in times]
+
+    timer = Caches({"fp32": 0.1}, small=1.0)
+    rates = mb.sweep("fp32", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(), fake_make)
+    assert {shape[0] for shape, _ in rates} == {128, 256, 512, 1024}
+
+
+@pytest.mark.unit
+def test_a_layout_timed_while_the_machine_was_busy_is_timed_again_in_every_round() -> None:
+    """fp16's a @ b.T runs 10x its a @ b, but the first round's sweep met it under load: each
+    layout's best shape is a finalist, so later rounds find its rate, and the figure is it."""
+
+    @dataclass
+    class FastNt(LoadedTimer):
+        def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+            times = super().__call__(fn, repeats, warmup)
+            assert isinstance(fn, FakeCall)
+            return [t / 10 if fn.fmt == "fp16" and fn.layout == "nt" else t for t in times]
+
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
+    timer = FastNt(rates, small=1.0, one=0.05, slowed={"fp16 nt": [0.05, 1, 1, 1, 1]})
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    fp16 = mb.run_check(seams=seams).matmul["fp16"]
+    assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
+    assert fp16.rounds[0] == pytest.approx(0.002) and fp16.trusted  # 4 of 5 rounds agree
