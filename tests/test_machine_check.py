@@ -864,7 +864,7 @@ def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores
     check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
     assert torch.get_num_threads() == 2  # given back after the one-thread run
     assert check.threads == 2 and check.fp32_one_thread_tflops == pytest.approx(0.1)
-    assert "fp32  matmul  100.0 GFLOP/s on 1 thread" in lines
+    assert "fp32  matmul  100.0 GFLOP/s on 1 thread (5 rounds, median 0 % below the best)" in lines
     verdict = next((v for v in check.verdicts if "one thread" in v), None)
     if said:
         assert verdict is not None and verdict.startswith(
@@ -1145,7 +1145,11 @@ def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monke
     check = mb.run_check(seams=seams)
     assert [len(f.rounds) for f in check.matmul.values()] == [2, 2, 2]
     assert not any(f.trusted for f in check.matmul.values())
-    assert "fp32 matmul (only 2 rounds)" in check.verdicts[0]
+    assert check.verdicts[0].startswith(
+        "the machine was too busy to measure: only 2 rounds fitted in the check's time, load "
+        "average "
+    )
+    assert "too few to tell a steady figure from a lucky one" in check.verdicts[0]
 
 
 @pytest.mark.unit

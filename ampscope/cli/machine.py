@@ -58,6 +58,10 @@ def check_options(args: argparse.Namespace) -> str | None:
     return None
 
 
+def and_list(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def cmd_machine_check(args: argparse.Namespace) -> int:
     problem = check_options(args)
     if problem:
@@ -112,8 +116,8 @@ def machine_check(args: argparse.Namespace) -> int:
     busy = [fmt for fmt, fig in check.matmul.items() if not fig.trusted]
     if where and busy:
         kept += (
-            f" (runs are not read against {' and '.join(busy)}: the machine was too busy to "
-            "measure them)"
+            f" (runs are not read against {and_list(busy)}: the machine was too busy to "
+            f"measure {'it' if len(busy) == 1 else 'them'})"
         )
     print(visible(f"done in {check.seconds:.0f} s; {kept}"))
     return 0

@@ -64,6 +64,20 @@ def busy_verdict(
     when every figure held still."""
     if not unsteady:
         return None
+    load = f", load average {load_average:.1f}" if load_average is not None else ""
+    which = "it is" if len(unsteady) == 1 else "they are"
+    tail = (
+        f"{which} not kept as this machine's peak; run ampscope doctor --bench again when it "
+        "is quieter"
+    )
+    counts = {len(rounds) for _, rounds in unsteady}
+    if max(counts) < MIN_ROUNDS:  # the rounds did not fit in the check's time
+        fitted = max(counts)
+        return (
+            f"the machine was too busy to measure: only {fitted} round"
+            f"{'s' if fitted != 1 else ''} fitted in the check's time{load}, too few to tell "
+            f"a steady figure from a lucky one: {tail}"
+        )
     parts: list[str] = []
     for what, rounds in unsteady:
         gap = pct(spread(rounds) or 0.0)
@@ -76,9 +90,7 @@ def busy_verdict(
         )
         parts.append(f"{what} ({detail})")
     named = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    load = f", load average {load_average:.1f}" if load_average is not None else ""
     return (
         f"the machine was too busy to measure {named}{load} (steady is within "
-        f"{pct(STEADY_SPREAD)}): {'it is' if len(parts) == 1 else 'they are'} not kept as this "
-        "machine's peak; run ampscope doctor --bench again when it is quieter"
+        f"{pct(STEADY_SPREAD)}): {tail}"
     )

@@ -173,22 +173,23 @@ def sweep(
     until: float | None = None,
 ) -> dict[Combo, float]:
     """TFLOP/s of every shape in every layout, smallest first. A layout stops before a shape
-    whose call would take over twice the budget at its best rate so far (a slow format, fp16
-    on a CPU without fp16 units, gains nothing larger and would take seconds a call), after a
-    shape that ran at under half its best (past the caches, larger only gets slower), and past
+    whose call would take over twice the budget at the rate of the shape before (a slow
+    format, fp16 on a CPU without fp16 units, gains nothing larger and would take seconds a
+    call; on a busy machine the latest rate is the one the next shape meets), after a shape
+    that ran at under half its best (past the caches, larger only gets slower), and past
     ``until`` (``time.monotonic()``: the check's own deadline)."""
     rates: dict[Combo, float] = {}
     for layout in layouts_for(fmt):
-        best = 0.0
+        best = last = 0.0
         for shape in sorted(shapes, key=flops_of):
-            if best > 0 and flops_of(shape) / (best * 1e12) > 2 * budget.seconds:
+            if last > 0 and flops_of(shape) / (last * 1e12) > 2 * budget.seconds:
                 break
-            if best > 0 and until is not None and time.monotonic() > until:
+            if last > 0 and until is not None and time.monotonic() > until:
                 break
-            rate = rate_of(fmt, (shape, layout), device, timer, budget, make)
-            rates[(shape, layout)] = rate
-            best = max(best, rate)
-            if rate < best / 2:
+            last = rate_of(fmt, (shape, layout), device, timer, budget, make)
+            rates[(shape, layout)] = last
+            best = max(best, last)
+            if last < best / 2:
                 break
     assert rates, "a sweep needs at least one shape"
     return rates
@@ -453,7 +454,8 @@ def run_check(
     for fmt, fig in figures.items():
         said("matmul", matmul_line(fmt, fig, kind))
     if timed.one_thread:
-        said("threads", f"fp32  matmul  {gflops(max(timed.one_thread))} on 1 thread")
+        one = max(timed.one_thread)
+        said("threads", f"fp32  matmul  {gflops(one)} on 1 thread{rounds_tail(timed.one_thread)}")
     said(
         "memory",
         f"memory copy  {max(timed.copy):,.0f} GB/s"
