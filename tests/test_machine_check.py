@@ -332,10 +332,18 @@ def test_a_figure_is_the_fastest_call_and_a_slow_call_is_not_repeated_long() -> 
 
     def slow(fn, repeats, warmup):
         calls.append((repeats, warmup))
-        return [2.0 + len(calls)] * repeats
+        return [0.9 - 0.1 * len(calls)] * repeats
 
-    assert mb.time_best(slow, lambda: None, mb.Budget(seconds=0.5)) == 3.0  # the probe
+    assert mb.time_best(slow, lambda: None, mb.Budget(seconds=0.5)) == pytest.approx(0.7)
     assert calls == [(1, 1), (2, 0)]  # three timed calls in all, the probe one of them
+    calls.clear()
+
+    def far_too_slow(fn, repeats, warmup):
+        calls.append((repeats, warmup))
+        return [2.0] * repeats
+
+    assert mb.time_best(far_too_slow, lambda: None, mb.Budget(seconds=0.5)) == 2.0
+    assert calls == [(1, 1)]  # over twice the budget: the probe alone
 
 
 @pytest.mark.unit
@@ -1197,3 +1205,17 @@ def test_a_layout_timed_while_the_machine_was_busy_is_timed_again_in_every_round
     fp16 = mb.run_check(seams=seams).matmul["fp16"]
     assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
     assert fp16.rounds[0] == pytest.approx(0.002) and fp16.trusted  # 4 of 5 rounds agree
+
+
+@pytest.mark.unit
+def test_a_sweep_stopped_by_a_call_slowed_a_thousandfold_goes_on_once_a_round_runs_fast() -> None:
+    """Two threads of a small matmul beside other work: every fp32 call of the first round
+    ran 1000x slow, so no larger shape looked affordable. The later rounds run fast, and each
+    takes the sweep one shape further."""
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
+    timer = LoadedTimer(rates, small=1.0, one=0.05, slowed={"fp32": [0.001, 1, 1, 1, 1]})
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    check = mb.run_check(seams=seams)
+    swept = [shape[0] for fmt, shape, layout, _ in timer.calls if fmt == "fp32" and layout == "nn"]
+    assert swept[0] == 128 and {256, 512, 1024, 2048} <= set(swept)
+    assert check.matmul["fp32"].tflops == pytest.approx(0.1)

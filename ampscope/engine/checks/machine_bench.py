@@ -89,8 +89,11 @@ def time_best(timer: Timer, fn: Callable[[], object], budget: Budget) -> float:
     """The shortest seconds of ``fn``: one warm-up and one probe decide how many calls fit.
     The shortest, not the median: a call is only ever slowed by other work (a peak is what
     nothing beats), and on a busy machine the fastest calls are the ones that ran alone. A
-    call slower than the budget is repeated ``min_repeats`` times in all, the probe one."""
+    call slower than the budget is repeated ``min_repeats`` times in all, the probe one; one
+    slower than twice the budget is not repeated (it is no peak, and would cost seconds)."""
     probe = min(timer(fn, 1, 1))
+    if probe >= 2 * budget.seconds:  # far slower than it looked: no second call of it
+        return probe
     if probe >= budget.seconds:
         return min([probe, *timer(fn, budget.min_repeats - 1, 0)])
     repeats = int(budget.seconds / probe) if probe > 0 else budget.max_repeats
@@ -163,6 +166,44 @@ def rate_of(
         return flops_of(shape) / time_best(timer, make(fmt, shape, layout, device), budget) / 1e12
 
 
+@dataclass
+class LayoutSweep:
+    """One format's shapes in one layout, smallest first, and the best rate each one ran at.
+
+    The next shape is timed while it can pay: not when its call would take over twice the
+    budget at the layout's best rate so far (a slow format, fp16 on a CPU without fp16 units,
+    gains nothing larger and would take seconds a call), nor after a shape that ran at under
+    half the best (past the caches larger only gets slower). The best rate, not the latest,
+    judges the next shape, and every round may take one more step: a call slowed a
+    thousandfold by other work (two threads of a small matmul on a busy 2-core machine) stops
+    the sweep only until a later round runs fast."""
+
+    shapes: list[Shape]
+    rates: dict[Shape, float] = field(default_factory=dict)
+    stopped: bool = False
+
+    def best(self) -> tuple[Shape, float] | None:
+        if not self.rates:
+            return None
+        shape = max(self.rates, key=lambda s: self.rates[s])
+        return shape, self.rates[shape]
+
+    def next_shape(self, budget: Budget) -> Shape | None:
+        untimed = [s for s in self.shapes if s not in self.rates]
+        if self.stopped or not untimed:
+            return None
+        best = self.best()
+        if best is not None and flops_of(untimed[0]) / (best[1] * 1e12) > 2 * budget.seconds:
+            return None
+        return untimed[0]
+
+    def record(self, shape: Shape, rate: float) -> None:
+        best = self.best()
+        self.rates[shape] = max(rate, self.rates.get(shape, 0.0))
+        if best is not None and rate < best[1] / 2 and shape != best[0]:
+            self.stopped = True
+
+
 def sweep(
     fmt: str,
     shapes: Sequence[Shape],
@@ -172,51 +213,78 @@ def sweep(
     make: MatmulMaker = matmul_call,
     until: float | None = None,
 ) -> dict[Combo, float]:
-    """TFLOP/s of every shape in every layout, smallest first. A layout stops before a shape
-    whose call would take over twice the budget at the rate of the shape before (a slow
-    format, fp16 on a CPU without fp16 units, gains nothing larger and would take seconds a
-    call; on a busy machine the latest rate is the one the next shape meets), after a shape
-    that ran at under half its best (past the caches, larger only gets slower), and past
-    ``until`` (``time.monotonic()``: the check's own deadline)."""
-    rates: dict[Combo, float] = {}
-    for layout in layouts_for(fmt):
-        best = last = 0.0
-        for shape in sorted(shapes, key=flops_of):
-            if last > 0 and flops_of(shape) / (last * 1e12) > 2 * budget.seconds:
-                break
-            if last > 0 and until is not None and time.monotonic() > until:
-                break
-            last = rate_of(fmt, (shape, layout), device, timer, budget, make)
-            rates[(shape, layout)] = last
-            best = max(best, last)
-            if last < best / 2:
-                break
-    assert rates, "a sweep needs at least one shape"
-    return rates
+    """TFLOP/s of every shape in every layout that can pay (``LayoutSweep``), and none
+    larger than the first past ``until`` (``time.monotonic()``: the check's deadline)."""
+    return Rounds(fmt, shapes).sweep(device, timer, budget, make, until)
 
 
 @dataclass
 class Rounds:
-    """One format's timings over the check: the first round sweeps, the later ones time its
-    finalists again; each round's best is kept."""
+    """One format's timings over the check. The first round sweeps every layout's shapes;
+    each later one times each layout's fastest shape again, and its next shape when the
+    layout's best rate now says it can pay. Each round's best is kept.
+
+    Each layout's best, not the two fastest overall: a layout timed while the machine was busy
+    would then never be timed again, and a slower one that held still would pass for the
+    peak."""
 
     fmt: str
-    finalists: list[Combo] = field(default_factory=list)
+    shapes: Sequence[Shape]
+    layouts: dict[str, LayoutSweep] = field(default_factory=dict)
     best: list[float] = field(default_factory=list)  # each round's best TFLOP/s
     top: tuple[float, Combo] | None = None  # the fastest call of the check, and where
 
+    def __post_init__(self) -> None:
+        ordered = sorted(self.shapes, key=flops_of)
+        self.layouts = {lay: LayoutSweep(list(ordered)) for lay in layouts_for(self.fmt)}
+
+    def sweep(
+        self,
+        device: torch.device,
+        timer: Timer,
+        budget: Budget,
+        make: MatmulMaker,
+        until: float | None = None,
+    ) -> dict[Combo, float]:
+        """The first round: every shape of every layout that can pay."""
+        rates: dict[Combo, float] = {}
+        for layout, state in self.layouts.items():
+            while (shape := state.next_shape(budget)) is not None:
+                if state.rates and until is not None and time.monotonic() > until:
+                    break
+                rates[(shape, layout)] = self.time(shape, layout, device, timer, budget, make)
+        self.add(rates)
+        return rates
+
+    def again(self, device: torch.device, timer: Timer, budget: Budget, make: MatmulMaker) -> None:
+        """A later round: each layout's fastest shape, then its next one if it can pay now."""
+        rates: dict[Combo, float] = {}
+        for layout, state in self.layouts.items():
+            best = state.best()
+            if best is not None:
+                rates[(best[0], layout)] = self.time(best[0], layout, device, timer, budget, make)
+            if (shape := state.next_shape(budget)) is not None:
+                rates[(shape, layout)] = self.time(shape, layout, device, timer, budget, make)
+        self.add(rates)
+
+    def time(
+        self,
+        shape: Shape,
+        layout: str,
+        device: torch.device,
+        timer: Timer,
+        budget: Budget,
+        make: MatmulMaker,
+    ) -> float:
+        rate = rate_of(self.fmt, (shape, layout), device, timer, budget, make)
+        self.layouts[layout].record(shape, rate)
+        return rate
+
     def add(self, rates: dict[Combo, float]) -> None:
-        """One round's rates; after the first, its finalists: each layout's fastest shape. Not
-        the two fastest overall: a layout timed while the machine was busy would then never
-        be timed again, and a slower one that held still would pass for the peak."""
         combo = max(rates, key=lambda c: rates[c])
         self.best.append(rates[combo])
         if self.top is None or rates[combo] > self.top[0]:
             self.top = (rates[combo], combo)
-        if not self.finalists:
-            for layout in dict.fromkeys(lay for _, lay in rates):
-                mine = [c for c in rates if c[1] == layout]
-                self.finalists.append(max(mine, key=lambda c: rates[c]))
 
     def figure(self) -> MatmulFigure:
         assert self.top is not None, "a figure needs a round"
@@ -373,9 +441,11 @@ class Plan:
     threads: int | None  # a CPU: its matmul threads (fp32 is also timed on one)
     budget: Budget
     rounds: int = steady.ROUNDS
-    # past this, the sweep tries no larger shape and no round begins: with torch's import and
-    # the round under way, the check stays under a minute and a half on a loaded machine
-    deadline_s: float = 50.0
+    # the sweep tries no larger shape past sweep_s, and no round begins that would end past
+    # deadline_s at the pace of the round before: with torch's import the check stays under a
+    # minute and a half on a loaded machine
+    sweep_s: float = 40.0
+    deadline_s: float = 60.0
 
 
 def run_check(
@@ -507,24 +577,22 @@ class Timed:
 def measure_rounds(
     plan: Plan, timer: Timer, seams: Seams, said: Progress, kind: str, started: float
 ) -> Timed:
-    """``plan.rounds`` rounds of every figure: the first sweeps every shape and layout, the
-    later ones time each format's finalists again. A round is not begun past the deadline."""
-    timed = Timed({fmt: Rounds(fmt) for fmt in plan.formats})
+    """``plan.rounds`` rounds of every figure (``Rounds``). A round that would end past the
+    deadline at the pace of the round before is not begun."""
+    timed = Timed({fmt: Rounds(fmt, plan.shapes) for fmt in plan.formats})
     copy = seams.copy(plan.device, plan.copy_bytes)
     h2d = seams.h2d(plan.device, plan.h2d_bytes) if plan.h2d_bytes else None
+    last_round = 0.0
     for number in range(plan.rounds):
-        if number and time.monotonic() - started > plan.deadline_s:
+        begun = time.monotonic()
+        if number and begun + last_round - started > plan.deadline_s:
             break
-        for fmt, rounds in timed.formats.items():
-            if not rounds.finalists:
-                until = started + plan.deadline_s
-                rates = sweep(fmt, plan.shapes, plan.device, timer, plan.budget, seams.make, until)
+        for rounds in timed.formats.values():
+            if not rounds.best:
+                until = started + plan.sweep_s
+                rounds.sweep(plan.device, timer, plan.budget, seams.make, until)
             else:
-                rates = {
-                    c: rate_of(fmt, c, plan.device, timer, plan.budget, seams.make)
-                    for c in rounds.finalists
-                }
-            rounds.add(rates)
+                rounds.again(plan.device, timer, plan.budget, seams.make)
         fp32 = timed.formats.get("fp32")
         if plan.threads and plan.threads > 1 and fp32 is not None and fp32.top is not None:
             timed.one_thread.append(
@@ -534,6 +602,7 @@ def measure_rounds(
         if h2d is not None:
             timed.h2d.append(h2d(timer, plan.budget))
         said("round", round_line(number + 1, plan.rounds, timed, kind))
+        last_round = time.monotonic() - begun
     return timed
 
 
