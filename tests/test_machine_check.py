@@ -50,11 +50,13 @@ class FakeTimer:
     small: float = 0.5
     batches: list[tuple[str, mb.Shape, int, int]] = field(default_factory=list)
     calls: list[tuple[str, mb.Shape, str, int]] = field(default_factory=list)
+    warmups: list[tuple[str, mb.Shape, str, int]] = field(default_factory=list)
 
     def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
         assert isinstance(fn, FakeCall), "only matmuls are timed through this fake"
         self.batches.append((fn.fmt, fn.shape, repeats, warmup))
         self.calls.append((fn.fmt, fn.shape, fn.layout, repeats))
+        self.warmups.append((fn.fmt, fn.shape, fn.layout, warmup))
         rate = self.tflops[fn.fmt] * (
             1.0 if fn.shape == max(mb.GPU_SHAPES, key=mb.flops_of) else self.small
         )
@@ -190,8 +192,10 @@ def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_it
     )
     assert lines[-2].startswith("memory copy  2,800 GB/s")
     assert lines[-1].startswith("pinned host-to-device  11.0 GB/s")
-    # every timed batch: one warm-up call and a probe, then repeats without warm-up
-    assert all(w in (0, 1) for _, _, _, w in timer.batches)
+    # a shape's first timing: one warm-up call and a probe, then repeats without warm-up; a
+    # shape timed again in a later round needs no warm-up
+    warmed = [(f, s, lay) for f, s, lay, w in timer.warmups if w]
+    assert sorted(warmed) == sorted(set(warmed)) and len(warmed) < len(timer.warmups)
     # the sweep times each shape in each layout (fp8's kernel takes one)
     swept = {(fmt, shape, layout) for fmt, shape, layout, _ in timer.calls}
     assert {(s, lay) for f, s, lay in swept if f == "bf16"} == {
@@ -271,6 +275,7 @@ def cpu_seams(flags: set[str], rates: dict[str, float]) -> mb.Seams:
         cpu_name=lambda: "Test CPU",
         gpu=lambda: None,
         copy=lambda device, nbytes: lambda t, b: 12.5,
+        cpu_clock=lambda: None,  # other processes' use of the CPUs not observed: a quiet box
     )
 
 
@@ -902,7 +907,7 @@ BAD_FIGURES = [float("nan"), float("inf"), -34.0, 0, 1e-300, 10**400, "fast", No
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("bad", BAD_FIGURES, ids=repr)
+@pytest.mark.parametrize("bad", BAD_FIGURES, ids=lambda v: repr(v)[:12])
 def test_a_kept_figure_that_is_no_number_is_ignored_and_named_with_the_command(bad) -> None:
     from ampscope.engine.checks.device import cpu_name
 
@@ -936,7 +941,7 @@ def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("bad", [float("nan"), -34.0, 1e-300, 10**400], ids=repr)
+@pytest.mark.parametrize("bad", [float("nan"), -34.0, 1e-300, 10**400], ids=lambda v: repr(v)[:12])
 def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
     tmp_path, bad
 ) -> None:
@@ -1219,3 +1224,64 @@ def test_a_sweep_stopped_by_a_call_slowed_a_thousandfold_goes_on_once_a_round_ru
     swept = [shape[0] for fmt, shape, layout, _ in timer.calls if fmt == "fp32" and layout == "nn"]
     assert swept[0] == 128 and {256, 512, 1024, 2048} <= set(swept)
     assert check.matmul["fp32"].tflops == pytest.approx(0.1)
+
+
+def clock_of(others: float, own: float = 2.0) -> Callable[[], tuple[float, float, float]]:
+    """A fake /proc/stat and process clock: each reading 10 s on, with ``others`` CPUs of
+    other processes' work and ``own`` of this process's between two readings."""
+    readings = iter(range(1000))
+
+    def read() -> tuple[float, float, float]:
+        n = next(readings)
+        return n * 10 * (others + own), n * 10 * own, n * 10.0
+
+    return read
+
+
+@pytest.mark.unit
+def test_other_processes_share_of_the_cpus_is_the_busy_time_that_is_not_the_checks() -> None:
+    assert mb.other_cpus((100.0, 10.0, 0.0), (130.0, 25.0, 10.0)) == pytest.approx(1.5)
+    assert mb.other_cpus(None, (1.0, 1.0, 1.0)) is None
+    here = mb.cpu_seconds()  # this machine's /proc/stat and this process's own time
+    assert here is not None and here[0] > 0 and here[1] > 0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("threads", "others", "contended"),
+    [(2, 1.0, True), (2, 0.3, False), (1, 1.0, False), (1, 1.7, True)],
+)
+def test_a_cpu_check_beside_other_processes_keeps_nothing_as_a_peak(
+    monkeypatch, threads, others, contended
+) -> None:
+    """A busy loop on one of two cores: a two-thread check's rounds may still agree (a kernel
+    that runs on one thread holds still under load), but none of its figures is the machine's
+    peak. A one-thread check beside one busy core has a core of its own."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    rates = {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}
+    seams = dataclasses.replace(
+        cpu_seams(set(), rates),
+        timer=FakeTimer(rates, small=1.0),  # one rate whatever the threads
+        cpu_clock=clock_of(others),
+        cpus=lambda: 2,
+    )
+    check = mb.run_check(seams=seams)
+    assert check.other_cpus == pytest.approx(others) and check.cpus == 2
+    assert check.contended is contended
+    assert all(fig.trusted for fig in check.matmul.values())  # the rounds agree either way
+    assert check.trusted("fp32") is not contended
+    said = "\n".join(check.verdicts)
+    assert (f"other processes kept {others:.1f} of its 2 CPUs busy" in said) is contended
+    mc.save(check)
+    peak = mc.measured_peak("Test CPU", "fp32")
+    assert (peak.tflops is None) is contended and peak.fault is contended
+    back = mc.find("Test CPU")
+    assert back is not None and back.contended is contended  # kept, and read back the same
+    shown = " ".join(line.strip() for line in view_lines_of(back))
+    assert ("no figure here is kept as this machine's peak" in shown) is contended
+
+
+def view_lines_of(check: mc.MachineCheck) -> list[str]:
+    from ampscope.tui.model.machine_view import view_lines
+
+    return view_lines({check.device: check}, None, 100, None, None)

@@ -113,7 +113,7 @@ def machine_check(args: argparse.Namespace) -> int:
     if check.allreduce_note:
         print(visible(f"- {check.allreduce_note}"))
     kept = f"kept in {where}" if where else "not kept" + (" (--quick)" if args.quick else "")
-    busy = [fmt for fmt, fig in check.matmul.items() if not fig.trusted]
+    busy = [fmt for fmt in check.matmul if not check.trusted(fmt)]
     if where and busy:
         kept += (
             f" (runs are not read against {and_list(busy)}: the machine was too busy to "

@@ -101,9 +101,26 @@ class MachineCheck:
     memory_rounds: list[float] = field(default_factory=list)
     h2d_rounds: list[float] = field(default_factory=list)
     fp32_one_thread_rounds: list[float] = field(default_factory=list)
+    cpus: int | None = None  # a CPU check: the CPUs this process may run on
+    other_cpus: float | None = None  # a CPU check: how many CPUs other processes kept busy
     # what a kept file held that is no measurement (NaN, a negative, text): read as absent and
     # named here, never written back
     ignored: list[str] = field(default_factory=list)
+
+    @property
+    def contended(self) -> bool:
+        """A CPU check during which other processes held CPUs its threads needed (more than
+        the CPUs its threads left free, and half a CPU): every figure is the busy machine's.
+        A figure of a steady round can hide it: a kernel that runs on one thread holds still
+        under load while the fast one, on every thread, never got its cores."""
+        if self.kind != "cpu" or self.other_cpus is None or not self.cpus or not self.threads:
+            return False
+        return self.other_cpus > self.cpus - self.threads + 0.5
+
+    def trusted(self, fmt: str) -> bool:
+        """``fmt``'s figure is one runs are read against: steady, and not a busy CPU's."""
+        fig = self.matmul.get(fmt)
+        return fig is not None and fig.trusted and not self.contended
 
     def rounds_of(self) -> list[tuple[str, list[float]]]:
         """Every figure timed in rounds, by the name a person reads, with its rounds."""
@@ -144,6 +161,8 @@ class MachineCheck:
             "fp32_one_thread_tflops": self.fp32_one_thread_tflops,
             "fp32_one_thread_rounds": list(self.fp32_one_thread_rounds),
             "load_average": self.load_average,
+            "cpus": self.cpus,
+            "other_cpus": self.other_cpus,
             "gpu_state": asdict(self.gpu_state) if self.gpu_state else None,
         }
 
@@ -191,6 +210,8 @@ class MachineCheck:
                 "fp32 matmul on 1 thread", data.get("fp32_one_thread_tflops")
             ),
             load_average=read.non_negative("load average", data.get("load_average")),
+            cpus=read.count("cpus", data.get("cpus")),
+            other_cpus=read.non_negative("other CPUs", data.get("other_cpus")),
             gpu_state=_gpu_state(state, read) if isinstance(state, dict) else None,
             memory_rounds=read.rounds("memory copy's rounds", memory.get("rounds")),
             h2d_rounds=read.rounds("host-to-device rounds", memory.get("h2d_rounds")),
@@ -391,6 +412,14 @@ def measured_peak(device: str, fmt: str, host: str | None = None) -> MeasuredPea
         )
     if fig is None:
         return MeasuredPeak(None, f"the machine check of {day} has no {fmt} figure")
+    if check.contended:
+        return MeasuredPeak(
+            None,
+            f"the machine check of {day} ran while other processes kept {check.other_cpus:.1f} "
+            f"of its {check.cpus} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
+            "the machine is quieter",
+            fault=True,
+        )
     if not fig.trusted:
         return MeasuredPeak(
             None,

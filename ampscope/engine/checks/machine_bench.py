@@ -85,13 +85,13 @@ class Budget:
     max_repeats: int = 400
 
 
-def time_best(timer: Timer, fn: Callable[[], object], budget: Budget) -> float:
+def time_best(timer: Timer, fn: Callable[[], object], budget: Budget, warmup: int = 1) -> float:
     """The shortest seconds of ``fn``: one warm-up and one probe decide how many calls fit.
     The shortest, not the median: a call is only ever slowed by other work (a peak is what
     nothing beats), and on a busy machine the fastest calls are the ones that ran alone. A
     call slower than the budget is repeated ``min_repeats`` times in all, the probe one; one
     slower than twice the budget is not repeated (it is no peak, and would cost seconds)."""
-    probe = min(timer(fn, 1, 1))
+    probe = min(timer(fn, 1, warmup))
     if probe >= 2 * budget.seconds:  # far slower than it looked: no second call of it
         return probe
     if probe >= budget.seconds:
@@ -159,11 +159,13 @@ def rate_of(
     timer: Timer,
     budget: Budget,
     make: MatmulMaker,
+    warmup: int = 1,
 ) -> float:
     """TFLOP/s of one shape and layout: its fastest call this round."""
     shape, layout = combo
     with _Float32Precision(fmt):
-        return flops_of(shape) / time_best(timer, make(fmt, shape, layout, device), budget) / 1e12
+        call = make(fmt, shape, layout, device)
+        return flops_of(shape) / time_best(timer, call, budget, warmup) / 1e12
 
 
 @dataclass
@@ -276,8 +278,12 @@ class Rounds:
         budget: Budget,
         make: MatmulMaker,
     ) -> float:
-        rate = rate_of(self.fmt, (shape, layout), device, timer, budget, make)
-        self.layouts[layout].record(shape, rate)
+        """One shape's rate this round; one timed before needs no warm-up call (on a busy
+        machine one call of two threads can take seconds)."""
+        state = self.layouts[layout]
+        warmup = 0 if shape in state.rates else 1
+        rate = rate_of(self.fmt, (shape, layout), device, timer, budget, make, warmup)
+        state.record(shape, rate)
         return rate
 
     def add(self, rates: dict[Combo, float]) -> None:
@@ -323,6 +329,41 @@ def h2d_gbps(device: torch.device, nbytes: int) -> Meter:
         return nbytes / seconds / 1e9
 
     return measure
+
+
+CpuClock = tuple[float, float, float]
+"""Seconds every CPU has spent busy, seconds this process has, and ``time.monotonic()``."""
+
+
+def cpu_seconds() -> CpuClock | None:
+    """Every CPU's busy seconds since boot (/proc/stat's busy columns), this process's own CPU
+    seconds, and when they were read. None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return busy, own.user + own.system, time.monotonic()
+
+
+def cpus_here() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def other_cpus(before: CpuClock | None, after: CpuClock | None) -> float | None:
+    """How many CPUs other processes kept busy, on average, between two ``cpu_seconds``."""
+    if before is None or after is None or after[2] <= before[2]:
+        return None
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(0.0, others) / (after[2] - before[2]), 2)
 
 
 def cpu_units(flags: set[str]) -> list[str]:
@@ -382,6 +423,8 @@ class Seams:
     copy: Bandwidth = copy_gbps
     h2d: Bandwidth = h2d_gbps
     allreduce: Callable[[int], float] = allreduce_gbps  # several GPUs: one rank each, NCCL
+    cpu_clock: Callable[[], CpuClock | None] = cpu_seconds
+    cpus: Callable[[], int] = cpus_here
 
 
 def measure_allreduce(
@@ -515,7 +558,9 @@ def run_check(
     power = state.power_limit_w if state else None
     sms = gpu.multiprocessors if gpu is not None else None
     driver = driver or mc.nvidia_driver()
+    clock_before = seams.cpu_clock()
     timed = measure_rounds(plan, timer, seams, said, kind, started)
+    others = other_cpus(clock_before, seams.cpu_clock()) if not cuda else None
     figures = {fmt: r.figure() for fmt, r in timed.formats.items()}
     if gpu is not None and nvml is not None:
         state, driver = state_under_load(nvml, gpu.uuid, figures, device, seams)
@@ -558,6 +603,8 @@ def run_check(
         memory_rounds=timed.copy,
         h2d_rounds=timed.h2d,
         fp32_one_thread_rounds=timed.one_thread,
+        cpus=seams.cpus() if not cuda else None,
+        other_cpus=others,
     )
     check.verdicts = mv.judge(check)
     check.seconds = round(time.monotonic() - started, 2)

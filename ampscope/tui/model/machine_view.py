@@ -53,6 +53,12 @@ def check_lines(
     stale = mc.staleness(check, torch, driver)
     if stale:
         lines.extend(wrap(stale, width, "! ", "  "))
+    if check.contended:
+        contended = (
+            f"measured while other processes kept {check.other_cpus:.1f} of its {check.cpus} "
+            "CPUs busy: no figure here is kept as this machine's peak"
+        )
+        lines.extend(wrap(contended, width, "! ", "  "))
     if check.ignored:
         ignored = (
             f"the kept file holds figures that are no measurement, ignored: "
