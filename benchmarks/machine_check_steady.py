@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ampscope.core.machine import steady  # noqa: E402
+from ampscope.core.machine.check import MachineCheck  # noqa: E402
 
 FIGURES = ("fp32", "bf16", "fp16", "fp32 1 thread", "copy")
 GOAL = 0.15
@@ -68,19 +69,28 @@ def check(tree: Path, config: Path) -> dict[str, Any]:
     return data
 
 
-def figures(data: dict[str, Any]) -> dict[str, tuple[float, list[float]]]:
-    """Each figure (GFLOP/s, GB/s) with its rounds (none from a check before rounds)."""
-    matmul = data["matmul"]
+Figure = tuple[float, list[float], bool]
+"""A figure (GFLOP/s, GB/s), its rounds (none before rounds), and whether the check kept it
+as steady: its rounds agreed and other processes did not hold the CPUs it needed."""
+
+
+def figures(data: dict[str, Any]) -> dict[str, Figure]:
+    check = MachineCheck.from_json(data)
+    busy = check.contended
     out = {
-        fmt: (matmul[fmt]["tflops"] * 1e3, [r * 1e3 for r in matmul[fmt].get("rounds") or []])
-        for fmt in ("fp32", "bf16", "fp16")
+        fmt: (fig.tflops * 1e3, [r * 1e3 for r in fig.rounds], check.trusted(fmt))
+        for fmt, fig in check.matmul.items()
     }
-    one = data.get("fp32_one_thread_tflops")
-    if one:
-        rounds = [r * 1e3 for r in data.get("fp32_one_thread_rounds") or []]
-        out["fp32 1 thread"] = (one * 1e3, rounds)
-    memory = data["memory"]
-    out["copy"] = (memory["gbps"], list(memory.get("rounds") or []))
+    if check.fp32_one_thread_tflops:
+        rounds = [r * 1e3 for r in check.fp32_one_thread_rounds]
+        out["fp32 1 thread"] = (
+            check.fp32_one_thread_tflops * 1e3,
+            rounds,
+            steady.trusted(rounds) and not busy,
+        )
+    if check.memory_gbps:
+        rounds = check.memory_rounds
+        out["copy"] = (check.memory_gbps, rounds, steady.trusted(rounds) and not busy)
     return out
 
 
@@ -104,28 +114,26 @@ def fastest_layers(seconds: float = 1.0) -> dict[str, float]:
     return best
 
 
-def verdict(
-    a: tuple[float, list[float]], b: tuple[float, list[float]], with_rounds: bool
-) -> tuple[float, str, bool]:
+def verdict(a: Figure, b: Figure) -> tuple[float, str, bool]:
     """How far two checks' figures lie apart, in words, and whether the goal holds."""
     apart = max(a[0], b[0]) / min(a[0], b[0]) - 1
-    if not with_rounds:
-        return apart, "kept both times" + (" (apart)" if apart > GOAL else ""), apart <= GOAL
-    busy = [n for n, fig in ((1, a), (2, b)) if not steady.steady(fig[1])]
+    busy = [n for n, fig in ((1, a), (2, b)) if not fig[2]]
     if busy:
         return apart, f"said busy in check {' and '.join(map(str, busy))}", True
+    if not a[1]:  # a check before rounds keeps every figure
+        return apart, "kept both times" + (" (apart)" if apart > GOAL else ""), apart <= GOAL
     return apart, "steady, agree" if apart <= GOAL else "steady, APART", apart <= GOAL
 
 
-def cell(fig: tuple[float, list[float]]) -> str:
-    """'193.2 (14 %)': the figure and how far its median round fell below it; 'busy' when the
-    check said so, with the rounds it fitted when they were fewer than asked."""
-    value, rounds = fig
+def cell(fig: Figure) -> str:
+    """'193.2 (14 %)': the figure and how far its median round fell below it, with the rounds
+    it fitted when fewer than asked; 'busy' when the check did not keep it."""
+    value, rounds, kept = fig
     gap = steady.spread(rounds)
     if gap is None:
         return f"{value:,.1f}"
     few = f" of {len(rounds)}" if len(rounds) < steady.ROUNDS else ""
-    return f"{value:,.1f} ({steady.pct(gap)}{few}{'' if steady.steady(rounds) else ' busy'})"
+    return f"{value:,.1f} ({steady.pct(gap)}{few}{'' if kept else ' busy'})"
 
 
 def main() -> int:
@@ -170,7 +178,7 @@ def report(checks: dict[str, list[dict[str, Any]]], layers: dict[str, float]) ->
             if a is None or b is None:
                 row += f"  {'-':>20} {'-':>14} {'':>6}  {'':<28}"
                 continue
-            apart, said, good = verdict(a, b, with_rounds=bool(a[1]))
+            apart, said, good = verdict(a, b)
             if name == "after":
                 met = met and good
             row += f"  {cell(a):>20} {cell(b):>14} {steady.pct(apart):>6}  {said:<28}"
@@ -180,14 +188,22 @@ def report(checks: dict[str, list[dict[str, Any]]], layers: dict[str, float]) ->
         for name, both in checks.items()
     )
     print(f"each check's wall time (its own 'seconds', without torch's import): {seconds}")
+    busy = "; ".join(
+        f"{name}: " + " and ".join(f"{c['other_cpus']:.1f}" for c in both)
+        for name, both in checks.items()
+        if all(c.get("other_cpus") is not None for c in both)
+    )
+    print(f"CPUs other processes kept busy during each check: {busy}")
     print("\nnn.Linear's forward at its fastest (widths 64-512, batch 512) against each kept peak:")
     for fmt, rate in layers.items():
         parts = []
-        for name, (one, two) in checks.items():
-            kept = [figures(c)[fmt][0] for c in (one, two)]
-            parts.append(f"{name} {rate / max(kept):.2f}x-{rate / min(kept):.2f}x")
+        for name, both in checks.items():
+            kept = [fig[0] for fig in (figures(c)[fmt] for c in both) if fig[2]]
+            parts.append(
+                f"{name} " + ", ".join(f"{rate / k:.2f}x" for k in kept) if kept else f"{name} -"
+            )
         print(
-            f"  {fmt:<5} {rate:8,.1f} GFLOP/s: {', '.join(parts)} the kept peak (above 1: beaten)"
+            f"  {fmt:<5} {rate:8,.1f} GFLOP/s: {'; '.join(parts)} (above 1: beaten; -: none kept)"
         )
     print(
         f"\ngoal (every figure of the two checks within {steady.pct(GOAL)}, or said busy): "
