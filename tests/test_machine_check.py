@@ -1102,8 +1102,8 @@ def test_a_busy_machine_is_said_with_the_spread_and_its_figure_is_not_kept_as_a_
     assert bf16.rounds[1:] == pytest.approx([0.04, 0.04, 0.05, 0.04])
     assert not bf16.trusted and check.matmul["fp32"].trusted
     assert check.verdicts[0].startswith(
-        "the machine was too busy to measure bf16 matmul (median round 80 % below the best), "
-        "load average "
+        "the machine was too busy to measure: the rounds of bf16 matmul (median round 80 % "
+        "below the best) disagreed by more than 15 % (load average "
     )
     assert "it is not kept as this machine's peak" in check.verdicts[0]
     assert (
@@ -1159,8 +1159,7 @@ def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monke
     assert [len(f.rounds) for f in check.matmul.values()] == [2, 2, 2]
     assert not any(f.trusted for f in check.matmul.values())
     assert check.verdicts[0].startswith(
-        "the machine was too busy to measure: only 2 rounds fitted in the check's time, load "
-        "average "
+        "the machine was too busy to measure: only 2 rounds fitted in the check's time"
     )
     assert "too few to tell a steady figure from a lucky one" in check.verdicts[0]
 
@@ -1285,3 +1284,22 @@ def view_lines_of(check: mc.MachineCheck) -> list[str]:
     from ampscope.tui.model.machine_view import view_lines
 
     return view_lines({check.device: check}, None, 100, None, None)
+
+
+@pytest.mark.unit
+def test_a_busy_check_is_one_sentence_with_the_contention_and_each_spread() -> None:
+    from ampscope.core.machine import steady as st
+
+    said = st.busy_verdict(
+        [("fp16 matmul", [21.1, 21.0, 6.8, 6.8, 6.8]), ("memory copy", [11, 9, 8, 6, 6])],
+        10.9,
+        "other processes kept 1.6 of its 2 CPUs busy during the check",
+    )
+    assert said == (
+        "the machine was too busy to measure: other processes kept 1.6 of its 2 CPUs busy "
+        "during the check (load average 10.9), and the rounds of fp16 matmul (median round "
+        "68 % below the best) and memory copy (27 %) disagreed by more than 15 %. Every figure "
+        "here is the busy machine's and none is kept as its peak; run ampscope doctor --bench "
+        "again when it is quieter"
+    )
+    assert st.busy_verdict([], None) is None

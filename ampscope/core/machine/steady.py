@@ -58,39 +58,48 @@ def rounds_text(rounds: Sequence[float]) -> str:
 
 
 def busy_verdict(
-    unsteady: Sequence[tuple[str, Sequence[float]]], load_average: float | None
+    unsteady: Sequence[tuple[str, Sequence[float]]],
+    load_average: float | None,
+    contention: str | None = None,
 ) -> str | None:
-    """The sentence for the figures whose rounds disagreed, ``(what, rounds)`` each; None
-    when every figure held still."""
-    if not unsteady:
+    """One sentence for a check the machine was too busy for: ``contention`` (other processes
+    held the CPUs it needed, in words) and the figures whose rounds disagreed, ``(what,
+    rounds)`` each. None when every figure held still and nothing contended."""
+    if not unsteady and contention is None:
         return None
-    load = f", load average {load_average:.1f}" if load_average is not None else ""
-    which = "it is" if len(unsteady) == 1 else "they are"
-    tail = (
-        f"{which} not kept as this machine's peak; run ampscope doctor --bench again when it "
-        "is quieter"
-    )
+    load = f" (load average {load_average:.1f})" if load_average is not None else ""
+    rest = "run ampscope doctor --bench again when it is quieter"
     counts = {len(rounds) for _, rounds in unsteady}
-    if max(counts) < MIN_ROUNDS:  # the rounds did not fit in the check's time
+    if unsteady and max(counts) < MIN_ROUNDS:  # the rounds did not fit in the check's time
         fitted = max(counts)
+        disagreed = (
+            f"only {fitted} round{'s' if fitted != 1 else ''} fitted in the check's time, too "
+            "few to tell a steady figure from a lucky one"
+        )
+    else:
+        parts: list[str] = []
+        for what, rounds in unsteady:
+            gap = pct(spread(rounds) or 0.0)
+            detail = (
+                f"only {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
+                if len(rounds) < MIN_ROUNDS
+                else f"median round {gap} below the best"
+                if not parts
+                else gap
+            )
+            parts.append(f"{what} ({detail})")
+        named = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else "".join(parts)
+        disagreed = (
+            f"the rounds of {named} disagreed by more than {pct(STEADY_SPREAD)}" if parts else ""
+        )
+    if contention is not None:
+        said = contention + load + (f", and {disagreed}" if disagreed else "")
         return (
-            f"the machine was too busy to measure: only {fitted} round"
-            f"{'s' if fitted != 1 else ''} fitted in the check's time{load}, too few to tell "
-            f"a steady figure from a lucky one: {tail}"
+            f"the machine was too busy to measure: {said}. Every figure here is the busy "
+            f"machine's and none is kept as its peak; {rest}"
         )
-    parts: list[str] = []
-    for what, rounds in unsteady:
-        gap = pct(spread(rounds) or 0.0)
-        detail = (
-            f"only {len(rounds)} round{'s' if len(rounds) != 1 else ''}"
-            if len(rounds) < MIN_ROUNDS
-            else f"median round {gap} below the best"
-            if not parts
-            else gap
-        )
-        parts.append(f"{what} ({detail})")
-    named = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    which = "it is" if len(unsteady) == 1 else "they are"
     return (
-        f"the machine was too busy to measure {named}{load} (steady is within "
-        f"{pct(STEADY_SPREAD)}): {tail}"
+        f"the machine was too busy to measure: {disagreed}{load}; {which} not kept as this "
+        f"machine's peak; {rest}"
     )

@@ -171,21 +171,18 @@ def judge(check: MachineCheck) -> list[str]:
 
 
 def busy_verdicts(check: MachineCheck) -> list[str]:
-    """Other processes holding the CPUs a CPU check needed; the figures whose rounds disagreed
-    by more than ``steady.STEADY_SPREAD``."""
-    said = []
+    """Other processes holding the CPUs a CPU check needed, and the figures whose rounds
+    disagreed by more than ``steady.STEADY_SPREAD``: one sentence."""
+    contention = None
     if check.contended:
-        load = f"; load average {check.load_average:.1f}" if check.load_average is not None else ""
-        said.append(
-            f"the machine was too busy to measure: other processes kept {check.other_cpus:.1f} "
-            f"of its {check.cpus} CPUs busy during the check, where its {check.threads} "
-            f"thread{'s' if (check.threads or 0) > 1 else ''} needed them{load}. Every figure "
-            "here is the busy machine's and none is kept as its peak; run ampscope doctor "
-            "--bench again when it is quieter"
+        threads = check.threads or 0
+        contention = (
+            f"other processes kept {check.other_cpus:.1f} of its {check.cpus} CPUs busy during "
+            f"the check, where its {threads} thread{'s' if threads > 1 else ''} needed them"
         )
     unsteady = [(what, r) for what, r in check.rounds_of() if not steady.steady(r)]
-    rounds = steady.busy_verdict(unsteady, check.load_average)
-    return [*said, rounds] if rounds else said
+    said = steady.busy_verdict(unsteady, check.load_average, contention)
+    return [said] if said else []
 
 
 def thread_verdicts(check: MachineCheck) -> list[str]:
