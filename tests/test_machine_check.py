@@ -1303,3 +1303,14 @@ def test_a_busy_check_is_one_sentence_with_the_contention_and_each_spread() -> N
         "again when it is quieter"
     )
     assert st.busy_verdict([], None) is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("peak", [float("nan"), -989.4, 0.0, 1e-300, 10**400])
+def test_the_summarys_mfu_comes_only_from_a_peak_that_is_a_number(peak) -> None:
+    """core/records/summary.py's rates, which the engine's and a watched loop's done share."""
+    from ampscope.core.records.summary import rates
+
+    speed = rates([10.0, 10.0, 10.0], [0, 1, 2], 8, None, 1e12, peak)
+    assert speed.tflops == pytest.approx(100.0) and speed.mfu is None
+    assert rates([10.0], [0], 8, None, 1e12, 200.0).mfu == pytest.approx(0.5)
