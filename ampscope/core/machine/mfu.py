@@ -40,9 +40,14 @@ def positive(value: object, least: float = 0.0) -> float | None:
 def share(tflops: float | None, peak: float | None, world_size: int = 1) -> float | None:
     """A run's TFLOP/s as a share of ``world_size`` devices' peak: MFU. None unless both are
     finite positive numbers and the peak is one (a NaN, negative or 1e-300 peak read from a
-    damaged file gives none)."""
-    done, top = positive(tflops), positive(peak, LEAST_FIGURE)
-    if done is None or top is None:
+    damaged file gives none). Called every step: no more than a few comparisons."""
+    if tflops is None or peak is None:
+        return None
+    try:
+        done, top = float(tflops), float(peak)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not (done > 0 and top >= LEAST_FIGURE and math.isfinite(done + top)):
         return None
     return done / (top * max(1, world_size))
 
