@@ -509,8 +509,10 @@ def run_check(
     started = time.monotonic()
     gpu = seams.gpu() if device_kind != "cpu" else None
     cuda = gpu is not None
-    budget = Budget(seconds=0.05 if quick else (0.15 if cuda else 0.1))
-    rounds = 3 if quick else steady.ROUNDS
+    budget = Budget(seconds=0.05 if quick else 0.1)
+    # a GPU's matmuls rarely share it with other work, and its large shapes take the time: the
+    # fewest rounds that can tell a steady figure; a CPU, shared with every process, the most
+    rounds = steady.MIN_ROUNDS if quick or cuda else steady.ROUNDS
     if gpu is not None:
         device = torch.device("cuda", 0)
         name, capability = gpu.name, gpu.capability
