@@ -944,7 +944,7 @@ def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("bad", [float("nan"), -34.0, 1e-300, 10**400], ids=lambda v: repr(v)[:12])
+@pytest.mark.parametrize("bad", [float("nan"), 10**400], ids=["nan", "400-digits"])
 def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
     tmp_path, bad
 ) -> None:
