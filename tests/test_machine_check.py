@@ -31,13 +31,14 @@ class FakeCall:
 
     fmt: str
     shape: mb.Shape
+    layout: str = "nn"
 
     def __call__(self) -> None:
         pass
 
 
-def fake_make(fmt: str, shape: mb.Shape, device: torch.device) -> Callable[[], object]:
-    return FakeCall(fmt, shape)
+def fake_make(fmt: str, shape: mb.Shape, layout: str, device: torch.device) -> Callable[[], object]:
+    return FakeCall(fmt, shape, layout)
 
 
 @dataclass
@@ -48,15 +49,19 @@ class FakeTimer:
     tflops: dict[str, float]
     small: float = 0.5
     batches: list[tuple[str, mb.Shape, int, int]] = field(default_factory=list)
+    calls: list[tuple[str, mb.Shape, str, int]] = field(default_factory=list)
+    warmups: list[tuple[str, mb.Shape, str, int]] = field(default_factory=list)
 
     def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
         assert isinstance(fn, FakeCall), "only matmuls are timed through this fake"
         self.batches.append((fn.fmt, fn.shape, repeats, warmup))
+        self.calls.append((fn.fmt, fn.shape, fn.layout, repeats))
+        self.warmups.append((fn.fmt, fn.shape, fn.layout, warmup))
         rate = self.tflops[fn.fmt] * (
             1.0 if fn.shape == max(mb.GPU_SHAPES, key=mb.flops_of) else self.small
         )
         seconds = mb.flops_of(fn.shape) / (rate * 1e12)
-        # one repeat in five is slow (another process): the median must not see it
+        # one repeat in five is slow (another process): the fastest call is the figure
         return [seconds * (3.0 if i % 5 == 4 else 1.0) for i in range(repeats)]
 
 
@@ -129,8 +134,8 @@ def fake_gpu_seams(
         make=fake_make,
         sync=lambda: None,
         gpu=lambda: mb.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
-        copy=lambda device, nbytes, t, b: 2800.0,
-        h2d=lambda device, nbytes, t, b: h2d,
+        copy=lambda device, nbytes: lambda t, b: 2800.0,
+        h2d=lambda device, nbytes: lambda t, b: h2d,
     )
 
 
@@ -176,13 +181,27 @@ def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_it
     # 11 GB/s over a Gen3 x8 link (7.9 GB/s) is fine: no host-to-device verdict
     assert "host-to-device" not in said
     assert check.driver == "570.124.06"
-    # a line per figure as it lands, in order, each naming its datasheet share
-    assert lines[0] == "machine check on NVIDIA H100 80GB HBM3"
-    assert lines[3] == "bf16  matmul  790.0 TFLOP/s at 8192x8192x16384 (80 % of 989.4)"
+    # a line per round as it lands, then each figure with its datasheet share and its spread
+    assert lines[0] == (
+        "machine check on NVIDIA H100 80GB HBM3: 3 rounds, the best of each figure kept"
+    )
+    assert lines[1].startswith("round 1 of 3: fp32 50.0, tf32 380.0, bf16 790.0, fp16 780.0")
+    assert lines[6] == (
+        "bf16  matmul  790.0 TFLOP/s at 8192x8192x16384 nn (80 % of 989.4; 3 rounds, median "
+        "0 % below the best)"
+    )
     assert lines[-2].startswith("memory copy  2,800 GB/s")
-    assert lines[-1] == "pinned host-to-device  11.0 GB/s"
-    # every timed batch: one warm-up call and a probe, then repeats without warm-up
-    assert all(w in (0, 1) for _, _, _, w in timer.batches)
+    assert lines[-1].startswith("pinned host-to-device  11.0 GB/s")
+    # a shape's first timing: one warm-up call and a probe, then repeats without warm-up; a
+    # shape timed again in a later round needs no warm-up
+    warmed = [(f, s, lay) for f, s, lay, w in timer.warmups if w]
+    assert sorted(warmed) == sorted(set(warmed)) and len(warmed) < len(timer.warmups)
+    # the sweep times each shape in each layout (fp8's kernel takes one)
+    swept = {(fmt, shape, layout) for fmt, shape, layout, _ in timer.calls}
+    assert {(s, lay) for f, s, lay in swept if f == "bf16"} == {
+        (shape, layout) for shape in mb.GPU_SHAPES for layout in ("nn", "nt", "tn")
+    }
+    assert {lay for f, _, lay in swept if f == "fp8"} == {"nt"}
 
 
 @pytest.mark.unit
@@ -203,8 +222,15 @@ def test_a_healthy_gpu_gets_no_state_verdicts_and_the_json_has_the_issue_shape()
         "shape": [8192, 8192, 16384],
         "datasheet_tflops": 989.4,
         "ratio": pytest.approx(0.7985, abs=1e-4),
+        "layout": "nn",
+        "rounds": [pytest.approx(790.0)] * 3,
+        "spread": pytest.approx(0.0),
     }
-    assert data["memory"]["gbps"] == 2800.0 and data["memory"]["datasheet_gbps"] == 3350.0
+    assert (
+        data["memory"]["gbps"] == 2800.0
+        and data["memory"]["rounds"] == [2800.0] * 3
+        and data["memory"]["datasheet_gbps"] == 3350.0
+    )
     assert isinstance(data["verdicts"], list) and data["verdicts"]
 
 
@@ -248,7 +274,8 @@ def cpu_seams(flags: set[str], rates: dict[str, float]) -> mb.Seams:
         cpu_flags=lambda: flags,
         cpu_name=lambda: "Test CPU",
         gpu=lambda: None,
-        copy=lambda device, nbytes, t, b: 12.5,
+        copy=lambda device, nbytes: lambda t, b: 12.5,
+        cpu_clock=lambda: None,  # other processes' use of the CPUs not observed: a quiet box
     )
 
 
@@ -285,35 +312,43 @@ def test_a_cpu_with_amx_is_credited_and_one_whose_units_go_unused_is_told_to_che
 @pytest.mark.unit
 def test_a_slow_format_stops_the_sweep_before_a_shape_that_would_take_seconds() -> None:
     """fp16 without fp16 units at 5 GFLOP/s: 2048 cubed would take 3.4 s a call, so it is not
-    tried; 1024 cubed (0.4 s) is."""
+    tried; 1024 cubed (0.4 s) is, in each layout."""
     timer = FakeTimer({"fp16": 0.005}, small=1.0)
-    fig = mb.sweep(
+    rates = mb.sweep(
         "fp16", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(seconds=0.5), fake_make
     )
-    assert {shape for _, shape, _, _ in timer.batches} == {(512, 512, 512), (1024, 1024, 1024)}
-    assert fig.tflops == pytest.approx(0.005)
+    assert {shape for _, shape, _, _ in timer.batches} == {(n, n, n) for n in (128, 256, 512, 1024)}
+    assert {layout for _, layout in rates} == {"nn", "nt", "tn"}
+    assert max(rates.values()) == pytest.approx(0.005)
 
 
 @pytest.mark.unit
-def test_the_median_of_repeats_ignores_a_slow_outlier_and_a_slow_call_is_not_repeated_long() -> (
-    None
-):
+def test_a_figure_is_the_fastest_call_and_a_slow_call_is_not_repeated_long() -> None:
+    """Other work only ever slows a call: the fastest of the repeats is what the device does."""
     calls: list[tuple[int, int]] = []
 
     def timer(fn, repeats, warmup):
         calls.append((repeats, warmup))
-        return [0.01, 0.01, 0.5, 0.01, 0.011][:repeats] if repeats > 1 else [0.01]
+        return [0.012, 0.011, 0.5, 0.009, 0.011][:repeats] if repeats > 1 else [0.01]
 
-    assert mb.time_median(timer, lambda: None, mb.Budget(seconds=0.05)) == 0.01
+    assert mb.time_best(timer, lambda: None, mb.Budget(seconds=0.05)) == 0.009
     assert calls == [(1, 1), (5, 0)]
     calls.clear()
 
     def slow(fn, repeats, warmup):
         calls.append((repeats, warmup))
+        return [0.9 - 0.1 * len(calls)] * repeats
+
+    assert mb.time_best(slow, lambda: None, mb.Budget(seconds=0.5)) == pytest.approx(0.7)
+    assert calls == [(1, 1), (2, 0)]  # three timed calls in all, the probe one of them
+    calls.clear()
+
+    def far_too_slow(fn, repeats, warmup):
+        calls.append((repeats, warmup))
         return [2.0] * repeats
 
-    assert mb.time_median(slow, lambda: None, mb.Budget(seconds=0.5)) == 2.0
-    assert calls == [(1, 1), (2, 0)]  # three timed calls in all, the probe one of them
+    assert mb.time_best(far_too_slow, lambda: None, mb.Budget(seconds=0.5)) == 2.0
+    assert calls == [(1, 1)]  # over twice the budget: the probe alone
 
 
 @pytest.mark.unit
@@ -348,11 +383,20 @@ def test_the_cuda_timer_reads_the_gpus_own_clock_and_syncs_once(monkeypatch) -> 
 
 
 @pytest.mark.unit
-def test_real_cpu_matmuls_run_in_each_format_at_the_shape_asked() -> None:
+def test_real_cpu_matmuls_run_in_each_format_and_layout_at_the_shape_asked() -> None:
+    cpu = torch.device("cpu")
     for fmt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        out = mb.matmul_call(fmt, (8, 4, 16), torch.device("cpu"))()
-        assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == dtype
-    out = mb.matmul_call("fp8", (8, 4, 16), torch.device("cpu"))()  # torch._scaled_mm, e4m3
+        for layout in ("nn", "nt", "tn"):
+            out = mb.matmul_call(fmt, (8, 4, 16), layout, cpu)()
+            assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == dtype
+    # nn.Linear's forward multiplies by a transposed weight (nt), its weight gradient by a
+    # transposed activation (tn): the operands lie in memory as they do there
+    a, b = mb.operands("fp16", (8, 4, 16), "nt", cpu)
+    assert a.is_contiguous() and not b.is_contiguous() and b.t().is_contiguous()
+    a, b = mb.operands("fp16", (8, 4, 16), "tn", cpu)
+    assert not a.is_contiguous() and a.t().is_contiguous() and b.is_contiguous()
+    assert all(t.is_contiguous() for t in mb.operands("fp32", (8, 4, 16), "nn", cpu))
+    out = mb.matmul_call("fp8", (8, 4, 16), "nt", cpu)()  # torch._scaled_mm, e4m3
     assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == torch.bfloat16
     with mb._Float32Precision("tf32"):
         assert torch.get_float32_matmul_precision() == "high"
@@ -420,9 +464,11 @@ def test_a_kept_check_reads_back_whole_and_serves_the_measured_peak() -> None:
     assert path.parent == mc.checks_dir() and path.name == f"{mc.host_name()}.json"
     back = mc.find("Test CPU")
     assert back is not None and back.to_json() == check.to_json()
-    peak, note = mc.measured_peak("Test CPU", "fp32")
-    assert peak == pytest.approx(0.1) and note is not None and "ampscope doctor --bench" in note
-    assert mc.measured_peak("Other CPU", "fp32") == (None, None)
+    peak = mc.measured_peak("Test CPU", "fp32")
+    assert peak.tflops == pytest.approx(0.1) and not peak.fault
+    assert peak.note is not None and "ampscope doctor --bench" in peak.note
+    assert mc.measured_tflops("Test CPU", "fp32") == pytest.approx(0.1)  # what plan reads
+    assert mc.measured_peak("Other CPU", "fp32") == mc.MeasuredPeak(None, None)
     # a second device on the same host is kept beside the first
     mc.save(a_check(device="Second CPU"))
     assert set(mc.load_all()[0]) == {"Test CPU", "Second CPU"}
@@ -546,7 +592,9 @@ def test_doctor_bench_json_on_this_cpu_agrees_with_a_matmul_timed_here(tmp_path)
     data = json.loads(done.stdout)
     assert data["kind"] == "cpu" and set(data["matmul"]) == {"fp32", "bf16", "fp16"}
     assert data["threads"] == 1  # the process's thread count, as OMP_NUM_THREADS set it
-    assert done.stderr.startswith(f"machine check on {data['device']}, 1 thread\n")
+    assert done.stderr.startswith(
+        f"machine check on {data['device']}, 1 thread: 3 rounds, the best of each figure kept\n"
+    )
     assert data["kept_at"] is None  # --quick figures are not kept
     for fmt in ("fp32", "bf16"):
         fig = data["matmul"][fmt]
@@ -558,8 +606,12 @@ def test_doctor_bench_json_on_this_cpu_agrees_with_a_matmul_timed_here(tmp_path)
     assert data["memory"]["gbps"] > 0 and data["memory"]["datasheet_gbps"] is None
     lines = done.stderr.splitlines()
     assert lines[0].startswith("machine check on ")
-    assert [line.split()[0] for line in lines[1:4]] == ["fp32", "bf16", "fp16"]
-    assert lines[4].startswith("memory copy")
+    assert [line.split(":")[0] for line in lines[1:4]] == [f"round {n} of 3" for n in (1, 2, 3)]
+    assert [line.split()[0] for line in lines[4:7]] == ["fp32", "bf16", "fp16"]
+    assert lines[7].startswith("memory copy")
+    for fmt in ("fp32", "bf16", "fp16"):
+        assert len(data["matmul"][fmt]["rounds"]) == 3  # each figure timed in every round
+        assert data["matmul"][fmt]["layout"] in ("nn", "nt", "tn")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,7 +631,7 @@ def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_
     from ampscope.tui.model.figures import cards
     from ampscope.tui.model.run_state import RunState
 
-    measured = 0.004  # TFLOP/s: a small MLP runs well below it
+    measured = 0.5  # TFLOP/s: more than two cores do in fp32, so the run stays below it
     check = a_check(device=cpu_name())
     check.matmul["fp32"].tflops = measured
     mc.save(check)
@@ -592,6 +644,8 @@ def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_
     assert "doctor --bench" in (hello.measured_tflops_note or "")
     assert done.mfu is None and done.tflops is not None
     assert done.mfu_measured == pytest.approx(done.tflops / measured)
+    assert 0 < done.mfu_measured <= 1
+    assert not any(isinstance(e, ev.WarningEvent) for e in seen)
     share = f"{done.tflops / measured * 100:.0f}% of measured"
     assert re.search(rf"\n  MFU +{share}\n", summary_table(done))
     # the record on disk carries it, and bench's table reads it from there
@@ -610,6 +664,55 @@ def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_
 
 
 @pytest.mark.unit
+def test_a_run_that_beats_the_kept_peak_says_the_check_is_no_peak_never_a_bare_percentage(
+    tmp_path,
+) -> None:
+    """A kept fp32 figure of 1 MFLOP/s, which any run beats (as a model's small matmuls beat a
+    check timed on one 512-cubed shape): no 'MFU 16800 %' anywhere; the summary, bench's table
+    and the Run view's card say the peak was beaten and what to run, and the record holds a
+    warning before its done that says the same."""
+    from ampscope.cli.console import summary_table
+    from ampscope.core import comparison, records
+    from ampscope.core import events as ev
+    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.lifecycle.run import run
+    from ampscope.tui.model.figures import cards
+    from ampscope.tui.model.run_state import RunState
+
+    check = a_check(device=cpu_name())
+    check.matmul["fp32"].tflops = 1e-6  # the least a kept figure may be
+    mc.save(check)
+    seen: list[ev.Event] = []
+    overrides = ["workload.kind='mlp'", "device='cpu'", "steps=4", "warmup_steps=1"]
+    assert run("fp32", overrides, runs_dir=tmp_path, on_event=seen.append) == 0
+    done = next(e for e in seen if isinstance(e, ev.DoneEvent))
+    assert done.mfu_measured is not None and done.mfu_measured > 1
+    from ampscope.core.machine.mfu import times
+
+    ratio = times(done.mfu_measured)
+    assert "e" not in ratio  # '16,600x', never an exponent
+    summary = summary_table(done)
+    assert f"over the measured peak ({ratio}): run ampscope doctor --bench again" in summary
+    assert "%" not in next(line for line in summary.splitlines() if "MFU" in line)
+    warning = next(e for e in seen if isinstance(e, ev.WarningEvent))
+    assert warning.code == "mfu-above-measured" and seen.index(warning) < seen.index(done)
+    assert "beat the kept fp32 machine check" in warning.message
+    assert "ampscope doctor --bench" in warning.message
+    run_on_disk = records.load_run(records.list_runs(tmp_path)[0].path)
+    assert any(
+        isinstance(e, ev.WarningEvent) and e.code == "mfu-above-measured"
+        for e in run_on_disk.events
+    )
+    row = comparison.row_from_runs("fp32", [run_on_disk])
+    assert comparison.cells(row)["mfu"].startswith("over the measured peak")
+    state = RunState()
+    for event in seen:
+        state.ingest(event)
+    card = next(c for c in cards(state) if c.key == "tflops")
+    assert card.sub == "beat measured peak" and card.value.endswith(" · over peak")
+
+
+@pytest.mark.unit
 def test_without_a_check_nothing_changes_and_a_gpu_run_shows_both() -> None:
     from ampscope.core.units import fmt_mfu, of_measured
 
@@ -618,6 +721,30 @@ def test_without_a_check_nothing_changes_and_a_gpu_run_shows_both() -> None:
     assert fmt_mfu(0.33, 0.412) == "33.0% · 41% of measured"
     assert of_measured(400.0, 800.0, world_size=2) == pytest.approx(0.25)
     assert of_measured(None, 800.0) is None and of_measured(1.0, None) is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("peak", [float("nan"), -3.0, 0.0, float("inf"), 10**400, "fast"])
+def test_a_peak_that_is_no_number_gives_no_mfu(peak) -> None:
+    from ampscope.core.units import of_measured
+
+    assert of_measured(1.0, peak) is None
+
+
+@pytest.mark.unit
+def test_an_mfu_above_100_percent_says_what_it_means_in_every_form() -> None:
+    from ampscope.core.machine import mfu
+    from ampscope.core.units import fmt_mfu
+
+    assert fmt_mfu(0.33, 1.68) == (
+        "33.0% · over the measured peak (1.7x): run ampscope doctor --bench again"
+    )
+    assert fmt_mfu(1.2, None) == (
+        "over the datasheet peak (1.2x): check peak_tflops and the FLOP count"
+    )
+    assert fmt_mfu(1.0, 1.0) == "100.0% · 100% of measured"  # at the peak is no fault
+    assert fmt_mfu(float("nan"), -0.3) == "-"  # a damaged record: no figure
+    assert mfu.card_share(1.68) == "over peak" and mfu.card_share(0.41) == "41%"
 
 
 @pytest.mark.unit
@@ -669,7 +796,7 @@ def test_the_flops_a_figure_is_computed_from_are_torchs_own_count(fmt) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     shape = (64, 32, 128)
-    call = mb.matmul_call(fmt, shape, torch.device("cpu"))
+    call = mb.matmul_call(fmt, shape, "nt", torch.device("cpu"))
     with FlopCounterMode(display=False) as counter:
         call()
     assert counter.get_total_flops() == mb.flops_of(shape)
@@ -753,7 +880,7 @@ def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores
     check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
     assert torch.get_num_threads() == 2  # given back after the one-thread run
     assert check.threads == 2 and check.fp32_one_thread_tflops == pytest.approx(0.1)
-    assert "fp32  matmul  100.0 GFLOP/s on 1 thread" in lines
+    assert "fp32  matmul  100.0 GFLOP/s on 1 thread (5 rounds, median 0 % below the best)" in lines
     verdict = next((v for v in check.verdicts if "one thread" in v), None)
     if said:
         assert verdict is not None and verdict.startswith(
@@ -763,3 +890,430 @@ def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores
         assert verdict is None  # 1.9x: the second thread pays
     back = mc.MachineCheck.from_json(json.loads(json.dumps(check.to_json())))
     assert back.fp32_one_thread_tflops == check.fp32_one_thread_tflops
+
+
+# ---------------------------------------------------------------------------------------------
+# A kept file that is damaged or was edited: what is no measurement is ignored and said
+
+
+def kept_with(**fp32: object) -> None:
+    """This host's kept file with the CPU check's fp32 figure fields set as given, raw."""
+    from ampscope.engine.checks.device import cpu_name
+
+    mc.save(a_check(device=cpu_name()))
+    data = json.loads(mc.check_path().read_text())
+    data["checks"][cpu_name()]["matmul"]["fp32"].update(fp32)
+    mc.check_path().write_text(json.dumps(data))
+
+
+BAD_FIGURES = [float("nan"), float("inf"), -34.0, 0, 1e-300, 10**400, "fast", None]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("bad", BAD_FIGURES, ids=lambda v: repr(v)[:12])
+def test_a_kept_figure_that_is_no_number_is_ignored_and_named_with_the_command(bad) -> None:
+    from ampscope.engine.checks.device import cpu_name
+
+    kept_with(tflops=bad)
+    check = mc.find(cpu_name())
+    assert check is not None and "fp32" not in check.matmul  # the others stand
+    assert "bf16" in check.matmul and check.ignored and check.ignored[0].startswith("fp32 matmul")
+    peak = mc.measured_peak(cpu_name(), "fp32")
+    assert peak.tflops is None and peak.fault and peak.note is not None
+    assert "not a finite positive number" in peak.note and "ampscope doctor --bench" in peak.note
+    assert mc.measured_tflops(cpu_name(), "fp32") is None
+    assert mc.measured_tflops(cpu_name(), "bf16") == pytest.approx(0.03)
+
+
+@pytest.mark.unit
+def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
+    """Before: float() of a 400-digit integer raised OverflowError in every run's start, in
+    doctor --bench and in the machine view; threads 'two' a TypeError in the view."""
+    from ampscope.engine.checks.device import cpu_name
+
+    kept_with(tflops=10**400, rounds=[10**400, "x"])
+    data = json.loads(mc.check_path().read_text())
+    data["checks"][cpu_name()]["threads"] = "two"
+    data["checks"][cpu_name()]["memory"]["gbps"] = float("nan")
+    mc.check_path().write_text(json.dumps(data))
+    checks, problem = mc.load_all()
+    check = checks[cpu_name()]
+    assert problem is None and check.threads is None and check.memory_gbps is None
+    assert "fp32 matmul (a 401-digit number)" in check.ignored
+    assert "threads ('two')" in check.ignored and "memory copy (nan)" in check.ignored
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("bad", [float("nan"), 10**400], ids=["nan", "400-digits"])
+def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
+    tmp_path, bad
+) -> None:
+    """The run starts and trains; one warning names the figure and the command; no measured
+    peak in hello, the header or done."""
+    import io
+
+    from ampscope.cli.console import ConsoleReporter
+    from ampscope.core import events as ev
+    from ampscope.engine.lifecycle.run import run
+
+    kept_with(tflops=bad)
+    seen: list[ev.Event] = []
+    overrides = ["workload.kind='mlp'", "device='cpu'", "steps=3", "warmup_steps=1"]
+    assert run("fp32", overrides, runs_dir=tmp_path, on_event=seen.append) == 0
+    hello = next(e for e in seen if isinstance(e, ev.HelloEvent))
+    done = next(e for e in seen if isinstance(e, ev.DoneEvent))
+    assert hello.measured_tflops is None and done.mfu_measured is None
+    (warning,) = [e for e in seen if isinstance(e, ev.WarningEvent)]
+    assert warning.code == "machine-check" and "ampscope doctor --bench" in warning.message
+    assert "not a finite positive number" in warning.message
+    said, result = io.StringIO(), io.StringIO()
+    console = ConsoleReporter(said, result)
+    for event in seen:
+        console(event)
+    header = said.getvalue().splitlines()[0]
+    assert "measured" not in header and "nan" not in header and header.endswith("no MFU peak")
+    assert said.getvalue().count("ampscope doctor --bench") == 1  # said once
+    mfu_row = next(line for line in result.getvalue().splitlines() if "MFU" in line)
+    assert mfu_row.split() == ["MFU", "-"]
+
+
+@pytest.mark.unit
+def test_doctor_bench_replaces_a_damaged_file(capsys, monkeypatch) -> None:
+    kept_with(tflops=10**400)
+    mc.check_path().write_text('{"version": 1, "checks": {"x": {"matmul": 12')  # cut short
+    assert mc.load_all()[1] is not None
+    check = a_check(seconds=2.0)
+    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    done = cli(capsys, "doctor", "--bench")
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    checks, problem = mc.load_all()
+    assert problem is None and checks["Test CPU"].to_json() == check.to_json()
+
+
+@pytest.mark.unit
+def test_two_checks_at_once_never_move_each_others_half_written_file(monkeypatch) -> None:
+    """The second check saves while the first is between writing and renaming its file: with
+    one fixed temporary name the first's rename found its file gone (FileNotFoundError)."""
+    real_replace = mc.os.replace
+    moved: list[str] = []
+
+    def replace(src: str, dst: object) -> None:
+        if not moved:  # the first save, about to rename: another check saves meanwhile
+            moved.append(str(src))
+            mc.save(a_check(device="Second CPU"))
+        else:
+            moved.append(str(src))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(mc.os, "replace", replace)
+    mc.save(a_check(device="First CPU"))
+    assert len(moved) == 2 and moved[0] != moved[1]
+    checks, problem = mc.load_all()
+    assert problem is None and "First CPU" in checks  # a whole file, the last rename's
+    assert not [p for p in mc.checks_dir().iterdir() if p.suffix == ".tmp"]
+
+
+@pytest.mark.unit
+def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch) -> None:
+    def interrupted(*args: object, **kwargs: object) -> mc.MachineCheck:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mb, "run_check", interrupted)
+    done = cli(capsys, "doctor", "--bench")
+    assert done.returncode == 130 and done.stdout == ""
+    assert done.stderr == (
+        "ampscope: machine check stopped (Ctrl+C) before it finished: nothing kept.\n"
+    )
+    assert not mc.check_path().exists()
+
+
+@pytest.mark.unit
+def test_one_option_without_bench_is_told_it_applies() -> None:
+    import argparse
+
+    from ampscope.cli.machine import check_options
+
+    one = argparse.Namespace(quick=True, bench_device="auto", bench=False, try_compile=False)
+    assert (check_options(one) or "").startswith("--quick only applies to the machine check")
+    both = argparse.Namespace(quick=True, bench_device="cpu", bench=False, try_compile=False)
+    assert (check_options(both) or "").startswith("--quick and --bench-device only apply")
+
+
+# ---------------------------------------------------------------------------------------------
+# A check that holds still: the best of several rounds, the spread beside it
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("rounds", "spread", "steady"),
+    [
+        ([100.0, 98.0, 97.0, 99.0, 96.0], 0.02, True),
+        ([100.0, 20.0, 95.0, 90.0, 30.0], 0.10, True),  # two bad rounds: the median holds
+        ([100.0, 20.0, 25.0, 90.0, 30.0], 0.70, False),  # most rounds far below the best
+        ([100.0, 84.0, 84.0], 0.16, False),
+        ([100.0, 100.0], 0.0, False),  # too few rounds to tell
+    ],
+)
+def test_the_spread_of_rounds_decides_whether_a_figure_is_steady(rounds, spread, steady) -> None:
+    from ampscope.core.machine import steady as st
+
+    assert st.spread(rounds) == pytest.approx(spread)
+    assert st.steady(rounds) is steady
+    assert st.trusted([]) and st.spread([]) is None  # a check kept before rounds: trusted
+
+
+@dataclass
+class LoadedTimer(ThreadedTimer):
+    """A machine whose load comes and goes: in each round, the formats (or 'fmt layout') in
+    ``slowed`` run at that round's share of their rate. The copy meter turns the rounds."""
+
+    slowed: dict[str, list[float]] = field(default_factory=dict)
+    round: int = 0
+
+    def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+        times = super().__call__(fn, repeats, warmup)
+        assert isinstance(fn, FakeCall)
+        factor = self.slowed.get(f"{fn.fmt} {fn.layout}", self.slowed.get(fn.fmt, [1.0] * 10))
+        factor = factor[self.round]
+        return [t / factor for t in times]
+
+    def copy(self, device: torch.device, nbytes: int) -> mb.Meter:
+        def measure(timer: mb.Timer, budget: mb.Budget) -> float:
+            self.round += 1
+            return 12.5
+
+        return measure
+
+
+def loaded_check(slowed: dict[str, list[float]]) -> tuple[mc.MachineCheck, list[str]]:
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
+    timer = LoadedTimer(rates, small=1.0, one=0.05, slowed=slowed)
+    seams = dataclasses.replace(cpu_seams({"avx512_bf16"}, rates), timer=timer, copy=timer.copy)
+    lines: list[str] = []
+    check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
+    return check, lines
+
+
+@pytest.mark.unit
+def test_a_busy_machine_is_said_with_the_spread_and_its_figure_is_not_kept_as_a_peak() -> None:
+    """bf16 ran at its full rate in round 1 only, a fifth of it after (another job started):
+    its figure is the best round, reported with the spread, called too busy, and no run is
+    read against it; fp32 held still and is served."""
+    check, lines = loaded_check({"bf16": [1.0, 0.2, 0.2, 0.25, 0.2]})
+    bf16 = check.matmul["bf16"]
+    assert bf16.tflops == pytest.approx(0.2) and len(bf16.rounds) == 5
+    assert bf16.rounds[1:] == pytest.approx([0.04, 0.04, 0.05, 0.04])
+    assert not bf16.trusted and check.matmul["fp32"].trusted
+    assert check.verdicts[0].startswith(
+        "the machine was too busy to measure: the rounds of bf16 matmul (median round 80 % "
+        "below the best) disagreed by more than 15 % (load average "
+    )
+    assert "it is not kept as this machine's peak" in check.verdicts[0]
+    assert (
+        "bf16  matmul  200.0 GFLOP/s at 128x128x128 nn (too busy to measure: 5 rounds, "
+        "median 80 % below the best)" in lines
+    )
+    mc.save(check)
+    assert mc.measured_tflops("Test CPU", "bf16") is None
+    peak = mc.measured_peak("Test CPU", "bf16")
+    assert peak.fault and "too busy" in (peak.note or "")
+    assert mc.measured_tflops("Test CPU", "fp32") == pytest.approx(0.1)
+
+
+@pytest.mark.unit
+def test_a_later_round_that_runs_faster_is_the_figure() -> None:
+    """The first round's sweep ran under load; the later rounds, alone, ran faster: the
+    figure is what the device did at its best, not the first sample."""
+    check, _ = loaded_check({"fp32": [0.5, 1.0, 1.0, 1.0, 1.0]})
+    fp32 = check.matmul["fp32"]
+    assert fp32.tflops == pytest.approx(0.1) and fp32.rounds[0] == pytest.approx(0.05)
+    assert fp32.trusted and not any("too busy" in v for v in check.verdicts)
+
+
+@pytest.mark.unit
+def test_the_sweep_finds_the_layout_a_linear_layer_runs_fastest_in() -> None:
+    """fp16 on a CPU without fp16 units: a @ b at 2 GFLOP/s, nn.Linear's a @ b.T at 20. A
+    check that timed a @ b alone kept 2 and a model's layers ran at 8x it."""
+
+    @dataclass
+    class Layouts(ThreadedTimer):
+        def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+            times = super().__call__(fn, repeats, warmup)
+            assert isinstance(fn, FakeCall)
+            return [t / 10 if fn.fmt == "fp16" and fn.layout == "nt" else t for t in times]
+
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=Layouts(rates, small=1.0, one=0.05))
+    check = mb.run_check(seams=seams)
+    fp16 = check.matmul["fp16"]
+    assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
+
+
+@pytest.mark.unit
+def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monkeypatch) -> None:
+    """A machine so slow that a round takes 30 s: the third round would end past a minute and
+    a half, so it is not begun; the check keeps what it measured and says two rounds cannot
+    tell a steady figure from a lucky one."""
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
+    timer = LoadedTimer(rates, small=1.0, one=0.05)
+    monkeypatch.setattr(mb.time, "monotonic", lambda: 30.0 * timer.round)
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    check = mb.run_check(seams=seams)
+    assert [len(f.rounds) for f in check.matmul.values()] == [2, 2, 2]
+    assert not any(f.trusted for f in check.matmul.values())
+    assert check.verdicts[0].startswith(
+        "the machine was too busy to measure: only 2 rounds fitted in the check's time"
+    )
+    assert "too few to tell a steady figure from a lucky one" in check.verdicts[0]
+
+
+@pytest.mark.unit
+def test_past_the_deadline_the_sweep_tries_no_larger_shape(monkeypatch) -> None:
+    monkeypatch.setattr(mb.time, "monotonic", lambda: 100.0)
+    timer = FakeTimer({"fp32": 0.1}, small=1.0)
+    rates = mb.sweep(
+        "fp32", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(), fake_make, until=50.0
+    )
+    assert set(rates) == {((128, 128, 128), layout) for layout in ("nn", "nt", "tn")}
+
+
+@pytest.mark.unit
+def test_a_layout_stops_growing_once_a_shape_runs_at_under_half_its_best() -> None:
+    """Past the caches a CPU's larger matmuls only get slower: 1024 cubed at a third of 512's
+    rate ends the layout's sweep before 2048 cubed, which would take seconds."""
+
+    @dataclass
+    class Caches(FakeTimer):
+        def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+            times = super().__call__(fn, repeats, warmup)
+            assert isinstance(fn, FakeCall)
+            return [t * 3 if fn.shape[0] >= 1024 else t for t in times]
+
+    timer = Caches({"fp32": 0.1}, small=1.0)
+    rates = mb.sweep("fp32", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(), fake_make)
+    assert {shape[0] for shape, _ in rates} == {128, 256, 512, 1024}
+
+
+@pytest.mark.unit
+def test_a_layout_timed_while_the_machine_was_busy_is_timed_again_in_every_round() -> None:
+    """fp16's a @ b.T runs 10x its a @ b, but the first round's sweep met it under load: each
+    layout's best shape is a finalist, so later rounds find its rate, and the figure is it."""
+
+    @dataclass
+    class FastNt(LoadedTimer):
+        def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+            times = super().__call__(fn, repeats, warmup)
+            assert isinstance(fn, FakeCall)
+            return [t / 10 if fn.fmt == "fp16" and fn.layout == "nt" else t for t in times]
+
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
+    timer = FastNt(rates, small=1.0, one=0.05, slowed={"fp16 nt": [0.05, 1, 1, 1, 1]})
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    fp16 = mb.run_check(seams=seams).matmul["fp16"]
+    assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
+    assert fp16.rounds[0] == pytest.approx(0.002) and fp16.trusted  # 4 of 5 rounds agree
+
+
+@pytest.mark.unit
+def test_a_sweep_stopped_by_a_call_slowed_a_thousandfold_goes_on_once_a_round_runs_fast() -> None:
+    """Two threads of a small matmul beside other work: every fp32 call of the first round
+    ran 1000x slow, so no larger shape looked affordable. The later rounds run fast, and each
+    takes the sweep one shape further."""
+    rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
+    timer = LoadedTimer(rates, small=1.0, one=0.05, slowed={"fp32": [0.001, 1, 1, 1, 1]})
+    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    check = mb.run_check(seams=seams)
+    swept = [shape[0] for fmt, shape, layout, _ in timer.calls if fmt == "fp32" and layout == "nn"]
+    assert swept[0] == 128 and {256, 512, 1024, 2048} <= set(swept)
+    assert check.matmul["fp32"].tflops == pytest.approx(0.1)
+
+
+def clock_of(others: float, own: float = 2.0) -> Callable[[], tuple[float, float, float]]:
+    """A fake /proc/stat and process clock: each reading 10 s on, with ``others`` CPUs of
+    other processes' work and ``own`` of this process's between two readings."""
+    readings = iter(range(1000))
+
+    def read() -> tuple[float, float, float]:
+        n = next(readings)
+        return n * 10 * (others + own), n * 10 * own, n * 10.0
+
+    return read
+
+
+@pytest.mark.unit
+def test_other_processes_share_of_the_cpus_is_the_busy_time_that_is_not_the_checks() -> None:
+    assert mb.other_cpus((100.0, 10.0, 0.0), (130.0, 25.0, 10.0)) == pytest.approx(1.5)
+    assert mb.other_cpus(None, (1.0, 1.0, 1.0)) is None
+    here = mb.cpu_seconds()  # this machine's /proc/stat and this process's own time
+    assert here is not None and here[0] > 0 and here[1] > 0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("threads", "others", "contended"),
+    [(2, 1.0, True), (2, 0.3, False), (1, 1.0, False), (1, 1.7, True)],
+)
+def test_a_cpu_check_beside_other_processes_keeps_nothing_as_a_peak(
+    monkeypatch, threads, others, contended
+) -> None:
+    """A busy loop on one of two cores: a two-thread check's rounds may still agree (a kernel
+    that runs on one thread holds still under load), but none of its figures is the machine's
+    peak. A one-thread check beside one busy core has a core of its own."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    rates = {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}
+    seams = dataclasses.replace(
+        cpu_seams(set(), rates),
+        timer=FakeTimer(rates, small=1.0),  # one rate whatever the threads
+        cpu_clock=clock_of(others),
+        cpus=lambda: 2,
+    )
+    check = mb.run_check(seams=seams)
+    assert check.other_cpus == pytest.approx(others) and check.cpus == 2
+    assert check.contended is contended
+    assert all(fig.trusted for fig in check.matmul.values())  # the rounds agree either way
+    assert check.trusted("fp32") is not contended
+    said = "\n".join(check.verdicts)
+    assert (f"other processes kept {others:.1f} of its 2 CPUs busy" in said) is contended
+    mc.save(check)
+    peak = mc.measured_peak("Test CPU", "fp32")
+    assert (peak.tflops is None) is contended and peak.fault is contended
+    back = mc.find("Test CPU")
+    assert back is not None and back.contended is contended  # kept, and read back the same
+    shown = " ".join(line.strip() for line in view_lines_of(back))
+    assert ("no figure here is kept as this machine's peak" in shown) is contended
+
+
+def view_lines_of(check: mc.MachineCheck) -> list[str]:
+    from ampscope.tui.model.machine_view import view_lines
+
+    return view_lines({check.device: check}, None, 100, None, None)
+
+
+@pytest.mark.unit
+def test_a_busy_check_is_one_sentence_with_the_contention_and_each_spread() -> None:
+    from ampscope.core.machine import steady as st
+
+    said = st.busy_verdict(
+        [("fp16 matmul", [21.1, 21.0, 6.8, 6.8, 6.8]), ("memory copy", [11, 9, 8, 6, 6])],
+        10.9,
+        "other processes kept 1.6 of its 2 CPUs busy during the check",
+    )
+    assert said == (
+        "the machine was too busy to measure: other processes kept 1.6 of its 2 CPUs busy "
+        "during the check (load average 10.9), and the rounds of fp16 matmul (median round "
+        "68 % below the best) and memory copy (27 %) disagreed by more than 15 %. Every figure "
+        "here is the busy machine's and none is kept as its peak; run ampscope doctor --bench "
+        "again when it is quieter"
+    )
+    assert st.busy_verdict([], None) is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("peak", [float("nan"), -989.4, 0.0, 1e-300, 10**400])
+def test_the_summarys_mfu_comes_only_from_a_peak_that_is_a_number(peak) -> None:
+    """core/records/summary.py's rates, which the engine's and a watched loop's done share."""
+    from ampscope.core.records.summary import rates
+
+    speed = rates([10.0, 10.0, 10.0], [0, 1, 2], 8, None, 1e12, peak)
+    assert speed.tflops == pytest.approx(100.0) and speed.mfu is None
+    assert rates([10.0], [0], 8, None, 1e12, 200.0).mfu == pytest.approx(0.5)

@@ -18,9 +18,15 @@ def h200_check() -> mc.MachineCheck:
     """An H200 capped at 500 W and running hot: fixed figures, as a snapshot needs."""
     rates = {"fp32": 51.0, "tf32": 372.0, "bf16": 702.0, "fp16": 699.0, "fp8": 1254.0}
     figures = {
-        fmt: mc.MatmulFigure(tflops=value, shape=[8192, 8192, 16384])
+        fmt: mc.MatmulFigure(
+            tflops=value,
+            shape=[8192, 8192, 16384],
+            layout="nt",
+            rounds=[value * f for f in (0.99, 1.0, 0.98, 0.99, 0.97)],
+        )
         for fmt, value in rates.items()
     }
+    figures["fp8"].rounds = [1254.0, 900.0, 880.0, 1100.0, 870.0]  # another job came and went
     mc.with_datasheet("NVIDIA H200", "cuda", figures, 500.0)
     check = mc.MachineCheck(
         device="NVIDIA H200",
@@ -44,6 +50,7 @@ def h200_check() -> mc.MachineCheck:
             pcie_max_width=16,
         ),
     )
+    check.load_average = 0.4
     check.verdicts = mv.judge(check)
     return check
 
@@ -64,6 +71,8 @@ def test_machine_view_shows_each_format_beside_its_datasheet_and_the_verdicts(si
             for row in ("fp32", "tf32", "bf16", "fp16", "fp8"):
                 assert f"\n {row} " in text or f"\n{row} " in text or f"│{row} " in text
             assert "702 of 989 (71 %)" in text  # H200 SXM bf16: measured beside datasheet
+            assert "(63 %)  busy 28 %" in text  # fp8's rounds disagreed: not read as a peak
+            assert "the best of 5 rounds; 'busy'" in text
             assert "4,310 of 4,800 GB/s (90 %)" in text
             assert "power limit 500 W of 700 W" in text  # the verdicts, at 80x24 too
             assert "SM clock throttled (thermal)" in text
@@ -138,3 +147,57 @@ def test_a_gpu_runs_card_shows_the_datasheet_mfu_and_the_measured_share_within_i
     assert card.value == before.value  # the datasheet's MFU stays where it was
     assert card.sub == f"{float(tflops) / 760.0 * 100:.0f}% of measured peak"
     assert len(card.sub) <= 22 and before.sub.startswith("MFU ")
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [("tflops", float("nan")), ("tflops", float("inf")), ("threads", "two"), ("tflops", 10**400)],
+    ids=["nan", "inf", "text-threads", "400-digits"],
+)
+def test_a_damaged_kept_file_is_a_message_in_the_view_never_a_crash(field, bad) -> None:
+    """Before: NaN or inf raised ValueError in the bar, a text thread count TypeError, a
+    400-digit figure OverflowError: 'c' on the presets screen ended the dashboard."""
+    import json
+
+    check = h200_check()
+    check.host = mc.host_name()
+    mc.save(check)
+    data = json.loads(mc.check_path().read_text())
+    entry = data["checks"]["NVIDIA H200"]
+    if field == "threads":
+        entry["threads"] = bad
+    else:
+        entry["matmul"]["bf16"]["tflops"] = bad
+    mc.check_path().write_text(json.dumps(data))
+
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("c")
+            screen = await shown(pilot, app, MachineScreen)
+            await settle(pilot)
+            body = str(screen.query_one("#machine-body").render())
+            assert "NVIDIA H200" in body
+            assert "the kept file holds figures that are no measurement, ignored" in body
+            assert "ampscope doctor --bench" in body
+            assert ("bf16 matmul" in body) is (field != "threads")
+
+    run(go())
+
+
+@pytest.mark.unit
+def test_a_check_handed_over_with_figures_that_are_no_number_is_still_drawn() -> None:
+    """The view draws an empty bar for a figure that is no number, and a check it cannot
+    draw at all is a sentence naming the command, never an exception."""
+    check = h200_check()
+    check.matmul["bf16"].tflops = float("nan")
+    check.memory_gbps = float("inf")
+    lines = view_lines({"NVIDIA H200": check}, None, 76, None, None)
+    bf16 = next(line for line in lines if line.startswith("bf16"))
+    assert bar(1, 1, 1) not in bf16
+    check.threads = "two"  # type: ignore[assignment]
+    lines = view_lines({"NVIDIA H200": check}, None, 76, None, None)
+    assert lines[0].startswith("the kept check of NVIDIA H200 cannot be shown (TypeError")
+    assert "ampscope doctor --bench" in " ".join(lines)

@@ -46,7 +46,7 @@ def check_options(args: argparse.Namespace) -> str | None:
     if alone and not args.bench:
         given = " and ".join(alone)
         return (
-            f"{given} only apply to the machine check: add --bench (for example 'ampscope "
+            f"{given} only {'applies' if len(alone) == 1 else 'apply'} to the machine check: add --bench (for example 'ampscope "
             f"doctor --bench {alone[0]}{' cpu' if alone[0] == '--bench-device' else ''}'), or "
             "leave them out for the plain report"
         )
@@ -58,10 +58,22 @@ def check_options(args: argparse.Namespace) -> str | None:
     return None
 
 
+def and_list(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def cmd_machine_check(args: argparse.Namespace) -> int:
     problem = check_options(args)
     if problem:
         return fail(problem)
+    try:
+        return machine_check(args)
+    except KeyboardInterrupt:  # the kept file is written whole or not at all (check.save)
+        return fail("machine check stopped (Ctrl+C) before it finished: nothing kept.", 130)
+
+
+def machine_check(args: argparse.Namespace) -> int:
+    """Measure, keep (unless --quick), print: a line per figure as it lands, then verdicts."""
     if args.bench_device == "cuda":
         import torch
 
@@ -70,12 +82,12 @@ def cmd_machine_check(args: argparse.Namespace) -> int:
                 "--bench-device cuda: torch sees no CUDA GPU here (CPU-only torch, or no "
                 "driver); use --bench-device cpu or auto"
             )
-    from ampscope.engine.checks.machine_bench import run_check
-
     out = sys.stderr if args.json else sys.stdout
 
     def said(what: str, line: str) -> None:
         print(visible(line), file=out, flush=True)
+
+    from ampscope.engine.checks.machine_bench import run_check
 
     check = run_check(args.bench_device, quick=args.quick, on_figure=said)
     where = None
@@ -101,5 +113,11 @@ def cmd_machine_check(args: argparse.Namespace) -> int:
     if check.allreduce_note:
         print(visible(f"- {check.allreduce_note}"))
     kept = f"kept in {where}" if where else "not kept" + (" (--quick)" if args.quick else "")
+    busy = [fmt for fmt in check.matmul if not check.trusted(fmt)]
+    if where and busy:
+        kept += (
+            f" (runs are not read against {and_list(busy)}: the machine was too busy to "
+            f"measure {'it' if len(busy) == 1 else 'them'})"
+        )
     print(visible(f"done in {check.seconds:.0f} s; {kept}"))
     return 0

@@ -10,6 +10,11 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+# MFU's figures check their own invariant (a share above 100 % is no MFU): they live with the
+# machine check, and are named here too for the formatters' callers.
+from ampscope.core.machine.mfu import fmt_mfu as fmt_mfu
+from ampscope.core.machine.mfu import of_measured as of_measured
+
 if TYPE_CHECKING:
     from ampscope.core.events import DoneEvent
 
@@ -102,18 +107,3 @@ def fmt_time(seconds_since_epoch: float | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(seconds_since_epoch)))  # type: ignore[arg-type]
     except (OverflowError, OSError, ValueError):
         return "-"
-
-
-def fmt_mfu(mfu: float | None, mfu_measured: float | None, digits: int = 1) -> str:
-    """'33.0% · 41% of measured', '41% of measured' (no datasheet: a CPU), '33.0%' or '-'."""
-    said = f"{mfu * 100:.{digits}f}%" if mfu is not None else None
-    measured = f"{mfu_measured * 100:.0f}% of measured" if mfu_measured is not None else None
-    return " · ".join(part for part in (said, measured) if part) or "-"
-
-
-def of_measured(tflops: float | None, measured: float | None, world_size: int = 1) -> float | None:
-    """A run's TFLOP/s as a share of what ``world_size`` devices measured: its MFU against
-    the achievable peak rather than the datasheet's."""
-    if tflops is None or not measured:
-        return None
-    return tflops / (measured * max(1, world_size))

@@ -142,7 +142,7 @@ def measured_peak(device_name: str, compute_dtype: str, cuda: bool) -> float | N
     once; a CPU has no TF32, so tf32 reads fp32's. None without a kept check."""
     fmt = "fp32" if not cuda and compute_dtype == "tf32" else compute_dtype
     try:
-        return machine_check.measured_peak(device_name, fmt)[0]
+        return machine_check.measured_tflops(device_name, fmt)
     except OSError:
         return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ampscope.core import events as ev
+from ampscope.core.machine.mfu import share
 from ampscope.watching.readout import StepValues
 
 
@@ -33,7 +34,7 @@ def step_event(
         samples_per_s=v.samples / seconds,
         tokens_per_s=tokens / seconds if tokens is not None else None,
         tflops=tflops,
-        mfu=tflops / peak if peak and flops else None,
+        mfu=share(tflops, peak) if flops else None,
         mem_allocated=allocated,
         mem_reserved=reserved,
         mem_peak=peak_mem,

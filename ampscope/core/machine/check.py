@@ -17,14 +17,16 @@ import json
 import os
 import re
 import socket
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ampscope.core.machine import steady
 from ampscope.core.machine.hardware import Gpu, identify, is_mig, peak_tflops
+from ampscope.core.machine.mfu import LEAST_FIGURE, of_measured, positive
 from ampscope.core.presets import user_config_dir
 from ampscope.core.records.files import read_json
-from ampscope.core.units import of_measured
 
 if TYPE_CHECKING:
     from ampscope.core.records import RunRecord
@@ -36,12 +38,27 @@ RUN_COMMAND = "ampscope doctor --bench"
 
 @dataclass
 class MatmulFigure:
-    """The best of a format's sweep: TFLOP/s at the shape that gave it, beside the datasheet."""
+    """The best of a format's sweep: TFLOP/s at the shape and layout that gave it, beside the
+    datasheet, and each round's best (``ampscope.core.machine.steady``)."""
 
     tflops: float
     shape: list[int]  # m, n, k
     datasheet_tflops: float | None = None
     ratio: float | None = None
+    layout: str = "nn"  # LAYOUTS' key: which operand is transposed
+    rounds: list[float] = field(default_factory=list)  # each round's best TFLOP/s, in order
+
+    @property
+    def trusted(self) -> bool:
+        """Held still (or kept before the check took rounds): a peak runs are read against."""
+        return steady.trusted(self.rounds)
+
+
+# How a matmul's operands lie in memory, as a training step meets them: a @ b, a @ b.T
+# (nn.Linear's forward, x @ W.T) and a.T @ b (its weight gradient). Some kernels are fast in one
+# and slow in another: fp16 on a CPU without fp16 units ran 1-4 GFLOP/s as a @ b and 10-30 as
+# a @ b.T, so a peak timed in one layout alone was beaten by a model's small layers.
+LAYOUTS = {"nn": "a @ b", "nt": "a @ b.T", "tn": "a.T @ b"}
 
 
 @dataclass
@@ -81,17 +98,55 @@ class MachineCheck:
     fp32_one_thread_tflops: float | None = None  # a CPU with several threads: fp32 on one
     load_average: float | None = None  # the host's 1-minute load when the check ran
     gpu_state: GpuState | None = None
+    memory_rounds: list[float] = field(default_factory=list)
+    h2d_rounds: list[float] = field(default_factory=list)
+    fp32_one_thread_rounds: list[float] = field(default_factory=list)
+    cpus: int | None = None  # a CPU check: the CPUs this process may run on
+    other_cpus: float | None = None  # a CPU check: how many CPUs other processes kept busy
+    # what a kept file held that is no measurement (NaN, a negative, text): read as absent and
+    # named here, never written back
+    ignored: list[str] = field(default_factory=list)
+
+    @property
+    def contended(self) -> bool:
+        """A CPU check during which other processes held CPUs its threads needed (more than
+        the CPUs its threads left free, and half a CPU): every figure is the busy machine's.
+        A figure of a steady round can hide it: a kernel that runs on one thread holds still
+        under load while the fast one, on every thread, never got its cores."""
+        if self.kind != "cpu" or self.other_cpus is None or not self.cpus or not self.threads:
+            return False
+        return self.other_cpus > self.cpus - self.threads + 0.5
+
+    def trusted(self, fmt: str) -> bool:
+        """``fmt``'s figure is one runs are read against: steady, and not a busy CPU's."""
+        fig = self.matmul.get(fmt)
+        return fig is not None and fig.trusted and not self.contended
+
+    def rounds_of(self) -> list[tuple[str, list[float]]]:
+        """Every figure timed in rounds, by the name a person reads, with its rounds."""
+        named = [(f"{fmt} matmul", fig.rounds) for fmt, fig in self.matmul.items()]
+        named += [
+            ("fp32 matmul on 1 thread", self.fp32_one_thread_rounds),
+            ("memory copy", self.memory_rounds),
+            ("host-to-device copy", self.h2d_rounds),
+        ]
+        return [(what, rounds) for what, rounds in named if rounds]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "kind": self.kind,
-            "matmul": {name: asdict(fig) for name, fig in self.matmul.items()},
+            "matmul": {
+                name: {**asdict(fig), "spread": steady.spread(fig.rounds)}
+                for name, fig in self.matmul.items()
+            },
             "memory": {
                 "gbps": self.memory_gbps,
                 "datasheet_gbps": self.memory_datasheet_gbps,
                 "what": self.memory_what,
+                "rounds": list(self.memory_rounds),
                 "h2d_gbps": self.h2d_gbps,
+                "h2d_rounds": list(self.h2d_rounds),
                 "allreduce_busbw_gbps": self.allreduce_busbw_gbps,
                 "allreduce_note": self.allreduce_note,
             },
@@ -104,49 +159,141 @@ class MachineCheck:
             "seconds": self.seconds,
             "cpu_units": list(self.cpu_units),
             "fp32_one_thread_tflops": self.fp32_one_thread_tflops,
+            "fp32_one_thread_rounds": list(self.fp32_one_thread_rounds),
             "load_average": self.load_average,
+            "cpus": self.cpus,
+            "other_cpus": self.other_cpus,
             "gpu_state": asdict(self.gpu_state) if self.gpu_state else None,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MachineCheck:
-        """Raises KeyError, TypeError or ValueError on a file that is not a check."""
-        memory = data.get("memory") or {}
+        """A kept check as far as it holds measurements: a figure that is not a finite positive
+        number (NaN, a negative, 1e-300, a 400-digit integer, text) is read as absent and named
+        in ``ignored``. Raises KeyError, TypeError or ValueError on a file that is not a check."""
+        read = _Reader()
+        memory = dict(data.get("memory") or {})
+        matmul: dict[str, MatmulFigure] = {}
+        for name, fig in dict(data["matmul"]).items():
+            fig = dict(fig)
+            tflops = read.figure(f"{name} matmul", fig.get("tflops"), needed=True)
+            if tflops is None:
+                continue
+            matmul[str(name)] = MatmulFigure(
+                tflops=tflops,
+                shape=read.shape(f"{name} matmul's shape", fig.get("shape")),
+                datasheet_tflops=read.figure(f"{name} datasheet", fig.get("datasheet_tflops")),
+                ratio=read.figure(f"{name} ratio", fig.get("ratio"), least=0.0),
+                layout=str(fig.get("layout") or "nn"),
+                rounds=read.rounds(f"{name} matmul's rounds", fig.get("rounds")),
+            )
         state = data.get("gpu_state")
         return cls(
             device=str(data["device"]),
             kind=str(data.get("kind", "cpu")),
-            matmul={
-                str(name): MatmulFigure(
-                    tflops=float(fig["tflops"]),
-                    shape=[int(x) for x in fig.get("shape") or []],
-                    datasheet_tflops=_float(fig.get("datasheet_tflops")),
-                    ratio=_float(fig.get("ratio")),
-                )
-                for name, fig in dict(data["matmul"]).items()
-            },
-            memory_gbps=_float(memory.get("gbps")),
-            memory_datasheet_gbps=_float(memory.get("datasheet_gbps")),
+            matmul=matmul,
+            memory_gbps=read.figure("memory copy", memory.get("gbps")),
+            memory_datasheet_gbps=read.figure("memory datasheet", memory.get("datasheet_gbps")),
             memory_what=str(memory.get("what") or ""),
-            h2d_gbps=_float(memory.get("h2d_gbps")),
-            allreduce_busbw_gbps=_float(memory.get("allreduce_busbw_gbps")),
-            allreduce_note=memory.get("allreduce_note"),
+            h2d_gbps=read.figure("host-to-device copy", memory.get("h2d_gbps")),
+            allreduce_busbw_gbps=read.figure("all-reduce", memory.get("allreduce_busbw_gbps")),
+            allreduce_note=_text(memory.get("allreduce_note")),
             verdicts=[str(v) for v in data.get("verdicts") or []],
             when=str(data.get("when") or ""),
             torch=str(data.get("torch") or ""),
-            driver=data.get("driver"),
+            driver=_text(data.get("driver")),
             host=str(data.get("host") or ""),
-            threads=data.get("threads"),
-            seconds=_float(data.get("seconds")),
+            threads=read.count("threads", data.get("threads")),
+            seconds=read.non_negative("seconds", data.get("seconds")),
             cpu_units=[str(u) for u in data.get("cpu_units") or []],
-            fp32_one_thread_tflops=_float(data.get("fp32_one_thread_tflops")),
-            load_average=_float(data.get("load_average")),
-            gpu_state=GpuState(**state) if isinstance(state, dict) else None,
+            fp32_one_thread_tflops=read.figure(
+                "fp32 matmul on 1 thread", data.get("fp32_one_thread_tflops")
+            ),
+            load_average=read.non_negative("load average", data.get("load_average")),
+            cpus=read.count("cpus", data.get("cpus")),
+            other_cpus=read.non_negative("other CPUs", data.get("other_cpus")),
+            gpu_state=_gpu_state(state, read) if isinstance(state, dict) else None,
+            memory_rounds=read.rounds("memory copy's rounds", memory.get("rounds")),
+            h2d_rounds=read.rounds("host-to-device rounds", memory.get("h2d_rounds")),
+            fp32_one_thread_rounds=read.rounds(
+                "1-thread rounds", data.get("fp32_one_thread_rounds")
+            ),
+            ignored=read.ignored,
         )
 
 
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _shown(value: Any) -> str:
+    """A value as an ignored-figure note shows it: short, whatever the file held."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"a {len(str(abs(value)))}-digit number"
+    text = repr(value)
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+class _Reader:
+    """A kept file's fields as measurements, noting each value that is not one."""
+
+    def __init__(self) -> None:
+        self.ignored: list[str] = []
+
+    def figure(
+        self, what: str, value: Any, needed: bool = False, least: float = LEAST_FIGURE
+    ) -> float | None:
+        if value is None and not needed:
+            return None
+        number = positive(value, least)
+        if number is None:
+            self.ignored.append(f"{what} ({_shown(value)})")
+        return number
+
+    def count(self, what: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20:
+            return value
+        self.ignored.append(f"{what} ({_shown(value)})")
+        return None
+
+    def non_negative(self, what: str, value: Any) -> float | None:
+        """A figure that may be zero (an idle machine's load average), never negative."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+            return 0.0
+        return self.figure(what, value, least=0.0)
+
+    def rounds(self, what: str, value: Any) -> list[float]:
+        if not value:
+            return []
+        numbers = [positive(v, LEAST_FIGURE) for v in value] if isinstance(value, list) else [None]
+        if any(n is None for n in numbers):
+            self.ignored.append(f"{what} ({_shown(value)})")
+            return []
+        return [n for n in numbers if n is not None]
+
+    def shape(self, what: str, value: Any) -> list[int]:
+        if isinstance(value, list) and all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 < x < 1 << 31 for x in value
+        ):
+            return list(value)
+        if value:
+            self.ignored.append(f"{what} ({_shown(value)})")
+        return []
+
+
+def _gpu_state(state: dict[str, Any], read: _Reader) -> GpuState:
+    throttle = state.get("throttle")
+    return GpuState(
+        power_limit_w=read.figure("power limit", state.get("power_limit_w")),
+        power_max_w=read.figure("rated power", state.get("power_max_w")),
+        throttle=[str(t) for t in throttle] if isinstance(throttle, list) else [],
+        pcie_gen=read.count("PCIe generation", state.get("pcie_gen")),
+        pcie_width=read.count("PCIe width", state.get("pcie_width")),
+        pcie_max_gen=read.count("PCIe generation", state.get("pcie_max_gen")),
+        pcie_max_width=read.count("PCIe width", state.get("pcie_max_width")),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,28 +343,36 @@ def check_path(host: str | None = None) -> Path:
 
 
 def load_all(host: str | None = None) -> tuple[dict[str, MachineCheck], str | None]:
-    """This host's checks by device name, and a problem with the file (None if fine or absent)."""
+    """This host's checks by device name, and a problem with the file (None if fine or absent).
+    A figure in the file that is no measurement is left out of its check (``ignored``)."""
     path = check_path(host)
     try:
         data = read_json(path)
-        checks = {name: MachineCheck.from_json(c) for name, c in dict(data["checks"]).items()}
+        checks = {str(n): MachineCheck.from_json(c) for n, c in dict(data["checks"]).items()}
     except FileNotFoundError:
         return {}, None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
         return {}, f"{path} cannot be read ({type(exc).__name__}: {exc}); run {RUN_COMMAND} again"
     return checks, None
 
 
 def save(check: MachineCheck) -> Path:
-    """Keep ``check`` as its host's entry for its device, beside the host's other devices."""
+    """Keep ``check`` as its host's entry for its device, beside the host's other devices (a
+    damaged file is replaced). Written through a temporary file of its own, then renamed: two
+    checks at once never move each other's half-written file."""
     checks, _ = load_all(check.host or None)
     checks[check.device] = check
     path = check_path(check.host or None)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
     payload = {"version": 1, "checks": {name: c.to_json() for name, c in checks.items()}}
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(payload, indent=1))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -225,26 +380,70 @@ def find(device: str, host: str | None = None) -> MachineCheck | None:
     return load_all(host)[0].get(device)
 
 
-def measured_peak(
-    device: str, fmt: str, host: str | None = None
-) -> tuple[float | None, str | None]:
-    """This machine's measured matmul TFLOP/s for a run's compute format on ``device``, and a
-    note saying when it was measured (None, None when there is no check)."""
-    check = find(device)
+@dataclass(frozen=True)
+class MeasuredPeak:
+    """What a run on ``device`` is read against: the kept figure for its format, or why none."""
+
+    tflops: float | None  # finite, positive and steady, or None
+    note: str | None  # where the figure came from, or why there is none; None: no check kept
+    fault: bool = False  # the note names something wrong with the kept check: say it once
+
+
+def measured_peak(device: str, fmt: str, host: str | None = None) -> MeasuredPeak:
+    """This machine's measured matmul TFLOP/s for a run's compute format on ``device``: only a
+    figure that is a finite positive number and held still when it was measured
+    (``ampscope.core.machine.steady``)."""
+    checks, problem = load_all(host)
+    if problem:
+        return MeasuredPeak(None, f"the kept machine check is ignored: {problem}", fault=True)
+    check = checks.get(device)
     if check is None:
-        return None, None
+        return MeasuredPeak(None, None)
+    day = check.when[:10] or "an unknown day"
     fig = check.matmul.get(fmt)
+    bad = [what for what in check.ignored if what.startswith(f"{fmt} matmul ")]
+    if fig is None and bad:
+        return MeasuredPeak(
+            None,
+            f"the machine check of {day} holds no {fmt} measurement: its figure "
+            f"{bad[0][len(fmt) + 9 : -1]} is not a finite positive number, so it is ignored; run "
+            f"{RUN_COMMAND} to measure again",
+            fault=True,
+        )
     if fig is None:
-        return None, f"the machine check of {check.when[:10]} has no {fmt} figure"
-    return fig.tflops, f"{fmt} matmul measured by {RUN_COMMAND} on {check.when[:10]}"
+        return MeasuredPeak(None, f"the machine check of {day} has no {fmt} figure")
+    if check.contended:
+        return MeasuredPeak(
+            None,
+            f"the machine check of {day} ran while other processes kept {check.other_cpus:.1f} "
+            f"of its {check.cpus} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
+            "the machine is quieter",
+            fault=True,
+        )
+    if not fig.trusted:
+        return MeasuredPeak(
+            None,
+            f"the {fmt} figure of the machine check of {day} is not read as a peak: the machine "
+            f"was too busy ({steady.rounds_text(fig.rounds)}); run {RUN_COMMAND} again when it "
+            "is quieter",
+            fault=True,
+        )
+    return MeasuredPeak(fig.tflops, f"{fmt} matmul measured by {RUN_COMMAND} on {day}")
+
+
+def measured_tflops(device: str, fmt: str, host: str | None = None) -> float | None:
+    """The kept figure for ``fmt`` on ``device`` that runs are read against, or None."""
+    return measured_peak(device, fmt, host).tflops
 
 
 def mfu_measured(run: RunRecord) -> float | None:
     """MFU against the measured peak: the engine's ``done`` says it; a watched loop's record
     has the measured peak in its ``hello``, so it is worked out from there."""
     d = run.done
-    if d is None or d.mfu_measured is not None:
-        return d.mfu_measured if d is not None else None
+    if d is None:
+        return None
+    if d.mfu_measured is not None:
+        return positive(d.mfu_measured)  # a record from before the figure was checked
     measured = run.hello.measured_tflops if run.hello is not None else None
     return of_measured(d.tflops, measured, d.world_size)
 

@@ -8,6 +8,7 @@ throttled clocks, a narrow PCIe link), and on a CPU bf16 and fp16 against fp32 w
 
 from __future__ import annotations
 
+from ampscope.core.machine import steady
 from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
 from ampscope.core.machine.hardware import CPU_UNITS
 
@@ -158,13 +159,30 @@ def pcie_link_gbps(state: GpuState | None) -> float | None:
 
 
 def judge(check: MachineCheck) -> list[str]:
-    """Every verdict, the device's state first (the likely cause), then each figure."""
+    """Every verdict: a figure the machine was too busy to measure first (it is not kept as a
+    peak), then the device's state (the likely cause of a low figure), then each figure."""
     return [
+        *busy_verdicts(check),
         *state_verdicts(check.gpu_state),
         *thread_verdicts(check),
         *matmul_verdicts(check),
         *memory_verdicts(check, pcie_link_gbps(check.gpu_state)),
     ]
+
+
+def busy_verdicts(check: MachineCheck) -> list[str]:
+    """Other processes holding the CPUs a CPU check needed, and the figures whose rounds
+    disagreed by more than ``steady.STEADY_SPREAD``: one sentence."""
+    contention = None
+    if check.contended:
+        threads = check.threads or 0
+        contention = (
+            f"other processes kept {check.other_cpus:.1f} of its {check.cpus} CPUs busy during "
+            f"the check, where its {threads} thread{'s' if threads > 1 else ''} needed them"
+        )
+    unsteady = [(what, r) for what, r in check.rounds_of() if not steady.steady(r)]
+    said = steady.busy_verdict(unsteady, check.load_average, contention)
+    return [said] if said else []
 
 
 def thread_verdicts(check: MachineCheck) -> list[str]:

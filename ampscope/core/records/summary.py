@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ampscope.core import events as ev
+from ampscope.core.machine.mfu import share
 
 
 class RunTotals(Protocol):
@@ -122,7 +123,7 @@ def rates(
         samples_per_s=typical_samples * per_s if per_s and typical_samples else None,
         tokens_per_s=typical_tokens * per_s if per_s and typical_tokens else None,
         tflops=tflops,
-        mfu=tflops / peak_tflops if tflops is not None and peak_tflops else None,
+        mfu=share(tflops, peak_tflops),
     )
 
 

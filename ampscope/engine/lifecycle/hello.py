@@ -31,7 +31,7 @@ def choose_peak(s: Setup) -> tuple[float | None, str]:
     return None, CPU_PEAK_NOTE
 
 
-def choose_measured(s: Setup) -> tuple[float | None, str | None]:
+def choose_measured(s: Setup) -> machine_check.MeasuredPeak:
     """This machine's measured peak for the run's format, from ``ampscope doctor --bench``:
     MFU is then read against what the device can reach, on a CPU for the first time. A CPU
     has no TF32, so a tf32 run there is read against fp32."""
@@ -41,7 +41,14 @@ def choose_measured(s: Setup) -> tuple[float | None, str | None]:
     try:
         return machine_check.measured_peak(s.info.name, fmt)
     except OSError:  # an unreadable config folder: no measured peak, the run goes on
-        return None, None
+        return machine_check.MeasuredPeak(None, None)
+
+
+def measured_warning(s: Setup) -> tuple[str, str] | None:
+    """A kept machine check that cannot be read against (a figure that is no number, a busy
+    machine's): said once, at the start of the run, with the command that measures again."""
+    peak = choose_measured(s)
+    return ("machine-check", peak.note) if peak.fault and peak.note else None
 
 
 def make_hello(
@@ -49,7 +56,7 @@ def make_hello(
 ) -> ev.HelloEvent:
     """``ranks``: every rank's device, gathered beforehand (a collective) on several processes."""
     peak, note = choose_peak(s)
-    measured, measured_note = choose_measured(s)
+    measured = choose_measured(s)
     resolved = cfg.to_dict(s.preset)
     resolved["batch_size"] = s.batch_size
     resolved["workload"].update(s.dims)
@@ -65,8 +72,8 @@ def make_hello(
         compute_dtype=s.policy.compute_dtype,
         peak_tflops=peak,
         peak_tflops_note=note,
-        measured_tflops=measured,
-        measured_tflops_note=measured_note,
+        measured_tflops=measured.tflops,
+        measured_tflops_note=measured.note,
         param_count=sum(p.numel() for p in s.model.parameters()),
         flops_per_step=s.flops.per_step,
         flops_source=s.flops.source,

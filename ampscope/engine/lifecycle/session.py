@@ -11,14 +11,14 @@ from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
-from ampscope.core.units import of_measured
+from ampscope.core.machine.mfu import above_peak_warnings, of_measured
 from ampscope.engine.checks.device import DeviceInfo, resolve_device
 from ampscope.engine.checks.validation import read_facts, require_runnable
 from ampscope.engine.lifecycle.children import end_users_children
 from ampscope.engine.lifecycle.emitter import EventWriter
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from ampscope.engine.lifecycle.faults import failure, left_early
-from ampscope.engine.lifecycle.hello import make_hello
+from ampscope.engine.lifecycle.hello import make_hello, measured_warning
 from ampscope.engine.lifecycle.process import SoFar
 from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.profiling import ProfileControl
@@ -65,7 +65,9 @@ def train_preset(
         link = connect(ranks, info.device)
         setup = build(preset, info, link, verdict.sizes)
         link.hold(setup)
-        setup_warnings = verdict.warnings + [w for w in [memory_estimate(setup)] if w]
+        setup_warnings = verdict.warnings + [
+            w for w in [memory_estimate(setup), measured_warning(setup)] if w
+        ]
         hello = make_hello(setup, run_dir, rank_devices(setup))
         writer.emit(hello, urgent=True)
         offer_summary(so_far, stats, hello)
@@ -103,6 +105,8 @@ def train_preset(
         status, exit_code, error = "failed", EXIT_FAILED, event.message
     wind_down(writer, profiler, sampler)
     done = done_event(stats, status, hello, error, checksums)
+    for code, message in above_peak_warnings(done, hello):
+        writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
     writer.emit(done, urgent=True)
     return exit_code, hello, writer.done or done
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.machine.mfu import share
 from ampscope.core.memory.host import HostPeak
 from ampscope.engine.lifecycle.emitter import EventWriter
 from ampscope.engine.lifecycle.stats import RunStats
@@ -326,7 +327,7 @@ class StepReporter:
             samples_per_s=world * workload.samples_per_step / seconds,
             tokens_per_s=world * tokens / seconds if tokens else None,
             tflops=tflops,
-            mfu=tflops / (world * self.peak) if self.peak else None,
+            mfu=share(tflops, self.peak, world),
             mem_allocated=_largest(f.mem_allocated for f in ranks),
             mem_reserved=_largest(f.mem_reserved for f in ranks),
             mem_peak=_largest(f.mem_peak for f in ranks),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ampscope.core import events as ev
+from ampscope.core.machine.mfu import card_share
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, of_measured
 from ampscope.tui.model.run_events import RECENT
 from ampscope.tui.model.run_state import RunState
@@ -117,9 +118,10 @@ def _speed_cards(state: RunState) -> list[Card]:
     if data is not None:  # the wait for the next batch, a part of the step
         sub = f"median · data {fmt_ms(data)}"
     flops = "-" if tfl is None else f"{tfl:.3g}"
-    shown = mfu if mfu is not None else measured  # a CPU: the measured peak is the only one
+    # a CPU: the measured peak is the only one; a share over 100 % is no MFU (core/machine/mfu.py)
+    shown = card_share(mfu if mfu is not None else measured)
     if tfl is not None and shown is not None:
-        flops += f" · {shown * 100:.0f}%"
+        flops += f" · {shown}"
     return [
         Card(
             "step_ms",
@@ -144,9 +146,11 @@ def _speed_cards(state: RunState) -> list[Card]:
             if mfu is None and measured is None
             # the card is 22 columns: the value line has the datasheet's MFU, this line the
             # share of this machine's measured peak (ampscope doctor --bench)
-            else f"{measured * 100:.0f}% of measured peak"
+            else (
+                f"{measured * 100:.0f}% of measured peak" if measured <= 1 else "beat measured peak"
+            )
             if measured is not None
-            else f"MFU {mfu * 100:.1f}%"
+            else (f"MFU {mfu * 100:.1f}%" if mfu <= 1 else "MFU over peak")
             if mfu is not None
             else "",
         ),

@@ -7,7 +7,10 @@ no datasheet, so its bars are scaled to its fastest format.
 
 from __future__ import annotations
 
+import math
+
 from ampscope.core.machine import check as mc
+from ampscope.core.machine import steady
 from ampscope.core.machine import verdicts as mv
 from ampscope.core.text import visible, wrap
 
@@ -21,7 +24,9 @@ NO_CHECK = (
 
 
 def bar(value: float, full: float, width: int) -> str:
-    filled = max(0, min(width, round(width * value / full))) if full > 0 else 0
+    """``value`` of ``full`` in ``width`` cells; a figure that is no number draws empty."""
+    drawn = math.isfinite(value) and math.isfinite(full) and full > 0
+    filled = max(0, min(width, round(width * value / full))) if drawn else 0
     return FULL * filled + EMPTY * (width - filled)
 
 
@@ -48,6 +53,18 @@ def check_lines(
     stale = mc.staleness(check, torch, driver)
     if stale:
         lines.extend(wrap(stale, width, "! ", "  "))
+    if check.contended:
+        contended = (
+            f"measured while other processes kept {check.other_cpus:.1f} of its {check.cpus} "
+            "CPUs busy: no figure here is kept as this machine's peak"
+        )
+        lines.extend(wrap(contended, width, "! ", "  "))
+    if check.ignored:
+        ignored = (
+            f"the kept file holds figures that are no measurement, ignored: "
+            f"{', '.join(check.ignored)}; run {mc.RUN_COMMAND} to measure again"
+        )
+        lines.extend(wrap(visible(ignored, 400), width, "! ", "  "))
     lines.append("")
     has_sheet = any(f.datasheet_tflops for f in check.matmul.values())
     lines.append(
@@ -55,10 +72,20 @@ def check_lines(
         if has_sheet
         else f"matmul {unit}: {FULL} measured (no datasheet for a CPU: bars against the fastest)"
     )
+    rounds = max((len(f.rounds) for f in check.matmul.values()), default=0)
+    if rounds:
+        lines.extend(
+            wrap(
+                f"the best of {rounds} rounds; 'busy': the median round fell more than "
+                f"{steady.pct(steady.STEADY_SPREAD)} below it, so runs are not read against it",
+                width,
+            )
+        )
     scale = max((f.tflops for f in check.matmul.values()), default=0.0)
     figures = [(fmt, rate(f.tflops, check.kind), f) for fmt, f in check.matmul.items()]
     num_w = max((len(r) for _, r, _ in figures), default=1)
-    tail_w = 22 if has_sheet else 0
+    busy = {fmt: busy_tag(f.rounds) for fmt, f in check.matmul.items()}
+    tail_w = (22 if has_sheet else 0) + max((len(b) for b in busy.values()), default=0)
     bar_w = max(8, min(40, width - 6 - num_w - 1 - tail_w - 2))
     for fmt, value, fig in figures:
         if fig.datasheet_tflops:
@@ -68,7 +95,7 @@ def check_lines(
         else:
             tail = "" if not has_sheet else "  (no datasheet)"
             drawn = bar(fig.tflops, scale, bar_w)
-        lines.append(f"{visible(fmt, 8):<5} {drawn} {value:>{num_w}}{tail}")
+        lines.append(f"{visible(fmt, 8):<5} {drawn} {value:>{num_w}}{tail}{busy[fmt]}")
     if check.memory_gbps is not None:
         what = "copy" if check.kind == "cuda" else "RAM copy"
         if check.memory_datasheet_gbps:
@@ -76,10 +103,10 @@ def check_lines(
             lines.append(
                 f"{what}: {bar(check.memory_gbps, check.memory_datasheet_gbps, bar_w)} "
                 f"{check.memory_gbps:,.0f} of {check.memory_datasheet_gbps:,.0f} GB/s "
-                f"({mv.pct(ratio)})"
+                f"({mv.pct(ratio)}){busy_tag(check.memory_rounds)}"
             )
         else:
-            lines.append(f"{what}: {check.memory_gbps:,.1f} GB/s")
+            lines.append(f"{what}: {check.memory_gbps:,.1f} GB/s{busy_tag(check.memory_rounds)}")
     if check.h2d_gbps is not None:
         lines.append(f"host to GPU (pinned): {check.h2d_gbps:,.1f} GB/s")
     if check.allreduce_busbw_gbps is not None:
@@ -95,6 +122,12 @@ def check_lines(
     return lines
 
 
+def busy_tag(rounds: list[float]) -> str:
+    """'  busy 58 %' beside a figure whose rounds disagreed; '' for a steady one."""
+    gap = steady.spread(rounds)
+    return "" if steady.trusted(rounds) or gap is None else f"  busy {steady.pct(gap)}"
+
+
 def view_lines(
     checks: dict[str, mc.MachineCheck],
     problem: str | None,
@@ -108,8 +141,15 @@ def view_lines(
     if not checks:
         return [line for part in NO_CHECK.split("\n") for line in wrap(part, width)]
     lines: list[str] = []
-    for check in sorted(checks.values(), key=lambda c: (c.kind != "cuda", c.device)):
+    for check in sorted(checks.values(), key=lambda c: (str(c.kind) != "cuda", str(c.device))):
         if lines:
             lines.append("")
-        lines.extend(check_lines(check, width, torch, driver))
+        try:
+            lines.extend(check_lines(check, width, torch, driver))
+        except (TypeError, ValueError, OverflowError, AttributeError) as exc:  # never a crash
+            said = (
+                f"the kept check of {check.device!s} cannot be shown ({type(exc).__name__}: "
+                f"{exc}); run {mc.RUN_COMMAND} to measure again"
+            )
+            lines.extend(wrap(visible(said, 400), width))
     return lines

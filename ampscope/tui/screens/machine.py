@@ -19,8 +19,10 @@ class MachineScreen(Screen):
     HELP = (
         "What this machine's GPU (or CPU) delivered per number format when 'ampscope doctor "
         "--bench' last ran here: each bar is the measured matmul rate, its full length the "
-        "datasheet's; then memory bandwidth and the verdicts, each with its reason. The "
-        "dashboard only reads the kept results: run the command in a terminal to measure again."
+        "datasheet's; then memory bandwidth and the verdicts, each with its reason. Each figure "
+        "is the best of several rounds; 'busy' marks one whose rounds disagreed, which runs are "
+        "not read against. The dashboard only reads the kept results: run the command in a "
+        "terminal to measure again."
     )
     BINDINGS = [
         Binding("escape", "back", "Back", id="machine.back"),
