@@ -25,6 +25,7 @@ from torch import nn
 from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
+from ampscope.core.presets.suggest import did_you_mean
 from ampscope.engine.checks.device import DeviceInfo
 from ampscope.engine.step.module_calls import (
     attention_projections,
@@ -53,7 +54,7 @@ def convert_for_fp8(
         return None
     options = preset.fp8
     float8 = import_torchao_float8()
-    converted, skipped = choose_layers(model, options.skip_head, called)
+    converted, skipped = choose_layers(model, options.skip_head, called, options.layers)
     if not converted:
         wider = (
             "give your model's linear layers such dimensions"
@@ -67,15 +68,25 @@ def convert_for_fp8(
             "precision = 'amp-bf16'.",
             key="precision",
         )
-    config = float8.Float8LinearConfig.from_recipe_name(options.recipe)
-    if options.emulate:
-        config = dataclasses.replace(config, emulate=True)
-    chosen = set(converted)
-    float8.convert_to_float8_training(
-        model, config=config, module_filter_fn=lambda _module, name: name in chosen
-    )
+    by_recipe: dict[str, set[str]] = {}
+    for name in converted:
+        by_recipe.setdefault(options.recipe_of(name), set()).add(name)
+    for recipe, chosen in by_recipe.items():
+        config = float8.Float8LinearConfig.from_recipe_name(recipe)
+        if options.emulate:
+            config = dataclasses.replace(config, emulate=True)
+        float8.convert_to_float8_training(
+            model,
+            config=config,
+            module_filter_fn=lambda _module, name, chosen=chosen: name in chosen,
+        )
+    own = {n: options.recipe_of(n) for n in converted if options.recipe_of(n) != options.recipe}
     return ev.Fp8Layers(
-        recipe=options.recipe, emulate=options.emulate, converted=converted, skipped=skipped
+        recipe=options.recipe,
+        emulate=options.emulate,
+        converted=converted,
+        skipped=skipped,
+        recipes=own,
     )
 
 
@@ -93,7 +104,10 @@ def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
 
 
 def choose_layers(
-    model: nn.Module, skip_head: bool, called: set[str] | None = None
+    model: nn.Module,
+    skip_head: bool,
+    called: set[str] | None = None,
+    listed: list[str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The linear layers to train in fp8, and the others with the reason they stay in bf16.
 
@@ -101,10 +115,12 @@ def choose_layers(
     where fp8's 2-3 mantissa bits would cost the most, and fp8 recipes leave it out. A layer
     the forward pass never calls (``called``, when known) would not run in fp8 if swapped;
     nor do the q/k/v projections ``nn.MultiheadAttention`` keeps as bare parameters.
+    ``listed`` (``fp8.layers``): exactly those layers, the head included when named; a name
+    the model lacks or a layer that cannot run in fp8 raises ConfigError naming it.
     """
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     ran = [(n, m) for n, m in linears if called is None or n in called]
-    head = ran[-1][0] if ran else None
+    head = ran[-1][0] if ran and listed is None else None
     converted: list[str] = []
     skipped: dict[str, str] = {}
     for name, module in linears:
@@ -121,7 +137,40 @@ def choose_layers(
             converted.append(name)
     skipped.update(attention_projections(model))
     skipped.update(foreign_linear_layers(model))
-    return converted, skipped
+    if listed is None:
+        return converted, skipped
+    return _only_listed(listed, [n for n, _ in linears], converted, skipped)
+
+
+def _only_listed(
+    listed: list[str], linears: list[str], converted: list[str], skipped: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """``fp8.layers``: the listed layers, each of which must be a linear layer that can run
+    in fp8; every other linear layer stays in bf16, said so."""
+    for name in listed:
+        if name in converted:
+            continue
+        if name in skipped:
+            raise ConfigError(
+                f"fp8.layers lists '{name}', which cannot run in fp8: {skipped[name]}. Drop it "
+                "from fp8.layers ('ampscope plan fp8' lists the layers that can).",
+                key="fp8.layers",
+            )
+        hint = did_you_mean(name, linears)
+        shown = ", ".join(linears[:8]) + (
+            f" and {len(linears) - 8} more" if len(linears) > 8 else ""
+        )
+        raise ConfigError(
+            f"fp8.layers lists '{name}', which is not a linear layer of this model.{hint} "
+            f"Its linear layers, by name: {shown or '(none)'}.",
+            key="fp8.layers",
+        )
+    wanted = set(listed)
+    out = {n: skipped[n] for n in skipped}
+    for name in converted:
+        if name not in wanted:
+            out[name] = "not listed in fp8.layers"
+    return [n for n in converted if n in wanted], out
 
 
 def require_fp8_support(
