@@ -97,49 +97,48 @@ def plan_layer(
     measured = all(predictions[r].measured for r in candidates)
     numerics = facts.numerics
     fits = {r: numerics is None or numerics[r].fits for r in RECIPES}
-    m = gemm.M if gemm else 0
     good = [r for r in candidates if fits[r] and speedups[r] > 1.0]
-    if good:
-        chosen = max(good, key=lambda r: speedups[r])
-        reason = _fp8_words(chosen, speedups[chosen], m, numerics, measured)
-        return LayerPlan(
-            name=facts.name,
-            kind=facts.kind,
-            gemm=gemm,
-            calls=len(calls),
-            predicted_speedup=speedups[chosen],
-            speedups=speedups,
-            speed_from="measured" if predictions[chosen].measured else "model",
-            numerics=numerics,
-            decision="fp8",
-            recipe=chosen,
-            deciding_cast=None,
-            reason=reason,
-        )
-    fastest = max(candidates, key=lambda r: speedups[r])
-    failing = [r for r in candidates if not fits[r]]
-    deciding = None
-    if failing and numerics is not None:
-        first = max(failing, key=lambda r: speedups[r])
-        cast, figures = worst_cast(numerics[first])
-        deciding = DecidingCast(
-            recipe=first, cast=cast, underflow=figures.underflow, nonfinite=figures.nonfinite
-        )
+    chosen = max(good, key=lambda r: speedups[r]) if good else None
     fitting = [r for r in candidates if fits[r]]
-    shown = max(fitting, key=lambda r: speedups[r]) if fitting else fastest
+    shown = chosen or (max(fitting, key=lambda r: speedups[r]) if fitting else None)
+    # Where numerics ruled out a recipe faster than the one shown, the reason names every
+    # recipe they ruled out, fastest first.
+    blocked = [r for r in sorted(candidates, key=lambda r: -speedups[r]) if not fits[r]]
+    faster = [r for r in blocked if shown is None or speedups[r] > speedups[shown]]
+    ruled_out = blocked if faster else []
+    deciding = None
+    if ruled_out and numerics is not None:
+        cast, figures = worst_cast(numerics[ruled_out[0]])
+        deciding = DecidingCast(
+            recipe=ruled_out[0], cast=cast, underflow=figures.underflow, nonfinite=figures.nonfinite
+        )
+    flushes = _flushes(ruled_out, numerics) if numerics is not None else []
+    m = gemm.M if gemm else 0
+    if chosen is not None:
+        reason = _fp8_words(chosen, speedups[chosen], m, numerics, measured)
+    elif shown is not None:
+        reason = f"bf16: predicted {speedups[shown]:.2f}x at M={m}"
+        reason += f" ({shown}, the fastest that fits)" if len(candidates) > 1 else ""
+    else:
+        reason = "bf16"
+    if flushes:
+        reason += ("; " if chosen or shown else ": ") + "; ".join(flushes)
+    if chosen is None:
+        reason += _others(candidates, speedups, fits)
+    speed_of = shown or max(candidates, key=lambda r: speedups[r])
     return LayerPlan(
         name=facts.name,
         kind=facts.kind,
         gemm=gemm,
         calls=len(calls),
-        predicted_speedup=speedups[shown],
+        predicted_speedup=speedups[speed_of],
         speedups=speedups,
-        speed_from="measured" if predictions[shown].measured else "model",
+        speed_from="measured" if predictions[speed_of].measured else "model",
         numerics=numerics,
-        decision="bf16",
-        recipe=None,
+        decision="fp8" if chosen else "bf16",
+        recipe=chosen,
         deciding_cast=deciding,
-        reason=_bf16_words(candidates, speedups, fits, m, numerics),
+        reason=reason,
     )
 
 
@@ -164,32 +163,22 @@ def _fp8_words(
     return f"fp8 {recipe}: {speedup:.2f}x {how} at M={m}, {_under(numerics, recipe)}"
 
 
-def _bf16_words(
-    candidates: Sequence[str],
-    speedups: dict[str, float],
-    fits: dict[str, bool],
-    m: int,
-    numerics: dict[str, RecipeNumerics] | None,
-) -> str:
-    """Why no recipe: each considered recipe's worst cast or its speed; a recipe outside
-    ``--recipe`` that would hold the layer is named too."""
-    if numerics is None or all(fits[r] for r in candidates):
-        best = max(candidates, key=lambda r: speedups[r])
-        which = f" ({best})" if len(candidates) > 1 else ""
-        return f"bf16: predicted {speedups[best]:.2f}x at M={m}{which}"
+def _flushes(ruled_out: Sequence[str], numerics: dict[str, RecipeNumerics]) -> list[str]:
+    """Each recipe that numerics ruled out, in a phrase: its worst cast."""
     said: list[str] = []
-    for recipe in RECIPES:
-        asked = recipe in candidates
-        if fits[recipe]:
-            if asked or speedups[recipe] > 1.0:
-                note = "" if asked else " (not asked: --recipe auto would consider it)"
-                said.append(f"{recipe} holds it, at {speedups[recipe]:.2f}x predicted{note}")
-            continue
-        if not asked:
-            continue
+    for recipe in ruled_out:
         cast, figures = worst_cast(numerics[recipe])
         said.append(_flush_words(recipe, cast, figures, first=not said))
-    return "bf16: " + "; ".join(said)
+    return said
+
+
+def _others(candidates: Sequence[str], speedups: dict[str, float], fits: dict[str, bool]) -> str:
+    """A recipe outside ``--recipe`` that would hold the layer, and would pay."""
+    others = [r for r in RECIPES if r not in candidates and fits[r] and speedups[r] > 1.0]
+    if not others:
+        return ""
+    best = max(others, key=lambda r: speedups[r])
+    return f"; {best} holds it, at {speedups[best]:.2f}x predicted (--recipe {best} or auto)"
 
 
 def _flush_words(recipe: str, cast: str, figures: CastFigures, first: bool) -> str:

@@ -96,18 +96,42 @@ def _plans() -> dict[str, dict[str, CastPlan]]:
 CAST_PLANS = _plans()
 
 
-def round_trip(x: torch.Tensor, plan: CastPlan) -> torch.Tensor:
-    """``x`` (fp32) cast as ``plan`` says and back to fp32."""
+def round_trip(
+    x: torch.Tensor, plan: CastPlan, magnitudes: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x`` (fp32) cast as ``plan`` says and back to fp32 (``magnitudes``: ``x.abs()``)."""
     if plan.format is None:
         return x
     dtype = FP8[plan.format]
     largest = torch.finfo(dtype).max
-    a = x.abs()
+    a = x.abs() if magnitudes is None else magnitudes
     amax = a.amax() if plan.axis is None else a.amax(dim=plan.axis, keepdim=True)
     scale = (largest / amax.double().clamp(min=EPS)).float()
     if plan.power_of_two:
         scale = torch.exp2(torch.floor(torch.log2(scale)))
     return (x * scale).clamp(-largest, largest).to(dtype).float() / scale
+
+
+@dataclass
+class Seen:
+    """What a tensor holds, counted once for all its casts: its magnitudes, its zeros."""
+
+    magnitudes: torch.Tensor
+    zeros: int
+    nonzero: int
+    ref2: float
+
+    @classmethod
+    def of(cls, x: torch.Tensor) -> Seen:
+        zeros = int((x == 0).sum())
+        ref2 = _squares(x)
+        if not math.isfinite(ref2):  # inf/NaN in the tensor itself: the finite values' sum
+            ref2 = _squares(torch.where(torch.isfinite(x), x, 0.0))
+        return cls(x.abs(), zeros, x.numel() - zeros, ref2)
+
+
+def _squares(t: torch.Tensor) -> float:
+    return float(torch.sum(t * t, dtype=torch.float64))
 
 
 @dataclass
@@ -121,15 +145,21 @@ class Tally:
     ref2: float = 0.0
     outliers: int | None = None
 
-    def add(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def add(self, x: torch.Tensor, y: torch.Tensor, seen: Seen) -> None:
+        """``y``, the round trip of ``x``; ``seen``, what ``x`` holds (counted once a tensor).
+        A zero casts to zero, so the values flushed are ``y``'s zeros less ``x``'s."""
         with torch.no_grad():
-            finite = torch.isfinite(y)
-            self.nonzero += int((x != 0).sum())
-            self.flushed += int(((x != 0) & (y == 0)).sum())
-            self.nonfinite += int((~finite).sum())
-            diff = torch.where(finite, y - x, 0.0).double()
-            self.err2 += float((diff * diff).sum())
-            self.ref2 += float((torch.where(finite, x, 0.0).double() ** 2).sum())
+            diff = y - x
+            err2 = _squares(diff)
+            bad = 0
+            if not math.isfinite(err2):  # inf/NaN after the cast: the finite values' error
+                bad = int((~torch.isfinite(y)).sum())
+                err2 = _squares(torch.where(torch.isfinite(diff), diff, 0.0))
+            self.nonzero += seen.nonzero
+            self.flushed += int((y == 0).sum()) - seen.zeros
+            self.nonfinite += bad
+            self.err2 += err2
+            self.ref2 += seen.ref2
 
     def figures(self, plan: CastPlan) -> CastFigures:
         return CastFigures(
@@ -174,9 +204,10 @@ class LayerCasts:
             for cast, plan in recipe.items()
             if TENSOR_OF[cast] == tensor
         }
+        seen = Seen.of(x)
         for plan in plans:
             tally = self.tallies.setdefault((tensor, plan), Tally())
-            tally.add(x, round_trip(x, plan))
+            tally.add(x, round_trip(x, plan, seen.magnitudes), seen)
             if tensor in ("input", "grad") and plan.scaling in ("tensor", "feature"):
                 found = outlier_rows(x)
                 tally.outliers = max(tally.outliers or 0, found)
