@@ -80,6 +80,8 @@ def convert_for_fp8(
             config=config,
             module_filter_fn=lambda _module, name, chosen=chosen: name in chosen,
         )
+        if recipe == "rowwise_with_gw_hp" and not info.is_cuda:
+            _autocast_inputs_on_cpu(model, chosen)
     own = {n: options.recipe_of(n) for n in converted if options.recipe_of(n) != options.recipe}
     return ev.Fp8Layers(
         recipe=options.recipe,
@@ -88,6 +90,23 @@ def convert_for_fp8(
         skipped=skipped,
         recipes=own,
     )
+
+
+def _autocast_inputs_on_cpu(model: nn.Module, names: set[str]) -> None:
+    """torchao's Float8Linear casts its input to autocast's dtype only under CUDA autocast
+    (``torch.is_autocast_enabled()``); under CPU autocast an fp32 input stays fp32, and
+    rowwise_with_gw_hp's high-precision grad-weight GEMM then multiplies a bf16 gradient by
+    an fp32 input and fails. Cast it as torchao does on a GPU, for these layers."""
+
+    def cast(_module: nn.Module, args: tuple[object, ...]) -> tuple[object, ...] | None:
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled("cpu"):
+            return None
+        return (x.to(torch.get_autocast_dtype("cpu")), *args[1:])
+
+    for name, module in model.named_modules():
+        if name in names:
+            module.register_forward_pre_hook(cast)
 
 
 def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
