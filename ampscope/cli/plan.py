@@ -28,9 +28,10 @@ from ampscope.core.text import visible
 
 MAX_VERIFY_STEPS = 100_000
 CPU_TIMES = (
-    "on a CPU, fp8 is emulated (fp8 rounding, fp32 matmuls) and nothing is compiled: the step "
-    "times mean nothing there; judge the losses"
+    "the runs ran on a CPU, eager (nothing compiled){fp8}: their step times say nothing of a "
+    "GPU's, so judge the losses"
 )
+EMULATED = ", fp8 emulated (fp8 rounding, fp32 matmuls)"
 
 
 def add_plan_parser(sub: argparse._SubParsersAction) -> None:
@@ -294,17 +295,23 @@ def _verify(
 
     preset = Path(plan.files.preset or folder / plan_files.PRESET_FILE)
     if args.target == "fp8":
-        main = next(iter(plan.recipes()), "tensorwise" if args.recipe == "auto" else args.recipe)
-        auto_recipe = "tensorwise" if main == "tensorwise" else "rowwise"
+        # --recipe's, else torchao's default (tensorwise); its auto filter has no rule for
+        # rowwise_with_gw_hp, whose rowwise one stands in for it.
+        main = "tensorwise" if args.recipe == "auto" else args.recipe
+        auto_recipe = "rowwise" if main == "rowwise_with_gw_hp" else main
         eligible = [layer.name for layer in plan.layers if layer.gemm is not None]
         auto = verify.auto_filter_layers(workload.model, auto_recipe, eligible)
         variants = verify.fp8_variants(model, args.verify, device, preset, main, auto, auto_recipe)
         baseline = variants[0].name
-        if device.type != "cuda" or not fp8_hardware:
-            plan.notes.append(CPU_TIMES)
     else:
         variants = verify.fp16_variants(model, args.verify, device, preset)
         baseline = variants[-1].name
+    if device.type != "cuda":
+        plan.notes.append(CPU_TIMES.format(fp8=EMULATED if args.target == "fp8" else ""))
+    elif args.target == "fp8" and not fp8_hardware:
+        plan.notes.append(
+            "this GPU has no fp8 Tensor Cores: fp8 ran emulated, its step times are no fp8 GPU's"
+        )
     say(
         f"verifying: {len(variants)} runs of {args.verify} steps each, records in {folder / 'verify'}"
     )

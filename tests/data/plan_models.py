@@ -4,6 +4,8 @@
   projections, a SwiGLU MLP, an untied head) whose layers differ in width: planned for 65536
   tokens a step on an H200, the wide MLP projections pay in fp8 and the narrow k/v
   projections and the head do not, so the plan mixes fp8 and bf16.
+- ``make_small``, ``make_small_outlier``: the same at a quarter of the width, for training on a
+  CPU (``--verify``), planned for an RTX 4090 D.
 - ``make_outlier``: the same stack with one planted outlier token: position 0's activations
   are 1e7 times the others' (as a model's first token often is, far less) where they enter
   ``blocks.0.mlp.up``. Scaled per tensor, that one token sets the scale and the rest of the
@@ -75,12 +77,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spike: torch.Tensor | None = None) -> None:
+    def __init__(self, width: int, hidden: int, kv: int, spike: torch.Tensor | None) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(WIDTH)
-        self.attn = Attention(WIDTH, KV)
-        self.mlp_norm = RMSNorm(WIDTH)
-        self.mlp = MLP(WIDTH, HIDDEN, spike)
+        self.attn_norm = RMSNorm(width)
+        self.attn = Attention(width, kv)
+        self.mlp_norm = RMSNorm(width)
+        self.mlp = MLP(width, hidden, spike)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
@@ -88,12 +90,18 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, spike: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        spike: torch.Tensor | None = None,
+        width: int = WIDTH,
+        hidden: int = HIDDEN,
+        kv: int = KV,
+    ) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, WIDTH)
-        self.blocks = nn.ModuleList([Block(spike)])
-        self.norm = RMSNorm(WIDTH)
-        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.embed = nn.Embedding(VOCAB, width)
+        self.blocks = nn.ModuleList([Block(width, hidden, kv, spike)])
+        self.norm = RMSNorm(width)
+        self.head = nn.Linear(width, VOCAB, bias=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
@@ -118,9 +126,28 @@ def make_llama(ctx):
     return _answer(Llama(), ctx.seed, BATCH, "plan-llama")
 
 
+def outlier_spike() -> torch.Tensor:
+    spike = torch.full((SEQ,), 1e-3)
+    spike[0] = 1e-3 * OUTLIER
+    return spike
+
+
 def make_outlier(ctx):
     """One sequence: position 0 is the single outlier token among 32."""
     torch.manual_seed(ctx.seed)
-    spike = torch.full((SEQ,), 1e-3)
-    spike[0] = 1e-3 * OUTLIER
-    return _answer(Llama(spike), ctx.seed, 1, "plan-outlier")
+    return _answer(Llama(outlier_spike()), ctx.seed, 1, "plan-outlier")
+
+
+# A quarter of the width, for training runs on a CPU (--verify): planned for an RTX 4090 D,
+# the 256 -> 1024 MLP pays in fp8 at 65536 tokens, the 256-wide attention and head do not.
+SMALL = {"width": 256, "hidden": 1024, "kv": 64}
+
+
+def make_small(ctx):
+    torch.manual_seed(ctx.seed)
+    return _answer(Llama(None, **SMALL), ctx.seed, BATCH, "plan-small")
+
+
+def make_small_outlier(ctx):
+    torch.manual_seed(ctx.seed)
+    return _answer(Llama(outlier_spike(), **SMALL), ctx.seed, 1, "plan-small-outlier")

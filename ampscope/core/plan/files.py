@@ -271,7 +271,8 @@ def write(
     notes = []
     preset = folder / PRESET_FILE
     preset.write_text(preset_text(plan, name, where, bf16_instead))
-    cfg.load_preset(str(preset))  # as 'ampscope run' loads it: a ConfigError here is a bug
+    loaded = cfg.load_preset(str(preset))  # as 'ampscope run' loads it: an error is a bug
+    plan.preset_precision = loaded.precision
     files = Files(preset=str(preset), json=str(folder / JSON_FILE))
     if plan.target == "fp8":
         torchao = folder / TORCHAO_FILE

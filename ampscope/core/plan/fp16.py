@@ -91,10 +91,10 @@ def _words(facts: ModuleFacts, fits: bool) -> str:
     return "fp32: " + "; ".join(said)
 
 
-def amp_bf16_note(where: str) -> str:
+def amp_bf16_note() -> str:
     """The plan's word when the overflow is in code no module holds."""
     return (
-        f"{where} leaves fp16's range in code no submodule holds (the residual stream or a "
-        "functional op in the model's own forward): keeping it in fp32 would be no AMP at all. "
-        "amp-bf16 holds it (bf16 has fp32's range): train with the amp-bf16 preset."
+        "the model's own forward leaves fp16's range outside every submodule (a functional op, "
+        "or the residual stream): keeping it in fp32 would be no AMP at all. amp-bf16 holds it "
+        "(bf16 has fp32's range): the preset written trains amp-bf16"
     )

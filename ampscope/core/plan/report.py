@@ -107,6 +107,7 @@ class Plan(msgspec.Struct, kw_only=True):
     verify: list[VerifyRow] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
     constants: list[ConstantUsed] = msgspec.field(default_factory=list)
+    preset_precision: str | None = None  # the precision of the preset written
     version: int = VERSION
 
     @property

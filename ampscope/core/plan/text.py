@@ -60,6 +60,8 @@ def _title(plan: Plan) -> str:
 def _summary(plan: Plan) -> str:
     total = len(plan.layers)
     if plan.target == "fp16":
+        if plan.preset_precision == "amp-bf16":
+            return "amp-fp16 cannot hold this model (see the note): the preset trains amp-bf16."
         kept = len(plan.fp32_layers)
         return f"{total - kept} of {total} modules in fp16, {kept} in fp32."
     by = plan.recipes()

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampscope.core.numerics import LIMITS
 from ampscope.core.plan.fp16 import ModuleFacts, leaves_range
 from ampscope.core.plan.report import CastFigures
 from ampscope.engine.numerics.hooks import tensors_in
@@ -172,10 +171,11 @@ def _check(workload: UserWorkload, facts: list[ModuleFacts]) -> bool:
 
 
 def _first_own_inf(model: nn.Module, workload: UserWorkload, device: torch.device) -> str | None:
-    """The first module (in the order outputs were computed) whose inputs were finite, whose
-    submodules' outputs were finite, and whose output was not; None when none."""
-    finite_out: dict[str, bool] = {}
-    order: list[tuple[str, bool, bool]] = []  # (name, inputs finite, output finite)
+    """The first module (in the order outputs were computed) whose own code turned finite
+    inputs into an inf/NaN output: its inputs finite, its output not, and no submodule that
+    did the same; None when none."""
+    seen: dict[str, tuple[bool, bool]] = {}  # name -> (inputs finite, output finite)
+    order: list[str] = []
     children = {
         name: [f"{name}.{c}" if name else c for c, _ in m.named_children()]
         for name, m in model.named_modules()
@@ -185,15 +185,17 @@ def _first_own_inf(model: nn.Module, workload: UserWorkload, device: torch.devic
         def record(
             module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
         ) -> None:
-            ins = all(
-                bool(torch.isfinite(t).all())
-                for t in [*tensors_in(list(args)), *tensors_in(kwargs)]
-            )
+            given = [*tensors_in(list(args)), *tensors_in(kwargs)]
+            ins = all(bool(torch.isfinite(t).all()) for t in given)
             outs = all(bool(torch.isfinite(t).all()) for t in tensors_in(out))
-            finite_out[name] = outs
-            order.append((name, ins, outs))
+            seen[name] = (ins, outs)
+            order.append(name)
 
         return record
+
+    def originates(name: str) -> bool:
+        ins, outs = seen.get(name, (True, True))
+        return ins and not outs
 
     handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in model.named_modules()]
     inputs, _ = workload.first_batch()
@@ -205,8 +207,8 @@ def _first_own_inf(model: nn.Module, workload: UserWorkload, device: torch.devic
     finally:
         for handle in handles:
             handle.remove()
-    for name, ins, outs in order:
-        if ins and not outs and all(finite_out.get(c, True) for c in children.get(name, [])):
+    for name in order:
+        if originates(name) and not any(originates(c) for c in children.get(name, [])):
             return name
     return None
 
@@ -215,6 +217,3 @@ def _device(model: nn.Module) -> torch.device:
     with contextlib.suppress(StopIteration):
         return next(model.parameters()).device
     return torch.device("cpu")
-
-
-FP16_LARGEST = LIMITS["fp16"].largest

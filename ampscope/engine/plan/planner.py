@@ -128,7 +128,7 @@ def plan_fp16(workload: UserWorkload) -> tuple[Plan, bool]:
         f"more than {pct(FITS_BAND)} of their non-zero values round to zero in fp16"
     ]
     if capture.root_inf:
-        notes.append(amp_bf16_note("The model's own forward"))
+        notes.append(amp_bf16_note())
     plan = Plan(
         target="fp16",
         gpu=None,
@@ -139,5 +139,6 @@ def plan_fp16(workload: UserWorkload) -> tuple[Plan, bool]:
         tokens=None,
         layers=layers,
         notes=notes,
+        preset_precision="amp-bf16" if capture.root_inf else "amp-fp16",
     )
     return plan, capture.root_inf
