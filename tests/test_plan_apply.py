@@ -191,3 +191,56 @@ def replan(plan: dict, recipe: str) -> Plan:
     layers = plan_layers(facts, machine, recipe, factor)
     return Plan(target="fp8", gpu=machine.name, gpu_source="", speed_source="model",
                 recipe=recipe, model=SPEC, tokens=None, layers=layers)  # fmt: skip
+
+
+def test_on_the_zoos_vit_the_filters_leave_multihead_attentions_out_proj_alone() -> None:
+    """nn.MultiheadAttention's out_proj is an nn.Linear that never runs as a module: a filter
+    that lets it through would convert it for nothing. With the ViT's fc1 layers planned (its
+    widths pay nowhere, so they are set here), torchao's filter, torchtitan's list and the
+    preset convert the fc1 layers alone."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    zoo = f"{Path(__file__).parent / 'data' / 'zoo.py'}:make_vit"
+    ctx = ModelContext(torch.device("cpu"), None, 0, "fp32")
+
+    def vit() -> nn.Module:
+        return build_user_workload(zoo, ctx).model
+
+    model = vit()
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert "blocks.0.attn.out_proj" in linears
+    chosen = {"blocks.0.fc1", "blocks.1.fc1"}
+    layers = [
+        LayerPlan(
+            name=n, kind="Linear", gemm=None, calls=1, predicted_speedup=None, speedups={},
+            speed_from=None, numerics=None, decision="fp8" if n in chosen else "bf16",
+            recipe="tensorwise" if n in chosen else None, deciding_cast=None, reason="",
+        )
+        for n in linears
+    ]  # fmt: skip
+    plan = Plan(target="fp8", gpu=None, gpu_source=None, speed_source=None, recipe="tensorwise",
+                model=zoo, tokens=None, layers=layers)  # fmt: skip
+    text, why = torchtitan_text(plan, linears)
+    assert why is None and text is not None and "'blocks.0.attn.out_proj'," in text
+    namespace: dict = {}
+    exec(text, namespace)  # noqa: S102 - the file written, run as torchtitan would import it
+    config = Float8LinearConfig.from_recipe_name("tensorwise")
+    convert_to_float8_training(
+        model,
+        config=config,
+        module_filter_fn=lambda m, fqn: (
+            isinstance(m, nn.Linear) and not any(f in fqn for f in namespace["FILTER_FQNS"])
+        ),
+    )
+    assert set(converted(model)) == chosen
+    from ampscope.core.plan.files import torchao_text
+
+    namespace = {}
+    exec(torchao_text(plan), namespace)  # noqa: S102
+    other = vit()
+    convert_to_float8_training(other, config=config, module_filter_fn=namespace["module_filter_fn"])
+    assert set(converted(other)) == chosen
+    preset = cfg.load_preset("fp8-tensorwise", ["fp8.emulate=true", f"fp8.layers={sorted(chosen)}"])
+    third = vit()
+    fp8.convert_for_fp8(third, preset, CPU)
+    assert set(converted(third)) == chosen

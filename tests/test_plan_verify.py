@@ -12,7 +12,7 @@ import pytest
 from ampscope.cli.main import main
 from tests.helpers import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("plan-verify")]
+pytestmark = pytest.mark.slow
 
 MODELS = Path(__file__).parent / "data" / "plan_models.py"
 OVERFLOW = f"{ROOT / 'examples' / 'fp16_overflow.py'}:make"

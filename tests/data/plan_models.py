@@ -145,7 +145,7 @@ SMALL = {"width": 256, "hidden": 1024, "kv": 64}
 
 def make_small(ctx):
     torch.manual_seed(ctx.seed)
-    return _answer(Llama(None, **SMALL), ctx.seed, BATCH, "plan-small")
+    return _answer(Llama(None, **SMALL), ctx.seed, 2, "plan-small")
 
 
 def make_small_outlier(ctx):

@@ -18,7 +18,7 @@ def gemm_cell(layer: LayerPlan) -> str:
 
 def render(plan: Plan, width: int | None = None) -> str:
     """The whole plan as text fitted to ``width`` columns (None: lines as they come)."""
-    lines = [_title(plan)]
+    lines = wrap(_title(plan), width, "", "  ")
     if plan.target == "fp8":
         heads = ["layer", "GEMM M,K,N", "speed-up", "decision"]
         body = [
