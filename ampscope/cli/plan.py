@@ -23,6 +23,7 @@ from ampscope.core.plan.report import Plan, to_json
 from ampscope.core.plan.speed import UnknownGpu, datasheet_machine, find_gpu
 from ampscope.core.plan.text import files_lines, render
 from ampscope.core.presets import ConfigError
+from ampscope.core.presets.fp8_recipes import MIN_CAPABILITY
 from ampscope.core.presets.workload_spec import SpecError, check_model_spec
 from ampscope.core.text import visible
 
@@ -265,7 +266,7 @@ def _model_mode(args: argparse.Namespace, model: str) -> tuple[int, Plan | None]
     folder = args.out or plan_files.plan_dir(
         args.runs_dir or records.default_runs_dir(), args.target, workload.name
     )
-    fp8_hardware = here is not None and here[1] >= (8, 9)
+    fp8_hardware = here is not None and here[1] >= MIN_CAPABILITY
     where = plan_files.Where(cuda=device.type == "cuda", fp8_hardware=fp8_hardware)
     name = f"plan-{args.target}-{records.safe_file_name(workload.name)}"
     try:

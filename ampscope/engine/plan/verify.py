@@ -23,7 +23,7 @@ from ampscope.core import records
 from ampscope.core.presets.fp8_recipes import MIN_CAPABILITY
 from ampscope.core.presets.toml_text import toml_value
 from ampscope.core.presets.workload_spec import model_override
-from ampscope.engine.lifecycle.run import run
+from ampscope.engine.lifecycle.run import EXIT_STOPPED, run
 from ampscope.engine.private_apis import torchao_auto_filter
 
 
@@ -140,4 +140,6 @@ def run_variants(
         )
         record = records.load_run(where[0]) if where and where[0].is_dir() else None
         out.append(Ran(variant, record, code))
+        if code == EXIT_STOPPED:  # Ctrl+C stops the run and the verify, not just this run
+            raise KeyboardInterrupt
     return out
