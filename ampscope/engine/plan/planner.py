@@ -94,7 +94,9 @@ def plan_fp8(
         f"a recipe fits a layer when none of its six casts flushes more than "
         f"{pct(FITS_BAND)} of its non-zero values to zero and none is inf/NaN ({BAND_SOURCE})",
     ]
-    if tokens:
+    if tokens and not capture.rows:
+        notes.append(f"--tokens {tokens}: no linear layer ran in the step, so no M to scale")
+    elif tokens:
         notes.append(
             f"M planned for {tokens} tokens a step: each layer's rows times {factor:.4g} "
             f"({capture.rows} in the measured step: {capture.rows_from}); the casts' figures "
