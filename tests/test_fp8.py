@@ -251,6 +251,8 @@ def test_recipes_match_torchao_and_the_explorer() -> None:
         assert config.round_scales_to_power_of_2 == recipe.power_of_two_scales
         per_row = config.cast_config_input.scaling_granularity.value == "axiswise"
         assert (recipe.scale_per == "row") == per_row
+        kept = config.cast_config_input_for_grad_weight.scaling_type.value == "disabled"
+        assert recipe.grad_weight_high_precision == kept, name
         for key in recipe.formats.values():  # the explorer's format is torch's format
             assert catalog.FORMATS[key].max == torch.finfo(TORCH_DTYPES[key]).max
 

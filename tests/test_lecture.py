@@ -37,6 +37,9 @@ SCREENS = {
 }
 
 ALIASES = {"esc": "escape"}
+MEANT_TO_FAIL = {("amp-fp16", "examples/fp16_overflow.py:make")}
+"""(preset, --model) of the guide's runs that fail on purpose: step 7's amp-fp16 skips every
+step of the planted overflow, which the plan then trains."""
 """Keys as the guide (and the footer) writes them, as Textual names them."""
 
 
@@ -76,23 +79,40 @@ def test_the_readme_points_at_the_lecture_guide() -> None:
 
 
 @pytest.mark.unit
-def test_the_guide_covers_the_lecture_in_six_timed_steps() -> None:
+def test_the_guide_covers_the_lecture_in_seven_timed_steps() -> None:
     text = LECTURE.read_text()
     steps = re.findall(r"^## \d\. (.+) \((\d+) minutes?\)$", text, flags=re.M)
-    assert len(steps) == 6, steps
-    assert sum(int(minutes) for _, minutes in steps) == 15
+    assert len(steps) == 7, steps
+    assert sum(int(minutes) for _, minutes in steps) == 17
+    assert text.startswith("# A 17-minute lecture")
     assert len(commands()) >= 15 and len(key_lines()) >= 5
+
+
+def planned_presets() -> dict[str, list[str]]:
+    """The presets a ``plan`` line of the guide writes (``--out DIR``/plan.toml), each with
+    the line that writes it: they exist once that line has run."""
+    made = {}
+    for argv in commands():
+        if argv[:1] == ["plan"] and "--out" in argv:
+            made[f"{argv[argv.index('--out') + 1]}/plan.toml"] = argv
+    return made
 
 
 @pytest.mark.unit
 def test_every_command_in_the_guide_parses_and_names_what_exists() -> None:
-    """Presets with their --set fields load; replays name a shipped example."""
+    """Presets with their --set fields load; replays name a shipped example; a plan line's
+    model is a shipped example."""
     examples = {p.name for p in EXAMPLES_DIR.iterdir()}
+    planned = planned_presets()
     for argv in commands():
         args = build_parser().parse_args(argv)  # SystemExit(2) on anything argparse refuses
+        if args.command == "plan":
+            assert (ROOT / args.model.partition(":")[0]).is_file(), argv
         if args.command in ("run", "bench"):
             names = [args.preset] if args.command == "run" else args.presets
             for name in names:
+                if name in planned:
+                    continue  # written by its plan line: the slow test below runs them in turn
                 cfg.load_preset(name, run_overrides(args))  # ConfigError names what is wrong
         if args.command == "replay":
             assert args.run in examples, argv
@@ -134,19 +154,28 @@ def test_every_preset_the_guide_trains_trains_two_steps_as_its_command_sets_it(
     tested on their own, and each engine process costs seconds of imports. The compiled run
     trains eager here: a cold compile costs 20 s to minutes on a busy CPU, and the suite's own
     cold-compile test covers it."""
-    from ampscope.engine.lifecycle.run import EXIT_OK, run
+    from ampscope.cli.main import main
+    from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
 
     trained = set()
+    planned = planned_presets()
     for argv in commands():
+        if argv[:1] == ["plan"]:  # the preset it writes, under tmp_path (without --verify)
+            out = argv[argv.index("--out") + 1]
+            kept = [a for a in argv if a not in ("--verify", "30")]
+            kept[kept.index(out)] = str(tmp_path / out)
+            assert main([*kept, "--device", "cpu"]) == 0, argv
         if argv[:1] not in (["run"], ["bench"]):
             continue
         args = build_parser().parse_args(argv)
         names = [args.preset] if args.command == "run" else args.presets
+        names = [str(tmp_path / n) if n in planned else n for n in names]
         overrides = [str(o) for o in run_overrides(args)]
         overrides += ["steps=2", "device='cpu'", "warmup_steps=0", "compile='off'"]
         for name in names:
             if (name, tuple(overrides)) in trained:
                 continue
             trained.add((name, tuple(overrides)))
-            assert run(name, overrides, runs_dir=tmp_path) == EXIT_OK, (argv, name)
+            expected = EXIT_FAILED if (name, args.model) in MEANT_TO_FAIL else EXIT_OK
+            assert run(name, overrides, runs_dir=tmp_path) == expected, (argv, name)
     assert len(trained) >= 4

@@ -41,7 +41,7 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     shipped = {p.name for p in (ROOT / "presets").glob("*.toml")}
     assert {f"ampscope/presets/{n}" for n in shipped} <= names
     models = {p.name for p in (ROOT / "examples").glob("*.py")}
-    assert {f"ampscope/model_examples/{n}" for n in models} <= names and len(models) == 3
+    assert {f"ampscope/model_examples/{n}" for n in models} <= names and len(models) == 4
     assert {
         "ampscope/engine/lifecycle/run.py",
         "ampscope/engine/step/loop.py",

@@ -55,3 +55,27 @@ def test_textual_names_the_key_a_character_types() -> None:
 def test_plotexts_glyph_tables_hold_a_glyph_for_every_cell_pattern() -> None:
     assert len(ui_private.braille_codes) >= 2**8 - 1
     assert len(ui_private.hd_codes) >= 2**4 - 1
+
+
+def test_scaled_mm_is_the_fp8_gemm_with_its_scales_applied() -> None:
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(32, 16, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(32, 16, generator=g).to(torch.float8_e4m3fn).t()  # column-major
+    one, rows, cols = torch.ones(()), torch.full((32, 1), 2.0), torch.full((1, 32), 0.5)
+    exact = a.float() @ b.float()
+    torch.testing.assert_close(
+        torch_private.scaled_mm(a, b, one, one, False).float(), exact, rtol=1e-2, atol=1e-2
+    )
+    torch.testing.assert_close(
+        torch_private.scaled_mm(a, b, rows, cols, True).float(), exact, rtol=1e-2, atol=1e-2
+    )
+
+
+def test_torchaos_auto_filter_is_its_shape_rule() -> None:
+    pytest.importorskip("torchao")
+    keep = torch_private.torchao_auto_filter("rowwise")
+    with torch.device("meta"):
+        assert keep(torch.nn.Linear(8192, 8192), "fc") and not keep(
+            torch.nn.Linear(1024, 8192), "fc"
+        )
+        assert not keep(torch.nn.Linear(4096, 2048), "fc")  # N <= 2048

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     from ampscope.cli.numerics import add_numerics_parser
 
     add_numerics_parser(sub)
+    from ampscope.cli.plan import add_plan_parser
+
+    add_plan_parser(sub)
     doctor = sub.add_parser(
         "doctor",
         help="what this machine offers: torch, CUDA, GPUs, bf16/tf32/fp8, NVML; with --bench, "
@@ -172,6 +175,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         from ampscope.cli.numerics import cmd_numerics
 
         return cmd_numerics(args)
+    if args.command == "plan":
+        from ampscope.cli.plan import cmd_plan
+
+        return cmd_plan(args)
     if args.command == "profile":
         from ampscope.cli.profile import cmd_profile
 

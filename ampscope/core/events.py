@@ -24,10 +24,11 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=False)
 class Fp8Layers(msgspec.Struct, kw_only=True):
     """Which linear layers an fp8 run trains in fp8, and why the others stay in bf16."""
 
-    recipe: str  # torchao's recipe: tensorwise | rowwise
+    recipe: str  # torchao's recipe: tensorwise | rowwise | rowwise_with_gw_hp
     emulate: bool  # fp8 rounding with fp32 matmuls (no fp8 Tensor Cores used)
     converted: list[str]  # layer names, as in model.named_modules()
     skipped: dict[str, str]  # layer name -> why it stays in bf16
+    recipes: dict[str, str] = {}  # converted layer -> its recipe, where it is not ``recipe``
 
 
 class RankDevice(msgspec.Struct, kw_only=True):

@@ -33,7 +33,7 @@ from msgspec import Meta
 
 from ampscope.core.numerics.options import NumericsOptions
 from ampscope.core.presets.errors import ConfigError, FlagOverride
-from ampscope.core.presets.fp8_recipes import Fp8Options
+from ampscope.core.presets.fp8_recipes import Fp8Options, check_fp8_layers
 from ampscope.core.presets.messages import describe_validation_error as _describe
 from ampscope.core.presets.parallel import Parallel, check_parallel
 from ampscope.core.presets.suggest import did_you_mean
@@ -135,6 +135,10 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     parallel: Parallel = msgspec.field(default_factory=Parallel)
     debug: Debug = msgspec.field(default_factory=Debug)
     fp8: Fp8Options = msgspec.field(default_factory=Fp8Options)  # read with precision = "fp8"
+    # AMP: these modules (by name) compute in fp32, autocast off inside them (ampscope plan fp16)
+    fp32_modules: list[Annotated[str, Meta(min_length=1, max_length=1000)]] = msgspec.field(
+        default_factory=list
+    )
     numerics: NumericsOptions = msgspec.field(default_factory=NumericsOptions)  # per-layer ranges
 
     @property
@@ -350,6 +354,14 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
             f"device = '{preset.device}' is not a device. Accepted: auto, cpu, cuda, or cuda:N."
         )
         problems.append(("device", message))
+    if preset.fp32_modules and not preset.precision.startswith("amp-"):
+        message = (
+            f"fp32_modules keeps modules out of autocast, but precision = "
+            f"'{preset.precision}' runs no autocast. Use it with precision = 'amp-fp16' or "
+            "'amp-bf16', or drop fp32_modules."
+        )
+        problems.append(("fp32_modules", message))
+    problems += check_fp8_layers(preset.fp8)
     problems += check_workload(preset.workload)
     return problems + check_parallel(preset.precision, preset.parallel)
 
@@ -396,7 +408,7 @@ def to_toml(preset: Preset) -> str:
     lines = []
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
     for key, value in data.items():
-        if key not in tables and value is not None:
+        if key not in tables and value is not None and value != []:
             lines.append(f"{key} = {toml_value(value)}")
     for table, fields in tables.items():
         defaults = to_dict(getattr(Preset(name="_"), table))

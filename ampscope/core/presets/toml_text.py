@@ -45,6 +45,12 @@ def toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table; keys quoted, so dotted names stay one key
+        return (
+            "{"
+            + ", ".join(f"{toml_value(str(k))} = {toml_value(v)}" for k, v in value.items())
+            + "}"
+        )
     return '"' + "".join(_TOML_ESCAPES.get(c) or _toml_char(c) for c in str(value)) + '"'
 
 

@@ -25,6 +25,7 @@ from torch import nn
 from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
+from ampscope.core.presets.suggest import did_you_mean
 from ampscope.engine.checks.device import DeviceInfo
 from ampscope.engine.step.module_calls import (
     attention_projections,
@@ -53,18 +54,30 @@ def convert_for_fp8(
         return None
     options = preset.fp8
     float8 = import_torchao_float8()
-    converted, skipped = choose_layers(model, options.skip_head, called)
+    converted, skipped = choose_layers(model, options.skip_head, called, options.layers)
     if not converted:
         raise ConfigError(nothing_to_convert(model, skipped, preset), key="precision")
-    config = float8.Float8LinearConfig.from_recipe_name(options.recipe)
-    if options.emulate:
-        config = dataclasses.replace(config, emulate=True)
-    chosen = set(converted)
-    float8.convert_to_float8_training(
-        model, config=config, module_filter_fn=lambda _module, name: name in chosen
-    )
+    by_recipe: dict[str, set[str]] = {}
+    for name in converted:
+        by_recipe.setdefault(options.recipe_of(name), set()).add(name)
+    for recipe, chosen in by_recipe.items():
+        config = float8.Float8LinearConfig.from_recipe_name(recipe)
+        if options.emulate:
+            config = dataclasses.replace(config, emulate=True)
+        float8.convert_to_float8_training(
+            model,
+            config=config,
+            module_filter_fn=lambda _module, name, chosen=chosen: name in chosen,
+        )
+        if recipe == "rowwise_with_gw_hp" and not info.is_cuda:
+            _autocast_inputs_on_cpu(model, chosen)
+    own = {n: options.recipe_of(n) for n in converted if options.recipe_of(n) != options.recipe}
     return ev.Fp8Layers(
-        recipe=options.recipe, emulate=options.emulate, converted=converted, skipped=skipped
+        recipe=options.recipe,
+        emulate=options.emulate,
+        converted=converted,
+        skipped=skipped,
+        recipes=own,
     )
 
 
@@ -106,6 +119,23 @@ def fits_fp8(layer: nn.Linear) -> bool:
     return all(d % FP8_MULTIPLE == 0 for d in layer.weight.shape)
 
 
+def _autocast_inputs_on_cpu(model: nn.Module, names: set[str]) -> None:
+    """torchao's Float8Linear casts its input to autocast's dtype only under CUDA autocast
+    (``torch.is_autocast_enabled()``); under CPU autocast an fp32 input stays fp32, and
+    rowwise_with_gw_hp's high-precision grad-weight GEMM then multiplies a bf16 gradient by
+    an fp32 input and fails. Cast it as torchao does on a GPU, for these layers."""
+
+    def cast(_module: nn.Module, args: tuple[object, ...]) -> tuple[object, ...] | None:
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled("cpu"):
+            return None
+        return (x.to(torch.get_autocast_dtype("cpu")), *args[1:])
+
+    for name, module in model.named_modules():
+        if name in names:
+            module.register_forward_pre_hook(cast)
+
+
 def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
     """``name: why`` for each reason, its first few layers named and the rest counted: a
     GPT-2's 48 Conv1D layers are one reason, not 48 lines."""
@@ -120,7 +150,10 @@ def grouped_reasons(skipped: dict[str, str], shown: int = 3) -> list[str]:
 
 
 def choose_layers(
-    model: nn.Module, skip_head: bool, called: Sequence[str] | None = None
+    model: nn.Module,
+    skip_head: bool,
+    called: Sequence[str] | None = None,
+    listed: list[str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The linear layers to train in fp8, and the others with the reason they stay in bf16.
 
@@ -131,10 +164,11 @@ def choose_layers(
     calls it or not: an MoE's expert that gets its first tokens at step 4 then runs in fp8 as
     the others do. Left out whatever the data: ``nn.MultiheadAttention``'s out_proj (its
     weight is multiplied by the attention's own code) and the q/k/v projections it keeps as
-    bare parameters.
+    bare parameters. ``listed`` (``fp8.layers``): exactly those layers, the head included when
+    named; a name the model lacks or a layer that cannot run in fp8 raises ConfigError naming it.
     """
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    head = output_head([name for name, _ in linears], called)
+    head = output_head([name for name, _ in linears], called) if listed is None else None
     converted: list[str] = []
     skipped: dict[str, str] = {}
     for name, module in linears:
@@ -152,7 +186,40 @@ def choose_layers(
             converted.append(name)
     skipped.update(attention_projections(model))
     skipped.update(foreign_linear_layers(model))
-    return converted, skipped
+    if listed is None:
+        return converted, skipped
+    return _only_listed(listed, [n for n, _ in linears], converted, skipped)
+
+
+def _only_listed(
+    listed: list[str], linears: list[str], converted: list[str], skipped: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """``fp8.layers``: the listed layers, each of which must be a linear layer that can run
+    in fp8; every other linear layer stays in bf16, said so."""
+    for name in listed:
+        if name in converted:
+            continue
+        if name in skipped:
+            raise ConfigError(
+                f"fp8.layers lists '{name}', which cannot run in fp8: {skipped[name]}. Drop it "
+                "from fp8.layers ('ampscope plan fp8' lists the layers that can).",
+                key="fp8.layers",
+            )
+        hint = did_you_mean(name, linears)
+        shown = ", ".join(linears[:8]) + (
+            f" and {len(linears) - 8} more" if len(linears) > 8 else ""
+        )
+        raise ConfigError(
+            f"fp8.layers lists '{name}', which is not a linear layer of this model.{hint} "
+            f"Its linear layers, by name: {shown or '(none)'}.",
+            key="fp8.layers",
+        )
+    wanted = set(listed)
+    out = {n: skipped[n] for n in skipped}
+    for name in converted:
+        if name not in wanted:
+            out[name] = "not listed in fp8.layers"
+    return [n for n in converted if n in wanted], out
 
 
 def output_head(linears: list[str], called: Sequence[str] | None) -> str | None:

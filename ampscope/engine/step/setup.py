@@ -17,6 +17,7 @@ from ampscope.engine.ranks.link import Link, SoloLink
 from ampscope.engine.ranks.parallelize import parallelize
 from ampscope.engine.step.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.step.fp8 import convert_for_fp8
+from ampscope.engine.step.fp32_modules import keep_in_fp32
 from ampscope.engine.step.module_calls import called_modules
 from ampscope.engine.step.precision import PrecisionPolicy, precision_policy, set_matmul_precision
 from ampscope.engine.workloads import TrainingWorkload, build_workload
@@ -60,6 +61,7 @@ def build(
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     called = fp8_probe(workload) if preset.precision == "fp8" else None
     fp8_layers = convert_for_fp8(workload.model, preset, info, called)  # None unless fp8
+    keep_in_fp32(workload.model, preset.fp32_modules, info.device.type)  # AMP: fp32_modules
     policy.cast(workload)
     batch_size = workload.samples_per_step
     workload.pool.shard(link.rank, link.world_size)
