@@ -47,6 +47,8 @@ BAND_STYLES = {
     "nonfinite": "bold magenta",
 }
 REDRAW_S = 0.5
+SORT_HELP = "Order the rows by the next of: " + ", ".join(SORTS) + " (the highlighted layer stays)"
+TARGET_HELP = "Plan again for the other target: fp16 (layers kept in fp32) or fp8"
 
 
 class PlanScreen(Screen):
@@ -64,11 +66,11 @@ class PlanScreen(Screen):
         Binding("enter", "train", "Train the plan", id="plan.train", priority=True),
         # one of each shows (check_action): the one naming the current state
         *(
-            Binding("o", f"sort({i})", f"Sort: {name}", id="plan.sort")
+            Binding("o", f"sort({i})", f"Sort: {name}", id="plan.sort", tooltip=SORT_HELP)
             for i, name in enumerate(SORTS)
         ),
-        Binding("t", "switch_target('fp16')", "Target: fp8", id="plan.target"),
-        Binding("t", "switch_target('fp8')", "Target: fp16", id="plan.target"),
+        Binding("t", "switch_target('fp16')", "Target: fp8", id="plan.target", tooltip=TARGET_HELP),
+        Binding("t", "switch_target('fp8')", "Target: fp16", id="plan.target", tooltip=TARGET_HELP),
         Binding("r", "plan_again", "Plan again", id="plan.again"),
         Binding("escape", "back", "Back", id="plan.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
