@@ -97,7 +97,7 @@ class Navigation(App):
             self.tell("A read-only dashboard starts no plan: run 'ampscope plan' in a terminal.")
             return
         request = PlanRequest(as_target(message.target), message.model)
-        self.push_screen(PlanScreen(request, self.plan_program, read_only=self.read_only))
+        self.push_screen(PlanScreen(request, self.plan_program))
 
     def action_show_machine(self) -> None:
         """``c`` on the presets screen, and the palette: what doctor --bench kept."""

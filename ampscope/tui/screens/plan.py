@@ -88,13 +88,11 @@ class PlanScreen(Screen):
         self,
         request: PlanRequest,
         program: Sequence[str] = PLAN_PROGRAM,
-        read_only: bool = False,
     ) -> None:
         """``program``: the command before the plan's arguments (a test's stand-in script)."""
         super().__init__()
         self.request = request
         self.program = tuple(program)
-        self.read_only = read_only
         self.planning: PlanRun | None = None
         self.plan: Plan | None = None
         self.fault: PlanFault | None = None
@@ -250,7 +248,7 @@ class PlanScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "train":
-            return None if self.read_only or self.preset_path() is None else True
+            return None if self.preset_path() is None else True
         if action == "sort":
             return self.plan is not None and parameters[0] == self.sort
         if action == "switch_target":
@@ -259,8 +257,6 @@ class PlanScreen(Screen):
 
     def key_note(self, action: str) -> str:
         if action == "train":
-            if self.read_only:
-                return "this dashboard is read-only"
             if self.plan is None:
                 return "the plan has not finished" if self.fault is None else "there is no plan"
             return "the plan wrote no preset"
@@ -275,7 +271,7 @@ class PlanScreen(Screen):
     def action_train(self) -> None:
         """Train the plan's preset, as a preset run is trained (the Run view follows it)."""
         preset = self.preset_path()
-        if preset is None or self.read_only:
+        if preset is None:
             return
         if not preset.is_file():
             self.notify(
