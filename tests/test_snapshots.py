@@ -341,6 +341,7 @@ SCENES = (
     "viewer-waiting",
     "numerics",  # tests/test_numerics_view.py
     "numerics-bf16-underflow",
+    "plan",  # tests/test_plan_view.py
 )
 
 

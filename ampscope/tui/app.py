@@ -48,6 +48,7 @@ from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.memory import MemoryScreen
 from ampscope.tui.screens.numerics import NumericsScreen
+from ampscope.tui.screens.plan import PlanScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
@@ -89,6 +90,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
         MachineScreen,
         ProfileScreen,
         NumericsScreen,
+        PlanScreen,
         WaitingScreen,
         HelpScreen,
         ConfirmDialog,

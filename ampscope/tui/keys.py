@@ -69,6 +69,13 @@ PRIORITY: dict[str, int] = {
     "numerics.format": 0,
     "numerics.metric": 0,
     "numerics.back": 2,
+    "numerics.plan": 3,
+    "presets.plan": 5,
+    "plan.train": 0,
+    "plan.back": 2,
+    "plan.sort": 3,
+    "plan.target": 4,
+    "plan.again": 4,
 }
 """Which keys the footer keeps when the terminal is narrow: lower first. Others rank 5."""
 DEFAULT_PRIORITY = 5

@@ -41,6 +41,14 @@ class SweepRequested(Message):
 
 
 @dataclass
+class PlanRequested(Message):
+    """Plan which layers of the user's model (``FILE:FN``) to train in ``target`` (fp8 or fp16)."""
+
+    target: str
+    model: str
+
+
+@dataclass
 class RecordOpened(Message):
     """Show a run record: followed while its engine runs (``live``), else shown whole."""
 

@@ -6,24 +6,31 @@ the screen stack's rules and the run session's listener in ``ampscope.tui.app``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from ampscope.core.records import RunRecord
+from ampscope.tui.messages import PlanRequested
+from ampscope.tui.model.layer_plan import as_target
+from ampscope.tui.model.plan_process import PLAN_PROGRAM, PlanRequest
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.formats import FormatsScreen
 from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs, off_ui_thread
 from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.memory import MemoryScreen
+from ampscope.tui.screens.plan import PlanScreen
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import LIVE_RUN_SCREEN
 
 
 class Navigation(App):
     runs_dir: Path
+    read_only: bool
+    plan_program: Sequence[str] = PLAN_PROGRAM
+    """How the plan screen runs ``ampscope plan`` (a test's app gives a stand-in script)."""
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
         raise NotImplementedError
@@ -83,6 +90,14 @@ class Navigation(App):
 
     def show_memory(self) -> None:
         self.push_screen(MemoryScreen(None))
+
+    def on_plan_requested(self, message: PlanRequested) -> None:
+        """``l`` on the Presets or Numerics screen: the layer plan of the user's model."""
+        if self.read_only:
+            self.tell("A read-only dashboard starts no plan: run 'ampscope plan' in a terminal.")
+            return
+        request = PlanRequest(as_target(message.target), message.model)
+        self.push_screen(PlanScreen(request, self.plan_program))
 
     def action_show_machine(self) -> None:
         """``c`` on the presets screen, and the palette: what doctor --bench kept."""

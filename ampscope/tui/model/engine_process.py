@@ -2,7 +2,9 @@
 
 ``EngineProcess.run()`` is a coroutine for a Textual async worker. ``stop()`` sends SIGTERM to
 the group (the engine finishes its step and emits ``done``), then SIGKILL after a grace
-period. ``kill_all_now()`` is for signal handlers: no asyncio, no tty.
+period. ``kill_all_now()`` is for signal handlers: no asyncio, no tty. ``ChildProcess`` is the
+same for another ampscope command the dashboard runs (``ampscope plan``, for the plan screen):
+it is stopped and never left behind in the same way.
 """
 
 from __future__ import annotations
@@ -27,28 +29,37 @@ STDERR_LINES = 50
 LINE_LIMIT = 16 * 1024 * 1024  # a hello line carries the config; keep room
 
 _LIVE: dict[int, int] = {}
-"""pid -> process group of every engine this process has started and not yet reaped."""
+"""pid -> process group of every child (engine, plan) this process has started and not yet reaped."""
 
 
-class EngineProcess:
-    """One engine run. Call ``run()`` once (in a worker); ``stop()`` from anywhere in the loop."""
+class ChildProcess:
+    """One ampscope command as this process's child, in a session of its own. Call ``run()``
+    once (in a worker); ``stop()`` from anywhere in the loop.
+
+    ``on_output`` gets every line of its stdout as it comes, ``on_stderr`` every line of its
+    stderr (the last ``STDERR_LINES`` are kept in ``stderr_tail`` too). ``dies_with_parent``:
+    the kernel sends it SIGTERM if this process dies, even by SIGKILL (the engine asks for
+    the same itself, with ``--exit-with-parent``).
+    """
 
     def __init__(
         self,
-        preset: str,
-        overrides: Sequence[str] = (),
-        runs_dir: Path | None = None,
-        on_event: Callable[[ev.Event | ev.UnknownEvent], None] | None = None,
-        command: Sequence[str] | None = None,
+        command: Sequence[str],
+        on_output: Callable[[bytes], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
         grace_s: float = STOP_GRACE_S,
         launch: Launch | None = None,
+        dies_with_parent: bool = False,
+        what: str = "the child",
     ) -> None:
-        """``launch``: on several processes, torchrun is the child (it stops every rank)."""
-        self.command = (
-            list(command) if command else engine_command(preset, overrides, runs_dir, launch=launch)
-        )
+        """``launch``: on several processes, torchrun is the child (it stops every rank).
+        ``what`` names it in a message: 'cannot start ampscope plan: ...'."""
+        self.command = list(command)
+        self.what = what
         self.launch = launch
-        self.on_event = on_event
+        self.on_output = on_output
+        self.on_stderr = on_stderr
+        self.dies_with_parent = dies_with_parent
         self.grace_s = stop_grace_s(launch, grace_s)
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
         self.process: asyncio.subprocess.Process | None = None
@@ -69,9 +80,10 @@ class EngineProcess:
         await self._started.wait()
 
     async def run(self) -> int:
-        """Start the engine, feed every line to ``on_event`` and return its exit code."""
+        """Start the child, feed every line to ``on_output`` and return its exit code."""
         env = launch_env(self.launch)
         torchrun = self.launch is not None and self.launch.distributed
+        exits_with_us = torchrun or self.dies_with_parent
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.command,
@@ -81,11 +93,11 @@ class EngineProcess:
                 start_new_session=True,
                 env=env,
                 limit=LINE_LIMIT,
-                preexec_fn=die_with_parent if torchrun else None,
+                preexec_fn=die_with_parent if exits_with_us else None,
             )
         except OSError as exc:
             self.returncode = 127
-            self.stderr_tail.append(f"cannot start the engine: {exc}")
+            self.stderr_tail.append(f"cannot start {self.what}: {exc}")
             self._started.set()
             self._exited.set()
             return 127
@@ -101,10 +113,8 @@ class EngineProcess:
                     continue
                 if not line:
                     break
-                if not line.strip():
-                    continue
-                if self.on_event is not None:
-                    self.on_event(ev.decode(line))
+                if self.on_output is not None:
+                    self.on_output(line)
             code = await self.process.wait()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stderr_task, 1.0)
@@ -132,6 +142,8 @@ class EngineProcess:
             text = line.decode(errors="replace").rstrip()
             if text:
                 self.stderr_tail.append(text)
+                if self.on_stderr is not None:
+                    self.on_stderr(text)
 
     async def stop(self) -> int | None:
         """SIGTERM the group, wait up to the grace period, then SIGKILL it, with every rank
@@ -161,6 +173,34 @@ class EngineProcess:
         if self.process is not None:
             _signal_group(self.process.pid, signal.SIGKILL)
             _LIVE.pop(self.process.pid, None)
+
+
+class EngineProcess(ChildProcess):
+    """One engine run: its stdout lines are events, each given to ``on_event``."""
+
+    def __init__(
+        self,
+        preset: str,
+        overrides: Sequence[str] = (),
+        runs_dir: Path | None = None,
+        on_event: Callable[[ev.Event | ev.UnknownEvent], None] | None = None,
+        command: Sequence[str] | None = None,
+        grace_s: float = STOP_GRACE_S,
+        launch: Launch | None = None,
+    ) -> None:
+        argv = command or engine_command(preset, overrides, runs_dir, launch=launch)
+        super().__init__(
+            argv,
+            on_output=self._decode,
+            grace_s=grace_s,
+            launch=launch,
+            what="the engine",
+        )
+        self.on_event = on_event
+
+    def _decode(self, line: bytes) -> None:
+        if line.strip() and self.on_event is not None:
+            self.on_event(ev.decode(line))
 
 
 def _signal_group(pgid: int, sig: int) -> None:

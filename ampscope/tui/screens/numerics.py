@@ -18,7 +18,9 @@ from ampscope.core.numerics import FORMATS, LIMITS, MODULE_CAP
 from ampscope.core.numerics.grid import METRICS, GridRow, build_grid
 from ampscope.core.numerics.report import NumericsSummary, limit, verdict
 from ampscope.core.presets.run_args import DEFAULT_REFRESH_HZ
+from ampscope.core.presets.workload_spec import config_model
 from ampscope.core.text import visible
+from ampscope.tui.messages import PlanRequested
 from ampscope.tui.model.source import RunSource
 from ampscope.tui.widgets.key_bar import KeyBar
 
@@ -94,6 +96,7 @@ class NumericsScreen(Screen):
     BINDINGS = [
         Binding("f", "next_format", "Format", id="numerics.format"),
         Binding("m", "next_metric", "Measure", id="numerics.metric"),
+        Binding("l", "plan", "Layer plan", id="numerics.plan"),
         Binding("escape", "back", "Back", id="numerics.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
@@ -176,3 +179,19 @@ class NumericsScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def action_plan(self) -> None:
+        """l: the layer plan of this run's model: for fp16 while fp16 is shown, else fp8."""
+        model = config_model(self.source.state.config)
+        if model is not None:
+            self.post_message(PlanRequested("fp16" if self.format_key == "fp16" else "fp8", model))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "plan":  # a built-in model's run: left out (the help says why)
+            return config_model(self.source.state.config) is not None
+        return True
+
+    def key_note(self, action: str) -> str:
+        if action == "plan":
+            return "this run trains a built-in model; a plan is of your own (--model)"
+        return ""

@@ -13,7 +13,12 @@ from textual.widgets import Input, OptionList, Select, Static
 
 from ampscope.core import presets as cfg
 from ampscope.core.text import visible
-from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
+from ampscope.tui.messages import (
+    EditedRunRequested,
+    PlanRequested,
+    RunRequested,
+    SweepRequested,
+)
 from ampscope.tui.model.preset_draft import REPEAT_CHOICES, PresetDraft
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import model_spec
@@ -27,6 +32,7 @@ TOOL_BINDINGS = [
     Binding("f", "formats", "Formats", id="presets.formats"),
     Binding("p", "memory", "Memory plan", id="presets.memory"),
     Binding("c", "app.show_machine", "Machine check", id="presets.machine"),
+    Binding("l", "plan", "Layer plan", id="presets.plan"),
 ]
 
 MARK_HELP = "Mark for sweep (again: unmark), then move down to the next preset"
@@ -142,6 +148,7 @@ class PresetsScreen(Screen):
             spec = model_spec(getattr(session, "extra_overrides", []))
             self.form.show(info, preset, spec, self.draft.value)
         self.show_problem()
+        self.refresh_bindings()  # l (layer plan) follows the preset's own model
 
     @on(Input.Changed)
     @on(Select.Changed)
@@ -177,6 +184,22 @@ class PresetsScreen(Screen):
         from ampscope.tui.screens.memory import MemoryScreen
 
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
+
+    def plan_model(self) -> str | None:
+        """The user's model a layer plan is for: the dashboard's --model, else the preset's."""
+        session = getattr(self.app, "session", None)
+        spec = model_spec(getattr(session, "extra_overrides", []))
+        if spec is None and self.draft.preset is not None:
+            spec = self.draft.preset.workload.model
+        return spec
+
+    def action_plan(self) -> None:
+        """l: which layers to train in fp8 (fp16 from an fp16 preset), from ``ampscope plan``."""
+        model = self.plan_model()
+        if model is None or self.read_only:
+            return
+        precision = self.draft.preset.precision if self.draft.preset is not None else ""
+        self.post_message(PlanRequested("fp16" if "fp16" in precision else "fp8", model))
 
     def runnable(self, title: str) -> bool:
         """The form, validated again; when it cannot run, say why under ``title``."""
@@ -228,6 +251,8 @@ class PresetsScreen(Screen):
             return True if len(self.draft.marked) >= 2 else None
         if action == "repeats":  # the one naming the current count, once presets are marked
             return bool(self.draft.marked) and int(str(parameters[0])) == self.draft.repeats
+        if action == "plan":
+            return None if self.read_only or self.plan_model() is None else True
         return True
 
     def key_note(self, action: str) -> str:
@@ -237,6 +262,9 @@ class PresetsScreen(Screen):
             "sweep": "mark two or more presets with m first",
             "repeats": "mark presets with m first",
             "toggle_detach": "this dashboard is read-only",
+            "plan": "this dashboard is read-only"
+            if self.read_only
+            else "it plans your own model: start with --model FILE:FN",
         }.get(action, "")
 
     def action_toggle_detach(self, detach: bool) -> None:
