@@ -7,9 +7,15 @@ exactly as emitted (its first line, ``hello``, names the device and versions), a
 
 Beside this module (run folders on disk, loading them):
 
-    summary.py  how a run is summarised in ``done``, engine runs and watched loops alike
-    labels.py   what a recorded run is called on every screen
-    files.py    reading a record's files, which need not be regular files, bounded
+    writer.py        writing a run's record while it runs (events, heartbeat, summary)
+    step_event.py    a step's figures as its ``step`` event
+    tally.py         a run's books: its steps' figures, losses and peaks, for ``done``
+    distribution.py  one figure of every step, in memory that does not grow with the run
+    summary.py       how a run is summarised in ``done``, engine runs and watched loops alike
+    labels.py        what a recorded run is called on every screen
+    files.py         reading a record's files, which need not be regular files, bounded
+
+The engine and ``ampscope.watch`` keep their books with the same writer, step event and tally.
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""A step's figures as the ``step`` event: one builder for engine runs and watched loops.
+
+Rates are the step's amounts over its time; a figure the step did not give (None, NaN: the
+device's way of saying none) is null, and so is a rate of nothing (no tokens, no FLOP count,
+no peak to measure MFU against). Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ampscope.core import events as ev
+
+
+def step_event(
+    step: int,
+    step_ms: float,
+    *,
+    loss: float | None,
+    loss_scale: float | None,
+    skipped: bool,
+    grad_norm: float | None,
+    samples: float,
+    tokens: float | None,
+    flops: float | None,
+    peak_tflops: float | None,
+    memory: tuple[int | None, int | None, int | None],
+    grad_zero_frac: float | None,
+    lr: float,
+    cpu_ms: float | None = None,
+    data_ms: float | None = None,
+    ranks: list[ev.RankStep] | None = None,
+    profiled: bool = False,
+) -> ev.StepEvent:
+    """``samples``, ``tokens`` and ``flops`` are the step's (the job's, on several processes),
+    ``peak_tflops`` the job's peak; ``memory`` the allocated, reserved and peak bytes."""
+    seconds = max(step_ms / 1000.0, 1e-9)
+    tflops = flops / seconds / 1e12 if flops else 0.0
+    allocated, reserved, peak = memory
+    return ev.StepEvent(
+        step=step,
+        step_ms=round(step_ms, 4),
+        cpu_ms=None if cpu_ms is None else round(cpu_ms, 4),
+        loss=loss if loss is not None and math.isfinite(loss) else None,
+        loss_scale=_given(loss_scale),
+        skipped=skipped,
+        grad_norm=grad_norm if grad_norm is not None and math.isfinite(grad_norm) else None,
+        samples_per_s=samples / seconds,
+        tokens_per_s=tokens / seconds if tokens and math.isfinite(tokens) else None,
+        tflops=tflops,
+        mfu=tflops / peak_tflops if peak_tflops and flops else None,
+        mem_allocated=allocated,
+        mem_reserved=reserved,
+        mem_peak=peak,
+        grad_zero_frac=_given(grad_zero_frac),
+        lr=lr,
+        ranks=ranks,
+        data_ms=None if data_ms is None else round(data_ms, 4),
+        profiled=profiled,
+    )
+
+
+def _given(value: float | None) -> float | None:
+    """A figure the step gave: None for NaN, the device's way of saying it has none."""
+    return None if value is None or math.isnan(value) else value
