@@ -42,16 +42,16 @@ class StepReport:
         step = step_event(
             v.step,
             v.step_ms,
-            loss=v.loss,
+            v.loss,
+            skipped,
             loss_scale=v.scale,
-            skipped=skipped,
             grad_norm=v.grad_norm,
             samples=v.samples,
             tokens=v.tokens,
             flops=flops,
             peak_tflops=self.peak,
             memory=self.memory.read(),
-            grad_zero_frac=v.zeros,
+            zeros=v.zeros,
             lr=v.lr,
         )
         self.emit(step)

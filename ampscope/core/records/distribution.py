@@ -79,6 +79,8 @@ class Buckets:
         counts = np.concatenate([self.counts, counts])
         low = np.concatenate([self.low, low])
         high = np.concatenate([self.high, high])
+        if not keys.size:
+            return
         order = np.argsort(keys, kind="stable")
         keys, counts, low, high = keys[order], counts[order], low[order], high[order]
         starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
@@ -137,16 +139,15 @@ def _keys(values: np.ndarray, level: int) -> np.ndarray:
 class Distribution:
     """The values of one figure over some steps: exact while it holds under EXACT_VALUES."""
 
-    __slots__ = ("values", "buckets", "total", "folded")
+    __slots__ = ("add", "buckets", "dropped", "folded", "total", "values")
 
     def __init__(self) -> None:
         self.values = array("d")  # the values not yet folded into buckets
+        self.add = self.values.append  # one value: the step's own cost, kept to one append
         self.buckets: Buckets | None = None
         self.total = 0.0  # the sum of the folded values
         self.folded = 0  # how many were folded
-
-    def add(self, value: float) -> None:
-        self.values.append(value)
+        self.dropped = 0  # NaN values met when folding (a figure not given)
 
     def settle(self) -> None:
         """Fold the values into buckets once there are EXACT_VALUES of them (the tally calls
@@ -155,27 +156,35 @@ class Distribution:
             self._fold()
 
     def _fold(self) -> None:
-        values = np.frombuffer(self.values, dtype=np.float64).copy()
-        self.values = array("d")
+        values = self.unfolded()
+        del self.values[:]  # the same array: ``add`` appends to it
         known = values[~np.isnan(values)]
         self.total += float(known.sum())
         self.folded += known.size
-        if self.buckets is None:
-            self.buckets = Buckets()
-        self.buckets.add(known)
+        self.dropped += values.size - known.size
+        buckets = self.buckets.copy() if self.buckets is not None else Buckets()
+        buckets.add(known)
+        self.buckets = buckets  # whole: a stop summing up from another thread reads old or new
+
+    def unfolded(self) -> np.ndarray:
+        """The values not yet in buckets, copied: a view of the array would make an ``add``
+        from another thread (the run's loop, while a stop sums it up) fail to grow it."""
+        return np.frombuffer(self.values.tobytes(), dtype=np.float64)
 
     @property
     def exact(self) -> bool:
         return self.buckets is None
+
+    def __len__(self) -> int:
+        """The values added (NaN among them)."""
+        return self.folded + self.dropped + len(self.values)
 
 
 def merged(parts: Iterable[Distribution]) -> Figures:
     """The figures of several distributions' values taken together."""
     parts = list(parts)
     if all(p.exact for p in parts):
-        values = np.concatenate(
-            [np.empty(0)] + [np.frombuffer(p.values, np.float64) for p in parts]
-        )
+        values = np.concatenate([np.empty(0)] + [p.unfolded() for p in parts])
         return Figures(np.sort(values[~np.isnan(values)]).tolist())
     buckets = Buckets()
     total = 0.0
@@ -183,7 +192,7 @@ def merged(parts: Iterable[Distribution]) -> Figures:
         if part.buckets is not None:
             buckets.merge(part.buckets)
             total += part.total
-        recent = np.frombuffer(part.values, dtype=np.float64)
+        recent = part.unfolded()
         recent = recent[~np.isnan(recent)]
         total += float(recent.sum())
         buckets.add(recent)

@@ -32,7 +32,6 @@ class StepKind:
     """The figures of the steps of one kind (``StepTally``)."""
 
     __slots__ = (
-        "cpu_missing",
         "cpu_ms",
         "instrumented",
         "profiled",
@@ -46,8 +45,7 @@ class StepKind:
         self.profiled = profiled  # torch.profiler slowed these steps
         self.instrumented = instrumented  # these steps also counted gradient zeros
         self.step_ms = Distribution()
-        self.cpu_ms = Distribution()
-        self.cpu_missing = 0  # steps without a CPU time (a GPU's step)
+        self.cpu_ms = Distribution()  # where the step had one (not a GPU's step)
         self.samples = Distribution()  # a watched loop's, where it gave them
         self.tokens = Distribution()
         self.ranks: list[Distribution] = []  # several processes: each rank's step time
@@ -82,6 +80,7 @@ class StepTally:
         self.started = time.monotonic()
         self.rank_mem_peak: list[int | None] = []  # several processes: by rank
         self.kinds: dict[tuple[int, bool, bool], StepKind] = {}
+        self._by_code: list[StepKind | None] = [None] * 12  # the same, found fast (``_kind``)
         self.added = 0  # steps added: the next one's place in the run
 
     def add(
@@ -105,13 +104,11 @@ class StepTally:
         place = self.added
         self.added = place + 1
         phase = FIRST if place == 0 else WARMUP if place < self.warmup_steps else LATER
-        kind = self.kinds.get((phase, profiled, instrumented))
-        if kind is None:
-            kind = self.kinds[phase, profiled, instrumented] = StepKind(profiled, instrumented)
+        kind = self._by_code[4 * phase + 2 * profiled + instrumented] or self._kind(
+            phase, profiled, instrumented
+        )
         kind.step_ms.add(step_ms)
-        if cpu_ms is None:
-            kind.cpu_missing += 1
-        else:
+        if cpu_ms is not None:
             kind.cpu_ms.add(cpu_ms)
         if samples is not None:
             kind.samples.add(samples)
@@ -134,6 +131,11 @@ class StepTally:
                 self.nonfinite_run += 1
         if memory is not None and (self.mem_peak is None or memory > self.mem_peak):
             self.mem_peak = memory
+
+    def _kind(self, phase: int, profiled: bool, instrumented: bool) -> StepKind:
+        kind = self.kinds[phase, profiled, instrumented] = StepKind(profiled, instrumented)
+        self._by_code[4 * phase + 2 * profiled + instrumented] = kind
+        return kind
 
     def _add_ranks(self, kind: StepKind, ranks: Sequence[tuple[float, int | None]]) -> None:
         if not self.rank_mem_peak:
@@ -170,7 +172,7 @@ class StepTally:
         """The timed steps' median CPU time, as ``step_ms_median`` is of their wall time;
         None unless every timed step has one (``bench --clock cpu``)."""
         kinds = self.timed_kinds()
-        if not kinds or any(k.cpu_missing for k in kinds):
+        if not kinds or any(len(k.cpu_ms) < len(k.step_ms) for k in kinds):
             return None
         return merged(k.cpu_ms for k in kinds).median()
 

@@ -210,8 +210,8 @@ class StepReporter:
             self._diverged(step, skips)
         skipped = skips[0]
         loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
-        job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
-        cpu_ms = _job_cpu_ms(ranks)
+        job_ms = ranks[0].step_ms if len(ranks) == 1 else max(f.step_ms for f in ranks)
+        cpu_ms = _job_cpu_ms(ranks)  # the slowest rank sets the pace
         data_ms = self.data_ms.pop(step, None)
         event = self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms)
         self.tally.add(
@@ -292,20 +292,16 @@ class StepReporter:
         return step_event(
             step,
             job_ms,
-            loss=loss,
+            loss,
+            skipped,
             loss_scale=m.scale_after if self.scaled else None,
-            skipped=skipped,
             grad_norm=m.grad_norm,
             samples=world * workload.samples_per_step,
             tokens=world * tokens if tokens else None,
             flops=world * self.s.flops.per_step,
             peak_tflops=world * self.peak if self.peak else None,
-            memory=(
-                _largest(f.mem_allocated for f in ranks),
-                _largest(f.mem_reserved for f in ranks),
-                _largest(f.mem_peak for f in ranks),
-            ),
-            grad_zero_frac=m.grad_zero_frac,
+            memory=_job_memory(ranks),
+            zeros=m.grad_zero_frac,
             lr=self.s.preset.lr,
             cpu_ms=cpu_ms,
             data_ms=data_ms,
@@ -386,6 +382,18 @@ def _rank_step(f: RankFigures, scaled: bool) -> ev.RankStep:
     )
 
 
+def _job_memory(ranks: list[RankFigures]) -> tuple[int | None, int | None, int | None]:
+    """The fullest rank's allocated, reserved and peak bytes (each the largest of the ranks')."""
+    if len(ranks) == 1:
+        only = ranks[0]
+        return only.mem_allocated, only.mem_reserved, only.mem_peak
+    return (
+        _largest(f.mem_allocated for f in ranks),
+        _largest(f.mem_reserved for f in ranks),
+        _largest(f.mem_peak for f in ranks),
+    )
+
+
 def _largest(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
@@ -398,5 +406,7 @@ def _ranks(ranks: list[int]) -> str:
 def _job_cpu_ms(ranks: list[RankFigures]) -> float | None:
     """The step's CPU time as the job's step time is taken: the slowest rank's (None where a
     rank has none: a GPU's step is not the host's CPU time)."""
+    if len(ranks) == 1:
+        return ranks[0].cpu_ms
     times = [f.cpu_ms for f in ranks]
     return None if any(t is None for t in times) else max(t for t in times if t is not None)
