@@ -160,3 +160,25 @@ def test_cpu_time_is_given_only_when_every_timed_step_has_one() -> None:
     tally.add(0, 10.0, 1.0, False, cpu_ms=9.0)
     tally.add(1, 10.0, 1.0, False)  # a step timed on a GPU: no CPU time
     assert tally.cpu_ms_median() is None and tally.done("ok", None, None).cpu_ms_median is None
+
+
+def test_a_run_held_up_now_and_then_says_what_it_delivered_beside_its_median_rate() -> None:
+    """Four runs on two cores: most steps take 1 ms, one in twenty waits 100 ms for a core.
+    The median step's 8k samples/s is not what the run delivered: the summary says both."""
+    from ampscope.cli.console import summary_table
+
+    contended = StepTally(warmup_steps=0)
+    steady = StepTally(warmup_steps=0)
+    for i in range(1000):
+        contended.add(i, 100.0 if i % 20 == 0 else 1.0, 1.0, False)
+        steady.add(i, 1.0 + (i % 3) * 0.01, 1.0, False)
+    done = contended.done("ok", None, None, samples=8)
+    assert done.step_ms_median == 1.0 and done.step_ms_mean == pytest.approx(5.95)
+    delivered = summary.delivered_samples_per_s(done)
+    assert delivered == pytest.approx(8 * 1000 / 5.95)  # the samples over the time they took
+    shown = summary_table(done)
+    assert "  throughput           8k samples/s at the median step\n" in shown
+    assert "  delivered            1.34k samples/s (mean step 5.95 ms: slower steps" in shown
+    calm = steady.done("ok", None, None, samples=8)
+    assert summary.delivered_samples_per_s(calm) is None
+    assert "delivered" not in summary_table(calm)

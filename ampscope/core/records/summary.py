@@ -125,6 +125,24 @@ def rates(
     )
 
 
+DELIVERED_GAP = 0.1
+"""Delivered throughput this much below (or above) the median step's is worth saying."""
+
+
+def delivered_samples_per_s(done: ev.DoneEvent) -> float | None:
+    """The samples a second the timed steps delivered (a typical step's samples over their
+    mean step), where it differs from the median step's rate by more than DELIVERED_GAP: a
+    run whose steps were now and then held up (other processes on the cores, waits) trains
+    slower than its median step says. None where they agree, or in records before
+    ``step_ms_mean``."""
+    median, mean, rate = done.step_ms_median, done.step_ms_mean, done.samples_per_s
+    if not median or not mean or not rate:
+        return None
+    if abs(mean / median - 1.0) <= DELIVERED_GAP:
+        return None
+    return rate * median / mean
+
+
 def finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
