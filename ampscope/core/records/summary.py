@@ -22,10 +22,12 @@ import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ampscope.core import events as ev
-from ampscope.core.records.distribution import Figures
+
+if TYPE_CHECKING:  # numpy: the dashboard reads summaries and starts without it
+    from ampscope.core.records.distribution import Figures
 
 
 class RunTotals(Protocol):
