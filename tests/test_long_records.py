@@ -62,7 +62,7 @@ def test_a_long_record_is_read_thinned_keeping_the_stall_the_skips_and_the_end(
     assert [s.step for s in steps[-thinned.RECENT_STEPS :]] == list(range(99_980, 100_000))
     assert min(kept) == 0 and steps == sorted(steps, key=lambda s: s.step)  # the whole run
     assert record.hello is not None and record.done is not None and record.status == "ok"
-    assert "of its 100,000 steps are shown" in record.note
+    assert "read thinned" in record.note and "of its 100,000 steps are shown" in record.note
     sys_events = [e for e in record.events if isinstance(e, ev.SysEvent)]
     assert len(sys_events) == 1000  # under the bound: all of them
 
@@ -152,3 +152,22 @@ def test_the_replay_view_lets_go_of_its_record_when_it_closes(long_record: Path)
             assert held() is None and state() is None
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_flood_of_notes_is_thinned_without_crowding_out_the_warnings(tmp_path: Path) -> None:
+    """Older records noted every new pass over a short list of batches: thousands of notes.
+    They are thinned as steps are, apart from the warnings, which are all kept."""
+    path = tmp_path / "run"
+    path.mkdir()
+    lines = [hello(t=1.0)]
+    for i in range(5000):
+        lines.append(ev.WarningEvent(code=ev.EPOCH_NOTE, message=f"pass {i}", step=i, t=2.0 + i))
+        if i == 4321:
+            lines.append(ev.WarningEvent(code="input-bound", message="waiting", step=i, t=2.0 + i))
+    (path / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in lines))
+    record = records.load_run(path, thinned=True)
+    notes = [e for e in record.events if isinstance(e, ev.WarningEvent)]
+    assert [e.step for e in notes if e.code == "input-bound"] == [4321]
+    assert len(notes) <= thinned.OTHERS_KEPT + 2 and notes[-2:][-1].message == "pass 4999"
+    assert f"{5000 - len(notes) + 1:,} warning events are left out" in record.note

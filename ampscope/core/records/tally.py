@@ -72,9 +72,7 @@ class StepTally:
         self.skipped = 0
         self.nonfinite_run = 0  # consecutive non-finite losses, the current streak
         self.compile_s: float | None = None
-        self.mem_peak: int | None = (
-            None  # the training peak: the statistics are reset after compile
-        )
+        self.mem_peak: int | None = None  # training's: the peak restarts after compile
         self.mem_peak_compile: int | None = None  # CUDA: the compile step's peak
         self.step_running: int | None = None  # the step the loop is in (a fault's step)
         self.started = time.monotonic()
@@ -160,7 +158,8 @@ class StepTally:
             phases = {WARMUP}
         else:
             phases = {FIRST} if self.added and not compiled else set()
-        kept = [k for (phase, _, _), k in self.kinds.items() if phase in phases]
+        kinds = list(self.kinds.items())  # at once: a stop may sum up while the loop adds
+        kept = [k for (phase, _, _), k in kinds if phase in phases]
         unprofiled = [k for k in kept if not k.profiled] or kept
         return [k for k in unprofiled if not k.instrumented] or unprofiled
 

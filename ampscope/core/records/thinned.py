@@ -12,9 +12,10 @@ file and keeps, whatever its length:
 - every step the GradScaler skipped and the first step whose loss stopped being finite (at
   most MARKED_STEPS of them), and the last RECENT_STEPS steps as they were, so the figures a
   finished run shows last are its own;
-- of each other kind of event, at most OTHERS_KEPT (``sys``: SYS_KEPT, ``numerics``:
-  NUMERICS_KEPT, those that found an inf or NaN besides), spread evenly over the run with
-  its first and last; ``hello``, ``phase``, ``error`` and ``done`` always.
+- of each other kind of event (a warning's kind is its code), at most OTHERS_KEPT (``sys``:
+  SYS_KEPT, ``numerics``: NUMERICS_KEPT, those that found an inf or NaN besides), spread
+  evenly over the run with its first and last; ``hello``, ``phase``, ``error`` and ``done``
+  always.
 
 Step lines are read for three figures only (msgspec, no full decode), and the kept ones are
 decoded at the end. Torch- and textual-free.
@@ -176,13 +177,18 @@ class Thinned:
 
     def note(self) -> str:
         """What the reader should know: '' for a record read whole."""
-        if not self.thinned:
+        parts = []
+        if self.steps_kept < self.steps:
+            parts.append(
+                f"{self.steps_kept:,} of its {self.steps:,} steps are shown (each run of steps "
+                "by its fastest and slowest, every skipped step, the last ones as they were)"
+            )
+        if self.dropped:
+            left = ", ".join(f"{n:,} {tag}" for tag, n in sorted(self.dropped.items()))
+            parts.append(f"{left} events are left out, the rest spread over the run")
+        if not parts:
             return ""
-        return (
-            f"a long record: {self.steps_kept:,} of its {self.steps:,} steps are shown (each "
-            "run of steps by its fastest and slowest, every skipped step, the last ones as "
-            "they were), so the plots span the whole run in bounded memory"
-        )
+        return "a long record, read thinned to span the whole run: " + "; ".join(parts)
 
 
 class _Reader:
@@ -192,7 +198,7 @@ class _Reader:
         self.marked: list[Kept] = []
         self.recent: deque[Kept] = deque(maxlen=RECENT_STEPS)
         self.always: list[Kept] = []
-        self.others: dict[type, Spread] = {}
+        self.others: dict[tuple[type[ev.Event], str], Spread] = {}  # by type, a warning by code
         self.numerics_marked: list[Kept] = []
         self.unreadable = 0
         self.step_count = 0
@@ -259,12 +265,13 @@ class _Reader:
         if found and len(self.numerics_marked) < NUMERICS_KEPT:  # where an inf or NaN was found
             self.numerics_marked.append(kept)
             return
-        spread = self.others.get(type(event))
+        kind = (type(event), getattr(event, "code", ""))  # a flood of notes keeps the warnings
+        spread = self.others.get(kind)
         if spread is None:
             limit = {ev.SysEvent: SYS_KEPT, ev.NumericsEvent: NUMERICS_KEPT}.get(
                 type(event), OTHERS_KEPT
             )
-            spread = self.others[type(event)] = Spread(limit)
+            spread = self.others[kind] = Spread(limit)
         spread.add(kept)
 
     def result(self) -> Thinned:
@@ -288,10 +295,11 @@ class _Reader:
                 continue
             steps_kept += isinstance(event, ev.StepEvent)
             events.append(event)
-        dropped = {
-            kind.__name__: spread.count - len({k[0] for k in spread.kept()})
-            for kind, spread in self.others.items()
-        }
+        dropped: dict[str, int] = {}
+        for (kind, _), spread in self.others.items():
+            left_out = spread.count - len({k[0] for k in spread.kept()})
+            tag = str(kind.__struct_config__.tag)  # as the stream names it: sys, warning
+            dropped[tag] = dropped.get(tag, 0) + left_out
         return Thinned(
             events,
             self.unreadable,
