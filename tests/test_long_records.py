@@ -17,7 +17,7 @@ from ampscope.core.records import thinned
 from ampscope.tui.model.replay import RecordSource, ReplaySource
 from tests.helpers import SIZE, done, hello, run, shown, step, wait_for
 
-STALL, SKIPPED = 12_345, (5, 40_000, 77_777)
+STEPS, STALL, SKIPPED = 50_000, 12_345, (5, 20_000, 37_777)
 
 
 def write_record(run_dir: Path, steps: int) -> Path:
@@ -43,7 +43,7 @@ def write_record(run_dir: Path, steps: int) -> Path:
 
 @pytest.fixture(scope="module")
 def long_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_record(tmp_path_factory.mktemp("runs") / "20260101T000000Z-fp32", 100_000)
+    return write_record(tmp_path_factory.mktemp("runs") / "20260101T000000Z-fp32", STEPS)
 
 
 BOUND = 3 * thinned.STEP_BUCKETS + thinned.MARKED_STEPS + thinned.RECENT_STEPS
@@ -55,16 +55,16 @@ def test_a_long_record_is_read_thinned_keeping_the_stall_the_skips_and_the_end(
 ) -> None:
     record = records.load_run(long_record, thinned=True)
     steps = [e for e in record.events if isinstance(e, ev.StepEvent)]
-    assert len(steps) <= BOUND  # of 100,000
+    assert len(steps) <= BOUND  # of 50,000
     kept = {s.step for s in steps}
     assert STALL in kept and max(s.step_ms for s in steps) == 900.0  # a stall still shows
     assert set(SKIPPED) <= kept  # every skipped step: the Skipped steps card counts them all
-    assert [s.step for s in steps[-thinned.RECENT_STEPS :]] == list(range(99_980, 100_000))
+    assert [s.step for s in steps[-thinned.RECENT_STEPS :]] == list(range(STEPS - 20, STEPS))
     assert min(kept) == 0 and steps == sorted(steps, key=lambda s: s.step)  # the whole run
     assert record.hello is not None and record.done is not None and record.status == "ok"
-    assert "read thinned" in record.note and "of its 100,000 steps are shown" in record.note
+    assert "read thinned" in record.note and "of its 50,000 steps are shown" in record.note
     sys_events = [e for e in record.events if isinstance(e, ev.SysEvent)]
-    assert len(sys_events) == 1000  # under the bound: all of them
+    assert len(sys_events) == STEPS // 100  # under the bound: all of them
 
 
 @pytest.mark.unit
@@ -77,7 +77,7 @@ def test_a_short_record_is_read_whole_even_when_thinning_is_asked_for(tmp_path: 
 
 @pytest.mark.unit
 def test_reading_a_long_record_holds_a_bounded_amount_of_memory(long_record: Path) -> None:
-    """Read whole, the 100,000 steps hold some 50 MB; thinned, what is held at most (the kept
+    """Read whole, the 50,000 steps hold some 25 MB; thinned, what is held at most (the kept
     steps and a chunk of the file) does not depend on the record's length."""
     tracemalloc.start()
     try:
@@ -86,7 +86,7 @@ def test_reading_a_long_record_holds_a_bounded_amount_of_memory(long_record: Pat
     finally:
         tracemalloc.stop()
     assert len(record.events) < 6000
-    assert peak < 24 << 20, peak
+    assert peak < 12 << 20, peak
 
 
 @pytest.mark.unit
@@ -94,10 +94,10 @@ def test_history_shows_a_long_record_whole_with_its_own_counts(long_record: Path
     source = RecordSource.load(long_record)
     asyncio.run(source.feed())
     state = source.state
-    assert state.step == 99_999 and state.status == "done"
+    assert state.step == STEPS - 1 and state.status == "done"
     assert state.skipped == len(SKIPPED)
     assert state.step_columns.by_name["step"][0] == 0  # the plots span the whole run
-    assert any("of its 100,000 steps are shown" in entry.text for entry in state.log)
+    assert any("of its 50,000 steps are shown" in entry.text for entry in state.log)
     assert state.median_step_ms() == pytest.approx(1.0 + 3 * 0.01, abs=0.03)  # the last 20
 
 

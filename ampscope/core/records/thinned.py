@@ -17,8 +17,8 @@ file and keeps, whatever its length:
   evenly over the run with its first and last; ``hello``, ``phase``, ``error`` and ``done``
   always.
 
-Step lines are read for three figures only (msgspec, no full decode), and the kept ones are
-decoded at the end. Torch- and textual-free.
+Step lines are read for the four figures that choose them (msgspec, no full decode), and the
+kept ones are decoded at the end. Torch- and textual-free.
 """
 
 from __future__ import annotations
