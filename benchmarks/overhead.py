@@ -43,9 +43,10 @@ import torch  # noqa: E402
 
 from ampscope.core import events as ev  # noqa: E402
 from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.core.records.distribution import merged  # noqa: E402
+from ampscope.core.records.tally import StepTally  # noqa: E402
 from ampscope.engine.checks.device import resolve_device  # noqa: E402
 from ampscope.engine.lifecycle.emitter import EventWriter, LiveStream  # noqa: E402
-from ampscope.engine.lifecycle.stats import RunStats  # noqa: E402
 from ampscope.engine.step.loop import train, train_step  # noqa: E402
 from ampscope.engine.step.metrics import METRICS_WIDTH, MemoryReader, StepReporter  # noqa: E402
 from ampscope.engine.step.setup import build  # noqa: E402
@@ -112,7 +113,7 @@ def main() -> None:
     setup = build(preset, info)
     sink = open(os.devnull, "wb")  # noqa: SIM115
     writer = EventWriter(live=LiveStream(sink.fileno(), recorded=False))
-    reporter = StepReporter(setup, writer, RunStats(warmup_steps=0), peak=None)
+    reporter = StepReporter(setup, writer, StepTally(warmup_steps=0), peak=None)
     memory = MemoryReader(info.device)
     probe = make_step_timer(info.device, width=METRICS_WIDTH)
 
@@ -253,12 +254,12 @@ def print_loop_coverage(setup, writer: EventWriter, steps: int) -> float:
     """engine.loop.train itself, timed whole: its steps' step_ms against its wall time. A
     loop that timed only from each step's start would leave the host work out and read low."""
     s = dataclasses.replace(setup, preset=msgspec.structs.replace(setup.preset, steps=steps))
-    stats = RunStats(warmup_steps=0)
+    tally = StepTally(warmup_steps=0)
     sync(setup)
     t0 = time.perf_counter()
-    train(s, writer, stats, None, threading.Event())
+    train(s, writer, tally, None, threading.Event())
     wall_ms = (time.perf_counter() - t0) * 1e3
-    share = sum(stats.step_ms) / wall_ms
+    share = merged(k.step_ms for k in tally.kinds.values()).total / wall_ms
     print(f"  engine.loop.train   {share:8.1%}  of its wall time is in step_ms ({steps} steps)")
     return share
 

@@ -17,12 +17,12 @@ from ampscope.cli.console import ConsoleReporter
 from ampscope.core import events as ev
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets import load_preset
+from ampscope.core.records.tally import StepTally
 from ampscope.engine.checks import device, doctor
 from ampscope.engine.lifecycle import session
 from ampscope.engine.lifecycle.faults import failure
 from ampscope.engine.lifecycle.hello import choose_peak
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
-from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.step import loop
 from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter
@@ -209,7 +209,7 @@ def compile_oom() -> Exception:
 @pytest.mark.unit
 def test_an_oom_wrapped_by_the_compiler_is_an_oom_at_the_step_that_ran_out() -> None:
     preset = load_preset("amp-bf16")
-    stats = RunStats(warmup_steps=0, compiled=True)
+    stats = StepTally(warmup_steps=0, compiled=True)
     stats.steps_done, stats.step_running = 4, 5  # on CUDA metrics land a step late
     event, code = failure(compile_oom(), preset, None, stats)
     assert event.kind == "oom" and event.step == 5 and code == EXIT_FAILED

@@ -140,7 +140,7 @@ def test_a_disk_that_fills_mid_run_still_ends_the_record_failed_not_crashed(
 ) -> None:
     """Events, summary.json and live.json all fail once the disk is full: the room the
     record held from its start takes its done and its summary."""
-    from ampscope.engine.lifecycle.record import SPARE_BYTES
+    from ampscope.core.records.writer import SPARE_BYTES
     from tests.test_detach import runs_json
 
     disk = FullDisk(tmp_path, SPARE_BYTES + 12_000, monkeypatch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Set
 from types import SimpleNamespace
 
 import pytest
@@ -14,9 +15,9 @@ from ampscope.cli.console import summary_table
 from ampscope.cli.runs import EXAMPLES_DIR as EXAMPLES
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.records.tally import StepTally
 from ampscope.core.units import fmt_final_loss
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
-from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter, zero_fraction
 from ampscope.engine.step.precision import TF32_API_SINCE
@@ -97,11 +98,11 @@ def test_final_loss_text(loss, nonfinite, step_index, shown: str) -> None:
 
 @pytest.mark.unit
 def test_the_compile_step_is_never_timed_even_without_warmup() -> None:
-    stats = RunStats(warmup_steps=0, compiled=True, step_ms=[30_000.0, 10.0, 12.0, 11.0])
-    done = stats.done("ok", 8, None, 1e9, None)
+    stats = tally_of([30_000.0, 10.0, 12.0, 11.0], warmup_steps=0, compiled=True)
+    done = stats.done("ok", 1e9, None, samples=8)
     assert done.step_ms_median == 11.0 and done.step_ms_p90 == 12.0
-    only_compile = RunStats(warmup_steps=0, compiled=True, step_ms=[30_000.0])
-    assert only_compile.done("ok", 8, None, 1e9, None).step_ms_median is None
+    only_compile = tally_of([30_000.0], warmup_steps=0, compiled=True)
+    assert only_compile.done("ok", 1e9, None, samples=8).step_ms_median is None
 
 
 @pytest.mark.unit
@@ -117,10 +118,20 @@ def test_a_compiled_run_without_warmup_leaves_its_first_step_out(monkeypatch) ->
 
 @pytest.mark.unit
 def test_steps_that_count_grad_zeros_are_left_out_of_the_timing() -> None:
-    stats = RunStats(warmup_steps=1, step_ms=[500.0, 10.0, 90.0, 10.0, 12.0], instrumented={0, 2})
-    assert stats.timed() == [10.0, 10.0, 12.0]
-    every = RunStats(warmup_steps=0, step_ms=[5.0, 7.0], instrumented={0, 1})
-    assert every.timed() == [5.0, 7.0]  # every step measured: none left out
+    stats = tally_of([500.0, 10.0, 90.0, 10.0, 12.0], warmup_steps=1, instrumented={0, 2})
+    assert stats.timed().exact == [10.0, 10.0, 12.0]
+    every = tally_of([5.0, 7.0], warmup_steps=0, instrumented={0, 1})
+    assert every.timed().exact == [5.0, 7.0]  # every step measured: none left out
+
+
+def tally_of(
+    step_ms: list[float], warmup_steps: int, compiled: bool = False, instrumented: Set[int] = ()
+) -> StepTally:
+    """A run's tally of steps that took ``step_ms``, the ``instrumented`` ones counting zeros."""
+    tally = StepTally(warmup_steps, compiled)
+    for i, ms in enumerate(step_ms):
+        tally.add(i, ms, 1.0, False, instrumented=i in instrumented)
+    return tally
 
 
 # --------------------------------------------------------------------------- grad zeros
@@ -195,7 +206,7 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     )
     seen: list[ev.Event] = []
     writer = SimpleNamespace(emit=lambda e, urgent=False: seen.append(e))
-    stats = RunStats(warmup_steps=0)
+    stats = StepTally(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, None)  # type: ignore[arg-type]
     memory = MemoryReader(cuda.device)
     nan = float("nan")

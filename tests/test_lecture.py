@@ -119,6 +119,26 @@ def test_every_command_in_the_guide_parses_and_names_what_exists() -> None:
 
 
 @pytest.mark.unit
+def test_every_replay_in_the_guide_plays_in_a_few_seconds_at_its_speed() -> None:
+    """A lecture waits for each replay: played from the run's hello at the command's speed,
+    none takes more than 10 s, and the first thing shown is the run itself, not a start-up."""
+    from ampscope.core import events as ev
+    from ampscope.core import records
+    from ampscope.tui.model.replay import ReplaySource
+
+    replays = [
+        args for args in map(build_parser().parse_args, commands()) if args.command == "replay"
+    ]
+    assert len(replays) == 3
+    for args in replays:
+        events = records.load_run(EXAMPLES_DIR / args.run).events
+        source = ReplaySource(events, speed=args.speed)
+        assert source.duration / args.speed <= 10, args.run
+        source.advance_to(0.0)
+        assert isinstance(source.events[source.index - 1], ev.HelloEvent)  # shown at once
+
+
+@pytest.mark.unit
 def test_the_guides_instant_commands_run(capsys) -> None:
     """The dtypes lines, in this process: exit 0 and what the guide says they show."""
     said = {}

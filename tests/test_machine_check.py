@@ -1312,8 +1312,9 @@ def test_a_busy_check_is_one_sentence_with_the_contention_and_each_spread() -> N
 @pytest.mark.parametrize("peak", [float("nan"), -989.4, 0.0, 1e-300, 10**400])
 def test_the_summarys_mfu_comes_only_from_a_peak_that_is_a_number(peak) -> None:
     """core/records/summary.py's rates, which the engine's and a watched loop's done share."""
+    from ampscope.core.records.distribution import Figures
     from ampscope.core.records.summary import rates
 
-    speed = rates([10.0, 10.0, 10.0], [0, 1, 2], 8, None, 1e12, peak)
+    speed = rates(Figures(exact=[10.0, 10.0, 10.0]), 8, None, 1e12, peak)
     assert speed.tflops == pytest.approx(100.0) and speed.mfu is None
-    assert rates([10.0], [0], 8, None, 1e12, 200.0).mfu == pytest.approx(0.5)
+    assert rates(Figures(exact=[10.0]), 8, None, 1e12, 200.0).mfu == pytest.approx(0.5)

@@ -255,8 +255,8 @@ def test_steps_come_out_once_every_rank_has_reported_them_in_order() -> None:
 
 
 def reporter(scaled: bool = False, peak: float | None = 10.0):
+    from ampscope.core.records.tally import StepTally
     from ampscope.engine.lifecycle.emitter import EventWriter
-    from ampscope.engine.lifecycle.stats import RunStats
     from ampscope.engine.step.metrics import StepReporter
 
     seen: list[ev.Event] = []
@@ -266,7 +266,7 @@ def reporter(scaled: bool = False, peak: float | None = 10.0):
         flops=SimpleNamespace(per_step=4e9),
         preset=SimpleNamespace(lr=1e-3, grad_zero_every=0),
     )
-    stats = RunStats(warmup_steps=0)
+    stats = StepTally(warmup_steps=0)
     return StepReporter(s, EventWriter(on_event=seen.append), stats, peak), seen, stats
 
 
@@ -281,7 +281,7 @@ def test_the_job_step_is_the_slowest_rank_over_the_global_batch() -> None:
     assert step.mfu == pytest.approx(step.tflops / (2 * 10.0))  # world x peak
     assert step.mem_allocated == 101 and step.mem_peak == 201  # the fullest rank
     assert [(r.rank, r.step_ms, r.loss) for r in step.ranks] == [(0, 10.0, 2.0), (1, 20.0, 4.0)]
-    done = stats.done("ok", 8, None, 4e9, 10.0, world_size=2, ranks=stats.rank_done())
+    done = stats.done("ok", 4e9, 10.0, samples=8, world_size=2, ranks=stats.rank_done())
     assert done.samples_per_s == pytest.approx(step.samples_per_s) and done.world_size == 2
     assert done.mfu == pytest.approx(step.mfu)
     assert [r.step_ms_median for r in done.ranks] == [10.0, 20.0]

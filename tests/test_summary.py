@@ -8,8 +8,7 @@ import math
 import pytest
 
 from ampscope.core.records import summary
-from ampscope.engine.lifecycle.stats import RunStats
-from ampscope.watching.stats import RunFigures
+from ampscope.core.records.tally import StepTally
 
 # step 0 compiles, step 3 also counted gradient zeros, the last loss is NaN
 STEPS = [
@@ -25,25 +24,22 @@ SAMPLES, TOKENS, FLOPS, PEAK = 8, 8 * 128, 2e9, 100.0
 
 
 def engine_done():
-    stats = RunStats(warmup_steps=1, compiled=True, compile_s=29.9)
+    """As the engine keeps its books: compiled from the start, the same batch every step."""
+    tally = StepTally(warmup_steps=1, compiled=True)
+    tally.compile_s = 29.9
     for step, (ms, loss, skipped, zeros) in enumerate(STEPS):
-        stats.steps_done = step + 1
-        stats.step_ms.append(ms)
-        if zeros:
-            stats.instrumented.add(step)
-        stats.skipped += skipped
-        stats.loss_final, stats.loss_final_step = loss, step
-        if math.isfinite(loss) and stats.loss_first is None:
-            stats.loss_first = loss
-    return stats.done("ok", SAMPLES, TOKENS, FLOPS, PEAK)
+        tally.add(step, ms, loss, skipped, instrumented=zeros)
+    return tally.done("ok", FLOPS, PEAK, samples=SAMPLES, tokens=TOKENS)
 
 
 def watch_done():
-    figures = RunFigures(warmup_steps=1)
-    figures.compile_s = 29.9
+    """As a watched loop keeps them: the compile learned after the first step, each step's
+    batch given with it."""
+    tally = StepTally(warmup_steps=1)
+    tally.compile_s = 29.9
     for step, (ms, loss, skipped, zeros) in enumerate(STEPS):
-        figures.add(step, ms, loss, skipped, SAMPLES, TOKENS, None, zeros)
-    return figures.done("ok", FLOPS, PEAK)
+        tally.add(step, ms, loss, skipped, samples=SAMPLES, tokens=TOKENS, instrumented=zeros)
+    return tally.done("ok", FLOPS, PEAK)
 
 
 FIELDS = [
@@ -76,10 +72,10 @@ def test_an_engine_run_and_a_watched_loop_summarise_the_same_steps_alike() -> No
 
 @pytest.mark.unit
 def test_a_watched_loops_rates_are_a_typical_steps_so_one_odd_batch_moves_nothing() -> None:
-    figures = RunFigures(warmup_steps=0)
+    tally = StepTally(warmup_steps=0)
     for step, (ms, samples) in enumerate([(10.0, 8), (10.0, 8), (10.0, 8), (40.0, 4096)]):
-        figures.add(step, ms, 1.0, False, samples, None, None)
-    done = figures.done("ok", None, None)
+        tally.add(step, ms, 1.0, False, samples=samples)
+    done = tally.done("ok", None, None)
     assert done.step_ms_median == 10.0 and done.samples_per_s == pytest.approx(800.0)
     assert done.tokens_per_s is None and done.tflops is None  # never given: '-', not 0
 

@@ -228,7 +228,7 @@ def test_a_stop_whose_figures_cannot_be_summed_still_ends_the_record_stopped(
     """A SIGTERM can land anywhere in the user's step, ampscope's own code included. Whatever
     it leaves half done, the record still ends with its ``done``: once a watched script's
     record was left 'incomplete' after a SIGTERM (a CI run, under load)."""
-    from ampscope.watching.stats import RunFigures
+    from ampscope.core.records.tally import StepTally
 
     model, opt = tiny_model()
     mon = ampscope.watch(model, opt, runs_dir=tmp_path)
@@ -237,7 +237,7 @@ def test_a_stop_whose_figures_cannot_be_summed_still_ends_the_record_stopped(
     def broken(*args, **kwargs):
         raise IndexError("a step half recorded")
 
-    monkeypatch.setattr(RunFigures, "done", broken)
+    monkeypatch.setattr(StepTally, "done", broken)
     mon.note_signal(15)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -84,7 +84,7 @@ def test_a_full_disk_ends_the_watched_record_failed_with_the_reason_not_crashed(
         time.sleep(0.3)  # the first lines are on disk
         assert mon._record is not None and mon.run_dir is not None
         full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, mon._record.file._file.fd)  # from now on, the disk is full
+        os.dup2(full, mon._record.events.fd)  # from now on, the disk is full
         os.close(full)
         for _ in range(20):
             one_step(mon, model, opt)

@@ -10,6 +10,7 @@ from typing import TextIO
 
 from ampscope.core import events as ev
 from ampscope.core.presets.fp8_recipes import layers_line
+from ampscope.core.records import summary
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_mfu, fmt_ms, fmt_num
 
@@ -159,11 +160,7 @@ def summary_table(done: ev.DoneEvent, error_said: bool = False) -> str:
         ("steps", str(done.steps_done)),
         ("step time (median)", fmt_ms(done.step_ms_median)),
         ("step time p10-p90", f"{fmt_ms(done.step_ms_p10)} - {fmt_ms(done.step_ms_p90)}"),
-        (
-            "throughput",
-            f"{fmt_num(done.samples_per_s)} samples/s"
-            + (f", {fmt_num(done.tokens_per_s)} tokens/s" if done.tokens_per_s else ""),
-        ),
+        *throughput(done),
         ("TFLOP/s", f"{done.tflops:.3g}" if done.tflops is not None else "-"),
         ("MFU", fmt_mfu(done.mfu, done.mfu_measured)),
         ("peak memory", fmt_bytes(done.mem_peak)),
@@ -180,6 +177,25 @@ def summary_table(done: ev.DoneEvent, error_said: bool = False) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def throughput(done: ev.DoneEvent) -> list[tuple[str, str]]:
+    """The median step's rates, and under them what the run delivered where that differs
+    (``core.records.summary.delivered_samples_per_s``)."""
+    rates = f"{fmt_num(done.samples_per_s)} samples/s" + (
+        f", {fmt_num(done.tokens_per_s)} tokens/s" if done.tokens_per_s else ""
+    )
+    delivered = summary.delivered_samples_per_s(done)
+    if delivered is None:
+        return [("throughput", rates)]
+    why = ": slower steps held the run back" if delivered < (done.samples_per_s or 0) else ""
+    return [
+        ("throughput", f"{rates} at the median step"),
+        (
+            "delivered",
+            f"{fmt_num(delivered)} samples/s (mean step {fmt_ms(done.step_ms_mean)}{why})",
+        ),
+    ]
 
 
 def where_it_runs(hello: ev.HelloEvent) -> str:

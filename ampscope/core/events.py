@@ -306,6 +306,7 @@ class DoneEvent(Event, tag="done"):
     mem_peak_compile: int | None = None  # CUDA, compiled runs: the compile step's own peak
     mfu_measured: float | None = None  # against world_size x hello.measured_tflops
     cpu_ms_median: float | None = None  # CPU devices: the timed steps' median cpu_ms
+    step_ms_mean: float | None = None  # the timed steps' summed time over their count
 
 
 class ProfileOp(msgspec.Struct, kw_only=True):

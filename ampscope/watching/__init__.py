@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ampscope.watching.options import Options, RecordOptions, WatchOptions, check_objects
-from ampscope.watching.record import WatchWarning
+from ampscope.watching.troubles import WatchWarning
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ampscope.watching.record import Troubles
+from ampscope.watching.troubles import Troubles
 
 
 class GradNormHook:

@@ -199,7 +199,7 @@ class StepNotes:
         return True
 
 
-def outcome(error: BaseException | None, signum: int | None) -> tuple[str, str | None]:
+def outcome(error: BaseException | None, signum: int | None) -> tuple[ev.DoneStatus, str | None]:
     """The ``done`` status and error message for a run that ends with ``error`` (or none).
 
     After SIGTERM or SIGINT any ending is a stop: trainers turn the signal into their own

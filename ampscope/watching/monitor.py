@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.records.tally import StepTally
+from ampscope.core.records.writer import RecordWriter
 from ampscope.engine.lifecycle.emitter import EventWriter
 from ampscope.engine.step.metrics import MemoryReader
 from ampscope.watching import exits
@@ -30,10 +32,9 @@ from ampscope.watching.messages import StepNotes, error_event, outcome, partial_
 from ampscope.watching.opening import open_record, start_telemetry
 from ampscope.watching.options import Options
 from ampscope.watching.readout import RSS_EVERY_S, Raw, make_readout
-from ampscope.watching.record import Troubles, WatchRecord
 from ampscope.watching.reporting import StepReport, Ticker
-from ampscope.watching.stats import RunFigures
 from ampscope.watching.step_hooks import StepHooks
+from ampscope.watching.troubles import Troubles
 
 TICK_S = 0.1
 """How often landed steps become events and lines go to disk (off the training thread)."""
@@ -54,7 +55,7 @@ class Monitor:
         self.flops_per_step: float | None = self.options.flops_per_step
         self.run_dir: Path | None = None
         self._optimizer = optimizer
-        self._record: WatchRecord | None = None
+        self._record: RecordWriter | None = None
         self._writer: EventWriter | None = None
         self._hello: ev.HelloEvent | None = None
         self._facts: RunFacts | None = None
@@ -64,12 +65,12 @@ class Monitor:
         self._compile = CompileTracker(False, self._emit)
         self._next_step = 0
         self._steps = StepReport(
-            RunFigures(self.options.warmup_steps),
+            StepTally(self.options.warmup_steps),
             StepNotes(self.options.precision or ""),
             self._emit,
             lambda: self._hooks.bad_step() if self._hooks is not None else None,
         )
-        self._figures, self._notes = self._steps.figures, self._steps.notes
+        self._tally, self._notes = self._steps.tally, self._steps.notes
         self._signal: int | None = None
         self._exit: tuple[object, int] | None = None  # sys.exit's code, and the step it came at
         self._closed = False
@@ -93,7 +94,7 @@ class Monitor:
         if opened is None:
             return
         facts, self._record, writer, self._hello = opened
-        self._facts, self._writer, self.run_dir = facts, writer, self._record.dir
+        self._facts, self._writer, self.run_dir = facts, writer, self._record.run_dir
         self._notes.precision = facts.precision
         self._sampler = start_telemetry(writer, facts, o.telemetry_hz, self.troubles)
         numerics = None
@@ -114,7 +115,7 @@ class Monitor:
         self._readout = make_readout(facts.info.device, scaler)
         self._landed = self._readout.landed
         writer.flush()  # hello on disk now, not at the first tick: a process may end before it
-        self._record.file.write_queued()
+        self._record.write_queued()
         self._ticker = Ticker(TICK_S, self._tick, "ampscope-watch")
         if o.count_flops and not facts.compiled:
             self._hooks.count_flops()
@@ -178,7 +179,7 @@ class Monitor:
             grad_norm, zeros = self._hooks.take(step, grad_norm)
         if step == 0:
             self._compile.first_step_done()
-            self._figures.compile_s = self._compile.compile_s
+            self._tally.compile_s = self._compile.compile_s
         self._extras = self._hooks is not None and self._hooks.any
         return grad_norm, zeros
 
@@ -249,13 +250,13 @@ class Monitor:
         try:  # the last steps read, the error, the phase's end: a signal may have cut any of it
             self._wind_down(error, status)
             peak = self._facts.peak if self._facts else None
-            done = self._figures.done(status, self.flops_per_step, peak, message)
+            done = self._tally.done(status, self.flops_per_step, peak, message)
         except Exception as exc:  # noqa: BLE001 - a signal mid-step: the record still ends
             self.troubles.report("summing up the run failed, so its done has no figures", exc)
             done = ev.empty_done(status, message)
         self._emit(done, urgent=True)
         self._writer.close()
-        self._record.finish(self._hello, done)
+        self._record.close(self._hello, done)
 
     def _wind_down(self, error: BaseException | None, status: str) -> None:
         self._end_flop_count()
@@ -267,7 +268,7 @@ class Monitor:
         self._report_landed()
         if status == "failed" and error is not None:
             self._emit(error_event(error, self._next_step), urgent=True)
-        last = self._figures.steps_done - 1 if self._figures.steps_done else None
+        last = self._tally.steps_done - 1 if self._tally.steps_done else None
         self._emit(ev.PhaseEvent(phase="train", state="end", step=last), urgent=True)
         if self._sampler is not None:
             self._sampler.stop()
@@ -287,7 +288,7 @@ class Monitor:
             self._writer.emit(done, urgent=True)
             self._writer.close()
         if self._record is not None:
-            self._record.finish(self._hello, done)
+            self._record.close(self._hello, done)
 
     def forget_after_fork(self) -> None:
         """In a forked child (``exits`` calls it right after the fork): the record is the
@@ -298,7 +299,7 @@ class Monitor:
         self._writer = None
         self._sampler = None
         if self._record is not None:
-            self._record.file.forget_after_fork()
+            self._record.forget_after_fork()
         with contextlib.suppress(Exception):  # the child's own copy of the hooks
             self._remove_hooks()
 

@@ -11,11 +11,12 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.records.writer import RecordWriter
 from ampscope.engine.lifecycle.emitter import EventWriter
 from ampscope.watching.describe import RunFacts, describe, hello_event, rss_without_model
 from ampscope.watching.messages import default_name, setup_warnings
 from ampscope.watching.options import Options
-from ampscope.watching.record import Troubles, WatchRecord
+from ampscope.watching.troubles import Troubles
 
 FLUSH_S = 1.0
 """The event writer's own flush thread: the monitor's tick flushes it well before that."""
@@ -23,7 +24,7 @@ FLUSH_S = 1.0
 
 class Opened(NamedTuple):
     facts: RunFacts
-    record: WatchRecord
+    record: RecordWriter
     writer: EventWriter
     hello: ev.HelloEvent
 
@@ -48,16 +49,16 @@ def open_record(
     facts = describe(model, optimizer, scaler, options, name)
     live = {"source": "watch", "allow_stop": options.allow_stop, "stop_signal": stop_signal()}
     root = Path(options.runs_dir) if options.runs_dir is not None else records.default_runs_dir()
-    record = WatchRecord.create(root, name, facts.config, live, troubles)
+    record = create_record(root, name, facts.config, live, troubles)
     if record is None:
         return None
-    writer = EventWriter(record.file, flush_interval=FLUSH_S)
+    writer = EventWriter(record, flush_interval=FLUSH_S)
     writer.emit(ev.PhaseEvent(phase="setup", state="start"), urgent=True)
     rss_before = None if facts.info.is_cuda else rss_without_model(model)
     hello = hello_event(
         facts,
-        record.dir.name,
-        str(record.dir.resolve()),
+        record.run_dir.name,
+        str(record.run_dir.resolve()),
         options.flops_per_step,
         options.allow_stop,
         rss_before,
@@ -66,6 +67,22 @@ def open_record(
     for warning in setup_warnings(options.count_flops, facts):
         writer.emit(warning, urgent=True)
     return Opened(facts, record, writer, hello)
+
+
+def create_record(
+    root: Path, name: str, config: dict[str, Any], live: dict[str, Any], troubles: Troubles
+) -> RecordWriter | None:
+    """The run's record as a watched loop needs it: nothing written on the training thread
+    (the monitor's thread calls ``tick``), and the loop goes on when the record cannot. None
+    (and one warning) when the runs folder cannot hold one."""
+    try:
+        run_dir = records.new_run_dir(root, name)
+        return RecordWriter(
+            run_dir, config, live=live, queued=True, goes_on=True, on_trouble=troubles.report
+        )
+    except (OSError, RuntimeError) as exc:
+        troubles.report(f"cannot create a run record under {root}", exc)
+        return None
 
 
 def start_telemetry(writer: EventWriter, facts: RunFacts, hz: float, troubles: Troubles) -> Any:

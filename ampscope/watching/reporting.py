@@ -1,6 +1,7 @@
 """A watched step's figures, once they have landed on the host, as the engine reports its
-own: a ``step`` event, the run's statistics, and the notes a skipped or non-finite step (or a
-run without FLOPs) calls for. Runs on the monitor's thread, never the training thread's."""
+own: a ``step`` event (``core.records.step_event``), the run's tally (``core.records.tally``),
+and the notes a skipped or non-finite step (or a run without FLOPs) calls for. Runs on the
+monitor's thread, never the training thread's."""
 
 from __future__ import annotations
 
@@ -11,23 +12,24 @@ from collections.abc import Callable
 
 import torch
 
+from ampscope.core import events as ev
+from ampscope.core.records.step_event import step_event
+from ampscope.core.records.tally import StepTally
 from ampscope.engine.step.metrics import MemoryReader
 from ampscope.watching.messages import StepNotes
 from ampscope.watching.readout import RSS_EVERY_S, Raw, StepValues
-from ampscope.watching.stats import RunFigures
-from ampscope.watching.step_event import step_event
 
 
 class StepReport:
     def __init__(
         self,
-        figures: RunFigures,
+        tally: StepTally,
         notes: StepNotes,
         emit: Callable[..., None],
         bad_step: Callable[[], None],
     ) -> None:
         """``bad_step`` is told of a step that was skipped or not finite."""
-        self.figures, self.notes, self.emit, self.bad_step = figures, notes, emit, bad_step
+        self.tally, self.notes, self.emit, self.bad_step = tally, notes, emit, bad_step
         # the device's, once the run knows it is on a GPU
         self.memory = MemoryReader(torch.device("cpu"), host_every_s=RSS_EVERY_S)
         self.peak: float | None = None  # the device's peak TFLOP/s, for MFU
@@ -37,14 +39,31 @@ class StepReport:
         scaled = not math.isnan(v.scale)
         skipped = scaled and v.scale < v.scale_before
         finite = v.loss is None or math.isfinite(v.loss)
-        allocated, _reserved, peak_mem = mem = self.memory.read()
-        step = step_event(v, skipped, finite, mem, flops, self.peak)
+        step = step_event(
+            v.step,
+            v.step_ms,
+            v.loss,
+            skipped,
+            loss_scale=v.scale,
+            grad_norm=v.grad_norm,
+            samples=v.samples,
+            tokens=v.tokens,
+            flops=flops,
+            peak_tflops=self.peak,
+            memory=self.memory.read(),
+            zeros=v.zeros,
+            lr=v.lr,
+        )
         self.emit(step)
-        tokens = v.tokens if step.tokens_per_s is not None else None
-        memory = peak_mem if peak_mem is not None else allocated
-        counted_zeros = not math.isnan(v.zeros)
-        self.figures.add(
-            v.step, v.step_ms, v.loss, skipped, v.samples, tokens, memory, counted_zeros
+        self.tally.add(
+            v.step,
+            v.step_ms,
+            v.loss,
+            skipped,
+            memory=ev.peak_memory(step),
+            samples=v.samples,
+            tokens=v.tokens if step.tokens_per_s is not None else None,
+            instrumented=step.grad_zero_frac is not None,
         )
         if finite:
             self.notes.nonfinite = 0

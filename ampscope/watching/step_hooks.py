@@ -13,7 +13,7 @@ import torch
 
 from ampscope.watching.gradients import GradNormHook, ZeroGradHook
 from ampscope.watching.options import Options
-from ampscope.watching.record import Troubles
+from ampscope.watching.troubles import Troubles
 
 
 class StepHooks:

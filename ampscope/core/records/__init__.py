@@ -7,9 +7,16 @@ exactly as emitted (its first line, ``hello``, names the device and versions), a
 
 Beside this module (run folders on disk, loading them):
 
-    summary.py  how a run is summarised in ``done``, engine runs and watched loops alike
-    labels.py   what a recorded run is called on every screen
-    files.py    reading a record's files, which need not be regular files, bounded
+    writer.py        writing a run's record while it runs (events, heartbeat, summary)
+    step_event.py    a step's figures as its ``step`` event
+    tally.py         a run's books: its steps' figures, losses and peaks, for ``done``
+    thinned.py       a long record read in bounded memory, thinned as the plots are
+    distribution.py  one figure of every step, in memory that does not grow with the run
+    summary.py       how a run is summarised in ``done``, engine runs and watched loops alike
+    labels.py        what a recorded run is called on every screen
+    files.py         reading a record's files, which need not be regular files, bounded
+
+The engine and ``ampscope.watch`` keep their books with the same writer, step event and tally.
 """
 
 from __future__ import annotations
@@ -85,6 +92,8 @@ class RunRecord:
     unreadable_lines: int = 0
     problem: str | None = None
     """Why (part of) the record could not be read: shown beside it, never raised."""
+    note: str = ""
+    """How its events were read, where not whole (a long record, thinned: ``load_run``)."""
 
     @property
     def name(self) -> str:
@@ -124,13 +133,22 @@ def read_events(path: Path) -> tuple[list[ev.Event], int]:
     return events, bad
 
 
-def load_run(path: Path, with_events: bool = True) -> RunRecord:
-    """A record as far as it can be read: whatever is unreadable is named in ``problem``."""
+def load_run(path: Path, with_events: bool = True, thinned: bool = False) -> RunRecord:
+    """A record as far as it can be read: whatever is unreadable is named in ``problem``.
+    ``thinned``: its events in bounded memory, however long the run (``thinned.read_thinned``;
+    what was left out is said in ``note``)."""
     record = RunRecord(path)
     events_path = path / EVENTS_FILE
     try:
         if with_events and events_path.is_file():
-            record.events, record.unreadable_lines = read_events(events_path)
+            if thinned:
+                from ampscope.core.records.thinned import read_thinned  # numpy: not at start-up
+
+                kept = read_thinned(events_path)
+                record.events, record.unreadable_lines = kept.events, kept.unreadable
+                record.note = kept.note()
+            else:
+                record.events, record.unreadable_lines = read_events(events_path)
             for item in record.events:
                 if isinstance(item, ev.HelloEvent):
                     record.hello = item

@@ -8,7 +8,8 @@ Compare sets an engine run beside a watched loop, so both summarise their steps 
   first step only;
 - step time: the median of the timed steps, with the 10th and 90th percentiles;
 - rates: a typical step's amount (the median samples, tokens or FLOPs of the timed steps) over
-  the median step time, so that one slow step moves neither;
+  the median step time, so that one slow step moves neither; beside them the timed steps' mean
+  (their summed time over their count), from which the throughput they delivered follows;
 - the final loss: the last step's, finite or not; a non-finite one is named (``nan``, ``inf``)
   since JSON has neither.
 
@@ -18,18 +19,21 @@ Torch-free: the engine and ``ampscope.watch`` both call it.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ampscope.core import events as ev
 from ampscope.core.machine.mfu import share
 
+if TYPE_CHECKING:  # numpy: the dashboard reads summaries and starts without it
+    from ampscope.core.records.distribution import Figures
+
 
 class RunTotals(Protocol):
-    """What the engine's and a watched loop's statistics both keep of a run."""
+    """What a run's tally (``core.records.tally.StepTally``) keeps of it besides its steps'
+    figures."""
 
     steps_done: int
     loss_first: float | None
@@ -66,6 +70,7 @@ def done_event(
         compile_s=totals.compile_s,
         wall_s=round(time.monotonic() - totals.started, 3),
         error=error,
+        step_ms_mean=speed.step_ms_mean,
         **more,
     )
 
@@ -95,50 +100,50 @@ class Rates:
     tokens_per_s: float | None
     tflops: float | None
     mfu: float | None
+    step_ms_mean: float | None = None
 
 
 def rates(
-    step_ms: Sequence[float],
-    kept: Sequence[int],
-    samples: Sequence[float] | float,
-    tokens: Sequence[float] | float | None,
+    times: Figures,
+    samples: float | None,
+    tokens: float | None,
     flops: float | None,
     peak_tflops: float | None,
 ) -> Rates:
-    """The summary's speed figures over the ``kept`` steps.
-
-    ``samples`` and ``tokens`` are per step: one number for every step, or one a step (NaN
-    where a step gave none). ``flops`` is per step; ``peak_tflops`` the device's peak, for MFU.
-    """
-    times = sorted(step_ms[i] for i in kept)
-    median = statistics.median(times) if times else None
+    """The summary's speed figures: ``times`` are the timed steps' (``Figures`` of a
+    ``core.records.tally.StepTally``); ``samples``, ``tokens`` and ``flops`` a typical
+    step's; ``peak_tflops`` the device's peak, for MFU."""
+    median = times.median()
     per_s = 1000.0 / median if median else None
-    typical_samples = typical(samples, kept)
-    typical_tokens = typical(tokens, kept) if tokens is not None else None
     tflops = flops * per_s / 1e12 if per_s and flops else None
     return Rates(
         step_ms_median=median,
-        step_ms_p10=quantile(times, 0.1),
-        step_ms_p90=quantile(times, 0.9),
-        samples_per_s=typical_samples * per_s if per_s and typical_samples else None,
-        tokens_per_s=typical_tokens * per_s if per_s and typical_tokens else None,
+        step_ms_p10=times.quantile(0.1),
+        step_ms_p90=times.quantile(0.9),
+        samples_per_s=samples * per_s if per_s and samples else None,
+        tokens_per_s=tokens * per_s if per_s and tokens else None,
         tflops=tflops,
         mfu=share(tflops, peak_tflops),
+        step_ms_mean=times.mean(),
     )
 
 
-def typical(per_step: Sequence[float] | float, kept: Sequence[int]) -> float | None:
-    """The median amount of the kept steps that gave one (NaN: none given)."""
-    if isinstance(per_step, (int, float)):
-        return float(per_step)
-    given = [per_step[i] for i in kept if i < len(per_step) and not math.isnan(per_step[i])]
-    return statistics.median(given) if given else None
+DELIVERED_GAP = 0.1
+"""Delivered throughput this much below (or above) the median step's is worth saying."""
 
 
-def quantile(sorted_values: Sequence[float], q: float) -> float | None:
-    if not sorted_values:
+def delivered_samples_per_s(done: ev.DoneEvent) -> float | None:
+    """The samples a second the timed steps delivered (a typical step's samples over their
+    mean step), where it differs from the median step's rate by more than DELIVERED_GAP: a
+    run whose steps were now and then held up (other processes on the cores, waits) trains
+    slower than its median step says. None where they agree, or in records before
+    ``step_ms_mean``."""
+    median, mean, rate = done.step_ms_median, done.step_ms_mean, done.samples_per_s
+    if not median or not mean or not rate:
         return None
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+    if abs(mean / median - 1.0) <= DELIVERED_GAP:
+        return None
+    return rate * median / mean
 
 
 def finite(x: float | None) -> bool:

@@ -32,7 +32,7 @@ DROPPABLE = (ev.StepEvent, ev.SysEvent)
 
 
 class RecordSink(Protocol):
-    """Where the durable copy goes (``engine.lifecycle.record.RecordWriter``). ``append`` never raises."""
+    """Where the durable copy goes (``core.records.writer.RecordWriter``). ``append`` never raises."""
 
     @property
     def fault(self) -> Exception | None:

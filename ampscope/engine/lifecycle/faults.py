@@ -9,10 +9,11 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
 from ampscope.core.numerics.nonfinite import range_advice
+from ampscope.core.records.tally import StepTally
+from ampscope.core.records.writer import RecordLost
 from ampscope.engine.checks.device import DeviceInfo
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_USAGE
-from ampscope.engine.lifecycle.record import IO_HINT, RecordLost
-from ampscope.engine.lifecycle.stats import RunStats
+from ampscope.engine.lifecycle.record import IO_HINT
 from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.workloads.user_code import raised_by_ampscope, user_traceback
 
@@ -22,10 +23,10 @@ OOM_HINT = (
 )
 
 
-def left_early(exc: SystemExit, stats: RunStats) -> ev.ErrorEvent:
+def left_early(exc: SystemExit, tally: StepTally) -> ev.ErrorEvent:
     """The user's code called ``sys.exit()`` inside the run (at import, in the factory, in
     ``forward``): the process would end silently with a torn record, so it is a failure."""
-    step = stats.step_running
+    step = tally.step_running
     where = (
         f"at step {step}"
         if step is not None
@@ -79,7 +80,7 @@ def every_step_skipped(exc: EveryStepSkipped, preset: str) -> ev.ErrorEvent:
 
 
 def failure(
-    exc: Exception, preset: cfg.Preset, info: DeviceInfo | None, stats: RunStats
+    exc: Exception, preset: cfg.Preset, info: DeviceInfo | None, tally: StepTally
 ) -> tuple[ev.ErrorEvent, int]:
     """The error event for a fault and the exit code it gives."""
     if isinstance(exc, cfg.ConfigError):
@@ -109,12 +110,12 @@ def failure(
         return ev.ErrorEvent(kind="diverged", message=str(exc), step=exc.step), EXIT_FAILED
     if isinstance(exc, RecordLost):
         event = ev.ErrorEvent(
-            kind="io", message=exc.message, step=stats.steps_done or None, hint=IO_HINT
+            kind="io", message=exc.message, step=tally.steps_done or None, hint=IO_HINT
         )
         return event, EXIT_FAILED
     reason = out_of_memory(exc)
     if reason is not None:
-        step = stats.step_running if stats.step_running is not None else stats.steps_done
+        step = tally.step_running if tally.step_running is not None else tally.steps_done
         gpu = info.device if info is not None and info.is_cuda else None  # a CPU run has no pool
         event = ev.ErrorEvent(
             kind="oom",
@@ -134,7 +135,7 @@ def failure(
     event = ev.ErrorEvent(
         kind="exception",
         message=message,
-        step=stats.steps_done or None,
+        step=tally.steps_done or None,
         traceback=trace,
     )
     return event, EXIT_FAILED

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
 from ampscope.core import records
+from ampscope.core.records.writer import RecordWriter
 from ampscope.engine.lifecycle.children import end_users_children, mark_descendants
 from ampscope.engine.lifecycle.emitter import EventWriter, LiveStream
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
@@ -30,7 +31,7 @@ from ampscope.engine.lifecycle.process import (
     install_signal_handlers,
     watch_parent,
 )
-from ampscope.engine.lifecycle.record import RecordWriter, discard_unstarted, open_run_dir
+from ampscope.engine.lifecycle.record import discard_unstarted, open_record, open_run_dir
 from ampscope.engine.ranks import RankEnv
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "run"]
@@ -65,7 +66,7 @@ def run(
     given, made = run_dir, None
     try:
         made = run_dir = open_run_dir(preset, record, runs_dir, run_dir)
-        saved = RecordWriter(run_dir, preset) if run_dir else None
+        saved = open_record(run_dir, preset) if run_dir else None
     except OSError as exc:
         if made is not None and given is None:  # a full disk: no empty folder listed crashed
             discard_unstarted(made)

@@ -12,6 +12,7 @@ from pathlib import Path
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
 from ampscope.core.machine.mfu import above_peak_warnings, of_measured
+from ampscope.core.records.tally import StepTally
 from ampscope.engine.checks.device import DeviceInfo, resolve_device
 from ampscope.engine.checks.validation import read_facts, require_runnable
 from ampscope.engine.lifecycle.children import end_users_children
@@ -20,7 +21,6 @@ from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from ampscope.engine.lifecycle.faults import failure, left_early
 from ampscope.engine.lifecycle.hello import make_hello, measured_warning
 from ampscope.engine.lifecycle.process import SoFar
-from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.ranks.link import Link, SoloLink, connect
@@ -49,9 +49,9 @@ def train_preset(
     ``profile`` is ``(step, K)``: profile K steps from that step on (``ampscope profile``);
     without it, only when a viewer asks (rank 0, which has the run folder, profiles)."""
     ranks = ranks or RankEnv()
-    stats = RunStats(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
+    tally = StepTally(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     if so_far is not None:
-        so_far.step = lambda: stats.step_running
+        so_far.step = lambda: tally.step_running
     info: DeviceInfo | None = None
     hello: ev.HelloEvent | None = None
     sampler: TelemetrySampler | None = None
@@ -70,15 +70,15 @@ def train_preset(
         ]
         hello = make_hello(setup, run_dir, rank_devices(setup))
         writer.emit(hello, urgent=True)
-        offer_summary(so_far, stats, hello)
+        offer_summary(so_far, tally, hello)
         sampler, sample = start_sampler(writer, info, preset.telemetry_hz, link)
         for code, message in setup_warnings:
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         in_loop.set()
         profiler = ProfileControl(writer, info.device, run_dir if ranks.lead else None, profile)
-        status = train(setup, writer, stats, hello.peak_tflops, stop, sample, profiler)
-        checksums = compare_weights(setup, stats.steps_done - 1 if stats.steps_done else None)
+        status = train(setup, writer, tally, hello.peak_tflops, stop, sample, profiler)
+        checksums = compare_weights(setup, tally.steps_done - 1 if tally.steps_done else None)
         writer.flush()
         writer.check_record()  # every step on disk before the run is called a success
         exit_code = EXIT_STOPPED if status == "stopped" else EXIT_OK
@@ -89,7 +89,7 @@ def train_preset(
             writer.emit(elsewhere, urgent=True)
             status, exit_code, error = "failed", EXIT_FAILED, elsewhere.message
     except Exception as exc:  # noqa: BLE001 - every fault must reach the watcher as an event
-        event, exit_code = failure(exc, preset, info, stats)
+        event, exit_code = failure(exc, preset, info, tally)
         event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
         writer.emit(event, urgent=True)
         if isinstance(exc, cfg.ConfigError) and writer.on_event is None and ranks.lead:
@@ -98,13 +98,13 @@ def train_preset(
                 print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
     except SystemExit as exc:  # the user's code: ampscope's own never exits inside a run
-        event = link.blame(left_early(exc, stats), exc, shared=False)
+        event = link.blame(left_early(exc, tally), exc, shared=False)
         writer.emit(event, urgent=True)
         if writer.on_event is None and ranks.lead:
             print(f"ampscope: {event.message}", file=sys.stderr)
         status, exit_code, error = "failed", EXIT_FAILED, event.message
     wind_down(writer, profiler, sampler)
-    done = done_event(stats, status, hello, error, checksums)
+    done = done_event(tally, status, hello, error, checksums)
     for code, message in above_peak_warnings(done, hello):
         writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
     writer.emit(done, urgent=True)
@@ -123,14 +123,14 @@ def wind_down(
     end_users_children(writer)
 
 
-def offer_summary(so_far: SoFar | None, stats: RunStats, hello: ev.HelloEvent) -> None:
+def offer_summary(so_far: SoFar | None, tally: StepTally, hello: ev.HelloEvent) -> None:
     """Let a run ended from another thread write the summary of the steps so far."""
     if so_far is not None:
-        so_far.summary = lambda status, error: (hello, done_event(stats, status, hello, error))
+        so_far.summary = lambda status, error: (hello, done_event(tally, status, hello, error))
 
 
 def done_event(
-    stats: RunStats,
+    tally: StepTally,
     status: ev.DoneStatus,
     hello: ev.HelloEvent | None,
     error: str | None,
@@ -138,16 +138,16 @@ def done_event(
 ) -> ev.DoneEvent:
     """Rates need the workload's figures from hello; a run that never got there has none."""
     if hello is None:
-        return stats.done(status, 0, None, 0.0, None, error)
-    done = stats.done(
+        return tally.done(status, None, None, error)
+    done = tally.done(
         status,
-        hello.samples_per_step,
-        hello.tokens_per_step,
         hello.flops_per_step,
         hello.peak_tflops,
         error,
+        samples=hello.samples_per_step,
+        tokens=hello.tokens_per_step,
         world_size=hello.world_size,
-        ranks=stats.rank_done(checksums),
+        ranks=tally.rank_done(checksums),
     )
     done.mfu_measured = of_measured(done.tflops, hello.measured_tflops, hello.world_size)
     return done

@@ -23,8 +23,8 @@ from torch.nn.utils import clip_grad_norm_
 
 from ampscope.core import events as ev
 from ampscope.core.presets import Debug
+from ampscope.core.records.tally import StepTally
 from ampscope.engine.lifecycle.emitter import EventWriter
-from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.numerics import LoopNumerics, LossOf, loop_numerics
 from ampscope.engine.profiling import ProfileControl, no_phase
 from ampscope.engine.ranks.parallelize import plain
@@ -115,7 +115,7 @@ def inject_faults(debug: Debug, step: int, loss: torch.Tensor, rank: int = 0) ->
 def train(
     s: Setup,
     writer: EventWriter,
-    stats: RunStats,
+    stats: StepTally,
     peak: float | None,
     stop: threading.Event,
     sample: Callable[[], ev.RankSys | None] = lambda: None,

@@ -2,7 +2,8 @@
 
 The step returns its figures as one small device tensor (``StepMetrics`` order); nothing in it
 waits for the GPU. The step timer reads the tensor back a step late, and ``StepReporter`` turns it
-into a step event, warnings, and the run's statistics.
+into a step event (``core.records.step_event``), warnings, and the run's tally
+(``core.records.tally``), as a watched loop does.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import NamedTuple
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core.machine.mfu import share
 from ampscope.core.memory.host import HostPeak
+from ampscope.core.records.step_event import step_event
+from ampscope.core.records.tally import StepTally
 from ampscope.engine.lifecycle.emitter import EventWriter
-from ampscope.engine.lifecycle.stats import RunStats
 from ampscope.engine.private_apis import initial_scale, live_scale
 from ampscope.engine.ranks.link import RankFigures
 from ampscope.engine.step.setup import Setup
@@ -181,22 +182,22 @@ class MemoryReader:
 
 
 class StepReporter:
-    """Turns finished steps (each as every rank's figures) into step events and statistics."""
+    """Turns finished steps (each as every rank's figures) into step events and the tally."""
 
     def __init__(
         self,
         s: Setup,
         writer: EventWriter,
-        stats: RunStats,
+        tally: StepTally,
         peak: float | None,
         profiled: Collection[int] = (),
     ) -> None:
-        self.s, self.writer, self.stats, self.peak = s, writer, stats, peak
+        self.s, self.writer, self.tally, self.peak = s, writer, tally, peak
         self.scaled = s.policy.use_scaler
         self.warned_skip = False
         self.data_ms: dict[int, float] = {}  # this rank's wait for each step's batch
         self.profiled = profiled  # the steps that ran under torch.profiler (the profiler's)
-        self.input_wait = InputWait(stats.warmup_steps)
+        self.input_wait = InputWait(tally.warmup_steps)
         # Told of each skipped step, or one with a non-finite loss or gradient norm (step, its
         # loss scale, whether the run ends on it); answers where the inf first appeared, if it
         # can tell (numerics).
@@ -218,17 +219,30 @@ class StepReporter:
             self._diverged(step, skips)
         skipped = skips[0]
         loss = sum(x.loss for x in each) / len(each)  # the global batch's: equal batches a rank
-        job_ms = max(f.step_ms for f in ranks)  # the slowest rank sets the pace
-        cpu_ms = _job_cpu_ms(ranks)
-        self._count(step, job_ms, cpu_ms, loss, m, skipped, ranks)
+        job_ms = ranks[0].step_ms if len(ranks) == 1 else max(f.step_ms for f in ranks)
+        cpu_ms = _job_cpu_ms(ranks)  # the slowest rank sets the pace
         data_ms = self.data_ms.pop(step, None)
-        self.writer.emit(self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms))
+        event = self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms)
+        self.tally.add(
+            step,
+            job_ms,
+            loss,
+            skipped,
+            memory=ev.peak_memory(event),
+            cpu_ms=cpu_ms,
+            instrumented=event.grad_zero_frac is not None,
+            profiled=event.profiled,
+            ranks=[(f.step_ms, f.mem_peak or f.mem_allocated) for f in ranks]
+            if len(ranks) > 1
+            else None,
+        )
+        self.writer.emit(event)
         self._warn(step, m, skipped)
         self._zeros_reached(step, m)
         if data_ms is not None and self.input_wait.add(step, job_ms, data_ms):
             self.writer.emit(self.input_wait.warning(), urgent=True)
         ends = not math.isfinite(loss) and (
-            not self.scaled or self.stats.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
+            not self.scaled or self.tally.nonfinite_run >= MAX_NONFINITE_WITH_SCALER
         )
         first = None
         # A finite loss with non-finite gradients is where an overflow born in the backward
@@ -248,8 +262,8 @@ class StepReporter:
     def finished(self, status: ev.DoneStatus) -> ev.DoneStatus:
         """``status``, unless a run that finished had every step skipped: then it raises
         ``EveryStepSkipped``, for the run never trained (a skip is no failure of its own)."""
-        done = self.stats.steps_done
-        if status == "ok" and self.scaled and done and self.stats.skipped >= done:
+        done = self.tally.steps_done
+        if status == "ok" and self.scaled and done and self.tally.skipped >= done:
             first_scale = math.nan if self.scale_first is None else self.scale_first
             raise EveryStepSkipped(done, first_scale, self.scale_last, self.first)
         return status
@@ -264,35 +278,6 @@ class StepReporter:
             "inf/NaN verdict (all-reduced gradients, or a ShardedGradScaler under FSDP); from "
             "here the ranks would train different models.",
         )
-
-    def _count(
-        self,
-        step: int,
-        job_ms: float,
-        cpu_ms: float | None,
-        loss: float,
-        m: StepMetrics,
-        skipped: bool,
-        ranks: list[RankFigures],
-    ) -> None:
-        stats = self.stats
-        stats.steps_done = step + 1
-        stats.step_ms.append(job_ms)
-        stats.cpu_ms.append(cpu_ms)
-        if not math.isnan(m.grad_zero_frac):
-            stats.instrumented.add(step)
-        if step in self.profiled:
-            stats.profiled.add(step)
-        stats.skipped += skipped
-        stats.loss_final, stats.loss_final_step = loss, step  # what happened, finite or not
-        if len(ranks) > 1:
-            stats.add_rank_steps([(f.step_ms, f.mem_peak or f.mem_allocated) for f in ranks])
-        if math.isfinite(loss):
-            stats.nonfinite_run = 0
-            if stats.loss_first is None:
-                stats.loss_first = loss
-        else:
-            stats.nonfinite_run += 1
 
     def warn_from(self, found: list[tuple[str, str, int | None]]) -> None:
         """Emit (and clear) warnings the workload found while serving batches."""
@@ -313,35 +298,26 @@ class StepReporter:
     ) -> ev.StepEvent:
         """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
         workload, world = self.s.workload, len(ranks)
-        seconds = job_ms / 1000.0
-        tflops = world * self.s.flops.per_step / seconds / 1e12
         tokens = workload.tokens_per_step
-        event = ev.StepEvent(
-            step=step,
-            step_ms=round(job_ms, 4),
-            cpu_ms=None if cpu_ms is None else round(cpu_ms, 4),
-            loss=loss if math.isfinite(loss) else None,
+        return step_event(
+            step,
+            job_ms,
+            loss,
+            skipped,
             loss_scale=m.scale_after if self.scaled else None,
-            skipped=skipped,
-            grad_norm=m.grad_norm if math.isfinite(m.grad_norm) else None,
-            samples_per_s=world * workload.samples_per_step / seconds,
-            tokens_per_s=world * tokens / seconds if tokens else None,
-            tflops=tflops,
-            mfu=share(tflops, self.peak, world),
-            mem_allocated=_largest(f.mem_allocated for f in ranks),
-            mem_reserved=_largest(f.mem_reserved for f in ranks),
-            mem_peak=_largest(f.mem_peak for f in ranks),
-            grad_zero_frac=None if math.isnan(m.grad_zero_frac) else m.grad_zero_frac,
+            grad_norm=m.grad_norm,
+            samples=world * workload.samples_per_step,
+            tokens=world * tokens if tokens else None,
+            flops=world * self.s.flops.per_step,
+            peak_tflops=world * self.peak if self.peak else None,
+            memory=_job_memory(ranks),
+            zeros=m.grad_zero_frac,
             lr=self.s.preset.lr,
+            cpu_ms=cpu_ms,
+            data_ms=data_ms,
             ranks=[_rank_step(f, self.scaled) for f in ranks] if world > 1 else None,
-            data_ms=None if data_ms is None else round(data_ms, 4),
             profiled=step in self.profiled,
         )
-
-        peak = ev.peak_memory(event)
-        if peak is not None and (self.stats.mem_peak is None or peak > self.stats.mem_peak):
-            self.stats.mem_peak = peak
-        return event
 
     def _zeros_reached(self, step: int, m: StepMetrics) -> None:
         """A step that was to count the zeros in the output's gradient and counted nothing:
@@ -439,6 +415,18 @@ def _rank_step(f: RankFigures, scaled: bool) -> ev.RankStep:
     )
 
 
+def _job_memory(ranks: list[RankFigures]) -> tuple[int | None, int | None, int | None]:
+    """The fullest rank's allocated, reserved and peak bytes (each the largest of the ranks')."""
+    if len(ranks) == 1:
+        only = ranks[0]
+        return only.mem_allocated, only.mem_reserved, only.mem_peak
+    return (
+        _largest(f.mem_allocated for f in ranks),
+        _largest(f.mem_reserved for f in ranks),
+        _largest(f.mem_peak for f in ranks),
+    )
+
+
 def _largest(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
@@ -451,5 +439,7 @@ def _ranks(ranks: list[int]) -> str:
 def _job_cpu_ms(ranks: list[RankFigures]) -> float | None:
     """The step's CPU time as the job's step time is taken: the slowest rank's (None where a
     rank has none: a GPU's step is not the host's CPU time)."""
+    if len(ranks) == 1:
+        return ranks[0].cpu_ms
     times = [f.cpu_ms for f in ranks]
     return None if any(t is None for t in times) else max(t for t in times if t is not None)

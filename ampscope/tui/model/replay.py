@@ -1,8 +1,13 @@
 """Finished records in the Run view: played back at their recorded pace, or shown whole.
 
 Events carry ``t`` (seconds since the run started); playback advances a clock by wall time
-times ``speed`` and feeds every event up to it into a RunState. Seeking forward feeds more;
-seeking back rebuilds the state from the start (ingesting is cheap: ~1 us an event).
+times ``speed`` and feeds every event up to it into a RunState. It starts at the run's
+``hello``: what came before (importing torch, building the model) has nothing to show. Seeking
+forward feeds more; seeking back rebuilds the state from the start (ingesting is cheap: ~1 us
+an event).
+
+A record is read thinned (``core.records.thinned``): however long the run, the view holds a
+few thousand of its steps, spread over all of it, and lets go of them when it closes.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ INGEST_CHUNK = 5000
 """Events ingested between two looks at the UI's own events, so that keys (q) still work."""
 
 
-def _load_events(run_dir: Path) -> tuple[list[ev.Event], str]:
-    record = records.load_run(Path(run_dir))
-    return record.events, record.preset
+def _load_events(run_dir: Path) -> tuple[list[ev.Event], str, str]:
+    """The record's events (thinned), its preset, and what the thinning left out."""
+    record = records.load_run(Path(run_dir), thinned=True)
+    return record.events, record.preset, record.note
 
 
 class RecordSource:
@@ -65,8 +71,10 @@ class RecordSource:
     async def feed(self) -> None:
         if self.run_dir is None:
             return
-        events, preset = await asyncio.to_thread(_load_events, self.run_dir)
+        events, preset, note = await asyncio.to_thread(_load_events, self.run_dir)
         self.state.label = preset
+        if note:
+            self.state.log.add("info", None, note)
         for start in range(0, len(events), INGEST_CHUNK):
             self.state.ingest_many(events[start : start + INGEST_CHUNK])
             await asyncio.sleep(0)
@@ -97,9 +105,10 @@ class ReplaySource:
         self.read_from = read_from  # the header's word for it: a shipped example says so
         self.speed = speed
         self.paused = False
-        self.position = 0.0  # record time shown
+        self.position = 0.0  # seconds of the run shown, from its hello
         self.index = 0  # next event to feed
         self.run_dir: Path | None = None  # still to be read
+        self.note = ""  # what reading the record thinned, if it did
         self._set_events(events)
         self.state = self._new_state()
 
@@ -110,7 +119,9 @@ class ReplaySource:
         for e in self.events:  # the telemetry thread's lines may be a hair out of order
             latest = max(latest, e.t)
             self.times.append(latest)
-        self.duration = self.times[-1] if self.times else 0.0
+        hello = next((e for e in self.events if isinstance(e, ev.HelloEvent)), None)
+        self.start = hello.t if hello is not None else 0.0  # record time of position 0
+        self.duration = max(0.0, self.times[-1] - self.start) if self.times else 0.0
 
     @classmethod
     def load(cls, run_dir: Path, speed: float = 1.0, read_from: str = "replay") -> ReplaySource:
@@ -122,9 +133,12 @@ class ReplaySource:
         """Before the replay reaches the hello, the header still names the run's settings."""
         hello = next((e for e in self.events if isinstance(e, ev.HelloEvent)), None)
         launch = dict(hello.config or {}) if hello is not None else None
-        return RunState(
+        state = RunState(
             label=self.label_text, launch=launch, read_only=True, read_from=self.read_from
         )
+        if self.note:
+            state.log.add("info", None, self.note)
+        return state
 
     @property
     def at_end(self) -> bool:
@@ -158,9 +172,9 @@ class ReplaySource:
         """Read the record (if not yet), then play: advance the clock every tick while not
         paused (seeking works at any time)."""
         if self.run_dir is not None:
-            events, self.label_text = await asyncio.to_thread(_load_events, self.run_dir)
+            events, self.label_text, self.note = await asyncio.to_thread(_load_events, self.run_dir)
             self._set_events(events)
-            self.state.label = self.label_text
+            self.state = self._new_state()  # its header names the run's settings at once
             self.run_dir = None
         last = time.monotonic()
         self.advance_to(0.0)
@@ -176,9 +190,9 @@ class ReplaySource:
             self.advance_to(self.position + wall_s * self.speed)
 
     def advance_to(self, position: float) -> None:
-        """Feed the events up to ``position`` (seconds of record time)."""
+        """Feed the events up to ``position`` (seconds of the run from its hello)."""
         self.position = min(max(0.0, position), self.duration)
-        end = bisect.bisect_right(self.times, self.position)
+        end = bisect.bisect_right(self.times, self.start + self.position)
         if end > self.index:
             self.state.ingest_many(self.events[self.index : end])
             self.index = end
@@ -203,7 +217,7 @@ class ReplaySource:
 
     def seek_to(self, position: float) -> None:
         position = min(max(0.0, position), self.duration)
-        if bisect.bisect_right(self.times, position) < self.index:
+        if bisect.bisect_right(self.times, self.start + position) < self.index:
             self.state = self._new_state()
             self.index = 0
         self.advance_to(position)
