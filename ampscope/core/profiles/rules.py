@@ -66,7 +66,8 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
         (
             "elementwise",
             r"elementwise|aten::(add|sub|mul|div|neg|pow|sqrt|rsqrt|exp|log|"
-            r"copy_|_to_copy|to|fill_|zero_|where|clamp|abs|sum|mean|cat|stack|index|scatter|"
+            r"copy_|_to_copy|to|fill_|zero_|ones_like|zeros_like|full_like|where|clamp|abs|sum|"
+            r"mean|cat|stack|index|scatter|"
             r"gather|masked|lerp|addcmul|addcdiv|maximum|minimum|_foreach_\w+)|triton_|"
             r"pool|embedding|"
             r"reduce_kernel|copy_kernel|fill_kernel|cat_|index_",
