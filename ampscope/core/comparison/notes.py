@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
+from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.comparison import Row, row_from_runs, set_rates
 from ampscope.core.units import fmt_ms
@@ -84,3 +85,23 @@ def spread_notes(rows: list[Row], baseline: str, on_cpu: bool) -> list[str]:
         else f"No speed verdict for {names}: the repeats spread too widely to tell.",
         "What would help: " + ", ".join(helps) + ".",
     ]
+
+
+RUN_SPREAD = 2.0
+"""A run whose slow steps (p90) take this many times its fast ones (p10) or more has no
+steady step time: its median is one point of a wide spread."""
+
+
+def run_spread_note(done: ev.DoneEvent) -> str | None:
+    """What ``ampscope run`` says under its summary when the steps spread too widely for the
+    median to stand for them (a compiled run once printed 801 ms, p10-p90 65 ms-1.16 s, beside
+    36 ms eager: a class learned 'compile is 22x slower'), as bench does for its repeats."""
+    low, high, median = done.step_ms_p10, done.step_ms_p90, done.step_ms_median
+    if not low or not high or median is None or high / low < RUN_SPREAD:
+        return None
+    return (
+        f"The step times spread widely (p10-p90 {fmt_ms(low)}-{fmt_ms(high)}, {high / low:.1f}x "
+        f"apart): the median of {fmt_ms(median)} is not a steady step time, so do not quote or "
+        "compare it alone. Recompiles, a busy machine or a stalling data loader spread steps; "
+        f"ampscope bench (repeated, interleaved runs) says whether one preset is faster."
+    )
