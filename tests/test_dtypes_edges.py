@@ -108,3 +108,11 @@ def test_inputs_that_crashed_the_parser_are_refused_with_exit_2(capsys) -> None:
         said = cli(capsys, "dtypes", "--", text)
         assert said.returncode == 2 and "Traceback" not in said.stderr
         assert said.stderr.startswith("ampscope: cannot read '")
+
+
+@pytest.mark.parametrize("name", list(fm.DEMOS))
+def test_every_row_of_a_demo_fits_a_lecture_terminal_of_80_columns(name: str) -> None:
+    """The sum-0.1 and loss-scale rows wrapped at 80 columns ('(0.1 is stored as' / '0.1)'):
+    a row of figures is never broken."""
+    rows = [line for line in fm.run_demo(name).lines if line.startswith(" ")]
+    assert all(len(line) <= 80 for line in rows), [ln for ln in rows if len(ln) > 80]
