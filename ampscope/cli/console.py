@@ -83,6 +83,9 @@ class ConsoleReporter:
             where = f" (step {event.step})" if event.step is not None else ""
             said = "note" if event.code in ev.NOTE_CODES else "warning"
             self._line(f"{said}{where}: {event.message}")
+        elif isinstance(event, ev.NoteEvent) and (event.count or 0) <= 2:  # then only counted
+            where = f" (step {event.step})" if event.step is not None else ""
+            self._line(f"note{where}: {event.message}")
         elif isinstance(event, ev.ErrorEvent):
             self._catch_up()  # the progress the error ended, before it and never after
             self.errors_said.append(event.message)

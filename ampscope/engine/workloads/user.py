@@ -106,7 +106,7 @@ class UserBatches:
         source: Any,
         device: torch.device,
         spec_text: str,
-        warnings: list[tuple[str, str, int | None]],
+        warnings: list[ev.WarningEvent | ev.NoteEvent],
     ) -> None:
         self.spec_text, self.device, self.warnings = spec_text, device, warnings
         self.dtype: torch.dtype | None = None  # the weights' dtype under a pure cast
@@ -232,11 +232,15 @@ class UserBatches:
                 "or another iterable that can be read again, or a callable step -> batch."
             ) from None
         self.epoch += 1
-        message = (
-            f"epoch {self.epoch} from step {step}: the batches ran out after {epoch} steps "
-            "and started again from the first"
+        message = f"epoch {self.epoch} from step {step}"
+        if self.epoch == 2:  # said once; later passes move the count (a list of 8: every 8 steps)
+            message += (
+                f": the batches ran out after {epoch} steps and started again from the first "
+                "(later passes are counted, not said)"
+            )
+        self.warnings.append(
+            ev.NoteEvent(code=ev.EPOCH_NOTE, message=message, step=step, count=self.epoch)
         )
-        self.warnings.append((ev.EPOCH_NOTE, message, step))
         return raw
 
 
@@ -288,7 +292,7 @@ class UserWorkload(TrainingWorkload):
                 user_traceback(exc),
             ) from None
         flops = positive_field(answer, "flops_per_step", spec_text, whole=False)
-        warnings: list[tuple[str, str, int | None]] = []
+        warnings: list[ev.WarningEvent | ev.NoteEvent] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
         batches.sharded = bool(answer.get("sharded"))
         name = answer.get("name")
