@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ampscope.core import events as ev
+
 CLASSES: dict[str, str] = {
     "matmul": "matmul",
     "conv": "conv",
@@ -184,3 +186,12 @@ class OpTime:
     calls: int = 1
     dtype: str | None = None
     cast: bool = False  # a copy between number formats (its input dtypes differ)
+
+
+def label(cls: str, profile: ev.ProfileEvent | None = None) -> str:
+    """A class as shown: 'matmul (bf16)' when one format did most of it."""
+    text = CLASSES.get(cls, cls)
+    kinds = profile.dtypes.get(cls) if profile else None
+    if kinds:
+        text += " (" + "/".join(sorted(kinds, key=lambda d: -kinds[d])[:2]) + ")"
+    return text
