@@ -448,7 +448,8 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
-        fields = [f for f in Row.__struct_fields__ if f not in ("run_dirs", "run_medians", "setup")]
+        lists = ("run_dirs", "run_medians", "wall_run_medians", "setup")
+        fields = [f for f in Row.__struct_fields__ if f not in lists]
         writer.writerow(fields)
         for row in rows:
             writer.writerow([_csv_value(getattr(row, f)) for f in fields])
