@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -26,7 +27,6 @@ import psutil
 from ampscope.core import events as ev
 from ampscope.core.text import visible
 from ampscope.engine.lifecycle.emitter import EventWriter
-from ampscope.engine.workloads.user import release_iterators
 
 TERM_GRACE_S = 2.0
 TORCH_OWN = ("torch/_inductor", "torch._inductor")  # inductor's compile worker pool
@@ -91,7 +91,7 @@ def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
     without blaming the user for them. Torch's compile workers are in neither list, nor are
     the workers of the DataLoader ampscope iterates (``release_iterators`` lets go of its
     iterator first: they end with it, or, persistent, with the loader)."""
-    serving = release_iterators()
+    serving = _release_iterators()
     me = os.getpid()
     try:
         found = psutil.Process(me).children(recursive=True)
@@ -125,6 +125,13 @@ def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
     users = [c for c in found if kind(c.pid) == "user"]
     compilers = [c for c in found if kind(c.pid) == "compiler"]
     return users, compilers
+
+
+def _release_iterators() -> set[int]:
+    """``engine.workloads.user.release_iterators``, where a user's workload was built: a run
+    refused before that never imports it (nor torch, which it needs)."""
+    user = sys.modules.get("ampscope.engine.workloads.user")
+    return user.release_iterators() if user is not None else set()
 
 
 def describe(child: psutil.Process) -> str:
