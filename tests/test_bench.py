@@ -208,7 +208,12 @@ def test_one_run_each_shows_the_figures_but_no_speed_verdict() -> None:
     assert rows[1].speedup == 2.0 and rows[1].significant is None
     text = comparison.render(rows, "fp32")
     assert "2.00x ?" in text and "faster" not in text and "slower" not in text
-    assert "amp-bf16: 2x the speed of fp32, untested" in text
+    # What a lecturer reads aloud first is that there is no verdict, not the untested figure.
+    assert (
+        "amp-bf16: no speed verdict without 3 or more interleaved runs of each (--repeats 3); "
+        "an untested 2x the speed of fp32" in " ".join(text.split())
+    )
+    assert "2x the speed of fp32, untested" not in text
     assert "--repeats 3" in text
 
 
@@ -309,7 +314,29 @@ def test_the_printed_speedup_is_the_ratio_of_the_printed_step_times() -> None:
     base_ms, _ = _printed(text, "fp32")
     bf16_ms, speedup = _printed(text, "bf16")
     assert speedup == pytest.approx(base_ms / bf16_ms, abs=0.01)
-    assert "step time: geometric mean of the repeats' median step times" in text
+    assert "across repeats their geometric mean" in " ".join(text.split())
+
+
+@pytest.mark.unit
+def test_a_rows_rates_are_its_step_time_seen_per_second() -> None:
+    """A row once showed 7.77 ms (the geometric mean of the repeats) beside 1.09k samples/s
+    (the median repeat's, which implies 3.66 ms). Each run here does 4 samples and 2 GFLOP a
+    step: the row's rates times its step time give back a step's work."""
+
+    def run(ms: float) -> records.RunRecord:
+        d = done(ms, 1000, 2.0)
+        d.samples_per_s, d.tflops, d.mfu = 4 * 1000 / ms, 2e9 / ms / 1e9, 2e9 / ms / 1e9 / 50
+        return record("fp32", d)
+
+    row = comparison.row_from_runs("fp32", [run(3.66), run(7.77), run(9.0)])
+    assert row.step_ms == pytest.approx((3.66 * 7.77 * 9.0) ** (1 / 3))  # 6.35 ms
+    assert row.samples_per_s is not None and row.tflops is not None and row.mfu is not None
+    assert row.samples_per_s * row.step_ms / 1000 == pytest.approx(4)
+    assert row.tflops * 1e12 * row.step_ms / 1000 == pytest.approx(2e9)
+    assert row.mfu == pytest.approx(row.tflops / 50)
+    shown = comparison.cells(row)
+    assert shown["step"].startswith("6.35 ms") and shown["samples"] == "630"  # 4 / 6.35 ms,
+    # where the median repeat's own rate is 4 / 7.77 ms = 515 samples/s
 
 
 @pytest.mark.unit

@@ -5,6 +5,7 @@ back, bench says so and what would help."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,11 @@ WALL = {"fp32": [547.0, 3260.0, 1400.0], "amp-bf16": [2900.0, 300.0, 1700.0]}
 CPU = {"fp32": [500.0, 510.0, 495.0], "amp-bf16": [251.0, 249.0, 254.0]}
 
 
-@pytest.fixture
-def shared_machine(monkeypatch) -> list[str]:
-    """bench's engine runs, replaced by records of the figures above (in the order run)."""
+SAMPLES = 32  # a step's samples: each run's samples/s is 32 over its wall-clock median
+
+
+def fake_runs(monkeypatch, wall: dict[str, list[float]], cpu: dict[str, list[float]]) -> list[str]:
+    """bench's engine runs, replaced by records of these figures (in the order run)."""
     ran: list[str] = []
     counts: dict[str, itertools.count] = {}
 
@@ -33,14 +36,30 @@ def shared_machine(monkeypatch) -> list[str]:
         i = next(counts.setdefault(preset, itertools.count()))
         done = ev.empty_done("ok")
         done.steps_done = 100
-        done.step_ms_median = done.step_ms_p10 = done.step_ms_p90 = WALL[preset][i]
-        done.cpu_ms_median = CPU[preset][i]
+        done.step_ms_median = done.step_ms_p10 = done.step_ms_p90 = wall[preset][i]
+        done.samples_per_s = SAMPLES * 1000 / wall[preset][i]
+        done.tflops, done.mfu = 1e9 / wall[preset][i] / 1e9, 1e9 / wall[preset][i] / 1e9 / 2
+        done.cpu_ms_median = cpu[preset][i]
         done.loss_final = 1.0
         run_hello = hello(preset=preset, device="cpu")
         return records.RunRecord(path=Path(f"/runs/{preset}-{i}"), hello=run_hello, done=done)
 
     monkeypatch.setattr(bench, "run_one", run_one)
     return ran
+
+
+@pytest.fixture
+def shared_machine(monkeypatch) -> list[str]:
+    return fake_runs(monkeypatch, WALL, CPU)
+
+
+def bench_cpu_clock(capsys, tmp_path: Path, *more: str) -> str:
+    said = cli(
+        capsys, "bench", "fp32", "amp-bf16", "--device", "cpu", "--clock", "cpu",
+        "--runs-dir", str(tmp_path), *more,
+    )  # fmt: skip
+    assert said.returncode == 0, said.stderr
+    return said.stdout
 
 
 def test_the_wall_clock_spread_blocks_the_verdict_and_bench_says_what_would_help(
@@ -74,7 +93,74 @@ def test_the_cpu_clock_gives_the_verdict_and_the_table_names_it(
     assert "No speed verdict" not in out
     assert "step time: CPU clock (each step's process CPU time, all threads: --clock cpu)" in out
     bf16 = next(ln for ln in out.splitlines() if ln.startswith("amp-bf16"))
-    assert "251.0 ms (249.0 ms-254.0 ms)" in bf16  # the CPU times, not the wall clock's
+    assert "251.3 ms (249.0 ms-254.0 ms)" in bf16  # the CPU times, not the wall clock's
+
+
+def _row(out: str, preset: str) -> list[str]:
+    """A row of the text table, split at its column gaps (two spaces or more)."""
+    line = next(ln for ln in out.splitlines() if ln.startswith(preset + " "))
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_under_the_cpu_clock_the_speedup_and_the_rates_are_the_printed_cpu_times(
+    shared_machine, capsys, tmp_path: Path
+) -> None:
+    """The speed-up was the ratio of the repeats' plain medians while the step time beside it
+    was another aggregate, and samples/s stayed wall-clock beside a CPU time: one row, one
+    aggregate, one clock."""
+    out = bench_cpu_clock(capsys, tmp_path)
+    heads = re.split(r"\s{2,}", out.splitlines()[0].strip())
+    assert heads[:6] == ["preset", "CPU time/step", "speedup", "samples/CPU s", "tokens/CPU s",
+                         "TFLOP/CPU s"]  # fmt: skip
+    base, bf16 = _row(out, "fp32"), _row(out, "amp-bf16")
+    base_ms, bf16_ms = (float(r[1].split(" ms")[0]) for r in (base, bf16))
+    speedup = float(bf16[2].split("x")[0])
+    assert speedup == pytest.approx(base_ms / bf16_ms, abs=0.01)
+    for row, ms in ((base, base_ms), (bf16, bf16_ms)):
+        assert float(row[3]) == pytest.approx(SAMPLES * 1000 / ms, rel=0.01)  # per CPU second
+        assert row[6] == "-"  # no MFU: a CPU second counts every thread
+    assert "samples, tokens and TFLOP per CPU second" in " ".join(out.split())
+
+
+def test_a_step_mostly_off_the_cpu_clock_is_named_and_its_speedup_not_called(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """A model that sleeps 50 ms a step showed 9 ms a step and a clean 2x: the wall clock
+    says the step is 59 ms, and bf16 gains 8 % of it."""
+    fake_runs(
+        monkeypatch,
+        wall={"fp32": [59.0, 59.2, 58.9], "amp-bf16": [54.5, 54.6, 54.4]},
+        cpu={"fp32": [9.0, 9.1, 8.9], "amp-bf16": [4.5, 4.6, 4.4]},
+    )
+    out = " ".join(bench_cpu_clock(capsys, tmp_path).split())
+    assert "fp32: its CPU time is 15% of its wall time (9.00 ms of 59.0 ms a step)" in out
+    assert "most of a step is off the CPU clock" in out
+    assert "amp-bf16: its CPU time is 8% of its wall time" in out
+    assert "faster" not in out
+    assert (
+        "amp-bf16: 2x less CPU time a step than fp32, but 1.1x its speed by the wall clock: "
+        "no speed verdict" in out
+    )
+    assert "2.00x (1.95-2.06) !" in out  # the cell is marked
+
+
+def test_busy_dataloader_workers_make_the_clocks_contradict_and_no_speedup_is_called(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """Busy workers in other processes: amp-bf16 was called 2.06x faster by the CPU clock
+    while the same row's samples/s was 0.56x fp32's."""
+    fake_runs(
+        monkeypatch,
+        wall={"fp32": [100.0, 101.0, 99.0], "amp-bf16": [178.0, 180.0, 179.0]},
+        cpu={"fp32": [80.0, 81.0, 79.0], "amp-bf16": [38.8, 39.3, 38.5]},
+    )
+    out = " ".join(bench_cpu_clock(capsys, tmp_path).split())
+    assert "faster" not in out and "slower" not in out
+    assert (
+        "amp-bf16: no speed verdict: the clocks contradict each other (by CPU time a step "
+        "2.1x the speed of fp32, by the wall clock 0.56x)" in out
+    )
+    assert "! marks a CPU-clock speed-up the wall clock rules out" in out
 
 
 @pytest.mark.parametrize("device", ["cuda", "auto"])

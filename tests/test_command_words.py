@@ -39,3 +39,24 @@ def test_profile_says_the_warm_up_it_really_runs(capsys, tmp_path: Path) -> None
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("mlp-demo (after 4 warm-up steps): 1 steps from step 4,")
+
+
+@pytest.mark.unit
+def test_doctors_flags_without_bench_agree_in_number(capsys) -> None:
+    one = cli(capsys, "doctor", "--bench-device", "cpu")
+    assert one.returncode == 2
+    assert "--bench-device only applies to the machine check" in one.stderr
+    assert "leave it out" in one.stderr
+    two = cli(capsys, "doctor", "--quick", "--bench-device", "cpu")
+    assert "--quick and --bench-device only apply to the machine check" in two.stderr
+    assert "leave them out" in two.stderr
+
+
+@pytest.mark.unit
+def test_a_parameter_count_past_a_floats_range_is_called_too_large(capsys) -> None:
+    """'memory --params 1e400' said it 'must be at least 1'."""
+    said = cli(capsys, "memory", "--params", "1e400")
+    assert said.returncode == 2
+    assert "'1e400' is not a parameter count: it is too large to read" in said.stderr
+    assert "at least 1" not in said.stderr
+    assert "must be at least 1" in cli(capsys, "memory", "--params", "0.5").stderr

@@ -42,6 +42,14 @@ def test_each_tab_has_a_key_and_lights_its_first_row(tmp_path, size) -> None:
             assert await wait_for(pilot, lambda: app.focused is facts, 5)
             assert tabs.active == "tab-facts" and facts.cursor_type == "row"
             assert facts.cursor_row == 0 and facts.row_count > 0
+            # what the lecture points at fits 80 columns: fp16's smallest subnormal, the range
+            heads = [str(c.label) for c in facts.columns.values()]
+            assert {"max", "min normal", "min subn.", "eps", "decades"} <= set(heads), heads
+            fp16 = facts.get_row_at(4)
+            assert fp16[0] == "fp16" and "5.96e-08" in fp16 and "12.04" in fp16
+            note = str(screen.query_one("#facts-note", Static).render())
+            hidden = "digits" if size[0] == 80 else "past the range"  # said, never just missing
+            assert f"columns hidden: {hidden}" in note, note
 
             await pilot.press("d")
             demos = screen.query_one("#demo-list", OptionList)

@@ -67,6 +67,23 @@ def test_epochs_are_a_plain_note_and_counted_in_the_header() -> None:
 
 
 @pytest.mark.unit
+def test_epoch_notes_are_said_once_then_counted_in_the_header() -> None:
+    """A list of 8 batches drew a line in the event log every 8 steps."""
+    state = RunState()
+    state.ingest(helpers.hello(config=MODEL_CONFIG, workload="seqclf"))
+    lines = len(state.log)
+    for count, step in enumerate((8, 16, 24, 32), start=2):
+        message = f"epoch {count} from step {step}" + (
+            ": the batches ran out" if count == 2 else ""
+        )
+        state.ingest(ev.NoteEvent(code=ev.EPOCH_NOTE, message=message, step=step, count=count))
+    assert state.epoch == 5 and "(epoch 5)" in state.header()
+    added = list(state.log)[lines:]
+    assert [e.text for e in added] == ["epoch 2 from step 8: the batches ran out"]
+    assert added[0].level == "info"
+
+
+@pytest.mark.unit
 def test_a_model_run_records_the_model_as_its_workload(tmp_path: Path) -> None:
     sets = [model_set(user_model(tmp_path)), "device='cpu'", "steps=2"]
     assert run("fp32", sets, runs_dir=tmp_path / "runs") == EXIT_OK

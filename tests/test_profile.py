@@ -41,6 +41,7 @@ from ampscope.core.profiles.rules import OpTime, op_class, short_dtype
         ("ampscope.data", None, "data"),
         ("ampscope.forward", None, "other"),
         ("aten::t", "forward", "other"),
+        ("aten::ones_like", "backward", "elementwise"),  # the gradient backward starts from
     ],
 )
 def test_each_op_lands_in_its_class(name: str, phase: str | None, cls: str) -> None:
@@ -213,6 +214,7 @@ TOP_LEVEL = {
     "NllLossBackward0": "norm_act",
     "ToCopyBackward0": "elementwise",
     "torch::autograd::AccumulateGrad": "elementwise",
+    "aten::ones_like": "elementwise",  # the gradient backward starts from: a fill
 }
 """What each op the forward and backward ranges call directly does, by hand (autograd's
 nodes by their ``evaluate_function: NAME``)."""
@@ -292,19 +294,30 @@ def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
     reference = reference_split(seen["prof"], total)
     assert reference["matmul"] > 0 and reference["optimizer"] > 0  # shares move with load
     assert reference["elementwise"] > 0
+    # Over the same trace every op is classed alike, so the shares agree whatever the load did
+    # to the op times (a preempted op once moved a share by 0.02: it was classed differently).
     for cls, share in reference.items():
-        assert profile.classes[cls] == pytest.approx(share, abs=0.02), cls
+        assert profile.classes[cls] == pytest.approx(share, abs=1e-3), cls
     # elementwise is small here (autocast's casts): close in proportion too, not only within 2 %
     assert profile.classes["elementwise"] == pytest.approx(reference["elementwise"], rel=0.1)
     assert profile.dtypes["matmul"].keys() == {"bf16"}  # autocast ran the matmuls in bf16
-    # A listed op is counted and timed as torch counts it. The forward's matmul: its every call
-    # is in one row (one class, one format). A cast such as aten::_to_copy is split among rows
-    # (the optimizer's casts are the optimizer's), some of them below the list: once, under
-    # load, it topped the list with 45 of torch's 123 calls.
-    (addmm,) = [o for o in profile.top_ops if o.name == "aten::addmm"]
-    assert addmm.kind == "matmul" and addmm.dtype == "bf16"
-    assert addmm.calls == rows["aten::addmm"].count
-    assert addmm.share == pytest.approx(rows["aten::addmm"].self_cpu_time_total / total, abs=0.02)
+    # A listed op is counted and timed as torch counts it, where all its calls are one row (one
+    # class, one format). A cast such as aten::_to_copy is split among rows (the optimizer's
+    # casts are the optimizer's), some of them below the list: once, under load, it topped the
+    # list with 45 of torch's 123 calls.
+    # Which ops make the list moves with the load (a preempted op tops it): every listed op
+    # whose calls all fall in one row is checked, the forward's matmul among them when listed.
+    from ampscope.engine.profiling.collect import cpu_op_times
+
+    kinds = defaultdict(set)
+    for op in cpu_op_times(seen["prof"].events()):  # type: ignore[attr-defined]
+        kinds[op.name].add((op.cls, op.dtype))
+    assert kinds["aten::addmm"] == {("matmul", "bf16")}
+    whole = [o for o in profile.top_ops if len(kinds[o.name]) == 1]
+    assert whole
+    for op in whole:
+        assert op.calls == rows[op.name].count, op.name
+        assert op.share == pytest.approx(rows[op.name].self_cpu_time_total / total, abs=1e-4)
     with gzip.open(profile.trace) as fh:  # type: ignore[arg-type]
         assert json.load(fh)["traceEvents"]
     assert not control.active
@@ -464,7 +477,8 @@ def test_copies_are_called_casts_only_where_a_narrow_format_ran_and_cpu_advice_s
     assert "elementwise 5% (casts 5% of the step)" in profiles.headline(amp, most=6)
     fp32_gpu = split_profile(10.0, "device", matmul_fp32=9.0, optimizer=1.0)
     assert profiles.advice(fp32_gpu).endswith(
-        "bf16 autocast (Tensor Cores) or tf32 would help most."
+        "bf16 autocast (Tensor Cores: --set precision='amp-bf16') or tf32 (--set "
+        "precision='tf32') would help most."
     )
 
 

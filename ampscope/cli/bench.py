@@ -36,7 +36,7 @@ from ampscope.core.comparison import (
     significance,
     write_sweep,
 )
-from ampscope.core.comparison.notes import Clock, clock_note, row_by_clock, spread_notes
+from ampscope.core.comparison.notes import Clock, row_by_clock, spread_notes
 from ampscope.core.presets.parallel import Launch, port_in_use
 from ampscope.core.presets.run_args import run_overrides
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
@@ -173,8 +173,9 @@ def cmd_bench(args) -> int:
     on_cpu = all(r.hello is None or r.hello.device == "cpu" for rs in results.values() for r in rs)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     print(render(rows, baseline, fmt, width=output_width()))
-    if fmt in ("text", "markdown"):  # what the clock was, and a spread that blocks a verdict
-        print("\n".join([*spread_notes(rows, baseline, on_cpu), clock_note(clock)]))
+    notes = spread_notes(rows, baseline, on_cpu)
+    if fmt in ("text", "markdown") and notes:  # a spread that blocks a verdict
+        print("\n".join(notes))
     sweep = write_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0

@@ -8,10 +8,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from ampscope.cli.output import output_width
 from ampscope.core import events as ev
+from ampscope.core.comparison.notes import run_spread_note
 from ampscope.core.presets.fp8_recipes import layers_line
 from ampscope.core.records import summary
-from ampscope.core.text import visible
+from ampscope.core.text import visible, wrap
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_loss, fmt_mfu, fmt_ms, fmt_num
 
 REDRAW_S = 0.1
@@ -82,6 +84,9 @@ class ConsoleReporter:
             where = f" (step {event.step})" if event.step is not None else ""
             said = "note" if event.code in ev.NOTE_CODES else "warning"
             self._line(f"{said}{where}: {event.message}")
+        elif isinstance(event, ev.NoteEvent) and (event.count or 0) <= 2:  # then only counted
+            where = f" (step {event.step})" if event.step is not None else ""
+            self._line(f"note{where}: {event.message}")
         elif isinstance(event, ev.ErrorEvent):
             self._catch_up()  # the progress the error ended, before it and never after
             self.errors_said.append(event.message)
@@ -102,6 +107,10 @@ class ConsoleReporter:
                 error = event.error or ""
                 repeated = bool(error) and any(error in m for m in self.errors_said)
                 self.result.write(summary_table(event, error_said=repeated) + "\n")
+                spread = run_spread_note(event)
+                if spread:
+                    width = output_width(self.result)
+                    self.result.write("\n".join(wrap(spread, width)) + "\n")
             run_dir = self.hello.run_dir if self.hello is not None else None
             if run_dir or self.run_dir:  # every ending, also a stop or fault before hello
                 self.result.write(visible(f"run record: {run_dir or self.run_dir}") + "\n")

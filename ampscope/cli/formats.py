@@ -11,7 +11,7 @@ from typing import Any
 
 from ampscope.cli.output import output_width
 from ampscope.core.presets.suggest import did_you_mean
-from ampscope.core.text import wrap
+from ampscope.core.text import visible, wrap
 
 # -------------------------------------------------------------------------------------------
 # Parsers
@@ -116,7 +116,7 @@ def format_description(d: Any, colour: bool = False, width: int | None = None) -
         f"  {'format':<11} {'stored':<14} {exact_head:<{exact_w}} "
         f"{'rel. error':>10}  {'flags':<{flags_w}}"
     )
-    lines = [f"{d.input}", *wrap(exact, width, hang="    ")]
+    lines = [visible(d.input), *wrap(exact, width, hang="    ")]
     lines.append(f"{head}  {bits_head}" if bits_inline else head.rstrip())
     notes: list[str] = []
     for r in d.rows:
@@ -260,7 +260,7 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
     try:
         keys = fm.keys_from(args.formats)
     except KeyError as exc:
-        return _fail(f"--formats {args.formats}: {exc.args[0]}")
+        return _fail(f"--formats {fm.echo(args.formats)}: {exc.args[0]}")
     if args.demo:
         return _run_demo(args.demo, args.json)
     if not args.values:
@@ -309,7 +309,8 @@ def _run_demo(name: str, as_json: bool) -> int:
     if name not in fm.DEMOS:
         hint = did_you_mean(name, ["list", *fm.DEMOS])
         return _fail(
-            f"--demo {name}: no such demonstration.{hint} Demos: list, {', '.join(fm.DEMOS)}."
+            f"--demo {fm.echo(name)}: no such demonstration.{hint} Demos: list, "
+            f"{', '.join(fm.DEMOS)}."
         )
     result = fm.run_demo(name)
     if as_json:

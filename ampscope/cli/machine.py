@@ -45,10 +45,11 @@ def check_options(args: argparse.Namespace) -> str | None:
     ]
     if alone and not args.bench:
         given = " and ".join(alone)
+        verb, them = ("apply", "them") if len(alone) > 1 else ("applies", "it")
         return (
-            f"{given} only {'applies' if len(alone) == 1 else 'apply'} to the machine check: add --bench (for example 'ampscope "
+            f"{given} only {verb} to the machine check: add --bench (for example 'ampscope "
             f"doctor --bench {alone[0]}{' cpu' if alone[0] == '--bench-device' else ''}'), or "
-            "leave them out for the plain report"
+            f"leave {them} out for the plain report"
         )
     if args.bench and args.try_compile:
         return (

@@ -12,6 +12,7 @@ recorded runs and prints their splits side by side and what moved.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
@@ -117,13 +118,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     found: list[ev.ProfileEvent] = []
     errors: list[ev.ErrorEvent] = []
+    hellos: list[ev.HelloEvent] = []
     progress = None if args.json else ConsoleReporter(result=sys.stderr)
+    load = LoadWatch()
 
     def on_event(event: ev.Event) -> None:
         if isinstance(event, ev.ProfileEvent):
+            load.end()
             found.append(event)
         elif isinstance(event, ev.ErrorEvent):
             errors.append(event)
+        elif isinstance(event, ev.HelloEvent):
+            hellos.append(event)
+        elif isinstance(event, ev.StepEvent) and event.step == start - 1:
+            load.begin()  # the last warm-up step is done: the profile starts now
         if progress is not None:
             progress(event)
         elif isinstance(event, ev.WarningEvent):
@@ -143,14 +151,85 @@ def cmd_profile(args: argparse.Namespace) -> int:
             print(f"ampscope: {visible(errors[0].message)}", file=sys.stderr)
         return code or 1
     profile = found[-1]
+    facts = run_facts(preset, hellos[0] if hellos else None)
+    busy = load.note()
     if args.json:
-        print(json.dumps(profiles.to_json(profile, preset.name)))
+        print(json.dumps(profiles.to_json(profile, preset.name, facts, busy)))
     else:
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
         warm = f"after {start} warm-up step{'s' if start != 1 else ''}"
         title = f"{preset.name} ({warm})"
-        print(visible(profiles.render(profile, title, width), keep_newlines=True))
+        text = profiles.render(profile, title, width, facts, busy)
+        print(visible(text, keep_newlines=True))
     return code
+
+
+def run_facts(preset: cfg.Preset, hello: ev.HelloEvent | None) -> profiles.RunFacts:
+    """What the profiled run was and what its device runs: the advice's facts. The run is one
+    process, so ``auto`` AdamW is the fused kernel exactly on CUDA."""
+    from ampscope.core.presets.optimizer import implementation
+
+    on_cuda = hello is not None and hello.device.startswith("cuda")
+    capability = tuple(hello.compute_capability or ()) if hello is not None else ()
+    if on_cuda:
+        fast_bf16: bool | None = capability >= (8, 0) if capability else None
+    else:
+        from ampscope.engine.checks.device import cpu_has_fast_bf16
+
+        fast_bf16 = cpu_has_fast_bf16()
+    return profiles.RunFacts(
+        precision=preset.precision,
+        compile=preset.compile,
+        optimizer=implementation(preset.optimizer, on_cuda, auto_fused=on_cuda),
+        fp8=on_cuda and capability >= (8, 9),
+        fast_bf16=fast_bf16,
+    )
+
+
+class LoadWatch:
+    """The CPU time other processes took while the profile ran: the machine's busy time less
+    this process's and its children's (a DataLoader's workers are the run's own work)."""
+
+    def __init__(self) -> None:
+        self._start: tuple[float, float, float] | None = None
+        self._end: tuple[float, float, float] | None = None
+
+    def begin(self) -> None:
+        self._start = _cpu_seconds()
+
+    def end(self) -> None:
+        self._end = _cpu_seconds()
+
+    def note(self) -> str | None:
+        """``profiles.load_note`` for the profiled steps; None when not measured."""
+        if self._start is None or self._end is None:
+            return None
+        import psutil
+        import torch
+
+        wall = self._end[0] - self._start[0]
+        if wall <= 0:
+            return None
+        others = (self._end[1] - self._start[1]) - (self._end[2] - self._start[2])
+        cores = psutil.cpu_count() or 1
+        return profiles.load_note(max(0.0, others) / wall, cores, torch.get_num_threads())
+
+
+def _cpu_seconds() -> tuple[float, float, float]:
+    """(now, the machine's busy CPU seconds, this process tree's CPU seconds)."""
+    import time
+
+    import psutil
+
+    machine = psutil.cpu_times()
+    waiting = ("idle", "iowait", "guest", "guest_nice")  # a guest's time is in user already
+    busy = sum(machine) - sum(getattr(machine, name, 0.0) for name in waiting)
+    me = psutil.Process()
+    own = sum(me.cpu_times()[:4])
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            own += sum(child.cpu_times()[:2])
+    return time.monotonic(), busy, own
 
 
 def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:

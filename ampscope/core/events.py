@@ -181,10 +181,22 @@ class CompileEvent(Event, tag="compile"):
 
 EPOCH_NOTE, RANK_STALLED, NUMERICS_OFF = "epoch", "rank-stalled", "numerics-off"
 GRAD_ZEROS_OFF = "grad-zeros-off"
-"""Warning codes: notes (a user's batches began a new epoch; a compiled run measures no
-per-layer numerics; no gradient reaches the model's output to count its zeros), and a rank
-that holds up. NOTE_CODES are said as notes, not warnings."""
+"""Warning codes: notes (a compiled run measures no per-layer numerics; no gradient reaches
+the model's output to count its zeros; records from before ``note`` events said a user's
+batches began a new epoch this way), and a rank that holds up. NOTE_CODES are said as notes,
+not warnings."""
 NOTE_CODES = frozenset({EPOCH_NOTE, NUMERICS_OFF, GRAD_ZEROS_OFF})
+
+
+class NoteEvent(Event, tag="note"):
+    """Not trouble: what a reader may want to know, said once in words and then counted. The
+    code ``epoch``: a user's batches ran out and began pass ``count`` at ``step``; the first
+    restart's message says so, later ones only move the count."""
+
+    code: str
+    message: str
+    step: int | None = None
+    count: int | None = None
 
 
 class WarningEvent(Event, tag="warning"):
@@ -361,7 +373,7 @@ def empty_done(status: str, error: str | None = None, wall_s: float = 0.0) -> Do
 
 AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union object here
     HelloEvent, PhaseEvent, StepEvent, CompileEvent, WarningEvent, ErrorEvent, SysEvent,
-    DoneEvent, NumericsEvent, ProfileEvent,
+    DoneEvent, NumericsEvent, ProfileEvent, NoteEvent,
 ]  # fmt: skip
 
 _encoder = msgspec.json.Encoder()

@@ -8,7 +8,7 @@ marked not comparable instead of being read as a precision effect. Torch- and te
 Beside this module (bench rows, verdicts, sweep records):
 
     significance.py  a confidence interval on a speed-up: is one preset really faster
-    notes.py         which clock a bench used, and a spread that blocks a verdict
+    notes.py         rows by the clock bench was asked for, and a spread that blocks a verdict
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import csv
 import io
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -43,7 +43,7 @@ class Row(msgspec.Struct, kw_only=True):
     status: str  # ok | failed | stopped | mixed
     runs: int
     reason: str | None = None
-    step_ms: float | None = None  # geometric mean of the runs' median step times
+    step_ms: float | None = None  # geometric mean of the runs' median step times (by clock)
     spread_lo: float | None = None  # p10 of one run, or the lowest repeat's median
     spread_hi: float | None = None
     run_medians: list[float | None] = msgspec.field(default_factory=list)  # per run, in order
@@ -70,6 +70,11 @@ class Row(msgspec.Struct, kw_only=True):
     compile_s: float | None = None
     run_dirs: list[str] = msgspec.field(default_factory=list)
     clock: str = "wall"  # step times by the wall clock, or the CPU's (bench --clock cpu)
+    # --clock cpu: the same aggregate of the same runs by the wall clock, to check the CPU's
+    wall_ms: float | None = None
+    wall_run_medians: list[float | None] = msgspec.field(default_factory=list)
+    wall_speedup: float | None = None  # the baseline's wall time / this row's
+    clocks_disagree: bool = False  # the wall clock rules out the CPU clock's speed-up
 
 
 def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
@@ -115,17 +120,38 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
             row.spread_lo, row.spread_hi = min(medians), max(medians)
         else:
             row.spread_lo, row.spread_hi = ok[0].step_ms_p10, ok[0].step_ms_p90
-    row.samples_per_s = _median([d.samples_per_s for d in ok])
-    row.tokens_per_s = _median([d.tokens_per_s for d in ok])
-    row.tflops = _median([d.tflops for d in ok])
-    row.mfu = _median([d.mfu for d in ok])
-    row.mfu_measured = _median([machine_check.mfu_measured(r) for r in runs if r.done in ok])
+    set_rates(row, [r for r in runs if r.done in ok], row.step_ms)
     peaks = [d.mem_peak for d in ok if d.mem_peak is not None]
     row.mem_peak = max(peaks) if peaks else None
     row.loss_final = _median([d.loss_final for d in ok])
     compiles = [d.compile_s for d in ok if d.compile_s is not None]
     row.compile_s = statistics.median(compiles) if compiles else None
     return row
+
+
+def set_rates(row: Row, runs: Sequence[records.RunRecord], step_ms: float | None) -> None:
+    """The row's samples/s, tokens/s, TFLOP/s and MFU at the row's own step time ``step_ms``.
+
+    Each run's rate times its median step time is the work of its typical step (samples,
+    tokens, FLOPs, a share of the peak); the median of that over the runs, divided by
+    ``step_ms``, is the rate beside that step time. So a row's rates and its step time are
+    one figure seen two ways, by one aggregate and one clock: 1.09k samples/s never stands
+    beside a step time that implies half of it.
+    """
+
+    def at_step_time(rate: Callable[[records.RunRecord], float | None]) -> float | None:
+        work = []
+        for run in runs:
+            value, ms = rate(run), run.done.step_ms_median if run.done is not None else None
+            if value is not None and ms:
+                work.append(value * ms)
+        return statistics.median(work) / step_ms if work and step_ms else None
+
+    row.samples_per_s = at_step_time(lambda r: r.done.samples_per_s if r.done else None)
+    row.tokens_per_s = at_step_time(lambda r: r.done.tokens_per_s if r.done else None)
+    row.tflops = at_step_time(lambda r: r.done.tflops if r.done else None)
+    row.mfu = at_step_time(lambda r: r.done.mfu if r.done else None)
+    row.mfu_measured = at_step_time(machine_check.mfu_measured)
 
 
 def setup_of(run: records.RunRecord) -> dict[str, str]:
@@ -153,7 +179,8 @@ def compare(rows: list[Row], baseline: str) -> list[Row]:
     for row in rows:
         row.differs = []
         row.speedup = row.speedup_low = row.speedup_high = row.significant = None
-        row.mem_change = row.loss_change = None
+        row.mem_change = row.loss_change = row.wall_speedup = None
+        row.clocks_disagree = False
         row.is_baseline = row is base
         if base is None:
             continue
@@ -174,6 +201,10 @@ def compare(rows: list[Row], baseline: str) -> list[Row]:
                     tested.high,
                 )
                 row.significant = tested.significant
+            if row.wall_ms and base.wall_ms:  # --clock cpu: what the wall clock says of it
+                wall = significance.speed_up(base.wall_run_medians, row.wall_run_medians)
+                row.wall_speedup = wall.ratio if wall is not None else base.wall_ms / row.wall_ms
+                row.clocks_disagree = _clocks_disagree(row.speedup, row.wall_speedup, wall)
         if row.mem_peak and base.mem_peak:
             row.mem_change = row.mem_peak / base.mem_peak - 1
         if row.loss_final is not None and base.loss_final:
@@ -184,7 +215,7 @@ def compare(rows: list[Row], baseline: str) -> list[Row]:
 def verdicts(rows: list[Row], baseline: str) -> list[str]:
     """Sentences a lecturer can read aloud, derived from the numbers only."""
     base = next((r for r in rows if r.preset == baseline), None)
-    lines = []
+    lines = [_off_cpu_note(base)] if base is not None and off_cpu(base) else []
     for row in rows:
         if row.preset == baseline:
             continue
@@ -216,6 +247,10 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
                 parts.append(f"final loss {abs(row.loss_change):.1%} {worse}")
         sentence = f"{row.preset}: " + ", ".join(parts) if parts else f"{row.preset}: no baseline"
         lines.append(sentence + ".")
+        if off_cpu(row):
+            lines.append(_off_cpu_note(row))
+        elif clocks_disagree(row) and not (base is not None and off_cpu(base)):
+            lines.append(_clocks_note(row, base))
         if row.grad_zero_frac is not None and row.grad_zero_frac >= 0.01:
             lines.append(
                 f"{row.preset} lost {row.grad_zero_frac:.0%} of its output-gradient values to "
@@ -226,13 +261,80 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
     return lines
 
 
+CLOCKS_DISAGREE = 1.2
+"""A CPU-clock speed-up and the wall clock's this many times apart (either way) disagree
+widely: the verdict gives both and calls neither a speed-up."""
+OFF_CPU = 0.5
+"""CPU time under this share of a step's wall time: most of the step is off the CPU clock
+(sleep, I/O, a device, other processes), which ``--clock cpu`` does not see."""
+
+
+def _clocks_disagree(cpu: float | None, wall: float, tested: significance.SpeedUp | None) -> bool:
+    """``--clock cpu``: the wall clock rules out the CPU clock's speed-up ``cpu``. With
+    repeats, when ``cpu`` lies outside the wall clock's own confidence interval (a wall clock
+    swinging with other tenants rules nothing out: that is what the CPU clock is for); and
+    either way only when the two are :data:`CLOCKS_DISAGREE` times apart or more."""
+    if cpu is None or cpu <= 0 or wall <= 0 or max(cpu / wall, wall / cpu) < CLOCKS_DISAGREE:
+        return False
+    return tested is None or not tested.low <= cpu <= tested.high
+
+
+def clocks_disagree(row: Row) -> bool:
+    """``--clock cpu``: the row's CPU-clock speed-up and the wall clock's disagree widely."""
+    return row.clocks_disagree and row.wall_speedup is not None and row.speedup is not None
+
+
+def off_cpu(row: Row) -> bool:
+    """``--clock cpu``: most of the row's step time is not this process's CPU time."""
+    return (
+        row.wall_ms is not None and row.step_ms is not None and row.step_ms < OFF_CPU * row.wall_ms
+    )
+
+
+def _off_cpu_note(row: Row) -> str:
+    assert row.step_ms is not None and row.wall_ms is not None
+    return (
+        f"{row.preset}: its CPU time is {row.step_ms / row.wall_ms:.0%} of its wall time "
+        f"({fmt_ms(row.step_ms)} of {fmt_ms(row.wall_ms)} a step): most of a step is off the "
+        "CPU clock (sleep, I/O, a device, or other processes: DataLoader workers, other "
+        "tenants), so CPU times compare this process's own work only."
+    )
+
+
+def _clocks_note(row: Row, base: Row | None) -> str:
+    shares = [
+        f"{r.preset} {fmt_ms(r.step_ms)} of CPU time in {fmt_ms(r.wall_ms)}"
+        for r in (base, row)
+        if r is not None and r.step_ms is not None and r.wall_ms is not None
+    ]
+    return (
+        f"{row.preset}: the CPU clock and the wall clock disagree ({'; '.join(shares)} a step): "
+        "threads working at once each add CPU time, waits add none."
+    )
+
+
 def _speed_words(row: Row, baseline: str) -> str:
     assert row.speedup is not None
-    if row.significant is None:
-        n = significance.MIN_REPEATS
+    n = significance.MIN_REPEATS
+    if clocks_disagree(row):
+        assert row.wall_speedup is not None
+        if (row.speedup - 1) * (row.wall_speedup - 1) <= 0:
+            return (
+                f"no speed verdict: the clocks contradict each other (by CPU time a step "
+                f"{row.speedup:.2g}x the speed of {baseline}, by the wall clock "
+                f"{row.wall_speedup:.2g}x)"
+            )
+        less_more = "less" if row.speedup > 1 else "more"
+        factor = row.speedup if row.speedup > 1 else 1 / row.speedup
         return (
-            f"{row.speedup:.2g}x the speed of {baseline}, untested (a speed verdict needs {n} "
-            f"or more interleaved runs of each: --repeats {n})"
+            f"{factor:.2g}x {less_more} CPU time a step than {baseline}"
+            f"{'' if row.significant is not None else ' (untested)'}, but "
+            f"{row.wall_speedup:.2g}x its speed by the wall clock: no speed verdict"
+        )
+    if row.significant is None:
+        return (
+            f"no speed verdict without {n} or more interleaved runs of each (--repeats {n}); "
+            f"an untested {row.speedup:.2g}x the speed of {baseline}"
         )
     interval = f"{significance.LEVEL:.0%} CI {row.speedup_low:.3g}-{row.speedup_high:.3g}x"
     if not row.significant:
@@ -324,10 +426,11 @@ def _speed_cell(row: Row) -> str:
         return "-"
     if row.is_baseline:
         return f"{row.speedup:.2f}x"
+    clocks = " !" if clocks_disagree(row) else ""
     if row.significant is None:
-        return f"{row.speedup:.2f}x ?"
+        return f"{row.speedup:.2f}x ?{clocks}"
     interval = f"{row.speedup:.2f}x ({row.speedup_low:.2f}-{row.speedup_high:.2f})"
-    return interval + ("" if row.significant else " ~")
+    return interval + ("" if row.significant else " ~") + clocks
 
 
 def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None = None) -> str:
@@ -345,13 +448,14 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
-        fields = [f for f in Row.__struct_fields__ if f not in ("run_dirs", "run_medians", "setup")]
+        lists = ("run_dirs", "run_medians", "wall_run_medians", "setup")
+        fields = [f for f in Row.__struct_fields__ if f not in lists]
         writer.writerow(fields)
         for row in rows:
             writer.writerow([_csv_value(getattr(row, f)) for f in fields])
         return out.getvalue()
-    step_head = "CPU time/step" if rows and rows[0].clock == "cpu" else "step time"
-    heads = [step_head if k == "step" else h for h, k in COLUMNS]
+    by_cpu = bool(rows) and rows[0].clock == "cpu"
+    heads = [CPU_HEADS.get(k, h) if by_cpu else h for h, k in COLUMNS]
     body = [[c[k] for _, k in COLUMNS] for c in table]
     if fmt == "markdown":
         lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -366,14 +470,47 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
+CLOCK_WORDS = {
+    "wall": "wall clock (each step's elapsed time)",
+    "cpu": "CPU clock (each step's process CPU time, all threads: --clock cpu)",
+}
+CPU_HEADS = {
+    "step": "CPU time/step",
+    "samples": "samples/CPU s",
+    "tokens": "tokens/CPU s",
+    "tflops": "TFLOP/CPU s",
+}
+"""bench --clock cpu: the columns timed by the CPU clock, named so."""
+
+
 def legend(rows: list[Row]) -> list[str]:
-    """What the marks in the speed-up column mean, for the marks that appear."""
+    """Which clock and which aggregate the row's figures are, and what the marks in the
+    speed-up column mean, for the marks that appear."""
     notes = []
-    if any(r.runs > 1 for r in rows):
+    clock = rows[0].clock if rows else "wall"
+    repeated = any(r.runs > 1 for r in rows)
+    aggregate = (
+        "; across repeats their geometric mean (the fastest and slowest repeat's in brackets); "
+        "speedup: the geometric mean of the paired repeats' ratios, the baseline's step time "
+        "/ the row's when every repeat ran"
+        if repeated
+        else " (its steps' p10-p90 in brackets); speedup: the baseline's step time / the row's"
+    )
+    rates = (
+        "samples, tokens and TFLOP per CPU second: a step's work over that CPU time (MFU is a "
+        "wall-clock figure: -)"
+        if clock == "cpu"
+        else "samples/s, tokens/s, TFLOP/s and MFU: a step's work over that step time"
+    )
+    if any(r.step_ms is not None for r in rows):
         notes.append(
-            "step time: geometric mean of the repeats' median step times (the fastest and "
-            "slowest repeat's in brackets); speedup: geometric mean of the paired repeats' "
-            "ratios, the baseline's step time / the row's when every repeat ran."
+            f"step time: {CLOCK_WORDS.get(clock, clock)}, each run's median over its timed "
+            f"steps{aggregate}; {rates}."
+        )
+    if any(clocks_disagree(r) for r in rows):
+        notes.append(
+            f"! marks a CPU-clock speed-up the wall clock rules out (the two {CLOCKS_DISAGREE}x "
+            "apart or more): the verdict gives both."
         )
     if any(r.significant is not None for r in rows):
         notes.append(

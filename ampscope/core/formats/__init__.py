@@ -35,7 +35,7 @@ from ampscope.core.formats.describe import (
     facts_table,
     store,
 )
-from ampscope.core.formats.expression import ExpressionError, evaluate, to_fp64
+from ampscope.core.formats.expression import ExpressionError, echo, evaluate, to_fp64
 
 __all__ = [
     "DEFAULT_KEYS",
@@ -52,6 +52,7 @@ __all__ = [
     "convert",
     "crosscheck",
     "describe",
+    "echo",
     "evaluate",
     "exact_decimal",
     "facts_table",

@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from ampscope.core.presets.suggest import did_you_mean
+from ampscope.core.text import visible
 
 Encoding = Literal["ieee", "fn", "fn-nonan", "e8m0", "int"]
 
@@ -231,7 +232,7 @@ def get_format(key: str | Format) -> Format:
     except KeyError:
         hint = did_you_mean(key, FORMATS)
         raise KeyError(
-            f"unknown format '{key}'.{hint} Known formats: {', '.join(FORMATS)}."
+            f"unknown format '{visible(key, 60)}'.{hint} Known formats: {', '.join(FORMATS)}."
         ) from None
 
 

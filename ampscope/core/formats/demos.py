@@ -130,11 +130,11 @@ def demo_sum_tenth(count: int = 10_000) -> DemoResult:
         f"Adding 0.1 to a running total {count} times; the exact answer is {exact:g}.",
         "Each format rounds after every add, as a sequential loop (or a naive reduction) does.",
     ]
-    for key in keys:
-        step_val = convert(0.1, key)
+    lines.append(f"  {'format':<11} {'total':<13} {'error':<11} 0.1 is stored as")
+    for key in keys:  # a row fits 80 columns: a lecture's terminal
         lines.append(
-            f"  {FORMATS[key].label:<11} total {results[key]:<20.10g} error {errors[key]:<12.4g}"
-            f" (0.1 is stored as {_fmt(step_val, key)})"
+            f"  {FORMATS[key].label:<11} {results[key]:<13.10g} {errors[key]:<11.4g} "
+            f"{_fmt(convert(0.1, key), key)}"
         )
     lines += [
         "Once the total is big enough that 0.1 is less than half the gap between neighbours,",
@@ -166,12 +166,12 @@ def demo_loss_scale(scale: float = 2.0**16) -> DemoResult:
     lines = [
         f"Multiply the loss by S = 2^{int(math.log2(scale))} = {scale:g}: every gradient is S times larger,",
         "so it lands in fp16's normal range. Divide by S again in fp32 before the optimizer step.",
-        "  gradient     fp16 as is      fp16 of grad*S    unscaled in fp32",
+        "  gradient  fp16 as is  fp16 of grad*S  unscaled in fp32  error: as is -> scaled",
     ]
-    for r in rows:
+    for r in rows:  # a row fits 80 columns: a lecture's terminal
         lines.append(
-            f"  {r['grad']:<10g}   {r['fp16']:<13.4g}   {r['scaled_fp16']:<15.4g}   "
-            f"{r['unscaled_fp32']:.4g}  (error {r['rel_error_plain']:.0%} -> {r['rel_error_scaled']:.2%})"
+            f"  {r['grad']:<9g} {r['fp16']:<11.4g} {r['scaled_fp16']:<15.4g} "
+            f"{r['unscaled_fp32']:<17.4g} {r['rel_error_plain']:.0%} -> {r['rel_error_scaled']:.2%}"
         )
     lines += [
         f"The price: a gradient of 2 scaled by S is {2 * scale:g}, past 65504: fp16 makes it {big:g}.",

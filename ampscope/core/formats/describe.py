@@ -80,7 +80,7 @@ class Description:
     """One input value and what every chosen format stores for it."""
 
     input: str
-    exact: Fraction | float  # the value typed, exactly (a float only for inf/nan)
+    exact: Fraction | float  # the value typed, exactly (a float only for inf, nan and -0)
     fp64: float  # what a program holds: the formats are cast from this
     rows: list[Stored]
 
@@ -138,7 +138,9 @@ def exact_decimal(value: float) -> str:
 def store(value: Fraction | float, fmt: str | Format, *, saturate_fp8: bool = False) -> Stored:
     """Cast an exact value (via its fp64, as a program would) into ``fmt`` and report it."""
     f = get_format(fmt)
-    x = to_fp64(value)
+    x = to_fp64(value)  # -0.0 keeps its sign here: a format's sign bit shows it
+    if isinstance(value, float) and value == 0:
+        value = Fraction(0)  # exactly zero, for the flags and the error
     saturate = saturate_fp8 and f.key == "fp8-e4m3fn"
     out = convert(x, f, saturate=saturate)
     row = Stored(

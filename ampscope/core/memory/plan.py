@@ -261,7 +261,12 @@ def parse_count(text: str) -> int:
             "(350k, 125M, 1.3B, 7B), in either case."
         )
     value = float(match.group(1)) * _SUFFIX[match.group(2).lower()]
-    if not math.isfinite(value) or value < 1:
+    if not math.isfinite(value):
+        raise PlanError(
+            f"'{text}' is not a parameter count: it is too large to read (past 1.8e308, the "
+            "largest number a float holds)."
+        )
+    if value < 1:
         raise PlanError(f"'{text}' is not a parameter count: it must be at least 1.")
     return round(value)
 

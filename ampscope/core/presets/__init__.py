@@ -14,6 +14,7 @@ Beside this module (the preset's model, loading and overrides):
     parallel.py        the ``[parallel]`` table and how torchrun is asked
     workload_rules.py  the built-in workloads' dimensions and ``[workload]`` rules
     fp8_recipes.py     which fp8 format each tensor of a linear layer takes
+    optimizer.py       the ``[optimizer]`` table: fused, foreach or per-tensor AdamW
     workload_spec.py   a user's own model (``--model``): the factory's spec, ``ampscope.Workload``
     suggest.py         "did you mean": the close name for a mistyped preset, field or value
 """
@@ -35,6 +36,7 @@ from ampscope.core.numerics.options import NumericsOptions
 from ampscope.core.presets.errors import ConfigError, FlagOverride
 from ampscope.core.presets.fp8_recipes import Fp8Options, check_fp8_layers
 from ampscope.core.presets.messages import describe_validation_error as _describe
+from ampscope.core.presets.optimizer import OptimizerOptions, check_optimizer
 from ampscope.core.presets.parallel import Parallel, check_parallel
 from ampscope.core.presets.suggest import did_you_mean
 from ampscope.core.presets.toml_text import (
@@ -140,6 +142,7 @@ class Preset(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         default_factory=list
     )
     numerics: NumericsOptions = msgspec.field(default_factory=NumericsOptions)  # per-layer ranges
+    optimizer: OptimizerOptions = msgspec.field(default_factory=OptimizerOptions)  # AdamW's step
 
     @property
     def uses_scaler(self) -> bool:
@@ -272,12 +275,13 @@ def _flag_for(override: str) -> str:
 
 
 def _blame_override(exc: ConfigError, overrides: typing.Sequence[str]) -> str | None:
-    """The last --set that gave the field at fault (or a table above it), if one did."""
+    """The last --set that gave the field at fault (or a table above it, or a field inside
+    it: ``--set optimiser.fused=true`` made the unknown table ``optimiser``), if one did."""
     if exc.key is None:
         return None
     for item in reversed(overrides):
         key = item.partition("=")[0].strip()
-        if exc.key == key or exc.key.startswith(key + "."):
+        if exc.key == key or exc.key.startswith(key + ".") or key.startswith(exc.key + "."):
             return item
     return None
 
@@ -363,7 +367,17 @@ def check_combinations(preset: Preset) -> list[tuple[str, str]]:
         problems.append(("fp32_modules", message))
     problems += check_fp8_layers(preset.fp8)
     problems += check_workload(preset.workload)
+    problems += check_optimizer(preset.optimizer, sharded_scaler(preset))
     return problems + check_parallel(preset.precision, preset.parallel)
+
+
+def sharded_scaler(preset: Preset) -> bool:
+    """FSDP2 with a GradScaler: on several ranks the scaler is the sharded one."""
+    return (
+        preset.parallel.strategy == "fsdp2"
+        and preset.uses_scaler
+        and preset.precision not in ("bf16", "fp16", "fp64")
+    )
 
 
 WorkloadSizes = tuple[dict[str, int], int]

@@ -7,7 +7,8 @@ Torch-free: ``ampscope profile``, the Run view's profile screen and Compare read
 
 Beside this module (a profile's split, the line that says what would help):
 
-    rules.py    which class of work an op or a kernel is
+    rules.py    which class of work an op or a kernel is, and the words shown for it
+    advice.py   the line that says what would help, for this run on this device
     compare.py  two runs' profiles side by side
 """
 
@@ -23,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core.profiles.rules import CLASSES, OpTime
+from ampscope.core.profiles.advice import RunFacts, advice
+from ampscope.core.profiles.advice import load_note as load_note  # the face: cli/profile.py
+from ampscope.core.profiles.rules import CLASSES, OpTime, label
 from ampscope.core.records import files as record_files
+from ampscope.core.text import wrap
 from ampscope.core.units import fmt_ms
 
 REQUEST_FILE = "profile-request.json"
@@ -91,15 +95,6 @@ def summarize(
     )
 
 
-def label(cls: str, profile: ev.ProfileEvent | None = None) -> str:
-    """A class as shown: 'matmul (bf16)' when one format did most of it."""
-    text = CLASSES.get(cls, cls)
-    kinds = profile.dtypes.get(cls) if profile else None
-    if kinds:
-        text += " (" + "/".join(sorted(kinds, key=lambda d: -kinds[d])[:2]) + ")"
-    return text
-
-
 def casts_share(cls: str, profile: ev.ProfileEvent) -> float | None:
     """The step's share in casts between formats, for the elementwise class they count in
     (None where no format narrower than fp32 ran: copies there are plain copies)."""
@@ -148,81 +143,6 @@ def headline(profile: ev.ProfileEvent, most: int = 3) -> str:
     return ", ".join(parts)
 
 
-def advice(profile: ev.ProfileEvent) -> str:
-    """The one thing that would help this step most, in a sentence, from its largest cost."""
-    c = defaultdict(float, profile.classes)
-    fp32 = sum(
-        c2
-        for cls in ("matmul", "conv")
-        for d, c2 in profile.dtypes.get(cls, {}).items()
-        if d in ("fp32", "fp64")
-    )
-    dense = c["matmul"] + c["conv"] + c["attention"]
-    fused = c["elementwise"] + c["norm_act"]
-    candidates = [
-        (
-            c["data"],
-            0.15,
-            "Waiting for data takes {}: more loader workers, pinned memory or "
-            "prefetching would help most.",
-        ),
-        (
-            c["idle"],
-            0.15,
-            "The GPU sits idle for {} of the step between launches: torch.compile "
-            "(reduce-overhead uses CUDA graphs) or a larger batch would help most.",
-        ),
-        (
-            c["communication"],
-            0.2,
-            "Communication takes {}: overlap it with backward (bucket "
-            "sizes) or train with fewer, larger steps.",
-        ),
-        (
-            fp32,
-            0.25,
-            "Matrix multiplies in fp32 take {}: bf16 autocast (Tensor Cores) or tf32 "
-            "would help most."
-            if profile.timing == "device"
-            else "Matrix multiplies in fp32 take {}: on a CPU, bf16 autocast helps only "
-            "where it has bf16 units (AMX, AVX512-BF16; ampscope doctor says); a GPU's "
-            "Tensor Cores are where it pays.",
-        ),
-        (
-            fused,
-            0.2,
-            "Elementwise, norm and activation work takes {}: torch.compile would fuse "
-            "most of it into fewer kernels.",
-        ),
-        (
-            c["optimizer"],
-            0.2,
-            "The optimizer takes {}: a fused or foreach optimizer (fused=True) would help most.",
-        ),
-        (
-            c["loss_scaling"],
-            0.1,
-            "Loss scaling takes {}: bf16 needs none, where the device has it.",
-        ),
-        (
-            c["memcpy"],
-            0.15,
-            "Memory copies take {}: keep tensors on the device, pin host memory for the batch.",
-        ),
-    ]
-    over = [(share / bar, share, text) for share, bar, text in candidates if share >= bar]
-    if over:
-        _, share, text = max(over)
-        return text.format(f"{share:.0%}")
-    if dense >= 0.5:
-        return (
-            f"Matrix multiplies and attention take {dense:.0%}: the step is compute-bound; "
-            "a larger batch, a lower-precision format or fp8 is what is left."
-        )
-    top = max(profile.classes, key=lambda k: profile.classes[k], default="other")
-    return f"No one cost dominates; the largest is {label(top, profile)} at {c[top]:.0%}."
-
-
 @dataclass
 class ClassChange:
     cls: str
@@ -257,17 +177,30 @@ def change_text(row: ClassChange, before: ev.ProfileEvent, after: ev.ProfileEven
     return f"{CLASSES[row.cls]} {amount}{why}".replace("-", "\u2212")
 
 
-def to_json(profile: ev.ProfileEvent, preset: str) -> dict[str, Any]:
+def to_json(
+    profile: ev.ProfileEvent,
+    preset: str,
+    facts: RunFacts | None = None,
+    under_load: str | None = None,
+) -> dict[str, Any]:
     """The object ``ampscope profile --json`` prints."""
     out: dict[str, Any] = {"preset": preset}
     out.update(ev.to_dict(profile))
     out.pop("type", None)
-    out["advice"] = advice(profile)
+    out["advice"] = advice(profile, facts)
+    out["under_load"] = under_load
     return out
 
 
-def render(profile: ev.ProfileEvent, title: str, width: int = 80) -> str:
-    """The split, the top ops and the advice as plain text (``ampscope profile``)."""
+def render(
+    profile: ev.ProfileEvent,
+    title: str,
+    width: int = 80,
+    facts: RunFacts | None = None,
+    under_load: str | None = None,
+) -> str:
+    """The split, the top ops and the advice as plain text (``ampscope profile``), and
+    ``under_load``'s line where other processes' work moved it."""
     whose = "kernel time on the GPU" if profile.timing == "device" else "CPU op time"
     lines = [
         f"{title}: {profile.steps} steps from step {profile.step}, "
@@ -283,7 +216,9 @@ def render(profile: ev.ProfileEvent, title: str, width: int = 80) -> str:
         room = width - 34
         name = op.name if len(op.name) <= room else op.name[: room - 1] + "\u2026"
         lines.append(f"  {op.share:>5.1%} {op.calls:>6}x  {op.kind[:11]:<11} {name}")
-    lines += ["", advice(profile)]
+    lines += ["", *wrap(advice(profile, facts), width)]
+    if under_load:
+        lines += wrap(under_load, width)
     if profile.trace:
         lines.append(f"Chrome trace (opens in https://ui.perfetto.dev): {profile.trace}")
     if profile.note:

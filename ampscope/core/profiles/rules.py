@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ampscope.core import events as ev
+
 CLASSES: dict[str, str] = {
     "matmul": "matmul",
     "conv": "conv",
@@ -66,7 +68,8 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
         (
             "elementwise",
             r"elementwise|aten::(add|sub|mul|div|neg|pow|sqrt|rsqrt|exp|log|"
-            r"copy_|_to_copy|to|fill_|zero_|where|clamp|abs|sum|mean|cat|stack|index|scatter|"
+            r"copy_|_to_copy|to|fill_|zero_|ones_like|zeros_like|full_like|where|clamp|abs|sum|"
+            r"mean|cat|stack|index|scatter|"
             r"gather|masked|lerp|addcmul|addcdiv|maximum|minimum|_foreach_\w+)|triton_|"
             r"pool|embedding|"
             r"reduce_kernel|copy_kernel|fill_kernel|cat_|index_",
@@ -183,3 +186,12 @@ class OpTime:
     calls: int = 1
     dtype: str | None = None
     cast: bool = False  # a copy between number formats (its input dtypes differ)
+
+
+def label(cls: str, profile: ev.ProfileEvent | None = None) -> str:
+    """A class as shown: 'matmul (bf16)' when one format did most of it."""
+    text = CLASSES.get(cls, cls)
+    kinds = profile.dtypes.get(cls) if profile else None
+    if kinds:
+        text += " (" + "/".join(sorted(kinds, key=lambda d: -kinds[d])[:2]) + ")"
+    return text

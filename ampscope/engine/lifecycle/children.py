@@ -4,7 +4,9 @@ A child the training code started (a data server, ``subprocess.Popen`` of a tool
 ``multiprocessing`` worker never joined) would outlive the run and hold its memory or GPU. At
 the end of a run the engine ends what is left of its descendants, SIGTERM then SIGKILL, and
 says which in a ``children-ended`` warning. torch.compile's own compile workers are left to
-end with the engine, as they do.
+end with the engine, as they do, and so are the workers of the DataLoader whose iterator
+ampscope holds (docs/model.md's factory, ``num_workers`` > 0): they serve ampscope, not
+the user's leftovers.
 
 A child that left the engine's process tree (it called ``setsid`` and its parent exited: a
 daemon) cannot be told from any other process by its parent. Every process started during the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -85,7 +88,10 @@ def users_children() -> list[psutil.Process]:
 def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
     """The engine's live descendants as the user's and inductor's own compilers (a g++ on a
     file in inductor's cache, its cc1plus): a stop during torch.compile ends those too,
-    without blaming the user for them. Torch's compile workers are in neither list."""
+    without blaming the user for them. Torch's compile workers are in neither list, nor are
+    the workers of the DataLoader ampscope iterates (``release_iterators`` lets go of its
+    iterator first: they end with it, or, persistent, with the loader)."""
+    serving = _release_iterators()
     me = os.getpid()
     try:
         found = psutil.Process(me).children(recursive=True)
@@ -103,7 +109,7 @@ def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
         except psutil.Error:
             kinds[child.pid] = "gone"
             continue
-        if any(t in cmdline for t in TORCH_OWN):
+        if any(t in cmdline for t in TORCH_OWN) or child.pid in serving:
             kinds[child.pid] = "torch"
         elif any(mark in cmdline for mark in compiler_marks()):
             kinds[child.pid] = "compiler"
@@ -119,6 +125,13 @@ def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
     users = [c for c in found if kind(c.pid) == "user"]
     compilers = [c for c in found if kind(c.pid) == "compiler"]
     return users, compilers
+
+
+def _release_iterators() -> set[int]:
+    """``engine.workloads.user.release_iterators``, where a user's workload was built: a run
+    refused before that never imports it (nor torch, which it needs)."""
+    user = sys.modules.get("ampscope.engine.workloads.user")
+    return user.release_iterators() if user is not None else set()
 
 
 def describe(child: psutil.Process) -> str:

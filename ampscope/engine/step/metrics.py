@@ -279,10 +279,10 @@ class StepReporter:
             "here the ranks would train different models.",
         )
 
-    def warn_from(self, found: list[tuple[str, str, int | None]]) -> None:
-        """Emit (and clear) warnings the workload found while serving batches."""
-        for code, message, step in found:
-            self.writer.emit(ev.WarningEvent(code=code, message=message, step=step), urgent=True)
+    def warn_from(self, found: list[ev.WarningEvent | ev.NoteEvent]) -> None:
+        """Emit (and clear) what the workload found while serving batches (a new epoch)."""
+        for event in found:
+            self.writer.emit(event, urgent=True)
         found.clear()
 
     def _step_event(

@@ -10,6 +10,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core.memory.host import current_rss
 from ampscope.core.presets import Preset, WorkloadSizes, resolve_workload
+from ampscope.core.presets.optimizer import adamw_flags
 from ampscope.core.presets.workload_spec import ModelContext
 from ampscope.engine.checks.device import DeviceInfo
 from ampscope.engine.checks.validation import RunWarning, training_state_warning
@@ -66,12 +67,7 @@ def build(
     batch_size = workload.samples_per_step
     workload.pool.shard(link.rank, link.world_size)
     model = parallelize(workload.model, preset, policy, info, link.grouped)
-    optimizer = torch.optim.AdamW(  # after sharding: FSDP2 replaces the parameters
-        model.parameters(),
-        lr=preset.lr,
-        weight_decay=0.0,
-        fused=policy.fused_adamw or None,
-    )
+    optimizer = make_optimizer(model, preset, policy)  # after sharding: FSDP2 replaces them
     scaler = policy.grad_scaler(info.device, preset.scaler)
     model = compile_model(model, preset)
     nan = torch.full((), float("nan"), device=info.device)
@@ -90,6 +86,17 @@ def build(
         fp8_layers,
         link,
         rss_before,
+    )
+
+
+def make_optimizer(
+    model: torch.nn.Module, preset: Preset, policy: PrecisionPolicy
+) -> torch.optim.Optimizer:
+    """AdamW with the preset's ``[optimizer]`` flags; ``auto`` is the fused kernel where the
+    precision policy allows it (CUDA without a sharded scaler), torch's default elsewhere."""
+    fused, foreach = adamw_flags(preset.optimizer, policy.fused_adamw)
+    return torch.optim.AdamW(
+        model.parameters(), lr=preset.lr, weight_decay=0.0, fused=fused, foreach=foreach
     )
 
 

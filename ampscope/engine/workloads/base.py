@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ampscope.core import events as ev
+
 # Cross-entropy always sees fp32 logits: a softmax over a large vocabulary in fp16 or bf16
 # loses the low bits of the loss and of its gradient, whatever the compute dtype.
 LOSS_DTYPE = torch.float32
@@ -101,8 +103,8 @@ class TrainingWorkload:
         self.samples_per_step = pool.batch_size
         self.tokens_per_step = tokens_per_step
         self.flops_per_step = flops_per_step  # the formula; None: count them (a user's model)
-        # Warnings found while serving batches (code, message, step), emitted by the loop.
-        self.warnings: list[tuple[str, str, int | None]] = []
+        # What serving batches found (a new epoch of a user's batches), emitted by the loop.
+        self.warnings: list[ev.WarningEvent | ev.NoteEvent] = []
 
     def prepare(self) -> None:
         """Before timing starts, once the precision's casts are done: nothing to do here."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import psutil
 import torch
 from torch import nn
 
@@ -82,12 +84,22 @@ def move(value: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
     return value
 
 
+def _child_pids() -> set[int]:
+    with contextlib.suppress(psutil.Error):
+        return {child.pid for child in psutil.Process().children()}
+    return set()
+
+
 class UserBatches:
     """The factory's batches, one a step, on the device.
 
     An iterable (a DataLoader, a list) is read in order and read again from the start when it
     runs out; a callable is asked for ``batches(step)``. The first batch is fetched before
     timing starts (for the batch size and the FLOP count) and served again at step 0.
+
+    The processes ``iter()`` starts (a DataLoader's workers) serve the iterator ampscope holds:
+    ``release_iterators`` lets go of it at the end of the run and names them, so that they are
+    not taken for processes the user's code left running.
     """
 
     def __init__(
@@ -95,18 +107,19 @@ class UserBatches:
         source: Any,
         device: torch.device,
         spec_text: str,
-        warnings: list[tuple[str, str, int | None]],
+        warnings: list[ev.WarningEvent | ev.NoteEvent],
     ) -> None:
         self.spec_text, self.device, self.warnings = spec_text, device, warnings
         self.dtype: torch.dtype | None = None  # the weights' dtype under a pure cast
         self.source = source
         self.fn: Callable[[int], Any] | None = None
         self.it: Any = None
+        self.workers: set[int] = set()  # pids of the processes iter() started
         if callable(source) and not hasattr(source, "__iter__"):
             self.fn = source
         else:
             try:
-                self.it = iter(source)
+                self.it = self._iterate()
             except TypeError:
                 raise UserCodeError(
                     f"workload.model = '{spec_text}': 'batches' is {describe(source)}, neither "
@@ -121,6 +134,30 @@ class UserBatches:
         self.batch_size = 0  # known once the first batch is in
         self.rank, self.world_size = 0, 1
         self.sharded = False
+
+    def _iterate(self) -> Any:
+        """``iter()`` over the batches, noting the processes it starts where it can start
+        some: a DataLoader's workers (``num_workers`` > 0) start there, persistent ones once.
+        A list is read again every few steps: nothing is looked up for it."""
+        if not getattr(self.source, "num_workers", 0):
+            return iter(self.source)
+        before = _child_pids()
+        it = iter(self.source)
+        _SERVING.add(self)
+        self.workers |= _child_pids() - before
+        return it
+
+    def release(self) -> set[int]:
+        """Let go of the iterator (a DataLoader's workers end with it) and return the pids of
+        the processes it started that still run: persistent workers, kept by the loader."""
+        self.it = None
+        _SERVING.discard(self)
+        alive = set()
+        for pid in self.workers:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.add(pid)
+        return alive
 
     def shard(self, rank: int, world_size: int) -> None:
         """Data parallelism: rank r trains on batch r of every ``world_size`` (a callable is
@@ -180,7 +217,8 @@ class UserBatches:
     def _restart(self, step: int) -> Any:
         """Start the iterable over: a new epoch, noted in the record (not a warning)."""
         epoch, self.served = self.served, 0
-        self.it = iter(self.source)
+        self.it = None  # the finished pass's workers end before the next pass's start
+        self.it = self._iterate()
         try:
             raw = next(self.it)
         except StopIteration:
@@ -195,12 +233,31 @@ class UserBatches:
                 "or another iterable that can be read again, or a callable step -> batch."
             ) from None
         self.epoch += 1
-        message = (
-            f"epoch {self.epoch} from step {step}: the batches ran out after {epoch} steps "
-            "and started again from the first"
+        message = f"epoch {self.epoch} from step {step}"
+        if self.epoch == 2:  # said once; later passes move the count (a list of 8: every 8 steps)
+            message += (
+                f": the batches ran out after {epoch} steps and started again from the first "
+                "(later passes are counted, not said)"
+            )
+        self.warnings.append(
+            ev.NoteEvent(code=ev.EPOCH_NOTE, message=message, step=step, count=self.epoch)
         )
-        self.warnings.append((ev.EPOCH_NOTE, message, step))
         return raw
+
+
+_SERVING: weakref.WeakSet[UserBatches] = weakref.WeakSet()
+"""The batches whose iterator ampscope holds (one a run; weak: a finished run's go with it)."""
+
+
+def release_iterators() -> set[int]:
+    """At the end of a run: let go of every iterator ampscope holds over a user's batches, and
+    return the pids of the processes they started that still run (workers a DataLoader with
+    ``persistent_workers`` keeps until the loader goes): the loader's, not leftovers of the
+    user's code (engine/lifecycle/children.py)."""
+    alive: set[int] = set()
+    for batches in list(_SERVING):
+        alive |= batches.release()
+    return alive
 
 
 class UserWorkload(TrainingWorkload):
@@ -236,7 +293,7 @@ class UserWorkload(TrainingWorkload):
                 user_traceback(exc),
             ) from None
         flops = positive_field(answer, "flops_per_step", spec_text, whole=False)
-        warnings: list[tuple[str, str, int | None]] = []
+        warnings: list[ev.WarningEvent | ev.NoteEvent] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
         batches.sharded = bool(answer.get("sharded"))
         name = answer.get("name")

@@ -178,6 +178,14 @@ class EventState:
         elif e.phase == "train" and e.state == "start":
             self.status = "training"
 
+    def _on_note(self, e: ev.NoteEvent) -> None:
+        """A new pass over a user's batches: the header counts it; the log says the first."""
+        if e.code == ev.EPOCH_NOTE and e.count is not None:
+            self.epoch = max(self.epoch, e.count)
+            if e.count > 2:
+                return
+        self.log.add("info", e.step, e.message)
+
     def _on_warning(self, e: ev.WarningEvent) -> None:
         if e.code in ev.NOTE_CODES:  # a new pass over the user's batches (counted), ...
             self.epoch += e.code == ev.EPOCH_NOTE
@@ -230,6 +238,7 @@ HANDLERS: dict[type, Callable[[EventState, Any], None]] = {
     ev.SysEvent: EventState._on_sys,
     ev.PhaseEvent: EventState._on_phase,
     ev.WarningEvent: EventState._on_warning,
+    ev.NoteEvent: EventState._on_note,
     ev.ErrorEvent: EventState._on_error,
     ev.CompileEvent: EventState._on_compile,
     ev.DoneEvent: EventState._on_done,

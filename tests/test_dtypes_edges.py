@@ -1,0 +1,118 @@
+"""``ampscope dtypes`` at its edges: negative zero's sign bit, nothing raw echoed to the
+terminal, and a reason of its own for each input it cannot read."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ampscope.core import formats as fm
+from tests.helpers import cli
+
+pytestmark = pytest.mark.unit
+
+
+NEGATIVE_ZEROS = {  # typed, and the same in Python's IEEE floats
+    "-0.0": -0.0,
+    "-0": -(0.0),
+    "0 * -1": 0.0 * -1.0,
+    "-(0)": -(0.0),
+    "0 / -5": 0.0 / -5.0,
+    "-0 + -0": -0.0 + -0.0,
+    "-0 - 0": -0.0 - 0.0,
+    "-1e-400": -1e-400,
+}
+
+
+@pytest.mark.parametrize("text", NEGATIVE_ZEROS)
+def test_negative_zero_is_stored_with_its_sign_bit_as_torch_stores_it(text: str) -> None:
+    """'dtypes -- -0.0' showed +0, sign bit 0, in every format."""
+    value = torch.tensor(NEGATIVE_ZEROS[text], dtype=torch.float64)
+    assert math.copysign(1.0, value.item()) < 0  # each of these is -0 by IEEE's rules
+    described = fm.describe(text)
+    for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        row = described.row(key)
+        sign = int(value.to(dtype).view(torch.int16 if dtype != torch.float32 else torch.int32))
+        assert row.fields[0] == ("1" if sign < 0 else "0") == "1", (text, key)
+        assert row.text == "-0"
+    assert described.row("fp8-e4m3fn").fields[0] == "1"
+    assert described.row("int8").fields == ("00000000",)  # an integer has no negative zero
+
+
+NEG_ZERO = -0.0
+POSITIVE_ZEROS = {
+    "0 - 0": 0.0 - 0.0,
+    "--0": -NEG_ZERO,
+    "-0 * -1": NEG_ZERO * -1.0,
+    "-0 + 0": NEG_ZERO + 0.0,
+}
+
+
+@pytest.mark.parametrize("text", [*POSITIVE_ZEROS, "1 - 1"])
+def test_a_zero_ieee_calls_positive_stays_positive(text: str) -> None:
+    assert math.copysign(1.0, POSITIVE_ZEROS.get(text, 0.0)) > 0
+    assert fm.describe(text).row("fp32").fields[0] == "0"
+
+
+def test_the_command_line_shows_negative_zeros_bits(capsys) -> None:
+    said = cli(capsys, "dtypes", "--formats", "fp32", "--", "-0.0")
+    assert said.returncode == 0
+    assert "1|00000000|00000000000000000000000" in said.stdout
+    assert "exact value: -0" in said.stdout
+
+
+ESC = "\x1b]0;owned\x07\x1b[31m"  # a terminal title and a colour
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dtypes", f"1{ESC}"],  # an unreadable number
+        ["dtypes", "--demo", f"x{ESC}"],
+        ["dtypes", "--formats", f"fp32,x{ESC}", "1"],
+    ],
+    ids=["value", "demo", "formats"],
+)
+def test_dtypes_never_echoes_a_raw_escape(capsys, argv: list[str]) -> None:
+    said = cli(capsys, *argv)
+    assert said.returncode == 2
+    assert "\x1b" not in said.stderr + said.stdout and "\x07" not in said.stderr
+    assert "\\x1b]0;owned\\x07" in said.stderr  # said back, escaped
+
+
+def test_a_long_input_is_shortened_in_the_echo(capsys) -> None:
+    said = cli(capsys, "dtypes", "--demo", "z" * 100_000)
+    assert said.returncode == 2
+    assert len(said.stderr) < 1000 and "(99,940 more characters)" in said.stderr
+
+
+def test_a_long_number_and_a_deep_one_each_get_their_own_reason() -> None:
+    """Both said 'not valid arithmetic'."""
+    with pytest.raises(fm.ExpressionError, match=r"too long \(5,000 characters; up to 1,000"):
+        fm.evaluate("1" * 5000)
+    for deep in ("(" * 300 + "1" + ")" * 300, "-" * 999 + "1", "2**" * 200 + "1"):
+        with pytest.raises(fm.ExpressionError, match="it nests too deep"):
+            fm.evaluate(deep)
+    with pytest.raises(fm.ExpressionError, match="not valid arithmetic"):
+        fm.evaluate("1 +")
+    assert fm.evaluate("+".join(["1"] * 400)) == 400  # a long sum is no nesting
+    assert fm.evaluate("(" * 150 + "1" + ")" * 150) == 1
+    assert fm.evaluate("10**300") == 10**300  # what the long-number reason suggests
+
+
+def test_inputs_that_crashed_the_parser_are_refused_with_exit_2(capsys) -> None:
+    """100,000 minus signs raised MemoryError, 3,000 a RecursionError: tracebacks."""
+    for text in ("-" * 100_000 + "1", "-" * 3000 + "1", "1+" * 20_000 + "1"):
+        said = cli(capsys, "dtypes", "--", text)
+        assert said.returncode == 2 and "Traceback" not in said.stderr
+        assert said.stderr.startswith("ampscope: cannot read '")
+
+
+@pytest.mark.parametrize("name", list(fm.DEMOS))
+def test_every_row_of_a_demo_fits_a_lecture_terminal_of_80_columns(name: str) -> None:
+    """The sum-0.1 and loss-scale rows wrapped at 80 columns ('(0.1 is stored as' / '0.1)'):
+    a row of figures is never broken."""
+    rows = [line for line in fm.run_demo(name).lines if line.startswith(" ")]
+    assert all(len(line) <= 80 for line in rows), [ln for ln in rows if len(ln) > 80]

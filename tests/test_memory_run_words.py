@@ -1,0 +1,44 @@
+"""``ampscope memory --run`` on a CPU: a ratio only where the model, not the process, makes
+the RSS growth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from ampscope.core import records
+from tests.helpers import cli, done, hello
+
+pytestmark = pytest.mark.unit
+MIB = 2**20
+
+
+def cpu_record(tmp_path: Path, params: int, grown: int) -> Path:
+    run_dir = tmp_path / f"run-{params}"
+    run_dir.mkdir()
+    conf = {"precision": "fp32", "batch_size": 8, "workload": {"kind": "mlp"}}
+    start = hello(config=conf, device="cpu", param_count=params, rss_before_model=300 * MIB)
+    end = done()
+    end.mem_peak = 300 * MIB + grown
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in (start, end)))
+    return run_dir
+
+
+def test_a_tiny_model_on_a_cpu_gets_no_ratio_of_the_processs_own_growth(tmp_path, capsys):
+    """132k parameters printed 'compared / predicted = 19.72 (+1872%)': the plan is 2 MiB,
+    the growth the runtime's own."""
+    said = cli(capsys, "memory", "--run", str(cpu_record(tmp_path, 132_000, 40 * MIB)))
+    assert said.returncode == 0, said.stderr
+    assert "compared / predicted" not in said.stdout and "+1" not in said.stdout
+    assert (
+        "not compared: the plan (2.01 MiB) is under four times the 92 MiB a CPU run" in said.stdout
+    )
+    assert "read the ratio" not in said.stdout
+
+
+def test_a_model_whose_plan_dwarfs_the_runtime_is_compared(tmp_path, capsys):
+    said = cli(capsys, "memory", "--run", str(cpu_record(tmp_path, 30_000_000, 520 * MIB)))
+    assert said.returncode == 0, said.stderr
+    assert "compared / predicted = 1.14 (+14%)" in said.stdout
