@@ -1,0 +1,182 @@
+"""Numerics on every step against Hugging Face's ``DebugUnderflowOverflow``, side by side.
+
+One tiny ViT (fp32, one thread) is trained three ways in interleaved blocks of steps: bare;
+with ``transformers.debug_utils.DebugUnderflowOverflow`` attached (forward hooks on every
+module: each weight's, input's and output's abs min and max, and an inf/NaN check); and with
+``ampscope.watch(numerics_every=1)`` (every leaf module's outputs and their gradients, forward
+and backward, against fp16, bf16 and both fp8 formats: amax, smallest non-zero, the shares that
+overflow and round to zero, the fp8 shares after amax scaling, and the first inf/NaN). Each
+way has its own copy of the model (the Hugging Face hooks stay on the model they are put on),
+the same weights and the same batches. A block's time is its mean step; each way's figure is
+the median of its blocks. It prints the step times, each against bare, and ampscope's cost over
+the Hugging Face tool's.
+
+    python benchmarks/numerics_peer.py [--blocks 12] [--block-steps 8] [--threads 1]
+
+Needs ``transformers`` (the test extra). Figures are in docs/numerics.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+IMAGE, PATCH, CHANNELS, CLASSES = 32, 4, 3, 10
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block with its own q, k, v and output projections."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width)
+        self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, w = x.shape
+        h = self.norm1(x)
+        q, k, v = (
+            p(h).view(b, n, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v)
+        )
+        a = nn.functional.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, n, w))
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+class TinyViT(nn.Module):
+    def __init__(self, width: int, depth: int, heads: int) -> None:
+        super().__init__()
+        patches = (IMAGE // PATCH) ** 2
+        self.patch = nn.Linear(CHANNELS * PATCH * PATCH, width)
+        self.pos = nn.Parameter(torch.zeros(1, patches, width))
+        self.blocks = nn.Sequential(*(Block(width, heads) for _ in range(depth)))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, CLASSES)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        b = images.shape[0]
+        p = images.unfold(2, PATCH, PATCH).unfold(3, PATCH, PATCH)
+        p = p.permute(0, 2, 3, 1, 4, 5).reshape(b, -1, CHANNELS * PATCH * PATCH)
+        x = self.blocks(self.patch(p) + self.pos)
+        return self.head(self.norm(x).mean(1))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--block-steps", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=32)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers.debug_utils import DebugUnderflowOverflow
+
+    import ampscope
+
+    torch.manual_seed(0)
+    base = TinyViT(args.width, args.depth, heads=4)
+    images = torch.randn(4, args.batch, CHANNELS, IMAGE, IMAGE)
+    labels = torch.randint(CLASSES, (4, args.batch))
+    tmp = tempfile.TemporaryDirectory()
+
+    def trainer(
+        after: Callable[[torch.Tensor], None],
+    ) -> tuple[nn.Module, torch.optim.Optimizer, Callable[[int], None]]:
+        model = copy.deepcopy(base)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(i: int) -> None:
+            loss = nn.functional.cross_entropy(model(images[i % 4]), labels[i % 4])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            after(loss)
+
+        return model, opt, step
+
+    def plain(loss: torch.Tensor) -> None:
+        loss.item()  # every way reads its loss once a step
+
+    _, _, bare = trainer(plain)
+    hf_model, _, hf = trainer(plain)
+    DebugUnderflowOverflow(hf_model)
+    monitors: list = []
+    watched_model, opt, watched = trainer(lambda loss: monitors[0].step(loss))
+    monitors.append(
+        ampscope.watch(
+            watched_model, opt, name="numerics-peer", runs_dir=tmp.name, numerics_every=1
+        )
+    )
+    ways = {"bare": bare, "Hugging Face": hf, "ampscope": watched}
+    counters = dict.fromkeys(ways, 0)
+
+    def run(way: str, steps: int) -> float:
+        started = time.perf_counter()
+        for _ in range(steps):
+            ways[way](counters[way])
+            counters[way] += 1
+        return (time.perf_counter() - started) * 1000 / steps
+
+    for way in ways:  # warm-up every path
+        run(way, 3)
+    means: dict[str, list[float]] = {w: [] for w in ways}
+    for _ in range(args.blocks):
+        for way in ways:
+            means[way].append(run(way, args.block_steps))
+    monitors[0].close()
+    sampled = count_numerics(Path(tmp.name))
+    tmp.cleanup()
+    leaves = sum(1 for m in base.modules() if not any(m.children()))
+    print(
+        f"tiny ViT (width {args.width}, depth {args.depth}, batch {args.batch}, {leaves} leaf "
+        f"modules), fp32, {torch.get_num_threads()} thread(s), {args.blocks} blocks of "
+        f"{args.block_steps} steps a way, interleaved"
+    )
+    off = statistics.median(means["bare"])
+    for way, values in means.items():
+        ms = statistics.median(values)
+        print(f"  {way:<13} {ms:8.2f} ms a step   x{ms / off:.2f} of bare")
+    hf_cost = statistics.median(means["Hugging Face"]) - off
+    ours = statistics.median(means["ampscope"]) - off
+    print(
+        f"  ampscope's cost over the Hugging Face tool's: {ours / hf_cost:.2f} "
+        f"(x{statistics.median(means['ampscope']) / statistics.median(means['Hugging Face']):.2f}"
+        " of its step time)"
+    )
+    print(f"  numerics events recorded: {sampled} of {counters['ampscope']} steps")
+
+
+def count_numerics(runs: Path) -> int:
+    """The ``numerics`` events in the watched run's record: one a step when every step is."""
+    return sum(
+        line.startswith('{"type":"numerics"') or '"type": "numerics"' in line
+        for path in runs.rglob("events.jsonl")
+        for line in path.read_text().splitlines()
+    )
+
+
+if __name__ == "__main__":
+    main()
