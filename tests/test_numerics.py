@@ -328,7 +328,7 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     """Magnitudes spread over 2**-40 to 2**20 (zeros, infs and NaNs among them), measured whole
     (a small tensor), a count per boundary (a large one) and in two reads (beyond a chunk)."""
     from ampscope.engine.numerics.measure import CONSTANTS, measure, row_of
-    from ampscope.engine.numerics.summary import module_numerics
+    from ampscope.engine.numerics.summary import Slot, module_numerics
 
     g = torch.Generator().manual_seed(numel)
     x = torch.exp2(torch.rand(numel, generator=g) * 60 - 40)
@@ -337,9 +337,8 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     x[5::997] = math.inf
     x[9::991] = math.nan
     raw = measure(x, torch.tensor(CONSTANTS, dtype=torch.float32)).tolist()
-    modules, _ = module_numerics(
-        ["m"], ["M"], ["m"], [(0, "forward")], [row_of(raw)], [], ["float32"]
-    )
+    slot = Slot(0, "forward", row=0, dtype="float32")
+    modules, _ = module_numerics(0, [("m", "M", [])], [slot], [row_of(raw)], [], [])
     got = modules[0].activation
     assert got.numel == numel and got.nonfinite == x.isnan().sum() + x.isinf().sum()
     finite = x[torch.isfinite(x)].abs()

@@ -1,19 +1,23 @@
 """Rows measured on the device, as the event's modules: every tensor of a module and pass
-(tuple outputs, a module called twice in a step) summed into one entry."""
+(tuple outputs, a module called twice in a step) summed into one entry, each parameter's
+gradient beside them; and the first tensor of the step that held an inf or NaN."""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ampscope.core.numerics import (
     DTYPE_LARGEST,
     FORMATS,
     FP8_KEYS,
+    FirstNonfinite,
     FormatShare,
     ModuleNumerics,
     TensorNumerics,
     overflows_in,
 )
+from ampscope.core.numerics.event import INPUTS, OUTPUT, OWN, PARAMETER
 from ampscope.engine.numerics.measure import (
     AMAX,
     MIN_NONZERO,
@@ -24,6 +28,36 @@ from ampscope.engine.numerics.measure import (
     UNDER,
     WIDTH,
 )
+
+FORWARD, BACKWARD = "forward", "backward"
+WEIGHT = "weight"  # a parameter's gradient, measured whole
+CHECK = "check"  # a parameter's gradient, only checked for inf/NaN (beyond the cap)
+
+
+class Slot(NamedTuple):
+    """What one measured tensor was, in the order the step computed them."""
+
+    owner: int  # the module's index among the event's modules
+    which: str  # FORWARD, BACKWARD, WEIGHT or CHECK
+    parameter: str = ""  # WEIGHT, CHECK: the parameter's name in the module
+    row: int = -1  # its row among the measured rows (FORWARD, BACKWARD, WEIGHT)
+    check: int = -1  # CHECK: its largest magnitude's index among the checks
+    dtype: str = ""  # the format the tensor was in (torch's name)
+    inputs: int = -1  # FORWARD: the module's inputs' largest magnitude, among the checks
+    input_dtype: str = ""  # FORWARD: the widest format of those inputs
+    around: tuple[int, ...] = ()  # FORWARD: the non-leaf calls running around it, outermost first
+
+
+class Call(NamedTuple):
+    """A non-leaf module's forward call: its name, and its inputs' largest magnitude among
+    the checks (-1: no floating-point input)."""
+
+    name: str
+    inputs: int
+
+
+def narrowest(dtypes: list[str]) -> str:
+    return min(dtypes, key=lambda d: DTYPE_LARGEST.get(d, math.inf))
 
 
 def _merge(rows: list[list[float]], dtypes: list[str]) -> TensorNumerics:
@@ -56,48 +90,106 @@ def _merge(rows: list[list[float]], dtypes: list[str]) -> TensorNumerics:
 
 
 def module_numerics(
-    names: list[str],
-    kinds: list[str],
-    owners: list[str],
-    slots: list[tuple[int, str]],
+    step: int,
+    owners: list[tuple[str, str, list[str]]],
+    slots: list[Slot],
     rows: list[list[float]],
     checks: list[float],
-    dtypes: list[str],
-) -> tuple[list[ModuleNumerics], tuple[str, str] | None]:
-    """The modules measured this step, in the model's order, and the first (module, pass)
-    whose tensor held an inf or NaN, in the order the step computed them.
+    calls: list[Call],
+) -> tuple[list[ModuleNumerics], FirstNonfinite | None]:
+    """The modules measured this step, in the model's order, and the first tensor that held
+    an inf or NaN, in the order the step computed them.
 
-    ``slots`` name each row of ``rows`` (a module's output or output gradient) and each value
-    of ``checks`` (a weight gradient's largest magnitude, pass "weight"), in that order;
-    ``owners`` extends ``names`` with the modules that own parameters but are not measured;
-    ``dtypes`` names the format each row's tensor was computed in.
-    A weight gradient's inf counts as its owner's backward pass."""
-    grouped: dict[tuple[int, str], list[list[float]]] = {}
-    formats: dict[tuple[int, str], list[str]] = {}
-    first = None
-    rows_left, checks_left, dtypes_left = iter(rows), iter(checks), iter(dtypes)
+    ``owners`` names each module of the event (name, class, its parameters' names, in their
+    order); ``slots`` say what each of
+    ``rows`` (a module's output or output gradient, a parameter's gradient) and of the
+    parameters' ``checks`` was. A parameter's gradient is computed in the narrowest format of
+    its own and its module's outputs' (under autocast, a Linear's fp32 weight is cast to fp16,
+    its gradient computed in fp16 and cast back)."""
+    outputs: dict[int, list[str]] = {}
     for slot in slots:
-        if slot[1] == "weight":
-            largest = next(checks_left)
-            if first is None and not math.isfinite(largest):
-                first = (owners[slot[0]], "backward")
+        if slot.which == FORWARD:
+            outputs.setdefault(slot.owner, []).append(slot.dtype)
+
+    def computed_in(slot: Slot) -> str:
+        if slot.which in (WEIGHT, CHECK):
+            return narrowest([slot.dtype, *outputs.get(slot.owner, [])])
+        return slot.dtype
+
+    grouped: dict[tuple[int, str, str], list[tuple[list[float], str]]] = {}
+    first = None
+    for slot in slots:
+        if slot.which == CHECK:
+            if first is None and not math.isfinite(checks[slot.check]):
+                first = _first(step, owners, slot, computed_in(slot), checks, calls)
             continue
-        row = next(rows_left)
-        grouped.setdefault(slot, []).append(row)
-        formats.setdefault(slot, []).append(next(dtypes_left))
+        row = rows[slot.row]
+        grouped.setdefault((slot.owner, slot.which, slot.parameter), []).append(
+            (row, computed_in(slot))
+        )
         if first is None and row[NONFINITE] > 0:
-            first = (owners[slot[0]], slot[1])
+            first = _first(step, owners, slot, computed_in(slot), checks, calls)
+
+    def merged(key: tuple[int, str, str]) -> TensorNumerics | None:
+        found = grouped.get(key)
+        return _merge([r for r, _ in found], [d for _, d in found]) if found else None
+
     out = []
-    for index, name in enumerate(names):
-        fwd, bwd = grouped.get((index, "forward")), grouped.get((index, "backward"))
-        if fwd is None and bwd is None:
-            continue  # not called this step
+    for index, (name, kind, own) in enumerate(owners):
+        parameters = {p: t for p in own if (t := merged((index, WEIGHT, p))) is not None}
+        activation, gradient = merged((index, FORWARD, "")), merged((index, BACKWARD, ""))
+        if activation is None and gradient is None and not parameters:
+            continue  # not called this step, and no gradient of its own
         out.append(
             ModuleNumerics(
                 name=name,
-                kind=kinds[index],
-                activation=_merge(fwd, formats[(index, "forward")]) if fwd else None,
-                gradient=_merge(bwd, formats[(index, "backward")]) if bwd else None,
+                kind=kind,
+                activation=activation,
+                gradient=gradient,
+                parameters=parameters,
             )
         )
     return out, first
+
+
+def _first(
+    step: int,
+    owners: list[tuple[str, str, list[str]]],
+    slot: Slot,
+    dtype: str,
+    checks: list[float],
+    calls: list[Call],
+) -> FirstNonfinite:
+    """Where the first inf/NaN was: ``slot``'s tensor; for a layer's output whose inputs held
+    inf/NaN already, the innermost module running around it whose inputs did not (its own
+    code computed it), or the model's inputs when every one's did."""
+    name = owners[slot.owner][0]
+    if slot.which in (WEIGHT, CHECK):
+        return FirstNonfinite(
+            step=step,
+            module=name,
+            pass_=BACKWARD,
+            source=PARAMETER,
+            parameter=slot.parameter,
+            dtype=dtype,
+        )
+    if slot.which == FORWARD and slot.inputs >= 0 and not math.isfinite(checks[slot.inputs]):
+        for call in reversed([calls[i] for i in slot.around]):
+            if call.inputs < 0 or math.isfinite(checks[call.inputs]):
+                return FirstNonfinite(
+                    step=step,
+                    module=call.name,
+                    pass_=FORWARD,
+                    source=OWN,
+                    received_by=name,
+                    dtype=slot.input_dtype,
+                )
+        return FirstNonfinite(
+            step=step,
+            module="",
+            pass_=FORWARD,
+            source=INPUTS,
+            received_by=name,
+            dtype=slot.input_dtype,
+        )
+    return FirstNonfinite(step=step, module=name, pass_=slot.which, source=OUTPUT, dtype=dtype)
