@@ -9,7 +9,8 @@ overflow and round to zero, the fp8 shares after amax scaling, and the first inf
 way has its own copy of the model (the Hugging Face hooks stay on the model they are put on),
 the same weights and the same batches. A block's time is its mean step; each way's figure is
 the median of its blocks. It prints the step times, each against bare, and ampscope's cost over
-the Hugging Face tool's.
+the Hugging Face tool's, by the wall clock and by this process's CPU time (which other
+processes on a shared machine inflate less).
 
     python benchmarks/numerics_peer.py [--blocks 12] [--block-steps 8] [--threads 1]
 
@@ -133,16 +134,20 @@ def main() -> None:
     ways = {"bare": bare, "Hugging Face": hf, "ampscope": watched}
     counters = dict.fromkeys(ways, 0)
 
-    def run(way: str, steps: int) -> float:
-        started = time.perf_counter()
+    def run(way: str, steps: int) -> tuple[float, float]:
+        """Wall and CPU (this process's, every thread) milliseconds a step."""
+        wall, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             ways[way](counters[way])
             counters[way] += 1
-        return (time.perf_counter() - started) * 1000 / steps
+        return (
+            (time.perf_counter() - wall) * 1000 / steps,
+            (time.process_time() - cpu) * 1000 / steps,
+        )
 
     for way in ways:  # warm-up every path
         run(way, 3)
-    means: dict[str, list[float]] = {w: [] for w in ways}
+    means: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
     for _ in range(args.blocks):
         for way in ways:
             means[way].append(run(way, args.block_steps))
@@ -153,19 +158,22 @@ def main() -> None:
     print(
         f"tiny ViT (width {args.width}, depth {args.depth}, batch {args.batch}, {leaves} leaf "
         f"modules), fp32, {torch.get_num_threads()} thread(s), {args.blocks} blocks of "
-        f"{args.block_steps} steps a way, interleaved"
+        f"{args.block_steps} steps a way, interleaved; medians of the blocks' mean step"
     )
-    off = statistics.median(means["bare"])
-    for way, values in means.items():
-        ms = statistics.median(values)
-        print(f"  {way:<13} {ms:8.2f} ms a step   x{ms / off:.2f} of bare")
-    hf_cost = statistics.median(means["Hugging Face"]) - off
-    ours = statistics.median(means["ampscope"]) - off
-    print(
-        f"  ampscope's cost over the Hugging Face tool's: {ours / hf_cost:.2f} "
-        f"(x{statistics.median(means['ampscope']) / statistics.median(means['Hugging Face']):.2f}"
-        " of its step time)"
-    )
+    wall = {w: statistics.median(m[0] for m in means[w]) for w in ways}
+    cpu = {w: statistics.median(m[1] for m in means[w]) for w in ways}
+    print(f"  {'':<13} {'wall':>16}   {'CPU':>16}")
+    for way in ways:
+        print(
+            f"  {way:<13} {wall[way]:7.2f} ms x{wall[way] / wall['bare']:.2f}"
+            f"   {cpu[way]:7.2f} ms x{cpu[way] / cpu['bare']:.2f}"
+        )
+    for clock, m in (("wall", wall), ("CPU", cpu)):
+        ours, theirs = m["ampscope"] - m["bare"], m["Hugging Face"] - m["bare"]
+        print(
+            f"  {clock:>4}: ampscope's cost / the Hugging Face tool's = {ours / theirs:.2f} "
+            f"(step time x{m['ampscope'] / m['Hugging Face']:.2f})"
+        )
     print(f"  numerics events recorded: {sampled} of {counters['ampscope']} steps")
 
 

@@ -223,10 +223,10 @@ def test_tuple_dict_none_outputs_are_measured_and_the_rest_skipped():
 def test_a_probe_failure_is_one_warning_and_training_goes_on(monkeypatch):
     import ampscope.engine.numerics.hooks as probe_mod
 
-    def broken(t, bounds):
+    def broken(t):
         raise RuntimeError("no kernel for this")
 
-    monkeypatch.setattr(probe_mod, "measure", broken)
+    monkeypatch.setattr(probe_mod, "host_row", broken)
     work = planted("make_overflow")
     x, y = work.batches[0]
     got: list = []
@@ -398,12 +398,20 @@ def awkward_values(numel: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e5m2]
 )
-def test_one_read_gives_the_figures_a_count_per_boundary_gave(dtype):
-    """Both ways (the CPU's, which lets the tensor's extremes answer most boundaries, and the
-    GPU's, one bucketize for all of them) give the very row a comparison and a count per
-    boundary gave, to the bit, on awkward data in every dtype, and on tensors that are all
-    zeros, all inf/NaN, one value or tiny."""
+def test_one_read_gives_the_figures_a_count_per_boundary_gave(dtype, monkeypatch):
+    """Every way (the CPU's, which lets the tensor's extremes answer most boundaries and
+    counts the rest with numpy, or with torch's threads; and the GPU's, one bucketize for all
+    of them) gives the very row a comparison and a count per boundary gave, to the bit, on
+    awkward data in every dtype, and on tensors that are all zeros, all inf/NaN, one value or
+    tiny."""
+    from ampscope.engine.numerics import measure
     from ampscope.engine.numerics.measure import CONSTANTS, device_row, host_row
+
+    def threaded(x: torch.Tensor) -> list[float]:
+        with monkeypatch.context() as m:  # every piece counted by torch, on "several threads"
+            m.setattr(measure, "PARALLEL", 0)
+            m.setattr(torch, "get_num_threads", lambda: 4)
+            return host_row(x)
 
     constants = torch.tensor(CONSTANTS, dtype=torch.float32)
     cases = [awkward_values(n, n).to(dtype) for n in (1, 7, 1000, 70_000)]
@@ -419,6 +427,7 @@ def test_one_read_gives_the_figures_a_count_per_boundary_gave(dtype):
     for x in cases:
         want = counted_per_boundary(x)
         assert host_row(x) == want, x
+        assert threaded(x) == want, x
         assert device_row(x, constants).tolist() == want, x
 
 

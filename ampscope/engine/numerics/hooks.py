@@ -21,7 +21,7 @@ module running around that leaf whose inputs were finite; the model's inputs whe
 from __future__ import annotations
 
 import collections
-import math
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +30,16 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import MODULE_CAP, choose_modules
-from ampscope.engine.numerics.measure import CONSTANTS, RAW, measure, row_of
-from ampscope.engine.numerics.summary import CHECK, FORWARD, WEIGHT, Call, Slot, module_numerics
+from ampscope.engine.numerics.measure import CONSTANTS, RAW, device_row, host_row, row_of
+from ampscope.engine.numerics.summary import (
+    CHECK,
+    FORWARD,
+    WEIGHT,
+    Call,
+    Inputs,
+    Slot,
+    module_numerics,
+)
 from ampscope.engine.step.module_calls import why_not_called
 
 BACKWARD = "backward"
@@ -56,6 +64,18 @@ def leaf_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if n and not any(m.children())]
 
 
+def landed() -> bool:
+    """Whether a step's figures have reached the host: always, where nothing was in flight."""
+    return True
+
+
+def extremes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s smallest and largest value, in fp32 on t's device: both finite exactly when
+    every value of ``t`` is (NaN and inf carry through), in one reduction without a
+    temporary the size of ``t`` (``vector_norm(t, inf)`` takes five times as long on a CPU)."""
+    return torch.stack(torch.aminmax(t)).float()
+
+
 def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
@@ -67,7 +87,7 @@ class Pending:
     step: int
     slots: list[Slot]  # what each row and check is, in the order the step computed them
     calls: list[Call]  # the non-leaf modules' forward calls, in order
-    flat: torch.Tensor  # the rows, the checks, the scale: on the host or in flight
+    flat: torch.Tensor | list[float]  # the rows, the checks, the scale: host or in flight
     ready: Callable[[], bool]
     replayed: bool = False
     called: frozenset[int] = frozenset()  # the measured modules whose forward ran
@@ -110,8 +130,12 @@ class NumericsProbe:
         ]
         self.constants = torch.tensor(CONSTANTS, dtype=torch.float32, device=self.device)
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
-        self.rows: list[torch.Tensor] = []
-        self.checks: list[torch.Tensor] = []  # largest magnitudes: gradients', inputs'
+        self.rows: list[torch.Tensor | list[float]] = []  # a CPU tensor's row: host floats
+        self.checks: list[torch.Tensor] = []  # smallest and largest values: gradients', inputs'
+        # This step's tensors whose inf/NaN is known to show: id -> (the tensor, weakly: an id
+        # is reused once it is freed, and holding it would keep it; FORWARD and its row, or
+        # CHECK and its check)
+        self.known: dict[int, tuple[weakref.ref[torch.Tensor], str, int]] = {}
         self.slots: list[Slot] = []
         self.calls: list[Call] = []
         self.open: list[int] = []  # the non-leaf calls running now, outermost first
@@ -133,6 +157,7 @@ class NumericsProbe:
     def begin(self, step: int, scale: torch.Tensor) -> None:
         self.scale = scale
         self.rows, self.checks, self.slots, self.calls, self.open = [], [], [], [], []
+        self.known = {}
         self.called = set()
         self.measured.append(step)
         for index, owner in enumerate(self.owners):
@@ -147,25 +172,28 @@ class NumericsProbe:
             self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(post, always_call=True))
 
-    def _largest_input(self, args: Any, kwargs: Any) -> tuple[int, str]:
-        """The index among the checks of the largest magnitude of these inputs, and their
-        widest format (-1 and "" when none is a floating-point tensor)."""
-        found = [t.detach() for t in tensors_in([args, kwargs])]
-        if not found:
-            return -1, ""
-        with torch.no_grad():
-            largest = [torch.linalg.vector_norm(t, math.inf).float() for t in found]
-            self.checks.append(largest[0] if len(largest) == 1 else torch.stack(largest).amax())
-        widest = max(found, key=lambda t: torch.finfo(t.dtype).max)
-        return len(self.checks) - 1, dtype_name(widest)
+    def _inputs(self, args: Any, kwargs: Any) -> Inputs:
+        """Where this call's floating-point inputs' inf/NaN would show: the rows of those that
+        are a layer's output measured this step (most are: the layer before's), the checks of
+        the rest (one reduction each, once a tensor), and their widest format."""
+        found = list(tensors_in([args, kwargs]))
+        rows: list[int] = []
+        checks: list[int] = []
+        for t in found:
+            kept = self.known.get(id(t))
+            if kept is None or kept[0]() is not t:
+                self.checks.append(extremes(t.detach()))
+                kept = self.known[id(t)] = (weakref.ref(t), CHECK, len(self.checks) - 1)
+            (rows if kept[1] == FORWARD else checks).append(kept[2])
+        widest = max(found, key=lambda t: torch.finfo(t.dtype).max) if found else None
+        return Inputs(tuple(rows), tuple(checks), dtype_name(widest) if widest is not None else "")
 
     def _entered(self, name: str) -> Callable[..., None]:
         def hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
             if self.failed:
                 return
             try:
-                check, _ = self._largest_input(args, kwargs)
-                self.calls.append(Call(name, check))
+                self.calls.append(Call(name, self._inputs(args, kwargs)))
                 self.open.append(len(self.calls) - 1)
             except Exception as exc:  # never the user's run: one warning, numerics off
                 self._fail(exc)
@@ -185,10 +213,12 @@ class NumericsProbe:
                 return
             self.called.add(leaf)
             try:
-                inputs, input_dtype = self._largest_input(args, kwargs)
-                context = (inputs, input_dtype, tuple(self.open))
+                slot = Slot(
+                    index, FORWARD, inputs=self._inputs(args, kwargs), around=tuple(self.open)
+                )
                 for t in tensors_in(out):
-                    self._take(Slot(index, FORWARD), t, context)
+                    self._take(slot, t)
+                    self.known[id(t)] = (weakref.ref(t), FORWARD, len(self.rows) - 1)
                     if t.requires_grad:
                         t.register_hook(self._grad_hook(index))
             except Exception as exc:  # never the user's run: one warning, numerics off
@@ -216,8 +246,7 @@ class NumericsProbe:
                 if full:
                     self._take(Slot(index, WEIGHT, pname), grad)
                     return
-                with torch.no_grad():  # inf or NaN when any value is: one reduction
-                    self.checks.append(torch.linalg.vector_norm(grad.detach(), math.inf).float())
+                self.checks.append(extremes(grad.detach()))
                 slot = Slot(index, CHECK, pname, check=len(self.checks) - 1)
                 self.slots.append(slot._replace(dtype=dtype_name(grad)))
             except Exception as exc:
@@ -225,21 +254,10 @@ class NumericsProbe:
 
         return hook
 
-    def _take(
-        self, slot: Slot, t: torch.Tensor, context: tuple[int, str, tuple[int, ...]] = (-1, "", ())
-    ) -> None:
-        with torch.no_grad():
-            self.rows.append(measure(t, self.constants))
-        inputs, input_dtype, around = context
-        self.slots.append(
-            slot._replace(
-                row=len(self.rows) - 1,
-                dtype=dtype_name(t),
-                inputs=inputs,
-                input_dtype=input_dtype,
-                around=around,
-            )
-        )
+    def _take(self, slot: Slot, t: torch.Tensor) -> None:
+        t = t.detach()  # no graph is recorded
+        self.rows.append(host_row(t) if t.device.type == "cpu" else device_row(t, self.constants))
+        self.slots.append(slot._replace(row=len(self.rows) - 1, dtype=dtype_name(t)))
 
     def _fail(self, exc: Exception) -> None:
         self.fail(exc, "measuring a layer failed")
@@ -268,21 +286,12 @@ class NumericsProbe:
         if self.failed or not self.slots:
             return
         try:
-            parts = [r.reshape(-1) for r in self.rows]  # float64 already
-            if self.checks:
-                parts.append(torch.stack(self.checks).to(torch.float64))
-            parts.append(self.scale.reshape(1).to(torch.float64))
-            flat = torch.cat(parts)
-            self.rows, self.checks = [], []
-            ready: Callable[[], bool]
-            if self.device.type == "cuda":
-                host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-                host.copy_(flat, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-                ready = done.query
+            host: torch.Tensor | list[float]
+            if self.device.type == "cpu":  # nothing to wait for: host floats
+                host, ready = self._floats(), landed
             else:
-                host, ready = flat, lambda: True
+                host, ready = self._copied()
+            self.rows, self.checks, self.known = [], [], {}
             called = frozenset(self.called)
             self.pending.append(
                 Pending(step, self.slots, self.calls, host, ready, replayed, called)
@@ -290,6 +299,35 @@ class NumericsProbe:
         except Exception as exc:
             self._fail(exc)
         self.poll()
+
+    def _floats(self) -> list[float]:
+        """The step's rows, checks and scale as host floats (a CPU run's)."""
+        flat = [v for r in self.rows for v in (r if isinstance(r, list) else r.tolist())]
+        if self.checks:
+            flat += torch.cat(self.checks).tolist()
+        flat.append(float(self.scale))
+        return flat
+
+    def _copied(self) -> tuple[torch.Tensor, Callable[[], bool]]:
+        """The step's rows, checks and scale in one tensor, on its way to the host without a
+        wait (on CUDA into pinned memory), and whether it has landed."""
+        parts = [
+            r.reshape(-1)
+            if isinstance(r, torch.Tensor)
+            else torch.tensor(r, dtype=torch.float64, device=self.device)
+            for r in self.rows
+        ]
+        if self.checks:
+            parts.append(torch.cat(self.checks).to(torch.float64))
+        parts.append(self.scale.reshape(1).to(torch.float64))
+        flat = torch.cat(parts)
+        if self.device.type != "cuda":
+            return flat, landed
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        host.copy_(flat, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done.query
 
     def poll(self, wait: bool = False) -> None:
         """Emit the steps whose rows have landed (all of them when ``wait``)."""
@@ -303,10 +341,11 @@ class NumericsProbe:
                 self._fail(exc)
 
     def _event(self, item: Pending) -> ev.NumericsEvent:
-        flat = item.flat.tolist()
+        flat = item.flat if isinstance(item.flat, list) else item.flat.tolist()
         rows = sum(1 for slot in item.slots if slot.row >= 0)
         table = [row_of(flat[i * RAW : (i + 1) * RAW]) for i in range(rows)]
-        checks, scale = flat[rows * RAW : -1], flat[-1]
+        values, scale = flat[rows * RAW : -1], flat[-1]
+        checks = list(zip(values[0::2], values[1::2], strict=True))  # (smallest, largest)
         owners = [(o.name, o.kind, [p for p, _, _ in o.parameters]) for o in self.owners]
         modules, found = module_numerics(item.step, owners, item.slots, table, checks, item.calls)
         if found is not None:

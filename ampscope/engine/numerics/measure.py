@@ -30,11 +30,14 @@ import math
 import struct
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from ampscope.core.numerics import FORMATS, FP8_KEYS, LIMITS
 
 CHUNK = 1 << 22  # elements read at a time: temporaries stay a few tens of MiB
+PARALLEL = 1 << 18  # on a CPU, pieces this large are counted by torch (on all its threads)
+ONE_PASS = 1 << 15  # on a CPU, from this size torch's aminmax beats numpy's min and max
 
 # Columns of one measurement row (float64, so that counts stay exact).
 NUMEL, NONFINITE, AMAX, MIN_NONZERO, NONZERO = range(5)
@@ -128,10 +131,36 @@ def device_row(x: torch.Tensor, constants: torch.Tensor) -> torch.Tensor:
     return torch.cat([counts, torch.stack([amax, low]).to(torch.float64)])
 
 
+def _parallel(b: torch.Tensor) -> bool:
+    """Whether to count ``b`` with torch, on its several threads: a large tensor while torch
+    has them. Otherwise numpy: its comparisons and counts cost half of torch's on one thread,
+    and a tenth on a small tensor."""
+    return b.numel() >= PARALLEL and torch.get_num_threads() > 1
+
+
+def _host_bits(piece: torch.Tensor) -> torch.Tensor:
+    if _parallel(piece):
+        return _bits(piece)
+    return torch.from_numpy(np.bitwise_and(piece.float().numpy().view(np.int32), MAGNITUDE))
+
+
+def _ends(b: torch.Tensor) -> tuple[int, int]:
+    """The smallest and largest of ``b``: one torch reduction for a large tensor, numpy's two
+    (less overhead) for a small one."""
+    if b.numel() < ONE_PASS:
+        a = b.numpy()
+        return int(a.min()), int(a.max())
+    lo, hi = torch.stack(torch.aminmax(b)).tolist()
+    return lo, hi
+
+
 def _count(b: torch.Tensor, at_least: int) -> int:
-    """How many of the bit patterns ``b`` are >= ``at_least`` (>= 1): clamped to the two
-    patterns either side and summed, two passes that a CPU vectorises (a comparison's
-    booleans, summed, take three times as long)."""
+    """How many of the bit patterns ``b`` (on the CPU) are >= ``at_least`` (>= 1): numpy's
+    comparison and count, or torch's, clamped to the two patterns either side and summed
+    (two passes a CPU vectorises: torch's comparison's booleans, summed, take three times as
+    long)."""
+    if not _parallel(b):
+        return int(np.count_nonzero(b.numpy() >= at_least))
     below = at_least - 1
     return int(b.clamp(below, at_least).sub_(below).sum(dtype=torch.int32))
 
@@ -139,15 +168,15 @@ def _count(b: torch.Tensor, at_least: int) -> int:
 def host_row(x: torch.Tensor) -> list[float]:
     """The ``RAW`` row of a tensor on the CPU, as host floats."""
     pieces = _pieces(x)
-    kept = [_bits(p) for p in pieces] if len(pieces) == 1 else None
+    kept = [_host_bits(p) for p in pieces] if len(pieces) == 1 else None
 
     def bits() -> Iterator[torch.Tensor]:
-        return iter(kept) if kept is not None else (_bits(p) for p in pieces)
+        return iter(kept) if kept is not None else (_host_bits(p) for p in pieces)
 
     numel = sum(p.numel() for p in pieces)
-    ends = [torch.aminmax(b) for b in bits()]
-    lowest = min(int(lo) for lo, _ in ends)
-    highest = max(int(hi) for _, hi in ends)
+    ends = [_ends(b) for b in bits()]
+    lowest = min(lo for lo, _ in ends)
+    highest = max(hi for _, hi in ends)
     nonfinite, top = 0, highest  # top: the largest finite magnitude's bits
     if highest >= INF_BITS:
         nonfinite = sum(_count(b, INF_BITS) for b in bits())
@@ -155,24 +184,24 @@ def host_row(x: torch.Tensor) -> list[float]:
     nonzero, low = numel, lowest  # low: the smallest non-zero magnitude's bits
     if lowest == 0:
         nonzero = sum(_count(b, 1) for b in bits())
+        # bits - 1 wraps zero's to the largest pattern: the minimum is the smallest non-zero's
         low = min(int(((b - 1) & MAGNITUDE).min()) for b in bits()) + 1
     amax = fp32_of(top)
     # an fp32 product: exact in a double (24 + 24 bits), rounded once, as the GPU rounds it
     scaled = [fp32_bits(amax * r) for r in SCALED_RATIOS]
-
-    def at_least(boundary: int) -> int:
+    counts = []
+    for boundary in BOUND_BITS + scaled:
         if boundary == 0:
-            return numel
-        if boundary <= low:  # every non-zero magnitude
-            return nonzero
-        if boundary > highest:
-            return 0
-        if top < boundary <= INF_BITS:  # every inf and NaN, no finite one
-            return nonfinite
-        return sum(_count(b, boundary) for b in bits())
-
-    counts = [float(at_least(d)) for d in BOUND_BITS + scaled]
-    return [*counts, amax, fp32_of(low) if nonzero else math.inf]
+            counts.append(numel)
+        elif boundary <= low:  # every non-zero magnitude
+            counts.append(nonzero)
+        elif boundary > highest:
+            counts.append(0)
+        elif top < boundary <= INF_BITS:  # every inf and NaN, no finite one
+            counts.append(nonfinite)
+        else:
+            counts.append(sum(_count(b, boundary) for b in bits()))
+    return [*map(float, counts), amax, fp32_of(low) if nonzero else math.inf]
 
 
 def row_of(raw: list[float]) -> list[float]:

@@ -4,6 +4,7 @@ gradient beside them; and the first tensor of the step that held an inf or NaN."
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -26,12 +27,20 @@ from ampscope.engine.numerics.measure import (
     OVER,
     SCALED,
     UNDER,
-    WIDTH,
 )
 
 FORWARD, BACKWARD = "forward", "backward"
 WEIGHT = "weight"  # a parameter's gradient, measured whole
 CHECK = "check"  # a parameter's gradient, only checked for inf/NaN (beyond the cap)
+
+
+class Inputs(NamedTuple):
+    """Where a call's inputs' inf/NaN would show: measured rows (a layer's output they are),
+    checks (their smallest and largest values), and their widest format."""
+
+    rows: tuple[int, ...] = ()
+    checks: tuple[int, ...] = ()
+    dtype: str = ""
 
 
 class Slot(NamedTuple):
@@ -43,34 +52,38 @@ class Slot(NamedTuple):
     row: int = -1  # its row among the measured rows (FORWARD, BACKWARD, WEIGHT)
     check: int = -1  # CHECK: its largest magnitude's index among the checks
     dtype: str = ""  # the format the tensor was in (torch's name)
-    inputs: int = -1  # FORWARD: the module's inputs' largest magnitude, among the checks
-    input_dtype: str = ""  # FORWARD: the widest format of those inputs
+    inputs: Inputs = Inputs()  # FORWARD: the module's inputs
     around: tuple[int, ...] = ()  # FORWARD: the non-leaf calls running around it, outermost first
 
 
 class Call(NamedTuple):
-    """A non-leaf module's forward call: its name, and its inputs' largest magnitude among
-    the checks (-1: no floating-point input)."""
+    """A non-leaf module's forward call: its name and its inputs."""
 
     name: str
-    inputs: int
+    inputs: Inputs
 
 
 def narrowest(dtypes: list[str]) -> str:
     return min(dtypes, key=lambda d: DTYPE_LARGEST.get(d, math.inf))
 
 
+@functools.cache
+def _overflowed(dtype: str) -> tuple[str, ...]:
+    """The formats an inf or NaN computed in ``dtype`` is an overflow of."""
+    return tuple(key for key in FORMATS if overflows_in(dtype, key))
+
+
 def _merge(rows: list[list[float]], dtypes: list[str]) -> TensorNumerics:
     """One module's pass: ``rows`` (its tensors, computed in ``dtypes``) summed. A tensor's
     inf and NaN values are the overflow of each format no wider than its own."""
-    total = [sum(r[c] for r in rows) for c in range(WIDTH)]
+    total = rows[0] if len(rows) == 1 else [sum(column) for column in zip(*rows, strict=True)]
     numel = max(total[NUMEL], 1.0)
     amax = max(r[AMAX] for r in rows)
     low = min(r[MIN_NONZERO] for r in rows)
-    lost = {
-        key: sum(r[NONFINITE] for r, d in zip(rows, dtypes, strict=True) if overflows_in(d, key))
-        for key in FORMATS
-    }
+    lost = dict.fromkeys(FORMATS, 0.0)
+    for r, d in zip(rows, dtypes, strict=True):
+        for key in _overflowed(d):
+            lost[key] += r[NONFINITE]
     formats = {
         key: FormatShare(
             overflow=(total[OVER[key]] + lost[key]) / numel,
@@ -94,7 +107,7 @@ def module_numerics(
     owners: list[tuple[str, str, list[str]]],
     slots: list[Slot],
     rows: list[list[float]],
-    checks: list[float],
+    checks: list[tuple[float, float]],
     calls: list[Call],
 ) -> tuple[list[ModuleNumerics], FirstNonfinite | None]:
     """The modules measured this step, in the model's order, and the first tensor that held
@@ -120,15 +133,15 @@ def module_numerics(
     first = None
     for slot in slots:
         if slot.which == CHECK:
-            if first is None and not math.isfinite(checks[slot.check]):
-                first = _first(step, owners, slot, computed_in(slot), checks, calls)
+            if first is None and not all(map(math.isfinite, checks[slot.check])):
+                first = _first(step, owners, slot, computed_in(slot), rows, checks, calls)
             continue
         row = rows[slot.row]
         grouped.setdefault((slot.owner, slot.which, slot.parameter), []).append(
             (row, computed_in(slot))
         )
         if first is None and row[NONFINITE] > 0:
-            first = _first(step, owners, slot, computed_in(slot), checks, calls)
+            first = _first(step, owners, slot, computed_in(slot), rows, checks, calls)
 
     def merged(key: tuple[int, str, str]) -> TensorNumerics | None:
         found = grouped.get(key)
@@ -152,12 +165,20 @@ def module_numerics(
     return out, first
 
 
+def _held(inputs: Inputs, rows: list[list[float]], checks: list[tuple[float, float]]) -> bool:
+    """Whether any of these inputs held an inf or NaN."""
+    return any(rows[r][NONFINITE] > 0 for r in inputs.rows) or not all(
+        math.isfinite(v) for c in inputs.checks for v in checks[c]
+    )
+
+
 def _first(
     step: int,
     owners: list[tuple[str, str, list[str]]],
     slot: Slot,
     dtype: str,
-    checks: list[float],
+    rows: list[list[float]],
+    checks: list[tuple[float, float]],
     calls: list[Call],
 ) -> FirstNonfinite:
     """Where the first inf/NaN was: ``slot``'s tensor; for a layer's output whose inputs held
@@ -173,23 +194,18 @@ def _first(
             parameter=slot.parameter,
             dtype=dtype,
         )
-    if slot.which == FORWARD and slot.inputs >= 0 and not math.isfinite(checks[slot.inputs]):
+    if slot.which == FORWARD and _held(slot.inputs, rows, checks):
+        computed = ("", INPUTS)  # no module running around it had finite inputs: the batch
         for call in reversed([calls[i] for i in slot.around]):
-            if call.inputs < 0 or math.isfinite(checks[call.inputs]):
-                return FirstNonfinite(
-                    step=step,
-                    module=call.name,
-                    pass_=FORWARD,
-                    source=OWN,
-                    received_by=name,
-                    dtype=slot.input_dtype,
-                )
+            if not _held(call.inputs, rows, checks):
+                computed = (call.name, OWN)
+                break
         return FirstNonfinite(
             step=step,
-            module="",
+            module=computed[0],
             pass_=FORWARD,
-            source=INPUTS,
+            source=computed[1],
             received_by=name,
-            dtype=slot.input_dtype,
+            dtype=slot.inputs.dtype,
         )
     return FirstNonfinite(step=step, module=name, pass_=slot.which, source=OUTPUT, dtype=dtype)
