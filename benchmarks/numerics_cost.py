@@ -8,7 +8,7 @@ cost of one sampled step follows, and with it the cost at any ``numerics.every``
     python benchmarks/numerics_cost.py [PRESET] [--set key=value ...] [--blocks 6] [--block-steps 50]
     python benchmarks/numerics_cost.py fp32 --model [FILE.py:FUNCTION]
 
-Figures are in the README ("Per-layer numerics").
+Figures are in docs/numerics.md ("What it costs").
 """
 
 from __future__ import annotations

@@ -3,19 +3,21 @@
 The hooks are registered just before a sampled step and removed right after it, so other
 steps run exactly as without numerics. A hook only reads: it never changes a value, a grad
 or the RNG, so training is bit-identical with and without (a test checks). Each measured
-tensor leaves one row on the device; the rows of a step are stacked and copied to the host
-once, without a wait on CUDA (read when the copy has landed, normally a step later).
+tensor leaves one row on its device (host floats on a CPU); a GPU's rows of a step are
+stacked and copied to the host once, without a wait (read when the copy has landed,
+normally a step later).
 
 Parameters get a hook too: each trainable parameter's gradient is measured as a layer's
 output is (at most ``MODULE_CAP`` of them; beyond, one of each repeated kind first, and the
 rest only checked for inf/NaN, one reduction), so an overflow born in a weight's gradient (a
 large batch summed in fp16) is named by that parameter: ``out.bias``'s gradient.
 
-Every module that is not a leaf (the model itself included) gets a pre-hook that takes the
-largest magnitude of its inputs, and each leaf's forward hook takes its own inputs': when the
-first inf/NaN of a step is in a leaf's output and its inputs already held one, the module
-whose own forward code computed it (between its layers) is named instead: the innermost
-module running around that leaf whose inputs were finite; the model's inputs when none was.
+Every module that is not a leaf (the model itself included) gets a pre-hook that notes
+whether its inputs hold an inf or NaN, and each leaf's forward hook notes its own inputs'
+(one reduction a tensor, none for the output of a layer measured this step): when the first
+inf/NaN of a step is in a leaf's output and its inputs already held one, the module whose
+own forward code computed it (between its layers) is named instead: the innermost module
+running around that leaf whose inputs were finite; the model's inputs when none was.
 """
 
 from __future__ import annotations

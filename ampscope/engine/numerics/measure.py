@@ -20,8 +20,10 @@ against a count per boundary on data with zeros, subnormals, inf and NaN, in eve
 - ``host_row``, for a CPU, where reading a value costs no wait: one reduction gives the
   smallest and largest bit patterns, and every boundary at or below the smallest non-zero
   magnitude, or above the largest, is answered by them; only boundaries inside the tensor's
-  range take a pass (typically two or three: fp8's zero boundaries and a scaled threshold).
-  A binary search per element, as bucketize does, costs more on a CPU than those few passes.
+  range take a pass (typically two or three: fp8's zero boundaries and a scaled threshold),
+  a numpy comparison and count (torch's, on its threads, for a large tensor when it has
+  several). A binary search per element, as bucketize does, or a histogram costs more on a
+  CPU than those few passes.
 """
 
 from __future__ import annotations
@@ -111,12 +113,13 @@ def device_row(x: torch.Tensor, constants: torch.Tensor) -> torch.Tensor:
     def bits() -> Iterator[torch.Tensor]:
         return iter(kept) if kept is not None else (_bits(p) for p in pieces)
 
-    amax = torch.zeros((), dtype=torch.float32, device=x.device)
-    below_low = torch.full((), MAGNITUDE, dtype=torch.int32, device=x.device)
+    tops, lows = [], []
     for b in bits():
-        amax = torch.maximum(amax, b.view(torch.float32).nan_to_num(0.0, 0.0).amax())
+        tops.append(b.view(torch.float32).nan_to_num(0.0, 0.0).amax())
         # bits - 1 wraps zero's to the largest pattern: the minimum is the smallest non-zero's
-        below_low = torch.minimum(below_low, ((b - 1) & MAGNITUDE).amin())
+        lows.append(((b - 1) & MAGNITUDE).amin())
+    amax = tops[0] if len(tops) == 1 else torch.stack(tops).amax()
+    below_low = lows[0] if len(lows) == 1 else torch.stack(lows).amin()
     low = (below_low.clamp(max=INF_BITS - 1) + 1).view(torch.float32)  # none finite: inf
     scaled = (amax * constants[KEPT:]).view(torch.int32)
     fixed = constants[:KEPT].view(torch.int32)
@@ -126,7 +129,7 @@ def device_row(x: torch.Tensor, constants: torch.Tensor) -> torch.Tensor:
     for b in bits():  # bin i: magnitudes at or above exactly i of the boundaries
         at = torch.bucketize(b, bounds, right=True, out_int32=True)
         histogram.index_add_(0, at, one.expand(at.numel()))
-    at_least = histogram.flip(0).cumsum(0).flip(0)[1:]  # >= bounds[j]
+    at_least = sum(p.numel() for p in pieces) - histogram.cumsum(0)[:-1]  # >= bounds[j]
     counts = torch.empty_like(at_least).index_copy_(0, order, at_least)
     return torch.cat([counts, torch.stack([amax, low]).to(torch.float64)])
 
