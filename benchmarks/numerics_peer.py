@@ -3,9 +3,10 @@
 One tiny ViT (fp32, one thread) is trained three ways in interleaved blocks of steps: bare;
 with ``transformers.debug_utils.DebugUnderflowOverflow`` attached (forward hooks on every
 module: each weight's, input's and output's abs min and max, and an inf/NaN check); and with
-``ampscope.watch(numerics_every=1)`` (every leaf module's outputs and their gradients, forward
-and backward, against fp16, bf16 and both fp8 formats: amax, smallest non-zero, the shares that
-overflow and round to zero, the fp8 shares after amax scaling, and the first inf/NaN). Each
+``ampscope.watch(numerics_every=1)`` (every leaf module's outputs and their gradients and every
+parameter's gradient, forward and backward, against fp16, bf16 and both fp8 formats: amax,
+smallest non-zero, the shares that overflow and round to zero, the fp8 shares after amax
+scaling, and the first inf/NaN). Each
 way has its own copy of the model (the Hugging Face hooks stay on the model they are put on),
 the same weights and the same batches. A block's time is its mean step; each way's figure is
 the median of its blocks. It prints the step times, each against bare, and ampscope's cost over
@@ -119,7 +120,7 @@ def main() -> None:
         return model, opt, step
 
     def plain(loss: torch.Tensor) -> None:
-        loss.item()  # every way reads its loss once a step
+        loss.item()  # as a loop that logs its loss does (watch reads it a step late)
 
     _, _, bare = trainer(plain)
     hf_model, _, hf = trainer(plain)
