@@ -1,6 +1,7 @@
 """Numerics on every step against Hugging Face's ``DebugUnderflowOverflow``, side by side.
 
-One tiny ViT (fp32, one thread) is trained three ways in interleaved blocks of steps: bare;
+One tiny ViT (tests/data/real_models.py's, 16 patches an image; fp32, one thread) is trained
+three ways in interleaved blocks of steps: bare;
 with ``transformers.debug_utils.DebugUnderflowOverflow`` attached (forward hooks on every
 module: each weight's, input's and output's abs min and max, and an inf/NaN check); and with
 ``ampscope.watch(numerics_every=1)`` (every leaf module's outputs and their gradients and every
@@ -22,62 +23,30 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-IMAGE, PATCH, CHANNELS, CLASSES = 32, 4, 3, 10
+VIT = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_models.py"
 
 
-class Block(nn.Module):
-    """A pre-norm transformer block with its own q, k, v and output projections."""
-
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1 = nn.LayerNorm(width)
-        self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
-        self.proj = nn.Linear(width, width)
-        self.norm2 = nn.LayerNorm(width)
-        self.fc1 = nn.Linear(width, 4 * width)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, w = x.shape
-        h = self.norm1(x)
-        q, k, v = (
-            p(h).view(b, n, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v)
-        )
-        a = nn.functional.scaled_dot_product_attention(q, k, v)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, n, w))
-        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
-
-
-class TinyViT(nn.Module):
-    def __init__(self, width: int, depth: int, heads: int) -> None:
-        super().__init__()
-        patches = (IMAGE // PATCH) ** 2
-        self.patch = nn.Linear(CHANNELS * PATCH * PATCH, width)
-        self.pos = nn.Parameter(torch.zeros(1, patches, width))
-        self.blocks = nn.Sequential(*(Block(width, heads) for _ in range(depth)))
-        self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, CLASSES)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        b = images.shape[0]
-        p = images.unfold(2, PATCH, PATCH).unfold(3, PATCH, PATCH)
-        p = p.permute(0, 2, 3, 1, 4, 5).reshape(b, -1, CHANNELS * PATCH * PATCH)
-        x = self.blocks(self.patch(p) + self.pos)
-        return self.head(self.norm(x).mean(1))
+def real_models() -> ModuleType:
+    """tests/data/real_models.py: the ViT (on ``nn.MultiheadAttention``) the tests train."""
+    spec = importlib.util.spec_from_file_location("real_models", VIT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def parse_args() -> argparse.Namespace:
@@ -87,7 +56,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=96)
     return parser.parse_args()
 
 
@@ -98,10 +67,11 @@ def main() -> None:
 
     import ampscope
 
+    models = real_models()
     torch.manual_seed(0)
-    base = TinyViT(args.width, args.depth, heads=4)
-    images = torch.randn(4, args.batch, CHANNELS, IMAGE, IMAGE)
-    labels = torch.randint(CLASSES, (4, args.batch))
+    base = models.ViT(args.width, args.depth, heads=4)
+    images = torch.randn(4, args.batch, models.CHANNELS, models.IMAGE, models.IMAGE)
+    labels = torch.randint(models.CLASSES, (4, args.batch))
     tmp = tempfile.TemporaryDirectory()
 
     def trainer(
