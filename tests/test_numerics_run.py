@@ -267,8 +267,9 @@ def test_an_inf_computed_outside_any_layer_names_the_module_whose_code_computed_
     factory, place, capsys
 ):
     """exp(h * 100) in the model's own forward (or a block's) makes the inf before any layer
-    sees it: the first layer to receive it is not where it was born. An inf in the batch is
-    no layer's either."""
+    sees it: the first layer to receive it is not where it was born. The block also takes a
+    causal mask of -inf, which is no sign of a spoilt input. An inf in the batch is no layer's
+    either."""
     done = numerics_cli(capsys, "fp32", "--model", f"{MODEL}:{factory}", "--steps", "1")
     assert done.returncode == 1
     assert f"first inf/NaN: step 0, {place}" in done.stdout
