@@ -223,10 +223,10 @@ def test_tuple_dict_none_outputs_are_measured_and_the_rest_skipped():
 def test_a_probe_failure_is_one_warning_and_training_goes_on(monkeypatch):
     import ampscope.engine.numerics.hooks as probe_mod
 
-    def broken(t, bounds):
+    def broken(t):
         raise RuntimeError("no kernel for this")
 
-    monkeypatch.setattr(probe_mod, "measure", broken)
+    monkeypatch.setattr(probe_mod, "host_row", broken)
     work = planted("make_overflow")
     x, y = work.batches[0]
     got: list = []
@@ -328,7 +328,7 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     """Magnitudes spread over 2**-40 to 2**20 (zeros, infs and NaNs among them), measured whole
     (a small tensor), a count per boundary (a large one) and in two reads (beyond a chunk)."""
     from ampscope.engine.numerics.measure import CONSTANTS, measure, row_of
-    from ampscope.engine.numerics.summary import module_numerics
+    from ampscope.engine.numerics.summary import Slot, module_numerics
 
     g = torch.Generator().manual_seed(numel)
     x = torch.exp2(torch.rand(numel, generator=g) * 60 - 40)
@@ -337,9 +337,8 @@ def test_every_share_and_the_scaled_fp8_shares_match_casts_at_every_size(numel):
     x[5::997] = math.inf
     x[9::991] = math.nan
     raw = measure(x, torch.tensor(CONSTANTS, dtype=torch.float32)).tolist()
-    modules, _ = module_numerics(
-        ["m"], ["M"], ["m"], [(0, "forward")], [row_of(raw)], [], ["float32"]
-    )
+    slot = Slot(0, "forward", row=0, dtype="float32")
+    modules, _ = module_numerics(0, [("m", "M", [])], [slot], [row_of(raw)], [], [])
     got = modules[0].activation
     assert got.numel == numel and got.nonfinite == x.isnan().sum() + x.isinf().sum()
     finite = x[torch.isfinite(x)].abs()
@@ -361,3 +360,82 @@ def test_the_written_out_dtype_ranges_are_torchs_and_an_inf_overflows_each_narro
     assert [k for k in LIMITS if overflows_in("float16", k)] == ["fp16", "e4m3", "e5m2"]
     assert [k for k in LIMITS if overflows_in("float32", k)] == list(LIMITS)
     assert not [k for k in LIMITS if overflows_in(None, k)]  # an older record: not known
+
+
+def counted_per_boundary(x: torch.Tensor) -> list[float]:
+    """The ``RAW`` row as it was measured before one read answered every boundary: the
+    magnitudes in fp32 (NaN as inf), one comparison and one count per boundary."""
+    from ampscope.engine.numerics.measure import BOUNDS, SCALED_RATIOS
+
+    a = x.detach().reshape(-1).abs().float().nan_to_num(nan=math.inf, posinf=math.inf)
+    amax = a.nan_to_num(posinf=0.0).amax()
+    low = torch.where(a > 0, a, math.inf).amin()
+    scaled = [amax * torch.tensor(r, dtype=torch.float32) for r in SCALED_RATIOS]
+    bounds = [torch.tensor(b, dtype=torch.float32) for b in BOUNDS] + scaled
+    return [float((a >= b).sum()) for b in bounds] + [amax.item(), low.item()]
+
+
+def awkward_values(numel: int, seed: int) -> torch.Tensor:
+    """fp32 magnitudes from the smallest subnormal to beyond every format, both signs, with
+    zeros, infs, NaNs and each boundary and its two fp32 neighbours planted among them."""
+    from ampscope.engine.numerics.measure import BOUNDS
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.exp2(torch.rand(numel, generator=g) * 280 - 152)
+    x[torch.rand(numel, generator=g) < 0.5] *= -1
+    x[torch.rand(numel, generator=g) < 0.05] = 0.0
+    x[torch.rand(numel, generator=g) < 0.01] = math.inf
+    x[torch.rand(numel, generator=g) < 0.01] = -math.inf
+    x[torch.rand(numel, generator=g) < 0.01] = math.nan
+    finite = torch.tensor([b for b in BOUNDS if 0 < b < math.inf], dtype=torch.float32)
+    planted = torch.cat([finite, finite.nextafter(finite * 2), finite.nextafter(finite * 0)])
+    places = torch.randint(numel, (min(numel, planted.numel()),), generator=g)
+    x[places] = planted[: places.numel()]
+    return x
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.float8_e5m2]
+)
+def test_one_read_gives_the_figures_a_count_per_boundary_gave(dtype, monkeypatch):
+    """Every way (the CPU's, which lets the tensor's extremes answer most boundaries and
+    counts the rest with numpy, or with torch's threads; and the GPU's, one bucketize for all
+    of them) gives the very row a comparison and a count per boundary gave, to the bit, on
+    awkward data in every dtype, and on tensors that are all zeros, all inf/NaN, one value or
+    tiny."""
+    from ampscope.engine.numerics import measure
+    from ampscope.engine.numerics.measure import CONSTANTS, device_row, host_row
+
+    def threaded(x: torch.Tensor) -> list[float]:
+        with monkeypatch.context() as m:  # every piece counted by torch, on "several threads"
+            m.setattr(measure, "PARALLEL", 0)
+            m.setattr(torch, "get_num_threads", lambda: 4)
+            return host_row(x)
+
+    constants = torch.tensor(CONSTANTS, dtype=torch.float32)
+    cases = [awkward_values(n, n).to(dtype) for n in (1, 7, 1000, 70_000)]
+    cases += [
+        torch.zeros(50, dtype=dtype),
+        torch.full((9,), math.inf, dtype=dtype),
+        torch.full((9,), math.nan, dtype=dtype),
+        torch.tensor([0.0, math.inf, -math.nan, 0.0], dtype=torch.float32).to(dtype),
+        torch.tensor([2.0**-149, -(2.0**-140), 0.0]).to(dtype),
+        torch.tensor([3e38, 1e-45, 65519.0, 65520.0]).to(dtype),
+        awkward_values(4096, 3).to(dtype).reshape(64, 64).t(),  # not contiguous
+    ]
+    for x in cases:
+        want = counted_per_boundary(x)
+        assert host_row(x) == want, x
+        assert threaded(x) == want, x
+        assert device_row(x, constants).tolist() == want, x
+
+
+@pytest.mark.slow
+def test_one_read_gives_the_same_figures_beyond_a_chunk():
+    from ampscope.engine.numerics.measure import CHUNK, CONSTANTS, device_row, host_row
+
+    x = awkward_values(CHUNK + 12_345, 1)
+    want = counted_per_boundary(x)
+    assert host_row(x) == want
+    assert device_row(x, torch.tensor(CONSTANTS, dtype=torch.float32)).tolist() == want

@@ -38,7 +38,9 @@ def test_a_skipped_step_between_samples_is_run_again_and_names_the_module():
     numerics = of(on, ev.NumericsEvent)
     assert [(e.step, e.replayed) for e in numerics] == [(0, False), (3, True)]
     replayed = numerics[1]
-    assert replayed.first_nonfinite == ev.FirstNonfinite(step=3, module="lin", pass_="backward")
+    assert replayed.first_nonfinite == ev.FirstNonfinite(
+        step=3, module="lin", pass_="backward", dtype="float16"
+    )
     assert replayed.loss_scale == 65536.0  # the scale step 3 ran with, not the halved one
     lin = next(m for m in replayed.modules if m.name == "lin")
     assert lin.gradient is not None and lin.gradient.nonfinite == 16
@@ -47,14 +49,25 @@ def test_a_skipped_step_between_samples_is_run_again_and_names_the_module():
 
 
 @pytest.mark.unit
-def test_an_inf_born_in_a_weight_gradient_names_the_module_that_owns_the_weight():
-    """Every output and output gradient is finite; lin's weight gradient overflows fp16."""
+def test_an_inf_born_in_a_weight_gradient_names_that_weight():
+    """Every output and output gradient is finite; lin's weight gradient overflows fp16 (a
+    sum over 64 rows, computed in fp16 under autocast and cast back to the fp32 weight's)."""
     seen = run_model("amp-fp16", "make_weight_inf", "steps=4", "numerics.every=1000")
     assert [s.skipped for s in of(seen, ev.StepEvent)][:3] == [False, False, True]
     replayed = [e for e in of(seen, ev.NumericsEvent) if e.replayed]
-    assert replayed[0].first_nonfinite == ev.FirstNonfinite(step=2, module="lin", pass_="backward")
+    first = replayed[0].first_nonfinite
+    assert first == ev.FirstNonfinite(
+        step=2,
+        module="lin",
+        pass_="backward",
+        source="parameter",
+        parameter="weight",
+        dtype="float16",
+    )
+    assert first.place() == "lin.weight's gradient"
     lin = next(m for m in replayed[0].modules if m.name == "lin")
     assert lin.gradient.nonfinite == 0 and lin.activation.nonfinite == 0
+    assert lin.parameters["weight"].nonfinite > 0
 
 
 @pytest.mark.unit
@@ -67,10 +80,19 @@ def test_without_a_scaler_an_inf_born_in_a_weight_gradient_is_named_at_its_step_
     )
     error = of(on, ev.ErrorEvent)[0]
     assert error.step == 4
-    assert "inf/NaN first appears in wlin's gradients (backward pass) at step 3." in error.message
+    assert "inf/NaN first appears in wlin.weight's gradient (backward pass) at step 3." in (
+        error.message
+    )
     replayed = [e for e in of(on, ev.NumericsEvent) if e.replayed]
     assert [e.first_nonfinite for e in replayed] == [
-        ev.FirstNonfinite(step=3, module="wlin", pass_="backward")
+        ev.FirstNonfinite(
+            step=3,
+            module="wlin",
+            pass_="backward",
+            source="parameter",
+            parameter="weight",
+            dtype="float16",
+        )
     ]
     every = run_model(
         "amp-fp16-noscale", "make_grad_inf", "steps=6", "numerics.every=1", code=EXIT_FAILED
@@ -153,7 +175,7 @@ def test_without_a_scaler_the_error_of_a_non_finite_loss_names_the_module():
     assert "inf/NaN first appears in square's outputs (forward pass) at step 2" in error.message
     replayed = [e for e in of(seen, ev.NumericsEvent) if e.replayed]
     assert replayed[0].first_nonfinite == ev.FirstNonfinite(
-        step=2, module="square", pass_="forward"
+        step=2, module="square", pass_="forward", dtype="float32"
     )
 
 

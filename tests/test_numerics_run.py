@@ -65,7 +65,13 @@ def test_cli_json_names_the_planted_overflow_and_the_first_inf(capsys):
     boost = out["modules"][1]
     assert set(boost["activation"]["formats"]) == {"fp16", "bf16", "e4m3", "e5m2"}
     assert set(boost["gradient"]["formats"]["fp16"]) == {"overflow", "underflow"}
-    assert out["first_nonfinite"] == {"step": 0, "module": "trunk.boost", "pass": "forward"}
+    assert out["first_nonfinite"] == {
+        "step": 0,
+        "module": "trunk.boost",
+        "pass": "forward",
+        "source": "output",
+        "words": "trunk.boost's outputs",
+    }
     assert out["preset"] == "amp-fp16" and out["loss_scale"] == 65536.0 / 2
 
 
@@ -187,6 +193,12 @@ def test_cli_and_view_name_the_planted_layer_of_models_nobody_here_wrote(
 
 def view_verdict(record: Path) -> str:
     """The Numerics view's verdict line for fp16, of the run's record opened in the dashboard."""
+    verdict, _ = view_text(record)
+    return next(line for line in verdict.splitlines() if line.startswith("fp16:"))
+
+
+def view_text(record: Path, size: tuple[int, int] = (120, 40)) -> tuple[str, str]:
+    """The Numerics view's verdict and grid, of the run's record opened in the dashboard."""
     from ampscope.tui.app import AmpscopeApp
     from ampscope.tui.model.replay import RecordSource
     from ampscope.tui.screens.numerics import NumericsScreen
@@ -197,17 +209,78 @@ def view_verdict(record: Path) -> str:
 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=record.parent)
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with app.run_test(size=size) as pilot:
             await shown(pilot, app, PresetsScreen)
             app.open_run(RecordSource.load(record))
             await pilot.pause()
             await pilot.press("n")
             screen = await shown(pilot, app, NumericsScreen)
             await pilot.pause()
-            said.append("".join(screen.query_one("#numerics-verdict").render().plain))
+            for part in ("#numerics-verdict", "#numerics-grid"):
+                said.append("".join(screen.query_one(part).render().plain))
 
     run(go())
-    return next(line for line in said[0].splitlines() if line.startswith("fp16:"))
+    return said[0], said[1]
+
+
+@pytest.mark.ui
+def test_a_bias_gradient_beyond_fp16_is_named_alike_in_verdict_table_json_and_view(
+    tmp_path, capsys
+):
+    """Under amp-fp16 only out.bias's gradient (a sum over every pixel) overflows fp16: every
+    output and output gradient fits. The verdict, the table, the JSON and the view all name
+    that gradient, never "every layer fits" and never "out's gradients"."""
+    args = ("amp-fp16", "--model", f"{MODEL}:make_bias_overflow", "--steps", "3")
+    done = numerics_cli(capsys, *args, "--runs-dir", str(tmp_path), record=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    fp16 = next(line for line in lines if line.startswith("fp16:"))
+    assert "every layer fits" not in fp16 and "out's gradients" not in done.stdout
+    assert "of out.bias's gradient overflow fp16: inf/NaN, computed in fp16" in fp16
+    assert "inf/NaN first appears in out.bias's gradient at step 0" in done.stdout
+    row = next(line for line in lines if line.startswith("out.bias "))
+    assert row.split()[1] == "grad" and "33%/" in row.split()[3]  # 1 step of 3, every value
+    out = json.loads(numerics_cli(capsys, *args, "--json").stdout)
+    conv_out = next(m for m in out["modules"] if m["name"] == "out")
+    assert conv_out["parameters"]["bias"]["formats"]["fp16"]["overflow"] == pytest.approx(1 / 3)
+    assert conv_out["parameters"]["bias"]["dtype"] == "float16"
+    assert conv_out["gradient"]["formats"]["fp16"]["overflow"] == 0
+    assert out["first_nonfinite"]["words"] == "out.bias's gradient"
+    assert out["verdicts"] == lines[-5:]
+    (record,) = [p for p in tmp_path.iterdir() if (p / "events.jsonl").exists()]
+    verdict, grid = view_text(record)
+    assert fp16 in verdict and "First inf/NaN: out.bias's gradient, step 0." in verdict
+    bias = next(line for line in grid.splitlines() if line.startswith("out.bias "))
+    assert bias.split()[1:] == ["grad", "XX····"]  # the inf, then two steps that fit
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("factory", "place"),
+    [
+        ("make_own_inf", "the model's own forward (its code outside any layer, before block.norm)"),
+        ("make_block_inf", "block's own forward (its code outside any layer, before block.head)"),
+        ("make_batch_inf", "the model's inputs (the batch itself, before embed)"),
+    ],
+)
+def test_an_inf_computed_outside_any_layer_names_the_module_whose_code_computed_it(
+    factory, place, capsys
+):
+    """exp(h * 100) in the model's own forward (or a block's) makes the inf before any layer
+    sees it: the first layer to receive it is not where it was born. The block also takes a
+    causal mask of -inf, which is no sign of a spoilt input. An inf in the batch is no layer's
+    either."""
+    done = numerics_cli(capsys, "fp32", "--model", f"{MODEL}:{factory}", "--steps", "1")
+    assert done.returncode == 1
+    assert f"first inf/NaN: step 0, {place}" in done.stdout
+    assert "Loss became nan at step 0" in done.stderr and f"first appears in {place}" in done.stderr
+    verdict = next(line for line in done.stdout.splitlines() if line.startswith("inf/NaN"))
+    if factory == "make_batch_inf":
+        assert verdict.endswith(
+            "no layer made them; the data or the code that builds the batch did."
+        )
+    else:
+        assert verdict.endswith("at step 0: an overflow of fp32, and of every narrower format.")
 
 
 @pytest.mark.unit
@@ -242,7 +315,7 @@ def test_watch_samples_the_step_after_a_skip_and_names_where_the_inf_is(tmp_path
     sampled = events[1].step
     assert events[0].step == 0 and sampled in (5, 6)  # step 3's skip is known after step 4
     assert events[1].first_nonfinite == ev.FirstNonfinite(
-        step=sampled, module="head.out", pass_="backward"
+        step=sampled, module="head.out", pass_="backward", dtype="float32"
     )
 
 

@@ -143,6 +143,7 @@ class Reference:
     last_linear: str | None
     outputs: dict[str, dict] = field(default_factory=dict)  # leaf -> cast_counts of step 0
     grads: dict[str, dict] = field(default_factory=dict)
+    weights: dict[str, dict] = field(default_factory=dict)  # parameter -> its gradient's
     saved_bytes: int = 0  # what autograd keeps for backward, parameters left out
     first_loss: float = math.nan
 
@@ -242,6 +243,11 @@ def reference(name: str) -> Reference:
     ref.saved_bytes = sum(saved.values())
     ref.outputs = {k: cast_counts(torch.cat([t.reshape(-1) for t in v])) for k, v in ref.outputs.items()}  # fmt: skip
     ref.grads = {k: cast_counts(torch.cat([t.reshape(-1) for t in v])) for k, v in ref.grads.items()}  # fmt: skip
+    ref.weights = {
+        n: cast_counts(p.grad.reshape(-1))
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
     model.zero_grad(set_to_none=True)
     if name in CONV_MODELS:  # torch's formula charges a grouped conv's weight gradient x groups
         ref.flops = hand_flops(model, answer, batch)
@@ -442,20 +448,29 @@ def test_numerics_agree_with_torchs_own_casts_layer_by_layer(name, refs, numeric
             assert_matches_casts(module["gradient"], ref.grads[leaf], f"{leaf} gradients")
         else:
             assert module["gradient"] is None, leaf
+    weights = {  # each parameter's gradient, named as named_parameters() names it
+        f"{m['name']}.{p}" if m["name"] else p: figures
+        for m in out["modules"]
+        for p, figures in m["parameters"].items()
+    }
+    assert weights.keys() == ref.weights.keys()
+    for parameter, figures in weights.items():
+        assert_matches_casts(figures, ref.weights[parameter], f"{parameter}'s gradient")
     # the fp16 verdict: the largest share rounding to zero, by torch's casts, else it fits
+    every = (("outputs", ref.outputs), ("gradients", ref.grads), ("gradient", ref.weights))
     shares = [
         (c["fp16"]["underflow"] / c["numel"], leaf, kind)
-        for kind, figures in (("outputs", ref.outputs), ("gradients", ref.grads))
+        for kind, figures in every
         for leaf, c in figures.items()
     ]
-    worst = max(shares)[0]
+    worst = max(share for share, _, _ in shares)
     fp16 = next(v for v in out["verdicts"] if v.startswith("fp16:"))
     if worst < NOTABLE:  # a share below 1 % is not worth a sentence
-        largest = max(c["amax"] for c in ref.outputs.values())
+        largest = max(c["amax"] for _, figures in every for c in figures.values())
         assert fp16.startswith("fp16: every layer fits") and f"{largest:.3g}" in fp16, fp16
-    else:  # the worst named first (of equals, any: a Llama's two q_proj lose the same share)
-        named = [f"of {leaf}'s {kind} round to zero" for s, leaf, kind in shares if s == worst]
-        assert any(n in fp16 for n in named), (fp16, worst)
+    else:  # the worst, or one as bad (the model's first)
+        tied = [(leaf, kind) for share, leaf, kind in shares if share == worst]
+        assert any(f"of {leaf}'s {kind} round to zero" in fp16 for leaf, kind in tied), fp16
 
 
 @pytest.mark.parametrize("name", models("vit", "encoder", "unused"))

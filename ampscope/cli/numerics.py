@@ -7,11 +7,13 @@ import argparse
 import json
 import sys
 
-from ampscope.cli.output import fail, stdout_for_json_only
+from ampscope.cli.output import fail, output_width, stdout_for_json_only
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
 from ampscope.core.numerics import FORMATS
-from ampscope.core.numerics.report import NumericsSummary, magnitude, verdicts
+from ampscope.core.numerics.event import INPUTS, OWN
+from ampscope.core.numerics.names import fold_names
+from ampscope.core.numerics.report import WEIGHT, NumericsSummary, magnitude, verdicts
 from ampscope.core.presets.run_args import add_run_arguments, run_overrides
 from ampscope.core.text import visible
 
@@ -81,41 +83,49 @@ def cmd_numerics(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary.to_json(preset_name), indent=1))
     else:
-        print(report(summary))
+        print(report(summary, output_width()))
     return code
 
 
 def _share(x: float) -> str:
-    return "    0" if x == 0 else (f"{x:5.0%}" if x >= 0.01 else " <1%")
+    return "    0" if x == 0 else (f"{x:5.0%}" if x >= 0.01 else "  <1%")
 
 
-def report(summary: NumericsSummary) -> str:
-    """The terminal's table: per module and pass, amax and each format's losses."""
+PASS_LABELS = {"activation": "out", "gradient": "grad", WEIGHT: "grad"}
+FIXED = 62  # the table's columns after the names: pass, amax, four formats
+
+
+def report(summary: NumericsSummary, width: int | None = None) -> str:
+    """The terminal's table: per module and pass, and per parameter's gradient, amax and each
+    format's losses; names shortened from the left to fit ``width`` columns (None: whole)."""
     keys = list(FORMATS)
-    head = f"{'module':<28} {'pass':<4} {'amax':>8} " + " ".join(f"{k:>11}" for k in keys)
+    rows = summary.measured()
+    names = list(dict.fromkeys(visible(f.name, 2000) for f in rows))
+    longest = max((len(n) for n in names), default=6)
+    column = longest if width is None else min(longest, max(12, width - FIXED))
+    shown = dict(zip(names, fold_names(names, column), strict=True))
+    column = max([6, *(len(n) for n in shown.values())])
+    head = f"{'module':<{column}} {'pass':<4} {'amax':>8} " + " ".join(f"{k:>11}" for k in keys)
     idle = summary.not_measured_line()
     lines = [
-        f"{len(summary.steps)} steps sampled; {len(summary.modules)} of "
+        f"{len(summary.steps)} steps sampled; {summary.layers()} of "
         f"{summary.modules_total} leaf modules measured"
         + (f"; {visible(idle, 2000)}" if idle else "")
         + (f"; gradients carry loss scale {summary.loss_scale:g}" if summary.loss_scale else ""),
         "shares: over/under (over: beyond the largest finite value, and inf/NaN computed in",
-        "the format or a narrower one; under: non-zero values rounding to zero)",
+        "the format or a narrower one; under: non-zero values rounding to zero); grad under a",
+        "module: the gradient at its outputs; under a parameter (out.bias): that gradient",
         head,
     ]
-    for m in summary.modules.values():
-        for which, label in (("activation", "out"), ("gradient", "grad")):
-            t = m.side(which)
-            if not t.steps:
-                continue
-            cells = " ".join(f"{_share(t.share(k, 0))}/{_share(t.share(k, 1))}" for k in keys)
-            amax = f"{magnitude(t.amax):>8}"
-            lines.append(f"{visible(m.name, 28):<28} {label:<4} {amax} {cells}")
+    for f in rows:
+        t = f.totals
+        cells = " ".join(f"{_share(t.share(k, 0))}/{_share(t.share(k, 1))}" for k in keys)
+        name = shown[visible(f.name, 2000)]
+        lines.append(f"{name:<{column}} {PASS_LABELS[f.side]:<4} {magnitude(t.amax):>8} {cells}")
     first = summary.first_nonfinite
     if first:
-        lines.append(
-            f"first inf/NaN: step {first.step}, {visible(first.module, 120)} ({first.pass_})"
-        )
+        said = "" if first.source in (OWN, INPUTS) else f" ({first.pass_})"  # in the words
+        lines.append(f"first inf/NaN: step {first.step}, {visible(first.place(), 400)}{said}")
     lines.append("")
     lines.extend(verdicts(summary))
     return "\n".join(lines)

@@ -33,13 +33,40 @@ class TensorNumerics(msgspec.Struct, kw_only=True):
 
 
 class ModuleNumerics(msgspec.Struct, kw_only=True):
-    name: str  # as model.named_modules() names it
+    name: str  # as model.named_modules() names it ("" for the model itself)
     kind: str  # the module's class name
     activation: TensorNumerics | None = None
     gradient: TensorNumerics | None = None  # scaled by the loss scale under a GradScaler
+    # The gradient of each of the module's own trainable parameters, by its name in the module
+    # (weight, bias): a module that owns parameters but is not a measured leaf (the model
+    # itself, a non-leaf) has these alone. Absent, read as none, in older records.
+    parameters: dict[str, TensorNumerics] = msgspec.field(default_factory=dict)
+
+
+# What held a step's first inf/NaN (``FirstNonfinite.source``).
+OUTPUT = "output"  # the module's output (forward) or the gradient at it (backward)
+PARAMETER = "parameter"  # the gradient of the module's parameter ``parameter``
+OWN = "own"  # a value the module's own forward computed outside its submodules
+INPUTS = "inputs"  # the model's inputs (the batch): no module computed it
 
 
 class FirstNonfinite(msgspec.Struct, kw_only=True):
     step: int
-    module: str
+    module: str  # "" for the model itself
     pass_: str = msgspec.field(name="pass")  # "forward" or "backward"
+    source: str = OUTPUT  # one of OUTPUT, PARAMETER, OWN, INPUTS; older records: output
+    parameter: str | None = None  # PARAMETER: its name in the module (weight, bias)
+    received_by: str | None = None  # OWN, INPUTS: the layer that received it first
+    dtype: str | None = None  # the format the tensor holding it was in (torch's name)
+
+    def place(self) -> str:
+        """Where it appeared, in words: "head's outputs", "out.bias's gradient", "the model's
+        own forward (its code outside any layer, before head)"."""
+        if self.source == PARAMETER:
+            return f"{'.'.join(n for n in (self.module, self.parameter) if n)}'s gradient"
+        if self.source == OWN:
+            own = f"{self.module}'s" if self.module else "the model's"
+            return f"{own} own forward (its code outside any layer, before {self.received_by})"
+        if self.source == INPUTS:
+            return f"the model's inputs (the batch itself, before {self.received_by})"
+        return f"{self.module}'s {'outputs' if self.pass_ == 'forward' else 'gradients'}"

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ampscope.core import events as ev
-from ampscope.core.numerics import TensorNumerics, group_names, headroom_bits
+from ampscope.core.numerics import ModuleNumerics, TensorNumerics, group_names, headroom_bits
+from ampscope.core.numerics.event import OUTPUT, PARAMETER
 
 METRICS = {
     "overflow": "overflow share",
@@ -21,11 +22,12 @@ PASSES = (("activation", "out"), ("gradient", "grad"))
 
 @dataclass
 class GridRow:
-    label: str  # a module or a group of repeated ones: blocks.0-11.attn.proj
-    members: list[str]
+    label: str  # a module or a group of repeated ones: blocks.0-11.attn.proj; or a parameter
+    members: list[str]  # the modules
     pass_label: str  # "out" or "grad"
     cells: list[float | None]  # one a sampled step; None: not measured there
     first_nonfinite: int | None = None  # the column where this row held the first inf/NaN
+    parameter: str | None = None  # the row of this parameter's gradient (its name in a module)
 
 
 def cell_value(t: TensorNumerics | None, key: str, metric: str) -> float | None:
@@ -46,36 +48,53 @@ def _worst(values: list[float | None], metric: str) -> float | None:
     return min(seen) if metric == "headroom" else max(seen)
 
 
+def _tensor(m: ModuleNumerics | None, side: str) -> TensorNumerics | None:
+    """A module's outputs ("activation"), their gradient ("gradient"), or the gradient of
+    its parameter ``side[1:]`` (side ".bias")."""
+    if m is None:
+        return None
+    if side.startswith("."):
+        return m.parameters.get(side[1:])
+    return m.activation if side == "activation" else m.gradient
+
+
 def build_grid(
     events: Sequence[ev.NumericsEvent], key: str, metric: str
 ) -> tuple[list[int], list[GridRow]]:
-    """The steps (columns) and rows for ``events``; a group's cell is its worst member's."""
+    """The steps (columns) and rows for ``events``; a group's cell is its worst member's. A
+    module's parameters' gradients have rows of their own, after its outputs'."""
     events = sorted(events, key=lambda e: e.step)  # a rerun skipped step may land late
-    names: dict[str, None] = {}
+    names: dict[str, dict[str, None]] = {}  # module -> its parameters, in order
     for e in events:
         for m in e.modules:
-            names.setdefault(m.name, None)
+            names.setdefault(m.name, {}).update(dict.fromkeys(m.parameters))
     tables = [{m.name: m for m in e.modules} for e in events]
     first = next((e.first_nonfinite for e in events if e.first_nonfinite), None)
+    steps = [e.step for e in events]
     rows = []
     for label, members in group_names(list(names)):
-        for side, pass_label in PASSES:
+        parameters = dict.fromkeys(p for n in members for p in names[n])
+        sides = [*PASSES, *((f".{p}", "grad") for p in parameters)]
+        for side, pass_label in sides:
             cells = [
-                _worst(
-                    [
-                        cell_value(getattr(table[n], side) if n in table else None, key, metric)
-                        for n in members
-                    ],
-                    metric,
-                )
-                for table in tables
+                _worst([cell_value(_tensor(t.get(n), side), key, metric) for n in members], metric)
+                for t in tables
             ]
             if all(c is None for c in cells):
                 continue
-            row = GridRow(label, members, pass_label, cells)
-            wanted = "forward" if side == "activation" else "backward"
-            if first and first.module in members and first.pass_ == wanted:
-                steps = [e.step for e in events]
-                row.first_nonfinite = steps.index(first.step) if first.step in steps else None
+            parameter = side[1:] if side.startswith(".") else None
+            shown = label if parameter is None else ".".join(n for n in (label, parameter) if n)
+            row = GridRow(shown, members, pass_label, cells, parameter=parameter)
+            if first and first.module in members and _marks(first, side) and first.step in steps:
+                row.first_nonfinite = steps.index(first.step)
             rows.append(row)
-    return [e.step for e in events], rows
+    return steps, rows
+
+
+def _marks(first: ev.FirstNonfinite, side: str) -> bool:
+    """Whether the row of ``side`` holds the first inf/NaN (a module's own code's is no row's)."""
+    if first.source == PARAMETER:
+        return side == f".{first.parameter}"
+    if first.source != OUTPUT:
+        return False
+    return side == ("activation" if first.pass_ == "forward" else "gradient")

@@ -20,6 +20,7 @@ from ampscope.core.numerics import (
     group_label,
     pattern,
 )
+from ampscope.core.numerics.event import INPUTS
 from ampscope.core.text import visible
 
 PASS_WORDS = {"activation": "outputs", "gradient": "gradients"}
@@ -28,15 +29,42 @@ ALSO = 3  # modules a verdict names after the worst one, then "and N more"
 KEEP_EVENTS = 240  # sampled steps a view keeps for its heatmap (the summary keeps them all)
 
 
+WEIGHT = "weight"  # a parameter's gradient
+WORDS = {**PASS_WORDS, WEIGHT: "gradient"}  # "out.bias's gradient"
+
+
 @dataclass
 class ModuleTotals:
     name: str
     kind: str
     activation: PassTotals = field(default_factory=PassTotals)
     gradient: PassTotals = field(default_factory=PassTotals)
+    parameters: dict[str, PassTotals] = field(default_factory=dict)  # their gradients, by name
 
     def side(self, which: str) -> PassTotals:
         return self.activation if which == "activation" else self.gradient
+
+    @property
+    def measured(self) -> bool:
+        """Whether it is a layer that was measured (not a module with parameters alone)."""
+        return bool(self.activation.steps or self.gradient.steps)
+
+    def parameter_name(self, parameter: str) -> str:
+        return f"{self.name}.{parameter}" if self.name else parameter
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured tensor over the run: a module's outputs or their gradients, or one of its
+    parameters' gradient (``side`` WEIGHT, ``name`` the parameter's: ``out.bias``)."""
+
+    name: str
+    side: str
+    totals: PassTotals
+
+    @property
+    def words(self) -> str:
+        return f"{self.name}'s {WORDS[self.side]}"
 
 
 @dataclass
@@ -71,10 +99,26 @@ class NumericsSummary:
                 totals.activation.add(m.activation)
             if m.gradient is not None:
                 totals.gradient.add(m.gradient)
+            for name, gradient in m.parameters.items():
+                totals.parameters.setdefault(name, PassTotals()).add(gradient)
+
+    def measured(self) -> list[Measured]:
+        """Every measured tensor, in the model's order: each module's outputs, their
+        gradients, then its parameters' gradients."""
+        out = []
+        for m in self.modules.values():
+            out += [Measured(m.name, side, m.side(side)) for side in PASS_WORDS]
+            out += [Measured(m.parameter_name(p), WEIGHT, t) for p, t in m.parameters.items()]
+        return [f for f in out if f.totals.steps]
+
+    def layers(self) -> int:
+        """The layers measured: modules with outputs (not those with parameters alone)."""
+        return sum(m.measured for m in self.modules.values())
 
     def never_ran(self) -> dict[str, str]:
         """The measured modules whose forward never ran in a sampled step, with why."""
-        return {n: why for n, why in self.idle.items() if n not in self.modules}
+        ran = {n for n, m in self.modules.items() if m.measured}
+        return {n: why for n, why in self.idle.items() if n not in ran}
 
     def not_measured_line(self) -> str:
         """'3 never ran: a, b and 1 more (why)', or '' when every hooked module ran."""
@@ -97,7 +141,7 @@ class NumericsSummary:
             "steps_sampled": len(self.steps),
             "loss_scale": self.loss_scale,
             "modules_total": self.modules_total,
-            "modules_measured": len(self.modules),
+            "modules_measured": self.layers(),
             "modules_never_ran": self.never_ran(),
             "modules": [
                 {
@@ -105,41 +149,36 @@ class NumericsSummary:
                     "kind": m.kind,
                     "activation": m.activation.to_json() if m.activation.steps else None,
                     "gradient": m.gradient.to_json() if m.gradient.steps else None,
+                    "parameters": {p: t.to_json() for p, t in m.parameters.items() if t.steps},
                 }
                 for m in self.modules.values()
             ],
-            "first_nonfinite": (
-                {"step": first.step, "module": first.module, "pass": first.pass_} if first else None
-            ),
+            "first_nonfinite": first_json(first) if first else None,
             "verdicts": verdicts(self),
         }
 
 
 def _ranked(
     summary: NumericsSummary, share_of: Callable[[PassTotals], float], at_least: float
-) -> list[tuple[ModuleTotals, str, float]]:
-    """Every module and pass whose ``share_of`` is ``at_least`` (above 0), largest first, the
+) -> list[tuple[Measured, float]]:
+    """Every measured tensor whose ``share_of`` is ``at_least`` (above 0), largest first, the
     model's order among equals."""
-    found = [
-        (m, side, share_of(m.side(side)))
-        for m in summary.modules.values()
-        for side in PASS_WORDS
-        if m.side(side).steps
-    ]
-    kept = [f for f in found if f[2] > 0 and f[2] >= at_least]
-    return sorted(kept, key=lambda f: -f[2])
+    found = [(f, share_of(f.totals)) for f in summary.measured()]
+    kept = [f for f in found if f[1] > 0 and f[1] >= at_least]
+    return sorted(kept, key=lambda f: -f[1])
 
 
-def _also(ranked: list[tuple[ModuleTotals, str, float]], what: str) -> str:
-    """The passes after the worst that cross the same line, up to ``ALSO`` named, then "and N
+def _also(ranked: list[tuple[Measured, float]], what: str) -> str:
+    """The tensors after the worst that cross the same line, up to ``ALSO`` named, then "and N
     more"; the members of a repeated block as one (``blocks.1-11.attn.proj``), its worst share."""
-    groups: dict[tuple[str, str], list[tuple[ModuleTotals, str, float]]] = {}
+    groups: dict[tuple[str, str], list[tuple[Measured, float]]] = {}
     for found in ranked[1:]:  # largest first: each group's first member is its worst
-        groups.setdefault((pattern(found[0].name), found[1]), []).append(found)
+        groups.setdefault((pattern(found[0].name), found[0].side), []).append(found)
     named = []
     for members in groups.values():
-        label = group_label([m.name for m, _, _ in members])
-        named.append(f"{visible(label, 120)}'s {PASS_WORDS[members[0][1]]} ({_pct(members[0][2])})")
+        label = group_label([f.name for f, _ in members])
+        words = WORDS[members[0][0].side]
+        named.append(f"{visible(label, 120)}'s {words} ({_pct(members[0][1])})")
     if not named:
         return ""
     shown = named[:ALSO]
@@ -149,10 +188,9 @@ def _also(ranked: list[tuple[ModuleTotals, str, float]], what: str) -> str:
     return f" Also {what}: {listed}."
 
 
-def _holds(summary: NumericsSummary, key: str, m: ModuleTotals, side: str) -> bool:
-    """Whether ``key`` holds this pass: none beyond it, few lost to zero, and no inf/NaN whose
-    value is unknown to it."""
-    t = m.side(side)
+def _holds(t: PassTotals, key: str) -> bool:
+    """Whether ``key`` holds this tensor: none beyond it, few lost to zero, and no inf/NaN
+    whose value is unknown to it."""
     return t.share(key, 0) == 0 and t.share(key, 1) < NOTABLE and not t.hidden.get(key)
 
 
@@ -188,7 +226,7 @@ def verdict(summary: NumericsSummary, key: str) -> str:
     if said:
         return f"{key}: " + " ".join(said)
     lim = LIMITS[key]
-    amax = max((m.side(s).amax or 0.0) for m in summary.modules.values() for s in PASS_WORDS)
+    amax = max((f.totals.amax or 0.0) for f in summary.measured())
     return (
         f"{key}: every layer fits (largest magnitude {magnitude(amax)}, "
         f"limit {limit(lim.largest)})."
@@ -203,14 +241,15 @@ def _overflow(summary: NumericsSummary, key: str) -> str | None:
     ranked = _ranked(summary, lambda t: t.share(key, 0), 0.0)
     if not ranked:
         return None
-    m, side, share = ranked[0]
-    totals = m.side(side)
-    name, words = visible(m.name, 120), PASS_WORDS[side]
+    worst, share = ranked[0]
+    totals = worst.totals
+    name, words = visible(worst.name, 120), WORDS[worst.side]
     beyond = totals.amax is not None and totals.amax >= LIMITS[key].overflow_at
     lost = totals.nonfinite - totals.hidden.get(key, 0)  # inf/NaN counted as key's overflow
     if beyond:  # finite values measured beyond it: how far is known
+        reach = "reaches" if worst.side == WEIGHT else "reach"  # one gradient, many outputs
         out = (
-            f"{name}'s {words} reach {magnitude(totals.amax)}, beyond {key}'s "
+            f"{name}'s {words} {reach} {magnitude(totals.amax)}, beyond {key}'s "
             f"{limit(LIMITS[key].largest)}"
         )
         if lost:
@@ -224,7 +263,7 @@ def _overflow(summary: NumericsSummary, key: str) -> str | None:
     if key == "fp16" and beyond:
         every = totals.overflow_steps.get(key, 0) >= totals.steps
         out += "; amp-fp16 will skip every step" if every else "; amp-fp16 will skip steps"
-    if key == "fp16" and _holds(summary, "bf16", m, side):
+    if key == "fp16" and _holds(totals, "bf16"):
         out += ". bf16 holds it"
     elif key == "fp16" and totals.hidden.get("bf16"):
         out += ". Whether bf16 holds them, a run in fp32 shows ('ampscope numerics fp32')"
@@ -238,20 +277,20 @@ def _underflow(summary: NumericsSummary, key: str) -> str | None:
     ranked = _ranked(summary, lambda t: t.share(key, 1), NOTABLE)
     if not ranked:
         return None
-    m, side, share = ranked[0]
-    totals = m.side(side)
+    worst, share = ranked[0]
+    totals = worst.totals
     out = (
-        f"{_pct(share)} of {visible(m.name, 120)}'s {PASS_WORDS[side]} round to zero "
+        f"{_pct(share)} of {visible(worst.name, 120)}'s {WORDS[worst.side]} round to zero "
         f"(at or below {magnitude(LIMITS[key].smallest / 2)}, half of {key}'s smallest "
         f"subnormal {magnitude(LIMITS[key].smallest)})"
     )
-    if key == "fp16" and side == "gradient":
+    if key == "fp16" and worst.side != "activation":
         out += (
             "; a larger loss scale lifts them"
             if summary.loss_scale
             else "; a loss scale lifts them"
         )
-    if key == "fp16" and _holds(summary, "bf16", m, side):
+    if key == "fp16" and _holds(totals, "bf16"):
         out += ". bf16 holds them"
     if key in FP8_KEYS:
         out += f"; scaled by their amax (tensorwise fp8), {_pct(totals.share(key, 2))} do"
@@ -264,27 +303,47 @@ def _unknown(summary: NumericsSummary, key: str) -> str | None:
     ranked = _ranked(summary, lambda t: t.hidden.get(key, 0) / t.numel if t.numel else 0.0, 0.0)
     if not ranked:
         return None
-    m, side, share = ranked[0]
-    totals = m.side(side)
+    worst, share = ranked[0]
     return (
-        f"{_pct(share)} of {visible(m.name, 120)}'s {PASS_WORDS[side]} are inf/NaN, computed "
-        f"in {_computed_in(totals)}: whether {key} holds them, a run in fp32 shows "
-        "('ampscope numerics fp32')." + _also(ranked, "inf/NaN")
+        f"{_pct(share)} of {visible(worst.name, 120)}'s {WORDS[worst.side]} are inf/NaN, "
+        f"computed in {_computed_in(worst.totals)}: whether {key} holds them, a run in fp32 "
+        "shows ('ampscope numerics fp32')." + _also(ranked, "inf/NaN")
     )
+
+
+def first_json(first: FirstNonfinite) -> dict[str, object]:
+    """The first inf/NaN as ``ampscope numerics --json`` prints it."""
+    out: dict[str, object] = {"step": first.step, "module": first.module, "pass": first.pass_}
+    out["source"] = first.source
+    if first.parameter is not None:
+        out["parameter"] = first.parameter
+    if first.received_by is not None:
+        out["received_by"] = first.received_by
+    out["words"] = first.place()
+    return out
+
+
+def first_words(summary: NumericsSummary) -> str | None:
+    """ "inf/NaN first appears in X at step N: an overflow of fp16, and of every narrower
+    format." (the batch's own inf/NaN is no overflow); None when none was found."""
+    first = summary.first_nonfinite
+    if first is None:
+        return None
+    dtype = first.dtype
+    if dtype is None:  # an older record: the format of the module's tensor that held it
+        side = "activation" if first.pass_ == "forward" else "gradient"
+        held = summary.modules.get(first.module)
+        dtype = held.side(side).dtype if held is not None else None
+    said = f"inf/NaN first appears in {visible(first.place(), 400)} at step {first.step}"
+    if first.source == INPUTS:
+        return said + ": no layer made them; the data or the code that builds the batch did."
+    where = DTYPE_LABELS.get(dtype or "", dtype or "the format it is computed in")
+    return said + f": an overflow of {where}, and of every narrower format."
 
 
 def verdicts(summary: NumericsSummary) -> list[str]:
     out = [verdict(summary, key) for key in LIMITS]
-    first = summary.first_nonfinite
+    first = first_words(summary)
     if first is not None:
-        side = "activation" if first.pass_ == "forward" else "gradient"
-        words = PASS_WORDS[side]
-        held = summary.modules.get(first.module)
-        dtype = held.side(side).dtype if held is not None else None
-        where = DTYPE_LABELS.get(dtype or "", dtype or "the format it is computed in")
-        out.insert(
-            0,
-            f"inf/NaN first appears in {visible(first.module, 120)}'s {words} at step "
-            f"{first.step}: an overflow of {where}, and of every narrower format.",
-        )
+        out.insert(0, first)
     return out

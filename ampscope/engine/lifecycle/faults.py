@@ -8,6 +8,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
+from ampscope.core.numerics.event import INPUTS, OWN
 from ampscope.core.numerics.nonfinite import range_advice
 from ampscope.core.records.tally import StepTally
 from ampscope.core.records.writer import RecordLost
@@ -50,11 +51,8 @@ def first_words(first: ev.FirstNonfinite | None) -> str:
     """Where the inf/NaN first appeared, as a sentence to add (nothing when not found)."""
     if first is None:
         return ""
-    words = "outputs" if first.pass_ == "forward" else "gradients"
-    return (
-        f" inf/NaN first appears in {first.module}'s {words} ({first.pass_} pass) at step "
-        f"{first.step}."
-    )
+    said = "" if first.source in (OWN, INPUTS) else f" ({first.pass_} pass)"  # in the words
+    return f" inf/NaN first appears in {first.place()}{said} at step {first.step}."
 
 
 def every_step_skipped(exc: EveryStepSkipped, preset: str) -> ev.ErrorEvent:

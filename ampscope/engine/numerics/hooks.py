@@ -3,12 +3,21 @@
 The hooks are registered just before a sampled step and removed right after it, so other
 steps run exactly as without numerics. A hook only reads: it never changes a value, a grad
 or the RNG, so training is bit-identical with and without (a test checks). Each measured
-tensor leaves one row on the device; the rows of a step are stacked and copied to the host
-once, without a wait on CUDA (read when the copy has landed, normally a step later).
+tensor leaves one row on its device (host floats on a CPU); a GPU's rows of a step are
+stacked and copied to the host once, without a wait (read when the copy has landed,
+normally a step later).
 
-Parameters get a hook too, which only checks their gradient for inf/NaN (one reduction): an
-overflow born in a weight gradient (a large batch summed in fp16) is named by the module that
-owns the weight, as that module's backward pass.
+Parameters get a hook too: each trainable parameter's gradient is measured as a layer's
+output is (at most ``MODULE_CAP`` of them; beyond, one of each repeated kind first, and the
+rest only checked for inf/NaN, one reduction), so an overflow born in a weight's gradient (a
+large batch summed in fp16) is named by that parameter: ``out.bias``'s gradient.
+
+Every module that is not a leaf (the model itself included) gets a pre-hook that notes
+whether its inputs hold an inf or NaN, and each leaf's forward hook notes its own inputs'
+(one reduction a tensor, none for the output of a layer measured this step): when the first
+inf/NaN of a step is in a leaf's output and its inputs already held one, the module whose
+own forward code computed it (between its layers) is named instead: the innermost module
+running around that leaf whose inputs were finite; the model's inputs when none was.
 
 Which modules never ran is a claim about the whole run, not the sampled steps: routing is data
 (an MoE's expert may get its first tokens at step 4). A pre-hook on each measured module that
@@ -19,19 +28,28 @@ a module that first runs in a step not sampled has the next step sampled, so it 
 from __future__ import annotations
 
 import collections
-import math
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import MODULE_CAP, choose_modules
-from ampscope.engine.numerics.measure import CONSTANTS, RAW, measure, row_of
-from ampscope.engine.numerics.summary import module_numerics
+from ampscope.engine.numerics.measure import CONSTANTS, RAW, device_row, host_row, row_of
+from ampscope.engine.numerics.summary import (
+    CHECK,
+    FORWARD,
+    WEIGHT,
+    Call,
+    Inputs,
+    Slot,
+    module_numerics,
+)
 from ampscope.engine.step.module_calls import why_not_called
 
-FORWARD, BACKWARD, WEIGHT = "forward", "backward", "weight"
+BACKWARD = "backward"
 RECENT = 16  # sampled steps remembered, so that a skipped step that was measured is not rerun
 
 
@@ -53,17 +71,44 @@ def leaf_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if n and not any(m.children())]
 
 
+def landed() -> bool:
+    """Whether a step's figures have reached the host: always, where nothing was in flight."""
+    return True
+
+
+def extremes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s smallest and largest value, in fp32 on t's device: both finite exactly when
+    every value of ``t`` is (NaN and inf carry through), in one reduction without a
+    temporary the size of ``t`` (``vector_norm(t, inf)`` takes five times as long on a CPU)."""
+    return torch.stack(torch.aminmax(t)).float()
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
 @dataclass
 class Pending:
     """One sampled step's rows, on their way to the host."""
 
     step: int
-    slots: list[tuple[int, str]]  # (owner index, pass) of each row, in the order measured
-    dtypes: list[str]  # the format each row's tensor was computed in (torch's name)
-    flat: torch.Tensor  # the rows, the weight checks, the scale: on the host or in flight
+    slots: list[Slot]  # what each row and check is, in the order the step computed them
+    calls: list[Call]  # the non-leaf modules' forward calls, in order
+    flat: torch.Tensor | list[float]  # the rows, the checks, the scale: host or in flight
     ready: Callable[[], bool]
     replayed: bool = False
     called: frozenset[int] = frozenset()  # the measured modules whose forward ran
+
+
+@dataclass
+class Owner:
+    """A module in the event: a measured leaf, or a module that owns trainable parameters."""
+
+    name: str
+    kind: str
+    leaf: int = -1  # its index among the measured leaves; -1: not one
+    parameters: list[tuple[str, torch.nn.Parameter, bool]] = field(default_factory=list)
+    # (name in the module, the parameter, measured: a full row; else only checked for inf/NaN)
 
 
 @dataclass
@@ -87,13 +132,21 @@ class NumericsProbe:
         self.names = choose_modules([n for n, _ in leaves], self.cap)
         self.modules = [by_name[n] for n in self.names]
         self.kinds = [type(m).__name__ for m in self.modules]
-        self.owners, self.params = weight_owners(self.model, self.names)
+        self.owners = owners_of(self.model, self.names, self.cap)
+        self.branches = [
+            (name, module) for name, module in self.model.named_modules() if any(module.children())
+        ]
         self.constants = torch.tensor(CONSTANTS, dtype=torch.float32, device=self.device)
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
-        self.rows: list[torch.Tensor] = []
-        self.checks: list[torch.Tensor] = []  # weight gradients' largest magnitude
-        self.slots: list[tuple[int, str]] = []
-        self.dtypes: list[str] = []  # each row's tensor's dtype: its inf is that format's overflow
+        self.rows: list[torch.Tensor | list[float]] = []  # a CPU tensor's row: host floats
+        self.checks: list[torch.Tensor] = []  # smallest and largest values: gradients', inputs'
+        # This step's tensors whose inf/NaN is known to show: id -> (the tensor, weakly: an id
+        # is reused once it is freed, and holding it would keep it; FORWARD and its row, or
+        # CHECK and its check)
+        self.known: dict[int, tuple[weakref.ref[torch.Tensor], str, int]] = {}
+        self.slots: list[Slot] = []
+        self.calls: list[Call] = []
+        self.open: list[int] = []  # the non-leaf calls running now, outermost first
         self.pending: collections.deque[Pending] = collections.deque()
         self.extra: set[int] = set()  # steps sampled out of turn (after a skipped step)
         self.measured: collections.deque[int] = collections.deque(maxlen=RECENT)
@@ -127,22 +180,69 @@ class NumericsProbe:
 
     def begin(self, step: int, scale: torch.Tensor) -> None:
         self.scale = scale
-        self.rows, self.checks, self.slots, self.dtypes = [], [], [], []
+        self.rows, self.checks, self.slots, self.calls, self.open = [], [], [], [], []
+        self.known = {}
         self.called = set()
         self.measured.append(step)
-        for index, module in enumerate(self.modules):
-            self.handles.append(module.register_forward_hook(self._forward_hook(index)))
-        for owner, param in self.params:
-            self.handles.append(param.register_hook(self._weight_hook(owner)))
+        for index, owner in enumerate(self.owners):
+            if owner.leaf >= 0:
+                module = self.modules[owner.leaf]
+                hook = self._forward_hook(index, owner.leaf)
+                self.handles.append(module.register_forward_hook(hook, with_kwargs=True))
+            for pname, param, full in owner.parameters:
+                self.handles.append(param.register_hook(self._weight_hook(index, pname, full)))
+        for name, module in self.branches:
+            pre, post = self._entered(name), self._left()
+            self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            self.handles.append(module.register_forward_hook(post, always_call=True))
 
-    def _forward_hook(self, index: int) -> Callable[..., None]:
-        def hook(module: torch.nn.Module, inputs: object, out: object) -> None:
+    def _inputs(self, args: Any, kwargs: Any) -> Inputs:
+        """Where this call's floating-point inputs' inf/NaN would show: the rows of those that
+        are a layer's output measured this step (most are: the layer before's), the checks of
+        the rest (one reduction each, once a tensor), and their widest format."""
+        found = list(tensors_in([args, kwargs]))
+        rows: list[int] = []
+        checks: list[int] = []
+        for t in found:
+            kept = self.known.get(id(t))
+            if kept is None or kept[0]() is not t:
+                self.checks.append(extremes(t.detach()))
+                kept = self.known[id(t)] = (weakref.ref(t), CHECK, len(self.checks) - 1)
+            (rows if kept[1] == FORWARD else checks).append(kept[2])
+        widest = max(found, key=lambda t: torch.finfo(t.dtype).max) if found else None
+        return Inputs(tuple(rows), tuple(checks), dtype_name(widest) if widest is not None else "")
+
+    def _entered(self, name: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
             if self.failed:
                 return
-            self.called.add(index)
             try:
+                self.calls.append(Call(name, self._inputs(args, kwargs)))
+                self.open.append(len(self.calls) - 1)
+            except Exception as exc:  # never the user's run: one warning, numerics off
+                self._fail(exc)
+
+        return hook
+
+    def _left(self) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, inputs: object, out: object) -> None:
+            if self.open:
+                self.open.pop()
+
+        return hook
+
+    def _forward_hook(self, index: int, leaf: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Any, kwargs: Any, out: object) -> None:
+            if self.failed:
+                return
+            self.called.add(leaf)
+            try:
+                slot = Slot(
+                    index, FORWARD, inputs=self._inputs(args, kwargs), around=tuple(self.open)
+                )
                 for t in tensors_in(out):
-                    self._take(index, FORWARD, t)
+                    self._take(slot, t)
+                    self.known[id(t)] = (weakref.ref(t), FORWARD, len(self.rows) - 1)
                     if t.requires_grad:
                         t.register_hook(self._grad_hook(index))
             except Exception as exc:  # never the user's run: one warning, numerics off
@@ -156,30 +256,32 @@ class NumericsProbe:
                 return
             try:
                 if grad.is_floating_point() and grad.numel() > 0:
-                    self._take(index, BACKWARD, grad)
+                    self._take(Slot(index, BACKWARD), grad)
             except Exception as exc:
                 self._fail(exc)
 
         return hook
 
-    def _weight_hook(self, owner: int) -> Callable[[torch.Tensor], None]:
+    def _weight_hook(self, index: int, pname: str, full: bool) -> Callable[[torch.Tensor], None]:
         def hook(grad: torch.Tensor) -> None:
             if self.failed or not grad.is_floating_point() or grad.numel() == 0:
                 return
             try:
-                with torch.no_grad():  # inf or NaN when any value is: one reduction
-                    self.checks.append(torch.linalg.vector_norm(grad.detach(), math.inf))
-                self.slots.append((owner, WEIGHT))
+                if full:
+                    self._take(Slot(index, WEIGHT, pname), grad)
+                    return
+                self.checks.append(extremes(grad.detach()))
+                slot = Slot(index, CHECK, pname, check=len(self.checks) - 1)
+                self.slots.append(slot._replace(dtype=dtype_name(grad)))
             except Exception as exc:
                 self._fail(exc)
 
         return hook
 
-    def _take(self, index: int, which: str, t: torch.Tensor) -> None:
-        with torch.no_grad():
-            self.rows.append(measure(t, self.constants))
-        self.slots.append((index, which))
-        self.dtypes.append(str(t.dtype).removeprefix("torch."))
+    def _take(self, slot: Slot, t: torch.Tensor) -> None:
+        t = t.detach()  # no graph is recorded
+        self.rows.append(host_row(t) if t.device.type == "cpu" else device_row(t, self.constants))
+        self.slots.append(slot._replace(row=len(self.rows) - 1, dtype=dtype_name(t)))
 
     def _fail(self, exc: Exception) -> None:
         self.fail(exc, "measuring a layer failed")
@@ -216,28 +318,48 @@ class NumericsProbe:
         if self.failed or not self.slots:
             return
         try:
-            parts = [r.reshape(-1) for r in self.rows]  # float64 already
-            if self.checks:
-                parts.append(torch.stack(self.checks).to(torch.float64))
-            parts.append(self.scale.reshape(1).to(torch.float64))
-            flat = torch.cat(parts)
-            self.rows, self.checks = [], []
-            ready: Callable[[], bool]
-            if self.device.type == "cuda":
-                host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-                host.copy_(flat, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-                ready = done.query
+            host: torch.Tensor | list[float]
+            if self.device.type == "cpu":  # nothing to wait for: host floats
+                host, ready = self._floats(), landed
             else:
-                host, ready = flat, lambda: True
+                host, ready = self._copied()
+            self.rows, self.checks, self.known = [], [], {}
             called = frozenset(self.called)
             self.pending.append(
-                Pending(step, self.slots, self.dtypes, host, ready, replayed, called)
+                Pending(step, self.slots, self.calls, host, ready, replayed, called)
             )
         except Exception as exc:
             self._fail(exc)
         self.poll()
+
+    def _floats(self) -> list[float]:
+        """The step's rows, checks and scale as host floats (a CPU run's)."""
+        flat = [v for r in self.rows for v in (r if isinstance(r, list) else r.tolist())]
+        if self.checks:
+            flat += torch.cat(self.checks).tolist()
+        flat.append(float(self.scale))
+        return flat
+
+    def _copied(self) -> tuple[torch.Tensor, Callable[[], bool]]:
+        """The step's rows, checks and scale in one tensor, on its way to the host without a
+        wait (on CUDA into pinned memory), and whether it has landed."""
+        parts = [
+            r.reshape(-1)
+            if isinstance(r, torch.Tensor)
+            else torch.tensor(r, dtype=torch.float64, device=self.device)
+            for r in self.rows
+        ]
+        if self.checks:
+            parts.append(torch.cat(self.checks).to(torch.float64))
+        parts.append(self.scale.reshape(1).to(torch.float64))
+        flat = torch.cat(parts)
+        if self.device.type != "cuda":
+            return flat, landed
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        host.copy_(flat, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done.query
 
     def poll(self, wait: bool = False) -> None:
         """Emit the steps whose rows have landed (all of them when ``wait``)."""
@@ -251,16 +373,13 @@ class NumericsProbe:
                 self._fail(exc)
 
     def _event(self, item: Pending) -> ev.NumericsEvent:
-        flat = item.flat.tolist()
-        rows = sum(1 for _, which in item.slots if which != WEIGHT)
+        flat = item.flat if isinstance(item.flat, list) else item.flat.tolist()
+        rows = sum(1 for slot in item.slots if slot.row >= 0)
         table = [row_of(flat[i * RAW : (i + 1) * RAW]) for i in range(rows)]
-        checks, scale = flat[rows * RAW : -1], flat[-1]
-        modules, first = module_numerics(
-            self.names, self.kinds, self.owners, item.slots, table, checks, item.dtypes
-        )
-        found = (
-            ev.FirstNonfinite(step=item.step, module=first[0], pass_=first[1]) if first else None
-        )
+        values, scale = flat[rows * RAW : -1], flat[-1]
+        checks = list(zip(values[0::2], values[1::2], strict=True))  # (smallest, largest)
+        owners = [(o.name, o.kind, [p for p, _, _ in o.parameters]) for o in self.owners]
+        modules, found = module_numerics(item.step, owners, item.slots, table, checks, item.calls)
         if found is not None:
             self.found[item.step] = found
             while len(self.found) > RECENT:
@@ -280,22 +399,26 @@ class NumericsProbe:
         )
 
 
-def weight_owners(
-    model: torch.nn.Module, names: list[str]
-) -> tuple[list[str], list[tuple[int, torch.nn.Parameter]]]:
-    """Who each trainable parameter belongs to: its module's name (the measured leaves first,
-    by their index), or the parameter's own name when the model itself holds it."""
-    owners = list(names)
-    index = {n: i for i, n in enumerate(names)}
-    params, seen = [], set()
+def owners_of(model: torch.nn.Module, names: list[str], cap: int = MODULE_CAP) -> list[Owner]:
+    """The modules an event names, in the model's order: the measured leaves ``names``, and
+    every module that owns a trainable parameter (a parameter shared by several modules is
+    its first owner's). At most ``cap`` parameters are measured whole."""
+    leaf = {n: i for i, n in enumerate(names)}
+    found: list[Owner] = []
+    seen: set[int] = set()
     for name, module in model.named_modules():
+        owner = Owner(name, type(module).__name__, leaf.get(name, -1))
         for pname, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
-                continue
-            seen.add(id(param))
-            owner = name or pname
-            if owner not in index:
-                index[owner] = len(owners)
-                owners.append(owner)
-            params.append((index[owner], param))
-    return owners, params
+            if param.requires_grad and id(param) not in seen:
+                seen.add(id(param))
+                owner.parameters.append((pname, param, False))
+        if owner.leaf >= 0 or owner.parameters:
+            found.append(owner)
+    full = [f"{o.name}.{p}" if o.name else p for o in found for p, _, _ in o.parameters]
+    measured = set(choose_modules(full, cap))
+    for o in found:
+        o.parameters = [
+            (p, param, (f"{o.name}.{p}" if o.name else p) in measured)
+            for p, param, _ in o.parameters
+        ]
+    return found

@@ -16,6 +16,7 @@ from textual.widgets import Static
 
 from ampscope.core.numerics import FORMATS, LIMITS, MODULE_CAP
 from ampscope.core.numerics.grid import METRICS, GridRow, build_grid
+from ampscope.core.numerics.names import fold_names
 from ampscope.core.numerics.report import NumericsSummary, limit, verdict
 from ampscope.core.presets.run_args import DEFAULT_REFRESH_HZ
 from ampscope.core.presets.workload_spec import config_model
@@ -24,7 +25,8 @@ from ampscope.tui.messages import PlanRequested
 from ampscope.tui.model.source import RunSource
 from ampscope.tui.widgets.key_bar import KeyBar
 
-LABEL_WIDTH = 26
+LABEL_MIN = 12  # the label column's least width ("layer", and a folded name)
+PASS_COLUMNS = 6  # " pass " and the space after
 CELL = 2  # characters a sampled step takes
 SHARE_STEPS = ((0.5, "█", "bold red"), (0.1, "▓", "red"), (0.01, "▒", "dark_orange"))
 HEADROOM_STEPS = ((0.0, "█", "bold red"), (2.0, "▓", "red"), (6.0, "▒", "dark_orange"))
@@ -65,18 +67,30 @@ def legend(metric: str) -> Text:
     return out
 
 
+def label_width(labels: list[str], steps: int, width: int) -> int:
+    """The label column: as wide as the longest label, up to half the screen, or more where
+    the sampled steps leave room."""
+    longest = max((len(label) for label in labels), default=LABEL_MIN)
+    room = max(width // 2, width - PASS_COLUMNS - CELL * steps)
+    return max(LABEL_MIN, min(longest, room))
+
+
 def grid_text(steps: list[int], rows: list[GridRow], metric: str, width: int) -> Text:
-    columns = max(1, (width - LABEL_WIDTH - 6) // CELL)
-    shown = slice(max(0, len(steps) - columns), len(steps))
-    out = Text(f"{'layer':<{LABEL_WIDTH}} pass ", style="bold")
-    kept = steps[shown]
+    labels = list(dict.fromkeys(visible(row.label, 2000) for row in rows))
+    column = label_width(labels, len(steps), width)
+    shown = dict(zip(labels, fold_names(labels, column), strict=True))
+    column = max([LABEL_MIN, *(len(label) for label in shown.values())])
+    columns = max(1, (width - column - PASS_COLUMNS) // CELL)
+    kept_steps = slice(max(0, len(steps) - columns), len(steps))
+    out = Text(f"{'layer':<{column}} pass ", style="bold")
+    kept = steps[kept_steps]
     if kept:
         out.append(f"steps {kept[0]}..{kept[-1]}" if len(kept) > 1 else f"step {kept[0]}")
     for row in rows:
-        label = visible(row.label, LABEL_WIDTH)
-        out.append("\n" + f"{label:<{LABEL_WIDTH}.{LABEL_WIDTH}} {row.pass_label:<4} ")
-        offset = shown.start
-        for index, value in enumerate(row.cells[shown], start=offset):
+        label = shown[visible(row.label, 2000)]
+        out.append("\n" + f"{label:<{column}} {row.pass_label:<4} ")
+        offset = kept_steps.start
+        for index, value in enumerate(row.cells[kept_steps], start=offset):
             if index == row.first_nonfinite:
                 out.append("X" * CELL, style="bold magenta")
                 continue
@@ -89,9 +103,10 @@ class NumericsScreen(Screen):
     HELP_TITLE = "Numerics"
     HELP = (
         "Per-layer numerics of the run on the sampled steps: for each leaf module's outputs "
-        "(out) and their gradients (grad), the share of values a format would overflow or "
-        "round to zero, or the headroom in bits to its largest value. Repeated blocks share a "
-        "row (their worst member). f switches the format, m the measure; the arrows scroll."
+        "(out) and their gradients (grad), and each parameter's gradient (out.bias grad), the "
+        "share of values a format would overflow or round to zero, or the headroom in bits to "
+        "its largest value. Repeated blocks share a row (their worst member); long names lose "
+        "their first parts (…). f switches the format, m the measure; the arrows scroll."
     )
     BINDINGS = [
         Binding("f", "next_format", "Format", id="numerics.format"),
@@ -136,7 +151,7 @@ class NumericsScreen(Screen):
         key, metric = self.format_key, self.metric
         header = f"Numerics · {key} (largest {limit(LIMITS[key].largest)}) · {METRICS[metric]}"
         if summary.steps:
-            measured = len(summary.modules)
+            measured = summary.layers()
             sampled = len(summary.steps)
             header += f" · {sampled} sampled step"
             header += f"{'s' if sampled != 1 else ''} · {measured} layers"
@@ -156,8 +171,7 @@ class NumericsScreen(Screen):
         said = verdict(summary, key)
         first = summary.first_nonfinite
         if first:
-            words = "outputs" if first.pass_ == "forward" else "gradients"
-            said += f" First inf/NaN: {visible(first.module, 120)}'s {words}, step {first.step}."
+            said += f" First inf/NaN: {visible(first.place(), 400)}, step {first.step}."
         self.query_one("#numerics-verdict", Static).update(said)
         steps, rows = build_grid(list(summary.recent), key, metric)
         width = self.size.width or 80
