@@ -15,11 +15,8 @@ from ampscope.core import presets as cfg
 from ampscope.core.text import visible
 from ampscope.tui.messages import EditedRunRequested, RunRequested, SweepRequested
 from ampscope.tui.model.preset_draft import REPEAT_CHOICES, PresetDraft
-from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.memory import model_spec
+from ampscope.tui.screens.installed import LIVE_RUN_SCREEN
 from ampscope.tui.screens.preset_form import PresetForm, PresetList
-from ampscope.tui.screens.run import LIVE_RUN_SCREEN
-from ampscope.tui.screens.save import ask_and_save
 from ampscope.tui.widgets.key_bar import KeyBar
 
 TOOL_BINDINGS = [
@@ -138,8 +135,12 @@ class PresetsScreen(Screen):
     def load(self, info: cfg.PresetInfo) -> None:
         preset = self.draft.load(info)
         if preset is not None:
-            session = getattr(self.app, "session", None)  # a --model dashboard: the model
-            spec = model_spec(getattr(session, "extra_overrides", []))
+            overrides = getattr(self.app, "extra_overrides", [])  # a --model dashboard: the model
+            spec = None
+            if overrides:  # the memory screen's module is loaded when it is needed
+                from ampscope.tui.screens.memory import model_spec
+
+                spec = model_spec(overrides)
             self.form.show(info, preset, spec, self.draft.value)
         self.show_problem()
 
@@ -206,6 +207,8 @@ class PresetsScreen(Screen):
                 visible(self.draft.problem or "Nothing to save."), severity="error", markup=False
             )
             return
+        from ampscope.tui.screens.save import ask_and_save
+
         ask_and_save(
             self.app,
             self.draft.preset,
@@ -215,6 +218,8 @@ class PresetsScreen(Screen):
         )
 
     def action_history(self) -> None:
+        from ampscope.tui.screens.history import HistoryScreen
+
         self.app.push_screen(HistoryScreen(self.runs_dir))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -39,8 +39,6 @@ from ampscope.tui.widgets.ranks import RankStrip
 from ampscope.tui.widgets.stat_cards import StatCards
 
 SHORT_HEIGHT = 32  # rows below which the view packs tighter
-LIVE_RUN_SCREEN = "live-run"
-"""The name the Run view of the dashboard's own runs is installed under (one, reused)."""
 PLAYBACK_ACTIONS = ("pause", "seek", "seek_to")
 
 
