@@ -93,3 +93,31 @@ def test_a_growing_run_repaints_what_changed_and_shows_what_a_fresh_view_shows(
             assert screen_of(app) == followed
 
     run(go())
+
+
+def test_another_theme_redraws_the_cards_and_plots_in_its_colours(tmp_path: Path) -> None:
+    state = RunState(label="fp32")
+    state.ingest(hello(config={"name": "fp32", "steps": 10_000}))
+    add_steps(state, 0, 50)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            screen = app.open_run(FrozenSource(state))
+            assert await wait_for(pilot, lambda: drawn(screen), 5)
+            before = terminal_output(app)[1]
+            app.theme = "textual-light"
+            await pilot.pause(0.2)
+            screen.refresh_view()
+            await pilot.pause()
+            switched = terminal_output(app)[1]
+            assert switched != before
+            app.pop_screen()
+            fresh = RunScreen(FrozenSource(state))
+            app.push_screen(fresh)
+            assert await wait_for(pilot, lambda: drawn(fresh), 5)
+            await pilot.pause()
+            assert terminal_output(app)[1] == switched  # colours and all
+
+    run(go())

@@ -54,6 +54,7 @@ class StatCard(Widget):
         self._shown: Card | None = None
         self._lines: list[tuple[str, Style]] = []  # what render_line draws
         self._strips: dict[int, Strip] = {}
+        self._base: Style | None = None  # the card's own style, until another theme
         self.compact = False  # two lines: the detail line is hidden (an 80x24 terminal)
 
     def show(self, card: Card) -> None:
@@ -72,9 +73,11 @@ class StatCard(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        if self._base is None:  # costly (it walks the ancestors): once a style, not a line
+            self._base = self.rich_style
         strip = self._strips.get(y)
         if strip is None or strip.cell_length != width:
-            base = self.rich_style  # costly: once a changed line, never per line drawn
+            base = self._base
             if y < len(self._lines):
                 text, style = self._lines[y]
                 strip = Strip([Segment(fit(text, width), base + style)])
@@ -85,9 +88,10 @@ class StatCard(Widget):
         return strip
 
     def notify_style_update(self) -> None:
-        """Another theme or class: every line is drawn again in its style."""
+        """Another theme: every line is drawn again in its style."""
         super().notify_style_update()
         self._strips.clear()
+        self._base = None
 
     def on_resize(self) -> None:
         self._strips.clear()
