@@ -2,9 +2,8 @@
 
 Each event's fields are kept once, a column each, ``maxlen`` rows deep, so memory stays flat
 however long a run is. The cards read the last few values of a column; a plot copies two
-whole columns (a C-level copy of each ring, never a Python loop over events). What a plot
-needs to know about a column before it draws (does it miss values, does it only go up) is
-counted as rows come and go, so that a redraw does not scan the column to find out.
+whole columns (a C-level copy of each ring, never a Python loop over events), and what it
+must know of them (values missing, steps in order) is found by C-level passes too.
 """
 
 from __future__ import annotations
@@ -23,7 +22,13 @@ PLOT_TINY = 1e-12
 
 def plot_value(value: float | None) -> float | None:
     """``value`` as a plot draws it: None where no plot can (not finite, beyond PLOT_MAX),
-    0.0 where no axis could tell it from 0."""
+    0.0 where no axis could tell it from 0. It runs for each figure of each event: the
+    usual case (a float or int in range) is one test."""
+    kind = value.__class__
+    if (kind is float or kind is int) and (
+        PLOT_TINY <= value <= PLOT_MAX or -PLOT_MAX <= value <= -PLOT_TINY or value == 0  # type: ignore[operator]
+    ):
+        return value
     if value is None:
         return None
     try:
@@ -60,39 +65,23 @@ cores (100 % = 1)."""
 
 
 class Columns:
-    """Named columns of one length, each a ring of ``maxlen`` values (None where missing).
+    """Named columns of one length, each a ring of ``maxlen`` values (None where missing)."""
 
-    ``ordered`` names the columns plots draw against (steps, seconds): for those it is known
-    at any time whether the kept values only go up.
-    """
-
-    def __init__(self, names: Sequence[str], maxlen: int, ordered: Sequence[str] = ()) -> None:
+    def __init__(self, names: Sequence[str], maxlen: int) -> None:
         self.names = tuple(names)
         self.maxlen = maxlen
         self.rings: tuple[deque, ...] = tuple(deque(maxlen=maxlen) for _ in self.names)
         self._where = {name: i for i, name in enumerate(self.names)}
-        self._missing = [0] * len(self.names)  # None values each ring holds
-        self._ordered = tuple(self._where[name] for name in ordered)
-        self._descents = [0] * len(self.names)  # places where a value is below the one before
+        self.added = 0  # rows ever added (the rings forget)
+        self._ascending: dict[str, tuple[int, bool]] = {}  # name: (added, answer)
 
     def add(self, *values: object) -> None:
-        rings, missing = self.rings, self._missing
-        if len(rings[0]) == self.maxlen:  # full: the oldest row goes
-            for i in self._ordered:
-                ring = rings[i]
-                if _descends(ring[0], ring[1]):
-                    self._descents[i] -= 1
-            for i, ring in enumerate(rings):
-                if ring[0] is None:
-                    missing[i] -= 1
-        for i in self._ordered:
-            ring = rings[i]
-            if ring and _descends(ring[-1], values[i]):
-                self._descents[i] += 1
-        for i, (ring, value) in enumerate(zip(rings, values, strict=True)):
-            if value is None:
-                missing[i] += 1
-            ring.append(value)
+        """One row, a value a column in ``names``' order (it runs for every event: one
+        C-level pass, no Python step per column)."""
+        if len(values) != len(self.rings):
+            raise ValueError(f"{len(values)} values for {len(self.rings)} columns")
+        any(map(deque.append, self.rings, values))  # append returns None: every ring gets one
+        self.added += 1
 
     def __len__(self) -> int:
         return len(self.rings[0])
@@ -101,14 +90,20 @@ class Columns:
         """The column ``name``, oldest value first (read it, never change it)."""
         return self.rings[self._where[name]]
 
-    def missing(self, name: str) -> int:
-        """How many of the kept rows have no value in ``name``."""
-        return self._missing[self._where[name]]
-
     def ascending(self, name: str) -> bool:
-        """The kept values of ``name`` (an ``ordered`` column) never go down."""
-        i = self._where[name]
-        return self._missing[i] == 0 and self._descents[i] == 0
+        """The kept values of ``name`` are all there and never go down (steps, seconds: a
+        chart then finds each pixel column's points by bisection). Found out once per row
+        added, however many plots ask."""
+        known = self._ascending.get(name)
+        if known is not None and known[0] == self.added:
+            return known[1]
+        values = list(self[name])
+        try:
+            answer = values == sorted(values)  # C-level: a sorted list is one run to sort
+        except TypeError:  # a None among them
+            answer = False
+        self._ascending[name] = (self.added, answer)
+        return answer
 
     def last(self, name: str, n: int) -> list:
         """The last ``n`` values of ``name`` (None included), oldest first."""
@@ -125,15 +120,23 @@ class Columns:
         return list(islice(filter(_present, values), n))
 
     def series(self, x: str, y: str) -> tuple[list, list]:
-        """The (x, y) pairs where both are present, as two lists."""
-        xs, ys = self[x], self[y]
-        if not self.missing(x) and not self.missing(y):
-            return list(xs), list(ys)
-        if self.missing(x):
-            kept = list(map(_both, xs, ys))
-        else:
-            kept = list(map(operator.is_not, ys, repeat(None)))
+        """The (x, y) pairs where both are present, as two lists (for the plotted columns,
+        whose values are numbers or None)."""
+        xs, ys = list(self[x]), list(self[y])
+        whole_x = _numbers(xs)
+        if whole_x and _numbers(ys):
+            return xs, ys
+        kept = list(map(operator.is_not, ys, repeat(None)) if whole_x else map(_both, xs, ys))
         return list(compress(xs, kept)), list(compress(ys, kept))
+
+
+def _numbers(values: list) -> bool:
+    """No None among ``values`` (numbers otherwise): a C-level sum, which a None stops."""
+    try:
+        sum(values)
+    except TypeError:
+        return False
+    return True
 
 
 def _present(value: object) -> bool:
@@ -142,7 +145,3 @@ def _present(value: object) -> bool:
 
 def _both(x: object, y: object) -> bool:
     return x is not None and y is not None
-
-
-def _descends(before: object, after: object) -> bool:
-    return before is not None and after is not None and after < before  # type: ignore[operator]

@@ -342,8 +342,6 @@ def memory_series(state: RunState, max_points: int) -> dict[str, Series]:
         ("device used", state.samples, "device_used"),
         ("device total", state.samples, "device_total"),
     ):
-        if source.missing(column) == len(source):  # none at all: no copy to find out
-            continue
         series = source.series("t", column)
         if series[0]:
             out[name] = _thinned(series, max_points)
@@ -355,8 +353,6 @@ def util_series(state: RunState, max_points: int) -> dict[str, Series]:
     out: dict[str, Series] = {}
     samples = state.samples
     for name, column in (("GPU", "gpu"), ("CPU", "cpu"), ("engine CPU", "engine_cores")):
-        if samples.missing(column) == len(samples):
-            continue
         series = samples.series("t", column)
         if series[0]:
             out[name] = _thinned(series, max_points)

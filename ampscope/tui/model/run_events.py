@@ -42,8 +42,8 @@ class EventState:
         self.version = 0
         self.unknown_lines = 0
         self.newer_schema = False  # warned once that the stream is newer than this reader
-        self.steps = Columns(STEP_COLUMNS, maxlen, ordered=("step", "t"))  # the last maxlen
-        self.samples = Columns(SYS_COLUMNS, maxlen, ordered=("t",))  # sys events, as many
+        self.steps = Columns(STEP_COLUMNS, maxlen)  # the last maxlen step events
+        self.samples = Columns(SYS_COLUMNS, maxlen)  # sys events, as many
         self.epoch = 1  # passes over a user's batches begun (``epoch`` notes)
         self.stalled: str | None = None  # a rank-stalled warning, until the next step lands
         self.last_step: ev.StepEvent | None = None
