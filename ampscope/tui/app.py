@@ -343,6 +343,15 @@ def parse_autostart(text: str | None) -> tuple[str, list[str]] | None:
     return words[0], words[1:]
 
 
+def kill_engines() -> None:
+    """Kill every engine this dashboard started: none when the module that starts them
+    (tui/model/engine_process.py) was never loaded."""
+    if "ampscope.tui.model.engine_process" in sys.modules:
+        from ampscope.tui.model.engine_process import kill_all_now
+
+        kill_all_now()
+
+
 def _install_exit_handlers(terminal: SavedTerminal) -> None:
     """SIGTERM/SIGHUP: kill the engine's group and leave at once.
 
@@ -352,9 +361,7 @@ def _install_exit_handlers(terminal: SavedTerminal) -> None:
     """
 
     def handler(signum: int, frame: object) -> None:
-        from ampscope.tui.model.engine_process import kill_all_now
-
-        kill_all_now()
+        kill_engines()
         if signum == signal.SIGTERM:
             terminal.restore()
         os._exit(128 + signum)
@@ -401,10 +408,7 @@ def run_dashboard(
     try:
         result = app.run()
     finally:
-        if "ampscope.tui.model.engine_process" in sys.modules:  # no engine started without it
-            from ampscope.tui.model.engine_process import kill_all_now
-
-            kill_all_now()
+        kill_engines()
     if app.return_code not in (None, 0):
         return int(app.return_code)
     return int(result) if isinstance(result, int) else 0
