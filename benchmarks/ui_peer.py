@@ -2,11 +2,13 @@
 
 Each viewer follows a live run written at N steps/s by a writer process of its own kind (an
 ampscope record for ampscope, an offline wandb run logging 8 scalars a step for LEET), in a
-tmux window of the given size. The figure is the CPU of the viewer's process tree (the tmux
+tmux window of each size. The figure is the CPU of the viewer's process tree (the tmux
 pane's processes), user + system, over ``--seconds`` after a warm-up, as a share of one core.
+``--repeats`` rounds run interleaved (viewers, sizes and rates in turn, the viewers' order
+rotating each round); each figure is the median of its rounds.
 
-    python benchmarks/ui_peer.py [--rates 100 1000] [--seconds 30] [--size 120x40]
-                                 [--refresh 2] [--viewers ampscope leet]
+    python benchmarks/ui_peer.py [--rates 100 1000] [--seconds 30] [--sizes 120x40 80x24]
+                                 [--repeats 3] [--refresh 2] [--viewers ampscope leet] [--show]
 
 LEET needs wandb, which ampscope does not depend on: it is installed in a venv of its own
 (``--peer-venv``, made on first use with ``pip install wandb``). ``--viewers ampscope`` runs
@@ -22,6 +24,7 @@ import os
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,13 +159,17 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def watch(command: str, size: tuple[int, int], seconds: float, env: dict[str, str]) -> float:
-    """Run ``command`` in a fresh tmux window; its process tree's CPU share over ``seconds``."""
+def watch(
+    command: str, size: tuple[int, int], seconds: float, env: dict[str, str], show: bool = False
+) -> float:
+    """Run ``command`` in a fresh tmux window; its process tree's CPU share over ``seconds``
+    (``show``: print the screen it ended on, to see what was measured)."""
     session = f"uipeer{os.getpid()}"
     width, height = size
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height)]
+        + ["-c", str(ROOT)]  # python -m finds this tree's ampscope first, wherever it is run
         + [f"env {exports} {command}"],
         check=True,
     )
@@ -181,6 +188,8 @@ def watch(command: str, size: tuple[int, int], seconds: float, env: dict[str, st
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
     if not screen.strip():
         raise RuntimeError(f"the viewer showed nothing: {command}")
+    if show:
+        print(f"--- {command}\n{screen}", file=sys.stderr)
     return (cpu1 - cpu0) / (wall1 - wall0)
 
 
@@ -197,7 +206,7 @@ def measure_ampscope(rate: float, args: argparse.Namespace, work: Path) -> float
             f"{shlex.quote(sys.executable)} -m ampscope --refresh {args.refresh:g} "
             f"attach {shlex.quote(str(run_dir))}"
         )
-        return watch(command, args.size, args.seconds, {"PYTHONPATH": str(ROOT)})
+        return watch(command, args.size, args.seconds, {"PYTHONPATH": str(ROOT)}, args.show)
     finally:
         writer.terminate()
         writer.wait()
@@ -230,7 +239,7 @@ def measure_leet(rate: float, args: argparse.Namespace, work: Path) -> float:
         run_dir = files_dir.parent
         wandb = args.peer_venv / "bin" / "wandb"
         command = f"{shlex.quote(str(wandb))} leet run {shlex.quote(str(run_dir))}"
-        return watch(command, args.size, args.seconds, {"WANDB_SILENT": "true"})
+        return watch(command, args.size, args.seconds, {"WANDB_SILENT": "true"}, args.show)
     finally:
         os.killpg(writer.pid, signal.SIGTERM)
         writer.wait()
@@ -248,12 +257,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", type=float, nargs="+", default=[100, 1000])
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--size", type=parse_size, default=(120, 40), help="WIDTHxHEIGHT")
+    parser.add_argument(
+        "--sizes", type=parse_size, nargs="+", default=[(120, 40), (80, 24)], help="WIDTHxHEIGHT"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians)")
     parser.add_argument("--refresh", type=float, default=2.0, help="ampscope's plot redraws/s")
     parser.add_argument("--viewers", nargs="+", default=["ampscope", "leet"])
     parser.add_argument(
         "--peer-venv", type=Path, default=Path(tempfile.gettempdir()) / "ampscope-ui-peer-venv"
     )
+    parser.add_argument("--show", action="store_true", help="print each viewer's last screen")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--write-ampscope", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
@@ -265,28 +278,41 @@ def main() -> int:
         print("ui_peer: needs tmux", file=sys.stderr)
         return 2
     measures = {"ampscope": measure_ampscope, "leet": measure_leet}
-    rows = []
+    shares: dict[tuple[tuple[int, int], float, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="ampscope-ui-peer-") as tmp:
-        for rate in args.rates:
-            row: dict[str, float] = {"rate": rate}
-            for viewer in args.viewers:
-                row[viewer] = measures[viewer](rate, args, Path(tmp))
-            rows.append(row)
+        for round_ in range(args.repeats):
+            turn = round_ % len(args.viewers)
+            viewers = args.viewers[turn:] + args.viewers[:turn]
+            for size in args.sizes:
+                args.size = size
+                for rate in args.rates:
+                    for viewer in viewers:
+                        share = measures[viewer](rate, args, Path(tmp))
+                        shares.setdefault((size, rate, viewer), []).append(share)
+    rows = [
+        {
+            "size": f"{width}x{height}",
+            "rate": rate,
+            **{v: statistics.median(shares[((width, height), rate, v)]) for v in args.viewers},
+            **{f"{v}_rounds": shares[((width, height), rate, v)] for v in args.viewers},
+        }
+        for width, height in args.sizes
+        for rate in args.rates
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    width, height = args.size
     print(
-        f"{width}x{height}, {args.seconds:g} s after {WARMUP_S:g} s warm-up, ampscope at "
-        f"{args.refresh:g} Hz; CPU of the viewer's process tree, % of one core"
+        f"{args.seconds:g} s after {WARMUP_S:g} s warm-up, ampscope at {args.refresh:g} Hz, "
+        f"median of {args.repeats} interleaved; CPU of the viewer's process tree, % of one core"
     )
-    print(f"{'steps/s':>8} " + " ".join(f"{v:>9}" for v in args.viewers) + "   ratio")
+    print(f"{'size':>7} {'steps/s':>8} " + " ".join(f"{v:>9}" for v in args.viewers) + "   ratio")
     for row in rows:
         ratio = ""
         if "ampscope" in row and "leet" in row and row["leet"] > 0:
             ratio = f"{row['ampscope'] / row['leet']:.2f}x"
         cells = " ".join(f"{row[v] * 100:>8.1f}%" for v in args.viewers)
-        print(f"{row['rate']:>8g} {cells}   {ratio}")
+        print(f"{row['size']:>7} {row['rate']:>8g} {cells}   {ratio}")
     return 0
 
 

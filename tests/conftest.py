@@ -81,6 +81,17 @@ def _in_process_tiers_stay_in_their_lane(request: pytest.FixtureRequest, monkeyp
 
 
 @pytest.fixture(autouse=True)
+def _no_animations(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """A dashboard under Pilot draws each change at once: a Tabs underline or a scroll caught
+    mid-animation would make a snapshot depend on how busy the machine is. (A subprocess-tier
+    test may drive a dashboard too, beside the processes it starts.)"""
+    if {"ui", "subprocess"} & tiers_of(request.node):
+        from textual import constants  # what App() reads its animation level from
+
+        monkeypatch.setattr(constants, "TEXTUAL_ANIMATIONS", "none")
+
+
+@pytest.fixture(autouse=True)
 def _isolated_user_config(tmp_path_factory, monkeypatch):
     """User presets and run records never leak between tests or into the developer's home."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))

@@ -424,6 +424,7 @@ def assert_snapshot(app, name: str) -> str:
     The text is the check that reads in a diff; the SVG is for looking at (and catches a
     change of colour alone). Returns the text.
     """
+    assert app.animation_level == "none", "a snapshot is taken with animations off"
     text, svg = screen_capture(app, name)
     txt_path, svg_path = SNAPSHOTS / f"{name}.txt", SNAPSHOTS / f"{name}.svg"
     if os.environ.get(UPDATE_SNAPSHOTS):

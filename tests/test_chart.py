@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from textual_plotext.plot import Plot
@@ -14,6 +15,7 @@ from ampscope.tui.widgets.plots import (
     MemoryPlot,
     StepTimePlot,
     UtilPlot,
+    changed_cells,
     step_axis,
     time_axis,
 )
@@ -155,3 +157,95 @@ def test_an_empty_memory_plot_has_a_readable_axis() -> None:
     state.ingest(hello())  # no memory figures yet
     fig = MemoryPlot().figure(state, (40, 12))
     assert len(set(fig.y.labels)) == len(fig.y.labels)  # never "0┤ 0┤ 0┤"
+
+
+@pytest.mark.parametrize("marker", ["hd", "braille", "dot"])
+@pytest.mark.parametrize("size", [(60, 16), (36, 8), (118, 20)])
+def test_points_in_step_order_are_drawn_as_every_point_is(marker: str, size) -> None:
+    """The Run view's columns only go up: their pixel columns are found by bisection. The
+    cells are those of the point-by-point drawing: spikes, repeated and missing steps, points
+    off either edge, a ceiling and a scale included."""
+    xs = [float(i) for i in range(-40, 4000) if i % 97 != 5] + [4000.0, 4000.0, 4000.0]
+    ys = [1e6 * (10 + (i % 17) * 0.3 + (400 if i % 500 == 3 else 0)) for i in range(len(xs))]
+    ys[-3:] = [0.0, -5e7, 9e8]
+    x = nice_axis(0, 3900, 5, whole=True, tight=True)  # the first and last points are off it
+    y = nice_axis(0, 40, 4)
+    for ceiling in (None, 30e6):
+        drawn = []
+        for ascending in (False, True):
+            line = Line(
+                "", xs, ys, "cyan", marker, scale=1e-6, ceiling=ceiling, ascending=ascending
+            )
+            drawn.append(Chart().draw(size, [], x, y, [line]))
+        assert drawn[0] == drawn[1]
+        assert any(
+            char not in " │┤├─┬┴└┘┌┐0123456789."
+            for row in drawn[1]
+            for text, _ in row
+            for char in text
+        )
+
+
+def test_a_repainted_row_sends_the_cells_that_changed() -> None:
+    """Every cell outside the span is the same before and after; a real change is inside."""
+
+    def cells(row):
+        return [(char, color) for text, color in row for char in text]
+
+    def runs(chars, colors):
+        out, start = [], 0
+        for i in range(1, len(chars) + 1):
+            if i == len(chars) or colors[i] != colors[start]:
+                out.append(("".join(chars[start:i]), colors[start]))
+                start = i
+        return out
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        width = rng.randint(1, 12)
+        chars = [rng.choice(" ab") for _ in range(width)]
+        colors = [rng.choice([None, "red"]) for _ in range(width)]
+        before = runs(chars, colors)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(width)
+            chars[i], colors[i] = rng.choice(" abc"), rng.choice([None, "red", "blue"])
+        after = runs(chars, colors)
+        if before == after:
+            continue
+        start, end = changed_cells(before, after)
+        old, new = cells(before), cells(after)
+        assert 0 <= start < end <= width
+        assert old[:start] == new[:start] and old[end:] == new[end:]
+        assert old[start] != new[start] and old[end - 1] != new[end - 1]
+
+
+@pytest.mark.parametrize("size", [(60, 16), (38, 10)])
+def test_a_chart_kept_between_redraws_draws_what_a_new_one_draws(size) -> None:
+    """A followed run: points come at the right, the ring drops them at the left, the axes
+    move now and then. The Run view's charts keep their columns between redraws: each redraw
+    is cell for cell what a chart drawing for the first time makes of the same state."""
+    state = RunState(maxlen=300)
+    state.ingest(hello())
+    plots = [StepTimePlot(), LossPlot(), MemoryPlot()]
+    kept = [Chart() for _ in plots]
+    rng = random.Random(3)
+    i = 0
+    for _ in range(120):
+        for _ in range(rng.choice([0, 1, 3, 17])):
+            state.ingest(
+                step(
+                    i,
+                    10 + rng.random() * (40 if i % 97 == 0 else 2),
+                    loss=5 / (1 + i / 50),
+                    loss_scale=2.0 ** (16 - i // 200),
+                    mem_allocated=(1 << 30) + (i % 13) * (1 << 20),
+                    mem_reserved=2 << 30,
+                    t=i * 0.01,
+                )
+            )
+            i += 1
+        for plot, chart in zip(plots, kept, strict=True):
+            fig = plot.figure(state, size)
+            args = (size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right)
+            assert chart.draw(*args) == Chart().draw(*args), (type(plot).__name__, i)
+    assert i > 300 and any(chart.kept for chart in kept)

@@ -211,7 +211,8 @@ def test_the_factory_is_told_its_rank_and_a_sharded_loader_is_not_sharded_again(
 def test_the_memory_plan_of_a_model_dashboard_plans_the_users_model(tmp_path: Path) -> None:
     from textual.widgets import Input
 
-    from ampscope.tui.screens.memory import MemoryScreen, model_spec
+    from ampscope.tui.model.preset_draft import model_spec
+    from ampscope.tui.screens.memory import MemoryScreen
 
     path = user_model(tmp_path)
     assert model_spec([model_set(path)]) == f"{path}:make"

@@ -144,7 +144,8 @@ def test_ring_buffers_stay_bounded() -> None:
     state = RunState(maxlen=256)
     for i in range(5000):
         state.ingest(step(i, ms=float(i % 7), skipped=i % 10 == 0))
-    assert len(state.steps) == 256 and state.steps[0][0] == 5000 - 256
+    assert len(state.steps) == 256 and state.steps["step"][0] == 5000 - 256
+    assert all(len(state.steps[name]) == 256 for name in state.steps.names)
     assert len(state.log) <= 1000 and state.skipped == 500
     assert RunState().steps.maxlen == MAX_POINTS
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import events
 from textual.app import App
@@ -22,9 +22,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from ampscope.core import records
-from ampscope.core.presets import parallel
 from ampscope.core.presets.run_args import DEFAULT_REFRESH_HZ, check_refresh
-from ampscope.core.processes.launch import launch_detached
 from ampscope.core.text import visible
 from ampscope.tui.commands import PresetCommands
 from ampscope.tui.keymapping import Keymapping
@@ -34,27 +32,57 @@ from ampscope.tui.messages import (
     RunRequested,
     SweepRequested,
 )
-from ampscope.tui.model.engine_process import kill_all_now
-from ampscope.tui.model.follow import AttachSource
-from ampscope.tui.model.replay import RecordSource
-from ampscope.tui.model.run_manager import LiveRun, RunManager, edited_name, start_engine_process
-from ampscope.tui.model.source import RunSource
 from ampscope.tui.navigation import Navigation
-from ampscope.tui.screens.compare import CompareScreen
-from ampscope.tui.screens.dialogs import MIN_SIZE, ConfirmDialog, TooSmallScreen
-from ampscope.tui.screens.formats import FormatsScreen
-from ampscope.tui.screens.help import HelpScreen
-from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.machine import MachineScreen
-from ampscope.tui.screens.memory import MemoryScreen
-from ampscope.tui.screens.numerics import NumericsScreen
-from ampscope.tui.screens.plan import PlanScreen
+from ampscope.tui.screens.installed import LIVE_RUN_SCREEN
 from ampscope.tui.screens.presets import PresetsScreen
-from ampscope.tui.screens.profile import ProfileScreen
-from ampscope.tui.screens.run import LIVE_RUN_SCREEN, RunScreen
-from ampscope.tui.screens.save import SaveDialog
-from ampscope.tui.screens.waiting import WaitingScreen
 from ampscope.tui.terminal import SavedTerminal
+
+if TYPE_CHECKING:
+    from ampscope.core.presets import parallel
+    from ampscope.tui.model.run_manager import LiveRun, RunManager
+    from ampscope.tui.model.source import RunSource
+    from ampscope.tui.screens.run import RunScreen
+
+# The first screen is the presets'; every other screen, and the run session with the engine
+# processes behind it, is loaded when first asked for (benchmarks/first_paint.py).
+
+
+class ScreensWithKeys:
+    """``AmpscopeApp.SCREENS_WITH_KEYS``: the screens, loaded when a keymap is read."""
+
+    def __get__(self, app: object, owner: type | None = None) -> tuple[type[Screen], ...]:
+        from ampscope.tui.screens.compare import CompareScreen
+        from ampscope.tui.screens.dialogs import ConfirmDialog, TooSmallScreen
+        from ampscope.tui.screens.formats import FormatsScreen
+        from ampscope.tui.screens.help import HelpScreen
+        from ampscope.tui.screens.history import HistoryScreen
+        from ampscope.tui.screens.machine import MachineScreen
+        from ampscope.tui.screens.memory import MemoryScreen
+        from ampscope.tui.screens.numerics import NumericsScreen
+        from ampscope.tui.screens.plan import PlanScreen
+        from ampscope.tui.screens.profile import ProfileScreen
+        from ampscope.tui.screens.run import RunScreen
+        from ampscope.tui.screens.save import SaveDialog
+        from ampscope.tui.screens.waiting import WaitingScreen
+
+        return (
+            PresetsScreen,
+            SaveDialog,
+            RunScreen,
+            HistoryScreen,
+            CompareScreen,
+            FormatsScreen,
+            MemoryScreen,
+            MachineScreen,
+            ProfileScreen,
+            NumericsScreen,
+            PlanScreen,
+            WaitingScreen,
+            HelpScreen,
+            ConfirmDialog,
+            TooSmallScreen,
+        )
+
 
 AUTOSTART_ENV = "AMPSCOPE_AUTOSTART"
 THEME_ENV = "AMPSCOPE_THEME"
@@ -79,23 +107,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
         Binding("question_mark,f1", "help", "Help", id="help"),
         Binding("ctrl+p", "command_palette", "Palette", priority=True, id="palette"),
     ]
-    SCREENS_WITH_KEYS = (
-        PresetsScreen,
-        SaveDialog,
-        RunScreen,
-        HistoryScreen,
-        CompareScreen,
-        FormatsScreen,
-        MemoryScreen,
-        MachineScreen,
-        ProfileScreen,
-        NumericsScreen,
-        PlanScreen,
-        WaitingScreen,
-        HelpScreen,
-        ConfirmDialog,
-        TooSmallScreen,
-    )
+    SCREENS_WITH_KEYS = ScreensWithKeys()
     """Every screen whose bindings ``keys.toml`` may remap."""
 
     def __init__(
@@ -119,15 +131,27 @@ class AmpscopeApp(Keymapping, Navigation, App):
         self.follow_live = follow_live
         self.open_run_at_start = open_run
         self.autostart = autostart
-        self.session = RunManager(
-            self,
-            self.runs_dir,
-            extra_overrides=extra_overrides,
-            read_only=read_only,
-            start_engine=partial(start_engine_process, processes=processes),
-            launch=partial(launch_detached, launch=processes),
-        )
+        self.extra_overrides = list(extra_overrides)
+        self._processes = processes
+        self._session: RunManager | None = None
         self._wanted_theme = theme
+
+    @property
+    def session(self) -> RunManager:
+        """The runs this dashboard starts: made (its engine code loaded) on first use."""
+        if self._session is None:
+            from ampscope.core.processes.launch import launch_detached
+            from ampscope.tui.model.run_manager import RunManager, start_engine_process
+
+            self._session = RunManager(
+                self,
+                self.runs_dir,
+                extra_overrides=self.extra_overrides,
+                read_only=self.read_only,
+                start_engine=partial(start_engine_process, processes=self._processes),
+                launch=partial(launch_detached, launch=self._processes),
+            )
+        return self._session
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,6 +164,8 @@ class AmpscopeApp(Keymapping, Navigation, App):
         if theme and theme in self.available_themes:
             self.theme = theme
         if self.follow_live:
+            from ampscope.tui.screens.waiting import WaitingScreen
+
             self.push_screen(WaitingScreen(self.runs_dir))
         else:
             self.push_screen(PresetsScreen(self.runs_dir, read_only=self.read_only))
@@ -152,6 +178,8 @@ class AmpscopeApp(Keymapping, Navigation, App):
     # ------------------------------------------------------------------ keys, help, size
 
     def action_help(self) -> None:
+        from ampscope.tui.screens.help import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
 
@@ -162,6 +190,8 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
     def check_size(self) -> None:
         """Under ``MIN_SIZE`` a notice covers the dashboard; it goes when the terminal grows."""
+        from ampscope.tui.screens.dialogs import MIN_SIZE, TooSmallScreen
+
         width, height = self.size
         small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
         if small and not isinstance(self.screen, TooSmallScreen):
@@ -171,12 +201,14 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
     async def action_quit(self) -> None:
         """Stop the engine (SIGTERM, then SIGKILL after the grace period), then exit."""
-        await self.session.stop_run()
+        if self._session is not None:
+            await self._session.stop_run()
         self.exit(0)
 
     async def on_unmount(self) -> None:
         """The last chance (exit without quit): the engine never outlives the app."""
-        await self.session.close()
+        if self._session is not None:
+            await self._session.close()
 
     # ------------------------------------------------------------------ what screens ask
 
@@ -186,6 +218,8 @@ class AmpscopeApp(Keymapping, Navigation, App):
         )
 
     async def on_edited_run_requested(self, message: EditedRunRequested) -> None:
+        from ampscope.tui.model.run_manager import edited_name
+
         name = edited_name(message.preset)
         self.after_stopping(
             name, lambda: self.session.start_edited_run(message.preset, detach=message.detach)
@@ -209,7 +243,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
         A detached run is not this dashboard's child, and a new run never stops it.
         """
-        running = self.session.current
+        running = self._session.current if self._session is not None else None
         if running is None or not running.engine.running or running.state.finished:
             self.run_worker(start(), group="start", exclusive=False)
             return
@@ -226,9 +260,14 @@ class AmpscopeApp(Keymapping, Navigation, App):
             else:
                 declined()
 
+        from ampscope.tui.screens.dialogs import ConfirmDialog
+
         self.push_screen(ConfirmDialog(question, yes="Stop it and start"), answered)
 
     def on_record_opened(self, message: RecordOpened) -> None:
+        from ampscope.tui.model.follow import AttachSource
+        from ampscope.tui.model.replay import RecordSource
+
         if message.live:
             self.watch_live(AttachSource(message.run_dir, allow_stop=not self.read_only))
         else:
@@ -236,6 +275,9 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
     def open_run(self, source: RunSource) -> RunScreen:
         """Show ``source`` on top: a live one in the live Run view (``v`` comes back to it)."""
+        from ampscope.tui.model.follow import AttachSource
+        from ampscope.tui.screens.run import RunScreen
+
         if isinstance(source, AttachSource) and not source.ended:
             return self.watch_live(source, pop=False)
         screen = RunScreen(source, self.refresh_hz)
@@ -248,6 +290,8 @@ class AmpscopeApp(Keymapping, Navigation, App):
         Installed, so that going back keeps it alive and ``v`` returns to it: Textual removes
         a popped screen that is not installed, and a removed screen cannot be shown again.
         """
+        from ampscope.tui.screens.run import RunScreen
+
         if self.is_screen_installed(LIVE_RUN_SCREEN):
             screen = self.get_screen(LIVE_RUN_SCREEN, RunScreen)
             screen.show(source)
@@ -269,11 +313,15 @@ class AmpscopeApp(Keymapping, Navigation, App):
         self.watch_live(run, pop=True)
 
     def run_detached(self, run_dir: Path) -> None:
+        from ampscope.tui.model.follow import AttachSource
+
         self.watch_live(AttachSource(run_dir), pop=True)
 
     def sweep_compared(
         self, runs: list[records.RunRecord], baseline: str, *, repeated: bool = False
     ) -> None:
+        from ampscope.tui.screens.compare import CompareScreen
+
         self.push_screen(CompareScreen(runs, baseline=baseline, repeated=repeated))
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
@@ -297,6 +345,15 @@ def parse_autostart(text: str | None) -> tuple[str, list[str]] | None:
     return words[0], words[1:]
 
 
+def kill_engines() -> None:
+    """Kill every engine this dashboard started: none when the module that starts them
+    (tui/model/engine_process.py) was never loaded."""
+    if "ampscope.tui.model.engine_process" in sys.modules:
+        from ampscope.tui.model.engine_process import kill_all_now
+
+        kill_all_now()
+
+
 def _install_exit_handlers(terminal: SavedTerminal) -> None:
     """SIGTERM/SIGHUP: kill the engine's group and leave at once.
 
@@ -306,7 +363,7 @@ def _install_exit_handlers(terminal: SavedTerminal) -> None:
     """
 
     def handler(signum: int, frame: object) -> None:
-        kill_all_now()
+        kill_engines()
         if signum == signal.SIGTERM:
             terminal.restore()
         os._exit(128 + signum)
@@ -353,7 +410,7 @@ def run_dashboard(
     try:
         result = app.run()
     finally:
-        kill_all_now()
+        kill_engines()
     if app.return_code not in (None, 0):
         return int(app.return_code)
     return int(result) if isinstance(result, int) else 0

@@ -33,8 +33,14 @@ class Keymapping(App):
         return found
 
     def load_keys(self) -> None:
-        """The user's keys (``keys.toml``); what is wrong with the file is said once."""
-        keymap, problems = keys.load_keymap(keys.keys_path(), self.binding_ids())
+        """The user's keys (``keys.toml``); what is wrong with the file is said once.
+
+        Without the file, nothing is loaded: the screens' own keys apply, and the screens
+        not shown yet are not loaded to learn their bindings."""
+        path = keys.keys_path()
+        if not path.exists():
+            return
+        keymap, problems = keys.load_keymap(path, self.binding_ids())
         keymap, clashes = keys.drop_clashes(keymap, type(self), self.SCREENS_WITH_KEYS)
         problems += clashes
         if keymap:

@@ -8,29 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from ampscope.core.records import RunRecord
 from ampscope.tui.messages import PlanRequested
-from ampscope.tui.model.layer_plan import as_target
-from ampscope.tui.model.plan_process import PLAN_PROGRAM, PlanRequest
-from ampscope.tui.screens.compare import CompareScreen
-from ampscope.tui.screens.formats import FormatsScreen
-from ampscope.tui.screens.history import HistoryScreen, latest_sweep_runs, off_ui_thread
-from ampscope.tui.screens.machine import MachineScreen
-from ampscope.tui.screens.memory import MemoryScreen
-from ampscope.tui.screens.plan import PlanScreen
+from ampscope.tui.screens.installed import LIVE_RUN_SCREEN
 from ampscope.tui.screens.presets import PresetsScreen
-from ampscope.tui.screens.run import LIVE_RUN_SCREEN
+
+if TYPE_CHECKING:
+    from ampscope.core.records import RunRecord
+
+# Each screen's module is loaded when it is first shown: the first screen does not wait for
+# the others (benchmarks/first_paint.py).
 
 
 class Navigation(App):
     runs_dir: Path
     read_only: bool
-    plan_program: Sequence[str] = PLAN_PROGRAM
-    """How the plan screen runs ``ampscope plan`` (a test's app gives a stand-in script)."""
+    plan_program: Sequence[str] | None = None
+    """How the plan screen runs ``ampscope plan`` (None: this Python's ``-m ampscope plan``; a
+    test's app gives a stand-in script)."""
 
     def tell(self, message: str, *, error: bool = False, title: str = "") -> None:
         raise NotImplementedError
@@ -72,23 +71,33 @@ class Navigation(App):
             self.push_screen(LIVE_RUN_SCREEN)
 
     def show_history(self) -> None:
+        from ampscope.tui.screens.history import HistoryScreen
+
         self.push_screen(HistoryScreen(self.runs_dir))
 
     def show_sweep(self) -> None:
         """The last sweep's runs side by side, its records read off the UI thread."""
+        from ampscope.tui.screens.history import latest_sweep_runs, off_ui_thread
+
         off_ui_thread(self, lambda: latest_sweep_runs(self.runs_dir), self._show_sweep)
 
     def _show_sweep(self, found: tuple[list[RunRecord], bool] | None) -> None:
         if found is None or not found[0]:
             self.tell("No sweep recorded yet: mark presets with m on the Presets screen, then w.")
             return
+        from ampscope.tui.screens.compare import CompareScreen
+
         runs, repeated = found
         self.push_screen(CompareScreen(runs, repeated=repeated))
 
     def show_formats(self) -> None:
+        from ampscope.tui.screens.formats import FormatsScreen
+
         self.push_screen(FormatsScreen())
 
     def show_memory(self) -> None:
+        from ampscope.tui.screens.memory import MemoryScreen
+
         self.push_screen(MemoryScreen(None))
 
     def on_plan_requested(self, message: PlanRequested) -> None:
@@ -96,9 +105,15 @@ class Navigation(App):
         if self.read_only:
             self.tell("A read-only dashboard starts no plan: run 'ampscope plan' in a terminal.")
             return
+        from ampscope.tui.model.layer_plan import as_target
+        from ampscope.tui.model.plan_process import PLAN_PROGRAM, PlanRequest
+        from ampscope.tui.screens.plan import PlanScreen
+
         request = PlanRequest(as_target(message.target), message.model)
-        self.push_screen(PlanScreen(request, self.plan_program))
+        self.push_screen(PlanScreen(request, self.plan_program or PLAN_PROGRAM))
 
     def action_show_machine(self) -> None:
         """``c`` on the presets screen, and the palette: what doctor --bench kept."""
+        from ampscope.tui.screens.machine import MachineScreen
+
         self.push_screen(MachineScreen())

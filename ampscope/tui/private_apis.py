@@ -9,12 +9,24 @@ moves one breaks this module alone, and ``tests/test_private_apis.py`` says whic
 
 from __future__ import annotations
 
-from plotext._dict import braille_codes, hd_codes
 from textual.keys import _character_to_key
 
-__all__ = ["braille_codes", "character_to_key", "hd_codes"]
+__all__ = ["character_to_key"]
+PLOTEXT_GLYPHS = ("braille_codes", "hd_codes")
+"""plotext's tables, this module's attributes too (``__getattr__``)."""
 
 
 def character_to_key(character: str) -> str:
     """The name Textual gives the key that types ``character``."""
     return _character_to_key(character)
+
+
+def __getattr__(name: str) -> dict[tuple[int, ...], str]:
+    """plotext's glyph tables, loaded with plotext when a chart first asks (the keys do not
+    wait for plotext)."""
+    if name not in PLOTEXT_GLYPHS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from plotext import _dict
+
+    table: dict[tuple[int, ...], str] = getattr(_dict, name)
+    return table

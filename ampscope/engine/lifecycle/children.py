@@ -80,11 +80,6 @@ def compiler_marks() -> tuple[str, ...]:
     return ("torchinductor_", cache) if cache else ("torchinductor_",)
 
 
-def users_children() -> list[psutil.Process]:
-    """The engine's live descendants, less torch's own compile workers."""
-    return _descendants()[0]
-
-
 def _descendants() -> tuple[list[psutil.Process], list[psutil.Process]]:
     """The engine's live descendants as the user's and inductor's own compilers (a g++ on a
     file in inductor's cache, its cc1plus): a stop during torch.compile ends those too,

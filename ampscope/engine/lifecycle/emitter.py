@@ -184,10 +184,6 @@ class EventWriter:
         if fault is not None:
             raise fault
 
-    @property
-    def done_sent(self) -> bool:
-        return self.done is not None
-
     def end_here(self) -> None:
         """From now on only this thread's events are written: it ends the run."""
         with self._lock:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ampscope.core import events as ev
 from ampscope.core.machine.mfu import card_share
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, of_measured
+from ampscope.tui.model.columns import plot_value
 from ampscope.tui.model.run_events import RECENT
 from ampscope.tui.model.run_state import RunState
 
@@ -30,25 +32,16 @@ class Card:
     """Title and value where the detail line is hidden (80x24), for a card with more to say."""
 
 
-PLOT_MAX = 1e15
-"""Larger magnitudes (1e308 from a record, inf) are left out of plots: an axis that must span
-them has no ticks to show, and no step time, loss or MiB figure gets there."""
-PLOT_TINY = 1e-12
-"""Smaller magnitudes are drawn as 0: no axis label can tell them apart from it."""
-
-
 def plottable(xs: Sequence[float], ys: Sequence[float]) -> Series:
-    """The points a plot can draw: finite, within PLOT_MAX, with tiny values drawn as 0."""
+    """The points a plot can draw (``plot_value``): finite, within PLOT_MAX, with tiny values
+    drawn as 0. The Run view's columns hold such values already; other series pass here."""
     out_x: list = []
     out_y: list = []
     for x, y in zip(xs, ys, strict=False):
-        try:
-            x, y = float(x), float(y)
-        except (TypeError, ValueError, OverflowError):
-            continue
-        if math.isfinite(x) and math.isfinite(y) and abs(x) <= PLOT_MAX and abs(y) <= PLOT_MAX:
-            out_x.append(0.0 if abs(x) < PLOT_TINY else x)
-            out_y.append(0.0 if abs(y) < PLOT_TINY else y)
+        px, py = plot_value(x), plot_value(y)
+        if px is not None and py is not None:
+            out_x.append(px)
+            out_y.append(py)
     return out_x, out_y
 
 
@@ -97,12 +90,13 @@ def cards(state: RunState) -> list[Card]:
 
 
 def _speed_cards(state: RunState) -> list[Card]:
-    recent = list(state.steps)[-RECENT:]
+    steps = state.steps
+    recent = min(len(steps), RECENT)  # the steps the cards are of
     # a zero rate is an unknown one (a watched loop that gave no batch size or FLOP count)
-    sps = _median([s[5] for s in recent]) or None
-    tps = _median([s[6] for s in recent if s[6] is not None])
-    tfl = _median([s[7] for s in recent]) or None
-    mfu = _median([s[8] for s in recent if s[8] is not None])
+    sps = _median(steps.last("samples_per_s", RECENT)) or None
+    tps = _median([v for v in steps.last("tokens_per_s", RECENT) if v is not None])
+    tfl = _median(steps.last("tflops", RECENT)) or None
+    mfu = _median([v for v in steps.last("mfu", RECENT) if v is not None])
     hello = state.hello
     measured = (
         of_measured(tfl, hello.measured_tflops, hello.world_size) if hello is not None else None
@@ -113,7 +107,7 @@ def _speed_cards(state: RunState) -> list[Card]:
     # that it is not read as the run's median (the last line of the log) when the two differ.
     title, short = "Step time", "Step time"
     if recent:
-        title, short = f"Step time · last {len(recent)}", f"Step · last {len(recent)}"
+        title, short = f"Step time · last {recent}", f"Step · last {recent}"
     sub = "median" if recent else ""
     if data is not None:  # the wait for the next batch, a part of the step
         sub = f"median · data {fmt_ms(data)}"
@@ -277,13 +271,15 @@ def _util_card(state: RunState) -> Card:
 
 
 def _thinned(series: Series, max_points: int) -> Series:
-    xs, ys = plottable(*series)
+    """A column pair as plots draw it: its values are ``plot_value``s already (kept so as
+    events came in, tui/model/columns.py), thinned when there are more than ``max_points``."""
+    xs, ys = series
     return (xs, ys) if len(xs) <= max_points else thin(xs, ys, max_points)
 
 
 def step_time_series(state: RunState, max_points: int) -> Series:
     """Milliseconds against the step."""
-    return _thinned(state.step_columns.series("step", "step_ms"), max_points)
+    return _thinned(state.steps.series("step", "step_ms"), max_points)
 
 
 OUTLIER_TIMES_MEDIAN = 4.0
@@ -294,8 +290,20 @@ a recompile) does not flatten the axis for every other step."""
 def clip_outliers(ys: Sequence[float]) -> tuple[list[float], float | None, int]:
     """``ys`` with the outliers drawn at a ceiling, the ceiling (None: nothing clipped), and
     how many were clipped."""
-    ((_, _, out),), ceiling, clipped = clip_outliers_across([("", [], list(ys))])
-    return out, ceiling, clipped
+    ceiling, clipped = outlier_ceiling(sorted(ys))
+    if ceiling is None:
+        return list(ys), None, 0
+    return [min(y, ceiling) for y in ys], ceiling, clipped
+
+
+def outlier_ceiling(ordered: Sequence[float]) -> tuple[float | None, int]:
+    """``clip_outliers``'s ceiling and count for one series given in ascending order, without
+    a pass over it in Python (the step-time plot draws the points above at the ceiling)."""
+    if len(ordered) < 3 or statistics.median(ordered) <= 0:
+        return None, 0
+    ceiling = OUTLIER_TIMES_MEDIAN * statistics.median(ordered)
+    clipped = len(ordered) - bisect_right(ordered, ceiling)
+    return (ceiling, clipped) if clipped else (None, 0)
 
 
 def clip_outliers_across(
@@ -317,14 +325,14 @@ def clip_outliers_across(
 
 def loss_series(state: RunState, max_points: int) -> tuple[Series, Series]:
     """The finite losses, and log2 of the loss scale, against the step."""
-    columns = state.step_columns
-    loss = _thinned(columns.series("step", "loss"), max_points)
-    return loss, _thinned(columns.series("step", "log2_scale"), max_points)
+    steps = state.steps
+    loss = _thinned(steps.series("step", "loss"), max_points)
+    return loss, _thinned(steps.series("step", "log2_scale"), max_points)
 
 
 def grad_zero_series(state: RunState, max_points: int) -> Series:
     """Percent of output-gradient values that are exactly zero, on the steps that measured it."""
-    return _thinned(state.step_columns.series("step", "grad_zero_pct"), max_points)
+    return _thinned(state.steps.series("step", "grad_zero_pct"), max_points)
 
 
 def memory_series(state: RunState, max_points: int) -> dict[str, Series]:
@@ -333,10 +341,10 @@ def memory_series(state: RunState, max_points: int) -> dict[str, Series]:
     on_cpu = state.hello is not None and state.hello.device == "cpu"
     allocated = "process RSS" if on_cpu else "allocated"  # the engine reports RSS on CPU
     for name, source, column in (
-        (allocated, state.step_columns, "alloc"),
-        ("reserved", state.step_columns, "resv"),
-        ("device used", state.sys_columns, "device_used"),
-        ("device total", state.sys_columns, "device_total"),
+        (allocated, state.steps, "alloc"),
+        ("reserved", state.steps, "resv"),
+        ("device used", state.samples, "device_used"),
+        ("device total", state.samples, "device_total"),
     ):
         series = source.series("t", column)
         if series[0]:
@@ -347,8 +355,9 @@ def memory_series(state: RunState, max_points: int) -> dict[str, Series]:
 def util_series(state: RunState, max_points: int) -> dict[str, Series]:
     """GPU and system CPU in percent, and the engine's CPU in cores, against seconds."""
     out: dict[str, Series] = {}
+    samples = state.samples
     for name, column in (("GPU", "gpu"), ("CPU", "cpu"), ("engine CPU", "engine_cores")):
-        series = state.sys_columns.series("t", column)
+        series = samples.series("t", column)
         if series[0]:
             out[name] = _thinned(series, max_points)
     return out

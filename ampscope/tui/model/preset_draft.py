@@ -16,6 +16,7 @@ from typing import Any
 
 from ampscope.core import presets as cfg
 from ampscope.core.comparison import significance
+from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
@@ -190,3 +191,15 @@ class PresetDraft:
     def untake_sweep(self) -> None:
         """The sweep did not start (the user kept the run it would stop): its marks come back."""
         self.marked, self.taken = self.taken, {}
+
+
+def model_spec(overrides: list[str]) -> str | None:
+    """The ``workload.model`` spec among the dashboard's ``--set`` overrides (``--model``)."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "workload.model":
+            try:
+                return str(tomllib.loads(f"v = {value}")["v"])
+            except (tomllib.TOMLDecodeError, KeyError):
+                return value.strip().strip("\"'")
+    return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,7 +14,7 @@ from ampscope.core import profiles
 from ampscope.core.numerics.report import NumericsSummary
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_done, fmt_num
-from ampscope.tui.model.columns import STEP_COLUMNS, SYS_COLUMNS, Columns
+from ampscope.tui.model.columns import STEP_COLUMNS, SYS_COLUMNS, Columns, plot_value
 from ampscope.tui.model.rank_table import RankTable
 from ampscope.tui.model.run_log import LOG_LINE_CHARS, EventLog
 
@@ -43,20 +42,13 @@ class EventState:
         self.version = 0
         self.unknown_lines = 0
         self.newer_schema = False  # warned once that the stream is newer than this reader
-        # (step, t, step_ms, loss, loss_scale, samples/s, tokens/s, tflops, mfu, alloc, reserved,
-        #  grad_zero_frac)
-        self.steps: deque[tuple] = deque(maxlen=maxlen)
-        # (t, gpu_util, cpu_util, proc_cpu, gpu_mem_used, gpu_mem_total)
-        self.sys: deque[tuple] = deque(maxlen=maxlen)
-        self.step_columns = Columns(STEP_COLUMNS, maxlen)
-        self.sys_columns = Columns(SYS_COLUMNS, maxlen)
-        self.recent_ms: deque[float] = deque(maxlen=RECENT)
-        self.recent_data_ms: deque[float] = deque(maxlen=RECENT)  # waits for the next batch
+        self.steps = Columns(STEP_COLUMNS, maxlen)  # the last maxlen step events
+        self.samples = Columns(SYS_COLUMNS, maxlen)  # sys events, as many
         self.epoch = 1  # passes over a user's batches begun (``epoch`` notes)
         self.stalled: str | None = None  # a rank-stalled warning, until the next step lands
         self.last_step: ev.StepEvent | None = None
         self.skipped = 0
-        self.step_count = 0  # step events ever seen (the deque forgets)
+        self.step_count = 0  # step events ever seen (the columns forget)
         self.sys_count = 0
         self.mem_peak: int | None = None
         self.grad_zero: tuple[int, float] | None = None  # (step, fraction) last measured
@@ -111,41 +103,27 @@ class EventState:
         self.last_step = e
         self.stalled = None  # steps land again: the ranks moved
         self.step_count += 1
-        self.steps.append(
-            (
-                e.step,
-                e.t,
-                e.step_ms,
-                e.loss,
-                e.loss_scale,
-                e.samples_per_s,
-                e.tokens_per_s,
-                e.tflops,
-                e.mfu,
-                e.mem_allocated,
-                e.mem_reserved,
-                e.grad_zero_frac,
-            )
-        )
         zeros = e.grad_zero_frac
         if zeros is not None:
             self.grad_zero = (e.step, zeros)
             self.grad_zero_max = max(self.grad_zero_max, zeros)
-        loss, scale = e.loss, e.loss_scale
-        self.step_columns.add(
-            e.step,
-            e.t,
-            e.step_ms,
-            loss if loss is not None and math.isfinite(loss) else None,
-            math.log2(scale) if scale is not None and scale > 0 else None,
-            e.mem_allocated,
-            e.mem_reserved,
-            None if zeros is None else zeros * 100,
+        scale = e.loss_scale
+        self.steps.add(  # in STEP_COLUMNS' order
+            plot_value(e.step),
+            plot_value(e.t),
+            plot_value(e.step_ms),
+            e.profiled,  # slowed by torch.profiler: no figure of training's speed
+            e.data_ms,
+            e.samples_per_s,
+            e.tokens_per_s,
+            e.tflops,
+            e.mfu,
+            plot_value(e.loss),
+            plot_value(math.log2(scale)) if scale is not None and scale > 0 else None,
+            plot_value(e.mem_allocated),
+            plot_value(e.mem_reserved),
+            None if zeros is None else plot_value(zeros * 100),
         )
-        if not e.profiled:  # slowed by torch.profiler: no figure of training's speed
-            self.recent_ms.append(e.step_ms)
-        if e.data_ms is not None:
-            self.recent_data_ms.append(e.data_ms)
         peak = ev.peak_memory(e)  # allocated, never reserved: the figure records and bench show
         if peak is not None and (self.mem_peak is None or peak > self.mem_peak):
             self.mem_peak = peak
@@ -160,9 +138,15 @@ class EventState:
         self.sys_count += 1
         if e.gpu_util is not None or e.gpu_mem_total is not None:
             self.gpu_seen = True
-        self.sys.append((e.t, e.gpu_util, e.cpu_util, e.proc_cpu, e.gpu_mem_used, e.gpu_mem_total))
         cores = None if e.proc_cpu is None else e.proc_cpu / 100
-        self.sys_columns.add(e.t, e.gpu_util, e.cpu_util, cores, e.gpu_mem_used, e.gpu_mem_total)
+        self.samples.add(  # in SYS_COLUMNS' order
+            plot_value(e.t),
+            plot_value(e.gpu_util),
+            plot_value(e.cpu_util),
+            plot_value(cores),
+            plot_value(e.gpu_mem_used),
+            plot_value(e.gpu_mem_total),
+        )
 
     def _on_phase(self, e: ev.PhaseEvent) -> None:
         if self.status in FINAL_STATES:

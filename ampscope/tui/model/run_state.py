@@ -15,7 +15,7 @@ from typing import Any
 from ampscope.core.presets.fp8_recipes import layers_short
 from ampscope.core.presets.workload_spec import config_model, model_label
 from ampscope.core.records.labels import named_in
-from ampscope.tui.model.run_events import FINAL_STATES, EventState
+from ampscope.tui.model.run_events import FINAL_STATES, RECENT, EventState
 
 MAX_POINTS = 4096
 """Steps (and sys samples) kept for the plots; older ones are dropped."""
@@ -104,11 +104,15 @@ class RunState(EventState):
         return self.launch
 
     def median_step_ms(self) -> float | None:
-        return statistics.median(self.recent_ms) if self.recent_ms else None
+        """Median of the last RECENT steps' times; a profiled step is slowed by the profiler,
+        no figure of training's speed."""
+        recent = self.steps.recent("step_ms", RECENT, unless="profiled")
+        return statistics.median(recent) if recent else None
 
     def median_data_ms(self) -> float | None:
         """The host's wait for a batch, median of the recent steps (part of the step time)."""
-        return statistics.median(self.recent_data_ms) if self.recent_data_ms else None
+        recent = self.steps.recent("data_ms", RECENT)
+        return statistics.median(recent) if recent else None
 
     def phase_label(self, now: float | None = None) -> str:
         """What the run is doing: the status, the compile's seconds so far, or 'stalled'."""

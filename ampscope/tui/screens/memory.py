@@ -15,9 +15,9 @@ from textual.widgets import DataTable, Input, Label, Select, Static
 
 from ampscope.core import presets as cfg
 from ampscope.core.memory import plan as mp
-from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
+from ampscope.tui.model.preset_draft import model_spec
 from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
@@ -93,7 +93,7 @@ class MemoryScreen(ToolScreen):
 
     def on_mount(self) -> None:
         self.watch(self.query_one(DataTable), "scroll_x", lambda _x: self.show_more(), init=False)
-        spec = model_spec(getattr(getattr(self.app, "session", None), "extra_overrides", []))
+        spec = model_spec(getattr(self.app, "extra_overrides", []))
         if spec:  # a --model dashboard plans the user's model, as `ampscope memory --model`
             self.model_spec = spec
             self.query_one("#memory-title", Static).update(literal(f"counting {spec} ..."))
@@ -262,18 +262,6 @@ def compact_bytes(n: float | None) -> str:
     if not unit:
         return text  # "-" and the like
     return number if unit == "B" else number + unit[0]
-
-
-def model_spec(overrides: list[str]) -> str | None:
-    """The ``workload.model`` spec among the dashboard's ``--set`` overrides (``--model``)."""
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.strip() == "workload.model":
-            try:
-                return str(tomllib.loads(f"v = {value}")["v"])
-            except (tomllib.TOMLDecodeError, KeyError):
-                return value.strip().strip("\"'")
-    return None
 
 
 def smallest_fit(names: list[str], compact: bool = False) -> str:

@@ -19,12 +19,9 @@ from ampscope.tui.messages import (
     RunRequested,
     SweepRequested,
 )
-from ampscope.tui.model.preset_draft import REPEAT_CHOICES, PresetDraft
-from ampscope.tui.screens.history import HistoryScreen
-from ampscope.tui.screens.memory import model_spec
+from ampscope.tui.model.preset_draft import REPEAT_CHOICES, PresetDraft, model_spec
+from ampscope.tui.screens.installed import LIVE_RUN_SCREEN
 from ampscope.tui.screens.preset_form import PresetForm, PresetList
-from ampscope.tui.screens.run import LIVE_RUN_SCREEN
-from ampscope.tui.screens.save import ask_and_save
 from ampscope.tui.widgets.key_bar import KeyBar
 
 TOOL_BINDINGS = [
@@ -144,8 +141,7 @@ class PresetsScreen(Screen):
     def load(self, info: cfg.PresetInfo) -> None:
         preset = self.draft.load(info)
         if preset is not None:
-            session = getattr(self.app, "session", None)  # a --model dashboard: the model
-            spec = model_spec(getattr(session, "extra_overrides", []))
+            spec = model_spec(getattr(self.app, "extra_overrides", []))  # --model's
             self.form.show(info, preset, spec, self.draft.value)
         self.show_problem()
         self.refresh_bindings()  # l (layer plan) follows the preset's own model
@@ -187,8 +183,7 @@ class PresetsScreen(Screen):
 
     def plan_model(self) -> str | None:
         """The user's model a layer plan is for: the dashboard's --model, else the preset's."""
-        session = getattr(self.app, "session", None)
-        spec = model_spec(getattr(session, "extra_overrides", []))
+        spec = model_spec(getattr(self.app, "extra_overrides", []))
         if spec is None and self.draft.preset is not None:
             spec = self.draft.preset.workload.model
         return spec
@@ -229,6 +224,8 @@ class PresetsScreen(Screen):
                 visible(self.draft.problem or "Nothing to save."), severity="error", markup=False
             )
             return
+        from ampscope.tui.screens.save import ask_and_save
+
         ask_and_save(
             self.app,
             self.draft.preset,
@@ -238,6 +235,8 @@ class PresetsScreen(Screen):
         )
 
     def action_history(self) -> None:
+        from ampscope.tui.screens.history import HistoryScreen
+
         self.app.push_screen(HistoryScreen(self.runs_dir))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

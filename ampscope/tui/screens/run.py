@@ -39,8 +39,6 @@ from ampscope.tui.widgets.ranks import RankStrip
 from ampscope.tui.widgets.stat_cards import StatCards
 
 SHORT_HEIGHT = 32  # rows below which the view packs tighter
-LIVE_RUN_SCREEN = "live-run"
-"""The name the Run view of the dashboard's own runs is installed under (one, reused)."""
 PLAYBACK_ACTIONS = ("pause", "seek", "seek_to")
 
 
@@ -77,6 +75,7 @@ class RunScreen(Screen):
         self.redraws = 0
         self.displayed_step: int | None = None
         self._header_lines = 0
+        self._error: str | None = None  # the message shown, once one was
 
     @property
     def state(self) -> RunState:
@@ -160,9 +159,12 @@ class RunScreen(Screen):
         lines = header.count("\n") + 1  # a relayout only when that changes
         self.query_one("#run-header", Static).update(header, layout=lines != self._header_lines)
         self._header_lines = lines
-        self.query_one("#run-error", Static).update(visible(state.error or "", keep_newlines=True))
+        error = visible(state.error or "", keep_newlines=True)
         box = self.query_one("#run-error-box", VerticalScroll)
-        box.display = box.can_focus = bool(state.error)
+        if error != self._error:  # a new message is laid out; the same one costs nothing
+            self._error = error
+            self.query_one("#run-error", Static).update(error)
+            box.display = box.can_focus = bool(state.error)
         # A run that failed before its first step (a factory's error) has empty plots: the
         # message takes their place, whole, and scrolls with the arrows when longer still.
         early = bool(state.error) and state.step is None

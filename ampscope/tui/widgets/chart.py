@@ -14,8 +14,10 @@ runs into the series drawn here.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from textual_plotext.plot import Plot
@@ -174,6 +176,10 @@ class Line:
     marker: str = "hd"
     right: bool = False  # drawn against the right y axis
     scale: float = 1.0  # ys are drawn times this (bytes as GiB) without a copy
+    ceiling: float | None = None  # ys above it are drawn at it (a stall at the top)
+    ascending: bool = False
+    """xs never go down (steps, seconds): each pixel column's points are found by bisection
+    and summarised by C-level min and max, with no Python step per point."""
 
 
 @dataclass
@@ -194,6 +200,7 @@ class Chart:
     figure: Plot = field(default_factory=Plot)
     frame: Frame | None = None
     title: str = ""
+    kept: dict[tuple, Kept] = field(default_factory=dict)  # each line's last columns
 
     def draw(
         self,
@@ -220,7 +227,7 @@ class Chart:
         colors = [row[:] for row in frame.colors]
         for line in lines:
             axis = y_right if line.right and y_right is not None else y
-            _rasterise(line, x, axis, frame, chars, colors)
+            _rasterise(line, x, axis, frame, chars, colors, self.kept)
         self.title = _title(titles, frame, chars, colors)
         if note:
             _note(note, frame, chars, colors)
@@ -258,10 +265,18 @@ class Chart:
         return self.frame
 
 
-def _columns(line: Line, x: Axis, y: Axis, width_px: int, height_px: int) -> dict[int, list[int]]:
+def _columns(
+    line: Line,
+    x: Axis,
+    y: Axis,
+    width_px: int,
+    height_px: int,
+    kept: dict[tuple, Kept] | None = None,
+) -> dict[int, list[int]]:
     """Per pixel column: [first, last, lowest, highest] pixel row of the line's points there.
 
-    plotext's mapping (``get_matrix_data``), inlined: this runs over every kept point.
+    plotext's mapping (``get_matrix_data``), inlined: this runs over every kept point, unless
+    the line's xs are ``ascending`` (``_ordered_columns``: the same columns, found faster).
     """
     if x.hi <= x.lo or y.hi <= y.lo:
         return {}
@@ -270,14 +285,19 @@ def _columns(line: Line, x: Axis, y: Axis, width_px: int, height_px: int) -> dic
     x0 = 0.5 - x.lo * kx + 1e-9
     y0 = 0.5 - y.lo * ky + 1e-9
     ky *= line.scale  # the data times scale, on the axis's own mapping
+    if line.ascending and isinstance(line.xs, list) and isinstance(line.ys, list):
+        return _ordered_columns(line, kx, x0, ky, y0, width_px, height_px, kept)
     columns: dict[int, list[int]] = {}
     top = height_px - 1
     floor = math.floor
     isfinite = math.isfinite
     get = columns.get
+    ceiling = line.ceiling
     for xv, yv in zip(line.xs, line.ys, strict=False):
         if yv is None or not isfinite(yv):
             continue
+        if ceiling is not None and yv > ceiling:
+            yv = ceiling
         px = floor(x0 + xv * kx)
         if px < 0 or px >= width_px:
             continue
@@ -295,6 +315,99 @@ def _columns(line: Line, x: Axis, y: Axis, width_px: int, height_px: int) -> dic
     return columns
 
 
+@dataclass
+class Kept:
+    """A line's pixel columns as last drawn, and what they were drawn from."""
+
+    mapping: tuple  # data to pixels: every number that places a point
+    count: int  # the line's points
+    last: tuple[float, float]  # its last point
+    columns: dict[int, list[int]]
+
+
+def _ordered_columns(
+    line: Line,
+    kx: float,
+    x0: float,
+    ky: float,
+    y0: float,
+    width_px: int,
+    height_px: int,
+    kept: dict[tuple, Kept] | None = None,
+) -> dict[int, list[int]]:
+    """``_columns`` for xs that never go down: a pixel column's points are one slice of the
+    line, found by bisection, and its lowest and highest are the slice's min and max (the
+    mapping to pixels keeps order). The result is the same, pixel for pixel; the Python work
+    is per column instead of per point (and inlined: this runs on every redraw).
+
+    With ``kept`` (the chart's memory of its last drawing), a line drawn again on the same
+    axes recomputes only its columns at either end: a followed run adds points at the right
+    and its ring drops them at the left, and every column between holds what it held.
+    """
+    xs, ys = line.xs, line.ys
+    n = min(len(xs), len(ys))
+    floor = math.floor
+    top = height_px - 1
+    ceiling = math.inf if line.ceiling is None else line.ceiling
+    columns: dict[int, list[int]] = {}
+
+    def start_of(px: int) -> int:
+        """The index of the first point in pixel column ``px`` or after it."""
+        i = bisect_left(xs, (px - x0) / kx, 0, n)  # about there: the mapping decides
+        while i > 0 and floor(x0 + xs[i - 1] * kx) >= px:
+            i -= 1
+        while i < n and floor(x0 + xs[i] * kx) < px:
+            i += 1
+        return i
+
+    def scan(i: int, stop: int) -> None:
+        """Columns from the one of point ``i`` up to pixel column ``stop`` (not included)."""
+        while i < n:
+            px = floor(x0 + xs[i] * kx)
+            if px >= stop:
+                return
+            j = bisect_left(xs, (px + 1 - x0) / kx, i + 1, n)  # about the next column's first
+            while j < n and floor(x0 + xs[j] * kx) <= px:
+                j += 1
+            while j > i + 1 and floor(x0 + xs[j - 1] * kx) > px:
+                j -= 1
+            if j == i + 1:
+                first = last = low = high = ys[i]
+            else:
+                part = ys[i:j]
+                first, last, low, high = ys[i], ys[j - 1], min(part), max(part)
+            pixels = []
+            for v in (first, last, low, high):
+                py = floor(y0 + (v if v < ceiling else ceiling) * ky)
+                pixels.append(0 if py < 0 else top if py > top else py)
+            columns[px] = pixels
+            i = j
+
+    mapping = (kx, x0, ky, y0, width_px, height_px, ceiling)
+    name = (line.label, line.marker, line.right)
+    was = kept.get(name) if kept is not None else None
+    begin = start_of(0)
+    if was is not None and was.mapping == mapping and begin < n:
+        last_x, last_y = was.last
+        k = bisect_right(xs, last_x, 0, n) - 1  # where the last point drawn is now
+        first_px = floor(x0 + xs[begin] * kx)
+        end_px = floor(x0 + last_x * kx)
+        if k >= 0 and xs[k] == last_x and ys[k] == last_y and first_px < end_px:
+            dropped = k != was.count - 1  # points left at the start: its column changed
+            for px, pixels in was.columns.items():
+                if first_px + dropped <= px < end_px:
+                    columns[px] = pixels
+            if dropped:
+                scan(begin, first_px + 1)
+            scan(start_of(end_px), width_px)
+            was.count, was.last, was.columns = n, (xs[n - 1], ys[n - 1]), columns
+            return columns
+    scan(begin, width_px)
+    if kept is not None and n:
+        kept[name] = Kept(mapping, n, (xs[n - 1], ys[n - 1]), columns)
+    return columns
+
+
 def _rasterise(
     line: Line,
     x: Axis,
@@ -302,30 +415,74 @@ def _rasterise(
     frame: Frame,
     chars: list[list[str]],
     colors: list[list[str | None]],
+    kept: dict[tuple, Kept] | None = None,
 ) -> None:
-    """Draw ``line`` joined point to point, as plotext would, into the canvas cells."""
+    """Draw ``line`` joined point to point, as plotext would, into the canvas cells.
+
+    Each pixel column's lit pixels are the bits of one int (its points' span, and the join
+    from the column before), so that a cell's glyph is a lookup of its columns' bits.
+    """
     xf, yf = MARKERS.get(line.marker, (1, 1))
     width, height = len(frame.cols), len(frame.rows)
-    columns = _columns(line, x, y, width * xf, height * yf)
-    pixels: set[tuple[int, int]] = set()
-    previous: tuple[int, int] | None = None
+    columns = _columns(line, x, y, width * xf, height * yf, kept)
+    lit: dict[int, int] = {}
+    before: tuple[int, int] | None = None  # the last pixel of the column before
     for px in sorted(columns):
         first, last, low, high = columns[px]
-        pixels.update((px, py) for py in range(low, high + 1))
-        if previous is not None:
-            pixels.update(_segment(previous, (px, first)))
-        previous = (px, last)
-    cells: dict[tuple[int, int], int] = {}
-    for px, py in pixels:
-        cell = (px // xf, py // yf)
-        cells[cell] = cells.get(cell, 0) | _bit(line.marker, px % xf, py % yf)
+        lit[px] = lit.get(px, 0) | _span(low, high)
+        if before is not None:
+            bx, by = before
+            if px - bx == 1:  # the join is a run of the column before, between the two rows
+                if first - by > 1:
+                    lit[bx] |= _span(by + 1, first - 1)
+                elif by - first > 1:
+                    lit[bx] |= _span(first + 1, by - 1)
+            else:
+                for sx, sy in _segment(before, (px, first)):
+                    lit[sx] = lit.get(sx, 0) | (1 << sy)
+        before = (px, last)
+    glyphs = _cell_glyphs(line.marker)
+    rows_mask = (1 << yf) - 1
     col0, row0 = frame.cols.start, frame.rows.start
-    for (cx, cy), mask in cells.items():
-        col, row = col0 + cx, row0 + cy
-        if frame.chars[row][col] != " ":  # a tick label or the legend stays readable
-            continue
-        chars[row][col] = _glyph(line.marker, mask)
-        colors[row][col] = line.color
+    empty, color = frame.chars, line.color
+    for cx in sorted({px // xf for px in lit}):
+        left = lit.get(cx * xf, 0)
+        right = lit.get(cx * xf + 1, 0) if xf == 2 else 0  # a cell is one or two columns wide
+        both = left | right
+        col = col0 + cx
+        for cy in range(((both & -both).bit_length() - 1) // yf, (both.bit_length() - 1) // yf + 1):
+            shift = cy * yf
+            index = (left >> shift) & rows_mask | ((right >> shift) & rows_mask) << yf
+            row = row0 + cy
+            if index and empty[row][col] == " ":  # a tick label or the legend stays readable
+                chars[row][col] = glyphs[index]
+                colors[row][col] = color
+
+
+def _span(low: int, high: int) -> int:
+    """Pixel rows ``low`` to ``high`` as bits."""
+    return (2 << high) - (1 << low)
+
+
+_CELL_GLYPHS: dict[str, dict[int, str]] = {}
+
+
+def _cell_glyphs(marker: str) -> dict[int, str]:
+    """A cell's glyph by its pixels: bit ``sx * rows + sy`` is sub-pixel (sx, sy), ``sy``
+    counted up from the bottom (plotext's glyph tables, keyed for ``_rasterise``)."""
+    table = _CELL_GLYPHS.get(marker)
+    if table is None:
+        xf, yf = MARKERS.get(marker, (1, 1))
+        table = {}
+        for index in range(1, 1 << (xf * yf)):
+            mask = 0
+            for sx in range(xf):
+                for sy in range(yf):
+                    if index >> (sx * yf + sy) & 1:
+                        mask |= _bit(marker, sx, sy)
+            table[index] = _glyph(marker, mask)
+        _CELL_GLYPHS[marker] = table
+    return table
 
 
 def _segment(a: tuple[int, int], b: tuple[int, int]) -> list[tuple[int, int]]:
@@ -376,8 +533,8 @@ def _note(note: str, frame: Frame, chars: list[list[str]], colors: list[list[str
 def _runs(chars: list[str], colors: list[str | None]) -> list[Run]:
     runs: list[Run] = []
     start = 0
-    for i in range(1, len(chars) + 1):
-        if i == len(chars) or colors[i] != colors[start]:
-            runs.append(("".join(chars[start:i]), colors[start]))
-            start = i
+    for color, same in groupby(colors):
+        end = start + len(list(same))
+        runs.append(("".join(chars[start:end]), color))
+        start = end
     return runs

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from os.path import commonprefix
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -43,6 +45,11 @@ def step_axis(xs: Sequence[float], width: int) -> Axis:
 def time_axis(state: RunState, width: int) -> Axis:
     """Seconds since the run started: one range for every plot against time, so they align."""
     return nice_axis(0.0, max(state.last_t, 1.0), x_intervals(width), from_zero=True, tight=True)
+
+
+def in_order(state: RunState) -> bool:
+    """The kept steps only go up (a chart then finds each pixel column's points by bisection)."""
+    return state.steps.ascending("step")
 
 
 FLAT = 0.05
@@ -101,6 +108,26 @@ def style_for(color: str | None) -> Style:
     return style
 
 
+def changed_cells(before: list[Run], after: list[Run]) -> tuple[int, int]:
+    """The cells ``[start, end)`` of a row that differ between two drawings of it (runs of
+    one width); at least one cell."""
+    start, i = 0, 0
+    while i < min(len(before), len(after)) and before[i] == after[i]:
+        start += len(after[i][0])
+        i += 1
+    if i < min(len(before), len(after)) and before[i][1] == after[i][1]:
+        start += len(commonprefix([before[i][0], after[i][0]]))
+    width = sum(len(text) for text, _ in after)
+    end, j = width, 1
+    while j <= min(len(before), len(after)) - i and before[-j] == after[-j]:
+        end -= len(after[-j][0])
+        j += 1
+    if j <= min(len(before), len(after)) - i and before[-j][1] == after[-j][1]:
+        end -= len(commonprefix([before[-j][0][::-1], after[-j][0][::-1]]))
+    end = min(width, max(end, start + 1))
+    return min(start, end - 1), end
+
+
 class ChartView(Widget):
     """A chart as a widget: its rows are kept as strips and handed out by the line API."""
 
@@ -115,27 +142,49 @@ class ChartView(Widget):
         super().__init__(**kwargs)
         self.chart = Chart()
         self.strips: list[Strip] = []
+        self.rows: list[list[Run]] = []  # what the strips show, as the chart drew it
         self.pad_style = Style()
         self.points_drawn = 0
         self.title = ""
 
     def paint(self, fig: Figure, size: tuple[int, int], note: str = "") -> None:
+        """Draw ``fig``; only the cells that changed since the last paint go to the terminal
+        (a new point moves a few cells at the right end of a plot, not all of them)."""
         if any(line.xs for line in fig.lines):
             note = ""
         rows = self.chart.draw(size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right, note)
         self.title = self.chart.title
-        self.strips = [
-            Strip([Segment(text, style_for(color)) for text, color in row], size[0]) for row in rows
-        ]
         self.points_drawn = sum(len(line.xs) for line in fig.lines)
-        self.pad_style = self.rich_style  # computed once a paint: per line it is costly
-        self.refresh()
+        style = self.rich_style  # computed once a paint: per line it is costly
+        width = size[0]
+        whole = style != self.pad_style or len(rows) != len(self.rows) or not self.strips
+        whole = whole or self.strips[0].cell_length != width
+        self.pad_style = style
+        strips = [] if whole else self.strips
+        changed: list[Region] = []
+        for y, row in enumerate(rows):
+            if not whole and row == self.rows[y]:
+                continue
+            segments = [Segment(text, style_for(color)) for text, color in row]
+            strip = Strip(segments).adjust_cell_length(width, style)
+            if whole:
+                strips.append(strip)
+                continue
+            strips[y] = strip
+            start, end = changed_cells(self.rows[y], row)
+            changed.append(Region(start, y, end - start, 1))
+        self.strips, self.rows = strips, rows
+        if whole:
+            self.refresh()
+        elif changed:
+            self.refresh(*changed)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         style = self.pad_style  # every segment styled: a None style breaks NO_COLOR's filter
         if y < len(self.strips):
-            return self.strips[y].adjust_cell_length(width, style)
+            strip = self.strips[y]
+            return strip if strip.cell_length == width else strip.adjust_cell_length(width, style)
         return Strip.blank(width, style)
 
     @property
@@ -180,9 +229,11 @@ class RunPlot(ChartView):
 class StepTimePlot(RunPlot):
     def figure(self, state: RunState, size: tuple[int, int]) -> Figure:
         xs, ys = figures.step_time_series(state, ALL_POINTS)
-        ys, ceiling, clipped = figures.clip_outliers(ys)
+        ordered = sorted(ys)  # C-level: the median, the outliers and the range at once
+        ceiling, clipped = figures.outlier_ceiling(ordered)
         mark = f" · {clipped} over {ceiling:.4g} drawn at top ▲" if ceiling is not None else ""
         short = f" · {clipped} clipped ▲" if ceiling is not None else ""
+        span = ordered[:1] + [ordered[-1] if ceiling is None else ceiling] if ordered else []
         return Figure(
             [
                 say(f"step time (ms) / step{mark}"),
@@ -191,8 +242,8 @@ class StepTimePlot(RunPlot):
                 say("ms / step"),
             ],
             step_axis(xs, size[0]),
-            data_axis(ys, size[1], tight=ceiling is not None),  # clipped points at the top
-            [Line("step time", xs, ys, "cyan", "hd")],
+            data_axis(span, size[1], tight=ceiling is not None),  # clipped points at the top
+            [Line("step time", xs, ys, "cyan", "hd", ceiling=ceiling, ascending=in_order(state))],
         )
 
 
@@ -203,10 +254,11 @@ class LossPlot(RunPlot):
         (lx, ly), (sx, sy) = figures.loss_series(state, ALL_POINTS)
         width, height = size
         x = step_axis(sorted({*lx[:1], *lx[-1:], *sx[:1], *sx[-1:]}), width)
-        loss = Line("loss", lx, ly, "green", "hd")
+        ordered = in_order(state)
+        loss = Line("loss", lx, ly, "green", "hd", ascending=ordered)
         titles, right, lines = [say("loss / step"), say("loss")], None, [loss]
         if sx:
-            scale = Line("log2 scale", sx, sy, "magenta", "braille", right=True)
+            scale = Line("log2 scale", sx, sy, "magenta", "braille", right=True, ascending=ordered)
             right, lines = data_axis(sy, height, whole=True, min_span=2), [loss, scale]
             titles = [
                 say((loss, "loss"), " · ", (scale, "log2 loss scale (right)"), " / step"),
@@ -217,7 +269,9 @@ class LossPlot(RunPlot):
         else:
             zx, zy = figures.grad_zero_series(state, ALL_POINTS)
             if zx:
-                zeros = Line("grad zeros %", zx, zy, "yellow", "braille", right=True)
+                zeros = Line(
+                    "grad zeros %", zx, zy, "yellow", "braille", right=True, ascending=ordered
+                )
                 right = data_axis(zy, height, from_zero=True, min_span=1.0)
                 lines = [loss, zeros]
                 titles = [
@@ -249,7 +303,9 @@ class MemoryPlot(RunPlot):
         short: list = [f"{unit}:"]
         for name, (xs, ys) in series.items():
             color, marker, brief = self.STYLE.get(name, ("white", "dot", name))
-            line = Line(name, xs, ys, color, marker, scale=1 / scale)
+            by_sample = name == "device used"  # sys events'; the others are steps'
+            in_time = state.samples.ascending("t") if by_sample else state.steps.ascending("t")
+            line = Line(name, xs, ys, color, marker, scale=1 / scale, ascending=in_time)
             lines.append(line)
             long += [" ", (line, name)]
             short += [" ", (line, brief)]
@@ -281,6 +337,7 @@ class UtilPlot(RunPlot):
         width, height = size
         percent = nice_axis(0.0, 100.0, 4 if height >= 14 else 2)
         lines, right = [], None
+        in_time = state.samples.ascending("t")
         long: list = ["utilization (%) / s:"]
         short: list = []
         for name, (xs, ys) in series.items():
@@ -288,7 +345,7 @@ class UtilPlot(RunPlot):
             is_engine = name == "engine CPU"
             if is_engine:
                 right = data_axis(ys, height, from_zero=True, min_span=1.0)
-            line = Line(name, xs, ys, color, marker, right=is_engine)
+            line = Line(name, xs, ys, color, marker, right=is_engine, ascending=in_time)
             lines.append(line)
             long += [" ", (line, label)]
             short += [" ", (line, brief)]
