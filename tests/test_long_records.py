@@ -96,7 +96,7 @@ def test_history_shows_a_long_record_whole_with_its_own_counts(long_record: Path
     state = source.state
     assert state.step == STEPS - 1 and state.status == "done"
     assert state.skipped == len(SKIPPED)
-    assert state.step_columns.by_name["step"][0] == 0  # the plots span the whole run
+    assert state.steps["step"][0] == 0  # the plots span the whole run
     assert any("of its 50,000 steps are shown" in entry.text for entry in state.log)
     assert state.median_step_ms() == pytest.approx(1.0 + 3 * 0.01, abs=0.03)  # the last 20
 
