@@ -613,7 +613,11 @@ def test_profile_counts_each_op_as_torch_profiler_does(name, profiles_out) -> No
     assert set(data["dtypes"].get("matmul", {"fp32": 0})) == {"fp32"}
     rows = {r.key: r for r in prof.key_averages()}
     dense = [op for op in data["top_ops"] if op["name"] in GEMMS or CONVS.search(op["name"])]
-    assert dense  # the step's heavy ops are among its largest
+    # the heavy op torch's own table ranks first among as many ops is among the largest here
+    # too (the same trace decides it: on a tiny model under load the largest may be a copy)
+    ranked = sorted(rows.values(), key=lambda r: -r.self_cpu_time_total)[: len(data["top_ops"])]
+    heavy = [r.key for r in ranked if r.key in GEMMS or CONVS.search(r.key)]
+    assert not heavy or heavy[0] in {op["name"] for op in dense}, (heavy, data["top_ops"])
     for op in dense:  # each op's every call is in its one row
         assert op["class"] == ("matmul" if op["name"] in GEMMS else "conv"), op
         assert op["calls"] == rows[op["name"]].count, op
