@@ -143,3 +143,26 @@ def test_steps_out_of_range_is_one_paragraph_naming_it(capsys, value: str) -> No
 def test_steps_is_refused_beside_a_bare_gemm(capsys) -> None:
     assert main(["plan", "fp8", "--gemm", "8192,4096,4096", "--steps", "4"]) == 2
     assert "--gemm with --steps" in capsys.readouterr().err
+
+
+def test_a_later_step_that_fails_is_named_with_the_steps_that_ran(capsys, tmp_path: Path) -> None:
+    """Their batches fail at step 2: exit 2 naming that step, not the first, and the --steps
+    that plans from the steps that ran."""
+    factory = tmp_path / "late_fail.py"
+    factory.write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "def make(ctx):\n"
+        "    x = torch.randn(8, 32)\n"
+        "    def batches(step):\n"
+        "        if step == 2:\n"
+        "            raise ValueError('no batch 2 here')\n"
+        "        return (x, x)\n"
+        "    return {'model': nn.Linear(32, 32), 'batches': batches,\n"
+        "            'loss': nn.functional.mse_loss}\n"
+    )
+    argv = ["plan", "fp16", "--model", f"{factory}:make", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "fp32 step 2 failed (steps 0 to 1 ran" in err
+    assert "ValueError: no batch 2 here" in err and "--steps 2 to plan from" in err
+    assert main([*argv, "--steps", "2"]) == 0
