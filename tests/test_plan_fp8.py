@@ -20,7 +20,9 @@ from ampscope.engine.plan.casts import CAST_PLANS, CASTS, LayerCasts, outlier_ro
 pytestmark = pytest.mark.unit
 
 MODELS = Path(__file__).parent / "data" / "plan_models.py"
-PLANNED = ["--tokens", "65536", "--gpu", "h200"]
+# These models serve one fixed batch: one step shows what eight would, at an eighth of the time
+# (tests/test_plan_steps.py plans trouble that only a later step brings).
+PLANNED = ["--tokens", "65536", "--gpu", "h200", "--steps", "1"]
 
 
 def plan_json(capsys, tmp_path: Path, factory: str, *flags: str) -> dict:
@@ -181,7 +183,7 @@ def test_the_plan_mixes_fp8_and_bf16_says_why_and_writes_the_contracts_json(
     )
     out, err = capsys.readouterr()
     assert code == 0
-    assert "measuring one fp32 step" in err and "measuring" not in out
+    assert "measuring one fp32 training step" in err and "measuring" not in out
     assert "blocks.0.mlp.down  65536,2048,512" in out
     assert "fp8 tensorwise" in out and "why:" in out
     assert f"train it: ampscope run {tmp_path / 'plan.toml'}" in out

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ampscope.core import presets as cfg
+from ampscope.core.plan.steps import STEPS
 from ampscope.core.presets.fp8_recipes import RECIPES, layers_line
 from ampscope.core.presets.workload_spec import ModelContext
 from ampscope.engine.checks.device import DeviceInfo
@@ -169,8 +170,9 @@ def test_a_layer_called_twice_is_one_layer_with_both_calls() -> None:
     capture = capture_fp8(workload_of(Shared(), (torch.randn(4, 8, 32), None)))
     facts = {f.name: f for f in capture.layers}
     assert list(facts) == ["proj", "head"]
-    assert facts["proj"].calls == [(32, 32, 32), (16, 32, 32)]  # leading dimensions flattened
-    assert facts["head"].calls == [(48, 32, 16)]
+    # leading dimensions flattened; the calls of every step observed
+    assert facts["proj"].calls == [(32, 32, 32), (16, 32, 32)] * STEPS
+    assert facts["head"].calls == [(48, 32, 16)] * STEPS
     assert capture.rows == 48 and capture.rows_from.startswith("the most rows")
 
 
@@ -188,7 +190,7 @@ def test_layers_fp8_cannot_take_are_listed_with_todays_reasons() -> None:
     unused = build_user_workload(f"{ZOO}:make_unused", ctx)
     unused.prepare()
     why = {f.name: f.why_not for f in capture_fp8(unused).layers}
-    assert why["aux_head"].startswith("never called in the fp32 step")
+    assert why["aux_head"] == f"never called in the {STEPS} fp32 steps observed"
 
 
 def test_gemms_timed_on_this_gpu_are_the_plans_speed_where_it_is_the_target() -> None:

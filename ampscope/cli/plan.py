@@ -21,6 +21,7 @@ from ampscope.core.plan import files as plan_files
 from ampscope.core.plan.proof import Outcome, table, verify_rows
 from ampscope.core.plan.report import Plan, to_json
 from ampscope.core.plan.speed import UnknownGpu, datasheet_machine, find_gpu
+from ampscope.core.plan.steps import MAX_STEPS, STEPS
 from ampscope.core.plan.text import files_lines, render
 from ampscope.core.presets import ConfigError
 from ampscope.core.presets.fp8_recipes import MIN_CAPABILITY
@@ -42,7 +43,7 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         "predicted for a GPU, proven by training, written as files to apply",
         description=(
             "fp8: for every linear layer of your model, its three GEMMs at the M that ran, what "
-            "each of torchao's six fp8 casts loses in every recipe (from one fp32 step), the "
+            "each of torchao's six fp8 casts loses in every recipe (from a few fp32 steps), the "
             "predicted speed-up on the GPU, and a decision with its reason; --gemm plans bare "
             "shapes. fp16: which modules amp-fp16 keeps in fp32. Writes a preset ('ampscope run' "
             "trains it), torchao's module_filter_fn, torchtitan's filter_fqns and the JSON. "
@@ -80,6 +81,13 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="fp8: tokens per step (per GPU) of the real training: every layer's M is scaled by "
         "N over the rows of the step measured; the numerics stay the batch's own",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        metavar="N",
+        help=f"the fp32 training steps to watch, on your batches in order (default {STEPS}): a "
+        "layer is never called only if no step ran it, and each figure is the worst step's",
     )
     p.add_argument(
         "--verify",
@@ -145,7 +153,7 @@ def _refused(args: argparse.Namespace) -> str | None:
         return (
             f"plan fp16 takes no {fp8_only[0]}: an fp16 plan keeps the modules whose values leave "
             "fp16's range in fp32, whatever the shapes and the GPU. Accepted: plan fp16 --model "
-            "SPEC [--verify STEPS] [--out DIR] [--json]; or plan fp8 with those flags."
+            "SPEC [--steps N] [--verify STEPS] [--out DIR] [--json]; or plan fp8 with those flags."
         )
     if args.gemm and args.model:
         return (
@@ -158,6 +166,7 @@ def _refused(args: argparse.Namespace) -> str | None:
             for flag, given in (
                 ("--verify", args.verify is not None),
                 ("--tokens", args.tokens is not None),
+                ("--steps", args.steps is not None),
                 ("--out", args.out is not None),
                 ("--device", args.device is not None),
             )
@@ -173,6 +182,12 @@ def _refused(args: argparse.Namespace) -> str | None:
     if not args.model:
         shape = " or --gemm M,K,N" if args.target == "fp8" else ""
         return f"plan {args.target} needs a model: --model FILE.py:FUNCTION (docs/model.md){shape}."
+    if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:
+        return (
+            f"--steps {args.steps}: not a number of steps to watch. Accepted: a whole number of "
+            f"fp32 training steps from 1 to {MAX_STEPS:,} (default {STEPS}); the plan watches "
+            "that many steps of your batches, in order, before it decides."
+        )
     if args.tokens is not None and args.tokens < 1:
         return f"--tokens {args.tokens}: accepted: a whole number of tokens a step, 1 or more."
     if args.verify is not None and not 1 <= args.verify <= MAX_VERIFY_STEPS:
@@ -239,18 +254,22 @@ def _model_mode(args: argparse.Namespace, model: str) -> tuple[int, Plan | None]
         target = choose_gpu(args.gpu, here) if args.target == "fp8" else None
     except UnknownGpu as exc:
         return fail(exc), None
-    say(f"measuring one fp32 step of {visible(model, 300)} on {device} ...")
+    steps = args.steps or STEPS
+    what = "one fp32 training step" if steps == 1 else f"{steps} fp32 training steps"
+    say(f"measuring {what} of {visible(model, 300)} on {device} ...")
     try:
         with os_exit_said(model):
             workload = build(model, device)
             try:
                 if target is not None:
                     timer = _timer() if target.here else None
-                    plan, capture = plan_fp8(workload, target, args.recipe, args.tokens, timer)
+                    plan, capture = plan_fp8(
+                        workload, target, args.recipe, args.tokens, timer, steps
+                    )
                     linears = capture.linears
                     bf16_instead = False
                 else:
-                    plan, bf16_instead = plan_fp16(workload)
+                    plan, bf16_instead = plan_fp16(workload, steps)
                     linears = []
             except ConfigError:
                 raise

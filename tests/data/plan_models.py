@@ -12,8 +12,13 @@
   input flushes to zero; scaled per token (rowwise's forward cast) it holds; scaled per
   feature across tokens (rowwise's grad-weight cast) it flushes again; rowwise_with_gw_hp keeps
   that GEMM in bf16 and holds it.
+- ``make_late_outlier``, ``make_late_overflow``: one MLP projection whose batches are ordinary until
+  step ``LATE_STEP``, then carry the trouble: one outlier token 1e7 times the others (fp8's
+  tensorwise scale flushes the rest), or values beyond fp16's 65504 entering ``up``. Only a
+  plan that watches that step sees it.
 
-One fixed batch is served every step (a few AdamW steps make the loss fall), seeded.
+One fixed batch is served every step (a few AdamW steps make the loss fall), seeded; the late
+ones change theirs at ``LATE_STEP``.
 """
 
 from __future__ import annotations
@@ -151,3 +156,46 @@ def make_small(ctx):
 def make_small_outlier(ctx):
     torch.manual_seed(ctx.seed)
     return _answer(Llama(outlier_spike(), **SMALL), ctx.seed, 1, "plan-small-outlier")
+
+
+# Trouble from a later step on: the first LATE_STEP batches are ordinary.
+LATE_STEP = 3
+LATE_ROWS = 32
+
+
+class LateUp(nn.Module):
+    """One 512 -> 2048 projection: planned for 65536 tokens on an H200, it pays in tensorwise
+    fp8 while its input holds no outlier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(WIDTH, HIDDEN, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.up(x)
+
+
+def _late(seed: int, late_scale: torch.Tensor, name: str) -> dict:
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(LATE_ROWS, WIDTH, generator=g)
+    target = torch.randn(LATE_ROWS, HIDDEN, generator=g)
+    ordinary, late = (x, target), (x * late_scale, target)
+    return {
+        "model": LateUp(),
+        "batches": lambda step: ordinary if step < LATE_STEP else late,
+        "loss": lambda out, y: F.mse_loss(out.float(), y),
+        "name": name,
+    }
+
+
+def make_late_outlier(ctx):
+    """From step LATE_STEP on, token 0 of the batch is 1e7 times the others."""
+    scale = torch.ones(LATE_ROWS, 1)
+    scale[0] = OUTLIER
+    return _late(ctx.seed, scale, "plan-late-outlier")
+
+
+def make_late_overflow(ctx):
+    """From step LATE_STEP on, the batch is 1e5 times larger: beyond fp16's 65504."""
+    return _late(ctx.seed, torch.full((LATE_ROWS, 1), 1e5), "plan-late-overflow")

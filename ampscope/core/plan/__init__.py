@@ -7,6 +7,7 @@ the verify runs); this package decides and words it, and writes the files.
     speed.py   the roofline: a layer's fp8 speed-up over bf16, its constants and their sources
     decide.py  the fp8 decision per layer, and its reason in words
     fp16.py    the fp16 decision per module (which stay in fp32)
+    steps.py   several observed fp32 steps as one set of figures (worst first), and their words
     files.py   the preset, torchao's filter, torchtitan's list, the JSON
     proof.py   ``--verify``'s table, read back from the run records as ``bench`` reads them
     text.py    the plan for a terminal

@@ -1,6 +1,7 @@
 """The fp16 decision per module: which modules an amp-fp16 run keeps in fp32, and why.
 
-From one fp32 step, each module's inputs and outputs as fp16 would hold them: a module stays
+From the fp32 steps observed (their worst, ``core.plan.steps``), each module's inputs and
+outputs as fp16 would hold them: a module stays
 in fp32 when any of its inputs or outputs reaches beyond fp16's 65504 (an fp32 output that
 large fed to the next autocast op overflows there, so the module of that op, whose input it
 is, stays too), or when more than 2 % of their non-zero values round to zero in fp16. A
@@ -18,15 +19,17 @@ from ampscope.core.numerics import LIMITS
 from ampscope.core.numerics.report import limit, magnitude
 from ampscope.core.plan.decide import pct
 from ampscope.core.plan.report import FITS_BAND, CastFigures, LayerPlan, RecipeNumerics
+from ampscope.core.plan.steps import never_called
 
 FP16 = LIMITS["fp16"]
 
 
 @dataclass
 class ModuleFacts:
-    """One module in the fp32 step: its inputs' and outputs' figures as fp16 (None: it has no
-    floating-point tensor there, or never ran), whether it is a leaf, and whether under
-    amp-fp16 its own code computed inf/NaN (a check step with the others kept in fp32)."""
+    """One module in the fp32 steps: its inputs' and outputs' figures as fp16 (None: it has no
+    floating-point tensor there, or never ran), whether it is a leaf, whether under amp-fp16
+    its own code computed inf/NaN (a check with the others kept in fp32), and its calls in all
+    the steps (0: it never ran)."""
 
     name: str
     kind: str
@@ -34,6 +37,7 @@ class ModuleFacts:
     input: CastFigures | None
     output: CastFigures | None
     own_inf: bool = False
+    calls: int = 0
 
 
 def leaves_range(figures: CastFigures | None) -> bool:
@@ -42,15 +46,18 @@ def leaves_range(figures: CastFigures | None) -> bool:
     return bool(figures.overflow) or figures.underflow > FITS_BAND
 
 
-def plan_module(facts: ModuleFacts) -> LayerPlan:
+def plan_module(facts: ModuleFacts, steps: int) -> LayerPlan:
+    """One module's decision over ``steps`` observed steps; a module none of them ran stays
+    in fp16 (autocast's default), said so: nothing was seen to keep it out."""
     casts = {k: v for k, v in (("input", facts.input), ("output", facts.output)) if v}
     fits = not (leaves_range(facts.input) or leaves_range(facts.output) or facts.own_inf)
     numerics = {"fp16": RecipeNumerics(casts=casts, fits=fits)} if casts else None
+    reason = _words(facts, fits) if facts.calls or facts.own_inf else f"fp16: {never_called(steps)}"
     return LayerPlan(
         name=facts.name,
         kind=facts.kind,
         gemm=None,
-        calls=0,
+        calls=facts.calls,
         predicted_speedup=None,
         speedups={},
         speed_from=None,
@@ -58,7 +65,7 @@ def plan_module(facts: ModuleFacts) -> LayerPlan:
         decision="fp16" if fits else "fp32",
         recipe=None,
         deciding_cast=None,
-        reason=_words(facts, fits),
+        reason=reason,
     )
 
 

@@ -108,6 +108,7 @@ class Plan(msgspec.Struct, kw_only=True):
     notes: list[str] = msgspec.field(default_factory=list)
     constants: list[ConstantUsed] = msgspec.field(default_factory=list)
     preset_precision: str | None = None  # the precision of the preset written
+    steps: int | None = None  # fp32 training steps observed (None: --gemm, nothing ran)
     version: int = VERSION
 
     @property
@@ -128,7 +129,7 @@ class Plan(msgspec.Struct, kw_only=True):
 
 def to_builtins(plan: Plan) -> dict[str, Any]:
     data = msgspec.to_builtins(plan)
-    order = ["version", "target", "gpu", "gpu_source", "speed_source", "recipe", "model"]
+    order = ["version", "target", "gpu", "gpu_source", "speed_source", "recipe", "model", "steps"]
     return {**{k: data[k] for k in order}, **{k: v for k, v in data.items() if k not in order}}
 
 

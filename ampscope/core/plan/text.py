@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ampscope.core.comparison import text_table
 from ampscope.core.plan.report import LayerPlan, Plan
+from ampscope.core.plan.steps import steps_words
 from ampscope.core.text import visible, wrap
 
 
@@ -48,12 +49,13 @@ def render(plan: Plan, width: int | None = None) -> str:
 
 def _title(plan: Plan) -> str:
     model = f" for {visible(plan.model, 200)}" if plan.model else ""
+    seen = f"; numerics from {steps_words(plan.steps)}" if plan.steps else ""
     if plan.target == "fp16":
-        return f"fp16 plan{model}: which modules amp-fp16 keeps in fp32"
+        return f"fp16 plan{model}: which modules amp-fp16 keeps in fp32{seen}"
     speed = "GEMMs timed here" if plan.speed_source == "measured" else "the speed model"
     return (
         f"fp8 plan{model}, recipe {plan.recipe}, for {plan.gpu} "
-        f"({visible(plan.gpu_source, 200)}); speed-ups from {speed}"
+        f"({visible(plan.gpu_source, 200)}); speed-ups from {speed}{seen}"
     )
 
 

@@ -1,12 +1,15 @@
-"""Which modules leave fp16's range: one fp32 step watched, then a check step in amp-fp16.
+"""Which modules leave fp16's range: fp32 steps watched, each followed by a check in amp-fp16.
 
-The fp32 step puts a forward hook on every module (containers too) that measures its
-floating-point inputs and outputs with the numerics' own counters (``engine.numerics.measure``:
-amax, what overflows fp16, what rounds to zero), summed over its calls. ``core.plan.fp16``
-decides from them. The check step then runs the same batch forward under fp16 autocast with
-the modules chosen kept in fp32 (``engine.step.fp32_modules``): where an output turns inf/NaN
-although its inputs and every submodule's output stayed finite, that module's own code
-overflowed (a functional op); it is kept too and the check runs again, up to ``CHECKS`` times.
+Through the fp32 training steps (``fp32_steps``) a forward hook on every module (containers
+too) measures its floating-point inputs and outputs with the numerics' own counters
+(``engine.numerics.measure``: amax, what overflows fp16, what rounds to zero), summed over a
+step's calls; each step's figures are merged with the steps before, worst first
+(``core.plan.steps``). ``core.plan.fp16`` decides from them. After each step's backward, before
+its update, a check runs that step's batch forward under fp16 autocast on a copy of the model
+with the modules chosen so far kept in fp32 (``engine.step.fp32_modules``): where an output
+turns inf/NaN although its inputs and every submodule's output stayed finite, that module's own
+code overflowed (a functional op); it is kept too and the check runs again, up to ``CHECKS``
+times a step.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +25,7 @@ from torch import nn
 
 from ampscope.core.plan.fp16 import ModuleFacts, leaves_range
 from ampscope.core.plan.report import CastFigures
+from ampscope.core.plan.steps import STEPS, worst
 from ampscope.engine.numerics.hooks import tensors_in
 from ampscope.engine.numerics.measure import (
     AMAX,
@@ -34,10 +38,11 @@ from ampscope.engine.numerics.measure import (
     measure,
     row_of,
 )
+from ampscope.engine.plan.fp32_steps import fp32_steps
 from ampscope.engine.step.fp32_modules import keep_in_fp32
 from ampscope.engine.workloads.user import UserWorkload
 
-CHECKS = 8  # check steps at most: each may find one more module whose own code overflows
+CHECKS = 8  # checks a step at most: each may find one more module whose own code overflows
 
 
 @dataclass
@@ -78,51 +83,92 @@ class _Sums:
         )
 
 
+def _worst(before: CastFigures | None, step: _Sums | None) -> CastFigures | None:
+    if step is None:
+        return before
+    return step.figures() if before is None else worst(before, step.figures())
+
+
 @dataclass
 class _Seen:
-    input: _Sums = field(default_factory=_Sums)
-    output: _Sums = field(default_factory=_Sums)
-    has_input: bool = False
-    has_output: bool = False
+    """One module over the steps: this step's sums, the steps' figures, its calls."""
+
+    input: _Sums | None = None
+    output: _Sums | None = None
+    inputs: CastFigures | None = None
+    outputs: CastFigures | None = None
+    calls: int = 0
+
+    def end_step(self) -> None:
+        """Fold this step's sums into the steps' figures; the next step starts afresh."""
+        self.inputs = _worst(self.inputs, self.input)
+        self.outputs = _worst(self.outputs, self.output)
+        self.input = self.output = None
+
+
+@dataclass
+class _Watching:
+    """What the hooks add to; ``on`` is off while a check runs (a copy of the model carries
+    the hooks too)."""
+
+    seen: dict[str, _Seen]
+    constants: torch.Tensor
+    on: bool = True
 
 
 @dataclass
 class Fp16Capture:
     modules: list[ModuleFacts]
     root_inf: bool  # under amp-fp16, with every chosen module kept, the forward still overflows
-    loss: float
+    loss: float  # the first step's
+    steps: int  # fp32 steps observed
 
 
-def capture_fp16(workload: UserWorkload) -> Fp16Capture:
-    """The fp32 step's figures per module, and the check steps' findings."""
+def capture_fp16(workload: UserWorkload, steps: int = STEPS) -> Fp16Capture:
+    """The fp32 steps' figures per module, and the checks' findings."""
     model = workload.model
-    inputs, targets = workload.first_batch()
     named = list(model.named_modules())
     constants = torch.tensor(CONSTANTS, dtype=torch.float32, device=_device(model))
-    seen = {name: _Seen() for name, _ in named}
+    watching = _Watching({name: _Seen() for name, _ in named}, constants)
     handles = [
-        module.register_forward_hook(_fp32_hook(seen[name], constants), with_kwargs=True)
+        module.register_forward_hook(_fp32_hook(name, watching), with_kwargs=True)
         for name, module in named
     ]
+    own_inf: set[str] = set()
+    root_inf = False
+    losses = []
     try:
-        loss = workload.loss(workload.forward(model, inputs), targets)
+        for step in fp32_steps(workload, steps):
+            losses.append(step.loss)
+            for seen in watching.seen.values():
+                seen.end_step()
+            facts = _facts(named, watching.seen, own_inf)
+            watching.on = False
+            root_inf = _check(workload, facts, step.batch) or root_inf
+            watching.on = True
+            own_inf |= {f.name for f in facts if f.own_inf}
     finally:
         for handle in handles:
             handle.remove()
-    facts = []
-    for name, module in named:
-        s = seen[name]
-        facts.append(
-            ModuleFacts(
-                name=name,
-                kind=type(module).__name__,
-                leaf=not any(module.children()),
-                input=s.input.figures() if s.has_input else None,
-                output=s.output.figures() if s.has_output else None,
-            )
+    facts = _facts(named, watching.seen, own_inf)
+    return Fp16Capture([f for f in facts if f.name], root_inf, losses[0], steps)
+
+
+def _facts(
+    named: list[tuple[str, nn.Module]], seen: dict[str, _Seen], own_inf: set[str]
+) -> list[ModuleFacts]:
+    return [
+        ModuleFacts(
+            name=name,
+            kind=type(module).__name__,
+            leaf=not any(module.children()),
+            input=seen[name].inputs,
+            output=seen[name].outputs,
+            own_inf=name in own_inf,
+            calls=seen[name].calls,
         )
-    root_inf = _check(workload, facts)
-    return Fp16Capture([f for f in facts if f.name], root_inf, float(loss.detach()))
+        for name, module in named
+    ]
 
 
 def chosen(facts: list[ModuleFacts]) -> list[str]:
@@ -135,20 +181,24 @@ def chosen(facts: list[ModuleFacts]) -> list[str]:
     ]
 
 
-def _fp32_hook(seen: _Seen, constants: torch.Tensor) -> Any:
+def _fp32_hook(name: str, watching: _Watching) -> Any:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if not watching.on:
+            return
+        seen = watching.seen[name]
+        seen.calls += 1
         for t in [*tensors_in(list(args)), *tensors_in(kwargs)]:
-            seen.input.add(t, constants)
-            seen.has_input = True
+            seen.input = seen.input or _Sums()
+            seen.input.add(t, watching.constants)
         for t in tensors_in(out):
-            seen.output.add(t, constants)
-            seen.has_output = True
+            seen.output = seen.output or _Sums()
+            seen.output.add(t, watching.constants)
 
     return hook
 
 
-def _check(workload: UserWorkload, facts: list[ModuleFacts]) -> bool:
-    """Run the batch forward under fp16 autocast with the chosen modules kept in fp32; mark
+def _check(workload: UserWorkload, facts: list[ModuleFacts], batch: tuple[Any, Any]) -> bool:
+    """Run ``batch`` forward under fp16 autocast with the chosen modules kept in fp32; mark
     each module whose own code turns finite inputs into inf/NaN. True when the model's own
     forward (the root) still does."""
     by_name = {f.name: f for f in facts}
@@ -159,7 +209,7 @@ def _check(workload: UserWorkload, facts: list[ModuleFacts]) -> bool:
         except Exception:  # noqa: BLE001 - a model that cannot be copied: no check step
             return False
         keep_in_fp32(model, chosen(facts), device.type)
-        culprit = _first_own_inf(model, workload, device)
+        culprit = _first_own_inf(model, workload, batch[0], device)
         if culprit is None:
             return False
         if culprit == "":
@@ -170,7 +220,9 @@ def _check(workload: UserWorkload, facts: list[ModuleFacts]) -> bool:
     return False
 
 
-def _first_own_inf(model: nn.Module, workload: UserWorkload, device: torch.device) -> str | None:
+def _first_own_inf(
+    model: nn.Module, workload: UserWorkload, inputs: Any, device: torch.device
+) -> str | None:
     """The first module (in the order outputs were computed) whose own code turned finite
     inputs into an inf/NaN output: its inputs finite, its output not, and no submodule that
     did the same; None when none."""
@@ -198,7 +250,6 @@ def _first_own_inf(model: nn.Module, workload: UserWorkload, device: torch.devic
         return ins and not outs
 
     handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in model.named_modules()]
-    inputs, _ = workload.first_batch()
     try:
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16):
             workload.forward(model, inputs)

@@ -2,8 +2,9 @@
 
 ``choose_gpu`` picks what the speed is predicted for (``--gpu``, else this machine's GPU,
 else an assumed H100 SXM, said so) with the machine check's measured TFLOP/s where they are
-for that GPU. ``plan_fp8`` and ``plan_fp16`` measure one fp32 step (``capture``, ``fp16``),
-time the GEMM shapes where this GPU is the target (``timing``), and let ``core.plan`` decide.
+for that GPU. ``plan_fp8`` and ``plan_fp16`` watch a few fp32 training steps (``capture``,
+``fp16``; ``--steps``, ``core.plan.steps``), time the GEMM shapes where this GPU is the target
+(``timing``), and let ``core.plan`` decide.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ampscope.core.plan.decide import pct
 from ampscope.core.plan.fp16 import amp_bf16_note, plan_module
 from ampscope.core.plan.report import BAND_SOURCE, FITS_BAND, Plan, Tokens
 from ampscope.core.plan.speed import GemmTimes, Machine, Shape, datasheet_machine, find_gpu
+from ampscope.core.plan.steps import STEPS
 from ampscope.core.presets.fp8_recipes import MIN_CAPABILITY
 from ampscope.engine.plan.capture import Fp8Capture, capture_fp8
 from ampscope.engine.plan.fp16 import capture_fp16
@@ -77,9 +79,10 @@ def plan_fp8(
     recipe: str,
     tokens: int | None,
     timer: Timer | None,
+    steps: int = STEPS,
 ) -> tuple[Plan, Fp8Capture]:
-    """Measure the step, time the shapes where this GPU is the target, decide every layer."""
-    capture = capture_fp8(workload)
+    """Watch the steps, time the shapes where this GPU is the target, decide every layer."""
+    capture = capture_fp8(workload, steps)
     factor = tokens / capture.rows if tokens and capture.rows else 1.0
     times = None
     if timer is not None and target.here:
@@ -95,12 +98,12 @@ def plan_fp8(
         f"{pct(FITS_BAND)} of its non-zero values to zero and none is inf/NaN ({BAND_SOURCE})",
     ]
     if tokens and not capture.rows:
-        notes.append(f"--tokens {tokens}: no linear layer ran in the step, so no M to scale")
+        notes.append(f"--tokens {tokens}: no linear layer ran in the steps, so no M to scale")
     elif tokens:
         notes.append(
             f"M planned for {tokens} tokens a step: each layer's rows times {factor:.4g} "
-            f"({capture.rows} in the measured step: {capture.rows_from}); the casts' figures "
-            "are the measured batch's"
+            f"({capture.rows} in a measured step: {capture.rows_from}); the casts' figures "
+            "are the measured batches'"
         )
     if times is not None:
         notes.append("GEMMs timed on this GPU; the casts' kernels from the speed model")
@@ -115,16 +118,17 @@ def plan_fp8(
         layers=layers,
         notes=notes,
         constants=constants_used(),
+        steps=capture.steps,
     )
     return plan, capture
 
 
-def plan_fp16(workload: UserWorkload) -> tuple[Plan, bool]:
-    """Measure the step, decide every module; True when no module holds the overflow (the
+def plan_fp16(workload: UserWorkload, steps: int = STEPS) -> tuple[Plan, bool]:
+    """Watch the steps, decide every module; True when no module holds the overflow (the
     model's own forward), so amp-bf16 is the answer."""
-    capture = capture_fp16(workload)
+    capture = capture_fp16(workload, steps)
     leaves = [m for m in capture.modules if m.leaf or m.own_inf]
-    layers = [plan_module(m) for m in leaves]
+    layers = [plan_module(m, capture.steps) for m in leaves]
     notes = [
         f"a module stays in fp32 when any input or output reaches beyond fp16's 65504, or when "
         f"more than {pct(FITS_BAND)} of their non-zero values round to zero in fp16"
@@ -142,5 +146,6 @@ def plan_fp16(workload: UserWorkload) -> tuple[Plan, bool]:
         layers=layers,
         notes=notes,
         preset_precision="amp-bf16" if capture.root_inf else "amp-fp16",
+        steps=capture.steps,
     )
     return plan, capture.root_inf
