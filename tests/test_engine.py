@@ -81,7 +81,7 @@ def test_preset_runs_and_emits_a_well_formed_stream(name: str, tmp_path: Path) -
     assert json.loads((record_dir / records.CONFIG_FILE).read_text())["name"] == name
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fp32", "amp-bf16"])
 def test_loss_falls(name: str) -> None:
     code, seen = run_preset(name, "steps=60", "lr=3e-3")

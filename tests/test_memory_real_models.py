@@ -112,7 +112,7 @@ def test_the_optimizer_steps_temporaries_keep_the_plan_an_upper_bound() -> None:
     assert plan.static < measured <= 1.001 * plan.train_total <= 1.001 * (measured + plan.grads)
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_memory_run_of_a_users_model_plans_its_activations_and_names_the_rss_band(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

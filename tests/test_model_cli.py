@@ -195,7 +195,7 @@ def test_the_plain_example_trains() -> None:
     assert len(losses) == 12 and min(losses[-3:]) < losses[0]
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_the_hugging_face_gpt2_example_runs_at_a_tiny_size() -> None:
     pytest.importorskip("transformers")
     seen = run_example(f"{EXAMPLES / 'hf_gpt2.py'}:make", "amp-bf16", steps=3)

@@ -31,7 +31,7 @@ from ampscope.engine.checks.device import DeviceInfo
 from ampscope.engine.step import fp8
 from ampscope.engine.workloads.user import build_user_workload
 
-pytestmark = [pytest.mark.unit, pytest.mark.xdist_group("plan-apply")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("plan-apply")]
 
 SPEC = f"{Path(__file__).parent / 'data' / 'plan_models.py'}:make_llama"
 CPU = DeviceInfo(torch.device("cpu"), "cpu", None, None, None, None)

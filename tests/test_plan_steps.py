@@ -18,8 +18,6 @@ from ampscope.engine.plan.capture import build
 from tests.data.plan_models import LATE_STEP
 from tests.data.zoo import LATE_EXPERTS, LATE_FROM
 
-pytestmark = pytest.mark.unit
-
 DATA = Path(__file__).parent / "data"
 MODELS = DATA / "plan_models.py"
 ZOO = DATA / "zoo.py"
@@ -38,6 +36,7 @@ def fp16_layers(spec: str, steps: int) -> dict[str, LayerPlan]:
     return {layer.name: layer for layer in plan.layers}
 
 
+@pytest.mark.slow
 def test_an_outlier_token_from_a_later_step_rules_out_tensorwise() -> None:
     """The batches carry an outlier token from step 3 on: watched for 3 steps, ``up`` trains
     in tensorwise fp8; watched for the default 8, tensorwise flushes its input, so the layer
@@ -54,6 +53,7 @@ def test_an_outlier_token_from_a_later_step_rules_out_tensorwise() -> None:
     assert up.calls == STEPS  # one call a step, every step counted
 
 
+@pytest.mark.unit
 def test_an_fp16_overflow_from_a_later_step_keeps_the_module_in_fp32() -> None:
     """The batch grows beyond fp16's 65504 from step 3 on: 3 steps keep ``up`` in fp16, the
     default 8 keep it in fp32 and say what reached past the range."""
@@ -65,6 +65,7 @@ def test_an_fp16_overflow_from_a_later_step_keeps_the_module_in_fp32() -> None:
     assert up.calls == STEPS
 
 
+@pytest.mark.slow
 def test_the_moes_late_experts_are_planned_and_never_called_unused() -> None:
     """The zoo's MoE routes its first tokens to experts 6 and 7 at step 4: the default 8 steps
     see them run and plan them on their own figures; 4 steps name them never called, with
@@ -87,6 +88,7 @@ def test_the_moes_late_experts_are_planned_and_never_called_unused() -> None:
     assert early["experts.0.fc1"].calls == LATE_FROM
 
 
+@pytest.mark.unit
 def test_a_layer_no_step_runs_is_named_unused_with_the_step_count() -> None:
     """The zoo's auxiliary head never runs: after all 8 steps both plans still say so."""
     fp8 = fp8_layers(f"{ZOO}:make_unused", STEPS, "h100")
@@ -99,6 +101,7 @@ def test_a_layer_no_step_runs_is_named_unused_with_the_step_count() -> None:
     assert fp16["head"].calls == STEPS
 
 
+@pytest.mark.unit
 def test_steps_merge_worst_first_and_sum_what_turned_inf() -> None:
     """A cast is as bad as its worst step (a scale is set per step): one step that flushes
     30 % makes the steps' figure 30 %, not a pooled share; inf/NaN values add up; a recipe
@@ -120,6 +123,7 @@ def test_steps_merge_worst_first_and_sum_what_turned_inf() -> None:
     assert merged["tensorwise"].casts["input"].underflow == 0.3
 
 
+@pytest.mark.unit
 def test_the_json_says_how_many_steps_were_watched(capsys, tmp_path: Path) -> None:
     spec = f"{ZOO}:make_moe"
     code = main(["plan", "fp8", "--model", spec, "--steps", "2", "--out", str(tmp_path), "--json"])
@@ -131,6 +135,7 @@ def test_the_json_says_how_many_steps_were_watched(capsys, tmp_path: Path) -> No
     assert late["reason"] == "bf16: never called in the 2 fp32 steps observed"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value", ["0", "-3", "10001"])
 def test_steps_out_of_range_is_one_paragraph_naming_it(capsys, value: str) -> None:
     code = main(["plan", "fp16", "--model", f"{ZOO}:make_moe", "--steps", value])
@@ -140,11 +145,13 @@ def test_steps_out_of_range_is_one_paragraph_naming_it(capsys, value: str) -> No
     assert "from 1 to 10,000 (default 8)" in err and "Traceback" not in err
 
 
+@pytest.mark.unit
 def test_steps_is_refused_beside_a_bare_gemm(capsys) -> None:
     assert main(["plan", "fp8", "--gemm", "8192,4096,4096", "--steps", "4"]) == 2
     assert "--gemm with --steps" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_a_later_step_that_fails_is_named_with_the_steps_that_ran(capsys, tmp_path: Path) -> None:
     """Their batches fail at step 2: exit 2 naming that step, not the first, and the --steps
     that plans from the steps that ran."""

@@ -41,7 +41,7 @@ from ampscope.core import records
 from ampscope.core.numerics.report import NOTABLE
 from tests.data import zoo
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.slow  # the whole zoo trained, profiled and measured: the full suite's
 pytest.importorskip("transformers")
 
 SPEC = Path(__file__).parent / "data" / "zoo.py"
