@@ -7,6 +7,11 @@ interleaved with it (A B C A B C ...), are ``python -c 'import textual'`` (the f
 and Textual's import) and a minimal Textual app drawing one line (Textual's own first paint).
 
     python benchmarks/first_paint.py [--repeats 7] [--size 80x24] [--compile-each-start]
+                                     [--beside DIR]
+
+``--beside DIR`` times another checkout of ampscope (``git worktree add DIR REV``) in the
+same rounds, as ``ampscope at DIR``: a change's before and after, side by side on one
+machine under one load.
 
 Prints each command's median wall time (and range) and CPU time to its first screen, and the
 ratios to the peers. A shared machine moves the wall times most; the CPU times, and the
@@ -50,18 +55,28 @@ Minimal().run()
 TIMEOUT_S = 60.0
 
 
-def commands(runs_dir: str) -> dict[str, tuple[list[str], bytes | None]]:
-    """name: (argv, the bytes that mean the first screen is drawn; None: wait for the exit)."""
+Command = tuple[list[str], bytes | None, Path]
+"""argv, the bytes that mean the first screen is drawn (None: wait for the exit), and the
+checkout it runs from."""
+
+
+def commands(runs_dir: str, beside: Path | None = None) -> dict[str, Command]:
     py = sys.executable
-    return {
-        "ampscope (dashboard)": ([py, "-m", "ampscope", "--runs-dir", runs_dir], b"mlp-demo"),
-        "minimal Textual app": ([py, "-c", MINIMAL_APP], b"first-paint-marker"),
-        "python -c 'import textual'": ([py, "-c", "import textual"], None),
-    }
+    dashboard = [py, "-m", "ampscope", "--runs-dir", runs_dir]
+    cmds: dict[str, Command] = {"ampscope (dashboard)": (dashboard, b"mlp-demo", ROOT)}
+    if beside is not None:
+        cmds[f"ampscope at {beside.name}"] = (dashboard, b"mlp-demo", beside)
+    cmds["minimal Textual app"] = ([py, "-c", MINIMAL_APP], b"first-paint-marker", ROOT)
+    cmds["python -c 'import textual'"] = ([py, "-c", "import textual"], None, ROOT)
+    return cmds
 
 
 def first_paint(
-    argv: list[str], marker: bytes | None, size: tuple[int, int], pycache: str | None = None
+    argv: list[str],
+    marker: bytes | None,
+    size: tuple[int, int],
+    pycache: str | None = None,
+    root: Path = ROOT,
 ) -> tuple[float, float]:
     """Seconds from spawning ``argv`` in a pty of ``size`` to ``marker`` on its screen, and
     the CPU seconds the process had used by then (user + system: what a busy machine moves
@@ -70,18 +85,20 @@ def first_paint(
     ``pycache``: where compiled modules are kept (as an installed package keeps them: pip
     compiles at install), whatever ``PYTHONDONTWRITEBYTECODE`` says; None: as the
     environment says (with it set, every start compiles ampscope's sources again).
+    ``root``: the checkout whose ampscope runs (its folder is the working directory too, as
+    ``python -m`` looks there first).
     """
     main, side = pty.openpty()
     cols, rows = size
     fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = pycache
     started = time.perf_counter()
     proc = subprocess.Popen(
-        argv, stdin=side, stdout=side, stderr=side, env=env, start_new_session=True
+        argv, stdin=side, stdout=side, stderr=side, env=env, cwd=root, start_new_session=True
     )
     os.close(side)
     seen = b""
@@ -142,18 +159,25 @@ def main() -> int:
         action="store_true",
         help="no compiled-module cache (as PYTHONDONTWRITEBYTECODE=1 leaves a source tree)",
     )
+    parser.add_argument(
+        "--beside",
+        type=Path,
+        metavar="DIR",
+        help="another checkout of ampscope (git worktree add DIR REV), timed in the same rounds",
+    )
     args = parser.parse_args()
     cols, rows = (int(n) for n in args.size.lower().split("x"))
+    beside = args.beside.resolve() if args.beside else None
     with tempfile.TemporaryDirectory() as runs_dir, tempfile.TemporaryDirectory() as pycache:
         cache = None if args.compile_each_start else pycache
-        cmds = commands(runs_dir)
+        cmds = commands(runs_dir, beside)
         walls: dict[str, list[float]] = {name: [] for name in cmds}
         cpus: dict[str, list[float]] = {name: [] for name in cmds}
-        for argv, marker in cmds.values():  # a first start fills the cache: not counted
-            first_paint(argv, marker, (cols, rows), cache)
+        for argv, marker, root in cmds.values():  # a first start fills the cache: not counted
+            first_paint(argv, marker, (cols, rows), cache, root)
         for _ in range(args.repeats):
-            for name, (argv, marker) in cmds.items():
-                wall, cpu = first_paint(argv, marker, (cols, rows), cache)
+            for name, (argv, marker, root) in cmds.items():
+                wall, cpu = first_paint(argv, marker, (cols, rows), cache, root)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
     how = "compiled modules cached" if cache else "compiling on each start"
@@ -169,14 +193,15 @@ def main() -> int:
             f"  {name:<28} {statistics.median(ws):6.2f}s ({min(ws):.2f}-{max(ws):.2f}) "
             f"{statistics.median(cs):6.2f}s"
         )
-    names = list(cmds)
+    *ampscopes, minimal, floor = list(cmds)
     for label, table in (("wall", walls), ("CPU", cpus)):
-        ours = statistics.median(table[names[0]])
-        print(
-            f"{label}: ampscope / minimal Textual app "
-            f"{ours / statistics.median(table[names[1]]):.2f}x; "
-            f"ampscope / import textual {ours / statistics.median(table[names[2]]):.2f}x"
-        )
+        for name in ampscopes:
+            ours = statistics.median(table[name])
+            print(
+                f"{label}: {name} / minimal Textual app "
+                f"{ours / statistics.median(table[minimal]):.2f}x; "
+                f"/ import textual {ours / statistics.median(table[floor]):.2f}x"
+            )
     return 0
 
 

@@ -1,7 +1,9 @@
 """The dashboard stays quick to start: drawing its first screen imports neither torch nor
-numpy (seconds on a busy host), nor plotext, the run session or any screen it does not show
-(each is loaded when first opened). The time itself is measured in benchmarks/first_paint.py,
-beside a minimal Textual app: a benchmark, not a test, as timings are."""
+numpy (seconds on a busy host), nor psutil, plotext, the run session, the comparisons, the
+machine checks or any screen it does not show (each is loaded when first opened), and its
+command line builds no command's parser. The time itself is measured in
+benchmarks/first_paint.py, beside a minimal Textual app: a benchmark, not a test, as timings
+are."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ async def go():
         while not (isinstance(app.screen, PresetsScreen) and app.screen.presets):
             await pilot.pause(0.05)
         await pilot.pause(0.3)
-        heavy = {'torch', 'numpy', 'ml_dtypes', 'transformers', 'pynvml'} & set(sys.modules)
+        heavy = {'torch', 'numpy', 'ml_dtypes', 'transformers', 'pynvml', 'psutil'}
+        heavy &= set(sys.modules)
         later = {'plotext', 'ampscope.tui.model.run_manager', 'ampscope.tui.model.run_state'}
+        later |= {'ampscope.core.comparison', 'ampscope.core.machine'}
         later |= {m for m in sys.modules if m.startswith('ampscope.tui.screens.')}
         shown = {'installed', 'presets', 'preset_form', 'help', 'dialogs'}
         print(sorted(later & set(sys.modules) - {'ampscope.tui.screens.' + s for s in shown}))
@@ -49,3 +53,29 @@ def test_the_first_screen_is_drawn_without_torch_or_numpy() -> None:
     *_, not_shown, heavy = done.stdout.strip().splitlines()
     assert heavy == "[]"
     assert not_shown == "[]"  # loaded before they are asked for: the first screen waits
+
+
+DASHBOARD_COMMAND_LINE = """
+import sys
+from ampscope.cli.main import dispatch
+import ampscope.cli.main as cli
+cli.cmd_dashboard = lambda args: print(args.command, args.top_runs_dir, args.refresh) or 0
+dispatch(['--runs-dir', 'elsewhere', '--refresh', '2'])
+print(sorted(m for m in sys.modules if m.startswith(('ampscope.cli.', 'ampscope.core.comparison'))))
+"""
+
+
+@pytest.mark.subprocess
+def test_the_dashboards_command_line_loads_no_other_commands_code() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", DASHBOARD_COMMAND_LINE],
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    parsed, loaded = done.stdout.strip().splitlines()
+    assert parsed == "None elsewhere 2.0"
+    assert loaded == "['ampscope.cli.main', 'ampscope.cli.output']"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ampscope.core import presets as cfg
-from ampscope.tui.model.preset_draft import FIELDS, PresetDraft
+from ampscope.core.comparison import significance
+from ampscope.tui.model.preset_draft import FIELDS, REPEAT_CHOICES, PresetDraft
 
 
 def info(name: str) -> cfg.PresetInfo:
@@ -70,6 +71,11 @@ def test_marked_presets_sweep_as_marked_with_their_edits_and_the_queue_empties()
     edited = queue[1]
     assert isinstance(edited, cfg.Preset) and edited.steps == 40
     assert draft.marked == {} and draft.take_sweep() is None
+
+
+@pytest.mark.unit
+def test_a_marked_sweep_runs_by_default_as_many_rounds_as_a_speed_verdict_needs() -> None:
+    assert PresetDraft().repeats == REPEAT_CHOICES[0] == significance.MIN_REPEATS
 
 
 @pytest.mark.unit

@@ -14,7 +14,6 @@ from pathlib import Path
 from ampscope import __version__
 from ampscope.cli.output import fail
 from ampscope.core import presets as cfg
-from ampscope.core.comparison import significance
 from ampscope.core.presets.parallel import LaunchError
 from ampscope.core.presets.run_args import (
     ArgParser,
@@ -31,6 +30,8 @@ from ampscope.core.text import visible
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    from ampscope.core.comparison import significance  # run records: not the dashboard's start
+
     p.add_argument("presets", nargs="*", help="presets to compare (default: the lecture's sweep)")
     add_override_arguments(p, "every preset")
     p.add_argument("--baseline", help="the preset others are compared with (default: fp32)")
@@ -62,14 +63,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = ArgParser(
-        prog="ampscope",
-        description=(
-            "Watch how number formats, mixed precision and torch.compile change a training run. "
-            "With no command, opens the dashboard."
-        ),
-    )
+DESCRIPTION = (
+    "Watch how number formats, mixed precision and torch.compile change a training run. "
+    "With no command, opens the dashboard."
+)
+
+
+def add_top_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options before any command: the dashboard's own."""
     parser.add_argument("--version", action="version", version=f"ampscope {__version__}")
     parser.add_argument(
         "--runs-dir", dest="top_runs_dir", type=Path, help="where run records go (default ./runs)"
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_refresh_argument(parser)
     add_model_argument(parser)  # the dashboard: every run it starts trains this model
     add_launch_arguments(parser, prefix="top_")  # the dashboard: every run it starts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgParser(prog="ampscope", description=DESCRIPTION)
+    add_top_arguments(parser)
     sub = parser.add_subparsers(dest="command", parser_class=ArgParser)
     run = sub.add_parser("run", help="run a preset headless and print its progress")
     add_run_arguments(run)
@@ -147,8 +153,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+class _NotTheDashboard(Exception):
+    pass
+
+
+class _DashboardParser(ArgParser):
+    """The options before any command alone: anything it cannot take is for the whole parser."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _NotTheDashboard(message)
+
+
+def dashboard_args(argv: Sequence[str] | None) -> argparse.Namespace | None:
+    """``argv`` parsed when it opens the dashboard (no command, no --help), without building
+    every command's parser: that imports each command's code, a tenth of a second before the
+    first screen (benchmarks/first_paint.py). None when ``argv`` names a command, asks for
+    help or is at fault: ``build_parser`` then parses it, and says what is wrong."""
+    parser = _DashboardParser(prog="ampscope", description=DESCRIPTION, add_help=False)
+    parser.add_argument("-h", "--help", action="store_true")  # its abbreviations, as argparse's
+    add_top_arguments(parser)
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except _NotTheDashboard:
+        return None
+    if rest or args.help:
+        return None
+    del args.help
+    args.command = None
+    return args
+
+
 def dispatch(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = dashboard_args(argv) or build_parser().parse_args(argv)
     # `ampscope --runs-dir X run ...` and `ampscope run ... --runs-dir X` mean the same.
     args.runs_dir = getattr(args, "runs_dir", None) or args.top_runs_dir
     try:

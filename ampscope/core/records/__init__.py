@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ampscope.core import events as ev
 from ampscope.core.processes import ownership
 from ampscope.core.records import files as record_files
@@ -216,6 +214,8 @@ PROC_START_SLACK_S = 2.0
 
 def process_start(pid: int) -> float | None:
     """When ``pid`` started (seconds since the epoch), or None if it does not run."""
+    import psutil  # here: the dashboard's first screen reads no liveness (benchmarks/first_paint.py)
+
     try:
         return psutil.Process(pid).create_time()
     except (psutil.Error, OSError, ValueError, OverflowError):

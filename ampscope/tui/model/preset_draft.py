@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ampscope.core import presets as cfg
-from ampscope.core.comparison import significance
 from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
 
 # (key in the preset, label, choices or None for a free input)
@@ -31,8 +30,10 @@ FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("workload.size", "size", typing.get_args(cfg.WorkloadSize)),
 ]
 
-REPEAT_CHOICES = (significance.MIN_REPEATS, 5, 1)
-"""The rounds a sweep can run, the default first: 3 gives a verdict, 1 is quickest."""
+REPEAT_CHOICES = (3, 5, 1)
+"""The rounds a sweep can run, the default first: 3 gives a verdict (the least
+``ampscope.core.comparison.significance.MIN_REPEATS`` takes, which the comparison's records
+would load before the first screen), 1 is quickest."""
 
 
 def parse_field(key: str, text: str) -> Any:

@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 from ampscope.core import presets as cfg
 from ampscope.core.presets.workload_spec import model_label
 from ampscope.core.text import visible
-from ampscope.tui.model.preset_draft import FIELDS
+from ampscope.tui.model.preset_draft import FIELDS, model_spec
 from ampscope.tui.text import literal
 
 
@@ -52,9 +52,12 @@ class PresetForm(VerticalScroll, can_focus=False):
     def compose(self) -> ComposeResult:
         yield Static("", id="preset-description")
         # a --model dashboard: the model, in place of workload, in the fields' own columns
-        with Horizontal(classes="form-row", id="preset-model-row"):
-            yield Label("model", classes="form-label")
-            yield Static("", id="preset-model")
+        # (made only there: the dashboard's --model is set when it starts, and other
+        # dashboards draw their first screen without it, benchmarks/first_paint.py)
+        if model_spec(getattr(self.app, "extra_overrides", [])) is not None:
+            with Horizontal(classes="form-row", id="preset-model-row"):
+                yield Label("model", classes="form-label")
+                yield Static("", id="preset-model")
         for key, label, choices in FIELDS:
             with Horizontal(classes="form-row"):
                 yield Label(label, classes="form-label")
@@ -92,7 +95,6 @@ class PresetForm(VerticalScroll, can_focus=False):
                 literal(preset.description, keep_newlines=True),
             )
         )
-        self.query_one("#preset-model-row").display = model is not None
         if model is not None:
             self.query_one("#preset-model", Static).update(literal(model_label(model) or model))
         for key in ("workload.kind", "workload.size"):

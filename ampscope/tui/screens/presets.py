@@ -77,6 +77,7 @@ class PresetsScreen(Screen):
         self.detach = False  # runs started from here outlive the dashboard
         self.presets: list[cfg.PresetInfo] = []
         self.draft = PresetDraft()
+        self.shown_once = False
 
     @property
     def current(self) -> cfg.PresetInfo | None:
@@ -102,8 +103,15 @@ class PresetsScreen(Screen):
         self.reload()
         self.query_one("#preset-list", OptionList).focus()
 
-    def on_screen_resume(self) -> None:
-        """Back from another screen, the list has the keys (never a field: 'h' is no text)."""
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        """Back from another screen, the list has the keys (never a field: 'h' is no text).
+
+        Shown for the first time, its widgets took their styles as they mounted, a moment ago:
+        Textual's own handler, which runs after this one, need not work them all out again
+        before the first screen is drawn (benchmarks/first_paint.py)."""
+        if not self.shown_once:
+            event.refresh_styles = False
+            self.shown_once = True
         self.query_one("#preset-list", OptionList).focus()
         self.refresh_bindings()
 
