@@ -1033,7 +1033,7 @@ def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch
 def test_one_option_without_bench_is_told_it_applies() -> None:
     import argparse
 
-    from ampscope.cli.machine import check_options
+    from ampscope.cli.doctor_bench import check_options
 
     one = argparse.Namespace(quick=True, bench_device="auto", bench=False, try_compile=False)
     assert (check_options(one) or "").startswith("--quick only applies to the machine check")
