@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from ampscope.core import presets as cfg  # noqa: E402
-from ampscope.engine.checks.device import resolve_device  # noqa: E402
+from ampscope.engine.device import resolve_device  # noqa: E402
+from ampscope.engine.lifecycle.loop import train_step  # noqa: E402
 from ampscope.engine.numerics.hooks import NumericsProbe  # noqa: E402
-from ampscope.engine.step.loop import train_step  # noqa: E402
 from ampscope.engine.step.metrics import scaler_scale  # noqa: E402
 from ampscope.engine.step.setup import build  # noqa: E402
 

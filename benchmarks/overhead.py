@@ -45,9 +45,9 @@ from ampscope.core import events as ev  # noqa: E402
 from ampscope.core import presets as cfg  # noqa: E402
 from ampscope.core.records.distribution import merged  # noqa: E402
 from ampscope.core.records.tally import StepTally  # noqa: E402
-from ampscope.engine.checks.device import resolve_device  # noqa: E402
-from ampscope.engine.lifecycle.emitter import EventWriter, LiveStream  # noqa: E402
-from ampscope.engine.step.loop import train, train_step  # noqa: E402
+from ampscope.engine.device import resolve_device  # noqa: E402
+from ampscope.engine.emitter import EventWriter, LiveStream  # noqa: E402
+from ampscope.engine.lifecycle.loop import train, train_step  # noqa: E402
 from ampscope.engine.step.metrics import METRICS_WIDTH, MemoryReader, StepReporter  # noqa: E402
 from ampscope.engine.step.setup import build  # noqa: E402
 from ampscope.engine.step.timer import make_step_timer  # noqa: E402

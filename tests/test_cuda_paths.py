@@ -18,12 +18,12 @@ from ampscope.core import events as ev
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets import load_preset
 from ampscope.core.records.tally import StepTally
-from ampscope.engine.checks import device, doctor
-from ampscope.engine.lifecycle import session
+from ampscope.engine import device
+from ampscope.engine.lifecycle import loop, training
 from ampscope.engine.lifecycle.faults import failure
 from ampscope.engine.lifecycle.hello import choose_peak
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
-from ampscope.engine.step import loop
+from ampscope.engine.machine import doctor
 from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter
 from ampscope.engine.step.precision import set_matmul_precision, tf32_disagreements, tf32_getters
@@ -159,7 +159,7 @@ def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatc
 
     monkeypatch.setattr(MemoryReader, "reset_peak", reset_peak)
     monkeypatch.setattr(engine_setup, "compile_model", lambda model, preset: model)  # no cost
-    monkeypatch.setattr(session, "train", train)
+    monkeypatch.setattr(training, "train", train)
     code, seen = run_fast("amp-bf16", "steps=3", "compile='default'")
     assert code == EXIT_OK
     assert calls == [None, 0]  # before the first step, and right after the compile step

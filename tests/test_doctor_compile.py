@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ampscope.engine.checks import doctor
+from ampscope.engine.machine import doctor
 
 
 @pytest.mark.unit

@@ -236,7 +236,7 @@ def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -
 def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) -> None:
     import torch
 
-    from ampscope.engine.step import loop
+    from ampscope.engine.lifecycle import loop
 
     real_step = loop.train_step
 
@@ -259,7 +259,7 @@ def test_out_of_memory_in_a_cpu_run_on_a_gpu_machine_still_ends_with_done(monkey
     """CUDA's memory figures belong to CUDA runs: asked about a CPU device, torch raises."""
     import torch
 
-    from ampscope.engine.step import loop
+    from ampscope.engine.lifecycle import loop
 
     def cuda_only(device=None) -> int:
         raise ValueError(f"Expected a cuda device, but got: {device}")
@@ -281,11 +281,11 @@ def test_out_of_memory_in_a_cpu_run_on_a_gpu_machine_still_ends_with_done(monkey
 def test_a_gpu_without_bf16_is_refused_before_anything_is_built(monkeypatch) -> None:
     import torch
 
-    from ampscope.engine.checks.device import DeviceInfo
-    from ampscope.engine.lifecycle import session
+    from ampscope.engine.device import DeviceInfo
+    from ampscope.engine.lifecycle import training
 
     t4 = DeviceInfo(torch.device("cuda", 0), "Tesla T4", (7, 5), 16 * 2**30, 70.0, "t4-uuid")
-    monkeypatch.setattr(session, "resolve_device", lambda spec, ranks=None: t4)
+    monkeypatch.setattr(training, "resolve_device", lambda spec, ranks=None: t4)
     code, seen = run_preset("amp-bf16")
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_USAGE and error.kind == "config"
@@ -311,8 +311,8 @@ def test_the_precision_decides_every_dtype_and_the_loss_stays_fp32(
     import torch
 
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import resolve_device
-    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
     preset = cfg.load_preset("fp32", [f"precision='{precision}'", f"workload.kind='{kind}'"])

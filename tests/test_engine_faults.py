@@ -20,7 +20,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes.launch import engine_command
-from ampscope.engine.lifecycle.emitter import LiveStream
+from ampscope.engine.emitter import LiveStream
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_until
 
@@ -346,7 +346,7 @@ def test_a_hang_up_stops_a_headless_run_like_sigterm(tmp_path: Path) -> None:
 def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, monkeypatch):
     import torch
 
-    from ampscope.engine.step import loop
+    from ampscope.engine.lifecycle import loop
 
     try:
         torch.empty(1 << 56, dtype=torch.uint8)  # what the CPU allocator says when it cannot
@@ -376,11 +376,11 @@ GIB = 1 << 30
 def test_a_batch_far_beyond_the_hosts_memory_is_refused_before_anything_is_built(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from ampscope.engine.checks import preflight
+    from ampscope.engine.step import preflight
 
     monkeypatch.setattr(preflight, "host_memory", lambda: (6 * GIB, 8 * GIB))
     built = []
-    monkeypatch.setattr("ampscope.engine.lifecycle.session.build", lambda *a: built.append(a))
+    monkeypatch.setattr("ampscope.engine.lifecycle.training.build", lambda *a: built.append(a))
     seen: list[ev.Event] = []
     code = run("mlp-demo", ["batch_size=400000"], runs_dir=tmp_path, on_event=seen.append)
     assert code == EXIT_USAGE and built == []
@@ -393,7 +393,7 @@ def test_a_batch_far_beyond_the_hosts_memory_is_refused_before_anything_is_built
 @pytest.mark.unit
 def test_a_batch_that_may_not_fit_is_warned_about() -> None:
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.preflight import check_memory
+    from ampscope.engine.step.preflight import check_memory
 
     preset = cfg.load_preset("mlp-demo", ["batch_size=40000"])  # about 1.6 GiB
     [(code, message)] = check_memory(preset, "cpu", False, host=lambda: (4 * GIB, 5 * GIB))
@@ -407,9 +407,9 @@ def test_the_memory_estimate_holds_what_the_built_run_holds(name: str) -> None:
     """Checked against the tensors themselves: the pool, and after a step the weights,
     gradients and AdamW's state."""
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import resolve_device
-    from ampscope.engine.checks.preflight import estimate
-    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
+    from ampscope.engine.step.preflight import estimate
     from ampscope.engine.step.setup import build
 
     overrides = ["device='cpu'", "batch_size=8"] + (

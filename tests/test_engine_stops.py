@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ampscope.engine.lifecycle import process
+from ampscope.engine.lifecycle import stopping
 
 
 @pytest.mark.unit
@@ -22,7 +22,7 @@ def test_a_signal_while_torch_imports_marks_the_stop_and_leaves_the_import_alone
     stop, in_loop, importing = threading.Event(), threading.Event(), threading.Event()
     ended = threading.Event()
     try:
-        process.install_signal_handlers(stop, in_loop, ended.set, importing=importing)
+        stopping.install_signal_handlers(stop, in_loop, ended.set, importing=importing)
         importing.set()
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler runs here, between bytecodes, and raises nothing
@@ -42,7 +42,7 @@ def test_the_writer_takes_nothing_after_done_nor_from_others_once_a_thread_ends_
     """One done per record, and nothing after it: a telemetry sample or a second ending
     (the main thread's step failing because the ending killed its child) is left out."""
     from ampscope.core import events as ev
-    from ampscope.engine.lifecycle.emitter import EventWriter
+    from ampscope.engine.emitter import EventWriter
     from tests.helpers import done, step
 
     got: list[ev.Event] = []

@@ -392,7 +392,7 @@ def test_cli_facts_table(capsys):
 
 @pytest.mark.subprocess
 def test_import_does_not_pull_torch():
-    code = "import ampscope.core.formats, ampscope.core.memory.plan, ampscope.cli.formats, sys; assert 'torch' not in sys.modules"
+    code = "import ampscope.core.formats, ampscope.core.memory.plan, ampscope.cli.dtypes, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=engine_env())
 
 

@@ -20,8 +20,8 @@ from ampscope.core.formats import catalog
 from ampscope.core.memory import measured as memory_runs
 from ampscope.core.memory import plan as mp
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
-from ampscope.engine.checks.device import DeviceInfo
-from ampscope.engine.lifecycle import session as engine_session
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.lifecycle import training as engine_training
 from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.step import fp8
 from ampscope.engine.step import setup as engine_setup
@@ -146,7 +146,7 @@ def test_ampscope_run_on_the_cpu_exits_2_with_the_paragraph(capsys) -> None:
 @pytest.mark.unit
 def test_a_gpu_below_8_9_is_refused_before_anything_is_built(monkeypatch) -> None:
     a100 = gpu("NVIDIA A100-SXM4-40GB", (8, 0))
-    monkeypatch.setattr(engine_session, "resolve_device", lambda spec, ranks=None: a100)
+    monkeypatch.setattr(engine_training, "resolve_device", lambda spec, ranks=None: a100)
     seen: list[ev.Event] = []
     code = run("fp8-tensorwise", [], record=False, on_event=seen.append)
     (error,) = of(seen, ev.ErrorEvent)
@@ -159,7 +159,7 @@ def test_a_gpu_below_8_9_is_refused_before_anything_is_built(monkeypatch) -> Non
 def test_a_token_count_not_a_multiple_of_16_is_refused_before_building(monkeypatch, capsys) -> None:
     """torch._scaled_mm needs batch x sequence rows in multiples of 16, not only the weights."""
     h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0))
-    monkeypatch.setattr(engine_session, "resolve_device", lambda spec, ranks=None: h100)
+    monkeypatch.setattr(engine_training, "resolve_device", lambda spec, ranks=None: h100)
     built: list[object] = []
     monkeypatch.setattr(engine_setup, "make_workload", lambda *a: built.append(a))
     code = main(["run", "fp8-tensorwise", "--no-record", "--set", "batch_size=3",
@@ -353,7 +353,7 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
 @pytest.mark.subprocess
 def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
     from ampscope.cli.doctor import doctor as print_doctor
-    from ampscope.engine.checks import doctor
+    from ampscope.engine.machine import doctor
 
     monkeypatch.setattr(doctor, "_torchao_version", lambda: None)
     assert print_doctor() == 0
@@ -390,7 +390,7 @@ def test_a_vit_on_multihead_attention_counts_only_the_layers_that_run_in_fp8() -
     Parameter: swapped for fp8 layers, its out_proj never ran (forward hooks on the converted
     layers during the first step show it), yet the line once said 9 of 10 layers in fp8."""
     pytest.importorskip("torchao")
-    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.lifecycle.loop import train_step
 
     preset = cfg.load_preset(
         "fp8-eager", [*EMULATED, f"workload.model='{REAL_MODELS}:vit'", "batch_size=16"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ampscope.core import presets as cfg
-from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.step.precision import precision_policy
 from tests.helpers import ROOT, engine_env
 

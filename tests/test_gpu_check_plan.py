@@ -29,8 +29,8 @@ from ampscope.core.presets.run_args import (
     model_overrides,
     run_overrides,
 )
-from ampscope.engine.checks.device import DeviceInfo
-from ampscope.engine.checks.validation import Facts, check_run
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.step.validation import Facts, check_run
 from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ampscope.core.machine import check as mc
-from ampscope.engine.checks import machine_bench as mb
+from ampscope.engine.machine import bench
 from tests.helpers import cli, engine_env
 
 
@@ -30,14 +30,16 @@ class FakeCall:
     """A matmul that is never run: the fake timer reads what it would have been."""
 
     fmt: str
-    shape: mb.Shape
+    shape: bench.Shape
     layout: str = "nn"
 
     def __call__(self) -> None:
         pass
 
 
-def fake_make(fmt: str, shape: mb.Shape, layout: str, device: torch.device) -> Callable[[], object]:
+def fake_make(
+    fmt: str, shape: bench.Shape, layout: str, device: torch.device
+) -> Callable[[], object]:
     return FakeCall(fmt, shape, layout)
 
 
@@ -48,9 +50,9 @@ class FakeTimer:
 
     tflops: dict[str, float]
     small: float = 0.5
-    batches: list[tuple[str, mb.Shape, int, int]] = field(default_factory=list)
-    calls: list[tuple[str, mb.Shape, str, int]] = field(default_factory=list)
-    warmups: list[tuple[str, mb.Shape, str, int]] = field(default_factory=list)
+    batches: list[tuple[str, bench.Shape, int, int]] = field(default_factory=list)
+    calls: list[tuple[str, bench.Shape, str, int]] = field(default_factory=list)
+    warmups: list[tuple[str, bench.Shape, str, int]] = field(default_factory=list)
 
     def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
         assert isinstance(fn, FakeCall), "only matmuls are timed through this fake"
@@ -58,9 +60,9 @@ class FakeTimer:
         self.calls.append((fn.fmt, fn.shape, fn.layout, repeats))
         self.warmups.append((fn.fmt, fn.shape, fn.layout, warmup))
         rate = self.tflops[fn.fmt] * (
-            1.0 if fn.shape == max(mb.GPU_SHAPES, key=mb.flops_of) else self.small
+            1.0 if fn.shape == max(bench.GPU_SHAPES, key=bench.flops_of) else self.small
         )
-        seconds = mb.flops_of(fn.shape) / (rate * 1e12)
+        seconds = bench.flops_of(fn.shape) / (rate * 1e12)
         # one repeat in five is slow (another process): the fastest call is the figure
         return [seconds * (3.0 if i % 5 == 4 else 1.0) for i in range(repeats)]
 
@@ -127,13 +129,13 @@ def fake_gpu_seams(
     cc: tuple[int, int] = (9, 0),
     h2d: float = 11.0,
     sms: int | None = None,
-) -> mb.Seams:
-    return mb.Seams(
+) -> bench.Seams:
+    return bench.Seams(
         timer=timer,
         nvml=nvml,
         make=fake_make,
         sync=lambda: None,
-        gpu=lambda: mb.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
+        gpu=lambda: bench.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
         copy=lambda device, nbytes: lambda t, b: 2800.0,
         h2d=lambda device, nbytes: lambda t, b: h2d,
     )
@@ -157,7 +159,7 @@ def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_it
 ):
     timer = FakeTimer(H100_RATES)
     lines: list[str] = []
-    check = mb.run_check(
+    check = bench.run_check(
         on_figure=lambda what, line: lines.append(line), seams=fake_gpu_seams(FakeNvml(), timer)
     )
     assert check.kind == "cuda" and check.device == "NVIDIA H100 80GB HBM3"
@@ -199,7 +201,7 @@ def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_it
     # the sweep times each shape in each layout (fp8's kernel takes one)
     swept = {(fmt, shape, layout) for fmt, shape, layout, _ in timer.calls}
     assert {(s, lay) for f, s, lay in swept if f == "bf16"} == {
-        (shape, layout) for shape in mb.GPU_SHAPES for layout in ("nn", "nt", "tn")
+        (shape, layout) for shape in bench.GPU_SHAPES for layout in ("nn", "nt", "tn")
     }
     assert {lay for f, _, lay in swept if f == "fp8"} == {"nt"}
 
@@ -207,11 +209,11 @@ def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_it
 @pytest.mark.unit
 def test_a_healthy_gpu_gets_no_state_verdicts_and_the_json_has_the_issue_shape() -> None:
     healthy = FakeNvml(limit_mw=700_000, reasons=0x1, link=(5, 16, 5, 16))
-    check = mb.run_check(seams=fake_gpu_seams(healthy, FakeTimer(H100_RATES), h2d=50.0))
+    check = bench.run_check(seams=fake_gpu_seams(healthy, FakeTimer(H100_RATES), h2d=50.0))
     said = "\n".join(check.verdicts)
     assert "power limit" not in said and "throttled" not in said and "PCIe" not in said
     # the same 11 GB/s that suits a Gen3 x8 link is slow on a Gen5 x16 one
-    slow = mb.run_check(seams=fake_gpu_seams(healthy, FakeTimer(H100_RATES), h2d=11.0))
+    slow = bench.run_check(seams=fake_gpu_seams(healthy, FakeTimer(H100_RATES), h2d=11.0))
     assert slow.verdicts[-1].startswith(
         "pinned host-to-device at 11 GB/s, under half of what the PCIe link carries (63 GB/s)"
     )
@@ -237,13 +239,13 @@ def test_a_healthy_gpu_gets_no_state_verdicts_and_the_json_has_the_issue_shape()
 @pytest.mark.unit
 def test_a_slow_gpu_is_called_below_normal_and_an_unknown_one_has_no_ratio() -> None:
     slow = dict(H100_RATES, bf16=350.0)
-    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(slow)))
+    check = bench.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(slow)))
     assert any(
         v.startswith("bf16 matmul at 35 % of the datasheet: far below normal")
         for v in check.verdicts
     )
     assert "bf16 35 %" not in "\n".join(check.verdicts)  # not called typical beside it
-    unknown = mb.run_check(
+    unknown = bench.run_check(
         seams=fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES), name="Mystery GPU 9000")
     )
     assert unknown.matmul["bf16"].ratio is None and unknown.memory_datasheet_gbps is None
@@ -261,13 +263,13 @@ def test_a_slow_gpu_is_called_below_normal_and_an_unknown_one_has_no_ratio() -> 
 )
 def test_only_the_formats_the_gpu_runs_natively_are_measured(cc, formats) -> None:
     timer = FakeTimer(H100_RATES)
-    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), timer, cc=cc))
+    check = bench.run_check(seams=fake_gpu_seams(FakeNvml(), timer, cc=cc))
     assert tuple(check.matmul) == formats
     assert {fmt for fmt, *_ in timer.batches} == set(formats)
 
 
-def cpu_seams(flags: set[str], rates: dict[str, float]) -> mb.Seams:
-    return mb.Seams(
+def cpu_seams(flags: set[str], rates: dict[str, float]) -> bench.Seams:
+    return bench.Seams(
         # two threads run fp32 at twice one thread's rate: an idle machine
         timer=ThreadedTimer(rates, small=1.0, one=rates.get("fp32", 1.0) / 2),
         make=fake_make,
@@ -282,7 +284,7 @@ def cpu_seams(flags: set[str], rates: dict[str, float]) -> mb.Seams:
 @pytest.mark.unit
 def test_a_cpu_without_bf16_units_is_told_why_bf16_is_slower() -> None:
     rates = {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}
-    check = mb.run_check(seams=cpu_seams({"avx2", "fma"}, rates))
+    check = bench.run_check(seams=cpu_seams({"avx2", "fma"}, rates))
     assert check.kind == "cpu" and list(check.matmul) == ["fp32", "bf16", "fp16"]
     assert check.threads == torch.get_num_threads()
     assert check.verdicts[0] == (
@@ -296,12 +298,12 @@ def test_a_cpu_without_bf16_units_is_told_why_bf16_is_slower() -> None:
 
 @pytest.mark.unit
 def test_a_cpu_with_amx_is_credited_and_one_whose_units_go_unused_is_told_to_check() -> None:
-    fast = mb.run_check(
+    fast = bench.run_check(
         seams=cpu_seams({"amx_bf16", "avx512_bf16"}, {"fp32": 0.1, "bf16": 0.4, "fp16": 0.1})
     )
     assert fast.cpu_units == ["amx_bf16", "avx512_bf16"]
     assert fast.verdicts[0] == "bf16 matmul runs at 4x fp32 here, on its AMX-BF16 units"
-    unused = mb.run_check(
+    unused = bench.run_check(
         seams=cpu_seams({"avx512_bf16"}, {"fp32": 0.1, "bf16": 0.05, "fp16": 0.1})
     )
     assert unused.verdicts[0].startswith(
@@ -314,8 +316,8 @@ def test_a_slow_format_stops_the_sweep_before_a_shape_that_would_take_seconds() 
     """fp16 without fp16 units at 5 GFLOP/s: 2048 cubed would take 3.4 s a call, so it is not
     tried; 1024 cubed (0.4 s) is, in each layout."""
     timer = FakeTimer({"fp16": 0.005}, small=1.0)
-    rates = mb.sweep(
-        "fp16", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(seconds=0.5), fake_make
+    rates = bench.sweep(
+        "fp16", bench.CPU_SHAPES, torch.device("cpu"), timer, bench.Budget(seconds=0.5), fake_make
     )
     assert {shape for _, shape, _, _ in timer.batches} == {(n, n, n) for n in (128, 256, 512, 1024)}
     assert {layout for _, layout in rates} == {"nn", "nt", "tn"}
@@ -331,7 +333,7 @@ def test_a_figure_is_the_fastest_call_and_a_slow_call_is_not_repeated_long() -> 
         calls.append((repeats, warmup))
         return [0.012, 0.011, 0.5, 0.009, 0.011][:repeats] if repeats > 1 else [0.01]
 
-    assert mb.time_best(timer, lambda: None, mb.Budget(seconds=0.05)) == 0.009
+    assert bench.time_best(timer, lambda: None, bench.Budget(seconds=0.05)) == 0.009
     assert calls == [(1, 1), (5, 0)]
     calls.clear()
 
@@ -339,7 +341,7 @@ def test_a_figure_is_the_fastest_call_and_a_slow_call_is_not_repeated_long() -> 
         calls.append((repeats, warmup))
         return [0.9 - 0.1 * len(calls)] * repeats
 
-    assert mb.time_best(slow, lambda: None, mb.Budget(seconds=0.5)) == pytest.approx(0.7)
+    assert bench.time_best(slow, lambda: None, bench.Budget(seconds=0.5)) == pytest.approx(0.7)
     assert calls == [(1, 1), (2, 0)]  # three timed calls in all, the probe one of them
     calls.clear()
 
@@ -347,7 +349,7 @@ def test_a_figure_is_the_fastest_call_and_a_slow_call_is_not_repeated_long() -> 
         calls.append((repeats, warmup))
         return [2.0] * repeats
 
-    assert mb.time_best(far_too_slow, lambda: None, mb.Budget(seconds=0.5)) == 2.0
+    assert bench.time_best(far_too_slow, lambda: None, bench.Budget(seconds=0.5)) == 2.0
     assert calls == [(1, 1)]  # over twice the budget: the probe alone
 
 
@@ -377,7 +379,7 @@ def test_the_cuda_timer_reads_the_gpus_own_clock_and_syncs_once(monkeypatch) -> 
         ran.append(1)
         clock[0] += 0.003
 
-    times = mb.cuda_timer(work, repeats=4, warmup=2)
+    times = bench.cuda_timer(work, repeats=4, warmup=2)
     assert times == pytest.approx([0.003] * 4)
     assert len(ran) == 6 and synced == [1]
 
@@ -387,18 +389,18 @@ def test_real_cpu_matmuls_run_in_each_format_and_layout_at_the_shape_asked() -> 
     cpu = torch.device("cpu")
     for fmt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         for layout in ("nn", "nt", "tn"):
-            out = mb.matmul_call(fmt, (8, 4, 16), layout, cpu)()
+            out = bench.matmul_call(fmt, (8, 4, 16), layout, cpu)()
             assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == dtype
     # nn.Linear's forward multiplies by a transposed weight (nt), its weight gradient by a
     # transposed activation (tn): the operands lie in memory as they do there
-    a, b = mb.operands("fp16", (8, 4, 16), "nt", cpu)
+    a, b = bench.operands("fp16", (8, 4, 16), "nt", cpu)
     assert a.is_contiguous() and not b.is_contiguous() and b.t().is_contiguous()
-    a, b = mb.operands("fp16", (8, 4, 16), "tn", cpu)
+    a, b = bench.operands("fp16", (8, 4, 16), "tn", cpu)
     assert not a.is_contiguous() and a.t().is_contiguous() and b.is_contiguous()
-    assert all(t.is_contiguous() for t in mb.operands("fp32", (8, 4, 16), "nn", cpu))
-    out = mb.matmul_call("fp8", (8, 4, 16), "nt", cpu)()  # torch._scaled_mm, e4m3
+    assert all(t.is_contiguous() for t in bench.operands("fp32", (8, 4, 16), "nn", cpu))
+    out = bench.matmul_call("fp8", (8, 4, 16), "nt", cpu)()  # torch._scaled_mm, e4m3
     assert isinstance(out, torch.Tensor) and out.shape == (8, 4) and out.dtype == torch.bfloat16
-    with mb._Float32Precision("tf32"):
+    with bench._Float32Precision("tf32"):
         assert torch.get_float32_matmul_precision() == "high"
     assert torch.get_float32_matmul_precision() == "highest"
 
@@ -415,22 +417,22 @@ def test_several_gpus_get_the_all_reduce_bus_bandwidth_and_a_failed_one_says_why
         return 361.0
 
     seams = fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES))
-    gpus8 = mb.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "58fa5f56-0000", 8)
+    gpus8 = bench.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "58fa5f56-0000", 8)
     seams = dataclasses.replace(seams, gpu=lambda: gpus8, allreduce=eight)
-    check = mb.run_check(seams=seams, on_figure=lambda what, line: said.append((what, line)))
+    check = bench.run_check(seams=seams, on_figure=lambda what, line: said.append((what, line)))
     assert asked == [8] and check.allreduce_busbw_gbps == 361.0 and check.allreduce_note is None
     assert ("allreduce", "all-reduce  361 GB/s bus bandwidth over 8 GPUs (NCCL)") in said
 
     def broken(count: int) -> float:
         raise RuntimeError("rank 3 ended with exit code 1")
 
-    check = mb.run_check(seams=dataclasses.replace(seams, allreduce=broken))
+    check = bench.run_check(seams=dataclasses.replace(seams, allreduce=broken))
     assert check.allreduce_busbw_gbps is None and check.matmul  # the other figures stand
     assert check.allreduce_note == (
         "8 GPUs: the all-reduce could not be measured (RuntimeError: rank 3 ended with exit "
         "code 1); nccl-tests' all_reduce_perf measures it"
     )
-    one = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES)))
+    one = bench.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES)))
     assert one.allreduce_busbw_gbps is None and one.allreduce_note is None  # one GPU: none
 
 
@@ -439,7 +441,7 @@ def test_several_gpus_get_the_all_reduce_bus_bandwidth_and_a_failed_one_says_why
 def test_a_real_all_reduce_over_two_ranks_on_the_cpu() -> None:
     """The same ranks doctor starts on several GPUs, over gloo on the CPU: two processes join,
     reduce 4 MiB ten times and leave; the bus bandwidth is their median time's."""
-    from ampscope.engine.checks.allreduce import allreduce_gbps
+    from ampscope.engine.machine.allreduce import allreduce_gbps
 
     busbw = allreduce_gbps(2, nbytes=4 << 20, backend="gloo")
     # 4 MiB in less than 4 s a reduce, and not faster than a copy in memory could be
@@ -451,7 +453,7 @@ def test_a_real_all_reduce_over_two_ranks_on_the_cpu() -> None:
 
 
 def a_check(**over: object) -> mc.MachineCheck:
-    check = mb.run_check(seams=cpu_seams(set(), {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}))
+    check = bench.run_check(seams=cpu_seams(set(), {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}))
     for key, value in over.items():
         setattr(check, key, value)
     return check
@@ -626,7 +628,7 @@ def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_
     from ampscope.cli.console import summary_table
     from ampscope.core import comparison, records
     from ampscope.core import events as ev
-    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.device import cpu_name
     from ampscope.engine.lifecycle.run import run
     from ampscope.tui.model.figures import cards
     from ampscope.tui.model.run_state import RunState
@@ -674,7 +676,7 @@ def test_a_run_that_beats_the_kept_peak_says_the_check_is_no_peak_never_a_bare_p
     from ampscope.cli.console import summary_table
     from ampscope.core import comparison, records
     from ampscope.core import events as ev
-    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.device import cpu_name
     from ampscope.engine.lifecycle.run import run
     from ampscope.tui.model.figures import cards
     from ampscope.tui.model.run_state import RunState
@@ -751,7 +753,7 @@ def test_an_mfu_above_100_percent_says_what_it_means_in_every_form() -> None:
 def test_a_watched_loop_reads_its_tflops_against_the_measured_peak_too(tmp_path) -> None:
     import ampscope
     from ampscope.core import comparison, records
-    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.device import cpu_name
     from tests.helpers import tiny_model
 
     check = a_check(device=cpu_name())
@@ -796,10 +798,10 @@ def test_the_flops_a_figure_is_computed_from_are_torchs_own_count(fmt) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     shape = (64, 32, 128)
-    call = mb.matmul_call(fmt, shape, "nt", torch.device("cpu"))
+    call = bench.matmul_call(fmt, shape, "nt", torch.device("cpu"))
     with FlopCounterMode(display=False) as counter:
         call()
-    assert counter.get_total_flops() == mb.flops_of(shape)
+    assert counter.get_total_flops() == bench.flops_of(shape)
 
 
 @pytest.mark.unit
@@ -807,7 +809,7 @@ def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(
     capsys, monkeypatch
 ) -> None:
     check = a_check(seconds=9.6)
-    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
     done = cli(capsys, "doctor", "--bench")
     assert done.returncode == 0
     lines = done.stdout.splitlines()
@@ -827,7 +829,7 @@ def test_a_config_folder_that_cannot_be_written_still_prints_the_figures(
     blocker.write_text("")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
     check = a_check(seconds=3.0)
-    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
     done = cli(capsys, "doctor", "--bench")
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert done.stderr.startswith("ampscope: the results could not be kept in ")
@@ -840,7 +842,7 @@ def test_a_mig_slice_is_held_to_its_share_of_the_chip() -> None:
     the whole chip; its memory has no datasheet share to compare with."""
     rates = {f: r * 60 / 132 for f, r in H100_RATES.items()}
     name = "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
-    check = mb.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(rates), name=name, sms=60))
+    check = bench.run_check(seams=fake_gpu_seams(FakeNvml(), FakeTimer(rates), name=name, sms=60))
     bf16 = check.matmul["bf16"]
     assert bf16.datasheet_tflops == pytest.approx(989.4 * 60 / 132, abs=0.05)
     assert bf16.ratio == pytest.approx(790.0 / 989.4, rel=1e-3)
@@ -858,7 +860,7 @@ class ThreadedTimer(FakeTimer):
         if torch.get_num_threads() == 1:
             assert isinstance(fn, FakeCall) and fn.fmt == "fp32"
             self.batches.append((fn.fmt, fn.shape, repeats, warmup))
-            return [mb.flops_of(fn.shape) / (self.one * 1e12)] * repeats
+            return [bench.flops_of(fn.shape) / (self.one * 1e12)] * repeats
         return super().__call__(fn, repeats, warmup)
 
 
@@ -877,7 +879,7 @@ def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores
     seams = cpu_seams(set(), {})
     seams.timer = timer
     lines: list[str] = []
-    check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
+    check = bench.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
     assert torch.get_num_threads() == 2  # given back after the one-thread run
     assert check.threads == 2 and check.fp32_one_thread_tflops == pytest.approx(0.1)
     assert "fp32  matmul  100.0 GFLOP/s on 1 thread (5 rounds, median 0 % below the best)" in lines
@@ -898,7 +900,7 @@ def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores
 
 def kept_with(**fp32: object) -> None:
     """This host's kept file with the CPU check's fp32 figure fields set as given, raw."""
-    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.device import cpu_name
 
     mc.save(a_check(device=cpu_name()))
     data = json.loads(mc.check_path().read_text())
@@ -912,7 +914,7 @@ BAD_FIGURES = [float("nan"), float("inf"), -34.0, 0, 1e-300, 10**400, "fast", No
 @pytest.mark.unit
 @pytest.mark.parametrize("bad", BAD_FIGURES, ids=lambda v: repr(v)[:12])
 def test_a_kept_figure_that_is_no_number_is_ignored_and_named_with_the_command(bad) -> None:
-    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.device import cpu_name
 
     kept_with(tflops=bad)
     check = mc.find(cpu_name())
@@ -929,7 +931,7 @@ def test_a_kept_figure_that_is_no_number_is_ignored_and_named_with_the_command(b
 def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
     """Before: float() of a 400-digit integer raised OverflowError in every run's start, in
     doctor --bench and in the machine view; threads 'two' a TypeError in the view."""
-    from ampscope.engine.checks.device import cpu_name
+    from ampscope.engine.device import cpu_name
 
     kept_with(tflops=10**400, rounds=[10**400, "x"])
     data = json.loads(mc.check_path().read_text())
@@ -983,7 +985,7 @@ def test_doctor_bench_replaces_a_damaged_file(capsys, monkeypatch) -> None:
     mc.check_path().write_text('{"version": 1, "checks": {"x": {"matmul": 12')  # cut short
     assert mc.load_all()[1] is not None
     check = a_check(seconds=2.0)
-    monkeypatch.setattr(mb, "run_check", lambda *a, **k: check)
+    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
     done = cli(capsys, "doctor", "--bench")
     assert done.returncode == 0 and "Traceback" not in done.stderr
     checks, problem = mc.load_all()
@@ -1018,7 +1020,7 @@ def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch
     def interrupted(*args: object, **kwargs: object) -> mc.MachineCheck:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mb, "run_check", interrupted)
+    monkeypatch.setattr(bench, "run_check", interrupted)
     done = cli(capsys, "doctor", "--bench")
     assert done.returncode == 130 and done.stdout == ""
     assert done.stderr == (
@@ -1031,7 +1033,7 @@ def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch
 def test_one_option_without_bench_is_told_it_applies() -> None:
     import argparse
 
-    from ampscope.cli.machine import check_options
+    from ampscope.cli.doctor_bench import check_options
 
     one = argparse.Namespace(quick=True, bench_device="auto", bench=False, try_compile=False)
     assert (check_options(one) or "").startswith("--quick only applies to the machine check")
@@ -1077,8 +1079,8 @@ class LoadedTimer(ThreadedTimer):
         factor = factor[self.round]
         return [t / factor for t in times]
 
-    def copy(self, device: torch.device, nbytes: int) -> mb.Meter:
-        def measure(timer: mb.Timer, budget: mb.Budget) -> float:
+    def copy(self, device: torch.device, nbytes: int) -> bench.Meter:
+        def measure(timer: bench.Timer, budget: bench.Budget) -> float:
             self.round += 1
             return 12.5
 
@@ -1090,7 +1092,7 @@ def loaded_check(slowed: dict[str, list[float]]) -> tuple[mc.MachineCheck, list[
     timer = LoadedTimer(rates, small=1.0, one=0.05, slowed=slowed)
     seams = dataclasses.replace(cpu_seams({"avx512_bf16"}, rates), timer=timer, copy=timer.copy)
     lines: list[str] = []
-    check = mb.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
+    check = bench.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
     return check, lines
 
 
@@ -1144,7 +1146,7 @@ def test_the_sweep_finds_the_layout_a_linear_layer_runs_fastest_in() -> None:
 
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
     seams = dataclasses.replace(cpu_seams(set(), rates), timer=Layouts(rates, small=1.0, one=0.05))
-    check = mb.run_check(seams=seams)
+    check = bench.run_check(seams=seams)
     fp16 = check.matmul["fp16"]
     assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
 
@@ -1156,9 +1158,9 @@ def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monke
     tell a steady figure from a lucky one."""
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
     timer = LoadedTimer(rates, small=1.0, one=0.05)
-    monkeypatch.setattr(mb.time, "monotonic", lambda: 30.0 * timer.round)
+    monkeypatch.setattr(bench.time, "monotonic", lambda: 30.0 * timer.round)
     seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
-    check = mb.run_check(seams=seams)
+    check = bench.run_check(seams=seams)
     assert [len(f.rounds) for f in check.matmul.values()] == [2, 2, 2]
     assert not any(f.trusted for f in check.matmul.values())
     assert check.verdicts[0].startswith(
@@ -1169,10 +1171,10 @@ def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monke
 
 @pytest.mark.unit
 def test_past_the_deadline_the_sweep_tries_no_larger_shape(monkeypatch) -> None:
-    monkeypatch.setattr(mb.time, "monotonic", lambda: 100.0)
+    monkeypatch.setattr(bench.time, "monotonic", lambda: 100.0)
     timer = FakeTimer({"fp32": 0.1}, small=1.0)
-    rates = mb.sweep(
-        "fp32", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(), fake_make, until=50.0
+    rates = bench.sweep(
+        "fp32", bench.CPU_SHAPES, torch.device("cpu"), timer, bench.Budget(), fake_make, until=50.0
     )
     assert set(rates) == {((128, 128, 128), layout) for layout in ("nn", "nt", "tn")}
 
@@ -1190,7 +1192,9 @@ def test_a_layout_stops_growing_once_a_shape_runs_at_under_half_its_best() -> No
             return [t * 3 if fn.shape[0] >= 1024 else t for t in times]
 
     timer = Caches({"fp32": 0.1}, small=1.0)
-    rates = mb.sweep("fp32", mb.CPU_SHAPES, torch.device("cpu"), timer, mb.Budget(), fake_make)
+    rates = bench.sweep(
+        "fp32", bench.CPU_SHAPES, torch.device("cpu"), timer, bench.Budget(), fake_make
+    )
     assert {shape[0] for shape, _ in rates} == {128, 256, 512, 1024}
 
 
@@ -1209,7 +1213,7 @@ def test_a_layout_timed_while_the_machine_was_busy_is_timed_again_in_every_round
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
     timer = FastNt(rates, small=1.0, one=0.05, slowed={"fp16 nt": [0.05, 1, 1, 1, 1]})
     seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
-    fp16 = mb.run_check(seams=seams).matmul["fp16"]
+    fp16 = bench.run_check(seams=seams).matmul["fp16"]
     assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
     assert fp16.rounds[0] == pytest.approx(0.002) and fp16.trusted  # 4 of 5 rounds agree
 
@@ -1222,7 +1226,7 @@ def test_a_sweep_stopped_by_a_call_slowed_a_thousandfold_goes_on_once_a_round_ru
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
     timer = LoadedTimer(rates, small=1.0, one=0.05, slowed={"fp32": [0.001, 1, 1, 1, 1]})
     seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
-    check = mb.run_check(seams=seams)
+    check = bench.run_check(seams=seams)
     swept = [shape[0] for fmt, shape, layout, _ in timer.calls if fmt == "fp32" and layout == "nn"]
     assert swept[0] == 128 and {256, 512, 1024, 2048} <= set(swept)
     assert check.matmul["fp32"].tflops == pytest.approx(0.1)
@@ -1242,9 +1246,9 @@ def clock_of(others: float, own: float = 2.0) -> Callable[[], tuple[float, float
 
 @pytest.mark.unit
 def test_other_processes_share_of_the_cpus_is_the_busy_time_that_is_not_the_checks() -> None:
-    assert mb.other_cpus((100.0, 10.0, 0.0), (130.0, 25.0, 10.0)) == pytest.approx(1.5)
-    assert mb.other_cpus(None, (1.0, 1.0, 1.0)) is None
-    here = mb.cpu_seconds()  # this machine's /proc/stat and this process's own time
+    assert bench.other_cpus((100.0, 10.0, 0.0), (130.0, 25.0, 10.0)) == pytest.approx(1.5)
+    assert bench.other_cpus(None, (1.0, 1.0, 1.0)) is None
+    here = bench.cpu_seconds()  # this machine's /proc/stat and this process's own time
     assert here is not None and here[0] > 0 and here[1] > 0
 
 
@@ -1267,7 +1271,7 @@ def test_a_cpu_check_beside_other_processes_keeps_nothing_as_a_peak(
         cpu_clock=clock_of(others),
         cpus=lambda: 2,
     )
-    check = mb.run_check(seams=seams)
+    check = bench.run_check(seams=seams)
     assert check.other_cpus == pytest.approx(others) and check.cpus == 2
     assert check.contended is contended
     assert all(fig.trusted for fig in check.matmul.values())  # the rounds agree either way

@@ -80,7 +80,7 @@ def measured_peak(factory: str, batch: int, regime: str) -> int:
 def test_the_plan_of_a_users_model_bounds_its_measured_step(
     factory: str, regime: str, batch: int
 ) -> None:
-    from ampscope.engine.checks.saved_memory import measure_step_memory
+    from ampscope.engine.memory.saved import measure_step_memory
 
     w = workload(factory, batch)
     params = sum(p.numel() for p in w.model.parameters())
@@ -98,7 +98,7 @@ def test_the_optimizer_steps_temporaries_keep_the_plan_an_upper_bound() -> None:
     """A model whose parameters dominate peaks in the optimizer step: per-tensor AdamW makes
     two temporaries the size of the largest weight. A 16.8M-parameter model once planned
     256 MiB against a measured 288 MiB."""
-    from ampscope.engine.checks.saved_memory import measure_step_memory
+    from ampscope.engine.memory.saved import measure_step_memory
 
     w = workload("wide_mlp", 8)
     params = sum(p.numel() for p in w.model.parameters())
@@ -129,7 +129,7 @@ def test_memory_run_of_a_users_model_plans_its_activations_and_names_the_rss_ban
     out = json.loads(capsys.readouterr().out)
     plan = out["plan"]
     truth = workload("vit", 32)
-    from ampscope.engine.checks.saved_memory import measure_step_memory
+    from ampscope.engine.memory.saved import measure_step_memory
 
     assert plan["activations"] == measure_step_memory(truth, ["fp32"]).activations["fp32"]
     assert plan["activations"] > plan["weights"]  # the ViT's step is mostly activations

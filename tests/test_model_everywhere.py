@@ -188,7 +188,7 @@ def test_the_factory_is_told_its_rank_and_a_sharded_loader_is_not_sharded_again(
     import torch
 
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import DeviceInfo
+    from ampscope.engine.device import DeviceInfo
     from ampscope.engine.step.setup import make_workload
 
     path = tmp_path / "ranked.py"

@@ -335,7 +335,7 @@ def test_step_0_says_the_loss_scale_its_gradients_carry():
 def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
     """Hooks would recompile a compiled model, so numerics stay off: a note says so, once."""
     from ampscope.core import presets as cfg
-    from ampscope.engine.lifecycle.emitter import EventWriter
+    from ampscope.engine.emitter import EventWriter
     from ampscope.engine.numerics import loop_numerics
 
     seen: list[ev.Event] = []

@@ -44,7 +44,7 @@ def test_wheel_ships_presets_engine_and_ui(tmp_path: Path) -> None:
     assert {f"ampscope/model_examples/{n}" for n in models} <= names and len(models) == 4
     assert {
         "ampscope/engine/lifecycle/run.py",
-        "ampscope/engine/step/loop.py",
+        "ampscope/engine/lifecycle/loop.py",
         "ampscope/tui/app.py",
         "ampscope/core/events.py",
     } <= names
@@ -77,7 +77,7 @@ def test_the_sdist_holds_each_source_file_once_under_ampscope(tmp_path: Path) ->
     ).stdout.split()
     if tracked:  # a git checkout (CI's clone is one): the sdist is its package tree
         assert sources == sorted(p for p in tracked if p.endswith(".py"))
-    assert "ampscope/engine/step/loop.py" in sources and "ampscope/tui/app.py" in sources
+    assert "ampscope/engine/lifecycle/loop.py" in sources and "ampscope/tui/app.py" in sources
     assert any(m.startswith("ampscope/presets/") and m.endswith(".toml") for m in members)
 
 

@@ -217,7 +217,7 @@ def test_rank_environment_as_torchrun_sets_it() -> None:
 def test_more_processes_than_gpus_is_a_user_error(monkeypatch) -> None:
     import torch
 
-    from ampscope.engine.checks import device
+    from ampscope.engine import device
     from ampscope.engine.ranks import RankEnv
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
@@ -256,7 +256,7 @@ def test_steps_come_out_once_every_rank_has_reported_them_in_order() -> None:
 
 def reporter(scaled: bool = False, peak: float | None = 10.0):
     from ampscope.core.records.tally import StepTally
-    from ampscope.engine.lifecycle.emitter import EventWriter
+    from ampscope.engine.emitter import EventWriter
     from ampscope.engine.step.metrics import StepReporter
 
     seen: list[ev.Event] = []
@@ -336,7 +336,7 @@ def test_each_rank_takes_its_own_batch_of_the_pool() -> None:
 def test_weight_checksum_is_exact_and_order_sensitive() -> None:
     import torch
 
-    from ampscope.engine.ranks.parallelize import param_checksum
+    from ampscope.engine.step.parallelize import param_checksum
 
     torch.manual_seed(0)
     a = torch.nn.Linear(4, 3)
@@ -355,7 +355,7 @@ def test_weight_checksum_is_exact_and_order_sensitive() -> None:
 
 
 def test_fsdp2_shards_the_outermost_blocks() -> None:
-    from ampscope.engine.ranks.parallelize import shard_units
+    from ampscope.engine.step.parallelize import shard_units
     from ampscope.engine.workloads.gpt import Gpt
     from ampscope.engine.workloads.mlp import mlp
 

@@ -14,7 +14,7 @@ from ampscope.core import presets as cfg
 from ampscope.core.plan.steps import STEPS
 from ampscope.core.presets.fp8_recipes import RECIPES, layers_line
 from ampscope.core.presets.workload_spec import ModelContext
-from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.plan.capture import capture_fp8
 from ampscope.engine.step import fp8
 from ampscope.engine.workloads.user import UserWorkload, build_user_workload

@@ -260,9 +260,9 @@ def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import resolve_device
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.profiling import ProfileControl
-    from ampscope.engine.step.loop import train_step
     from ampscope.engine.step.setup import build
 
     preset = cfg.load_preset(
@@ -487,8 +487,8 @@ def test_a_run_without_a_grad_scaler_spends_nothing_on_loss_scaling(tmp_path):
     """The disabled GradScaler's calls (unscale_, update: nothing to do) are the optimizer's
     time in a profile: an fp32 run listed 'loss scaling 1 %'."""
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import resolve_device
-    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
     preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "workload.width=32", "batch_size=8"])
@@ -513,9 +513,9 @@ def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_
     import torch
 
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import resolve_device
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.profiling import ProfileControl
-    from ampscope.engine.step.loop import train_step
     from ampscope.engine.step.setup import build
 
     model = str(Path(__file__).parent / "data" / "real_models.py") + ":relu_mlp"

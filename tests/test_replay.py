@@ -201,7 +201,7 @@ def test_wheel_ships_the_examples(tmp_path: Path) -> None:
         "ampscope/cli/runs.py",
         "ampscope/tui/model/follow.py",
         "ampscope/tui/model/replay.py",
-        "ampscope/cli/viewer.py",
+        "ampscope/cli/serve/viewer.py",
     } <= names
 
 

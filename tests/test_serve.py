@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope.cli import serve as serve_cli
-from ampscope.cli import serve_messages
 from ampscope.cli.main import main as cli_main
+from ampscope.cli.serve import messages
+from ampscope.cli.serve import serve as serve_cli
 from ampscope.core import events as ev
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.commands import PresetCommands
@@ -135,7 +135,7 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatc
     assert "no authentication" in capsys.readouterr().err
     first = FakeServer.made[0]
     assert first.host == "127.0.0.1" and first.port == port and first.bound == [port]
-    assert "-m ampscope.cli.viewer" in first.command and str(tmp_path) in first.command
+    assert "-m ampscope.cli.serve.viewer" in first.command and str(tmp_path) in first.command
     # the page loads its font from the server itself: offline GPU boxes reach nothing else
     assert "fonts.googleapis" not in first.page and "RobotoMono" in first.page
     assert "https://" not in first.page
@@ -240,7 +240,7 @@ def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypat
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
     async def a_viewer(server, request: web.Request) -> web.WebSocketResponse:
         """Stands for a tab's viewer (serve_tab starts one): holds the socket open."""
@@ -250,7 +250,7 @@ def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypat
             pass
         return ws
 
-    monkeypatch.setattr(serve_viewers, "serve_tab", a_viewer)
+    monkeypatch.setattr(viewers, "serve_tab", a_viewer)
     server = serve_cli.viewer_server_class()(
         "true", host="127.0.0.1", port=0, title="t", max_viewers=2
     )
@@ -338,7 +338,7 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
     started: list[str] = []
 
@@ -350,7 +350,7 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
         await ws.close()
         return ws
 
-    monkeypatch.setattr(serve_viewers, "serve_tab", a_viewer)
+    monkeypatch.setattr(viewers, "serve_tab", a_viewer)
     server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
 
     async def go() -> None:
@@ -375,7 +375,7 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
 
 @pytest.mark.unit
 def test_every_message_from_a_browser_is_checked_before_the_viewer_gets_it() -> None:
-    read = serve_messages.browser_message
+    read = messages.browser_message
     assert read('["stdin", "q"]') == ("stdin", "q")
     assert read('["ping", "1712345678901"]') == ("ping", "1712345678901")
     assert read('["focus"]') == ("focus", None) and read('["blur"]') == ("blur", None)
@@ -398,7 +398,7 @@ def test_every_message_from_a_browser_is_checked_before_the_viewer_gets_it() -> 
         "[" * 100_000: "a message that is not JSON",  # no RecursionError either
     }
     for text, why in bad.items():
-        with pytest.raises(serve_messages.BadMessage) as refused:
+        with pytest.raises(messages.BadMessage) as refused:
             read(text)
         assert why in str(refused.value), (text[:40], str(refused.value))
 
@@ -410,7 +410,7 @@ def test_a_bad_message_closes_its_socket_and_nothing_after_it_reaches_the_viewer
 
     from aiohttp import WSMsgType
 
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
     class Message:
         def __init__(self, data: str) -> None:
@@ -459,7 +459,7 @@ def test_a_bad_message_closes_its_socket_and_nothing_after_it_reaches_the_viewer
         ),
         Viewer(),
     )
-    asyncio.run(serve_viewers.pass_messages(tab, Request(), viewer))  # type: ignore[arg-type]
+    asyncio.run(viewers.pass_messages(tab, Request(), viewer))  # type: ignore[arg-type]
     assert viewer.got == [("resize", 1000, 1000), ("stdin", b"j")]
     assert tab.sent == [["pong", "42"]] and tab.closed_with == 1008
 
@@ -467,7 +467,7 @@ def test_a_bad_message_closes_its_socket_and_nothing_after_it_reaches_the_viewer
 @pytest.mark.unit
 def test_the_viewer_itself_acts_on_no_resize_that_is_not_a_terminal_size() -> None:
     """Its own guard, behind serve's: text or 1e308 is ignored, 100000 columns become 1000."""
-    from ampscope.cli.viewer_driver import ViewerDriver
+    from ampscope.cli.serve.viewer_driver import ViewerDriver
 
     class App:
         def __init__(self) -> None:
@@ -496,7 +496,7 @@ def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
     started: list[str] = []
 
@@ -504,7 +504,7 @@ def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(
         started.append(request.path)
         raise AssertionError("no viewer for a plain GET")
 
-    monkeypatch.setattr(serve_viewers, "serve_tab", a_viewer)
+    monkeypatch.setattr(viewers, "serve_tab", a_viewer)
     server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
 
     async def go() -> None:

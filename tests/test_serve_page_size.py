@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from ampscope.cli import serve as serve_cli
+from ampscope.cli.serve import serve as serve_cli
 
 pytestmark = pytest.mark.unit
 

@@ -40,7 +40,7 @@ class Served:
     def __init__(self, runs_dir: Path) -> None:
         from aiohttp import web
 
-        from ampscope.cli import serve as serve_cli
+        from ampscope.cli.serve import serve as serve_cli
 
         self.port = free_port()
         command = serve_cli.viewer_command(runs_dir)
@@ -61,7 +61,9 @@ class Served:
 
     def viewer_pids(self) -> list[int]:
         me = psutil.Process()
-        return [p.pid for p in me.children() if "ampscope.cli.viewer" in " ".join(p.cmdline())]
+        return [
+            p.pid for p in me.children() if "ampscope.cli.serve.viewer" in " ".join(p.cmdline())
+        ]
 
     def watch(self, pid: int, seconds: float) -> bool:
         """Sample until ``pid`` has gone and no tab is counted; False if not within ``seconds``."""
@@ -129,16 +131,16 @@ def flood(sock: socket.socket, until, seconds: float = 60) -> bool:
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch):
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setattr(serve_viewers, "QUIT_S", QUIT_S)
-    monkeypatch.setattr(serve_viewers, "TERM_S", TERM_S)
-    monkeypatch.setattr(serve_viewers, "SEND_STALL_S", STALL_S)
-    monkeypatch.setattr(serve_viewers, "OUTBOX_BYTES", 256 << 10)
-    boxes: list[serve_viewers.Outbox] = []
+    monkeypatch.setattr(viewers, "QUIT_S", QUIT_S)
+    monkeypatch.setattr(viewers, "TERM_S", TERM_S)
+    monkeypatch.setattr(viewers, "SEND_STALL_S", STALL_S)
+    monkeypatch.setattr(viewers, "OUTBOX_BYTES", 256 << 10)
+    boxes: list[viewers.Outbox] = []
 
-    class Recorded(serve_viewers.Outbox):
+    class Recorded(viewers.Outbox):
         def __init__(self) -> None:
             super().__init__(256 << 10)
             boxes.append(self)
@@ -148,7 +150,7 @@ def served(tmp_path: Path, monkeypatch):
             super().put(frame)
             self.most = max(self.most, self.size - len(frame))  # the backlog before it
 
-    monkeypatch.setattr(serve_viewers, "Outbox", Recorded)
+    monkeypatch.setattr(viewers, "Outbox", Recorded)
     server = Served(tmp_path)
     server.boxes = boxes  # type: ignore[attr-defined]
     try:
@@ -190,9 +192,9 @@ def test_a_tab_that_stops_reading_is_cut_off_and_its_viewer_ends(served) -> None
 
 
 def test_a_tab_that_goes_mid_write_ends_its_viewer_in_a_bounded_time(served, monkeypatch) -> None:
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
-    monkeypatch.setattr(serve_viewers, "SEND_STALL_S", 600.0)  # only the tab's going ends it
+    monkeypatch.setattr(viewers, "SEND_STALL_S", 600.0)  # only the tab's going ends it
     tab = a_tab_that_never_reads(served.port)
     assert wait_until(lambda: len(served.viewer_pids()) == 1, 60)
     (pid,) = served.viewer_pids()
@@ -215,11 +217,11 @@ def test_a_tab_that_goes_mid_write_ends_its_viewer_in_a_bounded_time(served, mon
 
 def test_the_viewer_repaints_its_whole_screen_when_asked(tmp_path: Path) -> None:
     """What a tab gets after frames were dropped for it: every row, drawn again."""
-    from ampscope.cli.viewer import REPAINT_SIGNAL
+    from ampscope.cli.serve.viewer import REPAINT_SIGNAL
 
     env = engine_env(TEXTUAL_DRIVER="textual.drivers.web_driver:WebDriver", COLUMNS="90", ROWS="25")
     viewer = subprocess.Popen(
-        [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(tmp_path)],
+        [sys.executable, "-m", "ampscope.cli.serve.viewer", "--runs-dir", str(tmp_path)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -319,7 +321,7 @@ def test_the_viewer_ends_when_its_input_ends(tmp_path: Path) -> None:
     env = engine_env(TEXTUAL_DRIVER="textual.drivers.web_driver:WebDriver", COLUMNS="90", ROWS="25")
     env["AMPSCOPE_VIEWER_PARENT"] = str(os.getpid())
     viewer = subprocess.Popen(
-        [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(tmp_path)],
+        [sys.executable, "-m", "ampscope.cli.serve.viewer", "--runs-dir", str(tmp_path)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -373,7 +375,7 @@ def test_serves_viewers_go_when_serve_goes_however_it_goes(tmp_path: Path, how: 
             viewers[:] = [
                 p
                 for p in psutil.Process(serve.pid).children()
-                if "ampscope.cli.viewer" in " ".join(p.cmdline())
+                if "ampscope.cli.serve.viewer" in " ".join(p.cmdline())
             ]
         return bool(viewers)
 

@@ -698,7 +698,7 @@ def test_nvml_report_never_raises() -> None:
 def test_start_for_run_writes_decodable_sys_lines_through_the_event_writer() -> None:
     from types import SimpleNamespace
 
-    from ampscope.engine.lifecycle.emitter import EventWriter
+    from ampscope.engine.emitter import EventWriter
     from tests.helpers import MemoryRecord
 
     record = MemoryRecord()

@@ -16,7 +16,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.lifecycle.process import RANKS_LOOP_GRACE_S
+from ampscope.engine.lifecycle.stopping import RANKS_LOOP_GRACE_S
 from tests.helpers import engine_env
 from tests.test_torchrun import assert_all_gone, of, rank_pids
 

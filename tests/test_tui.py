@@ -286,7 +286,7 @@ def test_refresh_out_of_range_exits_2_naming_the_range(argv: list[str], capsys) 
 
 @pytest.mark.unit
 def test_the_served_viewer_and_the_app_refuse_the_same_refresh(capsys) -> None:
-    from ampscope.cli.viewer import main as viewer_main
+    from ampscope.cli.serve.viewer import main as viewer_main
     from ampscope.core.presets.run_args import REFRESH_RANGE
 
     with pytest.raises(SystemExit) as exit_:

@@ -14,8 +14,8 @@ SMALL = ["device='cpu'", "workload.width=64", "warmup_steps=0"]
 
 def first_step(preset: str, *overrides: str) -> tuple[float, float, float]:
     """(loss, gradient norm before clipping, grad zeros) of step 0, trained in this process."""
-    from ampscope.engine.checks.device import resolve_device
-    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
     s = build(cfg.load_preset(preset, [*SMALL, *overrides]), resolve_device("cpu"))
@@ -60,8 +60,8 @@ def test_losing_the_small_gradients_costs_the_loss_within_80_steps() -> None:
     """What the presets' descriptions promise, already by step 80 (of the 200 a lecture runs):
     the unscaled run's loss is more than twice the scaled run's (measured 1.49 against 0.385;
     0.385 against 0.113 at step 200), and the scaled run's is fp32's within 20 % (0.385)."""
-    from ampscope.engine.checks.device import resolve_device
-    from ampscope.engine.step.loop import train_step
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
     def final_loss(preset: str, *overrides: str) -> float:

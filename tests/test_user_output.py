@@ -133,8 +133,8 @@ def test_inductors_own_compilers_are_ended_without_blaming_the_users_code(tmp_pa
     process of the user's."""
     import psutil
 
+    from ampscope.engine.emitter import EventWriter
     from ampscope.engine.lifecycle.children import end_users_children
-    from ampscope.engine.lifecycle.emitter import EventWriter
 
     cache = tmp_path / "torchinductor_someone"
     compiler = subprocess.Popen(["sh", "-c", f"sleep 60; : {cache}/c7.cpp"])

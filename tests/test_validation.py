@@ -12,10 +12,10 @@ import torch
 from ampscope.cli.main import main
 from ampscope.core import events as ev
 from ampscope.core import presets as cfg
-from ampscope.engine.checks.device import DeviceInfo
-from ampscope.engine.checks.validation import Facts, check_run, require_runnable
-from ampscope.engine.lifecycle import session as engine_session
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.lifecycle import training as engine_training
 from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
+from ampscope.engine.step.validation import Facts, check_run, require_runnable
 from tests.helpers import FAST
 
 GIB = 1 << 30
@@ -165,7 +165,7 @@ def test_what_runs_slowly_or_otherwise_is_warned_about(
 
 @pytest.mark.unit
 def test_bf16_on_a_gpu_before_ampere_exits_2_with_the_paragraph(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(engine_session, "resolve_device", lambda spec, ranks=None: T4)
+    monkeypatch.setattr(engine_training, "resolve_device", lambda spec, ranks=None: T4)
     code = main(["run", "amp-bf16", "--no-record", "--steps", "2"])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]

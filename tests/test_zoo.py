@@ -751,9 +751,9 @@ def engine_step_peak(name: str, regime: str) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from ampscope.core import presets as cfg
-    from ampscope.engine.checks.device import resolve_device
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step import setup as engine_setup
-    from ampscope.engine.step.loop import train_step
 
     sets = [f"workload.model='{spec(name)}'", "device='cpu'", "compile='off'"]
     s = engine_setup.build(cfg.load_preset(regime, sets), resolve_device("cpu"))
@@ -863,9 +863,9 @@ def test_fp8_converts_the_experts_the_first_batch_does_not_reach() -> None:
     pytest.importorskip("torchao")
     from ampscope.core import presets as cfg
     from ampscope.core.presets.fp8_recipes import layers_line
-    from ampscope.engine.checks.device import resolve_device
+    from ampscope.engine.device import resolve_device
+    from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step import setup as engine_setup
-    from ampscope.engine.step.loop import train_step
 
     sets = [f"workload.model='{spec('moe')}'", "device='cpu'", "fp8.emulate=true", "compile='off'"]
     preset = cfg.load_preset("fp8-tensorwise", sets)

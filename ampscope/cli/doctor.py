@@ -1,4 +1,4 @@
-"""``ampscope doctor``: the machine's report (engine/checks/doctor.py) as a person reads it,
+"""``ampscope doctor``: the machine's report (engine/machine/doctor.py) as a person reads it,
 and the one command to run for each thing it could not confirm."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT
 from ampscope.core.text import visible
-from ampscope.engine.checks.doctor import TryCompile, machine_report
+from ampscope.engine.machine.doctor import TryCompile, machine_report
 
 
 def next_commands(report: dict[str, Any]) -> list[tuple[str, str]]:

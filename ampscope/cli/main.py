@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_arguments(bench)
     add_launch_arguments(bench)
     # (number-format and memory-planner commands are added here)
-    from ampscope.cli.formats import add_dtypes_parser
+    from ampscope.cli.dtypes import add_dtypes_parser
     from ampscope.cli.memory import add_memory_parser
 
     add_dtypes_parser(sub)
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(cpu or cuda; 20-40 s each, cold), instead of only checking that Triton, a C compiler "
         "and Python.h are there",
     )
-    from ampscope.cli.machine import add_bench_options
+    from ampscope.cli.doctor_bench import add_bench_options
 
     add_bench_options(doctor)
     add_runs_parsers(sub)
@@ -200,7 +200,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
 
         return cmd_bench(args)
     if args.command == "dtypes":
-        from ampscope.cli.formats import cmd_dtypes
+        from ampscope.cli.dtypes import cmd_dtypes
 
         return cmd_dtypes(args)
     if args.command == "memory":
@@ -229,7 +229,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         return runs.main(args)
     if args.command == "doctor":
         if args.bench or args.quick or args.bench_device != "auto":
-            from ampscope.cli.machine import cmd_machine_check
+            from ampscope.cli.doctor_bench import cmd_machine_check
 
             return cmd_machine_check(args)
         from ampscope.cli.doctor import doctor

@@ -46,12 +46,12 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
 
 
 def measure(spec: str, batch: int | None = None) -> mp.MeasuredStep | None:
-    """What one step of the model saves for backward, in each regime (``engine.checks.saved_memory``);
+    """What one step of the model saves for backward, in each regime (``engine.memory.saved``);
     None when the model cannot run a step on the CPU (the plan then says so)."""
     import torch
 
     from ampscope.core.presets.workload_spec import ModelContext
-    from ampscope.engine.checks.saved_memory import measure_step_memory
+    from ampscope.engine.memory.saved import measure_step_memory
     from ampscope.engine.workloads.user import build_user_workload
 
     try:

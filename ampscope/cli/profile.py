@@ -174,7 +174,7 @@ def run_facts(preset: cfg.Preset, hello: ev.HelloEvent | None) -> profiles.RunFa
     if on_cuda:
         fast_bf16: bool | None = capability >= (8, 0) if capability else None
     else:
-        from ampscope.engine.checks.device import cpu_has_fast_bf16
+        from ampscope.engine.device import cpu_has_fast_bf16
 
         fast_bf16 = cpu_has_fast_bf16()
     return profiles.RunFacts(

@@ -1,5 +1,5 @@
 """Runs that outlive the terminal: ``run --detach``, ``runs``, ``attach``, ``replay``
-(``serve`` is ``cli.serve``).
+(``serve`` is ``cli.serve.serve``).
 
 Torch-free and textual-free at import: the dashboard is imported inside the commands that open it.
 A detached engine is ``python -m ampscope run PRESET --run-dir DIR`` in its own session, with
@@ -88,7 +88,7 @@ def add_runs_parsers(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.command == "serve":
-        from ampscope.cli.serve import cmd_serve
+        from ampscope.cli.serve.serve import cmd_serve
 
         return cmd_serve(args)
     command = {"runs": cmd_runs, "attach": cmd_attach, "replay": cmd_replay}

@@ -5,7 +5,7 @@ itself. This front-end checks the preset and the launch first (exit 2 before any
 starts), reads rank 0's event stream from torchrun's stdout (the other ranks write none), and
 forwards a stop: SIGINT or SIGTERM here becomes SIGTERM to torchrun, which passes it to every
 rank; the ranks agree to stop at the same step and rank 0 writes ``done`` (a rank stuck in a
-step is cut short after 8 s, ``engine.lifecycle.process``). A second signal, or the job still running
+step is cut short after 8 s, ``engine.lifecycle.stopping``). A second signal, or the job still running
 ``stop_grace_s`` (15 s) after the first, kills torchrun and every rank at once (the ranks run
 in sessions of their own: ``core.processes.tree``). If this process dies, the kernel signals
 torchrun too (``die_with_parent``).

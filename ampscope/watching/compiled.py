@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 
 
 class CompileTracker:

@@ -18,7 +18,7 @@ from ampscope.core import events as ev
 from ampscope.core.machine import check as machine_check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.memory.host import current_rss
-from ampscope.engine.checks.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
+from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
 from ampscope.watching.options import Options
 from ampscope.watching.readout import host_lr
 

@@ -22,7 +22,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core.records.tally import StepTally
 from ampscope.core.records.writer import RecordWriter
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.step.metrics import MemoryReader
 from ampscope.watching import exits
 from ampscope.watching.compiled import CompileTracker

@@ -12,7 +12,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.records.writer import RecordWriter
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.watching.describe import RunFacts, describe, hello_event, rss_without_model
 from ampscope.watching.messages import default_name, setup_warnings
 from ampscope.watching.options import Options

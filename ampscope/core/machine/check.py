@@ -2,7 +2,7 @@
 
 Torch-free, so the dashboard reads a stored check without importing torch, and every verdict
 rule is a plain function over figures that tests feed with fakes. The engine measures
-(``ampscope.engine.checks.machine_bench``), ``machine_verdicts`` judges, this module holds the result
+(``ampscope.engine.machine.bench``), ``machine_verdicts`` judges, this module holds the result
 and keeps it.
 
 A check is kept per host, one entry per device name, under the user's config folder: a run

@@ -3,7 +3,7 @@ the median round fell below it.
 
 On a shared machine a matmul's rate moves with whatever else runs: on a 2-core box beside
 other jobs, two threads of one matmul ran 0.1 to 190 GFLOP/s from one moment to the next. As
-the MAMF finder does, ``ampscope doctor --bench`` (``ampscope.engine.checks.machine_bench``)
+the MAMF finder does, ``ampscope doctor --bench`` (``ampscope.engine.machine.bench``)
 therefore times every figure in ``ROUNDS`` rounds spread over its whole run (each round
 measures every format once), keeps the best round (a peak is what nothing beats) and says how
 far the median round lay below it. When that spread is above ``STEADY_SPREAD``, the machine

@@ -60,7 +60,7 @@ runs of one model: the allocator's caching and the runtime's own growth differ r
 
 def compare_run(run_dir: Any, step: MeasuredStep | None = None) -> RunComparison:
     """The planner's prediction for a recorded run beside its measured peak memory.
-    ``step``: a user's model's activations for the run's batch (``engine.checks.saved_memory``),
+    ``step``: a user's model's activations for the run's batch (``engine.memory.saved``),
     when the model could be built again."""
     path = Path(run_dir)
     if not (path / records.EVENTS_FILE).is_file() and not (path / records.SUMMARY_FILE).is_file():

@@ -135,7 +135,7 @@ bytes twice."""
 @dataclass(frozen=True)
 class MeasuredStep:
     """What one training step of a user's model holds, measured on the real module
-    (``engine.checks.saved_memory``), per measured regime: autograd's saved tensors
+    (``engine.memory.saved``), per measured regime: autograd's saved tensors
     (``saved_tensors_hooks``; storages once, parameters and the weights' casts left out), the
     weights' casts, and everything else the forward and backward hold at their peak beyond
     them (torch.profiler's allocator records, in the order they happened): the loss's and

@@ -386,7 +386,7 @@ WorkloadSizes = tuple[dict[str, int], int]
 
 def resolve_workload(preset: Preset, on_cuda: bool) -> WorkloadSizes:
     """The workload's dimensions and the batch size once ``auto`` sizes are decided: once a
-    run (``engine.checks.validation``), then passed along."""
+    run (``engine.step.validation``), then passed along."""
     size = preset.workload.size
     if size == "auto":
         size = "large" if on_cuda else "small"

@@ -26,7 +26,7 @@ import psutil
 
 from ampscope.core import events as ev
 from ampscope.core.text import visible
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 
 TERM_GRACE_S = 2.0
 TORCH_OWN = ("torch/_inductor", "torch._inductor")  # inductor's compile worker pool

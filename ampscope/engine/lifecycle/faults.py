@@ -12,7 +12,7 @@ from ampscope.core.numerics.event import INPUTS, OWN
 from ampscope.core.numerics.nonfinite import range_advice
 from ampscope.core.records.tally import StepTally
 from ampscope.core.records.writer import RecordLost
-from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.lifecycle.record import IO_HINT
 from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged

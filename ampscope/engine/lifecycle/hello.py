@@ -14,7 +14,7 @@ from ampscope.core import presets as cfg
 from ampscope.core.machine import check as machine_check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets.workload_spec import model_label
-from ampscope.engine.checks.device import where_it_runs
+from ampscope.engine.device import where_it_runs
 from ampscope.engine.step.setup import Setup
 
 CPU_PEAK_NOTE = "no peak TFLOP/s for CPUs; set peak_tflops in the preset to get MFU"

@@ -2,7 +2,7 @@
 
 The process-level steps live here and import no torch, so that a refused preset answers at
 once and the first event (setup started) is out before torch's import; the run itself (setup,
-hello, the loop, done) is ``session.train_preset``. Started by torchrun, every rank runs this,
+hello, the loop, done) is ``training.train_preset``. Started by torchrun, every rank runs this,
 but only rank 0 writes the event stream and the record (the others have no outputs).
 """
 
@@ -21,17 +21,17 @@ from ampscope.core import events as ev
 from ampscope.core import presets as cfg
 from ampscope.core import records
 from ampscope.core.records.writer import RecordWriter
+from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.lifecycle.children import end_users_children, mark_descendants
-from ampscope.engine.lifecycle.emitter import EventWriter, LiveStream
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, refuse
-from ampscope.engine.lifecycle.process import (
+from ampscope.engine.lifecycle.record import discard_unstarted, open_record, open_run_dir
+from ampscope.engine.lifecycle.stopping import (
     LOOP_GRACE_S,
     RANKS_LOOP_GRACE_S,
     SoFar,
     install_signal_handlers,
     watch_parent,
 )
-from ampscope.engine.lifecycle.record import discard_unstarted, open_record, open_run_dir
 from ampscope.engine.ranks import RankEnv
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "run"]
@@ -98,7 +98,7 @@ def run(
     done: ev.DoneEvent | None = None
     try:
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        train_preset = import_session(importing, stop)  # imports torch: seconds
+        train_preset = import_training(importing, stop)  # imports torch: seconds
         code, hello, done = train_preset(
             preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
         )
@@ -175,13 +175,13 @@ def end_import_stopped(writer: EventWriter) -> ev.DoneEvent:
     return done
 
 
-def import_session(importing: threading.Event, stop: threading.Event) -> Any:
-    """``session.train_preset``, imported (torch with it: seconds) with stops held off the
-    import itself (``process.install_signal_handlers``); a stop that came meanwhile is a
+def import_training(importing: threading.Event, stop: threading.Event) -> Any:
+    """``training.train_preset``, imported (torch with it: seconds) with stops held off the
+    import itself (``stopping.install_signal_handlers``); a stop that came meanwhile is a
     KeyboardInterrupt here, once the import is whole."""
     importing.set()
     try:
-        from ampscope.engine.lifecycle.session import train_preset
+        from ampscope.engine.lifecycle.training import train_preset
     finally:
         importing.clear()
     if stop.is_set():

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.numerics.hooks import NumericsProbe
 from ampscope.engine.numerics.replay import StepKeeper, rerun
 from ampscope.engine.step.metrics import StepReporter, scaler_scale

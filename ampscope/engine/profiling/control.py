@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ampscope.core import events as ev
 from ampscope.core import profiles
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.profiling.collect import cpu_op_times, device_op_times
 from ampscope.engine.profiling.trace import save_trace
 

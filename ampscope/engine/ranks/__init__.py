@@ -11,9 +11,10 @@ every rank's figures gathered to it each step. The other ranks train, check and 
 Beside this module (which rank this process is):
 
     link.py         every step's figures gathered, one decision to stop, the failed rank named
-    parallelize.py  DDP or FSDP2 around the model, the scaler that fits, a weight checksum
-    replicas.py     devices, telemetry and weights compared across ranks
     stall_watch.py  which rank holds the others up
+
+DDP and FSDP2 around the model are built with the step (``step/parallelize.py``); what the
+ranks compare besides their steps (devices, telemetry, weights) is ``lifecycle/replicas.py``.
 """
 
 from __future__ import annotations
@@ -80,4 +81,4 @@ class RankEnv:
                 "device = 'cuda' or 'auto' (rank r takes the GPU of its local rank), or 'cpu'.",
                 key="device",
             )
-        return spec  # "auto" or "cuda": resolved against LOCAL_RANK in engine.device
+        return spec  # "auto" or "cuda": resolved against LOCAL_RANK in engine/device.py

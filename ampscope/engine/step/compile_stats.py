@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ampscope.core import events as ev
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.private_apis import dynamo_counters
 
 Snapshot = tuple[int, int, int, int]  # graphs, frames, graph breaks, CUDA-graph skips

@@ -26,7 +26,7 @@ from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, MIN_CAPABILITY, Fp8Options
 from ampscope.core.presets.suggest import did_you_mean
-from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.step.module_calls import (
     attention_projections,
     foreign_linear_layers,
@@ -48,7 +48,7 @@ def convert_for_fp8(
     last linear layer is the output head.
 
     Raises ConfigError (exit 2) where no layer can be converted or torchao does not import;
-    the device and the token counts were checked before the build (``engine.checks.validation``).
+    the device and the token counts were checked before the build (``engine.step.validation``).
     """
     if preset.precision != "fp8":
         return None

@@ -19,7 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core.memory.host import HostPeak
 from ampscope.core.records.step_event import step_event
 from ampscope.core.records.tally import StepTally
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.private_apis import initial_scale, live_scale
 from ampscope.engine.ranks.link import RankFigures
 from ampscope.engine.step.setup import Setup

@@ -12,15 +12,15 @@ from ampscope.core.memory.host import current_rss
 from ampscope.core.presets import Preset, WorkloadSizes, resolve_workload
 from ampscope.core.presets.optimizer import adamw_flags
 from ampscope.core.presets.workload_spec import ModelContext
-from ampscope.engine.checks.device import DeviceInfo
-from ampscope.engine.checks.validation import RunWarning, training_state_warning
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.ranks.link import Link, SoloLink
-from ampscope.engine.ranks.parallelize import parallelize
 from ampscope.engine.step.flops import FlopFigures, choose_flops, measure_train_flops
 from ampscope.engine.step.fp8 import convert_for_fp8
 from ampscope.engine.step.fp32_modules import keep_in_fp32
 from ampscope.engine.step.module_calls import called_modules
+from ampscope.engine.step.parallelize import parallelize
 from ampscope.engine.step.precision import PrecisionPolicy, precision_policy, set_matmul_precision
+from ampscope.engine.step.validation import RunWarning, training_state_warning
 from ampscope.engine.workloads import TrainingWorkload, build_workload
 from ampscope.engine.workloads.user import build_user_workload
 
@@ -49,7 +49,7 @@ def build(
     link: Link | None = None,
     sizes: WorkloadSizes | None = None,
 ) -> Setup:
-    """The run as it will train. The session calls this after ``validation.require_runnable``
+    """The run as it will train. ``lifecycle.training.train_preset`` calls this after ``validation.require_runnable``
     has said that the run can go ahead here, with the sizes that check resolved (None: resolved
     here, as a test or a benchmark builds a run directly)."""
     link = link or SoloLink()

@@ -1,6 +1,6 @@
 """The read-only viewer ``ampscope serve`` gives each browser tab: it follows the current run.
 
-``python -m ampscope.cli.viewer --runs-dir DIR`` (textual-serve runs one per tab) opens the
+``python -m ampscope.cli.serve.viewer --runs-dir DIR`` (textual-serve runs one per tab) opens the
 dashboard with ``read_only=True, follow_live=True``: no presets, no start, stop or edits. It
 shows the newest live run in DIR, keeps showing it when it ends, and moves to the next live run
 when one starts. This screen is under every run it follows.

@@ -24,10 +24,9 @@ from torch.nn.utils import clip_grad_norm_
 from ampscope.core import events as ev
 from ampscope.core.presets import Debug
 from ampscope.core.records.tally import StepTally
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.numerics import LoopNumerics, LossOf, loop_numerics
 from ampscope.engine.profiling import ProfileControl, no_phase
-from ampscope.engine.ranks.parallelize import plain
 from ampscope.engine.step.compile_stats import CompileWatch
 from ampscope.engine.step.metrics import (
     METRICS_WIDTH,
@@ -36,6 +35,7 @@ from ampscope.engine.step.metrics import (
     ZeroGradCounter,
     scaler_scale,
 )
+from ampscope.engine.step.parallelize import plain
 from ampscope.engine.step.setup import Setup
 from ampscope.engine.step.timer import CpuStepTimer, make_step_timer
 

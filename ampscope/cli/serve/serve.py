@@ -1,7 +1,7 @@
 """``ampscope serve``: a read-only dashboard that follows the current run, served to browsers.
 
-Each browser tab gets its own viewer (``python -m ampscope.cli.viewer``, about 70 MB; its
-life and its frames are cli/serve_viewers.py's). So the number of tabs watching at once is
+Each browser tab gets its own viewer (``python -m ampscope.cli.serve.viewer``, about 70 MB; its
+life and its frames are cli/serve/viewers.py's). So the number of tabs watching at once is
 limited (``--max-viewers``), and the websocket that carries the screen accepts only the page this
 server handed out: any other web page the presenter opens could otherwise connect to it
 and read the live screen.
@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ampscope.cli.output import fail
-from ampscope.cli.serve_messages import SIZE_RANGE
+from ampscope.cli.serve.messages import SIZE_RANGE
 from ampscope.core import records
 from ampscope.core.processes.launch import child_env
 from ampscope.core.text import visible
@@ -44,7 +44,7 @@ def is_loopback(host: str) -> bool:
 
 
 def viewer_command(root: Path, refresh: float | None = None) -> str:
-    words = [sys.executable, "-m", "ampscope.cli.viewer", "--runs-dir", str(root.resolve())]
+    words = [sys.executable, "-m", "ampscope.cli.serve.viewer", "--runs-dir", str(root.resolve())]
     if refresh is not None:
         words += ["--refresh", str(refresh)]
     return shlex.join(words)
@@ -111,11 +111,11 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
 
 def viewer_server_class() -> type:
     """textual-serve's Server with a viewer limit, a same-origin websocket and viewers of
-    bounded life (cli/serve_viewers.py); imported late: textual-serve is optional."""
+    bounded life (cli/serve/viewers.py); imported late: textual-serve is optional."""
     from aiohttp import web
     from textual_serve.server import Server
 
-    from ampscope.cli import serve_viewers
+    from ampscope.cli.serve import viewers
 
     class ViewerServer(Server):
         def __init__(self, *args: Any, max_viewers: int = 4, **kwargs: Any) -> None:
@@ -159,7 +159,7 @@ def viewer_server_class() -> type:
                 )
             # The tab's own task: a handler cancelled when its client goes would skip the
             # viewer's end and stop counting it while it still runs.
-            tab = asyncio.ensure_future(serve_viewers.serve_tab(self, request))
+            tab = asyncio.ensure_future(viewers.serve_tab(self, request))
             self.tabs[tab] = request
             tab.add_done_callback(lambda done: self.tabs.pop(done, None))
             return await asyncio.shield(tab)
@@ -189,7 +189,7 @@ def run_server(server: Any, sockets: list[socket.socket]) -> None:
     """Serve ``server`` (a ViewerServer) on ``sockets`` until SIGINT, SIGTERM or SIGHUP (the
     SSH session that started it dropped, its terminal closed; not under ``nohup``, which asks
     for the opposite): each ends every tab's viewer on the way out. Should serve die without a word (SIGKILL, the OOM killer), its viewers go by
-    themselves (cli/viewer.py)."""
+    themselves (cli/serve/viewer.py)."""
     from aiohttp import web
 
     server.initialize_logging()
@@ -236,7 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    from ampscope.cli.serve_page import offline_templates
+    from ampscope.cli.serve.page import offline_templates
 
     with tempfile.TemporaryDirectory(prefix="ampscope-serve-") as pages:
         server = viewer_server_class()(

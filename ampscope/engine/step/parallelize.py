@@ -15,7 +15,7 @@ from torch import nn
 
 from ampscope.core.presets import Preset
 from ampscope.core.presets.parallel import fsdp_dtypes
-from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.step.precision import DTYPES, PrecisionPolicy
 
 CHECKSUM_MODULUS = 1_000_003  # position weights, so that swapped values change the sum

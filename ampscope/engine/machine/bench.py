@@ -22,8 +22,8 @@ from ampscope.core.machine import steady
 from ampscope.core.machine import verdicts as mv
 from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
 from ampscope.core.machine.hardware import CPU_UNITS, datasheet_gbps
-from ampscope.engine.checks.allreduce import allreduce_gbps
-from ampscope.engine.checks.machine_state import gpu_state
+from ampscope.engine.machine.allreduce import allreduce_gbps
+from ampscope.engine.machine.state import gpu_state
 
 Shape = tuple[int, int, int]
 Combo = tuple[Shape, str]  # a shape and a layout (``check.LAYOUTS``)
@@ -502,7 +502,7 @@ def run_check(
     Every figure is timed in rounds spread over the whole check, each round measuring every
     figure once, so that a burst of other work lands in one round of each figure rather than
     in every round of one (``ampscope.core.machine.steady`` judges the rounds)."""
-    from ampscope.engine.checks import device as dev
+    from ampscope.engine import device as dev
 
     seams = seams or Seams()
     said = on_figure or (lambda what, line: None)

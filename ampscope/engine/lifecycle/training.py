@@ -13,21 +13,21 @@ from ampscope.core import events as ev
 from ampscope.core import presets as cfg
 from ampscope.core.machine.mfu import above_peak_warnings, of_measured
 from ampscope.core.records.tally import StepTally
-from ampscope.engine.checks.device import DeviceInfo, resolve_device
-from ampscope.engine.checks.validation import read_facts, require_runnable
+from ampscope.engine.device import DeviceInfo, resolve_device
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.lifecycle.children import end_users_children
-from ampscope.engine.lifecycle.emitter import EventWriter
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from ampscope.engine.lifecycle.faults import failure, left_early
 from ampscope.engine.lifecycle.hello import make_hello, measured_warning
-from ampscope.engine.lifecycle.process import SoFar
+from ampscope.engine.lifecycle.loop import train
+from ampscope.engine.lifecycle.replicas import compare_weights, rank_devices, start_sampler
+from ampscope.engine.lifecycle.stopping import SoFar
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.ranks.link import Link, SoloLink, connect
-from ampscope.engine.ranks.replicas import compare_weights, rank_devices, start_sampler
-from ampscope.engine.step.loop import train
 from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
 from ampscope.engine.step.setup import build, memory_estimate
+from ampscope.engine.step.validation import read_facts, require_runnable
 from ampscope.engine.telemetry import TelemetrySampler
 
 SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged, EveryStepSkipped)

@@ -36,7 +36,7 @@ def allreduce_gbps(
     ``rank`` each over NCCL; the CPU over gloo). Raises RuntimeError when a rank fails or the
     ranks do not answer within ``timeout_s``; no process is left behind."""
     port = _free_port()
-    command = [sys.executable, "-m", "ampscope.engine.checks.allreduce", str(ranks), str(port)]
+    command = [sys.executable, "-m", "ampscope.engine.machine.allreduce", str(ranks), str(port)]
     command += [backend, str(nbytes)]
     procs = [
         subprocess.Popen(

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from ampscope.core import events as ev
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.lifecycle.exits import EXIT_STOPPED
 
 PARENT_GRACE_S = 5.0

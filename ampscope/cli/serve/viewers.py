@@ -7,7 +7,7 @@ quit and stays, with all it holds, while it no longer counts toward ``--max-view
 
 - a viewer's output is always read; what waits for its tab is capped (OUTBOX_BYTES). Past the
   cap the backlog is dropped, and once the tab has taken the rest the viewer repaints its whole
-  screen (cli/viewer.py, REPAINT_SIGNAL), so a slow tab sees the current screen, not every one;
+  screen (cli/serve/viewer.py, REPAINT_SIGNAL), so a slow tab sees the current screen, not every one;
 - a tab that takes nothing for SEND_STALL_S is disconnected;
 - once the socket closes the viewer is asked to quit; after QUIT_S its process group gets
   SIGTERM, after TERM_S more SIGKILL;
@@ -15,7 +15,7 @@ quit and stays, with all it holds, while it no longer counts toward ``--max-view
 - every message from the tab is checked (``serve.browser_message``) before the viewer gets it:
   one that the page would never send closes that tab, and only that one;
 - a viewer goes when serve does, however serve goes: it is told serve's pid (PARENT_ENV) and
-  watches for its end (cli/viewer.py).
+  watches for its end (cli/serve/viewer.py).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
 from textual_serve.server import Server
 
-from ampscope.cli.serve_messages import BadMessage, browser_message
-from ampscope.cli.viewer import PARENT_ENV, REPAINT_SIGNAL
+from ampscope.cli.serve.messages import BadMessage, browser_message
+from ampscope.cli.serve.viewer import PARENT_ENV, REPAINT_SIGNAL
 from ampscope.core.text import visible
 
 OUTBOX_BYTES = 4 << 20

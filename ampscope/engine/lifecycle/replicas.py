@@ -12,11 +12,11 @@ import socket
 from collections.abc import Callable
 
 from ampscope.core import events as ev
-from ampscope.engine.checks.device import DeviceInfo
-from ampscope.engine.lifecycle.emitter import EventWriter
+from ampscope.engine.device import DeviceInfo
+from ampscope.engine.emitter import EventWriter
 from ampscope.engine.ranks.link import Link
-from ampscope.engine.ranks.parallelize import param_checksum
 from ampscope.engine.step.metrics import ReplicasDiverged
+from ampscope.engine.step.parallelize import param_checksum
 from ampscope.engine.step.setup import Setup
 from ampscope.engine.telemetry import TelemetrySampler, start_for_run
 

@@ -21,7 +21,7 @@ def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
     import torch
 
     from ampscope.core.machine.hardware import identify
-    from ampscope.engine.checks.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
+    from ampscope.engine.device import cpu_has_fast_bf16, cpu_has_fast_fp16, cpu_name
     from ampscope.engine.telemetry import nvml_report
 
     report: dict[str, Any] = {

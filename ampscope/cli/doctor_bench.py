@@ -88,7 +88,7 @@ def machine_check(args: argparse.Namespace) -> int:
     def said(what: str, line: str) -> None:
         print(visible(line), file=out, flush=True)
 
-    from ampscope.engine.checks.machine_bench import run_check
+    from ampscope.engine.machine.bench import run_check
 
     check = run_check(args.bench_device, quick=args.quick, on_figure=said)
     where = None

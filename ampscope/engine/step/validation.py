@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from ampscope.core.memory import plan as memory_plan
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.units import fmt_bytes
-from ampscope.engine.checks import preflight
-from ampscope.engine.checks.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
-from ampscope.engine.step import fp8
+from ampscope.engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
+from ampscope.engine.step import fp8, preflight
 from ampscope.engine.step.precision import precision_policy
 
 RunWarning = tuple[str, str]  # (code, message) for a run that goes ahead slowly or differently

@@ -1,6 +1,6 @@
 """How a served viewer leaves once ``ampscope serve`` is gone: asked to quit, and ended
-outright if the quit takes too long. Shared by the viewer's parent watch (cli/viewer.py) and
-its driver's end of input (cli/viewer_driver.py)."""
+outright if the quit takes too long. Shared by the viewer's parent watch (cli/serve/viewer.py) and
+its driver's end of input (cli/serve/viewer_driver.py)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""``python -m ampscope.cli.viewer --runs-dir DIR``: the served viewer's entry.
+"""``python -m ampscope.cli.serve.viewer --runs-dir DIR``: the served viewer's entry.
 
 textual-serve starts one per browser tab. It opens the dashboard read-only, following the
 newest live run in DIR. SIGUSR1 repaints its whole screen: ``ampscope serve`` sends it when
-frames were dropped for a tab that could not keep up (cli/serve_viewers.py).
+frames were dropped for a tab that could not keep up (cli/serve/viewers.py).
 
 A viewer never outlives the ``ampscope serve`` that started it, however serve ends (SIGKILL,
 the OOM killer, a hang-up it could not act on): on Linux the kernel sends it SIGTERM when serve
 goes (PR_SET_PDEATHSIG); everywhere, a thread sees its parent change, and its input reaching
-its end (serve's side of the pipe closed) ends it too (cli/viewer_driver.py). Each of these
+its end (serve's side of the pipe closed) ends it too (cli/serve/viewer_driver.py). Each of these
 asks the app to quit, and ends the process outright if it has not within EXIT_GRACE_S.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ampscope.cli.viewer_exit import leave_soon
+from ampscope.cli.serve.viewer_exit import leave_soon
 from ampscope.core.presets.run_args import ArgParser, add_refresh_argument
 
 if TYPE_CHECKING:
@@ -80,14 +80,14 @@ def repaint_on_signal(app: App[object]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgParser(prog="python -m ampscope.cli.viewer", description=__doc__)
+    parser = ArgParser(prog="python -m ampscope.cli.serve.viewer", description=__doc__)
     parser.add_argument("--runs-dir", type=Path, help="where run records are")
     add_refresh_argument(parser)
     args = parser.parse_args(argv)
     end_with_parent()
     from textual.drivers.web_driver import WebDriver
 
-    from ampscope.cli.viewer_driver import ViewerDriver
+    from ampscope.cli.serve.viewer_driver import ViewerDriver
     from ampscope.tui.app import AmpscopeApp
 
     app = AmpscopeApp(

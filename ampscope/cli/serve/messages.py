@@ -1,7 +1,7 @@
 """What a browser tab may send ``ampscope serve``: every websocket message is checked here
 before a viewer sees it, and the viewer's driver checks a resize again.
 
-Apart from cli/serve.py so that the viewers' side (cli/serve_viewers.py, cli/viewer_driver.py)
+Apart from cli/serve/serve.py so that the viewers' side (cli/serve/viewers.py, cli/serve/viewer_driver.py)
 reads the same rules without importing the server.
 """
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from textual.drivers.web_driver import WebDriver
 
-from ampscope.cli.serve_messages import BadMessage, terminal_size
-from ampscope.cli.viewer_exit import leave_soon
+from ampscope.cli.serve.messages import BadMessage, terminal_size
+from ampscope.cli.serve.viewer_exit import leave_soon
 
 
 class ViewerDriver(WebDriver):

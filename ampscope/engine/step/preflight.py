@@ -18,7 +18,7 @@ import psutil
 from ampscope.core.memory import plan as mp
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.units import fmt_bytes
-from ampscope.engine.checks.device import DeviceInfo
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.workloads import cnn, gpt, mlp
 
 HOST_SHARE = 0.5
