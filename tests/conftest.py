@@ -5,6 +5,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +13,13 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Bytecode is cached as Python does by default, also where PYTHONDONTWRITEBYTECODE is set: every
+# worker imports some 250 test modules through pytest's assertion rewriting, and the processes
+# the suite starts import ampscope; uncached, each worker re-parses and rewrites them all (about
+# 10 s of CPU a worker on 2 cores, a sixth of the quick tier). The caches are __pycache__
+# folders, which git ignores.
+sys.dont_write_bytecode = False
 
 # Under pytest-xdist each worker gets its share of the cores, so that workers (and the
 # engines they start) do not each spin a thread per core.

@@ -15,8 +15,6 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from tests.helpers import cli, hello
 
-pytestmark = pytest.mark.unit
-
 # A shared 2-core box: the wall clock swings with the other tenants (547 ms to 3.26 s between
 # repeats of one preset), the CPU time hardly moves; amp-bf16 is truly twice as fast.
 WALL = {"fp32": [547.0, 3260.0, 1400.0], "amp-bf16": [2900.0, 300.0, 1700.0]}
@@ -62,6 +60,7 @@ def bench_cpu_clock(capsys, tmp_path: Path, *more: str) -> str:
     return said.stdout
 
 
+@pytest.mark.unit
 def test_the_wall_clock_spread_blocks_the_verdict_and_bench_says_what_would_help(
     shared_machine, capsys, tmp_path: Path
 ) -> None:
@@ -79,6 +78,7 @@ def test_the_wall_clock_spread_blocks_the_verdict_and_bench_says_what_would_help
     assert out.splitlines()[0].split()[:3] == ["preset", "step", "time"]
 
 
+@pytest.mark.unit
 def test_the_cpu_clock_gives_the_verdict_and_the_table_names_it(
     shared_machine, capsys, tmp_path: Path
 ) -> None:
@@ -102,6 +102,7 @@ def _row(out: str, preset: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
+@pytest.mark.unit
 def test_under_the_cpu_clock_the_speedup_and_the_rates_are_the_printed_cpu_times(
     shared_machine, capsys, tmp_path: Path
 ) -> None:
@@ -122,6 +123,7 @@ def test_under_the_cpu_clock_the_speedup_and_the_rates_are_the_printed_cpu_times
     assert "samples, tokens and TFLOP per CPU second" in " ".join(out.split())
 
 
+@pytest.mark.unit
 def test_a_step_mostly_off_the_cpu_clock_is_named_and_its_speedup_not_called(
     monkeypatch, capsys, tmp_path: Path
 ) -> None:
@@ -144,6 +146,7 @@ def test_a_step_mostly_off_the_cpu_clock_is_named_and_its_speedup_not_called(
     assert "2.00x (1.95-2.06) !" in out  # the cell is marked
 
 
+@pytest.mark.unit
 def test_busy_dataloader_workers_make_the_clocks_contradict_and_no_speedup_is_called(
     monkeypatch, capsys, tmp_path: Path
 ) -> None:
@@ -163,6 +166,7 @@ def test_busy_dataloader_workers_make_the_clocks_contradict_and_no_speedup_is_ca
     assert "! marks a CPU-clock speed-up the wall clock rules out" in out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("device", ["cuda", "auto"])
 def test_the_cpu_clock_is_refused_on_a_gpu(
     shared_machine, capsys, monkeypatch, tmp_path: Path, device: str
@@ -181,6 +185,7 @@ def test_the_cpu_clock_is_refused_on_a_gpu(
     assert shared_machine == []  # refused before any run
 
 
+@pytest.mark.slow
 def test_a_cpu_run_records_each_steps_cpu_time_and_its_median_over_the_timed_steps() -> None:
     """The engine's step events carry ``cpu_ms`` on a CPU, and ``done.cpu_ms_median`` is the
     median over the same steps as ``step_ms_median`` (warm-up and grad-zero steps left out)."""

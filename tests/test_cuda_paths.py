@@ -40,7 +40,7 @@ def run_fast(name: str, *overrides: str) -> tuple[int, list[ev.Event]]:
 # --------------------------------------------------------------------------- TF32 getters
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_after_each_preset_every_tf32_getter_answers_and_agrees() -> None:
     """inductor reads the legacy getters; set through the new API alone, they raise."""
     torch.backends.cuda.matmul.fp32_precision = "tf32"  # a state the new API alone leaves

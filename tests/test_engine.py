@@ -38,7 +38,7 @@ def of(events: list[ev.Event], kind: type) -> list:
     return [e for e in events if isinstance(e, kind)]
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     [
@@ -145,14 +145,14 @@ def test_fp16_without_scaling_loses_gradients_the_scaled_run_keeps() -> None:
     assert zeros["amp-fp16-noscale"] > 0.05
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_grad_zero_frac_is_measured_only_every_n_steps() -> None:
     _, seen = run_preset("fp32", "steps=7", "grad_zero_every=3")
     measured = [s.step for s in of(seen, ev.StepEvent) if s.grad_zero_frac is not None]
     assert measured == [0, 3, 6]
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_exception_in_the_loop_is_an_error_event_and_the_record_is_kept(tmp_path: Path) -> None:
     code, seen = run_preset("fp32", "steps=10", "debug.raise_at_step=4", runs_dir=tmp_path)
     error = of(seen, ev.ErrorEvent)[0]
@@ -293,7 +293,7 @@ def test_a_gpu_without_bf16_is_refused_before_anything_is_built(monkeypatch) -> 
     assert of(seen, ev.HelloEvent) == [] and of(seen, ev.DoneEvent)[0].status == "failed"
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("precision", "kind", "weights", "inputs", "computes_in"),
     [

@@ -40,7 +40,7 @@ def of(events: list[ev.Event], kind: type) -> list:
 # --------------------------------------------------------------------------- final loss
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_a_run_that_ends_on_a_non_finite_loss_reports_that_loss_and_its_step() -> None:
     code, seen = run_fast("fp32", "steps=8", "debug.inf_loss_at_step=3")
     done, error = of(seen, ev.DoneEvent)[0], of(seen, ev.ErrorEvent)[0]

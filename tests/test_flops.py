@@ -30,7 +30,7 @@ def reference_count(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
     return counter.get_total_flops()
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "size"), SHIPPED)
 def test_every_shipped_workload_formula_agrees_with_flop_counter_mode(kind: str, size: str) -> None:
     """Small sizes run for real on the CPU; large ones on the meta device (shapes only)."""
@@ -66,7 +66,7 @@ def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return TrainingWorkload.loss(None, output, target)  # type: ignore[arg-type]
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_the_engine_counts_on_the_meta_device_and_leaves_the_model_alone() -> None:
     model, batch, dims = gpt_small()
     before = [p.detach().clone() for p in model.parameters()]
@@ -78,7 +78,7 @@ def test_the_engine_counts_on_the_meta_device_and_leaves_the_model_alone() -> No
     assert flops / BUILDERS["gpt"].train_flops(model, dims, 32) == pytest.approx(1.0, abs=0.01)
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_a_count_that_ran_a_kernel_without_a_formula_says_it_is_partial() -> None:
     """On the CPU's default path attention runs the flash kernel, which torch cannot count."""
     model, batch, _ = gpt_small()
@@ -114,7 +114,7 @@ def test_a_model_the_meta_device_cannot_run_is_counted_for_real_and_put_back() -
     assert all(p.grad is None for p in model.parameters())
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_hello_carries_the_formula_and_the_count_and_says_which_mfu_uses() -> None:
     seen: list[ev.Event] = []
     overrides = ["workload.kind='cnn'", "device='cpu'", "steps=2", "warmup_steps=1"]

@@ -14,9 +14,8 @@ from ampscope.engine.lifecycle.run import EXIT_OK, run
 from ampscope.engine.step.flops import count_train_flops, measure_train_flops
 from ampscope.engine.workloads import BUILDERS
 
-pytestmark = pytest.mark.unit
 
-
+@pytest.mark.unit
 def test_counted_flops_of_an_mlp_match_the_count_by_hand() -> None:
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
     x, y = torch.randn(32, 16), torch.randint(4, (32,))
@@ -36,12 +35,14 @@ class Lstm(nn.Module):
         return self.lstm(x)[0].sum(dim=(1, 2))
 
 
+@pytest.mark.unit
 def test_a_heavy_kernel_without_a_formula_makes_the_count_partial() -> None:
     x, y = torch.randn(2, 5, 8), torch.zeros(2)
     found = measure_train_flops(Lstm(), (x, y), F.mse_loss, meta=False)
     assert found.partial and any("rnn" in kernel for kernel in found.missing)
 
 
+@pytest.mark.unit
 def test_a_users_forward_and_inputs_are_counted_on_the_meta_device() -> None:
     """Inputs as a dict of keyword arguments, and a model that returns its own loss."""
 
@@ -67,6 +68,7 @@ def decoder(kind: str, size: str) -> tuple[nn.Module, dict[str, int]]:
         return BUILDERS[kind].build_model(dims), dims
 
 
+@pytest.mark.unit
 def test_gpt2_124m_is_nanogpts_size_and_large_llama_about_a_billion() -> None:
     gpt2, dims = decoder("gpt2-124m", "large")
     params = sum(p.numel() for p in gpt2.parameters())  # the head is tied to the embedding
@@ -85,6 +87,7 @@ def test_gpt2_124m_is_nanogpts_size_and_large_llama_about_a_billion() -> None:
         ("llama", []),
     ],
 )
+@pytest.mark.slow
 def test_the_new_decoders_train_on_the_cpu(kind: str, tiny: list[str]) -> None:
     sets = [f"workload.kind='{kind}'", "device='cpu'", "steps=3", "warmup_steps=1", *tiny]
     if kind == "gpt2-124m":

@@ -384,7 +384,7 @@ def test_nothing_to_convert_in_a_users_model_names_their_layers_not_workload_wid
 REAL_MODELS = Path(__file__).parent / "data" / "real_models.py"
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_a_vit_on_multihead_attention_counts_only_the_layers_that_run_in_fp8() -> None:
     """nn.MultiheadAttention multiplies out_proj.weight itself and keeps q/k/v in a bare
     Parameter: swapped for fp8 layers, its out_proj never ran (forward hooks on the converted

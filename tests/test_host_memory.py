@@ -61,7 +61,7 @@ def test_status_is_read_in_bytes(tmp_path) -> None:
     assert host_memory.read_status(status) == (1024 * 1024, 2048 * 1024)
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_memory_run_on_a_cpu_record_compares_rss_growth_with_the_plan(tmp_path, capsys) -> None:
     """End to end: the engine writes rss_before_model and a true peak; `memory --run` sets
     the growth beside the planner's total."""

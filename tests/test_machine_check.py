@@ -620,7 +620,7 @@ def test_doctor_bench_json_on_this_cpu_agrees_with_a_matmul_timed_here(tmp_path)
 # A run's MFU read against the measured peak
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_path) -> None:
     """No datasheet peak exists for a CPU: with a kept check, the run's TFLOP/s is read
     against the measured fp32 figure in hello, the done event (the record), the console's
@@ -945,7 +945,7 @@ def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
     assert "threads ('two')" in check.ignored and "memory copy (nan)" in check.ignored
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [float("nan"), 10**400], ids=["nan", "400-digits"])
 def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
     tmp_path, bad

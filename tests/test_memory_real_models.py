@@ -75,7 +75,7 @@ def measured_peak(factory: str, batch: int, regime: str) -> int:
     return alive + peak
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize(("factory", "regime", "batch"), CASES)
 def test_the_plan_of_a_users_model_bounds_its_measured_step(
     factory: str, regime: str, batch: int
@@ -93,7 +93,7 @@ def test_the_plan_of_a_users_model_bounds_its_measured_step(
     assert measured <= plan.train_total <= 1.10 * measured
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_the_optimizer_steps_temporaries_keep_the_plan_an_upper_bound() -> None:
     """A model whose parameters dominate peaks in the optimizer step: per-tensor AdamW makes
     two temporaries the size of the largest weight. A 16.8M-parameter model once planned

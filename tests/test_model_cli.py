@@ -186,7 +186,7 @@ def run_example(spec: str, preset: str = "fp32", steps: int = 4) -> list[ev.Even
     return seen
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_the_plain_example_trains() -> None:
     seen = run_example(f"{EXAMPLES / 'custom_model.py'}:make", "amp-bf16", steps=12)
     hello = next(e for e in seen if isinstance(e, ev.HelloEvent))

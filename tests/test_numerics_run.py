@@ -283,7 +283,7 @@ def test_an_inf_computed_outside_any_layer_names_the_module_whose_code_computed_
         assert verdict.endswith("at step 0: an overflow of fp32, and of every narrower format.")
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_watch_samples_the_step_after_a_skip_and_names_where_the_inf_is(tmp_path):
     """A watched loop owns its batches, so a skipped step cannot be run again: the next step
     armed once the skip has landed is sampled instead, and names the first inf."""
@@ -352,7 +352,7 @@ def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
 REAL_MODELS = Path(__file__).parent / "data" / "real_models.py"
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_numerics_names_the_leaf_modules_that_never_ran_and_why(capsys):
     """nn.MultiheadAttention never calls its out_proj: "18 of 21 leaf modules measured" once
     left the three unnamed (and the dashboard suggested a cap). The reference: forward hooks

@@ -12,13 +12,13 @@ from tests.helpers import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import overhead  # noqa: E402
 
-pytestmark = pytest.mark.unit
 
-
+@pytest.mark.unit
 def test_step_times_that_cover_the_loop_pass() -> None:
     assert overhead.coverage_problems(0.9996, 0.993) == []
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("block", "loop", "says"),
     [
@@ -33,6 +33,7 @@ def test_host_work_outside_the_step_time_is_a_failure(block: float, loop: float,
     assert "host work between steps falls outside the step time" in problems[0]
 
 
+@pytest.mark.slow
 def test_the_benchmark_exits_1_on_a_coverage_failure(monkeypatch, capsys) -> None:
     """main's end: the FAIL lines, then exit 1 (the figures come from the loops it times)."""
     monkeypatch.setattr(overhead, "print_ratios", lambda per_step, covered: 0.95)

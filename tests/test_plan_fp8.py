@@ -17,8 +17,6 @@ from ampscope.core.plan.report import FITS_BAND, RecipeNumerics
 from ampscope.core.plan.speed import datasheet_machine, find_gpu
 from ampscope.engine.plan.casts import CAST_PLANS, CASTS, LayerCasts, outlier_rows, round_trip
 
-pytestmark = pytest.mark.unit
-
 MODELS = Path(__file__).parent / "data" / "plan_models.py"
 # These models serve one fixed batch: one step shows what eight would, at an eighth of the time
 # (tests/test_plan_steps.py plans trouble that only a later step brings).
@@ -41,6 +39,7 @@ def layer(plan: dict, name: str) -> dict:
 # The casts, against torchao's own
 
 
+@pytest.mark.unit
 def test_every_cast_of_every_recipe_is_torchaos_own() -> None:
     """Each cast's round trip equals torchao's (``hp_tensor_to_float8_dynamic`` with the
     recipe's config, on the tensor as torchao's linear holds it), outliers and tiny rows
@@ -95,6 +94,7 @@ def test_every_cast_of_every_recipe_is_torchaos_own() -> None:
             torch.testing.assert_close(mine, back(theirs), rtol=0, atol=0, msg=f"{recipe} {cast}")
 
 
+@pytest.mark.unit
 def test_a_casts_figures_count_what_the_cast_did() -> None:
     """underflow is the share of non-zero values that came back zero, rel_error the RMS error
     over the RMS, summed over calls; the weight counts once however often it is used."""
@@ -122,6 +122,7 @@ def test_a_casts_figures_count_what_the_cast_did() -> None:
 # The planted outlier token
 
 
+@pytest.mark.slow
 def test_a_single_outlier_token_is_found_named_and_never_given_tensorwise_or_rowwise(
     capsys, tmp_path: Path
 ) -> None:
@@ -173,6 +174,7 @@ def test_a_single_outlier_token_is_found_named_and_never_given_tensorwise_or_row
 # The command
 
 
+@pytest.mark.slow
 def test_the_plan_mixes_fp8_and_bf16_says_why_and_writes_the_contracts_json(
     capsys, tmp_path: Path
 ) -> None:
@@ -229,6 +231,7 @@ def test_the_plan_mixes_fp8_and_bf16_says_why_and_writes_the_contracts_json(
         assert Path(plan["files"][key]).is_file()
 
 
+@pytest.mark.unit
 def test_bare_gemm_shapes_are_planned_from_the_model_alone(capsys) -> None:
     code = main(
         [
@@ -279,6 +282,7 @@ def test_bare_gemm_shapes_are_planned_from_the_model_alone(capsys) -> None:
         (["plan", "fp8", "--model", f"{MODELS}:nope"], "nope"),
     ],
 )
+@pytest.mark.unit
 def test_a_bad_flag_or_model_exits_2_with_one_paragraph(capsys, argv: list[str], said: str) -> None:
     code = main(argv)
     out, err = capsys.readouterr()

@@ -160,7 +160,7 @@ def _profile(preset: str, runs_dir: Path, capsys: pytest.CaptureFixture[str]) ->
     return Path(json.loads(done.stdout)["trace"]).parent
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_real_profiles_of_fp32_and_amp_bf16_on_a_cpu_compare_by_matmul_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

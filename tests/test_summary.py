@@ -91,7 +91,7 @@ def test_the_timed_steps_rule() -> None:
     assert summary.timed_steps(4, 1, profiled={1, 2, 3}) == [1, 2, 3]  # a profile run: all
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 def test_profiled_steps_are_marked_and_left_out_of_the_step_time_figures() -> None:
     """torch.profiler slows the steps it profiles: their events say so, and neither done's
     median nor the dashboard's Step time card counts them."""

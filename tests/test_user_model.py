@@ -12,8 +12,6 @@ from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads.user import count_model_parameters
 from tests.helpers import USER_MODEL, model_set, user_model
 
-pytestmark = pytest.mark.unit
-
 BATCH, FEATURES, HIDDEN, CLASSES = 32, 16, 64, 4
 
 
@@ -37,6 +35,7 @@ def net_flops(batch: int) -> int:
     return 2 * batch * (2 * first + 3 * second)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["fp32", "amp-bf16"])
 def test_a_model_from_a_file_trains_and_its_loss_falls(tmp_path: Path, preset: str) -> None:
     code, events = run_model(user_model(tmp_path), "make", preset, "steps=60", "lr=1e-2")
@@ -62,6 +61,7 @@ def test_a_model_from_a_file_trains_and_its_loss_falls(tmp_path: Path, preset: s
     ]
 
 
+@pytest.mark.unit
 def test_amp_fp16_with_an_injected_inf_skips_that_step(tmp_path: Path) -> None:
     code, events = run_model(
         user_model(tmp_path), "make", "amp-fp16", "steps=8", "debug.inf_loss_at_step=4"
@@ -73,6 +73,7 @@ def test_amp_fp16_with_an_injected_inf_skips_that_step(tmp_path: Path) -> None:
     assert of(events, ev.DoneEvent)[0].skipped_steps == 1
 
 
+@pytest.mark.slow
 def test_inputs_as_a_tuple_a_dict_or_token_ids_and_a_loss_the_model_returns(
     tmp_path: Path,
 ) -> None:
@@ -88,6 +89,7 @@ def test_inputs_as_a_tuple_a_dict_or_token_ids_and_a_loss_the_model_returns(
     assert all(s.tokens_per_s for s in of(events, ev.StepEvent))
 
 
+@pytest.mark.unit
 def test_flops_given_by_the_factory_are_used_and_checked_against_the_count(
     tmp_path: Path,
 ) -> None:
@@ -117,6 +119,7 @@ BAD = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("factory", "expected"), BAD)
 def test_a_bad_factory_exits_2_naming_the_spec(tmp_path: Path, factory: str, expected: str) -> None:
     path = user_model(tmp_path)
@@ -134,6 +137,7 @@ def test_a_bad_factory_exits_2_naming_the_spec(tmp_path: Path, factory: str, exp
         assert not of(events, ev.StepEvent)
 
 
+@pytest.mark.unit
 def test_the_users_traceback_is_theirs_file_and_line(tmp_path: Path) -> None:
     path = user_model(tmp_path)
     _, events = run_model(path, "make_raises")
@@ -156,6 +160,7 @@ def test_the_users_traceback_is_theirs_file_and_line(tmp_path: Path) -> None:
         ("models/net.txt:make", "is not a Python file (.py)"),
     ],
 )
+@pytest.mark.unit
 def test_a_spec_that_names_no_factory_exits_2(tmp_path: Path, spec: str, expected: str) -> None:
     seen: list[ev.Event] = []
     code = run(
@@ -166,6 +171,7 @@ def test_a_spec_that_names_no_factory_exits_2(tmp_path: Path, spec: str, expecte
     assert error.kind == "config" and f"'{spec}'" in error.message and expected in error.message
 
 
+@pytest.mark.unit
 def test_a_module_name_is_imported_from_the_working_folder(tmp_path: Path, monkeypatch) -> None:
     package = tmp_path / "mypkg"
     package.mkdir()
@@ -178,6 +184,7 @@ def test_a_module_name_is_imported_from_the_working_folder(tmp_path: Path, monke
     assert of(seen, ev.HelloEvent)[0].workload == "teacher-mlp"
 
 
+@pytest.mark.unit
 def test_dimensions_of_a_built_in_workload_are_refused_beside_a_model(tmp_path: Path) -> None:
     code, events = run_model(user_model(tmp_path), "make", "fp32", "workload.layers=4")
     (error,) = of(events, ev.ErrorEvent)
@@ -186,6 +193,7 @@ def test_dimensions_of_a_built_in_workload_are_refused_beside_a_model(tmp_path: 
     )
 
 
+@pytest.mark.slow
 def test_waiting_for_batches_is_reported_and_warned_once(tmp_path: Path) -> None:
     code, events = run_model(user_model(tmp_path), "make_slow_data", "fp32", "steps=16")
     assert code == EXIT_OK
@@ -204,6 +212,7 @@ def test_waiting_for_batches_is_reported_and_warned_once(tmp_path: Path) -> None
     assert not [w for w in of(seen, ev.WarningEvent) if w.code == "input-bound"]
 
 
+@pytest.mark.unit
 def test_a_model_too_big_for_the_device_gets_the_planners_estimate_first(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -221,6 +230,7 @@ def test_a_model_too_big_for_the_device_gets_the_planners_estimate_first(
     assert "has 1 MiB" in warning.message
 
 
+@pytest.mark.unit
 def test_the_parameter_count_is_built_on_the_meta_device_when_the_factory_allows(
     tmp_path: Path,
 ) -> None:
@@ -229,6 +239,7 @@ def test_the_parameter_count_is_built_on_the_meta_device_when_the_factory_allows
     assert count_model_parameters(f"{path}:make_on_cpu_only") == (1348, "cpu", "teacher-mlp")
 
 
+@pytest.mark.unit
 def test_a_fault_in_their_model_mid_run_shows_their_frames_only(tmp_path: Path) -> None:
     path = user_model(tmp_path)
     code, events = run_model(path, "make_fails_later")
@@ -242,6 +253,7 @@ def test_a_fault_in_their_model_mid_run_shows_their_frames_only(tmp_path: Path) 
     assert trace.splitlines()[-1] == "ValueError: a corrupt sample in the fifth batch"
 
 
+@pytest.mark.unit
 def test_a_loss_that_takes_the_wrong_arguments_is_named_as_the_loss(tmp_path: Path) -> None:
     path = user_model(tmp_path)
     code, events = run_model(path, "make_loss_one_argument")
@@ -252,6 +264,7 @@ def test_a_loss_that_takes_the_wrong_arguments_is_named_as_the_loss(tmp_path: Pa
     assert error.traceback is None  # no frame of theirs to show: the message says it all
 
 
+@pytest.mark.unit
 def test_runs_of_two_models_have_folders_that_tell_them_apart(tmp_path: Path) -> None:
     from ampscope.core.presets.workload_spec import record_name
 
@@ -265,6 +278,7 @@ def test_runs_of_two_models_have_folders_that_tell_them_apart(tmp_path: Path) ->
     assert record_name("fp32", None) == "fp32"
 
 
+@pytest.mark.unit
 def test_a_nan_before_any_update_in_fp32_blames_the_model_not_the_format(tmp_path: Path) -> None:
     path = user_model(tmp_path)
     code, events = run_model(path, "make_nan_loss")

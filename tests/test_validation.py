@@ -174,7 +174,7 @@ def test_bf16_on_a_gpu_before_ampere_exits_2_with_the_paragraph(monkeypatch, cap
     assert "Tesla T4 is 7.5" in err and "Traceback" not in err
 
 
-@pytest.mark.unit
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,overrides",
     [

@@ -14,8 +14,6 @@ import ampscope
 from ampscope.watching import WatchWarning
 from tests.helpers import tiny_model
 
-pytestmark = pytest.mark.unit
-
 
 def one_step(mon, model, opt) -> None:
     loss = model(torch.randn(8, 32)).square().mean()
@@ -29,6 +27,7 @@ def said(caught: list) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, WatchWarning)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["runs folder", "events file"])
 def test_a_record_deleted_mid_loop_is_said_once_and_the_loop_goes_on(
     tmp_path: Path, capsys, what: str
@@ -64,6 +63,7 @@ def test_a_record_deleted_mid_loop_is_said_once_and_the_loop_goes_on(
         assert not (mon.run_dir / "summary.json").exists()
 
 
+@pytest.mark.unit
 def test_a_full_disk_ends_the_watched_record_failed_with_the_reason_not_crashed(
     tmp_path: Path,
 ) -> None:
