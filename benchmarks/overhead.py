@@ -42,7 +42,7 @@ import msgspec  # noqa: E402
 import torch  # noqa: E402
 
 from ampscope.core import events as ev  # noqa: E402
-from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.core import presets  # noqa: E402
 from ampscope.core.records.distribution import merged  # noqa: E402
 from ampscope.core.records.tally import StepTally  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> None:
     overrides = list(args.overrides)
     if args.model:
         overrides.insert(0, f'workload.model="{args.model}"')
-    preset = cfg.load_preset(args.preset, overrides)
+    preset = presets.load_preset(args.preset, overrides)
     info = resolve_device(preset.device)
     setup = build(preset, info)
     sink = open(os.devnull, "wb")  # noqa: SIM115

@@ -11,8 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ampscope.core import comparison, records
-from ampscope.core import presets as cfg
+from ampscope.core import comparison, presets, records
 from ampscope.tui.model.run_manager import LiveRun, RunManager
 from ampscope.tui.model.source import PAUSE, RESTART, STOP
 from tests.helpers import (
@@ -150,11 +149,11 @@ def test_an_edited_preset_runs_from_a_temporary_copy_removed_on_close(tmp_path: 
     async def go() -> None:
         engines = Engines()
         session, _ = session_with(tmp_path, engines)
-        edited = msgspec.structs.replace(cfg.load_preset("fp32"), steps=11)
+        edited = msgspec.structs.replace(presets.load_preset("fp32"), steps=11)
         await session.start_edited_run(edited)
         path = Path(engines.made[0].preset)
         assert path.name == "fp32-edited.toml"
-        copy = cfg.load_preset(str(path))
+        copy = presets.load_preset(str(path))
         assert copy.steps == 11 and copy.name == "fp32-edited"
         assert session.state is not None and session.state.label == "fp32-edited"
         await session.close()
@@ -248,7 +247,7 @@ def test_a_detached_start_is_told_and_followed(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_a_detached_start_that_fails_is_told_and_nothing_runs(tmp_path: Path) -> None:
     def launch(preset, overrides, runs_dir):
-        return cfg.load_preset(preset, overrides), 0  # raises: no such preset
+        return presets.load_preset(preset, overrides), 0  # raises: no such preset
 
     async def go() -> None:
         listener = FakeListener()
@@ -305,10 +304,10 @@ def test_a_sweep_runs_a_preset_as_edited_on_the_form(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
         session, listener = session_with(tmp_path, engines)
-        edited = cfg.load_preset("mlp-demo", ["steps=60", "lr=0.01"])
+        edited = presets.load_preset("mlp-demo", ["steps=60", "lr=0.01"])
         await session.start_sweep([edited, "fp32"])
         (first,) = engines.made
-        ran = cfg.load_preset(first.preset)  # the temporary TOML the engine was given
+        ran = presets.load_preset(first.preset)  # the temporary TOML the engine was given
         assert (ran.name, ran.steps, ran.lr) == ("mlp-demo-edited", 60, 0.01)
         assert listener.started[0].state.label == "mlp-demo-edited"
         assert listener.started[0].state.queue_note == "sweep 1/2"

@@ -65,11 +65,11 @@ def reference_losses(steps: int) -> list[float]:
     import torch
     from torch.nn import functional as F
 
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.workloads import build_workload
 
-    preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "device='cpu'"])
-    dims, batch = cfg.resolve_workload(preset, on_cuda=False)
+    preset = presets.load_preset("fp32", ["workload.kind='mlp'", "device='cpu'"])
+    dims, batch = presets.resolve_workload(preset, on_cuda=False)
     torch.manual_seed(preset.seed)
     wl = build_workload("mlp", dims, batch, torch.device("cpu"), preset.seed)
     pools = []

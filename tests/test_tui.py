@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.tui.app import AmpscopeApp, parse_autostart
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import field_id
@@ -85,9 +85,9 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
             dialog = await shown(pilot, app, SaveDialog)
             dialog.query_one("#save-name").value = "my-fp32"
             await pilot.press("enter")
-            saved = cfg.user_presets_dir() / "my-fp32.toml"
+            saved = presets.user_presets_dir() / "my-fp32.toml"
             assert await wait_for(pilot, saved.is_file, 5)
-            loaded = cfg.load_preset("my-fp32")
+            loaded = presets.load_preset("my-fp32")
             assert loaded.steps == 7 and loaded.lr == 1e-4 and loaded.name == "my-fp32"
             assert await wait_for(pilot, lambda: "my-fp32" in [p.name for p in screen.presets])
 

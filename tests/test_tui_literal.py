@@ -12,8 +12,8 @@ import pytest
 from textual.widgets import Input
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
 from ampscope.core import records
+from ampscope.core.presets import to_toml, user_presets_dir, validate
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.model.replay import ReplaySource
@@ -50,9 +50,9 @@ RAW_FORBIDDEN = ("\x1b]0;", "\x07", "\x1b[2J")
 
 
 def write_user_preset(name: str) -> None:
-    folder = cfg.user_presets_dir()
+    folder = user_presets_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    preset = cfg.validate(
+    preset = validate(
         {
             "name": name,
             "description": f"about {name}\nsecond line",
@@ -61,7 +61,7 @@ def write_user_preset(name: str) -> None:
             "steps": 3,
         }
     )
-    (folder / "evil.toml").write_text(cfg.to_toml(preset))
+    (folder / "evil.toml").write_text(to_toml(preset))
 
 
 def write_record(root: Path, stamp: str, name: str, ms: float) -> Path:

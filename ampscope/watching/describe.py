@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core.machine import check as machine_check
+from ampscope.core.machine import check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.memory.host import current_rss
 from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
@@ -142,7 +142,7 @@ def measured_peak(device_name: str, compute_dtype: str, cuda: bool) -> float | N
     once; a CPU has no TF32, so tf32 reads fp32's. None without a kept check."""
     fmt = "fp32" if not cuda and compute_dtype == "tf32" else compute_dtype
     try:
-        return machine_check.measured_tflops(device_name, fmt)
+        return check.measured_tflops(device_name, fmt)
     except OSError:
         return None
 

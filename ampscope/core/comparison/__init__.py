@@ -25,7 +25,7 @@ import msgspec
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.comparison import significance
-from ampscope.core.machine import check as machine_check
+from ampscope.core.machine import check
 from ampscope.core.text import wrap
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_mfu, fmt_ms, fmt_num
 
@@ -151,7 +151,7 @@ def set_rates(row: Row, runs: Sequence[records.RunRecord], step_ms: float | None
     row.tokens_per_s = at_step_time(lambda r: r.done.tokens_per_s if r.done else None)
     row.tflops = at_step_time(lambda r: r.done.tflops if r.done else None)
     row.mfu = at_step_time(lambda r: r.done.mfu if r.done else None)
-    row.mfu_measured = at_step_time(machine_check.mfu_measured)
+    row.mfu_measured = at_step_time(check.mfu_measured)
 
 
 def setup_of(run: records.RunRecord) -> dict[str, str]:

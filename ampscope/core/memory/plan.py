@@ -555,15 +555,15 @@ def workload_from(
 
 def workload_from_preset(name: str, on_cuda: bool = True) -> PlannedModel:
     """A preset's workload at its GPU size (``on_cuda``) or CPU size; raises ConfigError."""
-    from ampscope.core import presets as config
+    from ampscope.core import presets
 
-    preset = config.load_preset(name)
+    preset = presets.load_preset(name)
     if preset.workload.model is not None:
-        raise config.ConfigError(
+        raise presets.ConfigError(
             f"preset '{name}' trains your own model (workload.model = '{preset.workload.model}'): "
             f"plan it with ampscope memory --model {preset.workload.model}"
         )
-    dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
+    dims, batch = presets.resolve_workload(preset, on_cuda=on_cuda)
     return workload_from(preset.workload.kind, dims, batch, preset.precision, preset.fp8.recipe)
 
 

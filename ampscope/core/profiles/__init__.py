@@ -27,7 +27,7 @@ from ampscope.core import events as ev
 from ampscope.core.profiles.advice import RunFacts, advice
 from ampscope.core.profiles.advice import load_note as load_note  # the face: cli/profile.py
 from ampscope.core.profiles.rules import CLASSES, OpTime, label
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 from ampscope.core.text import wrap
 from ampscope.core.units import fmt_ms
 
@@ -248,7 +248,7 @@ def take_request(run_dir: Path) -> int | None:
     loop, a link to /dev/zero would fill its memory), and a run is never stopped by it."""
     path = run_dir / REQUEST_FILE
     try:
-        raw = record_files.read_bytes(path, REQUEST_MAX_BYTES, follow_links=False)
+        raw = files.read_bytes(path, REQUEST_MAX_BYTES, follow_links=False)
     except FileNotFoundError:
         return None
     except OSError as exc:  # a FIFO, a device, a link (to /dev/zero, say), no permission

@@ -33,7 +33,7 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core.processes import ownership
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -119,7 +119,7 @@ def read_events(path: Path) -> tuple[list[ev.Event], int]:
     """
     events: list[ev.Event] = []
     bad = 0
-    with record_files.open_file(path, record_files.EVENTS_BYTES) as fh:
+    with files.open_file(path, files.EVENTS_BYTES) as fh:
         for line in fh:
             if not line.strip():
                 continue
@@ -158,7 +158,7 @@ def load_run(path: Path, with_events: bool = True, thinned: bool = False) -> Run
         if (path / SUMMARY_FILE).is_file():
             _read_summary(record)
         elif events_path.is_file():
-            with record_files.open_file(events_path, record_files.EVENTS_BYTES) as fh:
+            with files.open_file(events_path, files.EVENTS_BYTES) as fh:
                 first = ev.decode(fh.readline(1 << 20))
             if isinstance(first, ev.HelloEvent):
                 record.hello = first
@@ -169,7 +169,7 @@ def load_run(path: Path, with_events: bool = True, thinned: bool = False) -> Run
 
 def _read_summary(record: RunRecord) -> None:
     try:
-        data = record_files.read_json(record.path / SUMMARY_FILE)
+        data = files.read_json(record.path / SUMMARY_FILE)
     except (ValueError, RecursionError):
         record.problem = f"{SUMMARY_FILE} is not valid JSON"
         return
@@ -254,7 +254,7 @@ def read_live(run_dir: Path) -> dict[str, Any] | None:
     """``live.json``, or None: absent, unreadable, not a regular file (a FIFO would block its
     reader for ever), a link (only ampscope's own processes write it, never as a link)."""
     try:
-        data = record_files.read_json(run_dir / LIVE_FILE, follow_links=False)
+        data = files.read_json(run_dir / LIVE_FILE, follow_links=False)
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
@@ -369,7 +369,7 @@ def is_stalled(run_dir: Path, now: float | None = None) -> bool:
 def tail_events(path: Path, max_bytes: int = 1 << 16) -> list[ev.Event]:
     """The complete events in the last ``max_bytes`` of ``events.jsonl`` (cheap on big records)."""
     try:
-        with record_files.open_file(path, record_files.EVENTS_BYTES) as fh:
+        with files.open_file(path, files.EVENTS_BYTES) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))

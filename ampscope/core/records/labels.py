@@ -11,7 +11,7 @@ from typing import Any
 
 from ampscope.core import records
 from ampscope.core.presets.workload_spec import config_model, model_label
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 
 
 def launch_config(run: records.RunRecord) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def launch_config(run: records.RunRecord) -> dict[str, Any]:
     if run.hello is not None:
         return run.hello.config or {}
     try:
-        conf = record_files.read_json(run.path / records.CONFIG_FILE)
+        conf = files.read_json(run.path / records.CONFIG_FILE)
     except (OSError, ValueError, RecursionError):
         return {}
     return conf if isinstance(conf, dict) else {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ampscope.core.memory import plan as memory_plan
+from ampscope.core.memory import plan
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.units import fmt_bytes
 from ampscope.engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
@@ -180,8 +180,8 @@ def training_state_warning(
 ) -> RunWarning | None:
     """A warning when the planner puts the built model's training state (weights, gradients,
     master weights, AdamW state, casts) above the ``total`` bytes of the device's memory."""
-    regime = memory_plan.regime_for_precision(preset.precision)
-    needed = memory_plan.plan_regime(params, regime).train_total
+    regime = plan.regime_for_precision(preset.precision)
+    needed = plan.plan_regime(params, regime).train_total
     if not total or needed <= total:
         return None
     message = (

@@ -19,8 +19,7 @@ import msgspec
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core.presets import parallel
+from ampscope.core.presets import ConfigError, Preset, load_preset, parallel, to_dict, to_toml
 from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
 from ampscope.tui.model.engine_process import EngineProcess
 from ampscope.tui.model.run_state import RunState
@@ -91,11 +90,11 @@ class SessionListener(Protocol):
         """A one-line notice."""
 
 
-SweepEntry = str | cfg.Preset
+SweepEntry = str | Preset
 """A preset by name, or one edited on the Presets screen (it runs as ``NAME-edited``)."""
 
 
-def edited_name(preset: cfg.Preset) -> str:
+def edited_name(preset: Preset) -> str:
     return f"{preset.name}-edited"
 
 
@@ -256,14 +255,14 @@ class RunManager:
         """Launched in a thread: it waits (seconds) for the engine's hello."""
         try:
             run_dir, pid = await asyncio.to_thread(self._launch, preset, overrides, self.runs_dir)
-        except (cfg.ConfigError, OSError, EngineDidNotStart) as exc:
+        except (ConfigError, OSError, EngineDidNotStart) as exc:
             self.listener.tell(str(exc), error=True, title="Not started")
             return
         self.listener.tell(f"{run_dir.name} runs detached (pid {pid}): quitting leaves it running.")
         self.listener.run_detached(run_dir)
 
     async def start_edited_run(
-        self, preset: cfg.Preset, *, detach: bool = False, queued: bool = False
+        self, preset: Preset, *, detach: bool = False, queued: bool = False
     ) -> None:
         """An edited preset runs from a temporary TOML file (``NAME-edited``)."""
         edited = msgspec.structs.replace(preset, name=edited_name(preset))
@@ -271,14 +270,14 @@ class RunManager:
             self._tmp = tempfile.TemporaryDirectory(prefix="ampscope-")
         path = Path(self._tmp.name) / f"{records.safe_file_name(edited.name)}.toml"
         try:
-            path.write_text(cfg.to_toml(edited))
+            path.write_text(to_toml(edited))
         except OSError as exc:
             self.listener.tell(
                 f"cannot write {path}: {exc.strerror}", error=True, title="Not started"
             )
             return
         await self.start_run(
-            str(path), label=edited.name, config=cfg.to_dict(edited), detach=detach, queued=queued
+            str(path), label=edited.name, config=to_dict(edited), detach=detach, queued=queued
         )
 
     async def restart_run(self, run: LiveRun | None = None) -> None:
@@ -390,6 +389,6 @@ class RunManager:
 def launch_config(preset: str, overrides: Sequence[str]) -> dict[str, Any]:
     """The preset as the engine will see it, for the header before ``hello`` arrives."""
     try:
-        return cfg.to_dict(cfg.load_preset(preset, overrides))
-    except cfg.ConfigError:
+        return to_dict(load_preset(preset, overrides))
+    except ConfigError:
         return {"name": Path(preset).stem if preset.endswith(".toml") else preset}
