@@ -2,7 +2,7 @@
 
 Per parameter, a training step keeps weights, gradients, optimizer state and (in mixed
 precision) fp32 master weights; activations and the loss's logit buffers come on top and
-scale with batch and sequence. The facts (REFERENCE.md, "Memory per parameter, AdamW"):
+scale with batch and sequence. The facts, with AdamW:
 
 - fp32 / tf32 with AdamW: 4 w + 4 g + 8 (m, v) = 16 bytes/param; inference 4.
 - torch AMP (fp32 weights are the master copy, autocast to bf16/fp16): also 16, plus a

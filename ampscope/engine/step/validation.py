@@ -1,6 +1,6 @@
 """Can this preset run here? Every check made before anything is built, in one order.
 
-The preset has already passed the checks that need no device (``config.check_combinations``).
+The preset has already passed the checks that need no device (``presets.check_combinations``).
 What is left needs the machine: its device and compute capability, whether it is one rank of
 several, its memory, whether torchao is installed. Those are read once into ``Facts``, and
 ``check_run`` goes through the checks in this order, the first refusal being the one a user
