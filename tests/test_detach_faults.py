@@ -104,8 +104,8 @@ def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) 
 
     async def go() -> None:
         listener = FakeListener()
-        session = RunManager(listener, tmp_path, launch=launch_that_fails)
-        await session.start_run("fp32", detach=True)
+        manager = RunManager(listener, tmp_path, launch=launch_that_fails)
+        await manager.start_run("fp32", detach=True)
         assert listener.detached == []
         ((message, error, title),) = listener.told
         assert error and title == "Not started" and "no CUDA GPU" in message

@@ -167,8 +167,8 @@ def test_the_dashboard_runs_a_users_model_headless(tmp_path: Path) -> None:
             select_preset(app, "amp-bf16")
             await pilot.press("enter")
             screen = await shown(pilot, app, RunScreen)
-            assert await wait_for(pilot, lambda: app.session.state.status == "done", 90)
-            hello = app.session.state.hello
+            assert await wait_for(pilot, lambda: app.run_manager.state.status == "done", 90)
+            hello = app.run_manager.state.hello
             assert hello is not None and hello.workload == "teacher-mlp"
             assert await wait_for(pilot, lambda: "done" in text(screen, "#run-header"), 5)
             card = screen.query_one("#card-step_ms", StatCard)

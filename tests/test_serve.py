@@ -45,8 +45,8 @@ def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
             presets = await shown(pilot, app, PresetsScreen)
             await pilot.press("enter", "r", "d", "s")
             await pilot.pause()
-            await app.session.start_run("fp32")
-            assert app.session.engine is None and not presets.detach
+            await app.run_manager.start_run("fp32")
+            assert app.run_manager.engine is None and not presets.detach
             assert not isinstance(app.screen, RunScreen)
             provider = PresetCommands(app.screen)
             await provider.startup()
@@ -67,7 +67,7 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
             async with app.run_test(size=SIZE) as pilot:
                 await shown(pilot, app, WaitingScreen)
                 await pilot.press("s", "r", "enter", "d")
-                assert app.session.engine is None and list(tmp_path.iterdir()) == []
+                assert app.run_manager.engine is None and list(tmp_path.iterdir()) == []
                 run_a = make_record(tmp_path, "20260101T000001Z-fp32", first.pid, steps=4)
                 assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
                 screen = app.screen

@@ -139,7 +139,7 @@ async def a_run_of_it(app, pilot, name: str, shown_as: str) -> None:
         events = [hello(preset=name), ev.ErrorEvent(kind="exception", message=f"boom {name}")]
         return FakeEngine(preset, overrides, runs_dir, on_event, events=events, exit_at_once=1)
 
-    app.session._start_engine = fake_engine
+    app.run_manager._start_engine = fake_engine
     await pilot.press("r")
     screen = await shown(pilot, app, RunScreen)
     assert await wait_for(pilot, lambda: screen.state.finished)

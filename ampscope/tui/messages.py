@@ -1,6 +1,6 @@
 """What screens ask of the dashboard. Posted by a screen, they bubble up to the app.
 
-Screens never call the app: they post one of these, and the app (which owns the run session
+Screens never call the app: they post one of these, and the app (which owns the run manager
 and the screen stack) decides. A screen is then testable by the messages it posts.
 """
 

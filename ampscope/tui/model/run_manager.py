@@ -1,7 +1,7 @@
 """The runs the dashboard starts: one engine child at a time, a sweep queue, detached runs.
 
 Textual-free (asyncio only), so its rules are tested without a screen. The dashboard is its
-listener: the session says when a run starts, when one went off detached and when a sweep has
+listener: the run manager says when a run starts, when one went off detached and when a sweep has
 something to compare, and the dashboard shows it.
 """
 
@@ -32,7 +32,7 @@ CLOSE_S = 2.0
 
 
 class Engine(Protocol):
-    """What the session needs of an engine child (``EngineProcess``; tests pass fakes)."""
+    """What the run manager needs of an engine child (``EngineProcess``; tests pass fakes)."""
 
     @property
     def stderr_tail(self) -> Sequence[str]:
@@ -71,8 +71,8 @@ def start_engine_process(
     return EngineProcess(preset, overrides, runs_dir=runs_dir, on_event=on_event, launch=processes)
 
 
-class SessionListener(Protocol):
-    """What the session tells the dashboard."""
+class RunListener(Protocol):
+    """What the run manager tells the dashboard."""
 
     def run_started(self, run: LiveRun) -> None:
         """Show ``run`` (it has not sent anything yet)."""
@@ -140,12 +140,12 @@ class RunStart:
 
 
 class LiveRun:
-    """An engine child the session started: the Run view's source for it."""
+    """An engine child the run manager started: the Run view's source for it."""
 
     def __init__(
-        self, session: RunManager, state: RunState, engine: Engine, launch: RunStart
+        self, manager: RunManager, state: RunState, engine: Engine, launch: RunStart
     ) -> None:
-        self.session = session
+        self.manager = manager
         self.state = state
         self.engine = engine
         self.launch = launch
@@ -163,14 +163,14 @@ class LiveRun:
         return "the run has ended" if control == STOP else "only a replay pauses and seeks"
 
     async def feed(self) -> None:
-        await self.ended.wait()  # the engine's events arrive through the session
+        await self.ended.wait()  # the engine's events arrive through the run manager
 
     async def stop(self) -> None:
-        if self.session.current is self:
-            await self.session.stop_run()
+        if self.manager.current is self:
+            await self.manager.stop_run()
 
     async def restart(self) -> None:
-        await self.session.restart_run(self)
+        await self.manager.restart_run(self)
 
 
 class RunManager:
@@ -181,7 +181,7 @@ class RunManager:
 
     def __init__(
         self,
-        listener: SessionListener,
+        listener: RunListener,
         runs_dir: Path,
         *,
         extra_overrides: Sequence[str] = (),
