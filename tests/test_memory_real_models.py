@@ -27,7 +27,7 @@ CASES = [
 
 
 def workload(factory: str, batch: int):  # type: ignore[no-untyped-def]
-    from ampscope.core.presets.workload_spec import ModelContext
+    from ampscope.core.workload import ModelContext
     from ampscope.engine.workloads.user import build_user_workload
 
     ctx = ModelContext(torch.device("cpu"), batch, 0, "fp32")

@@ -26,7 +26,7 @@ from ampscope.core.plan.decide import LayerFacts
 from ampscope.core.plan.files import substring_clash, torchtitan_text
 from ampscope.core.plan.report import LayerPlan, Plan, RecipeNumerics
 from ampscope.core.plan.speed import datasheet_machine, find_gpu
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.step import fp8
 from ampscope.engine.workloads.user import build_user_workload

@@ -13,7 +13,7 @@ from torch import nn
 from ampscope.core import presets
 from ampscope.core.plan.steps import STEPS
 from ampscope.core.presets.fp8_recipes import RECIPES, layers_line
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.plan.capture import capture_fp8
 from ampscope.engine.step import fp8

@@ -50,7 +50,7 @@ def measure(spec: str, batch: int | None = None) -> plan.MeasuredStep | None:
     None when the model cannot run a step on the CPU (the plan then says so)."""
     import torch
 
-    from ampscope.core.presets.workload_spec import ModelContext
+    from ampscope.core.workload import ModelContext
     from ampscope.engine.memory.saved import measure_step_memory
     from ampscope.engine.workloads.user import build_user_workload
 

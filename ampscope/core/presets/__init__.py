@@ -15,7 +15,8 @@ Beside this module (the preset's model, loading and overrides):
     workload_rules.py  the built-in workloads' dimensions and ``[workload]`` rules
     fp8_recipes.py     which fp8 format each tensor of a linear layer takes
     optimizer.py       the ``[optimizer]`` table: fused, foreach or per-tensor AdamW
-    workload_spec.py   a user's own model (``--model``): the factory's spec, ``ampscope.Workload``
+    workload_spec.py   a user's own model (``--model``): the factory's spec (``ampscope.Workload``
+                       is in core/workload.py)
     suggest.py         "did you mean": the close name for a mistyped preset, field or value
 """
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.workloads.base import TrainingWorkload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
