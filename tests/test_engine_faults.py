@@ -20,6 +20,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes.launch import engine_command
+from ampscope.core.records import folders
 from ampscope.engine.emitter import LiveStream
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_until
@@ -94,7 +95,7 @@ class FullDisk:
 
     def __init__(self, root: Path, capacity: int, monkeypatch) -> None:
         self.root, self.capacity = root, capacity
-        real_write, real_replace = os.write, records._replace_with
+        real_write, real_replace = os.write, folders._replace_with
         real_allocate = os.posix_fallocate
 
         def write(fd: int, data) -> int:
@@ -116,7 +117,7 @@ class FullDisk:
             real_allocate(fd, offset, size)
 
         monkeypatch.setattr(os, "write", write)
-        monkeypatch.setattr(records, "_replace_with", replace)
+        monkeypatch.setattr(folders, "_replace_with", replace)
         monkeypatch.setattr(os, "posix_fallocate", allocate)
 
     @staticmethod
