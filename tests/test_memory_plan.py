@@ -82,14 +82,16 @@ def test_activation_formula():
     """
     shape = memory_plan.Shape(layers=2, hidden=64, heads=4, seq=128, batch=8)
     sbh = 128 * 8 * 64
-    assert memory_plan.activation_bytes(shape) == sbh * (2 * (2 * 2 + 14 * 2) + 2 + 2)  # 16-bit
-    assert memory_plan.activation_bytes(shape, 4) == 2 * memory_plan.activation_bytes(
+    assert memory_plan.saved_activation_bytes(shape) == sbh * (
+        2 * (2 * 2 + 14 * 2) + 2 + 2
+    )  # 16-bit
+    assert memory_plan.saved_activation_bytes(shape, 4) == 2 * memory_plan.saved_activation_bytes(
         shape
     )  # fp32 doubles it
     # autocast: bf16 compute, fp32 residual stream (2 LayerNorm inputs a layer, and the last)
-    assert memory_plan.activation_bytes(shape, 2, 4) == sbh * (2 * (2 * 4 + 14 * 2) + 4 + 2)
+    assert memory_plan.saved_activation_bytes(shape, 2, 4) == sbh * (2 * (2 * 4 + 14 * 2) + 4 + 2)
     amp = memory_plan.plan_regime(1000, "amp-bf16", shape=shape)
-    assert amp.activations == memory_plan.activation_bytes(shape, 2, 4)
+    assert amp.activations == memory_plan.saved_activation_bytes(shape, 2, 4)
 
 
 @pytest.mark.unit

@@ -18,7 +18,7 @@ from ampscope.core import events as ev
 from ampscope.core.machine import check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.memory.host import current_rss
-from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
+from ampscope.engine.device import DeviceInfo, cpu_name, host_fields, resolve_device
 from ampscope.watching.options import Options
 from ampscope.watching.readout import host_lr
 
@@ -42,7 +42,7 @@ class RunFacts:
         return COMPUTE_DTYPE.get(self.precision, self.precision)
 
 
-def describe(
+def watched_facts(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
     scaler: Any,
@@ -170,7 +170,7 @@ def hello_event(
         run_dir=run_dir,
         preset=str(facts.config["name"]),
         config=facts.config,
-        **where_it_runs(info),
+        **host_fields(info),
         compute_dtype=facts.compute_dtype,
         peak_tflops=facts.peak,
         peak_tflops_note=facts.peak_note,

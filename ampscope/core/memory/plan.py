@@ -318,7 +318,7 @@ def transformer_params(layers: int, hidden: int, vocab: int | None = None) -> in
     return 12 * layers * hidden * hidden + (2 * vocab * hidden if vocab else 0)
 
 
-def activation_bytes(
+def saved_activation_bytes(
     shape: Shape, bytes_per_value: int = 2, residual_bytes: int | None = None
 ) -> int:
     """What autograd keeps for backward in the engine's GPT, logits excluded (module docstring).
@@ -393,7 +393,7 @@ def plan_regime(
         return measured_plan(params, regime, optimizer, measured)
     r = REGIMES[regime]
     opt_bpp = OPTIMIZER_STATES[optimizer] * r.state_bytes
-    acts = activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
+    acts = saved_activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
     logits = logits_bytes(shape, r.activation_bytes) if shape else None
     temp = optimizer_temporaries(optimizer, largest_param, r.state_bytes)
     backward = params * r.cast_bytes + (acts or 0) + (logits or 0)

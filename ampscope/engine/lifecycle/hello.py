@@ -14,7 +14,7 @@ from ampscope.core import presets
 from ampscope.core.machine import check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets.workload_spec import model_label
-from ampscope.engine.device import where_it_runs
+from ampscope.engine.device import host_fields
 from ampscope.engine.step.setup import Setup
 
 CPU_PEAK_NOTE = "no peak TFLOP/s for CPUs; set peak_tflops in the preset to get MFU"
@@ -68,7 +68,7 @@ def make_hello(
         run_dir=str(run_dir.resolve()) if run_dir else None,
         preset=s.preset.name,
         config=resolved,
-        **where_it_runs(info),
+        **host_fields(info),
         compute_dtype=s.policy.compute_dtype,
         peak_tflops=peak,
         peak_tflops_note=note,

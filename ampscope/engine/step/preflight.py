@@ -59,7 +59,7 @@ def pool_bytes(kind: str, dims: dict[str, int], batch: int) -> int:
     return n * length * (8 + 8 + 4 + 1 + 2 * 8)  # seqs, noise, rand, follow; inputs, targets
 
 
-def activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: int) -> int:
+def builtin_activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: int) -> int:
     """One step's saved activations (and the fp32 logits the loss makes)."""
     if kind == "mlp":
         hidden = batch * dims["width"] * (dims["layers"] - 1) * 2  # each Linear's and GELU's input
@@ -74,7 +74,7 @@ def activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: i
     shape = memory_plan.Shape(
         dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims["vocab"]
     )
-    return memory_plan.activation_bytes(shape, value_bytes) + (
+    return memory_plan.saved_activation_bytes(shape, value_bytes) + (
         memory_plan.logits_bytes(shape, value_bytes) or 0
     )
 
@@ -89,7 +89,7 @@ def estimate(preset: Preset, on_cuda: bool, sizes: WorkloadSizes | None = None) 
         data=pool_bytes(kind, dims, batch),
         model=plan.static,
         casts=plan.cast_copies,
-        activations=activation_bytes(
+        activations=builtin_activation_bytes(
             kind, dims, batch, memory_plan.REGIMES[workload.regime].activation_bytes
         ),
     )

@@ -232,7 +232,7 @@ class RunManager:
         if not queued:
             self.sweep = None
         every = [*overrides, *self.extra_overrides]
-        config = launch_config(preset, every) if config is None else config
+        config = config_before_hello(preset, every) if config is None else config
         async with self._lock:
             if queued and self.sweep is None:  # cancelled while this start waited
                 return None
@@ -386,7 +386,7 @@ class RunManager:
             self.listener.tell(f"{type(exc).__name__}: {exc}", error=True, title="Run failed")
 
 
-def launch_config(preset: str, overrides: Sequence[str]) -> dict[str, Any]:
+def config_before_hello(preset: str, overrides: Sequence[str]) -> dict[str, Any]:
     """The preset as the engine will see it, for the header before ``hello`` arrives."""
     try:
         return to_dict(load_preset(preset, overrides))
