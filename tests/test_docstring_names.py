@@ -19,27 +19,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ampscope"
-SOURCES = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")])
+SOURCES = sorted(
+    path
+    for path in [
+        *PACKAGE.rglob("*.py"),
+        *(ROOT / "benchmarks").glob("*.py"),
+        *(ROOT / "tests").glob("*.py"),
+    ]
+    if path != Path(__file__).resolve()  # this file's docstrings quote stale names on purpose
+)
 
 DOTTED = re.compile(r"(?<![\w./\-~:@])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?![\w/\-])")
 FILE_PATH = re.compile(
     r"(?<![\w./\-~:@])((?:[\w.\-]+/)+[\w.\-]*|[\w\-]+(?:\.[\w\-]+)*\.(?:py|md|toml|tcss))(?![\w/\-])"
 )
 TOP = {"ampscope", "core", "engine", "tui", "cli", "watching", "integrations"}
-FILE_SUFFIXES = {
-    "py",
-    "md",
-    "tcss",
-    "toml",
-    "json",
-    "jsonl",
-    "log",
-    "txt",
-    "csv",
-    "svg",
-    "h",
-    "com",
-}
+FILE_SUFFIXES = {"py", "md", "tcss", "toml", "json", "jsonl", "log", "txt", "csv", "svg", "png", "h", "com"}  # fmt: skip
 NOT_PYTHON = {
     "engine.log": "the engine's log file in a run's folder",
     "ampscope.forward": "the name of a profiler range",
@@ -52,14 +47,14 @@ NOT_PYTHON = {
 OTHER_LIBRARIES = {
     "torch", "nn", "F", "cuda", "cudnn", "Module", "Event", "torchao", "transformers", "trainer",
     "wandb", "SummaryWriter", "os", "sys", "time", "asyncio", "subprocess", "statistics",
-    "plotext", "rich", "Text", "Content", "msgspec", "textual",
+    "plotext", "rich", "App", "Text", "Content", "msgspec", "textual",
 }  # fmt: skip
 EXAMPLE_OBJECTS = {
     "mon": "the Monitor that ampscope.watch returns, in usage examples",
     "model": "a user's model", "optimizer": "a user's optimizer", "scaler": "a user's GradScaler",
     "ctx": "the ModelContext a factory is given", "output": "a model's output",
     "outputs": "a model's outputs", "loss": "a user's loss tensor", "logits": "a model's logits",
-    "x": "a tensor", "W": "a weight matrix", "fmt": "a number format",
+    "x": "a tensor", "W": "a weight matrix", "b": "a matrix", "fmt": "a number format",
     "out": "a layer named out", "out_proj": "a layer named out_proj", "attention": "a layer",
     "trunk": "a layer", "pkg": "a user's package", "my_pkg": "a user's package",
     "fonts": "fonts.googleapis.com, a host the page never loads from",
@@ -74,6 +69,9 @@ NOT_IN_REPO = {
     "torchao_fp8_filter.py": "a file ampscope plan writes",
     "torchtitan_fp8.py": "a file ampscope plan writes",
     "torchao/float8/float8_ops.py": "torchao's source",
+    "torch/_inductor/kernel/conv.py": "torch's source",
+    "tests/snapshots/NAME.txt": "a snapshot's file, named for its test",
+    "tests/snapshots/NAME.svg": "a snapshot's file, named for its test",
     "benchmarks/.venv-watch-overhead": "the environment the benchmark makes for its peers",
 }
 
