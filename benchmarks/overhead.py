@@ -251,7 +251,7 @@ def print_ratios(per_step: dict[str, list[float]], covered: list[float]) -> floa
 
 
 def print_loop_coverage(setup, writer: EventWriter, steps: int) -> float:
-    """engine.step.loop.train itself, timed whole: its steps' step_ms against its wall time. A
+    """engine.lifecycle.loop.train itself, timed whole: its steps' step_ms against its wall time. A
     loop that timed only from each step's start would leave the host work out and read low."""
     s = dataclasses.replace(setup, preset=msgspec.structs.replace(setup.preset, steps=steps))
     tally = StepTally(warmup_steps=0)

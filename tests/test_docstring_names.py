@@ -2,8 +2,8 @@
 and a move or rename that leaves one behind fails here.
 
 A dotted name is resolved wherever a reader would look for it: from the package root
-(``core.records.files``), from any module named by its last folders (``lifecycle.session``,
-``session``), or from the names the citing module defines or imports (``RunState.wall_s``).
+(``core.records.files``), from any module named by its last folders (``lifecycle.training``,
+``training``), or from the names the citing module defines or imports (``RunState.wall_s``).
 A name that starts with something else (``torch.autocast``, ``live.step()`` in a usage
 example) must be listed below as another library's or an example's, with why: a name that
 is none of these is a stale one (``config.Workload`` after config.py became presets/)."""
@@ -233,7 +233,7 @@ def resolves_in(where: Path, dotted: str) -> bool:
 
 
 def _names_a_module(parts: list[str]) -> bool:
-    """``session``, ``lifecycle.session.Run``: a module named by its last folders, then names in it."""
+    """``loop``, ``lifecycle.loop.train``: a module named by its last folders, then names in it."""
     for cut in range(len(parts), 0, -1):
         tail = ".".join(parts[:cut])
         paths = [p for name, p in _modules().items() if f".{name}".endswith(f".{tail}")]
@@ -259,7 +259,7 @@ def _folders() -> frozenset[str]:
 
 
 def is_path(cited: str) -> bool:
-    """A cited file of ours (``lifecycle/session.py``, ``docs/model.md``), not a unit (TFLOP/s)."""
+    """A cited file of ours (``lifecycle/training.py``, ``docs/model.md``), not a unit (TFLOP/s)."""
     return cited.endswith((".py", ".md", ".tcss")) or cited.split("/")[0] in _folders()
 
 
@@ -345,10 +345,10 @@ def test_the_resolver_tells_a_stale_name_from_a_real_one() -> None:
     assert not resolves("tui.replay")
     assert not resolves("ampscope.core.records.NoSuchThing")
     here = PACKAGE / "tui" / "model" / "source.py"
-    assert resolves_in(here, "lifecycle.session")  # a module by its last folders
+    assert resolves_in(here, "lifecycle.training")  # a module by its last folders
     assert resolves_in(here, "torch.autocast")  # another library's
     assert not resolves_in(here, "config.check_combinations")  # config.py is gone
-    assert not resolves_in(here, "session.NoSuchRun")
-    assert path_exists(here, "lifecycle/session.py")
+    assert not resolves_in(here, "training.NoSuchRun")
+    assert path_exists(here, "lifecycle/training.py")
     assert path_exists(here, "tests/test_docstring_names.py")
     assert not path_exists(here, "REFERENCE.md")
