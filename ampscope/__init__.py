@@ -20,15 +20,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, loaded on first use
-    from ampscope.core.presets.workload_spec import ModelContext, Workload
+    from ampscope.core.workload import ModelContext, Workload
     from ampscope.watching import Monitor, WatchWarning, count_flops, watch
 
 __version__ = "0.1.0"
 __all__ = ["ModelContext", "Monitor", "WatchWarning", "Workload", "count_flops", "watch"]
 
 _LAZY = {
-    "Workload": "ampscope.core.presets.workload_spec",
-    "ModelContext": "ampscope.core.presets.workload_spec",
+    "Workload": "ampscope.core.workload",
+    "ModelContext": "ampscope.core.workload",
     "watch": "ampscope.watching",
     "count_flops": "ampscope.watching",
     "Monitor": "ampscope.watching",

@@ -26,7 +26,7 @@ import gpu_check_figures as figures
 import gpu_check_rules as rules
 import gpu_check_tools as tools
 
-from ampscope.core import comparison, records
+from ampscope.core import comparison, events, records
 
 ROOT = Path(__file__).resolve().parent.parent
 NEEDED = (
@@ -169,14 +169,14 @@ def run_figures(stage: str, run: records.RunRecord) -> dict[str, Any]:
         "flops_per_step": h.flops_per_step if h else None,
         "world_size": h.world_size if h else None,
         "strategy": h.strategy if h else None,
-        "done": records.ev.to_dict(d) if d is not None else None,
+        "done": events.to_dict(d) if d is not None else None,
         "grad_zero_frac_mean": rules.grad_zeros(run),
-        "compile": records.ev.to_dict(last_compile) if last_compile is not None else None,
+        "compile": events.to_dict(last_compile) if last_compile is not None else None,
         "warnings": [w.code for w in run.events if type(w).__name__ == "WarningEvent"],
     }
 
 
-def first_hello(e: rules.Evidence) -> records.ev.HelloEvent | None:
+def first_hello(e: rules.Evidence) -> events.HelloEvent | None:
     """Any run's ``hello``: what a run says of its machine where preflight said nothing."""
     return next((r.hello for runs in e.runs.values() for r in runs if r.hello), None)
 

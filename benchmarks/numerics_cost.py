@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.core import presets  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
 from ampscope.engine.lifecycle.loop import train_step  # noqa: E402
 from ampscope.engine.numerics.hooks import NumericsProbe  # noqa: E402
@@ -49,7 +49,7 @@ def main() -> None:
     overrides = ["numerics.every=0", *args.overrides]
     if args.model:
         overrides.insert(0, f'workload.model="{args.model}"')
-    preset = cfg.load_preset(args.preset, overrides)
+    preset = presets.load_preset(args.preset, overrides)
     info = resolve_device(preset.device)
     s = build(preset, info)
     events: list = []

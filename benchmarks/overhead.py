@@ -42,7 +42,7 @@ import msgspec  # noqa: E402
 import torch  # noqa: E402
 
 from ampscope.core import events as ev  # noqa: E402
-from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.core import presets  # noqa: E402
 from ampscope.core.records.distribution import merged  # noqa: E402
 from ampscope.core.records.tally import StepTally  # noqa: E402
 from ampscope.engine.device import resolve_device  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> None:
     overrides = list(args.overrides)
     if args.model:
         overrides.insert(0, f'workload.model="{args.model}"')
-    preset = cfg.load_preset(args.preset, overrides)
+    preset = presets.load_preset(args.preset, overrides)
     info = resolve_device(preset.device)
     setup = build(preset, info)
     sink = open(os.devnull, "wb")  # noqa: SIM115
@@ -186,7 +186,7 @@ def main() -> None:
 # one before, so the host's work between steps is in it (~100 %). A step timed from its own
 # start read 98.8 % on a 0.1 s CPU step and misses ~7 % on a launch-bound GPU model.
 BLOCK_COVERAGE_MIN = 0.995  # blocks of steps, the probe begun once a block
-LOOP_COVERAGE_MIN = 0.98  # engine.loop.train whole: its start and final drain are outside steps
+LOOP_COVERAGE_MIN = 0.98  # the whole loop: its start and final drain are outside steps
 
 
 def fail_on_coverage(block_share: float, loop_share: float) -> None:
@@ -251,7 +251,7 @@ def print_ratios(per_step: dict[str, list[float]], covered: list[float]) -> floa
 
 
 def print_loop_coverage(setup, writer: EventWriter, steps: int) -> float:
-    """engine.loop.train itself, timed whole: its steps' step_ms against its wall time. A
+    """engine.lifecycle.loop.train itself, timed whole: its steps' step_ms against its wall time. A
     loop that timed only from each step's start would leave the host work out and read low."""
     s = dataclasses.replace(setup, preset=msgspec.structs.replace(setup.preset, steps=steps))
     tally = StepTally(warmup_steps=0)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ampscope.core import events as ev  # noqa: E402
-from ampscope.core import presets as cfg  # noqa: E402
+from ampscope.core import presets  # noqa: E402
 from ampscope.core.processes.launch import child_env  # noqa: E402
 
 
@@ -54,9 +54,9 @@ def median_step(
 def default_batch(preset: str, overrides: list[str]) -> int:
     import torch
 
-    p = cfg.load_preset(preset, overrides)
+    p = presets.load_preset(preset, overrides)
     on_cuda = p.device != "cpu" and torch.cuda.is_available()
-    return cfg.resolve_workload(p, on_cuda=on_cuda)[1]
+    return presets.resolve_workload(p, on_cuda=on_cuda)[1]
 
 
 def main() -> None:

@@ -202,8 +202,8 @@ def split_profile(
     )
 
 
-# A run session without processes or a screen: a fake engine child and a listener that keeps
-# what the session told it.
+# A run manager without processes or a screen: a fake engine child and a listener that keeps
+# what the run manager told it.
 
 
 class FakeEngine:

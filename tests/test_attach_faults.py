@@ -17,6 +17,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.records import folders
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model import follow
 from ampscope.tui.model.follow import AttachSource
@@ -78,7 +79,7 @@ def start_fake_engine(run_dir: Path, watched: bool = False) -> subprocess.Popen:
 def test_a_paused_engine_is_stalled_then_followed_again_and_stop_still_works(
     tmp_path: Path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(records, "LIVE_STALE_S", 1.0)
+    monkeypatch.setattr(folders, "LIVE_STALE_S", 1.0)  # where is_stalled reads it
     monkeypatch.setattr(follow, "LIVENESS_S", 0.2)
     run_dir = tmp_path / "20260101T000000Z-fake"
     engine = start_fake_engine(run_dir)

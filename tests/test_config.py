@@ -7,44 +7,44 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli import main as cli
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 
-SHIPPED = [p.name for p in cfg.list_presets() if p.source == "shipped"]
+SHIPPED = [p.name for p in presets.list_presets() if p.source == "shipped"]
 
 
 @pytest.mark.unit
 def test_every_preset_in_the_lectures_order_is_shipped() -> None:
     """The listing order names the lecture's presets: each must exist as a shipped file."""
-    assert set(cfg.PRESET_ORDER) <= set(SHIPPED)
-    assert {"fp32", "amp-fp16-noscale", "compile-max-autotune"} <= set(cfg.PRESET_ORDER)
+    assert set(presets.PRESET_ORDER) <= set(SHIPPED)
+    assert {"fp32", "amp-fp16-noscale", "compile-max-autotune"} <= set(presets.PRESET_ORDER)
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_preset_resolves(name: str) -> None:
-    preset = cfg.load_preset(name)
+    preset = presets.load_preset(name)
     assert preset.name == name
     assert preset.description, "every preset needs a one-line description"
     for on_cuda in (False, True):
-        dims, batch = cfg.resolve_workload(preset, on_cuda)
+        dims, batch = presets.resolve_workload(preset, on_cuda)
         assert batch >= 1 and all(v >= 1 for v in dims.values())
 
 
 @pytest.mark.unit
 def test_presets_mean_what_their_names_say() -> None:
-    assert cfg.load_preset("amp-fp16").uses_scaler
-    assert not cfg.load_preset("amp-fp16-noscale").uses_scaler
-    assert not cfg.load_preset("amp-bf16").uses_scaler
+    assert presets.load_preset("amp-fp16").uses_scaler
+    assert not presets.load_preset("amp-fp16-noscale").uses_scaler
+    assert not presets.load_preset("amp-bf16").uses_scaler
     for mode in ("default", "reduce-overhead", "max-autotune"):
-        preset = cfg.load_preset(f"compile-{mode}")
+        preset = presets.load_preset(f"compile-{mode}")
         assert (preset.compile, preset.precision) == (mode, "amp-bf16")
 
 
 @pytest.mark.unit
 def test_auto_size_is_small_on_cpu_and_about_100m_params_on_cuda() -> None:
-    preset = cfg.load_preset("fp32")
-    small, _ = cfg.resolve_workload(preset, on_cuda=False)
-    large, _ = cfg.resolve_workload(preset, on_cuda=True)
+    preset = presets.load_preset("fp32")
+    small, _ = presets.resolve_workload(preset, on_cuda=False)
+    large, _ = presets.resolve_workload(preset, on_cuda=True)
     params = 12 * large["layers"] * large["width"] ** 2 + 2 * large["vocab"] * large["width"]
     assert 80e6 < params < 200e6
     assert small["width"] < large["width"]
@@ -53,7 +53,7 @@ def test_auto_size_is_small_on_cpu_and_about_100m_params_on_cuda() -> None:
 
 @pytest.mark.unit
 def test_overrides_are_parsed_as_toml_values() -> None:
-    preset = cfg.load_preset(
+    preset = presets.load_preset(
         "fp32",
         [
             "steps=7",
@@ -70,22 +70,22 @@ def test_overrides_are_parsed_as_toml_values() -> None:
 
 @pytest.mark.unit
 def test_explicit_sizes_override_auto() -> None:
-    preset = cfg.load_preset("fp32", ["workload.width=96", "batch_size=3"])
-    dims, batch = cfg.resolve_workload(preset, on_cuda=True)
+    preset = presets.load_preset("fp32", ["workload.width=96", "batch_size=3"])
+    dims, batch = presets.resolve_workload(preset, on_cuda=True)
     assert dims["width"] == 96 and batch == 3
 
 
 @pytest.mark.unit
 def test_user_preset_directory_and_save_roundtrip(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    edited = cfg.load_preset(
+    edited = presets.load_preset(
         "amp-fp16", ["steps=42", "scaler.init_scale=1024", "workload.kind=mlp"]
     )
     edited.name = "my-fp16"
-    cfg.user_presets_dir().mkdir(parents=True)
-    (cfg.user_presets_dir() / "my-fp16.toml").write_text(cfg.to_toml(edited))
-    assert "my-fp16" in [p.name for p in cfg.list_presets()]
-    assert cfg.load_preset("my-fp16") == edited
+    presets.user_presets_dir().mkdir(parents=True)
+    (presets.user_presets_dir() / "my-fp16.toml").write_text(presets.to_toml(edited))
+    assert "my-fp16" in [p.name for p in presets.list_presets()]
+    assert presets.load_preset("my-fp16") == edited
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str]:
@@ -163,7 +163,7 @@ def test_bad_override_is_blamed_on_the_override(capsys) -> None:
 def test_presets_command_lists_shipped_presets(capsys) -> None:
     code, output = run_cli(["presets"], capsys)
     assert code == 0
-    for name in cfg.PRESET_ORDER:
+    for name in presets.PRESET_ORDER:
         assert name in output
 
 
@@ -183,7 +183,7 @@ def test_presets_on_an_80_column_terminal_wrap_between_words(capsys, monkeypatch
     indent = " " * (len("compile-reduce-overhead") + 2)  # the longest name, then two spaces
     continued = [line for line in lines if line.startswith(indent)]
     assert continued and all(line[len(indent)] != " " for line in continued)
-    words = set(cfg.load_preset("amp-fp16").description.split())
+    words = set(presets.load_preset("amp-fp16").description.split())
     assert words <= set(output.split())  # no word cut in two
 
 
@@ -209,6 +209,8 @@ def test_piping_into_head_is_no_error() -> None:
 @pytest.mark.unit
 def test_a_preset_without_debug_faults_says_so_and_one_with_them_says_so() -> None:
     """The training step calls the fault hook only for a preset that sets a fault."""
-    assert not cfg.Debug().configured
-    assert cfg.Debug(inf_loss_at_step=3).configured and cfg.Debug(raise_at_step=1).configured
-    assert not cfg.Debug(rank=1).configured  # a rank alone strikes nothing
+    assert not presets.Debug().configured
+    assert (
+        presets.Debug(inf_loss_at_step=3).configured and presets.Debug(raise_at_step=1).configured
+    )
+    assert not presets.Debug(rank=1).configured  # a rank alone strikes nothing

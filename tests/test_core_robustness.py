@@ -16,8 +16,7 @@ import pytest
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import records
+from ampscope.core import presets, records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
@@ -27,7 +26,7 @@ ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
 
 
 def user_preset(name: str, text: str) -> Path:
-    folder = cfg.user_presets_dir()
+    folder = presets.user_presets_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
     path.write_text(text)
@@ -57,12 +56,12 @@ def test_visible_shows_control_characters_and_caps_length() -> None:
 def test_a_broken_user_preset_is_listed_as_broken_and_the_rest_works(
     name: str, text: str, reason: str, capsys
 ) -> None:
-    path = cfg.user_presets_dir() / f"{name}.toml"
+    path = presets.user_presets_dir() / f"{name}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
-    listed = {p.name: p for p in cfg.list_presets()}
+    listed = {p.name: p for p in presets.list_presets()}
     assert reason in (listed[name].problem or "")
-    assert listed["fp32"].problem is None and cfg.load_preset("fp32").name == "fp32"
+    assert listed["fp32"].problem is None and presets.load_preset("fp32").name == "fp32"
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     assert "BROKEN: " in out and str(path) in out
@@ -102,11 +101,11 @@ def test_preset_names_and_descriptions_are_printed_literally(capsys) -> None:
 
 @pytest.mark.unit
 def test_config_errors_name_the_key_and_the_flag_at_fault() -> None:
-    with pytest.raises(cfg.ConfigError) as info:
-        cfg.load_preset("fp32", ["workload.layers=0"])
+    with pytest.raises(presets.ConfigError) as info:
+        presets.load_preset("fp32", ["workload.layers=0"])
     assert info.value.key == "workload.layers" and info.value.source == "--set workload.layers=0"
-    with pytest.raises(cfg.ConfigError) as info:
-        cfg.validate({"name": "x", "device": "tpu"}, source="form")
+    with pytest.raises(presets.ConfigError) as info:
+        presets.validate({"name": "x", "device": "tpu"}, source="form")
     assert info.value.key == "device" and str(info.value).startswith("form: ")
 
 

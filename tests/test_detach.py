@@ -154,7 +154,7 @@ def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: P
             await pilot.press("enter")
             run_screen = await shown(pilot, app, RunScreen)
             assert isinstance(run_screen.source, AttachSource)
-            assert app.session.engine is None  # not a child of the app
+            assert app.run_manager.engine is None  # not a child of the app
             (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
             pids.append(int(records.read_live(run_dir)["pid"]))
             assert os.getsid(pids[0]) == pids[0]

@@ -12,8 +12,7 @@ import pytest
 import tomllib
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import records
+from ampscope.core import presets, records
 from ampscope.core.processes import launch
 from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_gone, wait_until
@@ -31,10 +30,10 @@ AWKWARD_TEXT = [
 @pytest.mark.unit
 @pytest.mark.parametrize("text", AWKWARD_TEXT)
 def test_any_description_and_name_write_a_toml_that_reads_back_the_same(text: str) -> None:
-    preset = msgspec.structs.replace(cfg.load_preset("fp32"), description=text)
-    written = cfg.to_toml(preset)
+    preset = msgspec.structs.replace(presets.load_preset("fp32"), description=text)
+    written = presets.to_toml(preset)
     assert tomllib.loads(written)["description"] == text
-    assert cfg.validate(tomllib.loads(written)) == preset
+    assert presets.validate(tomllib.loads(written)) == preset
 
 
 @pytest.mark.subprocess
@@ -105,8 +104,8 @@ def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) 
 
     async def go() -> None:
         listener = FakeListener()
-        session = RunManager(listener, tmp_path, launch=launch_that_fails)
-        await session.start_run("fp32", detach=True)
+        manager = RunManager(listener, tmp_path, launch=launch_that_fails)
+        await manager.start_run("fp32", detach=True)
         assert listener.detached == []
         ((message, error, title),) = listener.told
         assert error and title == "Not started" and "no CUDA GPU" in message

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ampscope.core import formats as fm
+from ampscope.core import formats
 from tests.helpers import cli
 
 pytestmark = pytest.mark.unit
@@ -31,7 +31,7 @@ def test_negative_zero_is_stored_with_its_sign_bit_as_torch_stores_it(text: str)
     """'dtypes -- -0.0' showed +0, sign bit 0, in every format."""
     value = torch.tensor(NEGATIVE_ZEROS[text], dtype=torch.float64)
     assert math.copysign(1.0, value.item()) < 0  # each of these is -0 by IEEE's rules
-    described = fm.describe(text)
+    described = formats.describe(text)
     for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         row = described.row(key)
         sign = int(value.to(dtype).view(torch.int16 if dtype != torch.float32 else torch.int32))
@@ -53,7 +53,7 @@ POSITIVE_ZEROS = {
 @pytest.mark.parametrize("text", [*POSITIVE_ZEROS, "1 - 1"])
 def test_a_zero_ieee_calls_positive_stays_positive(text: str) -> None:
     assert math.copysign(1.0, POSITIVE_ZEROS.get(text, 0.0)) > 0
-    assert fm.describe(text).row("fp32").fields[0] == "0"
+    assert formats.describe(text).row("fp32").fields[0] == "0"
 
 
 def test_the_command_line_shows_negative_zeros_bits(capsys) -> None:
@@ -90,16 +90,16 @@ def test_a_long_input_is_shortened_in_the_echo(capsys) -> None:
 
 def test_a_long_number_and_a_deep_one_each_get_their_own_reason() -> None:
     """Both said 'not valid arithmetic'."""
-    with pytest.raises(fm.ExpressionError, match=r"too long \(5,000 characters; up to 1,000"):
-        fm.evaluate("1" * 5000)
+    with pytest.raises(formats.ExpressionError, match=r"too long \(5,000 characters; up to 1,000"):
+        formats.evaluate("1" * 5000)
     for deep in ("(" * 300 + "1" + ")" * 300, "-" * 999 + "1", "2**" * 200 + "1"):
-        with pytest.raises(fm.ExpressionError, match="it nests too deep"):
-            fm.evaluate(deep)
-    with pytest.raises(fm.ExpressionError, match="not valid arithmetic"):
-        fm.evaluate("1 +")
-    assert fm.evaluate("+".join(["1"] * 400)) == 400  # a long sum is no nesting
-    assert fm.evaluate("(" * 150 + "1" + ")" * 150) == 1
-    assert fm.evaluate("10**300") == 10**300  # what the long-number reason suggests
+        with pytest.raises(formats.ExpressionError, match="it nests too deep"):
+            formats.evaluate(deep)
+    with pytest.raises(formats.ExpressionError, match="not valid arithmetic"):
+        formats.evaluate("1 +")
+    assert formats.evaluate("+".join(["1"] * 400)) == 400  # a long sum is no nesting
+    assert formats.evaluate("(" * 150 + "1" + ")" * 150) == 1
+    assert formats.evaluate("10**300") == 10**300  # what the long-number reason suggests
 
 
 def test_inputs_that_crashed_the_parser_are_refused_with_exit_2(capsys) -> None:
@@ -110,9 +110,9 @@ def test_inputs_that_crashed_the_parser_are_refused_with_exit_2(capsys) -> None:
         assert said.stderr.startswith("ampscope: cannot read '")
 
 
-@pytest.mark.parametrize("name", list(fm.DEMOS))
+@pytest.mark.parametrize("name", list(formats.DEMOS))
 def test_every_row_of_a_demo_fits_a_lecture_terminal_of_80_columns(name: str) -> None:
     """The sum-0.1 and loss-scale rows wrapped at 80 columns ('(0.1 is stored as' / '0.1)'):
     a row of figures is never broken."""
-    rows = [line for line in fm.run_demo(name).lines if line.startswith(" ")]
+    rows = [line for line in formats.run_demo(name).lines if line.startswith(" ")]
     assert all(len(line) <= 80 for line in rows), [ln for ln in rows if len(ln) > 80]

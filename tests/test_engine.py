@@ -310,12 +310,12 @@ def test_the_precision_decides_every_dtype_and_the_loss_stays_fp32(
 ) -> None:
     import torch
 
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
-    preset = cfg.load_preset("fp32", [f"precision='{precision}'", f"workload.kind='{kind}'"])
+    preset = presets.load_preset("fp32", [f"precision='{precision}'", f"workload.kind='{kind}'"])
     s = build(preset, resolve_device("cpu"))
     x, y = s.workload.batch(0)
     with s.policy.autocast("cpu"):

@@ -20,6 +20,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes.launch import engine_command
+from ampscope.core.records import folders
 from ampscope.engine.emitter import LiveStream
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_until
@@ -94,7 +95,7 @@ class FullDisk:
 
     def __init__(self, root: Path, capacity: int, monkeypatch) -> None:
         self.root, self.capacity = root, capacity
-        real_write, real_replace = os.write, records._replace_with
+        real_write, real_replace = os.write, folders._replace_with
         real_allocate = os.posix_fallocate
 
         def write(fd: int, data) -> int:
@@ -116,7 +117,7 @@ class FullDisk:
             real_allocate(fd, offset, size)
 
         monkeypatch.setattr(os, "write", write)
-        monkeypatch.setattr(records, "_replace_with", replace)
+        monkeypatch.setattr(folders, "_replace_with", replace)
         monkeypatch.setattr(os, "posix_fallocate", allocate)
 
     @staticmethod
@@ -392,10 +393,10 @@ def test_a_batch_far_beyond_the_hosts_memory_is_refused_before_anything_is_built
 
 @pytest.mark.unit
 def test_a_batch_that_may_not_fit_is_warned_about() -> None:
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.step.preflight import check_memory
 
-    preset = cfg.load_preset("mlp-demo", ["batch_size=40000"])  # about 1.6 GiB
+    preset = presets.load_preset("mlp-demo", ["batch_size=40000"])  # about 1.6 GiB
     [(code, message)] = check_memory(preset, "cpu", False, host=lambda: (4 * GIB, 5 * GIB))
     assert code == "memory-estimate" and "of 4 GiB available" in message
     assert check_memory(preset, "cpu", False, host=lambda: (64 * GIB, 64 * GIB)) == []
@@ -406,7 +407,7 @@ def test_a_batch_that_may_not_fit_is_warned_about() -> None:
 def test_the_memory_estimate_holds_what_the_built_run_holds(name: str) -> None:
     """Checked against the tensors themselves: the pool, and after a step the weights,
     gradients and AdamW's state."""
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.preflight import estimate
@@ -415,7 +416,7 @@ def test_the_memory_estimate_holds_what_the_built_run_holds(name: str) -> None:
     overrides = ["device='cpu'", "batch_size=8"] + (
         ["workload.kind='gpt'"] if name == "fp32" else []
     )
-    preset = cfg.load_preset(name, overrides)
+    preset = presets.load_preset(name, overrides)
     s = build(preset, resolve_device("cpu"))
     train_step(s, 0, False)
     need = estimate(preset, on_cuda=False)

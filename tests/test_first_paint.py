@@ -1,5 +1,5 @@
 """The dashboard stays quick to start: drawing its first screen imports neither torch nor
-numpy (seconds on a busy host), nor psutil, plotext, the run session, the comparisons, the
+numpy (seconds on a busy host), nor psutil, plotext, the run manager, the comparisons, the
 machine checks or any screen it does not show (each is loaded when first opened), and its
 command line builds no command's parser. The time itself is measured in
 benchmarks/first_paint.py, beside a minimal Textual app: a benchmark, not a test, as timings

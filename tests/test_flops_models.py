@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.engine.lifecycle.run import EXIT_OK, run
 from ampscope.engine.step.flops import count_train_flops, measure_train_flops
 from ampscope.engine.workloads import BUILDERS
@@ -62,8 +62,8 @@ def test_a_users_forward_and_inputs_are_counted_on_the_meta_device() -> None:
 
 
 def decoder(kind: str, size: str) -> tuple[nn.Module, dict[str, int]]:
-    preset = cfg.load_preset("fp32", [f"workload.kind='{kind}'", f"workload.size='{size}'"])
-    dims, _ = cfg.resolve_workload(preset, on_cuda=False)
+    preset = presets.load_preset("fp32", [f"workload.kind='{kind}'", f"workload.size='{size}'"])
+    dims, _ = presets.resolve_workload(preset, on_cuda=False)
     with torch.device("meta"):  # a large model costs nothing on the meta device
         return BUILDERS[kind].build_model(dims), dims
 

@@ -29,7 +29,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ampscope.cli.main import main
-from ampscope.core import formats as fm
+from ampscope.core import formats
 from tests.helpers import ROOT, engine_env
 
 TORCH_FLOATS = {
@@ -57,13 +57,13 @@ def same(a: float, b: float) -> bool:
 
 @pytest.mark.unit
 def test_layout_facts_match_finfo():
-    assert fm.crosscheck() == []
+    assert formats.crosscheck() == []
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize("key", list(TORCH_FLOATS))
 def test_facts_match_torch_finfo(key):
-    f, ti = fm.FORMATS[key], torch.finfo(TORCH_FLOATS[key])
+    f, ti = formats.FORMATS[key], torch.finfo(TORCH_FLOATS[key])
     assert f.max == ti.max
     assert f.smallest_normal == ti.tiny == ti.smallest_normal
     assert f.eps == ti.eps
@@ -74,13 +74,13 @@ def test_facts_match_torch_finfo(key):
 @pytest.mark.unit
 @pytest.mark.parametrize("key,dtype", [("int8", torch.int8), ("uint8", torch.uint8)])
 def test_integer_facts_match_torch_iinfo(key, dtype):
-    f, ii = fm.FORMATS[key], torch.iinfo(dtype)
+    f, ii = formats.FORMATS[key], torch.iinfo(dtype)
     assert (f.min, f.max, f.bits) == (ii.min, ii.max, ii.bits)
 
 
 @pytest.mark.unit
 def test_known_values():
-    F = fm.FORMATS
+    F = formats.FORMATS
     assert F["fp16"].max == 65504 and F["bf16"].eps == 2**-7
     assert F["fp8-e4m3fn"].max == 448 and F["fp8-e5m2"].max == 57344
     assert F["tf32"].max == (2 - 2**-10) * 2.0**127 and F["tf32"].smallest_subnormal == 2.0**-136
@@ -95,7 +95,7 @@ def test_known_values():
 
 
 def _all_finite(key: str) -> tuple[list[float], dict[float, int]]:
-    f = fm.FORMATS[key]
+    f = formats.FORMATS[key]
     codes = np.arange(2**f.bits, dtype=np.uint16 if f.bits == 16 else np.uint8)
     with np.errstate(invalid="ignore"):
         values = codes.view(f.dtype).astype(np.float64)  # 4-bit formats: one code per byte
@@ -131,10 +131,10 @@ def oracle(x: float, key: str) -> float:
 @example(2049.0)
 @example(5e-324)
 def test_rounding_matches_exact_oracle(key, x):
-    f = fm.FORMATS[key]
+    f = formats.FORMATS[key]
     if abs(x) > f.max:
         x = math.fmod(x, f.max)  # exact, and keeps the low bits random
-    got = fm.convert(x, key)
+    got = formats.convert(x, key)
     want = oracle(x, key)
     assert got == want, (key, x, got, want)
 
@@ -180,7 +180,7 @@ EDGES = [
 def test_edges_agree_with_torch(key, x):
     saturate = key == "fp8-e4m3fn"  # torch saturates e4m3fn overflow (see the module docstring)
     x32 = float(np.float32(x)) if abs(x) < 3.5e38 or not math.isfinite(x) else x
-    assert same(fm.convert(x32, key, saturate=saturate), torch_cast(x32, key))
+    assert same(formats.convert(x32, key, saturate=saturate), torch_cast(x32, key))
 
 
 @pytest.mark.unit
@@ -190,7 +190,7 @@ def test_edges_agree_with_torch(key, x):
 def test_fp32_inputs_agree_with_torch(key, x):
     """For values an fp32 tensor can hold, the explorer and torch agree bit for bit."""
     saturate = key == "fp8-e4m3fn"
-    assert same(fm.convert(x, key, saturate=saturate), torch_cast(x, key))
+    assert same(formats.convert(x, key, saturate=saturate), torch_cast(x, key))
 
 
 @pytest.mark.unit
@@ -203,23 +203,23 @@ def test_torch_casts_fp64_through_fp32(key, x):
     saturate = key == "fp8-e4m3fn"
     with np.errstate(over="ignore"):
         x32 = float(np.float32(x))
-    assert same(torch_cast(x, key), fm.convert(x32, key, saturate=saturate))
+    assert same(torch_cast(x, key), formats.convert(x32, key, saturate=saturate))
 
 
 @pytest.mark.unit
 def test_double_rounding_difference_is_real():
     x = 1 + 2**-8 + 2**-40
-    assert fm.convert(x, "bf16") == 1 + 2**-7  # correctly rounded: above the tie
+    assert formats.convert(x, "bf16") == 1 + 2**-7  # correctly rounded: above the tie
     assert torch_cast(x, "bf16") in (1.0, 1 + 2**-7)  # 1.0 in torch 2.13 (via fp32)
 
 
 @pytest.mark.unit
 def test_e4m3fn_overflow_nan_by_default_saturate_on_request():
-    assert math.isnan(fm.convert(500.0, "fp8-e4m3fn"))
-    assert fm.convert(464.0, "fp8-e4m3fn") == 448  # the tie goes to the even code, 448
-    assert fm.convert(500.0, "fp8-e4m3fn", saturate=True) == 448
-    assert fm.convert(-math.inf, "fp8-e4m3fn", saturate=True) == -448
-    assert math.isinf(fm.convert(61440.0, "fp8-e5m2"))
+    assert math.isnan(formats.convert(500.0, "fp8-e4m3fn"))
+    assert formats.convert(464.0, "fp8-e4m3fn") == 448  # the tie goes to the even code, 448
+    assert formats.convert(500.0, "fp8-e4m3fn", saturate=True) == 448
+    assert formats.convert(-math.inf, "fp8-e4m3fn", saturate=True) == -448
+    assert math.isinf(formats.convert(61440.0, "fp8-e5m2"))
 
 
 # -- tf32 -------------------------------------------------------------------------------------
@@ -242,12 +242,12 @@ def test_e4m3fn_overflow_nan_by_default_saturate_on_request():
     ],
 )
 def test_tf32_rounding_hand_cases(x, want):
-    assert fm.to_tf32(x) == want
+    assert formats.to_tf32(x) == want
 
 
 @pytest.mark.unit
 def test_tf32_passes_nan_and_inf():
-    assert math.isnan(fm.to_tf32(math.nan)) and fm.to_tf32(-math.inf) == -math.inf
+    assert math.isnan(formats.to_tf32(math.nan)) and formats.to_tf32(-math.inf) == -math.inf
 
 
 # -- describe: flags, bits, errors ------------------------------------------------------------
@@ -255,32 +255,32 @@ def test_tf32_passes_nan_and_inf():
 
 @pytest.mark.unit
 def test_describe_flags_and_bits():
-    d = fm.describe("65504*2", ["fp16", "bf16", "int8", "fp4-e2m1"])
+    d = formats.describe("65504*2", ["fp16", "bf16", "int8", "fp4-e2m1"])
     assert d.row("fp16").overflow and math.isinf(d.row("fp16").value)
     assert d.row("fp16").bits == "0|11111|0000000000"
     assert not d.row("bf16").overflow
     assert d.row("int8").value == 127 and d.row("int8").saturated
     assert d.row("fp4-e2m1").value == 6 and d.row("fp4-e2m1").saturated
-    small = fm.describe("1e-8", ["fp16", "bf16"])
+    small = formats.describe("1e-8", ["fp16", "bf16"])
     assert small.row("fp16").underflow and small.row("fp16").value == 0
     assert small.row("bf16").rel_error == pytest.approx(1.17e-3, rel=0.01)
-    sub = fm.describe("1e-7", ["fp16"])
+    sub = formats.describe("1e-7", ["fp16"])
     assert sub.row("fp16").subnormal
-    assert fm.describe("65504", ["fp16"]).row("fp16").bits == "0|11110|1111111111"
+    assert formats.describe("65504", ["fp16"]).row("fp16").bits == "0|11110|1111111111"
 
 
 @pytest.mark.unit
 def test_integer_quantization_rounds_half_even():
-    assert fm.convert(2.5, "int8") == 2 and fm.convert(3.5, "int8") == 4
-    assert fm.convert(-128.5, "int8") == -128 and fm.convert(127.5, "int8") == 127
-    d = fm.describe("127.5", ["int8"])
+    assert formats.convert(2.5, "int8") == 2 and formats.convert(3.5, "int8") == 4
+    assert formats.convert(-128.5, "int8") == -128 and formats.convert(127.5, "int8") == 127
+    d = formats.describe("127.5", ["int8"])
     assert d.row("int8").overflow  # rounds to 128, saturates to 127
-    assert fm.convert(-3.0, "uint8") == 0 and fm.convert(9.0, "int4") == 7
+    assert formats.convert(-3.0, "uint8") == 0 and formats.convert(9.0, "int4") == 7
 
 
 @pytest.mark.unit
 def test_exact_decimal_and_errors():
-    d = fm.describe("0.1", ["fp64", "fp32"])
+    d = formats.describe("0.1", ["fp64", "fp32"])
     assert d.exact_text == "0.1"
     assert d.row("fp64").exact.startswith("0.1000000000000000055511151231257827")
     assert d.row("fp32").abs_error == pytest.approx(1.4901161193847656e-09)
@@ -288,14 +288,14 @@ def test_exact_decimal_and_errors():
 
 @pytest.mark.unit
 def test_expressions():
-    assert fm.evaluate("1 + 2**-9") == 1 + Fraction(1, 512)
-    assert fm.evaluate("65504*2") == 131008
-    assert fm.evaluate("-(3)") == -3
-    assert fm.evaluate("0.1") == Fraction(1, 10)
-    assert math.isinf(fm.evaluate("inf"))
+    assert formats.evaluate("1 + 2**-9") == 1 + Fraction(1, 512)
+    assert formats.evaluate("65504*2") == 131008
+    assert formats.evaluate("-(3)") == -3
+    assert formats.evaluate("0.1") == Fraction(1, 10)
+    assert math.isinf(formats.evaluate("inf"))
     for bad in ("x + 1", "abs(1)", "1 if 1 else 2", "1; 2", "1/0", "9**9**9", "'1'", "1 % 2"):
-        with pytest.raises(fm.ExpressionError):
-            fm.evaluate(bad)
+        with pytest.raises(formats.ExpressionError):
+            formats.evaluate(bad)
 
 
 # -- demonstrations ---------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def test_expressions():
 
 @pytest.mark.unit
 def test_demo_fp16_overflow():
-    r = fm.run_demo("fp16-overflow")
+    r = formats.run_demo("fp16-overflow")
     assert r.data["fp16"]["65504.0"] == 65504 and r.data["fp16"]["65519.0"] == 65504
     assert math.isinf(r.data["fp16"]["65520.0"])
     assert r.data["bf16"]["65520.0"] == 65536
@@ -311,20 +311,20 @@ def test_demo_fp16_overflow():
 
 @pytest.mark.unit
 def test_demo_fp16_underflow():
-    r = fm.run_demo("fp16-underflow")
+    r = formats.run_demo("fp16-underflow")
     assert r.data["fp16"] == 0.0 and r.data["bf16"] != 0.0
 
 
 @pytest.mark.unit
 def test_demo_bf16_precision():
-    r = fm.run_demo("bf16-precision")
+    r = formats.run_demo("bf16-precision")
     assert r.data["1+2**-8"] == 1.0 and r.data["1+2**-7"] == 1 + 2**-7
     assert r.data["fp16 1+2**-8"] == 1 + 2**-8 and r.data["1+0.001"] == 1.0
 
 
 @pytest.mark.unit
 def test_demo_sum_tenth():
-    r = fm.run_demo("sum-0.1")
+    r = formats.run_demo("sum-0.1")
     e = r.data["errors"]
     assert r.data["order"][0] == "fp64"
     assert e["fp64"] < e["fp32"] < e["fp16"] < e["bf16"] < e["fp8-e4m3fn"] < e["fp8-e5m2"]
@@ -333,7 +333,7 @@ def test_demo_sum_tenth():
 
 @pytest.mark.unit
 def test_demo_loss_scale():
-    r = fm.run_demo("loss-scale")
+    r = formats.run_demo("loss-scale")
     first = r.data["rows"][0]
     assert first["grad"] == 1e-8 and first["fp16"] == 0
     assert first["scaled_fp16"] > 0 and first["rel_error_scaled"] < 1e-3
@@ -425,7 +425,7 @@ def _words(text: str) -> list[str]:
         ["1 + 2**-8", "-1e-8"],
         [],
         ["--demo", "list"],
-        *(["--demo", name] for name in fm.DEMOS),
+        *(["--demo", name] for name in formats.DEMOS),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else str(a),
 )

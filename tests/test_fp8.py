@@ -15,10 +15,9 @@ from torch import nn
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.formats import catalog
-from ampscope.core.memory import measured as memory_runs
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory import measured, plan
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.lifecycle import training as engine_training
@@ -40,8 +39,8 @@ def gpu(name: str, capability: tuple[int, int]) -> DeviceInfo:
     return DeviceInfo(torch.device("cuda", 0), name, capability, 80 << 30, 700.0, None)
 
 
-def fp8_preset(recipe: str = "tensorwise", *overrides: str) -> cfg.Preset:
-    return cfg.load_preset(f"fp8-{recipe}", list(overrides))
+def fp8_preset(recipe: str = "tensorwise", *overrides: str) -> presets.Preset:
+    return presets.load_preset(f"fp8-{recipe}", list(overrides))
 
 
 def of(events: list, kind: type) -> list:
@@ -59,11 +58,11 @@ def test_fp8_presets_say_what_their_names_say() -> None:
         ("fp8-rowwise", "rowwise", True),
         ("fp8-eager", "tensorwise", False),
     ):
-        preset = cfg.load_preset(name)
+        preset = presets.load_preset(name)
         assert preset.precision == "fp8" and preset.fp8.recipe == recipe
         assert (preset.compile != "off") == compiled
         assert not preset.fp8.emulate and preset.fp8.skip_head
-    names = [p.name for p in cfg.list_presets()]
+    names = [p.name for p in presets.list_presets()]
     assert names.index("compile-max-autotune") < names.index("fp8-tensorwise")
 
 
@@ -79,8 +78,8 @@ def test_an_unknown_recipe_names_the_accepted_ones(capsys) -> None:
 def test_an_edited_fp8_preset_saves_and_loads_back(tmp_path: Path) -> None:
     preset = fp8_preset("rowwise", "fp8.emulate=true", "fp8.skip_head=false")
     saved = tmp_path / "mine.toml"
-    saved.write_text(cfg.to_toml(preset))
-    again = cfg.load_preset(str(saved))
+    saved.write_text(presets.to_toml(preset))
+    again = presets.load_preset(str(saved))
     assert again.fp8 == preset.fp8 and again.precision == "fp8"
 
 
@@ -99,7 +98,7 @@ def test_an_edited_fp8_preset_saves_and_loads_back(tmp_path: Path) -> None:
     ],
 )
 def test_a_device_without_fp8_tensor_cores_is_refused(info: DeviceInfo, named: str) -> None:
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8.require_support(fp8_preset().fp8, info, has_torchao=True)
     message = str(caught.value)
     assert named in message and "8.9 or newer" in message
@@ -117,7 +116,7 @@ def test_ada_hopper_and_blackwell_pass(capability: tuple[int, int]) -> None:
 def test_emulation_needs_no_fp8_hardware_but_does_need_torchao() -> None:
     emulated = fp8_preset("rowwise", "fp8.emulate=true").fp8
     fp8.require_support(emulated, CPU, has_torchao=True)
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8.require_support(emulated, CPU, has_torchao=False)
     message = str(caught.value)
     assert INSTALL_HINT in message and "pip install 'ampscope[fp8]'" in message
@@ -126,7 +125,7 @@ def test_emulation_needs_no_fp8_hardware_but_does_need_torchao() -> None:
 
 @pytest.mark.unit
 def test_no_fp8_hardware_and_no_torchao_names_both() -> None:
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8.require_support(fp8_preset().fp8, CPU, has_torchao=False)
     message = str(caught.value)
     assert "the CPU" in message and "ampscope[fp8]" in message
@@ -175,7 +174,7 @@ def test_token_counts_that_fit_pass_and_emulation_needs_none() -> None:
     h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0))
     fp8.require_token_multiple(fp8_preset("tensorwise", "batch_size=3"), h100)  # 3 x 1024
     odd = fp8_preset("tensorwise", "batch_size=3", "workload.seq_len=100")
-    with pytest.raises(cfg.ConfigError):
+    with pytest.raises(presets.ConfigError):
         fp8.require_token_multiple(odd, h100)
     emulated = fp8_preset("tensorwise", "batch_size=3", "workload.seq_len=100", "fp8.emulate=true")
     fp8.require_fp8_support(emulated, CPU)
@@ -216,7 +215,7 @@ def test_the_head_and_layers_not_multiples_of_16_stay_in_bf16() -> None:
 def test_a_model_with_nothing_to_convert_is_a_user_error() -> None:
     pytest.importorskip("torchao")
     model = nn.Sequential(nn.Linear(20, 30), nn.Linear(30, 10))
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8.convert_for_fp8(model, fp8_preset("tensorwise", "fp8.emulate=true"), CPU)
     assert "none of this workload's linear layers" in str(caught.value)
     assert "0: 20 -> 30 features" in str(caught.value)
@@ -289,9 +288,9 @@ def test_a_converted_layer_computes_with_the_recipes_formats(recipe: str) -> Non
 
 @pytest.mark.unit
 def test_the_planner_follows_the_recipe() -> None:
-    assert mp.workload_from_preset("fp8-tensorwise").regime == "fp8"
-    assert mp.workload_from_preset("fp8-rowwise").regime == "fp8-rowwise"
-    tensorwise, rowwise = mp.plan_regime(10**9, "fp8"), mp.plan_regime(10**9, "fp8-rowwise")
+    assert plan.workload_from_preset("fp8-tensorwise").regime == "fp8"
+    assert plan.workload_from_preset("fp8-rowwise").regime == "fp8-rowwise"
+    tensorwise, rowwise = plan.plan_regime(10**9, "fp8"), plan.plan_regime(10**9, "fp8-rowwise")
     assert (tensorwise.label, rowwise.label) == ("fp8 tensorwise", "fp8 rowwise")
     assert "e5m2 gradients" in tensorwise.note and "one scale per tensor" in tensorwise.note
     assert "e4m3 activations, weights and gradients" in rowwise.note
@@ -331,7 +330,7 @@ def test_emulated_fp8_trains_the_small_gpt(recipe: str, tmp_path: Path) -> None:
 
     record = next(tmp_path.iterdir())
     expected = "fp8" if recipe == "tensorwise" else "fp8-rowwise"
-    assert memory_runs.compare_run(record).regime == expected
+    assert measured.compare_run(record).regime == expected
 
 
 @pytest.mark.unit
@@ -373,7 +372,7 @@ def test_nothing_to_convert_in_a_users_model_names_their_layers_not_workload_wid
     model = nn.Sequential(nn.Linear(20, 30), nn.Linear(30, 10))
     (tmp_path / "m.py").write_text("def make(ctx): ...\n")
     spec = f'workload.model="{tmp_path / "m.py"}:make"'
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8.convert_for_fp8(model, fp8_preset("tensorwise", "fp8.emulate=true", spec), CPU)
     assert "workload.width" not in str(caught.value)
     assert "give your model's linear layers dimensions that are multiples of 16" in str(
@@ -392,7 +391,7 @@ def test_a_vit_on_multihead_attention_counts_only_the_layers_that_run_in_fp8() -
     pytest.importorskip("torchao")
     from ampscope.engine.lifecycle.loop import train_step
 
-    preset = cfg.load_preset(
+    preset = presets.load_preset(
         "fp8-eager", [*EMULATED, f"workload.model='{REAL_MODELS}:vit'", "batch_size=16"]
     )
     s = engine_setup.build(preset, CPU)

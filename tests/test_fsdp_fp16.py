@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.step.precision import precision_policy
 from tests.helpers import ROOT, engine_env
@@ -35,7 +35,7 @@ CPU = DeviceInfo(torch.device("cpu"), "AMD EPYC", None, None, None, None)
 def test_fused_adamw_only_where_the_scaler_lets_it(
     preset: str, strategy: str, grouped: bool, info: DeviceInfo, fused: bool
 ) -> None:
-    p = cfg.load_preset(preset, [f"parallel.strategy='{strategy}'"])
+    p = presets.load_preset(preset, [f"parallel.strategy='{strategy}'"])
     assert precision_policy(p, info.is_cuda, grouped).fused_adamw is fused
 
 
@@ -107,7 +107,7 @@ def test_torch_fused_adamw_cannot_take_the_sharded_scalers_flag() -> None:
 def test_one_decision_names_the_scaler_and_the_scaler_built_is_that_one(
     preset: str, overrides: list[str], grouped: bool, scaler: str
 ) -> None:
-    p = cfg.load_preset(preset, overrides)
+    p = presets.load_preset(preset, overrides)
     policy = precision_policy(p, False, grouped)
     assert policy.scaler == scaler
     if scaler != "sharded":  # a sharded one needs a process group to step, not to be named

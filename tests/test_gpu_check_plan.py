@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from ampscope.cli.main import build_parser
-from ampscope.core import presets as cfg
+from ampscope.core.presets import load_preset
 from ampscope.core.presets.run_args import (
     ArgParser,
     add_run_arguments,
@@ -137,7 +137,7 @@ def facts(info: DeviceInfo, grouped: bool) -> Facts:
 
 
 def refusals(t: Training, info: DeviceInfo) -> list[str]:
-    preset = cfg.load_preset(t.preset, list(t.overrides))
+    preset = load_preset(t.preset, list(t.overrides))
     verdict = check_run(preset, facts(info, t.grouped), every=True)
     return [str(r) for r in verdict.refusals]
 
@@ -148,7 +148,7 @@ def test_every_gpu_command_parses_and_each_preset_can_run_on_an_h200(tmp_path: P
     found = trainings(plan)
     for t in found:
         assert refusals(t, H200) == [], (t.stage, t.preset, t.command)
-        preset = cfg.load_preset(t.preset, list(t.overrides))
+        preset = load_preset(t.preset, list(t.overrides))
         assert preset.device == "cuda", t.command
     by_stage: dict[str, set[str]] = {}
     for t in found:
@@ -161,12 +161,12 @@ def test_every_gpu_command_parses_and_each_preset_can_run_on_an_h200(tmp_path: P
     assert by_stage["fp8"] == {"compile-default", "fp8-tensorwise", "fp8-rowwise"}
     assert by_stage["max-autotune"] == {"amp-bf16", "compile-max-autotune"}
     across = [t for t in found if "--nproc-per-node 2" in t.command]
-    strategies = [cfg.load_preset(t.preset, list(t.overrides)).parallel.strategy for t in across]
+    strategies = [load_preset(t.preset, list(t.overrides)).parallel.strategy for t in across]
     assert list(zip([t.preset for t in across], strategies, strict=True)) == [
         ("amp-bf16", "ddp"),
         ("amp-fp16", "fsdp2"),  # FSDP2 with its sharded GradScaler, across the GPUs
     ]
-    probe = [cfg.load_preset(t.preset, list(t.overrides)) for t in found if t.stage == "probe"]
+    probe = [load_preset(t.preset, list(t.overrides)) for t in found if t.stage == "probe"]
     assert {(p.workload.kind, p.compile) for p in probe} == {("cnn", "max-autotune-no-cudagraphs")}
 
 
@@ -178,7 +178,7 @@ def test_the_smoke_run_trains_a_subset_of_the_gpu_runs_presets_and_each_can_run_
     assert {(t.stage, t.preset) for t in smoke} <= gpu
     for t in smoke:
         assert refusals(t, CPU) == [], (t.stage, t.preset, t.command)
-        assert cfg.load_preset(t.preset, list(t.overrides)).device == "cpu", t.command
+        assert load_preset(t.preset, list(t.overrides)).device == "cpu", t.command
 
 
 def test_the_gpu_run_fits_two_ten_minute_commands_with_margin(tmp_path: Path) -> None:

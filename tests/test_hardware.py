@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ampscope.core.machine import hardware
-from ampscope.core.memory import plan as memory_plan
+from ampscope.core.memory import plan
 
 # Device names as torch.cuda.get_device_name / nvidia-smi print them, and the row each means.
 NAMES = {
@@ -85,9 +85,9 @@ def test_unknown_boards_and_dtypes_say_why() -> None:
 
 @pytest.mark.unit
 def test_the_memory_planner_reads_the_same_table() -> None:
-    chart = dict(memory_plan.GPUS)
+    chart = dict(plan.GPUS)
     for gpu in hardware.GPUS:
         if gpu.chart is not None:
             assert chart[gpu.chart] == gpu.memory_gib
-    sizes = [gib for _, gib in memory_plan.GPUS]
-    assert sizes == sorted(sizes) and len(set(memory_plan.GPUS)) == len(memory_plan.GPUS)
+    sizes = [gib for _, gib in plan.GPUS]
+    assert sizes == sorted(sizes) and len(set(plan.GPUS)) == len(plan.GPUS)

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ampscope.tui.model import layer_plan as lp
+from ampscope.tui.model import layer_plan
 
 pytestmark = pytest.mark.unit
 
@@ -19,11 +19,11 @@ def raw(target: str = "fp8") -> dict:
     return json.loads((DATA / f"plan-{target}.json").read_text())
 
 
-def plan(target: str = "fp8") -> lp.Plan:
-    return lp.read_plan((DATA / f"plan-{target}.json").read_bytes())
+def plan(target: str = "fp8") -> layer_plan.Plan:
+    return layer_plan.read_plan((DATA / f"plan-{target}.json").read_bytes())
 
 
-def layer(p: lp.Plan, name: str) -> lp.PlannedLayer:
+def layer(p: layer_plan.Plan, name: str) -> layer_plan.PlannedLayer:
     return next(one for one in p.layers if one.name == name)
 
 
@@ -73,49 +73,53 @@ O0 = "layer model.layers.0.self_attn.o_proj"
 def test_a_figure_that_cannot_be_refuses_the_plan_and_says_where(change, where) -> None:
     data = raw()
     change(data)
-    with pytest.raises(lp.PlanUnreadable) as refused:
-        lp.read_plan(json.dumps(data).encode())
+    with pytest.raises(layer_plan.PlanUnreadable) as refused:
+        layer_plan.read_plan(json.dumps(data).encode())
     assert where in str(refused.value)
 
 
 def test_a_relative_error_the_plan_could_not_take_is_no_fault() -> None:
     data = raw()
     data["layers"][0]["numerics"]["rowwise"]["casts"]["input"]["rel_error"] = float("nan")
-    assert len(lp.read_plan(json.dumps(data).encode()).layers) == 17  # Python writes NaN
+    assert len(layer_plan.read_plan(json.dumps(data).encode()).layers) == 17  # Python writes NaN
 
 
 def test_what_a_finished_command_gave() -> None:
-    assert isinstance(lp.read_outcome(0, (DATA / "plan-fp8.json").read_bytes(), []), lp.Plan)
+    assert isinstance(
+        layer_plan.read_outcome(0, (DATA / "plan-fp8.json").read_bytes(), []), layer_plan.Plan
+    )
     progress = ["ampscope plan: measuring one step of m.py:make ...", "step 1"]
-    refused = lp.read_outcome(
+    refused = layer_plan.read_outcome(
         2, b"", [*progress, "ampscope: --model m.py:make: no such file.", "Accepted: FILE:FN."]
     )
-    assert refused == lp.PlanFault(
+    assert refused == layer_plan.PlanFault(
         "ampscope plan refused", "ampscope: --model m.py:make: no such file.\nAccepted: FILE:FN."
     )
-    crashed = lp.read_outcome(1, b"", [*progress, "Traceback (most recent call last):", "E: x"])
-    assert isinstance(crashed, lp.PlanFault) and crashed.title == "ampscope plan failed"
+    crashed = layer_plan.read_outcome(
+        1, b"", [*progress, "Traceback (most recent call last):", "E: x"]
+    )
+    assert isinstance(crashed, layer_plan.PlanFault) and crashed.title == "ampscope plan failed"
     assert "exit code 1" in crashed.message and crashed.message.endswith(
         "Traceback (most recent call last):\nE: x"
     )
-    killed = lp.read_outcome(-9, b"", [])
-    assert isinstance(killed, lp.PlanFault) and "SIGKILL" in killed.message
+    killed = layer_plan.read_outcome(-9, b"", [])
+    assert isinstance(killed, layer_plan.PlanFault) and "SIGKILL" in killed.message
     assert "out of memory" in killed.message
-    garbage = lp.read_outcome(0, b"Loading checkpoint shards: 100%\n", [])
-    assert isinstance(garbage, lp.PlanFault) and garbage.title == "No plan to show"
+    garbage = layer_plan.read_outcome(0, b"Loading checkpoint shards: 100%\n", [])
+    assert isinstance(garbage, layer_plan.PlanFault) and garbage.title == "No plan to show"
     assert "not JSON" in garbage.message and "Loading checkpoint shards" in garbage.message
-    silent = lp.read_outcome(0, b"", [])
-    assert isinstance(silent, lp.PlanFault) and "printed nothing" in silent.message
+    silent = layer_plan.read_outcome(0, b"", [])
+    assert isinstance(silent, layer_plan.PlanFault) and "printed nothing" in silent.message
 
 
 def test_the_cast_that_decided() -> None:
     p = plan()
     # fp8 chosen: the chosen recipe's worst cast, not tensorwise's 61 %
-    outlier = lp.deciding_cast(layer(p, "model.layers.0.mlp.down_proj"))
+    outlier = layer_plan.deciding_cast(layer(p, "model.layers.0.mlp.down_proj"))
     assert outlier is not None and outlier.recipe == "rowwise_with_gw_hp" and outlier.fits
     assert outlier.cast == "grad_gw" and outlier.words() == "grad_gw 0.14%"
     # kept for speed: the best fitting recipe's worst cast (numerics allowed fp8)
-    kept = lp.deciding_cast(layer(p, "model.layers.0.self_attn.k_proj"))
+    kept = layer_plan.deciding_cast(layer(p, "model.layers.0.self_attn.k_proj"))
     assert kept is not None and kept.fits and kept.recipe == "rowwise"
     # kept because nothing fits: the least bad recipe, said as not fitting
     data = raw()
@@ -123,20 +127,20 @@ def test_the_cast_that_decided() -> None:
         figures["fits"] = False
         figures["casts"]["grad_gw"]["underflow"] = 0.05
     data["layers"][1]["numerics"]["rowwise"]["casts"]["grad_gw"]["underflow"] = 0.03
-    broken = lp.deciding_cast(lp.read_plan(json.dumps(data).encode()).layers[1])
+    broken = layer_plan.deciding_cast(layer_plan.read_plan(json.dumps(data).encode()).layers[1])
     assert broken is not None and not broken.fits and broken.words() == "grad_gw 3.0%"
-    assert lp.band(broken.figures) == "critical"
+    assert layer_plan.band(broken.figures) == "critical"
     # an inf/NaN is worse than any share
     data["layers"][1]["numerics"]["rowwise"]["casts"]["weight"]["nonfinite"] = 2
-    worst = lp.worst_cast(
-        "rowwise", lp.read_plan(json.dumps(data).encode()).layers[1].numerics["rowwise"]
+    worst = layer_plan.worst_cast(
+        "rowwise", layer_plan.read_plan(json.dumps(data).encode()).layers[1].numerics["rowwise"]
     )
     assert worst is not None and worst.words() == "weight inf/NaN"
-    assert lp.deciding_cast(layer(p, "vision.attn.out_proj")) is None
+    assert layer_plan.deciding_cast(layer(p, "vision.attn.out_proj")) is None
 
 
 def test_shares_and_bands_in_words() -> None:
-    assert [lp.share(x) for x in (0.0, 0.00004, 0.0004, 0.031, 0.61)] == [
+    assert [layer_plan.share(x) for x in (0.0, 0.00004, 0.0004, 0.031, 0.61)] == [
         "0%",
         "<0.01%",
         "0.04%",
@@ -144,36 +148,41 @@ def test_shares_and_bands_in_words() -> None:
         "61%",
     ]
     figures = [
-        lp.CastFigures(underflow=u, rel_error=0.0, nonfinite=0) for u in (0.004, 0.01, 0.03, 0.2)
+        layer_plan.CastFigures(underflow=u, rel_error=0.0, nonfinite=0)
+        for u in (0.004, 0.01, 0.03, 0.2)
     ]
-    assert [lp.band(f) for f in figures] == ["fine", "warn", "critical", "severe"]
+    assert [layer_plan.band(f) for f in figures] == ["fine", "warn", "critical", "severe"]
 
 
 def test_names_are_shortened_from_the_left_and_never_into_another() -> None:
     p = plan()
     names = [one.name for one in p.layers]
     for width in range(4, 40):
-        shown = lp.short_names(names, width)
+        shown = layer_plan.short_names(names, width)
         assert len(set(shown)) == len(names), width  # every layer told apart
         for name, short in zip(names, shown, strict=True):
             assert name == short or (short.startswith("\u2026") and name.endswith("." + short[1:]))
-            assert len(short) <= max(width, lp.narrowest_names(names))
-    shown = lp.short_names(names, 22)
+            assert len(short) <= max(width, layer_plan.narrowest_names(names))
+    shown = layer_plan.short_names(names, 22)
     assert "\u2026self_attn.q_proj" not in shown  # two layers end so: each keeps its block
     assert "\u20260.self_attn.q_proj" in shown and "lm_head" in shown
     assert "\u20260.mlp.up_proj" in shown  # as short as the others, though more would fit
-    assert "model.layers.0.self_attn.q_proj" in lp.short_names(names, 31)  # whole where it fits
+    assert "model.layers.0.self_attn.q_proj" in layer_plan.short_names(
+        names, 31
+    )  # whole where it fits
     # a name that is another's tail keeps the part that tells them apart
-    assert lp.short_names(["head", "lm.head"], 1) == ["head", "lm.head"]
+    assert layer_plan.short_names(["head", "lm.head"], 1) == ["head", "lm.head"]
 
 
 def test_sort_orders() -> None:
     p = plan()
-    assert lp.sort_order(p, "model order") == list(range(17))
-    by_speed = [p.layers[i].predicted_speedup for i in lp.sort_order(p, "speed-up")]
+    assert layer_plan.sort_order(p, "model order") == list(range(17))
+    by_speed = [p.layers[i].predicted_speedup for i in layer_plan.sort_order(p, "speed-up")]
     known = [s for s in by_speed if s is not None]
     assert known == sorted(known, reverse=True) and by_speed[-2:] == [None, None]
-    by_cast = [lp.deciding_cast(p.layers[i]) for i in lp.sort_order(p, "worst cast")]
+    by_cast = [
+        layer_plan.deciding_cast(p.layers[i]) for i in layer_plan.sort_order(p, "worst cast")
+    ]
     flushed = [c.figures.underflow for c in by_cast if c is not None]
     assert flushed == sorted(flushed, reverse=True) and by_cast[-2:] == [None, None]
 
@@ -181,7 +190,7 @@ def test_sort_orders() -> None:
 def test_the_table_fits_its_width_with_every_name_told_apart() -> None:
     p = plan()
     for width, compact in ((76, True), (116, False)):  # 80 and 120 columns, less the chrome
-        table = lp.plan_table(p, "model order", width)
+        table = layer_plan.plan_table(p, "model order", width)
         cells = [row for _i, row in table.rows]
         widths = [max(len(h), *(len(r[c]) for r in cells)) + 2 for c, h in enumerate(table.heads)]
         assert sum(widths) <= width, (width, widths)
@@ -190,26 +199,26 @@ def test_the_table_fits_its_width_with_every_name_told_apart() -> None:
         assert ("8k,2k,32000" in cells[-1]) == compact and cells[-1][4] == "fp8 rowwise"
         assert cells[-1][3] == ("0.17%" if compact else "grad_gw 0.17%")  # named under the table
         assert table.heads[3] == ("flushed" if compact else "worst cast")
-    narrow = lp.plan_table(p, "model order", 40)
+    narrow = layer_plan.plan_table(p, "model order", 40)
     names = [row[0] for _i, row in narrow.rows]
     assert len(set(names)) == 17  # wider than asked, rather than ambiguous (the table scrolls)
 
 
 def test_the_words_over_the_table() -> None:
     p = plan()
-    assert lp.speed_words(p) == "speed-ups from the roofline model"
-    assert lp.speed_words(msgspec.structs.replace(p, speed_source="measured")) == (
+    assert layer_plan.speed_words(p) == "speed-ups from the roofline model"
+    assert layer_plan.speed_words(msgspec.structs.replace(p, speed_source="measured")) == (
         "speed-ups measured on it"
     )
-    assert lp.count_words(p) == (
+    assert layer_plan.count_words(p) == (
         "11 of 17 layers in fp8 (rowwise 10, rowwise_with_gw_hp 1) · bf16: 6"
     )
-    assert lp.files_words(p.files) == (
+    assert layer_plan.files_words(p.files) == (
         "files in plans/tiny-llama-fp8: plan.toml (the preset enter trains), module_filter.py "
         "(torchao), plan.json (figures)"
     )
-    assert lp.count_words(plan("fp16")) == "2 of 3 layers in fp16 · fp32: 1"
-    assert lp.gpu_words({"name": "NVIDIA L4", "sm": 89}) == "NVIDIA L4"
+    assert layer_plan.count_words(plan("fp16")) == "2 of 3 layers in fp16 · fp32: 1"
+    assert layer_plan.gpu_words({"name": "NVIDIA L4", "sm": 89}) == "NVIDIA L4"
 
 
 def test_every_string_of_the_plan_is_shown_as_written() -> None:
@@ -218,10 +227,10 @@ def test_every_string_of_the_plan_is_shown_as_written() -> None:
     data["layers"][0].update(name=evil, reason=evil, kind=evil, recipe=evil)
     data["gpu"] = evil
     data["files"]["preset"] = f"{evil}/plan.toml"
-    p = lp.read_plan(json.dumps(data).encode())
+    p = layer_plan.read_plan(json.dumps(data).encode())
     shown_as = "[red]evil[/] [/x]\\x1b[2J"
-    table = lp.plan_table(p, "model order", 200)
+    table = layer_plan.plan_table(p, "model order", 200)
     assert table.rows[0][1][0] == shown_as and table.rows[0][1][4] == f"fp8 {shown_as}"
-    assert lp.gpu_words(p.gpu) == shown_as and shown_as in lp.files_words(p.files)
-    detail = lp.detail_lines(p, p.layers[0])
+    assert layer_plan.gpu_words(p.gpu) == shown_as and shown_as in layer_plan.files_words(p.files)
+    detail = layer_plan.detail_lines(p, p.layers[0])
     assert all("\x1b" not in line for line in detail) and detail[1] == shown_as

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, OptionList
 
 from ampscope.cli.main import build_parser
 from ampscope.cli.runs import EXAMPLES_DIR
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.presets.run_args import run_overrides
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
@@ -113,7 +113,7 @@ def test_every_command_in_the_guide_parses_and_names_what_exists() -> None:
             for name in names:
                 if name in planned:
                     continue  # written by its plan line: the slow test below runs them in turn
-                cfg.load_preset(name, run_overrides(args))  # ConfigError names what is wrong
+                presets.load_preset(name, run_overrides(args))  # ConfigError names what is wrong
         if args.command == "replay":
             assert args.run in examples, argv
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from ampscope.core.machine import check as mc
+from ampscope.core.machine import check as machine_check
 from ampscope.engine.machine import bench
 from tests.helpers import cli, engine_env
 
@@ -407,8 +407,8 @@ def test_real_cpu_matmuls_run_in_each_format_and_layout_at_the_shape_asked() -> 
 
 @pytest.mark.unit
 def test_several_gpus_get_the_all_reduce_bus_bandwidth_and_a_failed_one_says_why() -> None:
-    assert mc.allreduce_busbw(100.0, 8) == pytest.approx(175.0)  # nccl-tests' 2(n-1)/n
-    assert mc.allreduce_busbw(100.0, 2) == pytest.approx(100.0)
+    assert machine_check.allreduce_busbw(100.0, 8) == pytest.approx(175.0)  # nccl-tests' 2(n-1)/n
+    assert machine_check.allreduce_busbw(100.0, 2) == pytest.approx(100.0)
     said: list[tuple[str, str]] = []
     asked: list[int] = []
 
@@ -452,7 +452,7 @@ def test_a_real_all_reduce_over_two_ranks_on_the_cpu() -> None:
 # Storage, staleness, the measured peak a run is shown against
 
 
-def a_check(**over: object) -> mc.MachineCheck:
+def a_check(**over: object) -> machine_check.MachineCheck:
     check = bench.run_check(seams=cpu_seams(set(), {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}))
     for key, value in over.items():
         setattr(check, key, value)
@@ -462,34 +462,41 @@ def a_check(**over: object) -> mc.MachineCheck:
 @pytest.mark.unit
 def test_a_kept_check_reads_back_whole_and_serves_the_measured_peak() -> None:
     check = a_check(torch="2.13.0+cpu", driver=None)
-    path = mc.save(check)
-    assert path.parent == mc.checks_dir() and path.name == f"{mc.host_name()}.json"
-    back = mc.find("Test CPU")
+    path = machine_check.save(check)
+    assert (
+        path.parent == machine_check.checks_dir()
+        and path.name == f"{machine_check.host_name()}.json"
+    )
+    back = machine_check.find("Test CPU")
     assert back is not None and back.to_json() == check.to_json()
-    peak = mc.measured_peak("Test CPU", "fp32")
+    peak = machine_check.measured_peak("Test CPU", "fp32")
     assert peak.tflops == pytest.approx(0.1) and not peak.fault
     assert peak.note is not None and "ampscope doctor --bench" in peak.note
-    assert mc.measured_tflops("Test CPU", "fp32") == pytest.approx(0.1)  # what plan reads
-    assert mc.measured_peak("Other CPU", "fp32") == mc.MeasuredPeak(None, None)
+    assert machine_check.measured_tflops("Test CPU", "fp32") == pytest.approx(
+        0.1
+    )  # what plan reads
+    assert machine_check.measured_peak("Other CPU", "fp32") == machine_check.MeasuredPeak(
+        None, None
+    )
     # a second device on the same host is kept beside the first
-    mc.save(a_check(device="Second CPU"))
-    assert set(mc.load_all()[0]) == {"Test CPU", "Second CPU"}
+    machine_check.save(a_check(device="Second CPU"))
+    assert set(machine_check.load_all()[0]) == {"Test CPU", "Second CPU"}
 
 
 @pytest.mark.unit
 def test_a_damaged_file_is_named_with_what_to_run() -> None:
-    mc.check_path().parent.mkdir(parents=True, exist_ok=True)
-    mc.check_path().write_text("{not json")
-    checks, problem = mc.load_all()
+    machine_check.check_path().parent.mkdir(parents=True, exist_ok=True)
+    machine_check.check_path().write_text("{not json")
+    checks, problem = machine_check.load_all()
     assert checks == {} and problem is not None
-    assert str(mc.check_path()) in problem and "ampscope doctor --bench" in problem
+    assert str(machine_check.check_path()) in problem and "ampscope doctor --bench" in problem
 
 
 @pytest.mark.unit
 def test_a_check_from_another_torch_or_driver_says_so() -> None:
     check = a_check(torch="2.12.0", driver="550.54.15")
-    assert mc.staleness(check, "2.12.0", "550.54.15") is None
-    said = mc.staleness(check, "2.13.0", "570.124.06")
+    assert machine_check.staleness(check, "2.12.0", "550.54.15") is None
+    said = machine_check.staleness(check, "2.13.0", "570.124.06")
     assert said == (
         "measured on torch 2.12.0 (now 2.13.0) and driver 550.54.15 (now 570.124.06): the "
         "figures may have changed; run ampscope doctor --bench again"
@@ -504,11 +511,13 @@ def test_the_driver_version_is_read_from_procs_text(tmp_path, monkeypatch) -> No
     )
     fake = tmp_path / "version"
     fake.write_text(text)
-    real_path = mc.Path
+    real_path = machine_check.Path
     monkeypatch.setattr(
-        mc, "Path", lambda p: fake if p == "/proc/driver/nvidia/version" else real_path(p)
+        machine_check,
+        "Path",
+        lambda p: fake if p == "/proc/driver/nvidia/version" else real_path(p),
     )
-    assert mc.nvidia_driver() == "570.124.06"
+    assert machine_check.nvidia_driver() == "570.124.06"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,7 +645,7 @@ def test_a_cpu_run_shows_mfu_against_this_machines_measured_peak_everywhere(tmp_
     measured = 0.5  # TFLOP/s: more than two cores do in fp32, so the run stays below it
     check = a_check(device=cpu_name())
     check.matmul["fp32"].tflops = measured
-    mc.save(check)
+    machine_check.save(check)
     seen: list[ev.Event] = []
     overrides = ["workload.kind='mlp'", "device='cpu'", "steps=6", "warmup_steps=2"]
     assert run("fp32", overrides, runs_dir=tmp_path, on_event=seen.append) == 0
@@ -683,7 +692,7 @@ def test_a_run_that_beats_the_kept_peak_says_the_check_is_no_peak_never_a_bare_p
 
     check = a_check(device=cpu_name())
     check.matmul["fp32"].tflops = 1e-6  # the least a kept figure may be
-    mc.save(check)
+    machine_check.save(check)
     seen: list[ev.Event] = []
     overrides = ["workload.kind='mlp'", "device='cpu'", "steps=4", "warmup_steps=1"]
     assert run("fp32", overrides, runs_dir=tmp_path, on_event=seen.append) == 0
@@ -758,7 +767,7 @@ def test_a_watched_loop_reads_its_tflops_against_the_measured_peak_too(tmp_path)
 
     check = a_check(device=cpu_name())
     check.matmul["fp32"].tflops = 0.002
-    mc.save(check)
+    machine_check.save(check)
     model, opt = tiny_model()
     with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True) as mon:
         for _ in range(4):
@@ -779,7 +788,9 @@ def test_plain_doctor_says_whether_a_check_is_kept_and_whether_it_is_stale(capsy
     done = cli(capsys, "doctor")
     assert done.returncode == 0
     assert "machine check: none kept here (ampscope doctor --bench measures" in done.stdout
-    mc.save(a_check(device="Test\x1b[2JCPU", torch="1.0.0", when="2026-12-01T10:00:00+00:00"))
+    machine_check.save(
+        a_check(device="Test\x1b[2JCPU", torch="1.0.0", when="2026-12-01T10:00:00+00:00")
+    )
     done = cli(capsys, "doctor")
     (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("machine check:")]
     assert line.startswith("machine check: Test\\x1b[2JCPU measured 2026-12-01 10:00 UTC; ")
@@ -817,8 +828,8 @@ def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(
         "- bf16 matmul runs at 0.3x fp32 here: this CPU has no AMX or AVX512-BF16 units, so bf16 "
         "presets train slower than fp32 on it"
     )
-    assert lines[-1] == f"done in 10 s; kept in {mc.check_path()}"
-    assert mc.find("Test CPU") is not None
+    assert lines[-1] == f"done in 10 s; kept in {machine_check.check_path()}"
+    assert machine_check.find("Test CPU") is not None
 
 
 @pytest.mark.unit
@@ -890,7 +901,7 @@ def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores
         )
     else:
         assert verdict is None  # 1.9x: the second thread pays
-    back = mc.MachineCheck.from_json(json.loads(json.dumps(check.to_json())))
+    back = machine_check.MachineCheck.from_json(json.loads(json.dumps(check.to_json())))
     assert back.fp32_one_thread_tflops == check.fp32_one_thread_tflops
 
 
@@ -902,10 +913,10 @@ def kept_with(**fp32: object) -> None:
     """This host's kept file with the CPU check's fp32 figure fields set as given, raw."""
     from ampscope.engine.device import cpu_name
 
-    mc.save(a_check(device=cpu_name()))
-    data = json.loads(mc.check_path().read_text())
+    machine_check.save(a_check(device=cpu_name()))
+    data = json.loads(machine_check.check_path().read_text())
     data["checks"][cpu_name()]["matmul"]["fp32"].update(fp32)
-    mc.check_path().write_text(json.dumps(data))
+    machine_check.check_path().write_text(json.dumps(data))
 
 
 BAD_FIGURES = [float("nan"), float("inf"), -34.0, 0, 1e-300, 10**400, "fast", None]
@@ -917,14 +928,14 @@ def test_a_kept_figure_that_is_no_number_is_ignored_and_named_with_the_command(b
     from ampscope.engine.device import cpu_name
 
     kept_with(tflops=bad)
-    check = mc.find(cpu_name())
+    check = machine_check.find(cpu_name())
     assert check is not None and "fp32" not in check.matmul  # the others stand
     assert "bf16" in check.matmul and check.ignored and check.ignored[0].startswith("fp32 matmul")
-    peak = mc.measured_peak(cpu_name(), "fp32")
+    peak = machine_check.measured_peak(cpu_name(), "fp32")
     assert peak.tflops is None and peak.fault and peak.note is not None
     assert "not a finite positive number" in peak.note and "ampscope doctor --bench" in peak.note
-    assert mc.measured_tflops(cpu_name(), "fp32") is None
-    assert mc.measured_tflops(cpu_name(), "bf16") == pytest.approx(0.03)
+    assert machine_check.measured_tflops(cpu_name(), "fp32") is None
+    assert machine_check.measured_tflops(cpu_name(), "bf16") == pytest.approx(0.03)
 
 
 @pytest.mark.unit
@@ -934,11 +945,11 @@ def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
     from ampscope.engine.device import cpu_name
 
     kept_with(tflops=10**400, rounds=[10**400, "x"])
-    data = json.loads(mc.check_path().read_text())
+    data = json.loads(machine_check.check_path().read_text())
     data["checks"][cpu_name()]["threads"] = "two"
     data["checks"][cpu_name()]["memory"]["gbps"] = float("nan")
-    mc.check_path().write_text(json.dumps(data))
-    checks, problem = mc.load_all()
+    machine_check.check_path().write_text(json.dumps(data))
+    checks, problem = machine_check.load_all()
     check = checks[cpu_name()]
     assert problem is None and check.threads is None and check.memory_gbps is None
     assert "fp32 matmul (a 401-digit number)" in check.ignored
@@ -982,13 +993,15 @@ def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
 @pytest.mark.unit
 def test_doctor_bench_replaces_a_damaged_file(capsys, monkeypatch) -> None:
     kept_with(tflops=10**400)
-    mc.check_path().write_text('{"version": 1, "checks": {"x": {"matmul": 12')  # cut short
-    assert mc.load_all()[1] is not None
+    machine_check.check_path().write_text(
+        '{"version": 1, "checks": {"x": {"matmul": 12'
+    )  # cut short
+    assert machine_check.load_all()[1] is not None
     check = a_check(seconds=2.0)
     monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
     done = cli(capsys, "doctor", "--bench")
     assert done.returncode == 0 and "Traceback" not in done.stderr
-    checks, problem = mc.load_all()
+    checks, problem = machine_check.load_all()
     assert problem is None and checks["Test CPU"].to_json() == check.to_json()
 
 
@@ -996,28 +1009,28 @@ def test_doctor_bench_replaces_a_damaged_file(capsys, monkeypatch) -> None:
 def test_two_checks_at_once_never_move_each_others_half_written_file(monkeypatch) -> None:
     """The second check saves while the first is between writing and renaming its file: with
     one fixed temporary name the first's rename found its file gone (FileNotFoundError)."""
-    real_replace = mc.os.replace
+    real_replace = machine_check.os.replace
     moved: list[str] = []
 
     def replace(src: str, dst: object) -> None:
         if not moved:  # the first save, about to rename: another check saves meanwhile
             moved.append(str(src))
-            mc.save(a_check(device="Second CPU"))
+            machine_check.save(a_check(device="Second CPU"))
         else:
             moved.append(str(src))
         real_replace(src, dst)
 
-    monkeypatch.setattr(mc.os, "replace", replace)
-    mc.save(a_check(device="First CPU"))
+    monkeypatch.setattr(machine_check.os, "replace", replace)
+    machine_check.save(a_check(device="First CPU"))
     assert len(moved) == 2 and moved[0] != moved[1]
-    checks, problem = mc.load_all()
+    checks, problem = machine_check.load_all()
     assert problem is None and "First CPU" in checks  # a whole file, the last rename's
-    assert not [p for p in mc.checks_dir().iterdir() if p.suffix == ".tmp"]
+    assert not [p for p in machine_check.checks_dir().iterdir() if p.suffix == ".tmp"]
 
 
 @pytest.mark.unit
 def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch) -> None:
-    def interrupted(*args: object, **kwargs: object) -> mc.MachineCheck:
+    def interrupted(*args: object, **kwargs: object) -> machine_check.MachineCheck:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(bench, "run_check", interrupted)
@@ -1026,7 +1039,7 @@ def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch
     assert done.stderr == (
         "ampscope: machine check stopped (Ctrl+C) before it finished: nothing kept.\n"
     )
-    assert not mc.check_path().exists()
+    assert not machine_check.check_path().exists()
 
 
 @pytest.mark.unit
@@ -1087,7 +1100,7 @@ class LoadedTimer(ThreadedTimer):
         return measure
 
 
-def loaded_check(slowed: dict[str, list[float]]) -> tuple[mc.MachineCheck, list[str]]:
+def loaded_check(slowed: dict[str, list[float]]) -> tuple[machine_check.MachineCheck, list[str]]:
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
     timer = LoadedTimer(rates, small=1.0, one=0.05, slowed=slowed)
     seams = dataclasses.replace(cpu_seams({"avx512_bf16"}, rates), timer=timer, copy=timer.copy)
@@ -1115,11 +1128,11 @@ def test_a_busy_machine_is_said_with_the_spread_and_its_figure_is_not_kept_as_a_
         "bf16  matmul  200.0 GFLOP/s at 128x128x128 nn (too busy to measure: 5 rounds, "
         "median 80 % below the best)" in lines
     )
-    mc.save(check)
-    assert mc.measured_tflops("Test CPU", "bf16") is None
-    peak = mc.measured_peak("Test CPU", "bf16")
+    machine_check.save(check)
+    assert machine_check.measured_tflops("Test CPU", "bf16") is None
+    peak = machine_check.measured_peak("Test CPU", "bf16")
     assert peak.fault and "too busy" in (peak.note or "")
-    assert mc.measured_tflops("Test CPU", "fp32") == pytest.approx(0.1)
+    assert machine_check.measured_tflops("Test CPU", "fp32") == pytest.approx(0.1)
 
 
 @pytest.mark.unit
@@ -1278,16 +1291,16 @@ def test_a_cpu_check_beside_other_processes_keeps_nothing_as_a_peak(
     assert check.trusted("fp32") is not contended
     said = "\n".join(check.verdicts)
     assert (f"other processes kept {others:.1f} of its 2 CPUs busy" in said) is contended
-    mc.save(check)
-    peak = mc.measured_peak("Test CPU", "fp32")
+    machine_check.save(check)
+    peak = machine_check.measured_peak("Test CPU", "fp32")
     assert (peak.tflops is None) is contended and peak.fault is contended
-    back = mc.find("Test CPU")
+    back = machine_check.find("Test CPU")
     assert back is not None and back.contended is contended  # kept, and read back the same
     shown = " ".join(line.strip() for line in view_lines_of(back))
     assert ("no figure here is kept as this machine's peak" in shown) is contended
 
 
-def view_lines_of(check: mc.MachineCheck) -> list[str]:
+def view_lines_of(check: machine_check.MachineCheck) -> list[str]:
     from ampscope.tui.model.machine_view import view_lines
 
     return view_lines({check.device: check}, None, 100, None, None)

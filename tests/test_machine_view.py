@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core.machine import check as mc
-from ampscope.core.machine import verdicts as mv
+from ampscope.core.machine import verdicts
+from ampscope.core.machine.check import (
+    GpuState,
+    MachineCheck,
+    MatmulFigure,
+    check_path,
+    host_name,
+    load_all,
+    save,
+    with_datasheet,
+)
 from ampscope.tui.model.machine_view import bar, view_lines
 from ampscope.tui.screens.machine import MachineScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -14,11 +23,11 @@ from tests.helpers import assert_snapshot, run, shown
 from tests.test_snapshots import SIZES, app_for, footer, name, settle
 
 
-def h200_check() -> mc.MachineCheck:
+def h200_check() -> MachineCheck:
     """An H200 capped at 500 W and running hot: fixed figures, as a snapshot needs."""
     rates = {"fp32": 51.0, "tf32": 372.0, "bf16": 702.0, "fp16": 699.0, "fp8": 1254.0}
     figures = {
-        fmt: mc.MatmulFigure(
+        fmt: MatmulFigure(
             tflops=value,
             shape=[8192, 8192, 16384],
             layout="nt",
@@ -27,8 +36,8 @@ def h200_check() -> mc.MachineCheck:
         for fmt, value in rates.items()
     }
     figures["fp8"].rounds = [1254.0, 900.0, 880.0, 1100.0, 870.0]  # another job came and went
-    mc.with_datasheet("NVIDIA H200", "cuda", figures, 500.0)
-    check = mc.MachineCheck(
+    with_datasheet("NVIDIA H200", "cuda", figures, 500.0)
+    check = MachineCheck(
         device="NVIDIA H200",
         kind="cuda",
         matmul=figures,
@@ -40,7 +49,7 @@ def h200_check() -> mc.MachineCheck:
         torch="2.12.0+cu128",
         driver="570.124.06",
         host="gpu-box-7",
-        gpu_state=mc.GpuState(
+        gpu_state=GpuState(
             power_limit_w=500.0,
             power_max_w=700.0,
             throttle=["sw_thermal"],
@@ -51,7 +60,7 @@ def h200_check() -> mc.MachineCheck:
         ),
     )
     check.load_average = 0.4
-    check.verdicts = mv.judge(check)
+    check.verdicts = verdicts.judge(check)
     return check
 
 
@@ -104,9 +113,9 @@ def test_the_presets_key_opens_the_view_and_without_a_check_it_says_what_to_run(
 def test_a_kept_check_on_disk_is_what_the_view_reads() -> None:
     """The screen reads the file ``doctor --bench`` keeps (no torch in the dashboard)."""
     check = h200_check()
-    check.host = mc.host_name()
-    mc.save(check)
-    lines = view_lines(*mc.load_all(), width=76, torch="2.12.0+cu128", driver="570.124.06")
+    check.host = host_name()
+    save(check)
+    lines = view_lines(*load_all(), width=76, torch="2.12.0+cu128", driver="570.124.06")
     assert lines[0] == "NVIDIA H200"
     assert not any(line.startswith("! ") for line in lines)  # same torch and driver: not stale
     assert any(line.startswith("bf16  ") and "702 of 989" in line for line in lines)
@@ -116,14 +125,14 @@ def test_a_kept_check_on_disk_is_what_the_view_reads() -> None:
 @pytest.mark.unit
 def test_a_cpu_check_shows_gflops_scaled_to_its_fastest_format() -> None:
     figures = {
-        "fp32": mc.MatmulFigure(0.02, [1024] * 3),
-        "bf16": mc.MatmulFigure(0.04, [1024] * 3),
-        "fp16": mc.MatmulFigure(0.001, [512] * 3),
+        "fp32": MatmulFigure(0.02, [1024] * 3),
+        "bf16": MatmulFigure(0.04, [1024] * 3),
+        "fp16": MatmulFigure(0.001, [512] * 3),
     }
-    check = mc.MachineCheck(device="AMD EPYC", kind="cpu", matmul=figures, memory_gbps=7.0)
+    check = MachineCheck(device="AMD EPYC", kind="cpu", matmul=figures, memory_gbps=7.0)
     check.threads = 2
     check.cpu_units = ["avx512_bf16"]
-    check.verdicts = mv.judge(check)
+    check.verdicts = verdicts.judge(check)
     lines = view_lines({"AMD EPYC": check}, None, 76, None, None)
     assert lines[0] == "AMD EPYC, 2 threads"
     bf16 = next(line for line in lines if line.startswith("bf16"))
@@ -161,15 +170,15 @@ def test_a_damaged_kept_file_is_a_message_in_the_view_never_a_crash(field, bad) 
     import json
 
     check = h200_check()
-    check.host = mc.host_name()
-    mc.save(check)
-    data = json.loads(mc.check_path().read_text())
+    check.host = host_name()
+    save(check)
+    data = json.loads(check_path().read_text())
     entry = data["checks"]["NVIDIA H200"]
     if field == "threads":
         entry["threads"] = bad
     else:
         entry["matmul"]["bf16"]["tflops"] = bad
-    mc.check_path().write_text(json.dumps(data))
+    check_path().write_text(json.dumps(data))
 
     async def go() -> None:
         app = app_for()

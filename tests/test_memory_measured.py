@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory import plan
 
 torch = pytest.importorskip("torch")
 
@@ -74,8 +74,8 @@ def measured_peak(
 def test_planner_within_ten_percent_of_a_measured_training_step(regime: str, size: str) -> None:
     layers, width, heads, seq, vocab, batch = SIZES[size]
     dims = {"layers": layers, "width": width, "heads": heads, "seq_len": seq, "vocab": vocab}
-    wl = mp.workload_from("gpt", dims, batch, regime)
-    planned = mp.plan_regime(wl.params, regime, "adamw", wl.shape)
+    wl = plan.workload_from("gpt", dims, batch, regime)
+    planned = plan.plan_regime(wl.params, regime, "adamw", wl.shape)
     measured = measured_peak(regime, layers, width, heads, seq, vocab, batch)
     error = planned.train_total / measured - 1
     # TRAIN counts the gradients, which do not exist yet at the backward peak: without them

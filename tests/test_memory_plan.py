@@ -11,8 +11,8 @@ import pytest
 from ampscope.cli.main import main
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.core.memory import measured as memory_runs
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory import measured
+from ampscope.core.memory import plan as memory_plan
 from tests import helpers
 from tests.helpers import ROOT, engine_env
 
@@ -37,14 +37,14 @@ from tests.helpers import ROOT, engine_env
     ],
 )
 def test_bytes_per_parameter_anchors(regime, optimizer, train, inference):
-    p = mp.plan_regime(1_000, regime, optimizer)
+    p = memory_plan.plan_regime(1_000, regime, optimizer)
     assert p.train_bpp == train and p.inference_bpp == inference
     assert p.static == 1_000 * train and p.inference_total == 1_000 * inference
 
 
 @pytest.mark.unit
 def test_amp_adds_transient_casts_only_to_the_total():
-    p = mp.plan_regime(10**9, "amp-bf16")
+    p = memory_plan.plan_regime(10**9, "amp-bf16")
     assert p.train_bpp == 16 and p.cast_bpp == 2
     assert p.train_total == p.static + 2 * 10**9
 
@@ -63,14 +63,14 @@ def test_amp_adds_transient_casts_only_to_the_total():
     ],
 )
 def test_parse_count(text, count):
-    assert mp.parse_count(text) == count
+    assert memory_plan.parse_count(text) == count
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize("bad", ["banana", "7X", "", "-5", "0"])
 def test_parse_count_rejects(bad):
-    with pytest.raises(mp.PlanError, match="parameter count"):
-        mp.parse_count(bad)
+    with pytest.raises(memory_plan.PlanError, match="parameter count"):
+        memory_plan.parse_count(bad)
 
 
 @pytest.mark.unit
@@ -80,30 +80,34 @@ def test_activation_formula():
     (Korthikanti et al.'s 34*s*b*h + 5*a*s^2*b counted dropout masks this block lacks and
     the s^2 scores that the engine's SDPA kernels never store.)
     """
-    shape = mp.Shape(layers=2, hidden=64, heads=4, seq=128, batch=8)
+    shape = memory_plan.Shape(layers=2, hidden=64, heads=4, seq=128, batch=8)
     sbh = 128 * 8 * 64
-    assert mp.activation_bytes(shape) == sbh * (2 * (2 * 2 + 14 * 2) + 2 + 2)  # 16-bit
-    assert mp.activation_bytes(shape, 4) == 2 * mp.activation_bytes(shape)  # fp32 doubles it
+    assert memory_plan.saved_activation_bytes(shape) == sbh * (
+        2 * (2 * 2 + 14 * 2) + 2 + 2
+    )  # 16-bit
+    assert memory_plan.saved_activation_bytes(shape, 4) == 2 * memory_plan.saved_activation_bytes(
+        shape
+    )  # fp32 doubles it
     # autocast: bf16 compute, fp32 residual stream (2 LayerNorm inputs a layer, and the last)
-    assert mp.activation_bytes(shape, 2, 4) == sbh * (2 * (2 * 4 + 14 * 2) + 4 + 2)
-    amp = mp.plan_regime(1000, "amp-bf16", shape=shape)
-    assert amp.activations == mp.activation_bytes(shape, 2, 4)
+    assert memory_plan.saved_activation_bytes(shape, 2, 4) == sbh * (2 * (2 * 4 + 14 * 2) + 4 + 2)
+    amp = memory_plan.plan_regime(1000, "amp-bf16", shape=shape)
+    assert amp.activations == memory_plan.saved_activation_bytes(shape, 2, 4)
 
 
 @pytest.mark.unit
 def test_logits_are_four_buffers_at_the_backward_peak():
     """logits (compute dtype) + fp32 log-softmax + its incoming and outgoing gradients."""
-    shape = mp.Shape(layers=1, hidden=64, heads=4, seq=128, batch=8, vocab=1000)
+    shape = memory_plan.Shape(layers=1, hidden=64, heads=4, seq=128, batch=8, vocab=1000)
     logits = 128 * 8 * 1000
-    assert mp.plan_regime(1000, "bf16", shape=shape).logits == 14 * logits
-    assert mp.plan_regime(1000, "amp-bf16", shape=shape).logits == 14 * logits
-    assert mp.plan_regime(1000, "fp32", shape=shape).logits == 16 * logits
+    assert memory_plan.plan_regime(1000, "bf16", shape=shape).logits == 14 * logits
+    assert memory_plan.plan_regime(1000, "amp-bf16", shape=shape).logits == 14 * logits
+    assert memory_plan.plan_regime(1000, "fp32", shape=shape).logits == 16 * logits
 
 
 @pytest.mark.unit
 def test_train_total_adds_up_its_columns():
-    shape = mp.Shape(layers=12, hidden=768, heads=12, seq=1024, batch=16, vocab=32768)
-    for p in mp.plan(136_091_136, mp.REGIMES, "adamw", shape):
+    shape = memory_plan.Shape(layers=12, hidden=768, heads=12, seq=1024, batch=16, vocab=32768)
+    for p in memory_plan.plan(136_091_136, memory_plan.REGIMES, "adamw", shape):
         parts = (p.weights, p.grads, p.master, p.optimizer_state, p.cast_copies)
         assert p.train_total == sum(parts) + p.activations + p.logits
 
@@ -111,14 +115,16 @@ def test_train_total_adds_up_its_columns():
 @pytest.mark.unit
 def test_fits_uses_ninety_percent():
     gib = 1 << 30
-    assert "H100" in mp.fits(int(72 * gib)) and "H100" not in mp.fits(int(72.1 * gib))
+    assert "H100" in memory_plan.fits(int(72 * gib)) and "H100" not in memory_plan.fits(
+        int(72.1 * gib)
+    )
 
 
 @pytest.mark.unit
 def test_gpt_preset_param_count_matches_the_model():
     from ampscope.engine.workloads.gpt import Gpt
 
-    wl = mp.workload_from_preset("fp32", on_cuda=False)
+    wl = memory_plan.workload_from_preset("fp32", on_cuda=False)
     d = wl.dims
     model = Gpt(d["vocab"], d["seq_len"], d["width"], d["layers"], d["heads"])
     assert wl.params == sum(p.numel() for p in model.parameters())
@@ -130,12 +136,12 @@ def test_mlp_and_cnn_param_counts_match_the_models():
     from ampscope.engine.workloads.cnn import Cnn
     from ampscope.engine.workloads.mlp import mlp
 
-    wl = mp.workload_from_preset("mlp-demo", on_cuda=False)
+    wl = memory_plan.workload_from_preset("mlp-demo", on_cuda=False)
     d = wl.dims
     assert wl.params == sum(
         p.numel() for p in mlp(d["width"], d["layers"], d["classes"]).parameters()
     )
-    wl = mp.workload_from_preset("cnn-amp-bf16", on_cuda=True)
+    wl = memory_plan.workload_from_preset("cnn-amp-bf16", on_cuda=True)
     d = wl.dims
     model = Cnn(d["width"], d["layers"], d["classes"], d["image_size"])
     assert wl.params == sum(p.numel() for p in model.parameters())
@@ -184,8 +190,8 @@ def test_prediction_matches_a_real_cpu_training_step():
         check=True,
     )
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    assert data["params"] == mp.mlp_params(2048, 4, 16)
-    predicted = mp.plan_regime(data["params"], "fp32").static
+    assert data["params"] == memory_plan.mlp_params(2048, 4, 16)
+    predicted = memory_plan.plan_regime(data["params"], "fp32").static
     assert data["grown"] == pytest.approx(predicted, rel=0.35), (data, predicted)
 
 
@@ -198,8 +204,8 @@ def test_run_record_comparison(recorded_runs, tmp_path, capsys, monkeypatch):
     RSS by tensor memory: "measured / predicted = 106").
     """
     run_dir = next(recorded_runs.iterdir())
-    c = memory_runs.compare_run(run_dir)
-    assert c.regime == "fp32" and c.params == mp.mlp_params(256, 4, 16)
+    c = measured.compare_run(run_dir)
+    assert c.regime == "fp32" and c.params == memory_plan.mlp_params(256, 4, 16)
     assert c.measured_peak and c.compared and c.compared < c.measured_peak
     assert "RSS" in c.measured_what and "RSS growth" in c.compared_what
     assert main(["memory", "--run", str(run_dir)]) == 0
@@ -236,12 +242,12 @@ def fake_record(tmp_path, device: str, peak: int, rss_before: int | None = None)
 @pytest.mark.unit
 def test_run_comparison_sets_tensor_memory_beside_tensor_memory(tmp_path, capsys):
     gib = 1 << 30
-    cuda = memory_runs.compare_run(fake_record(tmp_path, "cuda:0", gib))
+    cuda = measured.compare_run(fake_record(tmp_path, "cuda:0", gib))
     assert cuda.compared == gib and cuda.ratio == pytest.approx(gib / cuda.predicted)
     assert "max_memory_allocated" in cuda.compared_what
-    assert cuda.params == mp.gpt_params(512, 32, 64, 2)  # from the shape: none recorded
+    assert cuda.params == memory_plan.gpt_params(512, 32, 64, 2)  # from the shape: none recorded
     assert any("SDPA flash" in n for n in cuda.notes)
-    cpu = memory_runs.compare_run(fake_record(tmp_path, "cpu", 700 << 20, rss_before=400 << 20))
+    cpu = measured.compare_run(fake_record(tmp_path, "cpu", 700 << 20, rss_before=400 << 20))
     assert cpu.compared == 300 << 20 and "RSS growth" in cpu.compared_what
     assert main(["memory", "--run", str(tmp_path / "run-cpu")]) == 0
     out = capsys.readouterr().out
@@ -305,7 +311,7 @@ def test_cli_json_and_text(capsys):
 @pytest.mark.unit
 def test_readme_gives_the_large_gpt_s_parameter_counts():
     """hello.param_count for the large GPT, and the matmul weights the FLOP count uses."""
-    wl = mp.workload_from_preset("fp32", on_cuda=True)
+    wl = memory_plan.workload_from_preset("fp32", on_cuda=True)
     d = wl.dims
     matmuls = d["layers"] * 12 * d["width"] ** 2 + d["width"] * d["vocab"]
     readme = " ".join((ROOT / "docs/presets.md").read_text().split())
@@ -316,7 +322,7 @@ def test_readme_gives_the_large_gpt_s_parameter_counts():
 @pytest.mark.unit
 def test_gpus_that_cannot_run_a_format_never_fit_it(capsys):
     """fp8 needs compute capability 8.9 and bf16 8.0: a V100 'fitting' either misleads."""
-    plan = {r.regime: r for r in mp.plan(10**6)}
+    plan = {r.regime: r for r in memory_plan.plan(10**6)}
     for old in ("V100-16", "T4"):
         assert old in plan["fp32"].fits_train
         assert old not in plan["bf16"].fits_train and old not in plan["amp-bf16"].fits_train

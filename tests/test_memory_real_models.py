@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory.plan import plan_regime
 
 torch = pytest.importorskip("torch")
 
@@ -27,7 +27,7 @@ CASES = [
 
 
 def workload(factory: str, batch: int):  # type: ignore[no-untyped-def]
-    from ampscope.core.presets.workload_spec import ModelContext
+    from ampscope.core.workload import ModelContext
     from ampscope.engine.workloads.user import build_user_workload
 
     ctx = ModelContext(torch.device("cpu"), batch, 0, "fp32")
@@ -84,7 +84,7 @@ def test_the_plan_of_a_users_model_bounds_its_measured_step(
 
     w = workload(factory, batch)
     params = sum(p.numel() for p in w.model.parameters())
-    plan = mp.plan_regime(params, regime, "adamw", None, measure_step_memory(w, [regime]))
+    plan = plan_regime(params, regime, "adamw", None, measure_step_memory(w, [regime]))
     measured = measured_peak(factory, batch, regime)
     print(f"{factory} {regime}: planned {plan.train_total:,} measured {measured:,}")
     assert plan.activations and plan.activations > plan.static  # activations dominate here
@@ -102,7 +102,7 @@ def test_the_optimizer_steps_temporaries_keep_the_plan_an_upper_bound() -> None:
 
     w = workload("wide_mlp", 8)
     params = sum(p.numel() for p in w.model.parameters())
-    plan = mp.plan_regime(params, "fp32", "adamw", None, measure_step_memory(w, ["fp32"]))
+    plan = plan_regime(params, "fp32", "adamw", None, measure_step_memory(w, ["fp32"]))
     measured = measured_peak("wide_mlp", 8, "fp32")
     largest, before = 2048 * 2048 * 4, 2048 * 4  # the 2048 x 2048 weight, the bias before it
     # measured: AdamW's two temporaries of the largest, with the one it made for the

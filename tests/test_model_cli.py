@@ -13,7 +13,7 @@ import torch
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory.plan import MeasuredStep, plan_regime, workload_from_preset
 from ampscope.engine.lifecycle.run import EXIT_OK, run
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.presets import PresetsScreen
@@ -76,11 +76,11 @@ def test_memory_gives_the_models_true_parameter_count(tmp_path: Path, capsys) ->
 
     truth = sum(p.numel() for p in (nn.Linear(16, 64), nn.Linear(64, 4)) for p in p.parameters())
     assert plan["params"] == truth == 1348
-    measured = mp.MeasuredStep(**plan["measured"])  # the activations of one step, measured
+    measured = MeasuredStep(**plan["measured"])  # the activations of one step, measured
     assert plan["regimes"][0]["activations"] == measured.activations["amp-bf16"] > 0
     assert (
         plan["regimes"][0]["train_total"]
-        == mp.plan_regime(truth, "amp-bf16", measured=measured).train_total
+        == plan_regime(truth, "amp-bf16", measured=measured).train_total
     )
     assert main(["memory", "--model", f"{path}:make"]) == 0
     assert "model teacher-mlp from" in capsys.readouterr().out
@@ -100,12 +100,12 @@ def test_memory_refuses_a_factory_that_fails_showing_the_users_traceback(
 @pytest.mark.unit
 @pytest.mark.parametrize("kind", ["gpt2-124m", "llama"])
 def test_memory_preset_counts_the_new_workloads_as_built(kind: str, tmp_path: Path) -> None:
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
 
     (tmp_path / "p.toml").write_text(f'name = "p"\n[workload]\nkind = "{kind}"\n')
-    wl = mp.workload_from_preset(str(tmp_path / "p.toml"), on_cuda=True)
-    preset = cfg.load_preset(str(tmp_path / "p.toml"))
-    dims, _ = cfg.resolve_workload(preset, on_cuda=True)
+    wl = workload_from_preset(str(tmp_path / "p.toml"), on_cuda=True)
+    preset = presets.load_preset(str(tmp_path / "p.toml"))
+    dims, _ = presets.resolve_workload(preset, on_cuda=True)
     with torch.device("meta"):  # the model as the engine builds it, at no cost
         if kind == "llama":
             from ampscope.engine.workloads.llama import Llama
@@ -167,8 +167,8 @@ def test_the_dashboard_runs_a_users_model_headless(tmp_path: Path) -> None:
             select_preset(app, "amp-bf16")
             await pilot.press("enter")
             screen = await shown(pilot, app, RunScreen)
-            assert await wait_for(pilot, lambda: app.session.state.status == "done", 90)
-            hello = app.session.state.hello
+            assert await wait_for(pilot, lambda: app.run_manager.state.status == "done", 90)
+            hello = app.run_manager.state.hello
             assert hello is not None and hello.workload == "teacher-mlp"
             assert await wait_for(pilot, lambda: "done" in text(screen, "#run-header"), 5)
             card = screen.query_one("#card-step_ms", StatCard)

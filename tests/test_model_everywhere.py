@@ -187,13 +187,13 @@ def test_the_factory_is_told_its_rank_and_a_sharded_loader_is_not_sharded_again(
 
     import torch
 
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import DeviceInfo
     from ampscope.engine.step.setup import make_workload
 
     path = tmp_path / "ranked.py"
     path.write_text(RANKED_MODEL)
-    preset = cfg.load_preset("fp32", [model_set(path), "device='cpu'"])
+    preset = presets.load_preset("fp32", [model_set(path), "device='cpu'"])
     cpu = DeviceInfo(torch.device("cpu"), "cpu", None, None, None, None)
     link = types.SimpleNamespace(rank=1, world_size=2, local_rank=1)
     workload, _ = make_workload(preset, cpu, link)  # type: ignore[arg-type]

@@ -145,14 +145,17 @@ def test_a_run_with_some_steps_skipped_is_ok():
 def test_a_non_finite_loss_in_a_format_with_fp32s_range_is_not_told_to_widen_the_format():
     """The advice after a non-finite loss fits the format: fp32 and bf16 have no wider range
     to go to (lower the learning rate, clip, check the data and the loss); fp16 and fp8 do."""
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.core.records.tally import StepTally
     from ampscope.engine.lifecycle.faults import failure
     from ampscope.engine.step.metrics import NonFiniteLoss
 
     def said(preset: str, *overrides: str) -> str:
         event, code = failure(
-            NonFiniteLoss(7, math.inf), cfg.load_preset(preset, list(overrides)), None, StepTally(0)
+            NonFiniteLoss(7, math.inf),
+            presets.load_preset(preset, list(overrides)),
+            None,
+            StepTally(0),
         )
         assert code == EXIT_FAILED and event.kind == "nan"
         return event.message

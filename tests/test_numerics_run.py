@@ -334,12 +334,12 @@ def test_step_0_says_the_loss_scale_its_gradients_carry():
 @pytest.mark.unit
 def test_a_compiled_run_says_once_that_it_does_not_measure_numerics():
     """Hooks would recompile a compiled model, so numerics stay off: a note says so, once."""
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.emitter import EventWriter
     from ampscope.engine.numerics import loop_numerics
 
     seen: list[ev.Event] = []
-    preset = cfg.load_preset("fp32", ["compile='default'", "numerics.every=10"])
+    preset = presets.load_preset("fp32", ["compile='default'", "numerics.every=10"])
     setup = type("S", (), {"preset": preset})()
     writer = EventWriter(None, on_event=seen.append)
     assert loop_numerics(setup, writer, None, None, lambda: None) is None  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.presets.optimizer import implementation
 from tests.helpers import FAST, cli
 
@@ -27,7 +27,7 @@ def test_adamw_gets_the_flags_the_preset_asks_for(sets, fused, foreach) -> None:
     from ampscope.engine.step.precision import precision_policy
     from ampscope.engine.step.setup import make_optimizer
 
-    preset = cfg.load_preset("fp32", [*FAST, *sets])
+    preset = presets.load_preset("fp32", [*FAST, *sets])
     model = torch.nn.Linear(4, 4)
     optimizer = make_optimizer(model, preset, precision_policy(preset, on_cuda=False))
     assert (optimizer.defaults["fused"], optimizer.defaults["foreach"]) == (fused, foreach)
@@ -36,11 +36,11 @@ def test_adamw_gets_the_flags_the_preset_asks_for(sets, fused, foreach) -> None:
 
 
 def test_auto_is_fused_on_cuda_and_torchs_default_elsewhere() -> None:
-    auto = cfg.load_preset("fp32").optimizer
+    auto = presets.load_preset("fp32").optimizer
     assert implementation(auto, on_cuda=True, auto_fused=True) == "fused"
     assert implementation(auto, on_cuda=True, auto_fused=False) == "foreach"  # sharded scaler
     assert implementation(auto, on_cuda=False, auto_fused=False) == "per-tensor"
-    foreach = cfg.load_preset("fp32", ["optimizer.foreach=true"]).optimizer
+    foreach = presets.load_preset("fp32", ["optimizer.foreach=true"]).optimizer
     assert implementation(foreach, on_cuda=True, auto_fused=True) == "foreach"
 
 
@@ -64,9 +64,9 @@ def test_fused_and_foreach_together_are_refused(capsys) -> None:
 
 
 def test_fused_beside_a_sharded_scaler_is_refused() -> None:
-    with pytest.raises(cfg.ConfigError, match="fused AdamW cannot take the sharded scaler"):
-        cfg.load_preset("amp-fp16", ["parallel.strategy='fsdp2'", "optimizer.fused=true"])
-    cfg.load_preset("amp-bf16", ["parallel.strategy='fsdp2'", "optimizer.fused=true"])
+    with pytest.raises(presets.ConfigError, match="fused AdamW cannot take the sharded scaler"):
+        presets.load_preset("amp-fp16", ["parallel.strategy='fsdp2'", "optimizer.fused=true"])
+    presets.load_preset("amp-bf16", ["parallel.strategy='fsdp2'", "optimizer.fused=true"])
 
 
 def test_an_unknown_table_from_a_set_names_the_set_not_the_shipped_preset(capsys) -> None:

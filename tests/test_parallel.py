@@ -11,7 +11,7 @@ import tomllib
 
 from ampscope.cli.main import build_parser, main
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.presets.parallel import (
     FSDP_DEFAULTS,
     Launch,
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_parallel_table_defaults_to_ddp_without_compression() -> None:
-    preset = cfg.load_preset("amp-bf16")
+    preset = presets.load_preset("amp-bf16")
     assert preset.parallel.strategy == "ddp"
     assert preset.parallel.grad_compression == "none"
     assert fsdp_dtypes("amp-bf16", preset.parallel) == ("bf16", "fp32")
@@ -50,10 +50,10 @@ def test_parallel_table_defaults_to_ddp_without_compression() -> None:
 )
 def test_fsdp2_dtypes_follow_the_precision_unless_set(precision, expected) -> None:
     assert FSDP_DEFAULTS[precision] == expected
-    p = cfg.load_preset("fp32", [f"precision='{precision}'", "parallel.strategy='fsdp2'"])
+    p = presets.load_preset("fp32", [f"precision='{precision}'", "parallel.strategy='fsdp2'"])
     assert fsdp_dtypes(precision, p.parallel) == expected
     if precision.startswith("amp-"):
-        p = cfg.load_preset(
+        p = presets.load_preset(
             "fp32",
             [
                 f"precision='{precision}'",
@@ -84,19 +84,19 @@ def test_fsdp2_dtypes_follow_the_precision_unless_set(precision, expected) -> No
     ],
 )
 def test_parallel_fields_that_do_not_fit_are_refused_by_name(overrides, key, words) -> None:
-    with pytest.raises(cfg.ConfigError) as caught:
-        cfg.load_preset("fp32", overrides)
+    with pytest.raises(presets.ConfigError) as caught:
+        presets.load_preset("fp32", overrides)
     assert caught.value.key == key
     assert words in str(caught.value)
 
 
 def test_a_changed_parallel_table_survives_saving() -> None:
-    preset = cfg.load_preset("amp-fp16", ["parallel.strategy='fsdp2'", "debug.rank=1"])
-    text = cfg.to_toml(preset)
+    preset = presets.load_preset("amp-fp16", ["parallel.strategy='fsdp2'", "debug.rank=1"])
+    text = presets.to_toml(preset)
     assert "[parallel]" in text and 'strategy = "fsdp2"' in text
-    again = cfg.validate(tomllib.loads(text))
+    again = presets.validate(tomllib.loads(text))
     assert again.parallel == preset.parallel and again.debug.rank == 1
-    assert "[parallel]" not in cfg.to_toml(cfg.load_preset("fp32"))
+    assert "[parallel]" not in presets.to_toml(presets.load_preset("fp32"))
 
 
 # ----------------------------------------------------------------------------- the launch
@@ -208,9 +208,9 @@ def test_rank_environment_as_torchrun_sets_it() -> None:
     assert (ranks.rank, ranks.world_size, ranks.local_rank, ranks.node_rank) == (3, 8, 1, 1)
     assert ranks.distributed and not ranks.lead
     assert ranks.device_spec("cuda") == "cuda" and ranks.device_spec("cpu") == "cpu"
-    with pytest.raises(cfg.ConfigError, match="pins every rank to one GPU"):
+    with pytest.raises(presets.ConfigError, match="pins every rank to one GPU"):
         ranks.device_spec("cuda:1")
-    with pytest.raises(cfg.ConfigError, match="whole numbers"):
+    with pytest.raises(presets.ConfigError, match="whole numbers"):
         RankEnv.from_environ({"RANK": "x", "WORLD_SIZE": "2"})
 
 
@@ -222,7 +222,7 @@ def test_more_processes_than_gpus_is_a_user_error(monkeypatch) -> None:
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     ranks = RankEnv(rank=5, world_size=8, local_rank=5, local_world_size=8)
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         device.rank_gpu(ranks)
     message = str(caught.value)
     assert "--nproc-per-node 8" in message and "torch sees 4 CUDA GPU(s)" in message

@@ -20,13 +20,13 @@ import torch
 from torch import nn
 
 from ampscope.cli.main import main
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.plan import plan_layers
 from ampscope.core.plan.decide import LayerFacts
 from ampscope.core.plan.files import substring_clash, torchtitan_text
 from ampscope.core.plan.report import LayerPlan, Plan, RecipeNumerics
 from ampscope.core.plan.speed import datasheet_machine, find_gpu
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.step import fp8
 from ampscope.engine.workloads.user import build_user_workload
@@ -102,7 +102,7 @@ def test_the_preset_trains_exactly_the_planned_layers(planned) -> None:
     """``ampscope run plan.toml`` loads it and converts the planned layers, each in its
     recipe, the rest left nn.Linear (with the reason 'not listed in fp8.layers')."""
     plan, out = planned
-    preset = cfg.load_preset(str(out / "plan.toml"), ["device='cpu'"])
+    preset = presets.load_preset(str(out / "plan.toml"), ["device='cpu'"])
     assert preset.precision == "fp8" and preset.fp8.emulate and preset.compile == "off"
     model = fresh_model()
     report = fp8.convert_for_fp8(model, preset, CPU)
@@ -242,7 +242,9 @@ def test_on_the_zoos_vit_the_filters_leave_multihead_attentions_out_proj_alone()
     other = vit()
     convert_to_float8_training(other, config=config, module_filter_fn=namespace["module_filter_fn"])
     assert set(converted(other)) == chosen
-    preset = cfg.load_preset("fp8-tensorwise", ["fp8.emulate=true", f"fp8.layers={sorted(chosen)}"])
+    preset = presets.load_preset(
+        "fp8-tensorwise", ["fp8.emulate=true", f"fp8.layers={sorted(chosen)}"]
+    )
     third = vit()
     fp8.convert_for_fp8(third, preset, CPU)
     assert set(converted(third)) == chosen

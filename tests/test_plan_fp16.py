@@ -13,7 +13,7 @@ from torch import nn
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.engine.lifecycle.run import EXIT_USAGE, run
 from ampscope.engine.step.fp32_modules import keep_in_fp32
 from tests.helpers import ROOT
@@ -52,7 +52,7 @@ def test_the_planted_overflow_and_the_layer_that_takes_it_stay_in_fp32(capsys, t
     )
     assert amplify["reason"].startswith("fp32: its output reaches 2.")
     assert "beyond fp16's 65504" in amplify["reason"]
-    preset = cfg.load_preset(plan["files"]["preset"])
+    preset = presets.load_preset(plan["files"]["preset"])
     assert preset.precision == "amp-fp16" and preset.fp32_modules == ["amplify", "norm"]
     assert plan["files"]["torchao"] is None and plan["files"]["torchtitan"] is None
 
@@ -63,7 +63,7 @@ def test_an_overflow_in_the_models_own_forward_points_to_amp_bf16(capsys, tmp_pa
     plan = plan16(capsys, tmp_path, f"{ZOO}:make_root_overflow")
     assert any("outside every submodule" in n and "amp-bf16" in n for n in plan["notes"])
     assert plan["preset_precision"] == "amp-bf16"
-    assert cfg.load_preset(plan["files"]["preset"]).precision == "amp-bf16"
+    assert presets.load_preset(plan["files"]["preset"]).precision == "amp-bf16"
 
 
 class Overflowing(nn.Module):
@@ -107,13 +107,13 @@ def test_fp32_modules_computes_those_modules_in_fp32_under_autocast() -> None:
 def test_fp32_modules_refuses_names_the_model_lacks_and_non_amp_presets() -> None:
     model = nn.Sequential(nn.Linear(4, 4))
     model.add_module("amplify", nn.Linear(4, 4))
-    with pytest.raises(cfg.ConfigError) as unknown:
+    with pytest.raises(presets.ConfigError) as unknown:
         keep_in_fp32(model, ["amplfy"], "cpu")
     message = str(unknown.value)
     assert "fp32_modules names 'amplfy', which is not a module of this model." in message
     assert "Did you mean 'amplify'?" in message and "'ampscope plan fp16' writes" in message
-    with pytest.raises(cfg.ConfigError) as pure:
-        cfg.load_preset("fp16", ["fp32_modules=['amplify']"])
+    with pytest.raises(presets.ConfigError) as pure:
+        presets.load_preset("fp16", ["fp32_modules=['amplify']"])
     assert "precision = 'fp16' runs no autocast" in str(pure.value)
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.plan.steps import STEPS
 from ampscope.core.presets.fp8_recipes import RECIPES, layers_line
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.plan.capture import capture_fp8
 from ampscope.engine.step import fp8
@@ -32,8 +32,8 @@ def mlp() -> nn.Sequential:
     )
 
 
-def fp8_preset(*overrides: str) -> cfg.Preset:
-    return cfg.load_preset("fp8-tensorwise", ["fp8.emulate=true", *overrides])
+def fp8_preset(*overrides: str) -> presets.Preset:
+    return presets.load_preset("fp8-tensorwise", ["fp8.emulate=true", *overrides])
 
 
 def kinds(model: nn.Module) -> dict[str, str]:
@@ -92,13 +92,13 @@ def test_a_listed_layer_the_model_lacks_or_cannot_convert_is_a_user_error(
     overrides: list[str], said: str
 ) -> None:
     pytest.importorskip("torchao")
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8.convert_for_fp8(mlp(), fp8_preset(*overrides), CPU)
     assert said in str(caught.value) and caught.value.key == "fp8.layers"
 
 
 def test_a_layer_recipe_for_an_unlisted_layer_is_refused_before_anything_is_built() -> None:
-    with pytest.raises(cfg.ConfigError) as caught:
+    with pytest.raises(presets.ConfigError) as caught:
         fp8_preset("fp8.layers=['0']", "fp8.layer_recipes={'1' = 'rowwise'}")
     assert "fp8.layer_recipes gives a recipe to '1', but fp8.layers does not list it" in str(
         caught.value
@@ -110,8 +110,8 @@ def test_a_preset_with_layers_saves_and_loads_back(tmp_path: Path) -> None:
         "fp8.layers=['blocks.0.mlp.up']", "fp8.layer_recipes={'blocks.0.mlp.up' = 'rowwise'}"
     )
     path = tmp_path / "saved.toml"
-    path.write_text(cfg.to_toml(preset))
-    again = cfg.load_preset(str(path))
+    path.write_text(presets.to_toml(preset))
+    again = presets.load_preset(str(path))
     assert again.fp8.layers == ["blocks.0.mlp.up"]
     assert again.fp8.layer_recipes == {"blocks.0.mlp.up": "rowwise"}
 

@@ -162,7 +162,7 @@ def test_the_gpu_is_the_one_named_else_this_machines_else_an_assumed_h100(monkey
         "bf16": MeasuredPeak(600.0, "bf16 matmul measured by ampscope doctor --bench on 2026-12-01")
     }
     monkeypatch.setattr(
-        planner.machine_check,
+        planner.check,
         "measured_peak",
         lambda device, fmt: measured.get(fmt, MeasuredPeak(None, None)),
     )

@@ -115,7 +115,7 @@ def test_l_on_presets_plans_the_model_and_enter_trains_the_plan(size) -> None:
             await settle(pilot)
             assert str(table.get_row_at(0)[0]) == "lm_head" and table.cursor_row != 6
             assert screen.highlighted == 6
-            app.session._start_engine = engine
+            app.run_manager._start_engine = engine
             await pilot.press("enter")
             await shown(pilot, app, RunScreen)
             assert [e.preset for e in started] == ["plans/tiny-llama-fp8/plan.toml"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.comparison import significance
 from ampscope.tui.model.preset_draft import FIELDS, REPEAT_CHOICES, PresetDraft
 
 
-def info(name: str) -> cfg.PresetInfo:
-    return next(p for p in cfg.list_presets() if p.name == name)
+def info(name: str) -> presets.PresetInfo:
+    return next(p for p in presets.list_presets() if p.name == name)
 
 
 def fields(draft: PresetDraft, **changed: str) -> dict[str, str | None]:
@@ -69,7 +69,7 @@ def test_marked_presets_sweep_as_marked_with_their_edits_and_the_queue_empties()
     queue = draft.take_sweep()
     assert queue is not None and queue[0] == "fp32"
     edited = queue[1]
-    assert isinstance(edited, cfg.Preset) and edited.steps == 40
+    assert isinstance(edited, presets.Preset) and edited.steps == 40
     assert draft.marked == {} and draft.take_sweep() is None
 
 
@@ -83,5 +83,5 @@ def test_a_preset_that_cannot_be_read_is_not_loaded_and_says_why(tmp_path) -> No
     broken = tmp_path / "broken.toml"
     broken.write_text("steps = [")
     draft = PresetDraft()
-    assert draft.load(cfg.PresetInfo("broken", "", broken, "user")) is None
+    assert draft.load(presets.PresetInfo("broken", "", broken, "user")) is None
     assert not draft.loaded and draft.problem

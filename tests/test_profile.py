@@ -14,7 +14,7 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import profiles
-from ampscope.core.profiles import compare as profile_compare
+from ampscope.core.profiles import compare
 from ampscope.core.profiles.rules import OpTime, op_class, short_dtype
 
 
@@ -188,7 +188,7 @@ def test_the_advice_names_the_largest_cost_and_the_diff_says_what_moved() -> Non
         timing="device",
         idle_us=184,
     )
-    line = ", ".join(profile_compare.change_parts(fp32, bf16))
+    line = ", ".join(compare.change_parts(fp32, bf16))
     assert "matmul \u221268 %" in line and "elementwise +12 % (casts)" in line
     idle = _profile("device", idle_us=1400, matmul=300)
     assert "idle" in profiles.advice(idle) and "torch.compile" in profiles.advice(idle)
@@ -259,13 +259,13 @@ def reference_split(prof, total_us: float) -> dict[str, float]:  # type: ignore[
 def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.profiling import ProfileControl
     from ampscope.engine.step.setup import build
 
-    preset = cfg.load_preset(
+    preset = presets.load_preset(
         "amp-bf16",
         ["workload.kind='mlp'", "workload.width=64", "workload.layers=3", "batch_size=16"],
     )
@@ -486,12 +486,14 @@ def test_copies_are_called_casts_only_where_a_narrow_format_ran_and_cpu_advice_s
 def test_a_run_without_a_grad_scaler_spends_nothing_on_loss_scaling(tmp_path):
     """The disabled GradScaler's calls (unscale_, update: nothing to do) are the optimizer's
     time in a profile: an fp32 run listed 'loss scaling 1 %'."""
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
-    preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "workload.width=32", "batch_size=8"])
+    preset = presets.load_preset(
+        "fp32", ["workload.kind='mlp'", "workload.width=32", "batch_size=8"]
+    )
     s = build(preset, resolve_device("cpu"))
     marked: list[str] = []
 
@@ -512,14 +514,14 @@ def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_
     in an fp32 run are copies, not casts. Once: threshold_backward, 40 % of the step, in other."""
     import torch
 
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.profiling import ProfileControl
     from ampscope.engine.step.setup import build
 
     model = str(Path(__file__).parent / "data" / "real_models.py") + ":relu_mlp"
-    preset = cfg.load_preset("fp32", [f"workload.model='{model}'", "batch_size=256"])
+    preset = presets.load_preset("fp32", [f"workload.model='{model}'", "batch_size=256"])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

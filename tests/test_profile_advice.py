@@ -9,8 +9,7 @@ import re
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import profiles
+from ampscope.core import presets, profiles
 from ampscope.core.profiles import RunFacts
 from ampscope.core.profiles.rules import OpTime
 from tests.helpers import cli
@@ -65,9 +64,9 @@ def test_every_advice_names_a_setting_that_exists(cost: str, timing: str) -> Non
     for facts in FACTS:
         text = profiles.advice(profile_of(timing, **COSTS[cost]), facts)
         for setting in _settings(text):
-            cfg.load_preset("fp32", [setting])  # raises ConfigError for a field that is not
+            presets.load_preset("fp32", [setting])  # raises ConfigError for a field that is not
         for name in re.findall(r"the ([\w-]+) preset", text):
-            cfg.find_preset(name)
+            presets.find_preset(name)
         assert "fused=True" not in text
 
 

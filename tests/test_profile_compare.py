@@ -10,7 +10,7 @@ import pytest
 
 from ampscope.cli.main import main
 from ampscope.core import records
-from ampscope.core.profiles import compare as pc
+from ampscope.core.profiles import compare
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -20,18 +20,21 @@ from tests.snapshot_runs import BF16_SPLIT, FP32_SPLIT, write_profiled_runs, wri
 FP32, BF16 = split_profile(12.0, **FP32_SPLIT), split_profile(7.0, **BF16_SPLIT)
 
 
-def runs(*named: tuple[str, object]) -> list[pc.ProfiledRun]:
-    return [pc.ProfiledRun(name, name, profile) for name, profile in named]  # type: ignore[arg-type]
+def runs(*named: tuple[str, object]) -> list[compare.ProfiledRun]:
+    return [compare.ProfiledRun(name, name, profile) for name, profile in named]  # type: ignore[arg-type]
 
 
 @pytest.mark.unit
 def test_a_record_profiled_twice_is_compared_by_its_last_profile(tmp_path: Path) -> None:
     fp32, bf16, fp16 = (records.load_run(p) for p in write_profiled_runs(tmp_path))
-    first = pc.last_profile(fp32.events)
+    first = compare.last_profile(fp32.events)
     assert first is not None and (first.step, first.step_ms) == (150, 12.0)
-    assert pc.last_profile(fp16.events) is None
-    lines = pc.compare_lines(
-        [pc.ProfiledRun(r.preset, r.preset, pc.last_profile(r.events)) for r in (fp32, bf16, fp16)],
+    assert compare.last_profile(fp16.events) is None
+    lines = compare.compare_lines(
+        [
+            compare.ProfiledRun(r.preset, r.preset, compare.last_profile(r.events))
+            for r in (fp32, bf16, fp16)
+        ],
         "fp32",
     )
     assert lines == [
@@ -44,15 +47,19 @@ def test_a_record_profiled_twice_is_compared_by_its_last_profile(tmp_path: Path)
 @pytest.mark.unit
 def test_each_run_is_diffed_against_the_baseline_or_the_first_run_with_a_profile() -> None:
     three = runs(("fp32", FP32), ("amp-bf16", BF16), ("bf16", BF16))
-    assert pc.compare_lines(three, "amp-bf16")[0].startswith("amp-bf16 \u2192 fp32, 7.00 \u2192")
-    assert pc.compare_lines(three, "amp-bf16")[1].startswith("amp-bf16 \u2192 bf16, 7.00 \u2192")
+    assert compare.compare_lines(three, "amp-bf16")[0].startswith(
+        "amp-bf16 \u2192 fp32, 7.00 \u2192"
+    )
+    assert compare.compare_lines(three, "amp-bf16")[1].startswith(
+        "amp-bf16 \u2192 bf16, 7.00 \u2192"
+    )
     unprofiled_base = runs(("fp16", None), ("fp32", FP32), ("amp-bf16", BF16))
-    lines = pc.compare_lines(unprofiled_base, "fp16")
+    lines = compare.compare_lines(unprofiled_base, "fp16")
     assert lines[0].startswith("fp32 \u2192 amp-bf16") and lines[1].startswith("No profile: fp16")
-    alone = pc.compare_lines(runs(("fp32", FP32), ("a", None), ("b", None)), "fp32")
+    alone = compare.compare_lines(runs(("fp32", FP32), ("a", None), ("b", None)), "fp32")
     assert alone[0] == "Profile of fp32 alone, GPU kernel time: matmul 63 %, elementwise 12 %"
     assert alone[1] == "No profile: a, b ('ampscope profile PRESET' or p in a live Run view)"
-    none = pc.compare_lines(runs(("a", None), ("b", None)), "a")
+    none = compare.compare_lines(runs(("a", None), ("b", None)), "a")
     assert none == ["No profiles to compare: 'ampscope profile PRESET' or p in a live Run view."]
 
 
@@ -61,12 +68,12 @@ def test_every_line_fits_its_width_and_many_runs_end_in_a_count() -> None:
     long = "x" * 90
     many = runs(("fp32", FP32), *((f"{long}{i}", BF16) for i in range(6)), (long, None))
     for width in (78, 40):
-        lines = pc.compare_lines(many, "fp32", width)
+        lines = compare.compare_lines(many, "fp32", width)
         assert len(lines) == 4 and all(len(line) <= width for line in lines)
         assert lines[0].startswith("fp32 \u2192 xxx") and lines[1].startswith("fp32 \u2192 xxx")
         assert lines[2].startswith("\u2026 4 more profiled runs: ")
         assert lines[3].startswith("No profile: xxx")
-    wide = pc.compare_lines(runs(("fp32", FP32), ("amp-bf16", BF16)), "fp32", 200)
+    wide = compare.compare_lines(runs(("fp32", FP32), ("amp-bf16", BF16)), "fp32", 200)
     assert "norm, activation \u221213 %" in wide[0]  # room for every class that moved
 
 
@@ -74,10 +81,10 @@ def test_every_line_fits_its_width_and_many_runs_end_in_a_count() -> None:
 def test_without_step_times_classes_compare_by_share_and_cpu_against_gpu_says_so() -> None:
     no_time = split_profile(12.0, **FP32_SPLIT)
     no_time.step_ms = 0.0
-    line = pc.pair_line("fp32", "amp-bf16", no_time, BF16, 200)
+    line = compare.pair_line("fp32", "amp-bf16", no_time, BF16, 200)
     assert line.startswith("fp32 \u2192 amp-bf16, share of step: matmul 63 % \u2192 34 %")
     cpu = split_profile(12.0, timing="cpu", **FP32_SPLIT)
-    line = pc.pair_line("cpu", "gpu", cpu, BF16, 200)
+    line = compare.pair_line("cpu", "gpu", cpu, BF16, 200)
     assert "(CPU op time vs GPU kernel time: not like for like)" in line
 
 

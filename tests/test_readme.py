@@ -10,7 +10,7 @@ import pytest
 
 from ampscope.cli.main import build_parser
 from ampscope.cli.runs import EXAMPLES_DIR
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from tests.helpers import ROOT
 
 README = ROOT / "README.md"
@@ -36,7 +36,7 @@ def test_every_command_in_the_readme_parses_and_names_what_exists() -> None:
         args = build_parser().parse_args(argv)  # SystemExit(2) on anything argparse refuses
         for name in [getattr(args, "preset", None), *(getattr(args, "presets", None) or [])]:
             if name:
-                cfg.load_preset(name)  # ConfigError names what is wrong
+                presets.load_preset(name)  # ConfigError names what is wrong
         if args.command == "replay":
             assert args.run in examples, argv
 

@@ -18,7 +18,7 @@ from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes import ownership
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -64,32 +64,32 @@ def test_only_a_regular_file_of_a_records_size_is_read(tmp_path: Path) -> None:
     zero.symlink_to("/dev/zero")
     big = tmp_path / "big"
     with big.open("wb") as fh:
-        fh.truncate(record_files.SMALL_BYTES + 1)  # sparse: costs no disk
+        fh.truncate(files.SMALL_BYTES + 1)  # sparse: costs no disk
     good = tmp_path / "good.json"
     good.write_text('{"pid": 1}')
     link = tmp_path / "link.json"
     link.symlink_to(good)
 
-    assert record_files.read_json(good) == {"pid": 1}
-    assert record_files.read_json(link) == {"pid": 1}  # a link is followed where allowed
+    assert files.read_json(good) == {"pid": 1}
+    assert files.read_json(link) == {"pid": 1}  # a link is followed where allowed
     cases = {
         fifo: "not a regular file",
         zero: "not a regular file",
-        big: f"larger than {record_files.SMALL_BYTES:,} bytes",
+        big: f"larger than {files.SMALL_BYTES:,} bytes",
         tmp_path: "not a regular file",  # a folder
     }
     for path, why in cases.items():
-        with pytest.raises(record_files.NotAFile) as refused:
-            assert returns(lambda p=path: record_files.read_bytes(p), [fifo])
-            record_files.read_bytes(path)
+        with pytest.raises(files.NotAFile) as refused:
+            assert returns(lambda p=path: files.read_bytes(p), [fifo])
+            files.read_bytes(path)
         assert why in str(refused.value) and str(path) in str(refused.value)
     for path in (link, zero):
-        with pytest.raises(record_files.NotAFile) as refused:
-            record_files.read_json(path, follow_links=False)
+        with pytest.raises(files.NotAFile) as refused:
+            files.read_json(path, follow_links=False)
         assert refused.value.errno == errno.ELOOP
     (tmp_path / "deep.json").write_text("[" * 100_000)
     with pytest.raises(ValueError, match="nests too deep"):
-        record_files.read_json(tmp_path / "deep.json")
+        files.read_json(tmp_path / "deep.json")
 
 
 @pytest.mark.unit
@@ -132,8 +132,8 @@ def test_a_summary_events_or_owner_that_is_not_a_file_is_unreadable_not_a_hang(
     loaded: list[records.RunRecord] = []
     assert returns(lambda: loaded.append(records.load_run(summary_fifo.parent, False)), fifos)
     assert loaded[-1].hello is not None  # from the events, the summary being no file
-    with pytest.raises(record_files.NotAFile):
-        record_files.read_json(summary_fifo)
+    with pytest.raises(files.NotAFile):
+        files.read_json(summary_fifo)
     assert returns(lambda: loaded.append(records.load_run(events_dir)), fifos)
     assert loaded[-1].hello is None and loaded[-1].events == []
     assert records.tail_events(events_dir / records.EVENTS_FILE) == []

@@ -11,8 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ampscope.core import comparison, records
-from ampscope.core import presets as cfg
+from ampscope.core import comparison, presets, records
 from ampscope.tui.model.run_manager import LiveRun, RunManager
 from ampscope.tui.model.source import PAUSE, RESTART, STOP
 from tests.helpers import (
@@ -31,7 +30,7 @@ WAIT_S = 5.0
 
 
 class Engines:
-    """The engine factory a session is given: makes FakeEngines and keeps them, in order."""
+    """The engine factory a run manager is given: makes FakeEngines and keeps them, in order."""
 
     def __init__(self, **behaviour) -> None:
         self.made: list[FakeEngine] = []
@@ -45,7 +44,7 @@ class Engines:
         return engine
 
 
-def session_with(tmp_path: Path, engines: Engines, **kwargs) -> tuple[RunManager, FakeListener]:
+def manager_with(tmp_path: Path, engines: Engines, **kwargs) -> tuple[RunManager, FakeListener]:
     listener = FakeListener()
     return RunManager(listener, tmp_path, start_engine=engines, **kwargs), listener
 
@@ -58,9 +57,9 @@ async def ended(run: LiveRun) -> None:
 def test_a_run_is_shown_before_it_speaks_and_ends_with_its_done(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, listener = session_with(tmp_path, engines, extra_overrides=["device='cpu'"])
-        run = await session.start_run("fp32", ["steps=3"])
-        assert run is not None and listener.started == [run] and session.current is run
+        manager, listener = manager_with(tmp_path, engines, extra_overrides=["device='cpu'"])
+        run = await manager.start_run("fp32", ["steps=3"])
+        assert run is not None and listener.started == [run] and manager.current is run
         (engine,) = engines.made
         assert engine.preset == "fp32" and engine.overrides == ["steps=3", "device='cpu'"]
         # the header knows the preset before the engine says hello
@@ -83,13 +82,13 @@ def test_a_run_is_shown_before_it_speaks_and_ends_with_its_done(tmp_path: Path) 
 def test_starting_a_run_stops_the_one_running(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, listener = session_with(tmp_path, engines)
-        first = await session.start_run("fp32")
-        second = await session.start_run("mlp-demo")
+        manager, listener = manager_with(tmp_path, engines)
+        first = await manager.start_run("fp32")
+        second = await manager.start_run("mlp-demo")
         assert first is not None and second is not None
         assert engines.made[0].stop_requested and first.state.status == "stopped"
         assert first.state.done is not None and first.state.done.status == "stopped"
-        assert session.current is second and listener.started == [first, second]
+        assert manager.current is second and listener.started == [first, second]
         assert engines.made[1].running
 
     asyncio.run(go())
@@ -99,13 +98,13 @@ def test_starting_a_run_stops_the_one_running(tmp_path: Path) -> None:
 def test_a_stop_the_engine_does_not_answer_still_ends_the_run(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines(writes_done_on_stop=False)
-        session, _ = session_with(tmp_path, engines)
-        run = await session.start_run("fp32")
+        manager, _ = manager_with(tmp_path, engines)
+        run = await manager.start_run("fp32")
         assert run is not None
         await run.stop()
         assert run.state.status == "stopped" and run.state.exit_code == -15
         assert any("engine stopped (exit code -15)" in e.text for e in run.state.log)
-        await session.stop_run()  # nothing runs: nothing happens
+        await manager.stop_run()  # nothing runs: nothing happens
         assert run.state.exit_code == -15
 
     asyncio.run(go())
@@ -115,8 +114,8 @@ def test_a_stop_the_engine_does_not_answer_still_ends_the_run(tmp_path: Path) ->
 def test_a_crash_without_an_error_event_shows_stderr(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, _ = session_with(tmp_path, engines)
-        run = await session.start_run("fp32")
+        manager, _ = manager_with(tmp_path, engines)
+        run = await manager.start_run("fp32")
         assert run is not None
         engines.made[0].stderr_tail = ["Traceback (most recent call last):", "ImportError: boom"]
         engines.made[0].finish(1)
@@ -131,13 +130,13 @@ def test_a_crash_without_an_error_event_shows_stderr(tmp_path: Path) -> None:
 def test_restart_runs_the_same_preset_and_overrides_again(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, listener = session_with(tmp_path, engines, extra_overrides=["device='cpu'"])
-        first = await session.start_run("fp32", ["steps=7"])
+        manager, listener = manager_with(tmp_path, engines, extra_overrides=["device='cpu'"])
+        first = await manager.start_run("fp32", ["steps=7"])
         assert first is not None
         await first.restart()
         assert len(listener.started) == 2
         again = listener.started[1]
-        assert again is session.current and again is not first
+        assert again is manager.current and again is not first
         assert engines.made[1].preset == "fp32"
         assert engines.made[1].overrides == engines.made[0].overrides == ["steps=7", "device='cpu'"]
         assert first.state.status == "stopped" and again.state.total_steps == 7
@@ -149,15 +148,15 @@ def test_restart_runs_the_same_preset_and_overrides_again(tmp_path: Path) -> Non
 def test_an_edited_preset_runs_from_a_temporary_copy_removed_on_close(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, _ = session_with(tmp_path, engines)
-        edited = msgspec.structs.replace(cfg.load_preset("fp32"), steps=11)
-        await session.start_edited_run(edited)
+        manager, _ = manager_with(tmp_path, engines)
+        edited = msgspec.structs.replace(presets.load_preset("fp32"), steps=11)
+        await manager.start_edited_run(edited)
         path = Path(engines.made[0].preset)
         assert path.name == "fp32-edited.toml"
-        copy = cfg.load_preset(str(path))
+        copy = presets.load_preset(str(path))
         assert copy.steps == 11 and copy.name == "fp32-edited"
-        assert session.state is not None and session.state.label == "fp32-edited"
-        await session.close()
+        assert manager.state is not None and manager.state.label == "fp32-edited"
+        await manager.close()
         assert engines.made[0].killed and not path.exists()
 
     asyncio.run(go())
@@ -167,13 +166,13 @@ def test_an_edited_preset_runs_from_a_temporary_copy_removed_on_close(tmp_path: 
 def test_close_kills_a_running_engine_and_starts_nothing_after(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, _ = session_with(tmp_path, engines)
-        run = await session.start_run("fp32")
+        manager, _ = manager_with(tmp_path, engines)
+        run = await manager.start_run("fp32")
         assert run is not None
-        await session.close()
+        await manager.close()
         assert engines.made[0].killed and run.ended.is_set()
         assert run.state.exit_code == -9
-        assert await session.start_run("fp32") is None and len(engines.made) == 1
+        assert await manager.start_run("fp32") is None and len(engines.made) == 1
 
     asyncio.run(go())
 
@@ -184,16 +183,16 @@ def test_read_only_starts_nothing(tmp_path: Path) -> None:
         launched: list = []
         engines = Engines()
         listener = FakeListener()
-        session = RunManager(
+        manager = RunManager(
             listener,
             tmp_path,
             read_only=True,
             start_engine=engines,
             launch=lambda *a: launched.append(a) or (tmp_path, 1),
         )
-        assert await session.start_run("fp32") is None
-        assert await session.start_run("fp32", detach=True) is None
-        await session.start_sweep(["fp32", "bf16"])
+        assert await manager.start_run("fp32") is None
+        assert await manager.start_run("fp32", detach=True) is None
+        await manager.start_sweep(["fp32", "bf16"])
         assert engines.made == [] and launched == [] and listener.started == []
 
     asyncio.run(go())
@@ -203,8 +202,8 @@ def test_read_only_starts_nothing(tmp_path: Path) -> None:
 def test_a_failure_in_the_background_is_told(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines(fails_with=RuntimeError("pipe broke"))
-        session, listener = session_with(tmp_path, engines)
-        await session.start_run("fp32")
+        manager, listener = manager_with(tmp_path, engines)
+        await manager.start_run("fp32")
         for _ in range(10):  # the follow task ends in a step or two of the loop
             if listener.told:
                 break
@@ -229,11 +228,11 @@ def test_a_detached_start_is_told_and_followed(tmp_path: Path) -> None:
 
         engines = Engines()
         listener = FakeListener()
-        session = RunManager(
+        manager = RunManager(
             listener, tmp_path, extra_overrides=["steps=9"], start_engine=engines, launch=launch
         )
-        running = await session.start_run("fp32")
-        assert await session.start_run("mlp-demo", detach=True) is None
+        running = await manager.start_run("fp32")
+        assert await manager.start_run("mlp-demo", detach=True) is None
         assert launched == [("mlp-demo", ["steps=9"], tmp_path)]
         assert listener.detached == [run_dir] and len(engines.made) == 1
         assert running is not None and running.state.status == "stopped"  # one run at a time
@@ -248,13 +247,13 @@ def test_a_detached_start_is_told_and_followed(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_a_detached_start_that_fails_is_told_and_nothing_runs(tmp_path: Path) -> None:
     def launch(preset, overrides, runs_dir):
-        return cfg.load_preset(preset, overrides), 0  # raises: no such preset
+        return presets.load_preset(preset, overrides), 0  # raises: no such preset
 
     async def go() -> None:
         listener = FakeListener()
-        session = RunManager(listener, tmp_path, start_engine=Engines(), launch=launch)
-        await session.start_run("no-such-preset", detach=True)
-        assert listener.detached == [] and session.current is None
+        manager = RunManager(listener, tmp_path, start_engine=Engines(), launch=launch)
+        await manager.start_run("no-such-preset", detach=True)
+        assert listener.detached == [] and manager.current is None
         ((message, error, title),) = listener.told
         assert error and title == "Not started" and "no-such-preset" in message
 
@@ -284,15 +283,15 @@ class SweepEngines(Engines):
 def test_a_sweep_runs_in_order_and_ends_compared(tmp_path: Path) -> None:
     async def go() -> None:
         engines = SweepEngines(tmp_path, {"bf16": 5.0, "fp32": 10.0, "mlp-demo": 2.0})
-        session, listener = session_with(tmp_path, engines)
-        await session.start_sweep(["bf16", "fp32", "mlp-demo"])
+        manager, listener = manager_with(tmp_path, engines)
+        await manager.start_sweep(["bf16", "fp32", "mlp-demo"])
         await asyncio.wait_for(listener.compared_event.wait(), WAIT_S)
         assert [e.preset for e in engines.made] == ["bf16", "fp32", "mlp-demo"]
         notes = [run.state.queue_note for run in listener.started]
         assert notes == ["sweep 1/3", "sweep 2/3", "sweep 3/3"]
         # fp32 is the baseline when it is in the sweep, wherever it is in the queue
         assert listener.compared == [(["bf16", "fp32", "mlp-demo"], "fp32")]
-        assert session.sweep is None
+        assert manager.sweep is None
         (sweep_dir,) = tmp_path.glob("*-sweep*")
         data = json.loads((sweep_dir / comparison.SWEEP_FILE).read_text())
         assert data["order"] == ["bf16", "fp32", "mlp-demo"]
@@ -304,15 +303,15 @@ def test_a_sweep_runs_in_order_and_ends_compared(tmp_path: Path) -> None:
 def test_a_sweep_runs_a_preset_as_edited_on_the_form(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, listener = session_with(tmp_path, engines)
-        edited = cfg.load_preset("mlp-demo", ["steps=60", "lr=0.01"])
-        await session.start_sweep([edited, "fp32"])
+        manager, listener = manager_with(tmp_path, engines)
+        edited = presets.load_preset("mlp-demo", ["steps=60", "lr=0.01"])
+        await manager.start_sweep([edited, "fp32"])
         (first,) = engines.made
-        ran = cfg.load_preset(first.preset)  # the temporary TOML the engine was given
+        ran = presets.load_preset(first.preset)  # the temporary TOML the engine was given
         assert (ran.name, ran.steps, ran.lr) == ("mlp-demo-edited", 60, 0.01)
         assert listener.started[0].state.label == "mlp-demo-edited"
         assert listener.started[0].state.queue_note == "sweep 1/2"
-        assert session.sweep is not None and session.sweep.names == ["mlp-demo-edited", "fp32"]
+        assert manager.sweep is not None and manager.sweep.names == ["mlp-demo-edited", "fp32"]
         await listener.started[0].stop()
 
     asyncio.run(go())
@@ -322,12 +321,12 @@ def test_a_sweep_runs_a_preset_as_edited_on_the_form(tmp_path: Path) -> None:
 def test_stopping_a_sweep_run_cancels_the_rest(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, listener = session_with(tmp_path, engines)
-        await session.start_sweep(["fp32", "bf16", "fp16"])
+        manager, listener = manager_with(tmp_path, engines)
+        await manager.start_sweep(["fp32", "bf16", "fp16"])
         first = listener.started[0]
         await first.stop()
         await ended(first)
-        assert session.sweep is None and len(engines.made) == 1
+        assert manager.sweep is None and len(engines.made) == 1
         assert ("Sweep cancelled after 1 of 3.", False, "") in listener.told
         assert listener.compared == []
 
@@ -338,10 +337,10 @@ def test_stopping_a_sweep_run_cancels_the_rest(tmp_path: Path) -> None:
 def test_a_run_the_user_starts_cancels_a_queued_sweep(tmp_path: Path) -> None:
     async def go() -> None:
         engines = Engines()
-        session, listener = session_with(tmp_path, engines)
-        await session.start_sweep(["fp32", "bf16"])
-        mine = await session.start_run("mlp-demo")
-        assert mine is not None and session.sweep is None and mine.state.queue_note is None
+        manager, listener = manager_with(tmp_path, engines)
+        await manager.start_sweep(["fp32", "bf16"])
+        mine = await manager.start_run("mlp-demo")
+        assert mine is not None and manager.sweep is None and mine.state.queue_note is None
         assert [e.preset for e in engines.made] == ["fp32", "mlp-demo"]
         assert all("Sweep cancelled" not in m for m, _, _ in listener.told)
 
@@ -349,7 +348,7 @@ def test_a_run_the_user_starts_cancels_a_queued_sweep(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-def test_the_session_needs_neither_textual_nor_torch() -> None:
+def test_the_run_manager_needs_neither_textual_nor_torch() -> None:
     code = "import sys, ampscope.tui.model.run_manager; print(' '.join(sys.modules))"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True

@@ -45,8 +45,8 @@ def test_read_only_app_starts_nothing(tmp_path: Path) -> None:
             presets = await shown(pilot, app, PresetsScreen)
             await pilot.press("enter", "r", "d", "s")
             await pilot.pause()
-            await app.session.start_run("fp32")
-            assert app.session.engine is None and not presets.detach
+            await app.run_manager.start_run("fp32")
+            assert app.run_manager.engine is None and not presets.detach
             assert not isinstance(app.screen, RunScreen)
             provider = PresetCommands(app.screen)
             await provider.startup()
@@ -67,7 +67,7 @@ def test_viewer_follows_the_newest_live_run_without_controls(tmp_path: Path) -> 
             async with app.run_test(size=SIZE) as pilot:
                 await shown(pilot, app, WaitingScreen)
                 await pilot.press("s", "r", "enter", "d")
-                assert app.session.engine is None and list(tmp_path.iterdir()) == []
+                assert app.run_manager.engine is None and list(tmp_path.iterdir()) == []
                 run_a = make_record(tmp_path, "20260101T000001Z-fp32", first.pid, steps=4)
                 assert await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
                 screen = app.screen
@@ -290,6 +290,7 @@ def test_the_viewer_finds_the_live_run_without_reading_every_record(
     tmp_path: Path, monkeypatch
 ) -> None:
     from ampscope.core import records
+    from ampscope.core.records import folders
     from ampscope.tui.model.live_runs import NEWEST, LiveRunFinder
 
     for i in range(300):
@@ -302,8 +303,9 @@ def test_the_viewer_finds_the_live_run_without_reading_every_record(
         assert finder.newest_live() is None
         reads: list[Path] = []
         real_read = records.read_live
-        monkeypatch.setattr(records, "read_live", lambda d: reads.append(d) or real_read(d))
-        monkeypatch.setattr(records, "load_run", lambda *a, **k: pytest.fail("read a record"))
+        for module in (records, folders):  # called from outside the module and from inside it
+            monkeypatch.setattr(module, "read_live", lambda d: reads.append(d) or real_read(d))
+            monkeypatch.setattr(module, "load_run", lambda *a, **k: pytest.fail("read a record"))
         for _ in range(5):  # five polls
             assert finder.newest_live() is None
         assert len(reads) <= 5 * NEWEST

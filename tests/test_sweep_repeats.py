@@ -52,8 +52,8 @@ def test_a_sweep_with_repeats_runs_interleaved_and_records_one_row_a_preset(
     async def go() -> None:
         engines = RecordingEngines(tmp_path)
         listener = FakeListener()
-        session = RunManager(listener, tmp_path, start_engine=engines)
-        await session.start_sweep(["bf16", "fp32"], repeats=3)
+        manager = RunManager(listener, tmp_path, start_engine=engines)
+        await manager.start_sweep(["bf16", "fp32"], repeats=3)
         await asyncio.wait_for(listener.compared_event.wait(), 5.0)
         assert engines.made == ["bf16", "fp32"] * 3  # ABAB, as 'ampscope bench --repeats'
         notes = [r.state.queue_note for r in listener.started]
@@ -73,7 +73,7 @@ def test_repeats_set_on_the_presets_screen_give_compare_a_speed_verdict(tmp_path
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         engines = RecordingEngines(tmp_path)
-        app.session._start_engine = engines
+        app.run_manager._start_engine = engines
         async with app.run_test(size=SMALL) as pilot:
             presets = await shown(pilot, app, PresetsScreen)
             assert "Repeats" not in presets.query_one(KeyBar).plain  # nothing marked yet
@@ -155,7 +155,7 @@ def test_a_sweep_the_user_declines_to_start_keeps_its_marks(tmp_path: Path) -> N
 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
-        app.session._start_engine = running_engine
+        app.run_manager._start_engine = running_engine
         async with app.run_test(size=SMALL) as pilot:
             presets = await shown(pilot, app, PresetsScreen)
             select_preset(app, "mlp-demo")

@@ -65,11 +65,11 @@ def reference_losses(steps: int) -> list[float]:
     import torch
     from torch.nn import functional as F
 
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.workloads import build_workload
 
-    preset = cfg.load_preset("fp32", ["workload.kind='mlp'", "device='cpu'"])
-    dims, batch = cfg.resolve_workload(preset, on_cuda=False)
+    preset = presets.load_preset("fp32", ["workload.kind='mlp'", "device='cpu'"])
+    dims, batch = presets.resolve_workload(preset, on_cuda=False)
     torch.manual_seed(preset.seed)
     wl = build_workload("mlp", dims, batch, torch.device("cpu"), preset.seed)
     pools = []
@@ -288,13 +288,13 @@ def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Pat
         app = AmpscopeApp(runs_dir=tmp_path, processes=Launch(2), extra_overrides=overrides)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            session = app.session
-            await session.start_run("fp32")
-            pids.append(session.engine.pid)
-            assert await wait_for(pilot, lambda: (session.state.step or 0) >= 5, 180), (
-                session.state.error
+            manager = app.run_manager
+            await manager.start_run("fp32")
+            pids.append(manager.engine.pid)
+            assert await wait_for(pilot, lambda: (manager.state.step or 0) >= 5, 180), (
+                manager.state.error
             )
-            pids.extend(r.pid for r in session.state.hello.ranks or [])
+            pids.extend(r.pid for r in manager.state.hello.ranks or [])
             await pilot.pause(0.6)  # a redraw
             strip = app.screen.query_one(RankStrip)
             assert strip.display
@@ -304,13 +304,13 @@ def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Pat
             assert [cell.split()[0] for cell in lines[1].split("  ") if cell.strip()][:1] == ["r0"]
             assert " r1 " in lines[1]
             await pilot.press("s")  # stop: SIGTERM to torchrun, which passes it to every rank
-            assert await wait_for(pilot, lambda: session.state.status == "stopped", 60)
-            done = session.state.done
+            assert await wait_for(pilot, lambda: manager.state.status == "stopped", 60)
+            done = manager.state.done
             assert done is not None and done.status == "stopped" and done.world_size == 2
-            assert session.state.error is None
+            assert manager.state.error is None
             sums = [r.param_checksum for r in done.ranks or []]
             assert len(sums) == 2 and sums[0] is not None and sums == [sums[0]] * 2  # in step
-            record = records.load_run(Path(session.state.hello.run_dir))
+            record = records.load_run(Path(manager.state.hello.run_dir))
             assert record.status == "stopped" and record.done == done
 
     run(go())

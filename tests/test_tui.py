@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.tui.app import AmpscopeApp, parse_autostart
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.preset_form import field_id
@@ -74,7 +74,7 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
             assert "steps" in error and ">= 1" in error
             await pilot.press("enter")  # refused: nothing starts
             await pilot.pause()
-            assert app.session.engine is None and isinstance(app.screen, PresetsScreen)
+            assert app.run_manager.engine is None and isinstance(app.screen, PresetsScreen)
             steps_input.value = "7"
             screen.query_one("#" + field_id("lr")).value = "1e-4"
             assert await wait_for(pilot, lambda: screen.draft.preset is not None, 5)
@@ -85,9 +85,9 @@ def test_form_refuses_invalid_values_and_saves_a_user_preset(tmp_path: Path) -> 
             dialog = await shown(pilot, app, SaveDialog)
             dialog.query_one("#save-name").value = "my-fp32"
             await pilot.press("enter")
-            saved = cfg.user_presets_dir() / "my-fp32.toml"
+            saved = presets.user_presets_dir() / "my-fp32.toml"
             assert await wait_for(pilot, saved.is_file, 5)
-            loaded = cfg.load_preset("my-fp32")
+            loaded = presets.load_preset("my-fp32")
             assert loaded.steps == 7 and loaded.lr == 1e-4 and loaded.name == "my-fp32"
             assert await wait_for(pilot, lambda: "my-fp32" in [p.name for p in screen.presets])
 
@@ -103,12 +103,12 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             select_preset(app, "fp32")
             await pilot.press("enter")
             screen = await shown(pilot, app, RunScreen)
-            pid = app.session.engine.pid
+            pid = app.run_manager.engine.pid
             assert pid is not None
             assert await wait_for(
                 pilot,
                 lambda: (
-                    (app.session.state.step or 0) >= 5
+                    (app.run_manager.state.step or 0) >= 5
                     and all(
                         p.points_drawn > 0 for p in screen.query(RunPlot) if p.id != "plot-util"
                     )
@@ -119,10 +119,13 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             assert "fp32" in header and "cpu" in header and "training" in header
             assert screen.displayed_step is not None
             await pilot.press("s")
-            assert await wait_for(pilot, lambda: app.session.state.status == "stopped", 10)
+            assert await wait_for(pilot, lambda: app.run_manager.state.status == "stopped", 10)
             assert wait_gone(pid, 5)
             assert await wait_for(pilot, lambda: "stopped" in text(screen, "#run-header"), 5)
-            assert app.session.state.done is not None and app.session.state.done.status == "stopped"
+            assert (
+                app.run_manager.state.done is not None
+                and app.run_manager.state.done.status == "stopped"
+            )
             # history: the run's record, replayed read-only in the same view
             await pilot.press("escape")
             await shown(pilot, app, PresetsScreen)
@@ -137,7 +140,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             replayed = app.screen
             assert isinstance(replayed, RunScreen) and replayed is not screen
             assert replayed.state.read_only and replayed.state.status == "stopped"
-            assert replayed.state.step == app.session.state.step
+            assert replayed.state.step == app.run_manager.state.step
             await pilot.press("escape")
             await shown(pilot, app, HistoryScreen)
 
@@ -155,13 +158,13 @@ def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> 
 
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
-        app.session._start_engine = finished_engine
+        app.run_manager._start_engine = finished_engine
         async with app.run_test(size=SIZE) as pilot:
             await shown(pilot, app, PresetsScreen)
             for name in ("fp32", "mlp-demo"):
                 select_preset(app, name)
                 await pilot.press("enter")
-                assert await wait_for(pilot, lambda: app.session.state.status == "done", 60)
+                assert await wait_for(pilot, lambda: app.run_manager.state.status == "done", 60)
                 screen = await shown(pilot, app, RunScreen)
 
                 def header(screen: RunScreen = screen) -> str:
@@ -174,11 +177,11 @@ def test_back_to_presets_then_a_second_run_shows_the_new_run(tmp_path: Path) -> 
             # v shows the last run again; r there runs it again, in the same view
             await pilot.press("v")
             screen = await shown(pilot, app, RunScreen)
-            finished = app.session.state
+            finished = app.run_manager.state
             await pilot.press("r")
-            assert await wait_for(pilot, lambda: app.session.state is not finished, 10)
-            assert await wait_for(pilot, lambda: app.session.state.status == "done", 60)
-            assert app.screen is screen and screen.state is app.session.state
+            assert await wait_for(pilot, lambda: app.run_manager.state is not finished, 10)
+            assert await wait_for(pilot, lambda: app.run_manager.state.status == "done", 60)
+            assert app.screen is screen and screen.state is app.run_manager.state
             assert "mlp-demo" in text(screen, "#run-header")
 
     run(go())
@@ -190,8 +193,8 @@ def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=FAST)
         async with app.run_test(size=SIZE) as pilot:
             await shown(pilot, app, PresetsScreen)
-            await app.session.start_run("fp32", ["precision='fp8'"])
-            assert await wait_for(pilot, lambda: app.session.state.status == "failed", 20)
+            await app.run_manager.start_run("fp32", ["precision='fp8'"])
+            assert await wait_for(pilot, lambda: app.run_manager.state.status == "failed", 20)
             screen = await shown(pilot, app, RunScreen)
             assert await wait_for(pilot, lambda: "fp8" in text(screen, "#run-error"), 5)
             log = screen.query_one(EventLogView)
@@ -200,14 +203,14 @@ def test_config_error_and_crash_are_shown_and_the_app_stays_up(tmp_path: Path) -
             # back, and run a preset that crashes at step 2
             await pilot.press("escape")
             await shown(pilot, app, PresetsScreen)
-            await app.session.start_run("fp32", ["steps=50", "debug.raise_at_step=2"])
-            assert await wait_for(pilot, lambda: app.session.state.exit_code is not None, 60)
+            await app.run_manager.start_run("fp32", ["steps=50", "debug.raise_at_step=2"])
+            assert await wait_for(pilot, lambda: app.run_manager.state.exit_code is not None, 60)
             screen = await shown(pilot, app, RunScreen)
             assert await wait_for(pilot, lambda: "failed" in text(screen, "#run-header"), 5)
             assert app.is_running
             log_text = "\n".join(screen.query_one(EventLogView).texts)
             assert "exception" in log_text and "step" in log_text
-            assert app.session.state.error and "exception" in app.session.state.error
+            assert app.run_manager.state.error and "exception" in app.run_manager.state.error
 
     run(go())
 
@@ -220,9 +223,9 @@ def test_quit_mid_run_leaves_no_engine(tmp_path: Path) -> None:
         app = AmpscopeApp(runs_dir=tmp_path, extra_overrides=LONG)
         async with app.run_test(size=SIZE) as pilot:
             await shown(pilot, app, PresetsScreen)
-            await app.session.start_run("fp32")
-            pids.append(app.session.engine.pid)
-            assert await wait_for(pilot, lambda: (app.session.state.step or 0) >= 2), "no steps"
+            await app.run_manager.start_run("fp32")
+            pids.append(app.run_manager.engine.pid)
+            assert await wait_for(pilot, lambda: (app.run_manager.state.step or 0) >= 2), "no steps"
             await pilot.press("q")
 
     run(go())

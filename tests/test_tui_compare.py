@@ -38,8 +38,8 @@ def test_a_queued_sweep_runs_in_order_and_ends_in_the_compare_screen(tmp_path: P
             await pilot.press("x", "x")  # 3 repeats (the default) -> 5 -> 1: one run each
             assert "1 run each" in str(presets.query_one("#preset-status").render())
             await pilot.press("w")
-            assert await wait_for(pilot, lambda: app.session.state is not None, 10)
-            assert "sweep 1/2" in app.session.state.header()
+            assert await wait_for(pilot, lambda: app.run_manager.state is not None, 10)
+            assert "sweep 1/2" in app.run_manager.state.header()
             screen = await shown(pilot, app, CompareScreen, 120)
             table = screen.query_one("#compare-table")
             assert await wait_for(pilot, lambda: table.row_count == 2, 5)

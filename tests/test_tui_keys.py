@@ -38,7 +38,7 @@ SMALL = (80, 24)
 
 
 class Engines:
-    """Fake engine children for the app's session: they run until stopped."""
+    """Fake engine children for the app's run manager: they run until stopped."""
 
     def __init__(self) -> None:
         self.made: list[FakeEngine] = []
@@ -52,7 +52,7 @@ class Engines:
 def app_with_fake_engines(tmp_path: Path) -> tuple[AmpscopeApp, Engines]:
     app = AmpscopeApp(runs_dir=tmp_path)
     engines = Engines()
-    app.session._start_engine = engines
+    app.run_manager._start_engine = engines
     return app, engines
 
 
@@ -377,7 +377,7 @@ def test_a_keys_toml_line_that_takes_another_bindings_key_is_refused_and_named(
         async def start_run(preset: str, *args, **kw) -> None:
             started.append(preset)
 
-        app.session.start_run = start_run  # type: ignore[method-assign]
+        app.run_manager.start_run = start_run  # type: ignore[method-assign]
         async with app.run_test(size=SMALL) as pilot:
             await shown(pilot, app, PresetsScreen)
             key = line.split('"')[3]

@@ -12,8 +12,8 @@ import pytest
 from textual.widgets import Input
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
 from ampscope.core import records
+from ampscope.core.presets import to_toml, user_presets_dir, validate
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.model.replay import ReplaySource
@@ -50,9 +50,9 @@ RAW_FORBIDDEN = ("\x1b]0;", "\x07", "\x1b[2J")
 
 
 def write_user_preset(name: str) -> None:
-    folder = cfg.user_presets_dir()
+    folder = user_presets_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    preset = cfg.validate(
+    preset = validate(
         {
             "name": name,
             "description": f"about {name}\nsecond line",
@@ -61,7 +61,7 @@ def write_user_preset(name: str) -> None:
             "steps": 3,
         }
     )
-    (folder / "evil.toml").write_text(cfg.to_toml(preset))
+    (folder / "evil.toml").write_text(to_toml(preset))
 
 
 def write_record(root: Path, stamp: str, name: str, ms: float) -> Path:
@@ -139,7 +139,7 @@ async def a_run_of_it(app, pilot, name: str, shown_as: str) -> None:
         events = [hello(preset=name), ev.ErrorEvent(kind="exception", message=f"boom {name}")]
         return FakeEngine(preset, overrides, runs_dir, on_event, events=events, exit_at_once=1)
 
-    app.session._start_engine = fake_engine
+    app.run_manager._start_engine = fake_engine
     await pilot.press("r")
     screen = await shown(pilot, app, RunScreen)
     assert await wait_for(pilot, lambda: screen.state.finished)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.presets.errors import ConfigError
 
 SMALL = ["device='cpu'", "workload.width=64", "warmup_steps=0"]
@@ -18,7 +18,7 @@ def first_step(preset: str, *overrides: str) -> tuple[float, float, float]:
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step.setup import build
 
-    s = build(cfg.load_preset(preset, [*SMALL, *overrides]), resolve_device("cpu"))
+    s = build(presets.load_preset(preset, [*SMALL, *overrides]), resolve_device("cpu"))
     metrics, _ = train_step(s, 0, measure_zeros=True)
     loss, norm, _before, _after, zeros = metrics.tolist()
     return loss, norm, zeros
@@ -51,7 +51,7 @@ def test_fp16_without_a_scale_flushes_the_small_gradients_and_a_gradscaler_keeps
 @pytest.mark.unit
 def test_a_divisor_below_one_is_refused_with_the_field_named() -> None:
     with pytest.raises(ConfigError) as caught:
-        cfg.load_preset("underflow-demo", ["loss_divisor=0.5"])
+        presets.load_preset("underflow-demo", ["loss_divisor=0.5"])
     assert "loss_divisor" in str(caught.value)
 
 
@@ -65,7 +65,7 @@ def test_losing_the_small_gradients_costs_the_loss_within_80_steps() -> None:
     from ampscope.engine.step.setup import build
 
     def final_loss(preset: str, *overrides: str) -> float:
-        s = build(cfg.load_preset(preset, ["device='cpu'", *overrides]), resolve_device("cpu"))
+        s = build(presets.load_preset(preset, ["device='cpu'", *overrides]), resolve_device("cpu"))
         losses = [train_step(s, i, measure_zeros=False)[0][0].item() for i in range(80)]
         return sum(losses[-10:]) / 10
 

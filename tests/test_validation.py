@@ -11,7 +11,7 @@ import torch
 
 from ampscope.cli.main import main
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.lifecycle import training as engine_training
 from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
@@ -88,12 +88,12 @@ REFUSED = [
 def test_each_impossible_combination_is_refused_in_one_paragraph(
     name: str, overrides: list[str], machine: Facts, key: str | None, says: str
 ) -> None:
-    verdict = check_run(cfg.load_preset(name, overrides), machine)
+    verdict = check_run(presets.load_preset(name, overrides), machine)
     first = verdict.refusals[0]
     assert says in str(first) and first.key == key
     assert "\n" not in str(first)
-    with pytest.raises(cfg.ConfigError) as caught:
-        require_runnable(cfg.load_preset(name, overrides), machine)
+    with pytest.raises(presets.ConfigError) as caught:
+        require_runnable(presets.load_preset(name, overrides), machine)
     assert caught.value is not first and str(caught.value) == str(first)
 
 
@@ -111,10 +111,10 @@ def test_each_impossible_combination_is_refused_in_one_paragraph(
 def test_what_the_device_can_run_passes_with_its_sizes(
     name: str, overrides: list[str], machine: Facts
 ) -> None:
-    preset = cfg.load_preset(name, overrides)
+    preset = presets.load_preset(name, overrides)
     verdict = require_runnable(preset, machine)
     assert verdict.refusals == []
-    assert verdict.sizes == cfg.resolve_workload(preset, on_cuda=machine.info.is_cuda)
+    assert verdict.sizes == presets.resolve_workload(preset, on_cuda=machine.info.is_cuda)
 
 
 @pytest.mark.unit
@@ -122,10 +122,10 @@ def test_the_first_refusal_is_the_earliest_check_and_every_gives_them_all() -> N
     """On a T4 with a batch beyond its memory, the precision comes first; fp8 on an A100 with
     one, the memory does (as before the build, where memory was checked before fp8)."""
     tiny = facts(T4, device_memory=lambda: (GIB, 2 * GIB))
-    preset = cfg.load_preset("amp-bf16", ["batch_size=4096"])
+    preset = presets.load_preset("amp-bf16", ["batch_size=4096"])
     assert [e.key for e in check_run(preset, tiny).refusals] == [None]
     assert [e.key for e in check_run(preset, tiny, every=True).refusals] == [None, "batch_size"]
-    fp8 = cfg.load_preset("fp8-tensorwise", ["batch_size=4096"])
+    fp8 = presets.load_preset("fp8-tensorwise", ["batch_size=4096"])
     refusals = check_run(fp8, facts(A100, device_memory=lambda: (GIB, 2 * GIB)), every=True)
     assert [e.key for e in refusals.refusals] == ["batch_size", "precision"]
     assert check_run(fp8, facts(A100, device_memory=lambda: (GIB, 2 * GIB))).sizes is not None
@@ -159,7 +159,7 @@ def test_the_first_refusal_is_the_earliest_check_and_every_gives_them_all() -> N
 def test_what_runs_slowly_or_otherwise_is_warned_about(
     name: str, overrides: list[str], machine: Facts, codes: list[str]
 ) -> None:
-    verdict = require_runnable(cfg.load_preset(name, overrides), machine)
+    verdict = require_runnable(presets.load_preset(name, overrides), machine)
     assert [code for code, _ in verdict.warnings] == codes
 
 
@@ -186,10 +186,10 @@ def test_a_run_sizes_its_workload_once(name: str, overrides: list[str], monkeypa
     if name.startswith("fp8"):
         pytest.importorskip("torchao")
         overrides = [*overrides, "steps=2"]
-    real = cfg.resolve_workload
+    real = presets.resolve_workload
     calls: list[str] = []
 
-    def counted(preset: cfg.Preset, on_cuda: bool) -> cfg.WorkloadSizes:
+    def counted(preset: presets.Preset, on_cuda: bool) -> presets.WorkloadSizes:
         calls.append(preset.name)
         return real(preset, on_cuda)
 

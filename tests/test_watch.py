@@ -20,7 +20,7 @@ import ampscope
 from ampscope.cli.main import main as cli_main
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.core.memory import measured as memory_runs
+from ampscope.core.memory import measured
 from ampscope.watching import WatchWarning
 from ampscope.watching.readout import WIDTH, DeviceReadout, StepValues
 from tests.helpers import events_of, linear_flops, tiny_model
@@ -93,7 +93,7 @@ def test_a_training_loop_leaves_a_record_every_reader_accepts(tmp_path: Path, ca
     assert (row["state"], row["preset"], row["steps"]) == ("ok", "mine", 12)
     row = comparison.row_from_runs("mine", [run])
     assert row.status == "ok" and row.loss_final == pytest.approx(losses[-1])
-    assert memory_runs.compare_run(mon.run_dir).params == run.hello.param_count
+    assert measured.compare_run(mon.run_dir).params == run.hello.param_count
 
 
 def test_flops_counted_on_the_first_step_match_the_arithmetic(tmp_path: Path) -> None:

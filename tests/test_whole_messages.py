@@ -45,7 +45,7 @@ async def a_failed_run(app: AmpscopeApp, pilot, events: list) -> RunScreen:
         return FakeEngine(preset, overrides, runs_dir, on_event, events=events, exit_at_once=2)
 
     await shown(pilot, app, PresetsScreen)
-    app.session._start_engine = fake_engine
+    app.run_manager._start_engine = fake_engine
     await pilot.press("r")
     screen = await shown(pilot, app, RunScreen)
     assert await wait_for(pilot, lambda: screen.state.finished)

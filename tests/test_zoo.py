@@ -750,13 +750,13 @@ def engine_step_peak(name: str, regime: str) -> int:
     the MoE's after its late experts first ran, on a later batch than the plan measured."""
     from torch.profiler import ProfilerActivity, profile
 
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step import setup as engine_setup
 
     sets = [f"workload.model='{spec(name)}'", "device='cpu'", "compile='off'"]
-    s = engine_setup.build(cfg.load_preset(regime, sets), resolve_device("cpu"))
+    s = engine_setup.build(presets.load_preset(regime, sets), resolve_device("cpu"))
     steady = zoo.LATE_FROM + 1 if name == "moe" else 1
     for step in range(steady):
         train_step(s, step, False)
@@ -861,14 +861,14 @@ def test_fp8_converts_the_experts_the_first_batch_does_not_reach() -> None:
     called in the forward pass" of them, and they ran in bf16 all run long. The reference:
     forward hooks on the fp8 layers, over the whole run."""
     pytest.importorskip("torchao")
-    from ampscope.core import presets as cfg
+    from ampscope.core import presets
     from ampscope.core.presets.fp8_recipes import layers_line
     from ampscope.engine.device import resolve_device
     from ampscope.engine.lifecycle.loop import train_step
     from ampscope.engine.step import setup as engine_setup
 
     sets = [f"workload.model='{spec('moe')}'", "device='cpu'", "fp8.emulate=true", "compile='off'"]
-    preset = cfg.load_preset("fp8-tensorwise", sets)
+    preset = presets.load_preset("fp8-tensorwise", sets)
     s = engine_setup.build(preset, resolve_device("cpu"))
     assert s.fp8 is not None
     first_ran: dict[str, int] = {}

@@ -25,7 +25,6 @@ from typing import BinaryIO
 
 from ampscope.cli.output import fail, output_width
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
 from ampscope.core import records
 from ampscope.core.comparison import (
     DEFAULT_BASELINE,
@@ -37,6 +36,7 @@ from ampscope.core.comparison import (
     write_sweep,
 )
 from ampscope.core.comparison.notes import Clock, row_by_clock, spread_notes
+from ampscope.core.presets import ConfigError, load_preset
 from ampscope.core.presets.parallel import Launch, port_in_use
 from ampscope.core.presets.run_args import run_overrides
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
@@ -129,8 +129,8 @@ def cmd_bench(args) -> int:
         )
         return 2
     try:
-        loaded = [cfg.load_preset(name, overrides) for name in presets]
-    except cfg.ConfigError as exc:
+        loaded = [load_preset(name, overrides) for name in presets]
+    except ConfigError as exc:
         return fail(exc)
     clock: Clock = "cpu" if getattr(args, "clock", "wall") == "cpu" else "wall"
     if clock == "cpu":

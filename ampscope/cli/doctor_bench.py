@@ -7,7 +7,7 @@ import json
 import sys
 
 from ampscope.cli.output import fail
-from ampscope.core.machine import check as mc
+from ampscope.core.machine.check import check_path, save
 from ampscope.core.text import visible
 
 
@@ -94,11 +94,11 @@ def machine_check(args: argparse.Namespace) -> int:
     where = None
     if not args.quick:
         try:
-            where = mc.save(check)
+            where = save(check)
         except OSError as exc:  # the figures still print; runs just cannot read them later
             print(
                 visible(
-                    f"ampscope: the results could not be kept in {mc.check_path()} ({exc}); "
+                    f"ampscope: the results could not be kept in {check_path()} ({exc}); "
                     "runs will not show MFU against them. Check that the folder is writable "
                     "(or set XDG_CONFIG_HOME)."
                 ),

@@ -97,11 +97,11 @@ def format_description(d: Any, colour: bool = False, width: int | None = None) -
     """One value in every format, a row each. Fitted to ``width`` columns when given: the
     exact-decimal column narrows, then each row's bits move to a line of their own, and the
     notes wrap between words; None keeps one line a format, for a script to read."""
-    from ampscope.core import formats as fm
+    from ampscope.core import formats
 
     exact = f"  exact value: {_cut(d.exact_text, 70)}"
-    if str(d.fp64) != d.exact_text and fm.shortest_repr(d.fp64, "fp64") != d.exact_text:
-        exact += f"   (every format is cast from fp64's {fm.shortest_repr(d.fp64, 'fp64')})"
+    if str(d.fp64) != d.exact_text and formats.shortest_repr(d.fp64, "fp64") != d.exact_text:
+        exact += f"   (every format is cast from fp64's {formats.shortest_repr(d.fp64, 'fp64')})"
     flags_w = 19 if width is None else max(5, *(len(",".join(r.flags)) for r in d.rows))
     bits_head = "bits (sign|exponent|mantissa)"
     bits_w = max(len(bits_head), *(len("|".join(r.fields)) for r in d.rows))
@@ -120,7 +120,7 @@ def format_description(d: Any, colour: bool = False, width: int | None = None) -
     lines.append(f"{head}  {bits_head}" if bits_inline else head.rstrip())
     notes: list[str] = []
     for r in d.rows:
-        f = fm.FORMATS[r.format]
+        f = formats.FORMATS[r.format]
         bits = draw_bits(r.fields, f, colour)
         row = (
             f"  {f.label[:11]:<11} {_cut(r.text, 14):<14} {_cut(r.exact, exact_w):<{exact_w}} "
@@ -128,7 +128,7 @@ def format_description(d: Any, colour: bool = False, width: int | None = None) -
         )
         lines += [f"{row}  {bits}"] if bits_inline else [row.rstrip(), f"    bits {bits}"]
         notes += [f"  {f.label}: {n}" for n in r.notes if not n.startswith("quantized")]
-    if any(not fm.FORMATS[r.format].is_float for r in d.rows):
+    if any(not formats.FORMATS[r.format].is_float for r in d.rows):
         notes.append(
             "  integers are quantized: rounded half to even, then saturated to [min, max] "
             "(a plain cast would wrap around); scales are not applied"
@@ -159,11 +159,11 @@ def format_facts(keys: list[str], width: int | None = None) -> list[str]:
     """Every format's range and precision, a row each. Fitted to ``width`` columns when
     given: what happens past the largest value moves under the table, then the columns that
     follow from others are left out, and the prose wraps between words."""
-    from ampscope.core import formats as fm
+    from ampscope.core import formats
 
     rows: list[dict[str, str]] = []
     for k in keys:
-        f = fm.FORMATS[k]
+        f = formats.FORMATS[k]
         rows.append(
             {
                 "format": f.label,
@@ -255,30 +255,30 @@ def demo_lines(lines: list[str], width: int | None) -> list[str]:
 
 
 def cmd_dtypes(args: argparse.Namespace) -> int:
-    from ampscope.core import formats as fm
+    from ampscope.core import formats
 
     try:
-        keys = fm.keys_from(args.formats)
+        keys = formats.keys_from(args.formats)
     except KeyError as exc:
-        return _fail(f"--formats {fm.echo(args.formats)}: {exc.args[0]}")
+        return _fail(f"--formats {formats.echo(args.formats)}: {exc.args[0]}")
     if args.demo:
         return _run_demo(args.demo, args.json)
     if not args.values:
         if args.json:
-            print(json.dumps({"formats": fm.facts_table(keys)}, indent=2, allow_nan=False))
+            print(json.dumps({"formats": formats.facts_table(keys)}, indent=2, allow_nan=False))
         else:
             print("\n".join(format_facts(keys, output_width())))
         return 0
     described = []
     for text in args.values:
         try:
-            described.append(fm.describe(text, keys, saturate_fp8=args.saturate))
-        except fm.ExpressionError as exc:
+            described.append(formats.describe(text, keys, saturate_fp8=args.saturate))
+        except formats.ExpressionError as exc:
             return _fail(str(exc))
     if args.json:
         out = {
             "values": [d.to_dict() for d in described],
-            "formats": fm.facts_table(keys),
+            "formats": formats.facts_table(keys),
             "notes": {
                 "integers": "quantized: round half to even, then saturate to [min, max]",
                 "conversion": "each format is cast from the value's fp64, as a program would",
@@ -296,23 +296,23 @@ def cmd_dtypes(args: argparse.Namespace) -> int:
 
 
 def _run_demo(name: str, as_json: bool) -> int:
-    from ampscope.core import formats as fm
+    from ampscope.core import formats
 
     if name == "list":
         if as_json:
-            print(json.dumps({k: v[0] for k, v in fm.DEMOS.items()}, indent=2))
+            print(json.dumps({k: v[0] for k, v in formats.DEMOS.items()}, indent=2))
         else:
-            width = max(len(k) for k in fm.DEMOS)
-            for key, (what, _) in fm.DEMOS.items():
+            width = max(len(k) for k in formats.DEMOS)
+            for key, (what, _) in formats.DEMOS.items():
                 print("\n".join(wrap(what, output_width(), f"{key:<{width}}  ", " " * (width + 2))))
         return 0
-    if name not in fm.DEMOS:
-        hint = did_you_mean(name, ["list", *fm.DEMOS])
+    if name not in formats.DEMOS:
+        hint = did_you_mean(name, ["list", *formats.DEMOS])
         return _fail(
-            f"--demo {fm.echo(name)}: no such demonstration.{hint} Demos: list, "
-            f"{', '.join(fm.DEMOS)}."
+            f"--demo {formats.echo(name)}: no such demonstration.{hint} Demos: list, "
+            f"{', '.join(formats.DEMOS)}."
         )
-    result = fm.run_demo(name)
+    result = formats.run_demo(name)
     if as_json:
         print(
             json.dumps(

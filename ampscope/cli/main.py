@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ampscope import __version__
 from ampscope.cli.output import fail
-from ampscope.core import presets as cfg
+from ampscope.core.presets import ConfigError, list_presets, load_preset, user_presets_dir
 from ampscope.core.presets.parallel import LaunchError
 from ampscope.core.presets.run_args import (
     ArgParser,
@@ -265,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    found = cfg.list_presets()
+    found = list_presets()
     if args.json:
         rows = [
             {
@@ -290,7 +290,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
                 line, columns - 1, subsequent_indent=" " * (width + 2), break_on_hyphens=False
             )
         print(line)
-    print(f"\nUser presets: {visible(cfg.user_presets_dir())}/*.toml")
+    print(f"\nUser presets: {visible(user_presets_dir())}/*.toml")
     return 0
 
 
@@ -306,8 +306,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     extra = model_overrides(args)
     if extra:  # refuse a bad spec here, in one line, before the screen is taken over
         try:
-            cfg.load_preset("fp32", extra)
-        except cfg.ConfigError as exc:
+            load_preset("fp32", extra)
+        except ConfigError as exc:
             print(f"ampscope: {visible(exc.detail)}", file=sys.stderr)
             return 2
     return run_dashboard(

@@ -15,7 +15,7 @@ SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "batch")
 
 
 def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from ampscope.core.memory import plan as mp
+    from ampscope.core.memory import plan
 
     p = subparsers.add_parser(
         "memory",
@@ -45,11 +45,11 @@ def add_memory_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="cuda",
         help="which size an 'auto' preset takes (default cuda: the large size)",
     )
-    p.add_argument("--optimizer", choices=tuple(mp.OPTIMIZER_STATES), default="adamw")
+    p.add_argument("--optimizer", choices=tuple(plan.OPTIMIZER_STATES), default="adamw")
     p.add_argument(
         "--regime",
         action="append",
-        choices=tuple(mp.REGIMES),
+        choices=tuple(plan.REGIMES),
         help="regimes to show (repeatable; default: all but pure fp16 and fp64)",
     )
     for name, what in (
@@ -87,7 +87,7 @@ def _gb(n: int | None) -> str:
 
 
 def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -> list[str]:
-    from ampscope.core.memory import plan as mp
+    from ampscope.core.memory import plan
 
     values = (
         "weights", "grads", "master", "optim.", "casts", "activ.", "logits", "opt.tmp", "TRAIN",
@@ -121,20 +121,20 @@ def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -
         "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither, "
         "x = cannot run the format (bf16 needs compute capability 8.0, fp8 8.9)",
     ]
-    names = mp.gpu_names()
+    names = plan.gpu_names()
     lines.append(f"{'':<23} " + " ".join(names))
     for r in rows:
         marks = []
         for n in names:
             mark = "T" if n in r.fits_train else ("i" if n in r.fits_inference else ".")
-            mark = "x" if n in mp.unable_gpus(r.regime) else mark
+            mark = "x" if n in plan.unable_gpus(r.regime) else mark
             marks.append(f"{mark:^{len(n)}}")
         lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
     return lines + _plan_notes(rows, shape, measured)
 
 
 def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
-    from ampscope.core.memory import plan as mp
+    from ampscope.core.memory import plan
 
     lines = [
         "",
@@ -164,7 +164,7 @@ def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
         lines.append(
             f"activ.: {shape.layers} layers x s*b*h*(2*R + 14*C) bytes, C the compute dtype's "
             "bytes, R the residual stream's (fp32 under autocast): what autograd keeps in the "
-            "engine's GPT block, no recomputation; " + mp.ATTENTION + "."
+            "engine's GPT block, no recomputation; " + plan.ATTENTION + "."
         )
         if shape.vocab:
             lines.append(
@@ -176,7 +176,7 @@ def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
         "90%: the CUDA context, cuBLAS workspaces and allocator fragmentation take the rest.",
     ]
     lines += [f"{r.label}: {r.note}." for r in rows if r.regime.startswith("fp8")]
-    absent = mp.fp8_not_applicable(measured if shape is None else None)
+    absent = plan.fp8_not_applicable(measured if shape is None else None)
     if absent:
         lines.append(f"{absent}.")
     return lines
@@ -227,11 +227,11 @@ def _measured_notes(rows: list[Any], measured: Any) -> list[str]:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from ampscope.core.memory import plan as mp
+    from ampscope.core.memory import plan
 
     if args.run:
         return _memory_run(args)
-    regimes = args.regime or list(mp.DEFAULT_REGIMES)
+    regimes = args.regime or list(plan.DEFAULT_REGIMES)
     try:
         if args.model:
             from ampscope.cli.model_memory import Interrupted, from_model
@@ -246,7 +246,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         else:
             measured = None
             params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
-    except mp.PlanError as exc:
+    except plan.PlanError as exc:
         return _fail(str(exc))
     except ConfigError as exc:  # a --model whose own code fails: their traceback under it
         from ampscope.cli.model_memory import refuse
@@ -257,22 +257,22 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"\nshape: {shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, "
             f"seq {shape.seq}, batch {shape.batch}"
             + (f", vocab {shape.vocab}" if shape.vocab else "")
-            + f"\n{mp.ATTENTION}"
+            + f"\n{plan.ATTENTION}"
         )
-    states = mp.OPTIMIZER_STATES[args.optimizer]
+    states = plan.OPTIMIZER_STATES[args.optimizer]
     title += f"\noptimizer: {args.optimizer} ({states} state tensor{'s' if states != 1 else ''} a parameter)"
-    rows = mp.plan(params, regimes, args.optimizer, shape, measured)
+    rows = plan.plan(params, regimes, args.optimizer, shape, measured)
     if args.json:
         out = {
             "params": params,
             "optimizer": args.optimizer,
             "shape": None if shape is None else shape.__dict__,
-            "attention": mp.ATTENTION,
-            "fit_fraction": mp.FIT_FRACTION,
-            "gpus": dict(mp.GPUS),
+            "attention": plan.ATTENTION,
+            "fit_fraction": plan.FIT_FRACTION,
+            "gpus": dict(plan.GPUS),
             "regimes": [r.to_dict() for r in rows],
             "measured": None if measured is None else measured.__dict__,
-            "fp8_not_applicable": mp.fp8_not_applicable(measured if shape is None else None),
+            "fp8_not_applicable": plan.fp8_not_applicable(measured if shape is None else None),
         }
         print(json.dumps(out, indent=2))
         return 0
@@ -281,16 +281,16 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any, str]:
-    from ampscope.core import presets as config
-    from ampscope.core.memory import plan as mp
+    from ampscope.core import presets
+    from ampscope.core.memory import plan
 
     try:
-        wl = mp.workload_from_preset(args.preset, on_cuda=args.device == "cuda")
-    except config.ConfigError as exc:
-        raise mp.PlanError(str(exc)) from None
+        wl = plan.workload_from_preset(args.preset, on_cuda=args.device == "cuda")
+    except presets.ConfigError as exc:
+        raise plan.PlanError(str(exc)) from None
     params, shape = wl.params, wl.shape
     if shape is not None:
-        shape = mp.Shape(
+        shape = plan.Shape(
             args.layers or shape.layers,
             args.hidden or shape.hidden,
             args.heads or shape.heads,
@@ -298,7 +298,7 @@ def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any
             args.batch or shape.batch,
             args.vocab or shape.vocab,
         )
-        count = mp.gpt2_params if wl.kind == "gpt2-124m" else mp.gpt_params
+        count = plan.gpt2_params if wl.kind == "gpt2-124m" else plan.gpt_params
         params = count(shape.vocab or 0, shape.seq, shape.hidden, shape.layers)
     if args.regime is None and wl.regime not in regimes:
         regimes.append(wl.regime)
@@ -311,29 +311,29 @@ def _from_preset(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any
 
 
 def _from_flags(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any, str]:
-    from ampscope.core.memory import plan as mp
+    from ampscope.core.memory import plan
 
     given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None]
     if given and len(given) < len(SHAPE_FLAGS):
         missing = [f"--{k}" for k in SHAPE_FLAGS if getattr(args, k) is None]
-        raise mp.PlanError(
+        raise plan.PlanError(
             f"a transformer shape needs --layers, --hidden, --heads, --seq and --batch; "
             f"missing {', '.join(missing)}."
         )
     shape = None
     if given:
-        shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
+        shape = plan.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
     if args.params is not None:
         try:
-            params = mp.parse_count(args.params)
-        except mp.PlanError as exc:
-            raise mp.PlanError(f"--params {args.params}: {exc}") from None
+            params = plan.parse_count(args.params)
+        except plan.PlanError as exc:
+            raise plan.PlanError(f"--params {args.params}: {exc}") from None
         source = f"{params:,} parameters"
     elif shape is not None:
-        params = mp.transformer_params(shape.layers, shape.hidden, shape.vocab)
+        params = plan.transformer_params(shape.layers, shape.hidden, shape.vocab)
         source = f"about {params:,} parameters (12*L*h^2{' + 2*V*h' if shape.vocab else ''})"
     else:
-        raise mp.PlanError(
+        raise plan.PlanError(
             "say which model: --params N (7B, 125M, 7e9), --preset NAME, --model "
             "FILE.py:FUNCTION, a transformer shape (--layers --hidden --heads --seq --batch), or "
             "--run RUNDIR. "
@@ -352,8 +352,8 @@ def _count(n: int) -> str:
 def _memory_run(args: argparse.Namespace) -> int:
     from ampscope.cli.runs import resolve_run
     from ampscope.core import records
-    from ampscope.core.memory import measured as memory_runs
-    from ampscope.core.memory import plan as mp
+    from ampscope.core.memory import plan
+    from ampscope.core.memory.measured import compare_run
 
     root = records.default_runs_dir()
     found = resolve_run(args.run, root)
@@ -361,8 +361,8 @@ def _memory_run(args: argparse.Namespace) -> int:
         return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
     folder = str(found) if found is not None else args.run
     try:
-        c = memory_runs.compare_run(folder, _measure_recorded(folder))
-    except mp.PlanError as exc:
+        c = compare_run(folder, _measure_recorded(folder))
+    except plan.PlanError as exc:
         return _fail(str(exc))
     if args.json:
         print(json.dumps(c.to_dict(), indent=2))

@@ -16,14 +16,14 @@ import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory import plan
 from ampscope.core.presets import ConfigError
 from ampscope.core.text import visible
 
 SHAPE = ("layers", "hidden", "heads", "seq", "batch")
 
 
-def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep | None]:
+def from_model(args: argparse.Namespace) -> tuple[int, Any, str, plan.MeasuredStep | None]:
     """(parameter count, transformer shape if the flags give one, title, the activations
     measured on one step of the model); ConfigError (with the user's traceback, if their code
     failed) for a spec that builds no model."""
@@ -36,7 +36,7 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
         raise left_early(args.model, exc) from None
     shape = None
     if all(getattr(args, k) is not None for k in SHAPE):
-        shape = mp.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
+        shape = plan.Shape(args.layers, args.hidden, args.heads, args.seq, args.batch, args.vocab)
     where = "the meta device" if device == "meta" else "the CPU"
     measured = None if shape is not None else measure(args.model)
     if measured is not None and measured.params is not None:  # the real module, ties and all
@@ -45,12 +45,12 @@ def from_model(args: argparse.Namespace) -> tuple[int, Any, str, mp.MeasuredStep
     return params, shape, f"{title}, as built on {where}", measured
 
 
-def measure(spec: str, batch: int | None = None) -> mp.MeasuredStep | None:
+def measure(spec: str, batch: int | None = None) -> plan.MeasuredStep | None:
     """What one step of the model saves for backward, in each regime (``engine.memory.saved``);
     None when the model cannot run a step on the CPU (the plan then says so)."""
     import torch
 
-    from ampscope.core.presets.workload_spec import ModelContext
+    from ampscope.core.workload import ModelContext
     from ampscope.engine.memory.saved import measure_step_memory
     from ampscope.engine.workloads.user import build_user_workload
 

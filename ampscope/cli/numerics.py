@@ -9,7 +9,7 @@ import sys
 
 from ampscope.cli.output import fail, output_width, stdout_for_json_only
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.numerics import FORMATS
 from ampscope.core.numerics.event import INPUTS, OWN
 from ampscope.core.numerics.names import fold_names
@@ -42,7 +42,7 @@ def cmd_numerics(args: argparse.Namespace) -> int:
 
     overrides = ["numerics.every=1", *run_overrides(args)]
     try:
-        preset = cfg.load_preset(args.preset, overrides)
+        preset = presets.load_preset(args.preset, overrides)
         if preset.numerics.every == 0:  # off: the run would measure nothing to print
             return fail(
                 "numerics.every=0 turns the measuring off, and 'ampscope numerics' prints what "
@@ -54,7 +54,7 @@ def cmd_numerics(args: argparse.Namespace) -> int:
             print(
                 "ampscope: numerics hook every layer, so this run does not compile", file=sys.stderr
             )
-    except cfg.ConfigError:
+    except presets.ConfigError:
         pass  # run() says what is wrong, as 'ampscope run' does
     summary = NumericsSummary()
     console = ConsoleReporter(out=sys.stderr, result=sys.stderr)

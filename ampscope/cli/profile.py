@@ -20,8 +20,7 @@ from pathlib import Path
 
 from ampscope.cli.output import fail, stdout_for_json_only
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import profiles
+from ampscope.core import presets, profiles
 from ampscope.core.presets.run_args import add_launch_arguments, add_model_argument, model_overrides
 from ampscope.core.text import visible
 
@@ -30,7 +29,7 @@ WARMUP_STEPS = 3
 ``warmup_steps`` when more (5 by default), and one more to compile."""
 
 
-def warmup_of(preset: cfg.Preset) -> int:
+def warmup_of(preset: presets.Preset) -> int:
     """The steps run before the profile starts."""
     return max(WARMUP_STEPS, preset.warmup_steps) + (preset.compile != "off")
 
@@ -107,8 +106,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.device is not None:
         overrides.append(f"device='{args.device}'")
     try:
-        preset = cfg.load_preset(args.preset, overrides)
-    except cfg.ConfigError as exc:
+        preset = presets.load_preset(args.preset, overrides)
+    except presets.ConfigError as exc:
         return fail(exc)
     start = warmup_of(preset)
     overrides.append(f"steps={start + k}")
@@ -164,7 +163,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return code
 
 
-def run_facts(preset: cfg.Preset, hello: ev.HelloEvent | None) -> profiles.RunFacts:
+def run_facts(preset: presets.Preset, hello: ev.HelloEvent | None) -> profiles.RunFacts:
     """What the profiled run was and what its device runs: the advice's facts. The run is one
     process, so ``auto`` AdamW is the fused kernel exactly on CUDA."""
     from ampscope.core.presets.optimizer import implementation
@@ -236,7 +235,7 @@ def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:
     """Both runs' last profiles side by side, or a message naming the run that has none."""
     from ampscope.cli.runs import resolve_run
     from ampscope.core import records
-    from ampscope.core.profiles import compare as profile_compare
+    from ampscope.core.profiles import compare
 
     root = runs_dir or records.default_runs_dir()
     found = []
@@ -248,7 +247,7 @@ def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:
                 f"{records.EVENTS_FILE}), or a run's name in {root}, as 'ampscope runs' lists it."
             )
         record = records.load_run(path)
-        profile = profile_compare.last_profile(record.events)
+        profile = compare.last_profile(record.events)
         if profile is None:
             why = f" ({record.problem})" if record.problem else ""
             return fail(
@@ -259,13 +258,11 @@ def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:
         found.append((record, profile))
     (rec_a, pa), (rec_b, pb) = found
     if as_json:
-        out = profile_compare.to_json(
-            (rec_a.name, rec_a.preset, pa), (rec_b.name, rec_b.preset, pb)
-        )
+        out = compare.to_json((rec_a.name, rec_a.preset, pa), (rec_b.name, rec_b.preset, pb))
         print(json.dumps(out))
         return 0
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
-    text = profile_compare.side_by_side(
+    text = compare.side_by_side(
         (f"{rec_a.preset} ({rec_a.name})", pa), (f"{rec_b.preset} ({rec_b.name})", pb), width
     )
     print(visible(text, keep_newlines=True))

@@ -17,8 +17,7 @@ from typing import Any
 
 from ampscope.cli.output import fail
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import records
+from ampscope.core import presets, records
 from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
 from ampscope.core.text import visible
 
@@ -111,7 +110,7 @@ def cmd_run_detached(args: argparse.Namespace) -> int:
         run_dir, pid = launch_detached(
             args.preset, run_overrides(args), args.runs_dir, getattr(args, "launch", None)
         )
-    except cfg.ConfigError as exc:
+    except presets.ConfigError as exc:
         return fail(str(exc))
     except EngineDidNotStart as exc:
         return fail(str(exc), 2 if exc.code == 2 else 1)

@@ -33,7 +33,7 @@ import psutil
 from ampscope.cli.console import ConsoleReporter
 from ampscope.cli.output import fail
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.presets.parallel import Launch, port_in_use
 from ampscope.core.presets.run_args import run_overrides
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
@@ -49,8 +49,8 @@ EXIT_FOR_STATUS = {"ok": 0, "failed": 1, "stopped": 130}
 def cmd_run_distributed(args: argparse.Namespace, launch: Launch) -> int:
     overrides = run_overrides(args)
     try:
-        cfg.load_preset(args.preset, overrides)  # refused here, before any process starts
-    except cfg.ConfigError as exc:
+        presets.load_preset(args.preset, overrides)  # refused here, before any process starts
+    except presets.ConfigError as exc:
         return fail(exc)
     problem = port_in_use(launch)
     if problem is not None:

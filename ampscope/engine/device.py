@@ -138,7 +138,7 @@ def cpu_has_units(fmt: str, flags: set[str]) -> bool:
     return any(flag in flags for flag, _name in CPU_UNITS[fmt])
 
 
-def where_it_runs(info: DeviceInfo) -> dict[str, Any]:
+def host_fields(info: DeviceInfo) -> dict[str, Any]:
     """The hello fields that say which process, host, versions and device run the job: the
     same for an engine run and a watched loop."""
     return {

@@ -1,4 +1,4 @@
-"""The ampscope dashboard: the screen stack, and the run session's listener.
+"""The ampscope dashboard: the screen stack, and the run manager's listener.
 
 The app decides what is shown. Runs are the run manager's (``tui.model.run_manager``, Textual-free); screens
 ask for runs with messages (``tui.messages``) and read runs through a source (``tui.model.source``).
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ampscope.tui.model.source import RunSource
     from ampscope.tui.screens.run import RunScreen
 
-# The first screen is the presets'; every other screen, and the run session with the engine
+# The first screen is the presets'; every other screen, and the run manager with the engine
 # processes behind it, is loaded when first asked for (benchmarks/first_paint.py).
 
 
@@ -133,17 +133,17 @@ class AmpscopeApp(Keymapping, Navigation, App):
         self.autostart = autostart
         self.extra_overrides = list(extra_overrides)
         self._processes = processes
-        self._session: RunManager | None = None
+        self._run_manager: RunManager | None = None
         self._wanted_theme = theme
 
     @property
-    def session(self) -> RunManager:
+    def run_manager(self) -> RunManager:
         """The runs this dashboard starts: made (its engine code loaded) on first use."""
-        if self._session is None:
+        if self._run_manager is None:
             from ampscope.core.processes.launch import launch_detached
             from ampscope.tui.model.run_manager import RunManager, start_engine_process
 
-            self._session = RunManager(
+            self._run_manager = RunManager(
                 self,
                 self.runs_dir,
                 extra_overrides=self.extra_overrides,
@@ -151,7 +151,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
                 start_engine=partial(start_engine_process, processes=self._processes),
                 launch=partial(launch_detached, launch=self._processes),
             )
-        return self._session
+        return self._run_manager
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,7 +173,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
             self.call_after_refresh(self.open_run, self.open_run_at_start)
         elif self.autostart:
             preset, overrides = self.autostart
-            self.call_after_refresh(self.session.start_run, preset, list(overrides))
+            self.call_after_refresh(self.run_manager.start_run, preset, list(overrides))
 
     # ------------------------------------------------------------------ keys, help, size
 
@@ -201,20 +201,21 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
     async def action_quit(self) -> None:
         """Stop the engine (SIGTERM, then SIGKILL after the grace period), then exit."""
-        if self._session is not None:
-            await self._session.stop_run()
+        if self._run_manager is not None:
+            await self._run_manager.stop_run()
         self.exit(0)
 
     async def on_unmount(self) -> None:
         """The last chance (exit without quit): the engine never outlives the app."""
-        if self._session is not None:
-            await self._session.close()
+        if self._run_manager is not None:
+            await self._run_manager.close()
 
     # ------------------------------------------------------------------ what screens ask
 
     async def on_run_requested(self, message: RunRequested) -> None:
         self.after_stopping(
-            message.preset, lambda: self.session.start_run(message.preset, detach=message.detach)
+            message.preset,
+            lambda: self.run_manager.start_run(message.preset, detach=message.detach),
         )
 
     async def on_edited_run_requested(self, message: EditedRunRequested) -> None:
@@ -222,13 +223,13 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
         name = edited_name(message.preset)
         self.after_stopping(
-            name, lambda: self.session.start_edited_run(message.preset, detach=message.detach)
+            name, lambda: self.run_manager.start_edited_run(message.preset, detach=message.detach)
         )
 
     async def on_sweep_requested(self, message: SweepRequested) -> None:
         self.after_stopping(
             f"a sweep of {len(message.presets)}",
-            lambda: self.session.start_sweep(message.presets, message.repeats),
+            lambda: self.run_manager.start_sweep(message.presets, message.repeats),
             declined=message.declined,
         )
 
@@ -243,7 +244,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
 
         A detached run is not this dashboard's child, and a new run never stops it.
         """
-        running = self._session.current if self._session is not None else None
+        running = self._run_manager.current if self._run_manager is not None else None
         if running is None or not running.engine.running or running.state.finished:
             self.run_worker(start(), group="start", exclusive=False)
             return
@@ -307,7 +308,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
             self.push_screen(screen)
         return screen
 
-    # ------------------------------------------------------------------ what the session says
+    # ------------------------------------------------------------------ what the run manager says
 
     def run_started(self, run: LiveRun) -> None:
         self.watch_live(run, pop=True)

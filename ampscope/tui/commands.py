@@ -11,16 +11,16 @@ from collections.abc import Callable
 from textual.command import DiscoveryHit, Hit, Hits, Matcher, Provider
 from textual.content import Content
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.text import visible
 from ampscope.tui.messages import RunRequested
 
 
-def _prompt(info: cfg.PresetInfo) -> str:
+def _prompt(info: presets.PresetInfo) -> str:
     return f"Run preset {visible(info.name)}"
 
 
-def _help(info: cfg.PresetInfo) -> str | None:
+def _help(info: presets.PresetInfo) -> str | None:
     """Content, though typed str: Textual reads a str help as markup but passes Content
     through (``Content.from_markup``), and no escape of a str is faithful (tui.text)."""
     if not info.description:
@@ -36,7 +36,7 @@ def _highlighted(matcher: Matcher, text: str) -> Content:
 class PresetCommands(Provider):
     async def startup(self) -> None:
         read_only = getattr(self.app, "read_only", False)  # a served viewer starts nothing
-        self.presets = [] if read_only else cfg.list_presets()
+        self.presets = [] if read_only else presets.list_presets()
 
     def _command(self, name: str) -> Callable[[], object]:
         return lambda: self.app.post_message(RunRequested(name))

@@ -1,7 +1,7 @@
 """The dashboard's keys as the user set them: ``keys.toml`` applied to every screen's
 bindings (clashes refused and said), and a dimmed key, pressed, saying why it does nothing.
 
-A mixin of the app, apart from the screen stack and the run session in ``ampscope.tui.app``.
+A mixin of the app, apart from the screen stack and the run manager in ``ampscope.tui.app``.
 """
 
 from __future__ import annotations

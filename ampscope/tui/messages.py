@@ -1,6 +1,6 @@
 """What screens ask of the dashboard. Posted by a screen, they bubble up to the app.
 
-Screens never call the app: they post one of these, and the app (which owns the run session
+Screens never call the app: they post one of these, and the app (which owns the run manager
 and the screen stack) decides. A screen is then testable by the messages it posts.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from ampscope.core import presets as cfg
+from ampscope.core.presets import Preset
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RunRequested(Message):
 class EditedRunRequested(Message):
     """Run a preset edited on the Presets screen, as ``NAME-edited``."""
 
-    preset: cfg.Preset
+    preset: Preset
     detach: bool = False
 
 
@@ -35,7 +35,7 @@ class EditedRunRequested(Message):
 class SweepRequested(Message):
     """Run these presets one after another, ``repeats`` rounds interleaved, then compare them."""
 
-    presets: list[str | cfg.Preset]  # a name, or a preset edited on the Presets screen
+    presets: list[str | Preset]  # a name, or a preset edited on the Presets screen
     repeats: int = 1
     declined: Callable[[], None] = lambda: None  # the user kept a running run: marks come back
 

@@ -1,7 +1,7 @@
 """Every screen from the command palette (ctrl+p), and the ways the app opens each one.
 
 A mixin of the app: the palette's commands and the ``show_*`` methods they call, apart from
-the screen stack's rules and the run session's listener in ``ampscope.tui.app``.
+the screen stack's rules and the run manager's listener in ``ampscope.tui.app``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Textual puts the terminal in raw mode with mouse tracking, bracketed paste and the alternate
 screen on, and undoes it on a normal exit. A SIGTERM ends the dashboard from a signal
-handler that cannot wait for a graceful exit (REFERENCE.md, "Textual facts"), so the handler
+handler that cannot wait for a graceful exit, so the handler
 undoes it itself: the sequences Textual's Linux driver writes when it stops, and the termios
 settings saved before the app started. After a hang-up (SIGHUP) the terminal is gone and
 nothing may be written to it: that handler does not call this.

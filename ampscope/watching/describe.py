@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core.machine import check as machine_check
+from ampscope.core.machine import check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.memory.host import current_rss
-from ampscope.engine.device import DeviceInfo, cpu_name, resolve_device, where_it_runs
+from ampscope.engine.device import DeviceInfo, cpu_name, host_fields, resolve_device
 from ampscope.watching.options import Options
 from ampscope.watching.readout import host_lr
 
@@ -42,7 +42,7 @@ class RunFacts:
         return COMPUTE_DTYPE.get(self.precision, self.precision)
 
 
-def describe(
+def watched_facts(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
     scaler: Any,
@@ -142,7 +142,7 @@ def measured_peak(device_name: str, compute_dtype: str, cuda: bool) -> float | N
     once; a CPU has no TF32, so tf32 reads fp32's. None without a kept check."""
     fmt = "fp32" if not cuda and compute_dtype == "tf32" else compute_dtype
     try:
-        return machine_check.measured_tflops(device_name, fmt)
+        return check.measured_tflops(device_name, fmt)
     except OSError:
         return None
 
@@ -170,7 +170,7 @@ def hello_event(
         run_dir=run_dir,
         preset=str(facts.config["name"]),
         config=facts.config,
-        **where_it_runs(info),
+        **host_fields(info),
         compute_dtype=facts.compute_dtype,
         peak_tflops=facts.peak,
         peak_tflops_note=facts.peak_note,

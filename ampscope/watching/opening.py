@@ -13,7 +13,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.records.writer import RecordWriter
 from ampscope.engine.emitter import EventWriter
-from ampscope.watching.describe import RunFacts, describe, hello_event, rss_without_model
+from ampscope.watching.describe import RunFacts, hello_event, rss_without_model, watched_facts
 from ampscope.watching.messages import default_name, setup_warnings
 from ampscope.watching.options import Options
 from ampscope.watching.troubles import Troubles
@@ -46,7 +46,7 @@ def open_record(
     """Describe the run, make its folder and write its ``hello`` (and the setup's warnings);
     None when no folder could be made (``troubles`` said why)."""
     name = options.name or default_name()
-    facts = describe(model, optimizer, scaler, options, name)
+    facts = watched_facts(model, optimizer, scaler, options, name)
     live = {"source": "watch", "allow_stop": options.allow_stop, "stop_signal": stop_signal()}
     root = Path(options.runs_dir) if options.runs_dir is not None else records.default_runs_dir()
     record = create_record(root, name, facts.config, live, troubles)

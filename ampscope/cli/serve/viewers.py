@@ -12,7 +12,7 @@ quit and stays, with all it holds, while it no longer counts toward ``--max-view
 - once the socket closes the viewer is asked to quit; after QUIT_S its process group gets
   SIGTERM, after TERM_S more SIGKILL;
 - a tab counts toward ``--max-viewers`` until its viewer process has exited;
-- every message from the tab is checked (``serve.browser_message``) before the viewer gets it:
+- every message from the tab is checked (``messages.browser_message``) before the viewer gets it:
   one that the page would never send closes that tab, and only that one;
 - a viewer goes when serve does, however serve goes: it is told serve's pid (PARENT_ENV) and
   watches for its end (cli/serve/viewer.py).

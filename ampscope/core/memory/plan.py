@@ -2,7 +2,7 @@
 
 Per parameter, a training step keeps weights, gradients, optimizer state and (in mixed
 precision) fp32 master weights; activations and the loss's logit buffers come on top and
-scale with batch and sequence. The facts (REFERENCE.md, "Memory per parameter, AdamW"):
+scale with batch and sequence. The facts, with AdamW:
 
 - fp32 / tf32 with AdamW: 4 w + 4 g + 8 (m, v) = 16 bytes/param; inference 4.
 - torch AMP (fp32 weights are the master copy, autocast to bf16/fp16): also 16, plus a
@@ -318,7 +318,7 @@ def transformer_params(layers: int, hidden: int, vocab: int | None = None) -> in
     return 12 * layers * hidden * hidden + (2 * vocab * hidden if vocab else 0)
 
 
-def activation_bytes(
+def saved_activation_bytes(
     shape: Shape, bytes_per_value: int = 2, residual_bytes: int | None = None
 ) -> int:
     """What autograd keeps for backward in the engine's GPT, logits excluded (module docstring).
@@ -393,7 +393,7 @@ def plan_regime(
         return measured_plan(params, regime, optimizer, measured)
     r = REGIMES[regime]
     opt_bpp = OPTIMIZER_STATES[optimizer] * r.state_bytes
-    acts = activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
+    acts = saved_activation_bytes(shape, r.activation_bytes, r.residual_bytes) if shape else None
     logits = logits_bytes(shape, r.activation_bytes) if shape else None
     temp = optimizer_temporaries(optimizer, largest_param, r.state_bytes)
     backward = params * r.cast_bytes + (acts or 0) + (logits or 0)
@@ -555,15 +555,15 @@ def workload_from(
 
 def workload_from_preset(name: str, on_cuda: bool = True) -> PlannedModel:
     """A preset's workload at its GPU size (``on_cuda``) or CPU size; raises ConfigError."""
-    from ampscope.core import presets as config
+    from ampscope.core import presets
 
-    preset = config.load_preset(name)
+    preset = presets.load_preset(name)
     if preset.workload.model is not None:
-        raise config.ConfigError(
+        raise presets.ConfigError(
             f"preset '{name}' trains your own model (workload.model = '{preset.workload.model}'): "
             f"plan it with ampscope memory --model {preset.workload.model}"
         )
-    dims, batch = config.resolve_workload(preset, on_cuda=on_cuda)
+    dims, batch = presets.resolve_workload(preset, on_cuda=on_cuda)
     return workload_from(preset.workload.kind, dims, batch, preset.precision, preset.fp8.recipe)
 
 

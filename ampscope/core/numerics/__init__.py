@@ -1,12 +1,14 @@
 """Per-layer numerics: which layer's values a format cannot hold, shared by engine, CLI and views.
 
 The engine measures each leaf module's output (forward) and the gradient at that output
-(backward) against fp16, bf16 and the two fp8 formats; this module holds the format limits
+(backward) against fp16, bf16 and the two fp8 formats; this package holds the format limits
 it measures against (taken from ``core.formats``, checked by real casts with ml_dtypes), the
 summary of many sampled steps, and the sentences a lecturer can read out. No torch here.
 
-Beside this module (the formats' limits and the per-layer figures):
+Its modules:
 
+    limits.py   the formats measured against and what each holds; a module's totals over steps
+    groups.py   repeated blocks as one row, and which layers are measured past the cap
     event.py    the parts of the ``numerics`` event
     options.py  the preset's ``[numerics]`` table
     report.py   sampled steps summed per module, and the verdicts
@@ -16,185 +18,43 @@ Beside this module (the formats' limits and the per-layer figures):
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
-
-from ampscope.core.numerics.event import (  # noqa: F401 - the event's parts, named here too
-    FirstNonfinite,
-    FormatShare,
-    ModuleNumerics,
-    TensorNumerics,
+from ampscope.core.numerics.event import FirstNonfinite, FormatShare, ModuleNumerics, TensorNumerics
+from ampscope.core.numerics.groups import (
+    MODULE_CAP,
+    choose_modules,
+    group_label,
+    group_names,
+    pattern,
+)
+from ampscope.core.numerics.limits import (
+    DTYPE_LABELS,
+    DTYPE_LARGEST,
+    FORMATS,
+    FP8_KEYS,
+    LIMITS,
+    Limits,
+    PassTotals,
+    headroom_bits,
+    overflows_in,
 )
 
-# The formats a layer is measured against: short key -> core.formats key.
-FORMATS = {"fp16": "fp16", "bf16": "bf16", "e4m3": "fp8-e4m3fn", "e5m2": "fp8-e5m2"}
-FP8_KEYS = ("e4m3", "e5m2")  # also measured after per-tensor amax scaling
-MODULE_CAP = 256  # leaf modules measured at most; beyond it, one of each repeated kind first
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Where a format stops holding a magnitude ``a``, as fp32 boundaries ``b`` read "a >= b".
-
-    ``overflow_at``: the smallest magnitude that rounds beyond the largest finite value
-    (fp16: 65520, since 65504 + half a step rounds to even, upward). ``zero_below``: the
-    smallest magnitude that does *not* round to zero (half the smallest subnormal rounds to
-    zero under round-to-nearest-even, anything above it rounds up)."""
-
-    key: str
-    largest: float
-    smallest: float  # the smallest subnormal
-    overflow_at: float
-    zero_below: float
-
-
-# Written out, so that reading a record never loads numpy and ml_dtypes (the dashboard starts
-# without them); tests/test_numerics.py derives each from real casts and compares.
-LIMITS = {
-    "fp16": Limits("fp16", 65504.0, 2.0**-24, 65520.0, 2.980232594040899e-08),
-    "bf16": Limits(
-        "bf16", 3.3895313892515355e38, 2.0**-133, 3.39617752923046e38, 4.591914937745993e-41
-    ),
-    "e4m3": Limits("e4m3", 448.0, 2.0**-9, 464.0000305175781, 0.0009765626164153218),
-    "e5m2": Limits("e5m2", 57344.0, 2.0**-16, 61440.0, 7.629395440744702e-06),
-}
-
-
-# The largest finite value of each floating format a measured tensor may be computed in, by
-# torch's name for it (tests/test_numerics.py checks them against torch.finfo).
-DTYPE_LARGEST = {
-    "float64": 1.7976931348623157e308,
-    "float32": 3.4028234663852886e38,
-    "bfloat16": 3.3895313892515355e38,
-    "float16": 65504.0,
-    "float8_e5m2": 57344.0,
-    "float8_e4m3fn": 448.0,
-}
-DTYPE_LABELS = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-
-
-def overflows_in(dtype: str | None, key: str) -> bool:
-    """Whether an inf or NaN computed in ``dtype`` is an overflow of format ``key``: it is when
-    ``key`` holds no larger a value (an fp16 tensor's inf is beyond fp16 and both fp8 formats,
-    an fp32 tensor's beyond every one). Whether bf16 would hold an fp16 tensor's inf is not
-    known: the value was lost where it was computed."""
-    largest = DTYPE_LARGEST.get(dtype or "")
-    return largest is not None and LIMITS[key].largest <= largest
-
-
-def headroom_bits(amax: float | None, key: str) -> float | None:
-    """log2(largest finite / amax): negative when the values are beyond the format."""
-    if amax is None or amax <= 0:
-        return None
-    return math.log2(LIMITS[key].largest / amax)
-
-
-def group_label(names: list[str]) -> str:
-    """``blocks.0.attn.proj`` .. ``blocks.11.attn.proj`` -> ``blocks.0-11.attn.proj``."""
-    if len(names) == 1:
-        return names[0]
-    parts = [n.split(".") for n in names]
-    out = []
-    for i, first in enumerate(parts[0]):
-        column = [p[i] for p in parts]
-        if all(c == first for c in column):
-            out.append(first)
-        else:
-            numbers = sorted(int(c) for c in column)
-            out.append(f"{numbers[0]}-{numbers[-1]}")
-    return ".".join(out)
-
-
-def pattern(name: str) -> str:
-    """A module name with its block numbers blanked: the members of a repeated block share it.
-
-    Only a number with more of the name after it is a block's (``blocks.3.attn.proj``); a
-    name that ends in a number is a layer of its own, one of a ``Sequential``'s or a
-    ``ModuleList``'s (``0``, ``net.4``): a Linear and the GELU after it are never one row."""
-    return re.sub(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)", "*", name)
-
-
-def group_names(names: list[str]) -> list[tuple[str, list[str]]]:
-    """Repeated blocks as one row each, in the model's order: (label, member names)."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(pattern(name), []).append(name)
-    return [(group_label(members), members) for members in groups.values()]
-
-
-def choose_modules(names: list[str], cap: int = MODULE_CAP) -> list[str]:
-    """At most ``cap`` names, in the model's order; beyond the cap, every repeated kind of
-    layer keeps a member before any kind keeps a second one."""
-    if len(names) <= cap:
-        return list(names)
-    members = [m for _, m in group_names(names)]
-    chosen: set[str] = set()
-    depth = 0
-    while len(chosen) < cap:
-        for group in members:
-            if depth < len(group) and len(chosen) < cap:
-                chosen.add(group[depth])
-        depth += 1
-    return [n for n in names if n in chosen]
-
-
-@dataclass
-class PassTotals:
-    """One module's output (or gradient) over many sampled steps."""
-
-    numel: int = 0
-    amax: float | None = None
-    min_nonzero: float | None = None
-    nonfinite: int = 0
-    lost: dict[str, list[float]] = field(default_factory=dict)  # key -> [over, under, scaled]
-    steps: int = 0
-    overflow_steps: dict[str, int] = field(default_factory=dict)  # steps with any overflow
-    # key -> inf/NaN values not counted as key's overflow: computed in a narrower format, or
-    # (an older record) in a format not recorded
-    hidden: dict[str, int] = field(default_factory=dict)
-    dtype: str | None = None  # the widest format its tensors were computed in
-
-    def add(self, t: TensorNumerics) -> None:
-        self.steps += 1
-        self.numel += t.numel
-        self.nonfinite += t.nonfinite
-        if t.dtype is not None and DTYPE_LARGEST.get(t.dtype, 0.0) >= DTYPE_LARGEST.get(
-            self.dtype or "", 0.0
-        ):
-            self.dtype = t.dtype
-        for key in FORMATS:
-            if t.nonfinite and not overflows_in(t.dtype, key):
-                self.hidden[key] = self.hidden.get(key, 0) + t.nonfinite
-        if t.amax is not None:
-            self.amax = t.amax if self.amax is None else max(self.amax, t.amax)
-        if t.min_nonzero is not None:
-            low = self.min_nonzero
-            self.min_nonzero = t.min_nonzero if low is None else min(low, t.min_nonzero)
-        for key, share in t.formats.items():
-            lost = self.lost.setdefault(key, [0.0, 0.0, 0.0])
-            lost[0] += share.overflow * t.numel
-            lost[1] += share.underflow * t.numel
-            lost[2] += (share.scaled_underflow or 0.0) * t.numel
-            self.overflow_steps[key] = self.overflow_steps.get(key, 0) + (share.overflow > 0)
-
-    def share(self, key: str, which: int) -> float:
-        return self.lost.get(key, [0.0, 0.0, 0.0])[which] / self.numel if self.numel else 0.0
-
-    def to_json(self) -> dict[str, object]:
-        formats: dict[str, object] = {}
-        for key in FORMATS:
-            entry: dict[str, float] = {
-                "overflow": self.share(key, 0),
-                "underflow": self.share(key, 1),
-            }
-            if key in FP8_KEYS:
-                entry["scaled_underflow"] = self.share(key, 2)
-            formats[key] = entry
-        return {
-            "amax": self.amax,
-            "min_nonzero": self.min_nonzero,
-            "nonfinite": self.nonfinite,
-            "dtype": self.dtype,
-            "formats": formats,
-        }
+__all__ = [
+    "DTYPE_LABELS",
+    "DTYPE_LARGEST",
+    "FORMATS",
+    "FP8_KEYS",
+    "FirstNonfinite",
+    "FormatShare",
+    "LIMITS",
+    "Limits",
+    "MODULE_CAP",
+    "ModuleNumerics",
+    "PassTotals",
+    "TensorNumerics",
+    "choose_modules",
+    "group_label",
+    "group_names",
+    "headroom_bits",
+    "overflows_in",
+    "pattern",
+]

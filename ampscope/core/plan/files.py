@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.plan.report import Files, Plan, to_builtins
 from ampscope.core.presets.toml_text import toml_value
 from ampscope.core.records import safe_file_name, write_json
@@ -271,7 +271,7 @@ def write(
     notes = []
     preset = folder / PRESET_FILE
     preset.write_text(preset_text(plan, name, where, bf16_instead))
-    loaded = cfg.load_preset(str(preset))  # as 'ampscope run' loads it: an error is a bug
+    loaded = presets.load_preset(str(preset))  # as 'ampscope run' loads it: an error is a bug
     plan.preset_precision = loaded.precision
     files = Files(preset=str(preset), json=str(folder / JSON_FILE))
     if plan.target == "fp8":

@@ -1,7 +1,7 @@
 """Runs on several processes: the preset's ``[parallel]`` table and how torchrun is asked to
 start them.
 
-Torch-free: the table is validated with the rest of the preset (``config.check_combinations``),
+Torch-free: the table is validated with the rest of the preset (``presets.check_combinations``),
 and the launch (``--nproc-per-node``, ``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``) is
 checked before any process starts, so a typo is answered at once with exit 2.
 

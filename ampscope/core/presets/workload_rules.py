@@ -96,7 +96,7 @@ TRANSFORMERS = ("gpt", "gpt2-124m", "llama")
 
 
 class WorkloadFields(Protocol):
-    """A preset's ``[workload]`` table (``config.Workload``), as far as these rules read it."""
+    """A preset's ``[workload]`` table (``presets.WorkloadTable``), as far as these rules read it."""
 
     @property
     def kind(self) -> str: ...

@@ -1,17 +1,15 @@
-"""A user's own model as ampscope trains it: the factory's spec, its context and its answer.
+"""A user's own model as a preset names it: the factory's spec, checked before any engine starts.
 
 ``workload.model = "path/to/my_model.py:make"`` (or ``"my_pkg.models:make"``) names a factory
-that ampscope calls as ``make(ctx)``. It answers with an :class:`ampscope.Workload` or a
-mapping of the same fields. Everything here is plain Python (no torch): the types document
-the entry point, a model file may import them without pulling ampscope's engine in, and the
-spec is checked before any engine starts.
+that ampscope calls as ``make(ctx)``. It answers with an ``ampscope.Workload`` or a mapping of
+the same fields (both types are in core/workload.py). Everything here is plain Python (no
+torch): the spec is checked before any engine starts.
 """
 
 from __future__ import annotations
 
 import keyword
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,47 +20,6 @@ RETURN_FORMS = (
     "of (inputs, targets), a DataLoader, or a callable step -> (inputs, targets)), and "
     "optionally 'loss', 'flops_per_step', 'tokens_per_step', 'samples_per_step' and 'name'"
 )
-
-
-@dataclass
-class Workload:
-    """What a model factory returns: the model, its batches and, when needed, its loss.
-
-    ``batches`` is an iterable of ``(inputs, targets)`` (a DataLoader included; it restarts
-    when it runs out) or a callable ``step -> (inputs, targets)``. ``inputs`` may be a tensor,
-    a tuple (passed as positional arguments) or a dict (passed as keyword arguments); a batch
-    that is a dict alone is taken as keyword arguments with no targets. ``loss`` is
-    ``(output, targets) -> scalar``; without it the model's output must be the loss, or carry
-    it as ``.loss`` (as Hugging Face models do when given labels). ``flops_per_step`` is
-    counted with torch's FlopCounterMode when not given; ``samples_per_step`` is read from
-    the first batch, and ``tokens_per_step`` from integer (token id) inputs of two dimensions.
-    """
-
-    model: Any
-    batches: Any
-    loss: Callable[[Any, Any], Any] | None = None
-    flops_per_step: float | None = None
-    tokens_per_step: int | None = None
-    samples_per_step: int | None = None
-    name: str | None = None
-    sharded: bool = False  # the batches are this rank's already (a DistributedSampler)
-
-
-@dataclass(frozen=True)
-class ModelContext:
-    """What the factory is told: build on ``device``, batches of ``batch_size`` (None: the
-    preset says ``auto``, so the factory picks), seeded with ``seed``, for ``precision`` (the
-    preset's name for it, such as ``amp-bf16``: the engine applies it, the factory need not).
-    Under torchrun, ``rank`` of ``world_size`` (``local_rank`` on its node) is this process:
-    for a ``DistributedSampler``, with ``sharded=True`` in the answer."""
-
-    device: Any  # a torch.device
-    batch_size: int | None
-    seed: int
-    precision: str
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import records
+from ampscope.core import presets, records
 from ampscope.core.presets.parallel import Launch
 from ampscope.core.presets.workload_spec import record_name
 from ampscope.core.processes import ownership
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 
 ENGINE_MODULE = "ampscope.engine"
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -160,15 +159,15 @@ def launch_detached(
 ) -> tuple[Path, int]:
     """Start an engine that outlives this process; returns its run folder and pid.
 
-    The preset is validated here (``cfg.ConfigError`` on a bad one) and written resolved into
+    The preset is validated here (``presets.ConfigError`` on a bad one) and written resolved into
     the run folder, so the engine never depends on a file this process may delete. Returns
     once the engine said hello (or is still setting up after ``wait_s``); raises
     EngineDidNotStart when it exits before.
     """
-    resolved = cfg.load_preset(preset, overrides)
+    resolved = presets.load_preset(preset, overrides)
     name = record_name(resolved.name, resolved.workload.model)
     run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), name)
-    (run_dir / PRESET_COPY).write_text(cfg.to_toml(resolved))
+    (run_dir / PRESET_COPY).write_text(presets.to_toml(resolved))
     (run_dir / records.EVENTS_FILE).touch()  # listed (and attachable) from now on
     command = [
         sys.executable,
@@ -252,7 +251,7 @@ def wait_for_hello(proc: subprocess.Popen, run_dir: Path, wait_s: float) -> int 
 def said_hello(events: Path) -> bool:
     """Hello is among the first lines of ``events.jsonl`` (after the setup phase)."""
     try:
-        with record_files.open_file(events, record_files.EVENTS_BYTES) as fh:
+        with files.open_file(events, files.EVENTS_BYTES) as fh:
             head = fh.read(1 << 20)
     except OSError:
         return False
@@ -265,7 +264,7 @@ def why_not_started(run_dir: Path) -> str:
         if isinstance(event, ev.ErrorEvent):
             return event.message
     try:
-        with record_files.open_file(run_dir / ENGINE_LOG, record_files.EVENTS_BYTES) as fh:
+        with files.open_file(run_dir / ENGINE_LOG, files.EVENTS_BYTES) as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - 4096))
             lines = fh.read().decode(errors="replace").strip().splitlines()[-LOG_LINES:]

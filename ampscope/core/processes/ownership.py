@@ -29,7 +29,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 
 OWNER_FILE = ".owner"
 _held: dict[str, int] = {}
@@ -148,7 +148,7 @@ def group_leader(run_dir: Path) -> int | None:
     if _owner_identity(run_dir) is None:
         return None
     try:
-        raw = record_files.read_bytes(run_dir / OWNER_FILE, follow_links=False)
+        raw = files.read_bytes(run_dir / OWNER_FILE, follow_links=False)
         data: Any = json.loads(raw or b"{}")
         leader = int(data.get("group", 0)) if isinstance(data, dict) else 0
     except (OSError, ValueError, TypeError, OverflowError, RecursionError):

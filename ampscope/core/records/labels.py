@@ -11,15 +11,15 @@ from typing import Any
 
 from ampscope.core import records
 from ampscope.core.presets.workload_spec import config_model, model_label
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 
 
-def launch_config(run: records.RunRecord) -> dict[str, Any]:
+def recorded_config(run: records.RunRecord) -> dict[str, Any]:
     """The configuration the run was started with: its hello's, else its ``config.json``."""
     if run.hello is not None:
         return run.hello.config or {}
     try:
-        conf = record_files.read_json(run.path / records.CONFIG_FILE)
+        conf = files.read_json(run.path / records.CONFIG_FILE)
     except (OSError, ValueError, RecursionError):
         return {}
     return conf if isinstance(conf, dict) else {}
@@ -28,13 +28,13 @@ def launch_config(run: records.RunRecord) -> dict[str, Any]:
 def run_preset(run: records.RunRecord) -> str:
     if run.hello is not None:
         return run.hello.preset
-    name = launch_config(run).get("name")
+    name = recorded_config(run).get("name")
     return str(name) if name else run.preset
 
 
 def run_model(run: records.RunRecord) -> str:
     """The user's model by name (``model_label``), else the built-in workload's kind."""
-    conf = launch_config(run)
+    conf = recorded_config(run)
     label = model_label(config_model(conf), run.hello.workload if run.hello else None)
     if label:
         return label

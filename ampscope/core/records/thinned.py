@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 
 from ampscope.core import events as ev
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 
 STEP_BUCKETS = 1024
 """Runs of consecutive steps kept, each by up to three steps (3,072 at most)."""
@@ -313,7 +313,7 @@ def read_thinned(path: Path) -> Thinned:
     """The events of an ``events.jsonl``, thinned as above; a torn last line (a crash
     mid-write) is skipped. Raises OSError when the file cannot be read at all."""
     reader = _Reader()
-    with record_files.open_file(path, STREAMED_BYTES) as fh:
+    with files.open_file(path, STREAMED_BYTES) as fh:
         partial = b""
         skipping = False  # inside a line over MAX_LINE: drop bytes up to its end
         while chunk := fh.read(CHUNK):

@@ -129,7 +129,7 @@ def _release_iterators() -> set[int]:
     return user.release_iterators() if user is not None else set()
 
 
-def describe(child: psutil.Process) -> str:
+def describe_process(child: psutil.Process) -> str:
     try:
         name = " ".join(child.cmdline()[:3]) or child.name()
     except psutil.Error:
@@ -138,7 +138,7 @@ def describe(child: psutil.Process) -> str:
 
 
 def _names(procs: list[psutil.Process]) -> str:
-    return ", ".join(describe(c) for c in procs[:5]) + (" ..." if len(procs) > 5 else "")
+    return ", ".join(describe_process(c) for c in procs[:5]) + (" ..." if len(procs) > 5 else "")
 
 
 def _count(procs: list[psutil.Process]) -> str:

@@ -7,7 +7,7 @@ import traceback
 import torch
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.numerics.event import INPUTS, OWN
 from ampscope.core.numerics.nonfinite import range_advice
 from ampscope.core.records.tally import StepTally
@@ -78,10 +78,10 @@ def every_step_skipped(exc: EveryStepSkipped, preset: str) -> ev.ErrorEvent:
 
 
 def failure(
-    exc: Exception, preset: cfg.Preset, info: DeviceInfo | None, tally: StepTally
+    exc: Exception, preset: presets.Preset, info: DeviceInfo | None, tally: StepTally
 ) -> tuple[ev.ErrorEvent, int]:
     """The error event for a fault and the exit code it gives."""
-    if isinstance(exc, cfg.ConfigError):
+    if isinstance(exc, presets.ConfigError):
         # a fault of a user's model code carries its traceback, filtered to their frames
         trace = getattr(exc, "traceback", None)
         return ev.ErrorEvent(kind="config", message=str(exc), traceback=trace), EXIT_USAGE

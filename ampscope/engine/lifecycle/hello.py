@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core.machine import check as machine_check
+from ampscope.core import presets
+from ampscope.core.machine import check
 from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets.workload_spec import model_label
-from ampscope.engine.device import where_it_runs
+from ampscope.engine.device import host_fields
 from ampscope.engine.step.setup import Setup
 
 CPU_PEAK_NOTE = "no peak TFLOP/s for CPUs; set peak_tflops in the preset to get MFU"
@@ -31,7 +31,7 @@ def choose_peak(s: Setup) -> tuple[float | None, str]:
     return None, CPU_PEAK_NOTE
 
 
-def choose_measured(s: Setup) -> machine_check.MeasuredPeak:
+def choose_measured(s: Setup) -> check.MeasuredPeak:
     """This machine's measured peak for the run's format, from ``ampscope doctor --bench``:
     MFU is then read against what the device can reach, on a CPU for the first time. A CPU
     has no TF32, so a tf32 run there is read against fp32."""
@@ -39,9 +39,9 @@ def choose_measured(s: Setup) -> machine_check.MeasuredPeak:
     if not s.info.is_cuda and fmt == "tf32":
         fmt = "fp32"
     try:
-        return machine_check.measured_peak(s.info.name, fmt)
+        return check.measured_peak(s.info.name, fmt)
     except OSError:  # an unreadable config folder: no measured peak, the run goes on
-        return machine_check.MeasuredPeak(None, None)
+        return check.MeasuredPeak(None, None)
 
 
 def measured_warning(s: Setup) -> tuple[str, str] | None:
@@ -57,7 +57,7 @@ def make_hello(
     """``ranks``: every rank's device, gathered beforehand (a collective) on several processes."""
     peak, note = choose_peak(s)
     measured = choose_measured(s)
-    resolved = cfg.to_dict(s.preset)
+    resolved = presets.to_dict(s.preset)
     resolved["batch_size"] = s.batch_size
     resolved["workload"].update(s.dims)
     wl, info = s.workload, s.info
@@ -68,7 +68,7 @@ def make_hello(
         run_dir=str(run_dir.resolve()) if run_dir else None,
         preset=s.preset.name,
         config=resolved,
-        **where_it_runs(info),
+        **host_fields(info),
         compute_dtype=s.policy.compute_dtype,
         peak_tflops=peak,
         peak_tflops_note=note,

@@ -7,8 +7,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ampscope.core import presets as cfg
-from ampscope.core import records
+from ampscope.core import presets, records
 from ampscope.core.presets.workload_spec import record_name
 from ampscope.core.processes.ownership import OWNER_FILE
 from ampscope.core.records.writer import SPARE_FILE, RecordWriter
@@ -19,14 +18,14 @@ IO_HINT = (
 )
 
 
-def open_record(run_dir: Path, preset: cfg.Preset) -> RecordWriter:
+def open_record(run_dir: Path, preset: presets.Preset) -> RecordWriter:
     """The record of an engine run: its preset as ``config.json``, lines written at once, and
     the run stops when they cannot be. Raises OSError when the folder cannot be written."""
-    return RecordWriter(run_dir, cfg.to_dict(preset))
+    return RecordWriter(run_dir, presets.to_dict(preset))
 
 
 def open_run_dir(
-    preset: cfg.Preset, record: bool, runs_dir: Path | None, run_dir: Path | None
+    preset: presets.Preset, record: bool, runs_dir: Path | None, run_dir: Path | None
 ) -> Path | None:
     """The run's folder: none when not recording, the launcher's when it made one, else new.
 

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core import records
+from ampscope.core import presets, records
 from ampscope.core.records.writer import RecordWriter
 from ampscope.engine.emitter import EventWriter, LiveStream
 from ampscope.engine.lifecycle.children import end_users_children, mark_descendants
@@ -54,8 +53,8 @@ def run(
     (a console says where the record is at any ending, also one before ``hello``)."""
     try:
         ranks = RankEnv.from_environ()
-        preset = cfg.load_preset(preset_name, overrides)
-    except cfg.ConfigError as exc:
+        preset = presets.load_preset(preset_name, overrides)
+    except presets.ConfigError as exc:
         if RankEnv.lead_by_environ():
             return refuse(str(exc), json_out, on_event)
         return EXIT_USAGE

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.machine.mfu import above_peak_warnings, of_measured
 from ampscope.core.records.tally import StepTally
 from ampscope.engine.device import DeviceInfo, resolve_device
@@ -30,12 +30,12 @@ from ampscope.engine.step.setup import build, memory_estimate
 from ampscope.engine.step.validation import read_facts, require_runnable
 from ampscope.engine.telemetry import TelemetrySampler
 
-SHARED_FAULTS = (cfg.ConfigError, NonFiniteLoss, ReplicasDiverged, EveryStepSkipped)
+SHARED_FAULTS = (presets.ConfigError, NonFiniteLoss, ReplicasDiverged, EveryStepSkipped)
 """Faults every rank reaches together (same preset, same exchanged figures): no rank to blame."""
 
 
 def train_preset(
-    preset: cfg.Preset,
+    preset: presets.Preset,
     run_dir: Path | None,
     writer: EventWriter,
     stop: threading.Event,
@@ -92,7 +92,7 @@ def train_preset(
         event, exit_code = failure(exc, preset, info, tally)
         event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
         writer.emit(event, urgent=True)
-        if isinstance(exc, cfg.ConfigError) and writer.on_event is None and ranks.lead:
+        if isinstance(exc, presets.ConfigError) and writer.on_event is None and ranks.lead:
             print(f"ampscope: {exc}", file=sys.stderr)
             if event.traceback:  # the user's own code failed: their frames, to stderr too
                 print(event.traceback, file=sys.stderr)

@@ -17,10 +17,18 @@ from typing import Any, Protocol
 
 import torch
 
-from ampscope.core.machine import check as mc
-from ampscope.core.machine import steady
-from ampscope.core.machine import verdicts as mv
-from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
+from ampscope.core.machine import steady, verdicts
+from ampscope.core.machine.check import (
+    LAYOUTS,
+    MATMUL_FORMATS_CPU,
+    MATMUL_FORMATS_GPU,
+    GpuState,
+    MachineCheck,
+    MatmulFigure,
+    host_name,
+    nvidia_driver,
+    with_datasheet,
+)
 from ampscope.core.machine.hardware import CPU_UNITS, datasheet_gbps
 from ampscope.engine.machine.allreduce import allreduce_gbps
 from ampscope.engine.machine.state import gpu_state
@@ -132,7 +140,7 @@ def operands(
 
 
 def layouts_for(fmt: str) -> tuple[str, ...]:
-    return ("nt",) if fmt == "fp8" else tuple(mc.LAYOUTS)
+    return ("nt",) if fmt == "fp8" else tuple(LAYOUTS)
 
 
 class _Float32Precision:
@@ -375,11 +383,11 @@ def cpu_units(flags: set[str]) -> list[str]:
 def formats_for(kind: str, capability: tuple[int, int] | None) -> tuple[str, ...]:
     """The matmul formats a device runs natively: bf16 and tf32 from 8.0, fp8 from 8.9."""
     if kind == "cpu":
-        return mc.MATMUL_FORMATS_CPU
+        return MATMUL_FORMATS_CPU
     cc = capability or (0, 0)
     return tuple(
         f
-        for f in mc.MATMUL_FORMATS_GPU
+        for f in MATMUL_FORMATS_GPU
         if not (f in ("tf32", "bf16") and cc < (8, 0)) and not (f == "fp8" and cc < (8, 9))
     )
 
@@ -538,7 +546,7 @@ def run_check(
         device = torch.device("cpu")
         name = (seams.cpu_name or dev.cpu_name)()
         timer = seams.timer or cpu_timer
-        state, driver = None, mc.nvidia_driver()
+        state, driver = None, nvidia_driver()
         units = cpu_units((seams.cpu_flags or dev.cpu_flags)())
         plan = Plan(
             device,
@@ -559,15 +567,15 @@ def run_check(
     )
     power = state.power_limit_w if state else None
     sms = gpu.multiprocessors if gpu is not None else None
-    driver = driver or mc.nvidia_driver()
+    driver = driver or nvidia_driver()
     clock_before = seams.cpu_clock()
     timed = measure_rounds(plan, timer, seams, said, kind, started)
     others = other_cpus(clock_before, seams.cpu_clock()) if not cuda else None
     figures = {fmt: r.figure() for fmt, r in timed.formats.items()}
     if gpu is not None and nvml is not None:
         state, driver = state_under_load(nvml, gpu.uuid, figures, device, seams)
-        driver = driver or mc.nvidia_driver()
-    gpu_row = mc.with_datasheet(name, kind, figures, power, sms)
+        driver = driver or nvidia_driver()
+    gpu_row = with_datasheet(name, kind, figures, power, sms)
     for fmt, fig in figures.items():
         said("matmul", matmul_line(fmt, fig, kind))
     if timed.one_thread:
@@ -596,7 +604,7 @@ def run_check(
         when=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         torch=str(torch.__version__),
         driver=driver,
-        host=mc.host_name(),
+        host=host_name(),
         threads=threads,
         cpu_units=units,
         gpu_state=state,
@@ -608,7 +616,7 @@ def run_check(
         cpus=seams.cpus() if not cuda else None,
         other_cpus=others,
     )
-    check.verdicts = mv.judge(check)
+    check.verdicts = verdicts.judge(check)
     check.seconds = round(time.monotonic() - started, 2)
     return check
 
@@ -702,7 +710,7 @@ def matmul_line(fmt: str, fig: MatmulFigure, kind: str) -> str:
     shape = "x".join(str(x) for x in fig.shape)
     notes = []
     if fig.ratio is not None and fig.datasheet_tflops:
-        notes.append(f"{mv.pct(fig.ratio)} of {fig.datasheet_tflops:g}")
+        notes.append(f"{verdicts.pct(fig.ratio)} of {fig.datasheet_tflops:g}")
     tail = rounds_tail(fig.rounds)
     if tail:
         notes.append(tail[2:-1])

@@ -68,13 +68,13 @@ def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
 
 def kept_checks(torch_version: str, driver: str | None) -> list[dict[str, Any]]:
     """What ``doctor --bench`` kept for this host: each device, when, and whether it is stale."""
-    from ampscope.core.machine import check as mc
+    from ampscope.core.machine import check
 
-    checks, problem = mc.load_all()
+    checks, problem = check.load_all()
     if problem:
         return [{"device": None, "when": None, "stale": problem}]
     return [
-        {"device": c.device, "when": c.when, "stale": mc.staleness(c, torch_version, driver)}
+        {"device": c.device, "when": c.when, "stale": check.staleness(c, torch_version, driver)}
         for c in checks.values()
     ]
 

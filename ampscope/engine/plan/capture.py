@@ -21,7 +21,7 @@ from torch import nn
 from ampscope.core.plan.decide import LayerFacts
 from ampscope.core.plan.report import RecipeNumerics
 from ampscope.core.plan.steps import STEPS, merge_numerics, never_called
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.plan.casts import LayerCasts
 from ampscope.engine.plan.fp32_steps import fp32_steps
 from ampscope.engine.step.fp8 import choose_layers

@@ -5,7 +5,7 @@ across tokens for the grad-weight GEMM under rowwise scaling), its weight twice 
 forward and the grad-input GEMM) and the gradient twice (for the grad-input and the
 grad-weight GEMM). ``CAST_PLANS`` says, per recipe, each cast's format and the axis its scale
 is taken along, as ``torchao.float8.Float8LinearConfig.from_recipe_name`` configures it;
-tests/test_plan_casts.py checks every cast against torchao's own (``hp_tensor_to_float8_dynamic``).
+tests/test_plan_fp8.py checks every cast against torchao's own (``hp_tensor_to_float8_dynamic``).
 
 A cast is a round trip: scale by the format's largest value over the amax (per tensor or
 along an axis; rowwise recipes round the scale down to a power of two), saturate, cast to the

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ampscope.core.machine import check as machine_check
+from ampscope.core.machine import check
 from ampscope.core.machine.hardware import identify
 from ampscope.core.plan import candidates, constants_used, plan_layers
 from ampscope.core.plan.decide import pct
@@ -66,7 +66,7 @@ def choose_gpu(name: str | None, here: tuple[str, tuple[int, int]] | None) -> Ta
     measured = {}
     if same and device_name is not None:
         for fmt in ("bf16", "fp8"):
-            peak = machine_check.measured_peak(device_name, fmt)
+            peak = check.measured_peak(device_name, fmt)
             if peak.tflops:
                 measured[fmt] = (peak.tflops, peak.note or "measured by ampscope doctor --bench")
     fp8_here = here is not None and here[1] >= MIN_CAPABILITY

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ampscope.core.memory import plan as mp
+from ampscope.core.memory import plan as memory_plan
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.units import fmt_bytes
 from ampscope.engine.device import DeviceInfo
@@ -59,7 +59,7 @@ def pool_bytes(kind: str, dims: dict[str, int], batch: int) -> int:
     return n * length * (8 + 8 + 4 + 1 + 2 * 8)  # seqs, noise, rand, follow; inputs, targets
 
 
-def activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: int) -> int:
+def builtin_activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: int) -> int:
     """One step's saved activations (and the fp32 logits the loss makes)."""
     if kind == "mlp":
         hidden = batch * dims["width"] * (dims["layers"] - 1) * 2  # each Linear's and GELU's input
@@ -71,24 +71,26 @@ def activation_bytes(kind: str, dims: dict[str, int], batch: int, value_bytes: i
             total += batch * (channels + 2 * out) * size * size  # conv input, conv and relu out
             channels, size = out, max(size // 2, 1)
         return total * value_bytes
-    shape = mp.Shape(
+    shape = memory_plan.Shape(
         dims["layers"], dims["width"], dims["heads"], dims["seq_len"], batch, dims["vocab"]
     )
-    return mp.activation_bytes(shape, value_bytes) + (mp.logits_bytes(shape, value_bytes) or 0)
+    return memory_plan.saved_activation_bytes(shape, value_bytes) + (
+        memory_plan.logits_bytes(shape, value_bytes) or 0
+    )
 
 
 def estimate(preset: Preset, on_cuda: bool, sizes: WorkloadSizes | None = None) -> MemoryEstimate:
     """``sizes``: the workload's, already resolved (else resolved here)."""
     dims, batch = sizes or resolve_workload(preset, on_cuda=on_cuda)
     kind = preset.workload.kind
-    workload = mp.workload_from(kind, dims, batch, preset.precision)
-    plan = mp.plan_regime(workload.params, workload.regime)
+    workload = memory_plan.workload_from(kind, dims, batch, preset.precision)
+    plan = memory_plan.plan_regime(workload.params, workload.regime)
     return MemoryEstimate(
         data=pool_bytes(kind, dims, batch),
         model=plan.static,
         casts=plan.cast_copies,
-        activations=activation_bytes(
-            kind, dims, batch, mp.REGIMES[workload.regime].activation_bytes
+        activations=builtin_activation_bytes(
+            kind, dims, batch, memory_plan.REGIMES[workload.regime].activation_bytes
         ),
     )
 
@@ -119,7 +121,7 @@ def check_memory(
     host_need = need.data if on_cuda else need.device_total
     checks = [("host", host_need, host or host_memory, HOST_SHARE)]
     if on_cuda and device_memory is not None:
-        checks.append((device_name, need.device_total, device_memory, mp.FIT_FRACTION))
+        checks.append((device_name, need.device_total, device_memory, memory_plan.FIT_FRACTION))
     warnings = []
     for where, bytes_needed, memory, share in checks:
         try:

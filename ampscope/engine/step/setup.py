@@ -11,7 +11,7 @@ from ampscope.core import events as ev
 from ampscope.core.memory.host import current_rss
 from ampscope.core.presets import Preset, WorkloadSizes, resolve_workload
 from ampscope.core.presets.optimizer import adamw_flags
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.ranks.link import Link, SoloLink
 from ampscope.engine.step.flops import FlopFigures, choose_flops, measure_train_flops

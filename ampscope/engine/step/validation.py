@@ -1,6 +1,6 @@
 """Can this preset run here? Every check made before anything is built, in one order.
 
-The preset has already passed the checks that need no device (``config.check_combinations``).
+The preset has already passed the checks that need no device (``presets.check_combinations``).
 What is left needs the machine: its device and compute capability, whether it is one rank of
 several, its memory, whether torchao is installed. Those are read once into ``Facts``, and
 ``check_run`` goes through the checks in this order, the first refusal being the one a user
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ampscope.core.memory import plan as memory_plan
+from ampscope.core.memory import plan
 from ampscope.core.presets import ConfigError, Preset, WorkloadSizes, resolve_workload
 from ampscope.core.units import fmt_bytes
 from ampscope.engine.device import DeviceInfo, cpu_has_fast_bf16, cpu_has_fast_fp16
@@ -180,8 +180,8 @@ def training_state_warning(
 ) -> RunWarning | None:
     """A warning when the planner puts the built model's training state (weights, gradients,
     master weights, AdamW state, casts) above the ``total`` bytes of the device's memory."""
-    regime = memory_plan.regime_for_precision(preset.precision)
-    needed = memory_plan.plan_regime(params, regime).train_total
+    regime = plan.regime_for_precision(preset.precision)
+    needed = plan.plan_regime(params, regime).train_total
     if not total or needed <= total:
         return None
     message = (

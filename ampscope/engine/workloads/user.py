@@ -21,7 +21,7 @@ from torch import nn
 
 from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError
-from ampscope.core.presets.workload_spec import ModelContext
+from ampscope.core.workload import ModelContext
 from ampscope.engine.workloads.base import TrainingWorkload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
@@ -45,7 +45,7 @@ LOSS_FORMS = (
 )
 
 
-def describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """A value as an error message names it: type, and shape and dtype for a tensor."""
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).removeprefix("torch.")
@@ -122,7 +122,7 @@ class UserBatches:
                 self.it = self._iterate()
             except TypeError:
                 raise UserCodeError(
-                    f"workload.model = '{spec_text}': 'batches' is {describe(source)}, neither "
+                    f"workload.model = '{spec_text}': 'batches' is {describe_value(source)}, neither "
                     "iterable nor callable. Accepted: an iterable of batches (a DataLoader, a "
                     "list) or a callable step -> batch."
                 ) from None
@@ -177,7 +177,7 @@ class UserBatches:
             self.first = self._fetch(0)
             self.first_ms = (time.perf_counter() - t0) * 1000.0
             inputs, targets = self.first
-            self.first_seen = f"inputs {describe(inputs)}, targets {describe(targets)}"
+            self.first_seen = f"inputs {describe_value(inputs)}, targets {describe_value(targets)}"
         return self.first
 
     def get(self, step: int) -> tuple[Any, Any]:
@@ -201,7 +201,7 @@ class UserBatches:
             inputs, targets = raw
         else:
             raise UserCodeError(
-                f"workload.model = '{self.spec_text}': batch {step} is {describe(raw)}. "
+                f"workload.model = '{self.spec_text}': batch {step} is {describe_value(raw)}. "
                 f"Accepted: {BATCH_FORMS}."
             )
         return move(inputs, self.device, self.dtype), move(targets, self.device, None)
@@ -267,7 +267,7 @@ class UserWorkload(TrainingWorkload):
         model = answer["model"]
         if not isinstance(model, nn.Module):
             raise UserCodeError(
-                f"workload.model = '{spec_text}': 'model' is {describe(model)}, not a "
+                f"workload.model = '{spec_text}': 'model' is {describe_value(model)}, not a "
                 "torch.nn.Module. Accepted: an nn.Module."
             )
         if not any(p.requires_grad for p in model.parameters()):
@@ -278,7 +278,7 @@ class UserWorkload(TrainingWorkload):
         loss = answer.get("loss")
         if loss is not None and not callable(loss):
             raise UserCodeError(
-                f"workload.model = '{spec_text}': 'loss' is {describe(loss)}, not callable. "
+                f"workload.model = '{spec_text}': 'loss' is {describe_value(loss)}, not callable. "
                 f"Accepted: {LOSS_FORMS}."
             )
         meta = on_meta_device(model)
@@ -328,7 +328,7 @@ class UserWorkload(TrainingWorkload):
             if first is None or first.dim() == 0:
                 raise UserCodeError(
                     f"workload.model = '{self.spec_text}': the batch size cannot be read from "
-                    f"inputs that are {describe(inputs)}. Accepted: inputs whose first tensor "
+                    f"inputs that are {describe_value(inputs)}. Accepted: inputs whose first tensor "
                     "is batch-first, or give 'samples_per_step'."
                 )
             self.samples_per_step = int(first.shape[0])
@@ -356,13 +356,13 @@ class UserWorkload(TrainingWorkload):
         value = self.loss_fn(output, target) if self.loss_fn is not None else self._own(output)
         if not isinstance(value, torch.Tensor):  # .item() or float(): nothing to backward
             raise UserCodeError(
-                f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
+                f"workload.model = '{self.spec_text}': the loss is {describe_value(value)}, not a "
                 f"tensor: backward() needs the tensor itself, not a number read from it (drop "
                 f".item() or float()). Accepted: {LOSS_FORMS}."
             )
         if value.numel() != 1:
             raise UserCodeError(
-                f"workload.model = '{self.spec_text}': the loss is {describe(value)}, not a "
+                f"workload.model = '{self.spec_text}': the loss is {describe_value(value)}, not a "
                 f"scalar. Accepted: {LOSS_FORMS}; reduce a per-example loss with .mean()."
             )
         return value.reshape(()).float()  # the scaler and the step's metrics work in fp32
@@ -377,7 +377,7 @@ class UserWorkload(TrainingWorkload):
         if isinstance(loss, torch.Tensor):
             return loss
         raise UserCodeError(
-            f"workload.model = '{self.spec_text}': the model returned {describe(output)} and "
+            f"workload.model = '{self.spec_text}': the model returned {describe_value(output)} and "
             f"the factory gave no loss. Accepted: {LOSS_FORMS}."
         )
 
@@ -444,7 +444,7 @@ def count_model_parameters(spec_text: str, precision: str = "fp32") -> tuple[int
         model = answer["model"]
         if not isinstance(model, nn.Module):
             raise UserCodeError(
-                f"workload.model = '{spec_text}': 'model' is {describe(model)}, not a "
+                f"workload.model = '{spec_text}': 'model' is {describe_value(model)}, not a "
                 "torch.nn.Module. Accepted: an nn.Module."
             )
         name = str(answer.get("name") or type(model).__name__)

@@ -30,9 +30,9 @@ from ampscope.core.presets.workload_spec import (
     SPEC_FORMS,
     ModelSpec,
     SpecError,
-    Workload,
     check_model_spec,
 )
+from ampscope.core.workload import Workload
 
 RESULT_KEYS = tuple(f.name for f in fields(Workload))
 _PACKAGE = Path(__file__).parents[2]  # ampscope/, as this file is imported from it

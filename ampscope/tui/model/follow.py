@@ -17,7 +17,7 @@ from typing import Any
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes import stopping
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import RESTART, STOP
 
@@ -44,7 +44,7 @@ class RecordTail:
     def read(self, max_bytes: int = CHUNK) -> tuple[list[ev.Event | ev.UnknownEvent], bool]:
         """Events decoded from the new bytes, and whether more bytes are waiting."""
         try:
-            with record_files.open_file(self.path, record_files.EVENTS_BYTES) as fh:
+            with files.open_file(self.path, files.EVENTS_BYTES) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if size < self.offset:  # replaced or truncated: start over
                     self.offset, self._partial, self._skipping = 0, b"", False
@@ -72,7 +72,7 @@ class RecordTail:
 
 def _config(run_dir: Path) -> dict[str, Any]:
     try:
-        data = record_files.read_json(run_dir / records.CONFIG_FILE)
+        data = files.read_json(run_dir / records.CONFIG_FILE)
     except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

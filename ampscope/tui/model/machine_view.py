@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ampscope.core.machine import check as mc
-from ampscope.core.machine import steady
-from ampscope.core.machine import verdicts as mv
+from ampscope.core.machine import steady, verdicts
+from ampscope.core.machine.check import RUN_COMMAND, MachineCheck, staleness
 from ampscope.core.text import visible, wrap
 
 FULL, EMPTY = "\u2588", "\u2591"
@@ -36,7 +35,7 @@ def rate(tflops: float, kind: str) -> str:
 
 
 def check_lines(
-    check: mc.MachineCheck, width: int, torch: str | None, driver: str | None
+    check: MachineCheck, width: int, torch: str | None, driver: str | None
 ) -> list[str]:
     """The view of one kept check, ``width`` columns wide at most."""
     unit = "TFLOP/s" if check.kind == "cuda" else "GFLOP/s"
@@ -50,7 +49,7 @@ def check_lines(
             200,
         ),
     ]
-    stale = mc.staleness(check, torch, driver)
+    stale = staleness(check, torch, driver)
     if stale:
         lines.extend(wrap(stale, width, "! ", "  "))
     if check.contended:
@@ -62,7 +61,7 @@ def check_lines(
     if check.ignored:
         ignored = (
             f"the kept file holds figures that are no measurement, ignored: "
-            f"{', '.join(check.ignored)}; run {mc.RUN_COMMAND} to measure again"
+            f"{', '.join(check.ignored)}; run {RUN_COMMAND} to measure again"
         )
         lines.extend(wrap(visible(ignored, 400), width, "! ", "  "))
     lines.append("")
@@ -90,7 +89,7 @@ def check_lines(
     for fmt, value, fig in figures:
         if fig.datasheet_tflops:
             sheet = rate(fig.datasheet_tflops, check.kind)
-            tail = f" of {sheet} ({mv.pct(fig.ratio or 0.0)})"
+            tail = f" of {sheet} ({verdicts.pct(fig.ratio or 0.0)})"
             drawn = bar(fig.tflops, fig.datasheet_tflops, bar_w)
         else:
             tail = "" if not has_sheet else "  (no datasheet)"
@@ -103,7 +102,7 @@ def check_lines(
             lines.append(
                 f"{what}: {bar(check.memory_gbps, check.memory_datasheet_gbps, bar_w)} "
                 f"{check.memory_gbps:,.0f} of {check.memory_datasheet_gbps:,.0f} GB/s "
-                f"({mv.pct(ratio)}){busy_tag(check.memory_rounds)}"
+                f"({verdicts.pct(ratio)}){busy_tag(check.memory_rounds)}"
             )
         else:
             lines.append(f"{what}: {check.memory_gbps:,.1f} GB/s{busy_tag(check.memory_rounds)}")
@@ -129,7 +128,7 @@ def busy_tag(rounds: list[float]) -> str:
 
 
 def view_lines(
-    checks: dict[str, mc.MachineCheck],
+    checks: dict[str, MachineCheck],
     problem: str | None,
     width: int,
     torch: str | None,
@@ -149,7 +148,7 @@ def view_lines(
         except (TypeError, ValueError, OverflowError, AttributeError) as exc:  # never a crash
             said = (
                 f"the kept check of {check.device!s} cannot be shown ({type(exc).__name__}: "
-                f"{exc}); run {mc.RUN_COMMAND} to measure again"
+                f"{exc}); run {RUN_COMMAND} to measure again"
             )
             lines.extend(wrap(visible(said, 400), width))
     return lines

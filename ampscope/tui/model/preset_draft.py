@@ -14,20 +14,20 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
 
 # (key in the preset, label, choices or None for a free input)
 FIELDS: list[tuple[str, str, tuple[str, ...] | None]] = [
-    ("precision", "precision", typing.get_args(cfg.Precision)),
-    ("grad_scaler", "grad scaler", typing.get_args(cfg.ScalerMode)),
-    ("compile", "compile", typing.get_args(cfg.CompileMode)),
+    ("precision", "precision", typing.get_args(presets.Precision)),
+    ("grad_scaler", "grad scaler", typing.get_args(presets.ScalerMode)),
+    ("compile", "compile", typing.get_args(presets.CompileMode)),
     ("steps", "steps", None),
     ("batch_size", "batch size", None),
     ("lr", "lr", None),
     ("device", "device", None),
-    ("workload.kind", "workload", typing.get_args(cfg.WorkloadKind)),
-    ("workload.size", "size", typing.get_args(cfg.WorkloadSize)),
+    ("workload.kind", "workload", typing.get_args(presets.WorkloadKind)),
+    ("workload.size", "size", typing.get_args(presets.WorkloadSize)),
 ]
 
 REPEAT_CHOICES = (3, 5, 1)
@@ -41,7 +41,7 @@ def parse_field(key: str, text: str) -> Any:
     text = text.strip()
     if key == "device":
         return text
-    return cfg.parse_value(text)
+    return presets.parse_value(text)
 
 
 def next_repeats(repeats: int) -> int:
@@ -53,30 +53,30 @@ class PresetDraft:
     """The preset on the form: loaded, edited, validated; and the sweep queue beside it."""
 
     def __init__(self) -> None:
-        self.info: cfg.PresetInfo | None = None
+        self.info: presets.PresetInfo | None = None
         self.base: dict[str, Any] = {}  # the preset as loaded
         self.edited: dict[str, Any] = {}  # with the form's last valid edits
-        self.preset: cfg.Preset | None = None  # the edited preset, when it validates
+        self.preset: presets.Preset | None = None  # the edited preset, when it validates
         self.problem: str | None = None  # why it does not, in one paragraph
         self.problem_key: str | None = None  # the field at fault, when one is
         # the sweep queue, in order: preset name -> the form's edits when it was marked edited
-        self.marked: dict[str, cfg.Preset | None] = {}
-        self.taken: dict[str, cfg.Preset | None] = {}  # the marks of a sweep asked for
+        self.marked: dict[str, presets.Preset | None] = {}
+        self.taken: dict[str, presets.Preset | None] = {}  # the marks of a sweep asked for
         self.changes: dict[str, str] = {}  # a marked edited preset's edits, as the queue says
         self.repeats = REPEAT_CHOICES[0]
 
     # ------------------------------------------------------------------ the form
 
-    def load(self, info: cfg.PresetInfo) -> cfg.Preset | None:
+    def load(self, info: presets.PresetInfo) -> presets.Preset | None:
         """Load ``info`` as the form's preset; None (and ``problem``) when it cannot be read."""
         self.info = info
         try:
-            preset = cfg.load_preset(str(info.path))
-        except cfg.ConfigError as exc:
+            preset = presets.load_preset(str(info.path))
+        except presets.ConfigError as exc:
             self.base, self.edited, self.preset = {}, {}, None
             self._refuse(str(exc))
             return None
-        self.base = cfg.to_dict(preset)
+        self.base = presets.to_dict(preset)
         self.edited = copy.deepcopy(self.base)
         self.preset = preset
         self._refuse(None)
@@ -84,7 +84,7 @@ class PresetDraft:
 
     def value(self, key: str) -> Any:
         """A field's value in the loaded preset."""
-        return cfg.get_dotted(self.base, key)
+        return presets.get_dotted(self.base, key)
 
     def update(self, fields: Mapping[str, str | None]) -> bool:
         """Apply the form: free fields as typed, choices as picked (None: none picked).
@@ -94,17 +94,17 @@ class PresetDraft:
             raw = fields.get(key)
             if choices is not None:
                 if raw is not None:
-                    cfg.set_dotted(data, key, raw)
+                    presets.set_dotted(data, key, raw)
                 continue
             if (raw or "").strip() == "":
                 return self._refuse(f"'{key}' is empty.", key)
             try:
-                cfg.set_dotted(data, key, parse_field(key, raw or ""))
-            except cfg.ConfigError as exc:  # 5,000 pasted digits, say
+                presets.set_dotted(data, key, parse_field(key, raw or ""))
+            except presets.ConfigError as exc:  # 5,000 pasted digits, say
                 return self._refuse(f"'{key}': {exc.detail}", key)
         try:
-            self.preset = cfg.validate(data, source="edited preset")
-        except cfg.ConfigError as exc:
+            self.preset = presets.validate(data, source="edited preset")
+        except presets.ConfigError as exc:
             return self._refuse(str(exc), exc.key)
         self.edited = data
         self._refuse(None)
@@ -172,20 +172,20 @@ class PresetDraft:
     def edits(self) -> str:
         """The form's fields that differ from the preset as loaded: 'steps 20000, lr 0.01'."""
         changed = [
-            f"{label} {cfg.get_dotted(self.edited, key)}"
+            f"{label} {presets.get_dotted(self.edited, key)}"
             for key, label, _choices in FIELDS
-            if cfg.get_dotted(self.edited, key) != cfg.get_dotted(self.base, key)
+            if presets.get_dotted(self.edited, key) != presets.get_dotted(self.base, key)
         ]
         return ", ".join(changed)
 
     def next_repeats(self) -> None:
         self.repeats = next_repeats(self.repeats)
 
-    def take_sweep(self) -> list[str | cfg.Preset] | None:
+    def take_sweep(self) -> list[str | presets.Preset] | None:
         """The queue w runs (an edited preset as its edits), emptied; None under two."""
         if len(self.marked) < 2:
             return None
-        queue: list[str | cfg.Preset] = [edit or name for name, edit in self.marked.items()]
+        queue: list[str | presets.Preset] = [edit or name for name, edit in self.marked.items()]
         self.taken, self.marked = self.marked, {}
         return queue
 

@@ -1,7 +1,7 @@
 """The runs the dashboard starts: one engine child at a time, a sweep queue, detached runs.
 
 Textual-free (asyncio only), so its rules are tested without a screen. The dashboard is its
-listener: the session says when a run starts, when one went off detached and when a sweep has
+listener: the run manager says when a run starts, when one went off detached and when a sweep has
 something to compare, and the dashboard shows it.
 """
 
@@ -19,8 +19,7 @@ import msgspec
 
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from ampscope.core import presets as cfg
-from ampscope.core.presets import parallel
+from ampscope.core.presets import ConfigError, Preset, load_preset, parallel, to_dict, to_toml
 from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
 from ampscope.tui.model.engine_process import EngineProcess
 from ampscope.tui.model.run_state import RunState
@@ -33,7 +32,7 @@ CLOSE_S = 2.0
 
 
 class Engine(Protocol):
-    """What the session needs of an engine child (``EngineProcess``; tests pass fakes)."""
+    """What the run manager needs of an engine child (``EngineProcess``; tests pass fakes)."""
 
     @property
     def stderr_tail(self) -> Sequence[str]:
@@ -72,8 +71,8 @@ def start_engine_process(
     return EngineProcess(preset, overrides, runs_dir=runs_dir, on_event=on_event, launch=processes)
 
 
-class SessionListener(Protocol):
-    """What the session tells the dashboard."""
+class RunListener(Protocol):
+    """What the run manager tells the dashboard."""
 
     def run_started(self, run: LiveRun) -> None:
         """Show ``run`` (it has not sent anything yet)."""
@@ -91,11 +90,11 @@ class SessionListener(Protocol):
         """A one-line notice."""
 
 
-SweepEntry = str | cfg.Preset
+SweepEntry = str | Preset
 """A preset by name, or one edited on the Presets screen (it runs as ``NAME-edited``)."""
 
 
-def edited_name(preset: cfg.Preset) -> str:
+def edited_name(preset: Preset) -> str:
     return f"{preset.name}-edited"
 
 
@@ -141,12 +140,12 @@ class RunStart:
 
 
 class LiveRun:
-    """An engine child the session started: the Run view's source for it."""
+    """An engine child the run manager started: the Run view's source for it."""
 
     def __init__(
-        self, session: RunManager, state: RunState, engine: Engine, launch: RunStart
+        self, manager: RunManager, state: RunState, engine: Engine, launch: RunStart
     ) -> None:
-        self.session = session
+        self.manager = manager
         self.state = state
         self.engine = engine
         self.launch = launch
@@ -164,14 +163,14 @@ class LiveRun:
         return "the run has ended" if control == STOP else "only a replay pauses and seeks"
 
     async def feed(self) -> None:
-        await self.ended.wait()  # the engine's events arrive through the session
+        await self.ended.wait()  # the engine's events arrive through the run manager
 
     async def stop(self) -> None:
-        if self.session.current is self:
-            await self.session.stop_run()
+        if self.manager.current is self:
+            await self.manager.stop_run()
 
     async def restart(self) -> None:
-        await self.session.restart_run(self)
+        await self.manager.restart_run(self)
 
 
 class RunManager:
@@ -182,7 +181,7 @@ class RunManager:
 
     def __init__(
         self,
-        listener: SessionListener,
+        listener: RunListener,
         runs_dir: Path,
         *,
         extra_overrides: Sequence[str] = (),
@@ -233,7 +232,7 @@ class RunManager:
         if not queued:
             self.sweep = None
         every = [*overrides, *self.extra_overrides]
-        config = launch_config(preset, every) if config is None else config
+        config = config_before_hello(preset, every) if config is None else config
         async with self._lock:
             if queued and self.sweep is None:  # cancelled while this start waited
                 return None
@@ -256,14 +255,14 @@ class RunManager:
         """Launched in a thread: it waits (seconds) for the engine's hello."""
         try:
             run_dir, pid = await asyncio.to_thread(self._launch, preset, overrides, self.runs_dir)
-        except (cfg.ConfigError, OSError, EngineDidNotStart) as exc:
+        except (ConfigError, OSError, EngineDidNotStart) as exc:
             self.listener.tell(str(exc), error=True, title="Not started")
             return
         self.listener.tell(f"{run_dir.name} runs detached (pid {pid}): quitting leaves it running.")
         self.listener.run_detached(run_dir)
 
     async def start_edited_run(
-        self, preset: cfg.Preset, *, detach: bool = False, queued: bool = False
+        self, preset: Preset, *, detach: bool = False, queued: bool = False
     ) -> None:
         """An edited preset runs from a temporary TOML file (``NAME-edited``)."""
         edited = msgspec.structs.replace(preset, name=edited_name(preset))
@@ -271,14 +270,14 @@ class RunManager:
             self._tmp = tempfile.TemporaryDirectory(prefix="ampscope-")
         path = Path(self._tmp.name) / f"{records.safe_file_name(edited.name)}.toml"
         try:
-            path.write_text(cfg.to_toml(edited))
+            path.write_text(to_toml(edited))
         except OSError as exc:
             self.listener.tell(
                 f"cannot write {path}: {exc.strerror}", error=True, title="Not started"
             )
             return
         await self.start_run(
-            str(path), label=edited.name, config=cfg.to_dict(edited), detach=detach, queued=queued
+            str(path), label=edited.name, config=to_dict(edited), detach=detach, queued=queued
         )
 
     async def restart_run(self, run: LiveRun | None = None) -> None:
@@ -387,9 +386,9 @@ class RunManager:
             self.listener.tell(f"{type(exc).__name__}: {exc}", error=True, title="Run failed")
 
 
-def launch_config(preset: str, overrides: Sequence[str]) -> dict[str, Any]:
+def config_before_hello(preset: str, overrides: Sequence[str]) -> dict[str, Any]:
     """The preset as the engine will see it, for the header before ``hello`` arrives."""
     try:
-        return cfg.to_dict(cfg.load_preset(preset, overrides))
-    except cfg.ConfigError:
+        return to_dict(load_preset(preset, overrides))
+    except ConfigError:
         return {"name": Path(preset).stem if preset.endswith(".toml") else preset}

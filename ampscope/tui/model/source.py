@@ -1,6 +1,6 @@
 """What the Run view reads: a run source.
 
-A source is an engine the dashboard started (``session.LiveRun``), a record followed as it grows
+A source is an engine the dashboard started (``run_manager.LiveRun``), a record followed as it grows
 (``follow.AttachSource``), a record played back at its pace (``replay.ReplaySource``) or a
 finished record shown whole (``replay.RecordSource``). The view draws ``state`` on a timer, asks
 ``allows`` which keys to offer, and runs ``feed`` while it shows the source.

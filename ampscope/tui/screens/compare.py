@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Static
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.core.comparison import significance
-from ampscope.core.profiles import compare as profile_compare
+from ampscope.core.profiles import compare
 from ampscope.core.records.labels import run_model, run_preset
 from ampscope.core.text import visible
 from ampscope.tui.text import literal
@@ -185,7 +185,7 @@ class CompareScreen(Screen):
         self.widths: list[int] = []  # their widths, padding included
         self.equal: list[str] = []  # the columns in which every run is the same
         self.profiled = [  # a row's profile: the last one any of its runs took
-            profile_compare.ProfiledRun(lbl, run_preset(rs[0]), profile_compare.last_profile_of(rs))
+            compare.ProfiledRun(lbl, run_preset(rs[0]), compare.last_profile_of(rs))
             for lbl, rs in zip(self.labels, members, strict=True)
         ]
 
@@ -250,7 +250,7 @@ class CompareScreen(Screen):
         self.query_one("#compare-verdict", Static).update(
             Text("\n").join(literal(v) for v in comparison.verdicts(rows, self.baseline))
         )
-        lines = profile_compare.compare_lines(self.profiled, self.baseline, self.size.width - 2)
+        lines = compare.compare_lines(self.profiled, self.baseline, self.size.width - 2)
         self.query_one("#compare-profile", Static).update(
             Text("\n", no_wrap=True, overflow="ellipsis").join(literal(v) for v in lines)
         )

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from ampscope.core import records
-from ampscope.core.records import files as record_files
+from ampscope.core.records import files
 from ampscope.core.records.labels import run_model, run_preset
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
@@ -261,7 +261,7 @@ def latest_sweep_groups(runs_dir: Path) -> list[list[Path]]:
     none from a file that is not what a sweep writes (any JSON may be in that file)."""
     try:
         sweeps = sorted(runs_dir.glob("*-sweep*/sweep.json")) if runs_dir.is_dir() else []
-        data = record_files.read_json(sweeps[-1]) if sweeps else {}
+        data = files.read_json(sweeps[-1]) if sweeps else {}
     except (OSError, ValueError, RecursionError):
         return []
     rows = data.get("rows") if isinstance(data, dict) else None

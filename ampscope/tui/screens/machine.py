@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from ampscope.core.machine import check as mc
+from ampscope.core.machine import check
 from ampscope.tui.model.machine_view import view_lines
 from ampscope.tui.widgets.key_bar import KeyBar
 
@@ -34,7 +34,7 @@ class MachineScreen(Screen):
 
     def __init__(
         self,
-        checks: dict[str, mc.MachineCheck] | None = None,
+        checks: dict[str, check.MachineCheck] | None = None,
         now: tuple[str | None, str | None] | None = None,
     ) -> None:
         """``checks`` and ``now`` (torch, driver): given by tests; read from disk otherwise."""
@@ -57,9 +57,9 @@ class MachineScreen(Screen):
         if self.given is not None:
             checks, problem = self.given, None
         else:
-            checks, problem = mc.load_all()
+            checks, problem = check.load_all()
         torch, driver = (
-            self.now if self.now is not None else (mc.installed_torch(), mc.nvidia_driver())
+            self.now if self.now is not None else (check.installed_torch(), check.nvidia_driver())
         )
         width = max(20, self.size.width - 3)
         lines = view_lines(checks, problem, width, torch, driver)

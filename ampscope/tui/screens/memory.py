@@ -13,8 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Select, Static
 
-from ampscope.core import presets as cfg
-from ampscope.core.memory import plan as mp
+from ampscope.core import presets
+from ampscope.core.memory import plan as memory_plan
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
 from ampscope.tui.model.preset_draft import model_spec
@@ -64,11 +64,11 @@ class MemoryScreen(ToolScreen):
     def __init__(self, preset: str | None = None) -> None:
         super().__init__()
         self.preset = preset
-        self.workload: mp.PlannedModel | None = None
+        self.workload: memory_plan.PlannedModel | None = None
         self.model_spec = ""  # a --model dashboard's model
         self.model_params: int | None = None
-        self.measured: mp.MeasuredStep | None = None  # the model's activations, one step
-        self.plan: list[mp.RegimePlan] = []
+        self.measured: memory_plan.MeasuredStep | None = None  # the model's activations, one step
+        self.plan: list[memory_plan.RegimePlan] = []
         self.widths: list[int] = []  # the table's columns, padding included
         self.keys: list[str] = []
 
@@ -100,8 +100,8 @@ class MemoryScreen(ToolScreen):
             self.run_worker(partial(self.count_model, spec), thread=True, exit_on_error=False)
         elif self.preset:
             try:
-                workload = mp.workload_from_preset(self.preset, on_cuda=True)
-            except (cfg.ConfigError, mp.PlanError, KeyError) as exc:
+                workload = memory_plan.workload_from_preset(self.preset, on_cuda=True)
+            except (presets.ConfigError, memory_plan.PlanError, KeyError) as exc:
                 self.query_one("#memory-error", Label).update(visible(str(exc)))
             else:
                 self.workload = workload
@@ -113,8 +113,8 @@ class MemoryScreen(ToolScreen):
     def recompute(self) -> None:
         text = self.query_one("#memory-params", Input).value
         try:
-            params = mp.parse_count(text)
-        except mp.PlanError as exc:
+            params = memory_plan.parse_count(text)
+        except memory_plan.PlanError as exc:
             self.query_one("#memory-error", Label).update(visible(str(exc)))
             return
         if self.model_params is not None and params == self.model_params:
@@ -128,13 +128,13 @@ class MemoryScreen(ToolScreen):
     def show(
         self,
         params: int,
-        shape: mp.Shape | None,
+        shape: memory_plan.Shape | None,
         title: str,
-        measured: mp.MeasuredStep | None = None,
+        measured: memory_plan.MeasuredStep | None = None,
     ) -> None:
         self.query_one("#memory-error", Label).update("")
         optimizer = str(self.query_one("#memory-optimizer", Select).value)
-        plan = mp.plan(params, optimizer=optimizer, shape=shape, measured=measured)
+        plan = memory_plan.plan(params, optimizer=optimizer, shape=shape, measured=measured)
         self.plan = plan
         self.keys = [r.regime for r in plan]
         self.fit_table()
@@ -142,7 +142,7 @@ class MemoryScreen(ToolScreen):
             literal(
                 f"{title}, {optimizer}"
                 + (
-                    f" · {mp.ATTENTION}"
+                    f" · {memory_plan.ATTENTION}"
                     if shape
                     else f" · activations {measured.how}"
                     if measured
@@ -160,7 +160,7 @@ class MemoryScreen(ToolScreen):
             "forward: the measured peak is up to that much lower)"
         )
         self.query_one("#memory-notes", Static).update(
-            f"B/param: bytes per parameter, training/inference. {train}. A GPU fits when the total is <= {mp.FIT_FRACTION:.0%} of its "
+            f"B/param: bytes per parameter, training/inference. {train}. A GPU fits when the total is <= {memory_plan.FIT_FRACTION:.0%} of its "
             "memory. G, M: GiB, MiB. casts: AMP's transient 16-bit weight copies; logits: the loss's four "
             "logit-sized buffers at the start of backward; inference ignores the KV cache. "
             "Smallest GPU: the listed GPU with the least memory that fits training and can run "
@@ -178,14 +178,14 @@ class MemoryScreen(ToolScreen):
             answer = json.loads(done.stdout) if done.returncode == 0 else {}
             params = int(answer["params"]) if answer else None
             if answer.get("measured"):
-                measured = mp.MeasuredStep(**answer["measured"])
+                measured = memory_plan.MeasuredStep(**answer["measured"])
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
             params, done = None, None
         error = done.stderr if done else ""
         self.app.call_from_thread(self.model_counted, params, error, measured)
 
     def model_counted(
-        self, params: int | None, error: str, measured: mp.MeasuredStep | None = None
+        self, params: int | None, error: str, measured: memory_plan.MeasuredStep | None = None
     ) -> None:
         if params is None:
             said = error.strip() or f"the model {self.model_spec} could not be counted"
@@ -224,7 +224,7 @@ class MemoryScreen(ToolScreen):
             self.fit_table()
 
 
-def plan_rows(plan: list[mp.RegimePlan], compact: bool) -> list[list[str]]:
+def plan_rows(plan: list[memory_plan.RegimePlan], compact: bool) -> list[list[str]]:
     """The table's cells; ``compact``: sizes as ``519M``/``19.1G`` and the GPU as ``L4 24G``."""
     size = compact_bytes if compact else fmt_bytes
     return [
@@ -266,7 +266,7 @@ def compact_bytes(n: float | None) -> str:
 
 def smallest_fit(names: list[str], compact: bool = False) -> str:
     """The GPU with the least memory among those that fit (every larger one fits too)."""
-    sizes = dict(mp.GPUS)
+    sizes = dict(memory_plan.GPUS)
     if not names:
         return "none (shard it)" if compact else "none listed (shard it, or use a smaller batch)"
     first = min(names, key=lambda n: sizes.get(n, 0))

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from ampscope.core import presets as cfg
+from ampscope.core.presets import Preset, PresetInfo
 from ampscope.core.presets.workload_spec import model_label
 from ampscope.core.text import visible
 from ampscope.tui.model.preset_draft import FIELDS, model_spec
@@ -26,7 +26,7 @@ def field_id(key: str) -> str:
 class PresetList(OptionList):
     """The presets by name, a user's marked as such and the sweep's marked with a dot."""
 
-    def show(self, presets: list[cfg.PresetInfo], marked: Collection[str]) -> None:
+    def show(self, presets: list[PresetInfo], marked: Collection[str]) -> None:
         self.clear_options()
         self.add_options(
             [
@@ -77,8 +77,8 @@ class PresetForm(VerticalScroll, can_focus=False):
 
     def show(
         self,
-        info: cfg.PresetInfo,
-        preset: cfg.Preset,
+        info: PresetInfo,
+        preset: Preset,
         model: str | None,
         value: Callable[[str], Any],
     ) -> None:

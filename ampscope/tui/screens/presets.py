@@ -11,7 +11,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Input, OptionList, Select, Static
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.text import visible
 from ampscope.tui.messages import (
     EditedRunRequested,
@@ -75,12 +75,12 @@ class PresetsScreen(Screen):
         self.runs_dir = runs_dir
         self.read_only = read_only
         self.detach = False  # runs started from here outlive the dashboard
-        self.presets: list[cfg.PresetInfo] = []
+        self.presets: list[presets.PresetInfo] = []
         self.draft = PresetDraft()
         self.shown_once = False
 
     @property
-    def current(self) -> cfg.PresetInfo | None:
+    def current(self) -> presets.PresetInfo | None:
         return self.draft.info
 
     @property
@@ -124,11 +124,11 @@ class PresetsScreen(Screen):
         self.query_one("#preset-list", OptionList).focus()
 
     def reload(self, select: str | None = None) -> None:
-        self.presets = cfg.list_presets()
+        self.presets = presets.list_presets()
         self.query_one(PresetList).show(self.presets, self.draft.marked)
         if not self.presets:
             self.query_one("#preset-error", Static).update(
-                f"No presets found. Add .toml files to {visible(cfg.user_presets_dir())}."
+                f"No presets found. Add .toml files to {visible(presets.user_presets_dir())}."
             )
             return
         names = [p.name for p in self.presets]
@@ -146,7 +146,7 @@ class PresetsScreen(Screen):
     async def _selected(self, event: OptionList.OptionSelected) -> None:
         await self.action_run()
 
-    def load(self, info: cfg.PresetInfo) -> None:
+    def load(self, info: presets.PresetInfo) -> None:
         preset = self.draft.load(info)
         if preset is not None:
             spec = model_spec(getattr(self.app, "extra_overrides", []))  # --model's

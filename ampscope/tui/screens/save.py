@@ -14,24 +14,24 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
-from ampscope.core import presets as cfg
+from ampscope.core import presets
 from ampscope.core.text import visible
 from ampscope.tui.widgets.key_bar import KeyBar
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-def save_user_preset(preset: cfg.Preset, name: str) -> Path:
+def save_user_preset(preset: presets.Preset, name: str) -> Path:
     """Write ``preset`` as the user preset ``name`` (it then lists as 'NAME  (user)')."""
-    folder = cfg.user_presets_dir()
+    folder = presets.user_presets_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
-    path.write_text(cfg.to_toml(msgspec.structs.replace(preset, name=name)))
+    path.write_text(presets.to_toml(msgspec.structs.replace(preset, name=name)))
     return path
 
 
 def ask_and_save(
-    app: App, preset: cfg.Preset, suggestion: str, read_only: bool, saved: Callable[[str], None]
+    app: App, preset: presets.Preset, suggestion: str, read_only: bool, saved: Callable[[str], None]
 ) -> None:
     """Ask for a name, save ``preset`` under it and say where (or why not); ``saved(name)``
     after it is written."""
@@ -65,7 +65,7 @@ class SaveDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="save-dialog"):
             yield Label(
-                f"Save as a user preset in {visible(cfg.user_presets_dir())}",
+                f"Save as a user preset in {visible(presets.user_presets_dir())}",
                 id="save-where",
                 markup=False,
             )

@@ -24,7 +24,7 @@ def compact_ms(ms: float | None) -> str:
     return f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
 
 
-def compact_bytes(n: int | None) -> str:
+def mib_or_gib(n: int | None) -> str:
     if n is None:
         return "-"
     mib = n / 2**20
@@ -41,7 +41,7 @@ def compact_util(util: float | None) -> str:
 def cell(row: RankRow, rank_width: int) -> str:
     return (
         f"r{row.rank:<{rank_width}} {compact_ms(row.step_ms):>6} "
-        f"{compact_bytes(row.memory):>4} {compact_util(row.util):>4}"
+        f"{mib_or_gib(row.memory):>4} {compact_util(row.util):>4}"
     )
 
 
