@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -575,16 +576,26 @@ def test_rate_in_range_is_accepted(hz: float) -> None:
     assert TelemetrySampler(Collect(), hz=hz).period == pytest.approx(1 / hz)
 
 
+def wait_until(done: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Polls ``done`` until it holds: a loaded machine may run a thread late, never wrong."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
 def test_sampler_thread_emits_at_about_the_rate_and_stops_promptly() -> None:
     s, out = sampler(FakeNvml(FakeGpu(UUID_A, procs=[me()])), hz=10)
+    began = time.monotonic()
     s.start()
-    time.sleep(0.55)
+    wait_until(lambda: len(out.of(ev.SysEvent)) >= 2)
     started = time.monotonic()
     s.stop()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0  # not a period late: the stop wakes the thread
     assert not s.running
     samples = out.of(ev.SysEvent)
-    assert 2 <= len(samples) <= 10
+    # never faster than the rate: one sample a period, one at the start and one at the stop
+    assert 2 <= len(samples) <= (time.monotonic() - began) * 10 + 2
     assert all(e.gpu_util == 50.0 and e.cpu_util is not None for e in samples)
     time.sleep(0.25)
     assert len(out.of(ev.SysEvent)) == len(samples)  # nothing after stop
@@ -597,7 +608,7 @@ def test_stop_does_not_wait_out_a_long_period_and_shuts_nvml_down() -> None:
     time.sleep(0.05)
     started = time.monotonic()
     s.stop()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0  # half the period: it did not wait the period out
     # a run shorter than one period still gets one sample, taken at the stop; the NVML that
     # sample opened is closed again
     (only,) = out.of(ev.SysEvent)
@@ -616,9 +627,8 @@ def test_a_failing_emit_does_not_kill_the_sampler() -> None:
             raise BrokenPipeError
 
     s = TelemetrySampler(emit, hz=10).start()
-    time.sleep(0.45)
+    wait_until(lambda: len(seen) >= 2)  # the sample after the failed hand-over still comes
     s.stop()
-    assert len(seen) >= 2
 
 
 def test_a_lost_sample_is_reported_once_in_the_stream_and_sampling_goes_on() -> None:

@@ -258,16 +258,13 @@ def test_a_stop_reaches_a_rank_still_waiting_for_its_peer(tmp_path: Path) -> Non
             time.sleep(0.2)
         assert waiting, "rank 0 never reached the rendezvous"
         time.sleep(1.0)  # well inside the wait for rank 1
-        asked = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=20)
-        took = time.monotonic() - asked
+        code = proc.wait(timeout=60)  # seconds, even loaded: torch's own wait is 30 minutes
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert code == 130, proc.stderr.read().decode() if proc.stderr else code
-    assert took < 10
     (run_dir,) = tmp_path.iterdir()
     events, _ = records.read_events(run_dir / records.EVENTS_FILE)
     done = [e for e in events if isinstance(e, ev.DoneEvent)]
