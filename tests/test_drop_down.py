@@ -36,6 +36,8 @@ def test_keys_open_a_drop_down_move_pick_and_escape_closes_it(tmp_path: Path) ->
             precision.focus()
             await pilot.press("enter")
             assert precision.expanded and isinstance(app.focused, SelectOverlay)
+            assert precision.query_one(".up-arrow").styles.display == "block"  # open: \u25b2
+            assert precision.query_one(".down-arrow").styles.display == "none"
             choices = shown_choices(precision)
             assert choices == list(typing.get_args(cfg.Precision))
             assert app.focused.highlighted == choices.index("fp32")  # the value, highlighted
@@ -67,5 +69,7 @@ def test_a_click_opens_a_drop_down_and_a_click_on_a_choice_picks_it(tmp_path: Pa
             overlay = compile_.query_one(SelectOverlay)
             await pilot.click(overlay, offset=(2, 1 + 1))  # border row, then the second choice
             assert compile_.value == choices[1] and not compile_.expanded
+            assert compile_.query_one(".up-arrow").styles.display == "none"  # closed: \u25bc
+            assert compile_.query_one(".down-arrow").styles.display == "block"
 
     run(go())

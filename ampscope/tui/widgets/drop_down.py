@@ -17,14 +17,23 @@ from textual.css.query import NoMatches
 from textual.widgets import Select
 from textual.widgets.select import NoSelection
 
-from ampscope.tui.private_apis import SelectCurrent, SelectOverlay
+from ampscope.tui.private_apis import NonSelectableStatic, SelectCurrent, SelectOverlay
+
+
+class ValueShown(SelectCurrent):
+    """``Select``'s value and down arrow; the up arrow, hidden while closed, comes with the
+    list (``DropDown._make_list``)."""
+
+    def compose(self) -> ComposeResult:
+        yield NonSelectableStatic(self.placeholder, id="label")
+        yield NonSelectableStatic("\u25bc", classes="arrow down-arrow")
 
 
 class DropDown(Select[str]):
     """A ``Select`` of text choices whose pop-up list is made when first opened."""
 
     def compose(self) -> ComposeResult:
-        yield SelectCurrent(self.prompt)
+        yield ValueShown(self.prompt)
 
     def _list(self) -> SelectOverlay | None:
         """The pop-up list, once made."""
@@ -34,9 +43,13 @@ class DropDown(Select[str]):
             return None
 
     async def _make_list(self) -> None:
-        """Mount the pop-up list with every choice, as ``Select`` composes it."""
+        """Mount the pop-up list with every choice, and the up arrow, as ``Select`` composes
+        them."""
         if self._list() is not None:
             return
+        await self.query_one(SelectCurrent).mount(
+            NonSelectableStatic("\u25b2", classes="arrow up-arrow")
+        )
         await self.mount(
             SelectOverlay(type_to_search=self._type_to_search).data_bind(compact=Select.compact)
         )
