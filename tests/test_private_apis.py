@@ -52,6 +52,20 @@ def test_textual_names_the_key_a_character_types() -> None:
     assert ui_private.character_to_key("a") == "a"
 
 
+def test_a_select_is_made_of_the_value_shown_and_the_pop_up_list() -> None:
+    from textual.widgets import OptionList, Select
+    from textual.widgets._select import NonSelectableStatic, SelectCurrent, SelectOverlay
+
+    assert ui_private.SelectCurrent is SelectCurrent and ui_private.SelectOverlay is SelectOverlay
+    assert ui_private.NonSelectableStatic is NonSelectableStatic
+    assert issubclass(SelectOverlay, OptionList)
+    assert {"SelectCurrent", "SelectOverlay"} <= set(Select.compose.__code__.co_names)
+    assert "NonSelectableStatic" in SelectCurrent.compose.__code__.co_names
+    assert callable(SelectCurrent.update)  # finds the value's part by its id, "label"
+    # what ampscope.tui.widgets.drop_down.DropDown builds in its own time
+    assert callable(Select._setup_options_renderables) and callable(Select._watch_value)
+
+
 def test_plotexts_glyph_tables_hold_a_glyph_for_every_cell_pattern() -> None:
     assert len(ui_private.braille_codes) >= 2**8 - 1
     assert len(ui_private.hd_codes) >= 2**4 - 1

@@ -3,6 +3,10 @@ moves one breaks this module alone, and ``tests/test_private_apis.py`` says whic
 
 - Textual's ``_character_to_key``: the key name Textual matches a typed character with
   (``?`` is ``question_mark``), for the key names of a user's keys.toml.
+- Textual's ``SelectCurrent``, ``SelectOverlay`` and ``NonSelectableStatic``
+  (``textual.widgets._select``): the parts of a ``Select`` (the value shown with its arrows,
+  and the pop-up list), which ``ampscope.tui.widgets.drop_down.DropDown`` builds one at a
+  time (the list and the up arrow when first opened).
 - plotext's glyph tables (``plotext._dict``): the charts draw into plotext's canvas with
   plotext's own braille and block glyphs, without its slow text round trip.
 """
@@ -10,8 +14,9 @@ moves one breaks this module alone, and ``tests/test_private_apis.py`` says whic
 from __future__ import annotations
 
 from textual.keys import _character_to_key
+from textual.widgets._select import NonSelectableStatic, SelectCurrent, SelectOverlay
 
-__all__ = ["character_to_key"]
+__all__ = ["NonSelectableStatic", "SelectCurrent", "SelectOverlay", "character_to_key"]
 PLOTEXT_GLYPHS = ("braille_codes", "hd_codes")
 """plotext's tables, this module's attributes too (``__getattr__``)."""
 

@@ -17,6 +17,7 @@ from ampscope.core.presets.workload_spec import model_label
 from ampscope.core.text import visible
 from ampscope.tui.model.preset_draft import FIELDS, model_spec
 from ampscope.tui.text import literal
+from ampscope.tui.widgets.drop_down import DropDown
 
 
 def field_id(key: str) -> str:
@@ -64,7 +65,7 @@ class PresetForm(VerticalScroll, can_focus=False):
                 if choices is None:
                     yield Input(id=field_id(key), compact=True, classes="form-input")
                 else:
-                    yield Select(
+                    yield DropDown(
                         [(c, c) for c in choices],
                         id=field_id(key),
                         allow_blank=False,
