@@ -867,8 +867,13 @@ class ThreadedTimer(FakeTimer):
 
     one: float = 0.1
 
+    def __post_init__(self) -> None:
+        # the check's one-thread run is one thread where it began with several; a worker given
+        # one thread (OMP_NUM_THREADS=1 beside other workers) times every format on one
+        self.threads = torch.get_num_threads()
+
     def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
-        if torch.get_num_threads() == 1:
+        if torch.get_num_threads() == 1 < self.threads:
             assert isinstance(fn, FakeCall) and fn.fmt == "fp32"
             self.batches.append((fn.fmt, fn.shape, repeats, warmup))
             return [bench.flops_of(fn.shape) / (self.one * 1e12)] * repeats
