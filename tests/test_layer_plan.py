@@ -34,7 +34,8 @@ def test_a_plan_is_read_whole() -> None:
     never_ran = layer(p, "model.layers.1.mlp.spare_proj")
     assert never_ran.gemm is None and never_ran.numerics is None and never_ran.decision == "bf16"
     fp16 = plan("fp16")
-    assert fp16.target == "fp16" and fp16.gpu is None
+    # as 'ampscope plan fp16 --json' writes it: no GPU, no speed (the dashboard once refused it)
+    assert fp16.target == "fp16" and fp16.gpu is None and fp16.speed_source is None
     assert {one.decision for one in fp16.layers} == {"fp16", "fp32"}
 
 

@@ -99,7 +99,7 @@ class PlanFiles(msgspec.Struct, kw_only=True):
 class Plan(msgspec.Struct, kw_only=True):
     target: Target
     gpu: str | dict[str, Any] | None = None
-    speed_source: Literal["measured", "model"]
+    speed_source: Literal["measured", "model"] | None = None  # None: an fp16 plan (no speed)
     layers: list[PlannedLayer]
     files: PlanFiles = msgspec.field(default_factory=PlanFiles)
     verify: list[Any] = msgspec.field(default_factory=list)
