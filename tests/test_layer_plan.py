@@ -208,6 +208,10 @@ def test_the_table_fits_its_width_with_every_name_told_apart() -> None:
 def test_the_words_over_the_table() -> None:
     p = plan()
     assert layer_plan.speed_words(p) == "speed-ups from the roofline model"
+    # an fp16 plan predicts no speed: the dashboard once said its were the roofline model's
+    assert layer_plan.speed_words(plan("fp16")) == (
+        "modules kept in fp32 for fp16's range, no speed-ups predicted"
+    )
     assert layer_plan.speed_words(msgspec.structs.replace(p, speed_source="measured")) == (
         "speed-ups measured on it"
     )
