@@ -182,6 +182,19 @@ def test_unknown_preset_is_refused_before_anything_runs(tmp_path: Path, capsys) 
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("repeats", ["0", "101", "99999999999"])
+def test_a_number_of_repeats_out_of_range_is_refused_before_anything_runs(
+    tmp_path: Path, capsys, repeats: str
+) -> None:
+    """--repeats 99999999999 started a sweep that could never end (each repeat is a run of
+    every preset)."""
+    code = main(["bench", "fp32", "--repeats", repeats, "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--repeats {repeats}: accepted a whole number from 1 to 100" in err
+    assert not list(tmp_path.iterdir())
+
+
 CHATTY_ENGINE = r"""
 import sys
 for i in range(20_000):  # 2 MB: far more than a pipe holds (64 KB on Linux)

@@ -249,3 +249,15 @@ def test_a_chart_kept_between_redraws_draws_what_a_new_one_draws(size) -> None:
             args = (size, fig.titles, fig.x, fig.y, fig.lines, fig.y_right)
             assert chart.draw(*args) == Chart().draw(*args), (type(plot).__name__, i)
     assert i > 300 and any(chart.kept for chart in kept)
+
+
+@pytest.mark.parametrize("marker", ["hd", "braille", "dot"])
+def test_a_chart_narrowed_to_a_canvas_of_one_column_still_draws(marker: str) -> None:
+    """A terminal dragged to 20x5 and then 1x1 during a run left plots whose canvas was one
+    pixel wide: the step-time line's bisection divided by zero and the dashboard exited."""
+    x, y, right = nice_axis(0, 10, 2, whole=True), nice_axis(0, 2000, 2), nice_axis(0, 1.0, 2)
+    line = Line("", [6.6, 7.1], [570.0, 648.0], "c", marker=marker, ascending=True)
+    for width in range(8, 20):
+        for height in range(4, 8):
+            rows = Chart().draw((width, height), [], x, y, [line], y_right=right)
+            assert len(rows) == height

@@ -60,3 +60,27 @@ def test_a_parameter_count_past_a_floats_range_is_called_too_large(capsys) -> No
     assert "'1e400' is not a parameter count: it is too large to read" in said.stderr
     assert "at least 1" not in said.stderr
     assert "must be at least 1" in cli(capsys, "memory", "--params", "0.5").stderr
+
+
+ESC = "\x1b[31m"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", "--params", "1M", "--gpu", ESC],  # an unknown option's text
+        ["memory", "--params", "1M", "--batch", ESC],  # a value argparse's type refuses
+        ["memory", "--preset", ESC],  # an unknown preset, said by memory itself
+    ],
+)
+def test_a_refused_argument_is_echoed_escaped(capsys, argv: list[str]) -> None:
+    """An ESC byte the user typed reached the terminal raw through argparse's own messages
+    and memory's, where every other command's refusal shows it as \\x1b."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("ampscope: ")
+    assert "\x1b" not in err and "\\x1b[31m" in err

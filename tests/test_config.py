@@ -160,6 +160,21 @@ def test_bad_override_is_blamed_on_the_override(capsys) -> None:
 
 
 @pytest.mark.unit
+def test_a_set_value_of_the_wrong_kind_is_named_in_the_users_words(capsys) -> None:
+    """1e12, nan and 1e400 are no fractions; a table is named by its fields, never by the
+    class that reads it ('Accepted: OptimizerOptions')."""
+    for value in ("1e12", "nan", "1e400"):
+        code, output = run_cli(["run", "fp32", "--set", f"steps={value}", "--no-record"], capsys)
+        assert code == 2 and "fractional" not in output
+        assert f"--set steps={value}: 'steps' cannot be a float" in output
+    code, output = run_cli(["run", "fp32", "--set", "optimizer=1", "--no-record"], capsys)
+    assert code == 2 and "Options" not in output
+    assert "Accepted: a table of fields (fused, foreach" in output
+    code, output = run_cli(["run", "fp32", "--set", "workload=1", "--no-record"], capsys)
+    assert code == 2 and "WorkloadTable" not in output and "(kind, model, size" in output
+
+
+@pytest.mark.unit
 def test_presets_command_lists_shipped_presets(capsys) -> None:
     code, output = run_cli(["presets"], capsys)
     assert code == 0

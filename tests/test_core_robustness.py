@@ -146,6 +146,22 @@ def test_a_corpus_of_bad_records_never_breaks_the_listing(tmp_path: Path, capsys
 
 
 @pytest.mark.unit
+def test_a_runs_folder_that_is_a_file_or_holds_an_escape_is_said_plainly(
+    tmp_path: Path, capsys
+) -> None:
+    """'No runs in' echoed the folder's name raw (an ESC byte reached the terminal), and a
+    --runs-dir that is a file listed as an empty folder."""
+    assert main(["runs", "--runs-dir", str(tmp_path / f"x{ESCAPE}")]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "No runs in" in err
+    a_file = tmp_path / "records.txt"
+    a_file.write_text("")
+    assert main(["runs", "--runs-dir", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert f"ampscope: the runs folder {a_file} is a file, not a folder of run records" in err
+
+
+@pytest.mark.unit
 def test_an_unreadable_record_is_named_not_raised(tmp_path: Path, monkeypatch) -> None:
     path = write_record(tmp_path, "20260101T000000Z-locked", {"hello": None}, "{}\n")
     real = os.open

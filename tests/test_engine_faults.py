@@ -215,6 +215,21 @@ def test_a_read_only_runs_folder_names_the_folder_and_the_reason(tmp_path: Path,
     assert f"in {tmp_path}: Permission denied" in error.message
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("below", ["", "runs"])
+def test_a_runs_folder_that_is_a_file_is_called_a_file(tmp_path: Path, below: str) -> None:
+    """--runs-dir naming a file said only 'File exists', which reads as if a run's folder
+    clashed with another."""
+    a_file = tmp_path / "records.txt"
+    a_file.write_text("")
+    seen: list[ev.Event] = []
+    runs_dir = a_file / below if below else a_file
+    assert run("fp32", FAST, runs_dir=runs_dir, on_event=seen.append) == EXIT_FAILED
+    (error,) = seen
+    assert isinstance(error, ev.ErrorEvent) and error.kind == "io"
+    assert f"({a_file} is a file, not a folder)" in error.message
+
+
 # --------------------------------------------------------------------------- slow readers
 
 

@@ -171,3 +171,20 @@ def test_a_flood_of_notes_is_thinned_without_crowding_out_the_warnings(tmp_path:
     assert [e.step for e in notes if e.code == "input-bound"] == [4321]
     assert len(notes) <= thinned.OTHERS_KEPT + 2 and notes[-2:][-1].message == "pass 4999"
     assert f"{5000 - len(notes) + 1:,} warning events are left out" in record.note
+
+
+@pytest.mark.unit
+def test_step_lines_that_cannot_be_read_are_said_as_such_not_as_thinning(tmp_path: Path) -> None:
+    """A step line whose figures read but whose other fields do not (a version of 1e999, a
+    loss written as text) is an unreadable line: the replay says how many, and never that a
+    30-step record was thinned to none."""
+    run_dir = tmp_path / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    lines = [ev.encode(hello(t=1.0, config={"steps": 30, "precision": "fp32"}))]
+    lines += [ev.encode(step(i, 1.0, t=2.0 + i)).replace(b'"v":1', b'"v":1e999') for i in range(20)]
+    lines += [ev.encode(step(i, 1.0, t=30.0 + i)) for i in range(20, 30)]
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(lines))
+    record = records.load_run(run_dir, thinned=True)
+    assert len([e for e in record.events if isinstance(e, ev.StepEvent)]) == 10
+    assert "thinned" not in record.note
+    assert "20 lines of the record cannot be read" in record.note

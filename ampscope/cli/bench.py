@@ -42,6 +42,9 @@ from ampscope.core.presets.run_args import run_overrides
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
 from ampscope.core.units import fmt_ms
 
+MAX_REPEATS = 100
+"""Runs of each preset a sweep takes at most: more is a sweep that never ends, not a surer verdict."""
+
 
 def run_one(
     preset: str,
@@ -121,10 +124,10 @@ def cmd_bench(args) -> int:
     baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in presets else presets[0])
     presets = [baseline, *(p for p in dict.fromkeys(presets) if p != baseline)]  # baseline first
     overrides = run_overrides(args)
-    if args.repeats < 1:
+    if not 1 <= args.repeats <= MAX_REPEATS:  # each repeat is a run of every preset
         print(
-            f"ampscope: --repeats {args.repeats}: accepted a whole number >= 1 (a speed verdict "
-            f"needs {significance.MIN_REPEATS} or more).",
+            f"ampscope: --repeats {args.repeats}: accepted a whole number from 1 to "
+            f"{MAX_REPEATS} (a speed verdict needs {significance.MIN_REPEATS} or more).",
             file=sys.stderr,
         )
         return 2

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ampscope.cli.output import output_width
+from ampscope.cli.output import fail, output_width
 from ampscope.core.presets import ConfigError
 from ampscope.core.units import fmt_bytes
 
@@ -79,8 +79,7 @@ def _positive_int(text: str) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"ampscope: {message}", file=sys.stderr)
-    return 2
+    return fail(message)  # escaped: a preset's name or a path as the user typed it
 
 
 def _gb(n: int | None) -> str:

@@ -190,12 +190,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ampscope.core.units import fmt_final_loss, fmt_ms
 
     root = _runs_root(args)
+    if root.exists() and not root.is_dir():  # else it listed as an empty folder
+        return fail(
+            f"the runs folder {root} is a file, not a folder of run records. Accepted: "
+            "--runs-dir (or $AMPSCOPE_RUNS_DIR) naming a folder."
+        )
     rows = run_rows(root)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print(f"No runs in {root}.", file=sys.stderr)
+        print(f"No runs in {visible(root, 300)}.", file=sys.stderr)
         return 0
     print(f"Runs in {visible(root, 300)}, newest first; attach, replay and stop take a run:")
     table: list[tuple[str, ...]] = [("run", "state", "steps", "median step", "final loss")]

@@ -48,7 +48,7 @@ _TYPE_MISMATCH = re.compile(r"Expected `[^`]+`, got `(?P<got>[^`]+)`$")
 _TYPE_WORDS = {
     "str": "text",
     "int": "a whole number",
-    "float": "a fractional number",
+    "float": "a float (a number with a point or an exponent, nan or inf)",
     "bool": "true or false",
     "null": "empty",
     "array": "a list",
@@ -107,6 +107,8 @@ def _describe_type(hint: Any) -> str:
         parts = [_describe_type(a) for a in typing.get_args(hint) if a is not type(None)]
         text = " or ".join(parts)
         return text + (" (or leave unset)" if type(None) in typing.get_args(hint) else "")
+    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):  # never its class's name
+        return f"a table of fields ({', '.join(hint.__struct_fields__)})"
     if isinstance(hint, type):
         return {
             "int": "an integer",

@@ -12,6 +12,7 @@ from pathlib import Path
 from ampscope.core.presets.errors import FlagOverride
 from ampscope.core.presets.parallel import Launch, make_launch
 from ampscope.core.presets.workload_spec import model_override
+from ampscope.core.text import visible
 
 MODEL_HELP = (
     "train your own model: a factory in FILE.py:FUNCTION or MODULE:FUNCTION, called as "
@@ -61,7 +62,8 @@ class ArgParser(argparse.ArgumentParser):
     """argparse, but bad usage exits 2 with one line and a pointer to --help."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"ampscope: {message}. See '{self.prog} --help'.\n")
+        # argparse quotes what was typed: an ESC byte in it must not reach the terminal
+        self.exit(2, f"ampscope: {visible(message)}. See '{self.prog} --help'.\n")
 
 
 def add_override_arguments(p: argparse.ArgumentParser, which: str = "the preset") -> None:

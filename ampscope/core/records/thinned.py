@@ -176,7 +176,7 @@ class Thinned:
         return self.steps_kept < self.steps or bool(self.dropped)
 
     def note(self) -> str:
-        """What the reader should know: '' for a record read whole."""
+        """What the reader should know: '' for a record read whole and readable."""
         parts = []
         if self.steps_kept < self.steps:
             parts.append(
@@ -186,9 +186,14 @@ class Thinned:
         if self.dropped:
             left = ", ".join(f"{n:,} {tag}" for tag, n in sorted(self.dropped.items()))
             parts.append(f"{left} events are left out, the rest spread over the run")
-        if not parts:
-            return ""
-        return "a long record, read thinned to span the whole run: " + "; ".join(parts)
+        said = "a long record, read thinned to span the whole run: " + "; ".join(parts)
+        if self.unreadable:  # else a record of unreadable steps showed "0/30 steps", unexplained
+            lines = "1 line" if self.unreadable == 1 else f"{self.unreadable:,} lines"
+            unread = (
+                f"{lines} of the record cannot be read (torn, or not ampscope's events): left out"
+            )
+            return f"{said}; {unread}" if parts else unread
+        return said if parts else ""
 
 
 class _Reader:
@@ -291,7 +296,8 @@ class _Reader:
             item = chosen[place]
             event = ev.decode(item) if isinstance(item, bytes) else item
             if isinstance(event, ev.UnknownEvent):  # a step line whose figures alone read
-                self.unreadable += 1
+                self.unreadable += 1  # an unreadable line, not a step left out by thinning
+                self.step_count -= 1
                 continue
             steps_kept += isinstance(event, ev.StepEvent)
             events.append(event)

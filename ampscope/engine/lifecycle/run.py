@@ -281,7 +281,11 @@ def blamed(event: ev.ErrorEvent) -> ev.ErrorEvent:
 def cannot_record(exc: OSError, runs_dir: Path | None, run_dir: Path | None) -> str:
     """A runs folder that cannot be written, said with the folder and the OS's reason."""
     where = exc.filename or run_dir or runs_dir or records.default_runs_dir()
+    reason = str(exc.strerror or exc)
+    in_the_way = next((p for p in (Path(where), *Path(where).parents) if p.exists()), None)
+    if in_the_way is not None and not in_the_way.is_dir():  # 'File exists' alone misleads
+        reason += f" ({in_the_way} is a file, not a folder)"
     return (
-        f"cannot create the run record in {where}: {exc.strerror or exc}. Pass --runs-dir with "
+        f"cannot create the run record in {where}: {reason}. Pass --runs-dir with "
         "a writable folder, or --no-record to run without a record."
     )

@@ -285,7 +285,9 @@ def _columns(
     x0 = 0.5 - x.lo * kx + 1e-9
     y0 = 0.5 - y.lo * ky + 1e-9
     ky *= line.scale  # the data times scale, on the axis's own mapping
-    if line.ascending and isinstance(line.xs, list) and isinstance(line.ys, list):
+    # a canvas one pixel wide (a terminal dragged very small) maps every x to one column:
+    # kx is 0 there, and the bisection divides by it
+    if line.ascending and kx > 0 and isinstance(line.xs, list) and isinstance(line.ys, list):
         return _ordered_columns(line, kx, x0, ky, y0, width_px, height_px, kept)
     columns: dict[int, list[int]] = {}
     top = height_px - 1
