@@ -83,6 +83,26 @@ def test_verdict_is_derived_from_the_numbers() -> None:
 
 
 @pytest.mark.unit
+def test_zeros_the_baseline_has_too_are_not_called_underflow() -> None:
+    """A Hugging Face causal LM's last position gets no gradient: 1.6 % exact zeros in fp32
+    and amp-bf16 alike, which the verdict once called amp-bf16's underflow."""
+    rows = comparison.compare(
+        [
+            comparison.row_from_runs("fp32", runs("fp32", (100.0,), 1000, 2.0, zeros=0.016)),
+            comparison.row_from_runs("amp-bf16", runs("amp-bf16", (60.0,), 900, 2.0, zeros=0.016)),
+            comparison.row_from_runs("amp-fp16", runs("amp-fp16", (60.0,), 900, 2.0, zeros=0.30)),
+        ],
+        "fp32",
+    )
+    lines = comparison.verdicts(rows, "fp32")
+    assert not any(line.startswith("amp-bf16 lost") for line in lines)
+    assert (
+        "amp-fp16 lost 30% of its output-gradient values to underflow (exact zeros; fp32 1.6%)."
+        in lines
+    )
+
+
+@pytest.mark.unit
 def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() -> None:
     rows = {r.preset: r for r in fixed_rows()}
     assert rows["fp32"].speedup == 1.0 and rows["fp32"].mem_change == 0.0

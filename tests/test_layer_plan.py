@@ -34,7 +34,8 @@ def test_a_plan_is_read_whole() -> None:
     never_ran = layer(p, "model.layers.1.mlp.spare_proj")
     assert never_ran.gemm is None and never_ran.numerics is None and never_ran.decision == "bf16"
     fp16 = plan("fp16")
-    assert fp16.target == "fp16" and fp16.gpu is None
+    # as 'ampscope plan fp16 --json' writes it: no GPU, no speed (the dashboard once refused it)
+    assert fp16.target == "fp16" and fp16.gpu is None and fp16.speed_source is None
     assert {one.decision for one in fp16.layers} == {"fp16", "fp32"}
 
 
@@ -207,6 +208,10 @@ def test_the_table_fits_its_width_with_every_name_told_apart() -> None:
 def test_the_words_over_the_table() -> None:
     p = plan()
     assert layer_plan.speed_words(p) == "speed-ups from the roofline model"
+    # an fp16 plan predicts no speed: the dashboard once said its were the roofline model's
+    assert layer_plan.speed_words(plan("fp16")) == (
+        "modules kept in fp32 for fp16's range, no speed-ups predicted"
+    )
     assert layer_plan.speed_words(msgspec.structs.replace(p, speed_source="measured")) == (
         "speed-ups measured on it"
     )

@@ -332,3 +332,32 @@ def test_gpus_that_cannot_run_a_format_never_fit_it(capsys):
     assert main(["memory", "--params", "1M"]) == 0
     out = capsys.readouterr().out
     assert "x = cannot run the format" in out
+
+
+@pytest.mark.unit
+def test_at_80_columns_the_tables_fold_into_whole_columns_and_notes_break_between_words(
+    capsys, monkeypatch
+):
+    """At 80 columns the 163-column table once wrapped in the terminal, each row's cells
+    running on under the next regime's, and the notes broke words ("amp-bf1 / 6's")."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["memory", "--params", "7B"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    heads = [line for line in lines if line.startswith("regime ")]
+    assert len(heads) >= 2  # the regime column leads every block
+    assert any("weights" in h for h in heads) and any("TRAIN" in h for h in heads)
+    train = next(h for h in heads if "TRAIN" in h)
+    fp32 = lines[lines.index(train) + 1]
+    assert fp32.startswith("fp32 ") and "104 GiB" in fp32  # the row's own cells, aligned
+    assert "amp-bf1" not in "\n".join(lines).replace("amp-bf16", "")
+
+
+@pytest.mark.unit
+def test_to_a_pipe_each_regime_stays_one_line(capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["memory", "--params", "7B"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len([line for line in lines if line.startswith("regime ")]) == 1
+    row = next(line for line in lines if line.startswith("fp32 "))
+    assert "26.1 GiB" in row and "104 GiB" in row

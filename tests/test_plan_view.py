@@ -142,6 +142,8 @@ def test_l_on_numerics_plans_that_runs_model_and_t_switches_the_target() -> None
             await planned(pilot, screen)
             assert screen.plan is not None and screen.plan.target == "fp16"
             assert "2 of 3 layers in fp16 · fp32: 1" in text(screen, "#plan-summary")
+            assert "roofline" not in text(screen, "#plan-summary")  # fp16 predicts no speed
+            assert "no GPU named" not in text(screen, "#plan-title")
             assert "Target: fp16" in footer(app)
             await pilot.press("t")
             await planned(pilot, screen)

@@ -82,11 +82,20 @@ def test_fp8_is_never_advised_where_the_device_cannot_run_it() -> None:
     assert "fp8" not in profiles.advice(bf16_gpu, a100)
     h100 = RunFacts(precision="amp-bf16", optimizer="fused", fast_bf16=True, fp8=True)
     assert profiles.advice(bf16_gpu, h100) == (
-        "Matrix multiplies and attention take 90%: the step is compute-bound; what is left is "
+        "Matrix multiplies take 90%: the step is compute-bound; what is left is "
         "a larger batch (--set batch_size=N) or fp8 (the fp8-tensorwise preset)."
     )
     fp8_run = RunFacts(precision="fp8", optimizer="fused", fast_bf16=True, fp8=True)
     assert "fp8" not in profiles.advice(bf16_gpu, fp8_run)  # it is fp8 already
+
+
+def test_the_dense_work_is_named_as_the_step_did_it() -> None:
+    """A U-Net's step, 68 % convolutions, was told 'Matrix multiplies and attention take 68%'."""
+    cpu = RunFacts(precision="amp-bf16", optimizer="per-tensor", fast_bf16=True)
+    unet = profiles.advice(profile_of("cpu", conv__bf16=6.8), cpu)
+    assert unet.startswith("Convolutions take 68%: the step is compute-bound")
+    llama = profiles.advice(profile_of("cpu", matmul__bf16=5.0, attention__bf16=2.0), cpu)
+    assert llama.startswith("Matrix multiplies and attention take 70%")
 
 
 def test_a_narrower_format_is_not_advised_on_a_cpu_without_bf16_units() -> None:

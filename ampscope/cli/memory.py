@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, output_width
 from ampscope.core.presets import ConfigError
 from ampscope.core.units import fmt_bytes
 
@@ -86,18 +86,47 @@ def _gb(n: int | None) -> str:
     return "-" if n is None else fmt_bytes(n)
 
 
-def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -> list[str]:
+LABEL_WIDTH = 24  # the regime column and its gap: repeated in every block of a folded table
+
+
+def fold_table(lines: list[str], width: int | None) -> list[str]:
+    """A table wider than ``width`` as blocks of whole columns, each led by the regime column:
+    a terminal that wraps a long row itself scatters its cells over the next row. Columns are
+    cut only where every row has a space; ``width`` None (a pipe) keeps one row a line."""
+    widest = max((len(line) for line in lines), default=0)
+    if width is None or widest <= width:
+        return lines
+    cells = [line[LABEL_WIDTH:].ljust(widest - LABEL_WIDTH) for line in lines]
+    gaps = [i for i in range(widest - LABEL_WIDTH) if all(c[i] == " " for c in cells)]
+    room, start = max(width - LABEL_WIDTH, 1), 0
+    blocks: list[str] = []
+    while start < widest - LABEL_WIDTH:
+        fits = [g for g in gaps if start < g <= start + room]
+        end = fits[-1] if fits and start + room < widest - LABEL_WIDTH else widest - LABEL_WIDTH
+        block = [
+            (line[:LABEL_WIDTH] + c[start:end]).rstrip()
+            for line, c in zip(lines, cells, strict=True)
+        ]
+        blocks += ([""] if blocks else []) + block
+        start = end
+    return blocks
+
+
+def format_plan(
+    rows: list[Any], title: str, shape: Any, measured: Any = None, width: int | None = None
+) -> list[str]:
+    """The planner's tables and notes, fitted to ``width`` columns (None: as they are)."""
     from ampscope.core.memory import plan
+    from ampscope.core.text import wrap
 
     values = (
         "weights", "grads", "master", "optim.", "casts", "activ.", "logits", "opt.tmp", "TRAIN",
         "INFER",
     )  # fmt: skip
-    lines = [title, ""]
-    lines.append(
+    table = [
         f"{'regime':<23} {'w':>2} {'g':>2} {'mst':>3} {'opt':>3} {'=B/p':>4} {'+cast':>5}  "
         + " ".join(f"{v:>9}" for v in values)
-    )
+    ]
     for r in rows:
         figures = (
             r.weights,
@@ -111,26 +140,35 @@ def format_plan(rows: list[Any], title: str, shape: Any, measured: Any = None) -
             r.train_total,
             r.inference_total,
         )
-        lines.append(
+        table.append(
             f"{r.label:<23} {r.weight_bpp:>2} {r.grad_bpp:>2} {r.master_bpp:>3} "
             f"{r.optimizer_bpp:>3} {r.train_bpp:>4} {r.cast_bpp:>5}  "
             + " ".join(f"{_gb(f):>9}" for f in figures)
         )
-    lines += [
-        "",
+    lines = [*_wrapped(title, width), "", *fold_table(table, width), ""]
+    lines += wrap(
         "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither, "
         "x = cannot run the format (bf16 needs compute capability 8.0, fp8 8.9)",
-    ]
+        width,
+    )
     names = plan.gpu_names()
-    lines.append(f"{'':<23} " + " ".join(names))
+    fits = [f"{'':<23} " + " ".join(names)]
     for r in rows:
         marks = []
         for n in names:
             mark = "T" if n in r.fits_train else ("i" if n in r.fits_inference else ".")
             mark = "x" if n in plan.unable_gpus(r.regime) else mark
             marks.append(f"{mark:^{len(n)}}")
-        lines.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
-    return lines + _plan_notes(rows, shape, measured)
+        fits.append((f"{r.label:<23} " + " ".join(marks)).rstrip())
+    notes = _plan_notes(rows, shape, measured)
+    return lines + fold_table(fits, width) + [w for n in notes for w in _wrapped(n, width)]
+
+
+def _wrapped(text: str, width: int | None) -> list[str]:
+    """Each line of ``text`` broken between words at ``width`` (a blank line kept)."""
+    from ampscope.core.text import wrap
+
+    return [w for line in text.split("\n") for w in (wrap(line, width) or [line])]
 
 
 def _plan_notes(rows: list[Any], shape: Any, measured: Any = None) -> list[str]:
@@ -276,7 +314,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=2))
         return 0
-    print("\n".join(format_plan(rows, title, shape, measured)))
+    print("\n".join(format_plan(rows, title, shape, measured, output_width())))
     return 0
 
 

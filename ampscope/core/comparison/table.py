@@ -243,14 +243,32 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
             lines.append(_off_cpu_note(row))
         elif clocks_disagree(row) and not (base is not None and off_cpu(base)):
             lines.append(_clocks_note(row, base))
-        if row.grad_zero_frac is not None and row.grad_zero_frac >= 0.01:
-            lines.append(
-                f"{row.preset} lost {row.grad_zero_frac:.0%} of its output-gradient values to "
-                "underflow (exact zeros)."
-            )
+        underflow = _underflow_words(row, base)
+        if underflow:
+            lines.append(underflow)
         if row.skipped_steps:
             lines.append(f"{row.preset}: the loss scaler skipped {row.skipped_steps} step(s).")
     return lines
+
+
+def _underflow_words(row: Row, base: Row | None) -> str | None:
+    """The output-gradient zeros a preset adds to the baseline's: a zero the baseline has
+    too (a Hugging Face causal LM's last position, which no label follows) is the model's,
+    not an underflow."""
+    zeros = row.grad_zero_frac
+    if zeros is None:
+        return None
+    base_zeros = base.grad_zero_frac if base is not None else None
+    if not base_zeros or base is None:
+        if zeros < 0.01:
+            return None
+        return f"{row.preset} lost {zeros:.0%} of its output-gradient values to underflow (exact zeros)."
+    if zeros - base_zeros < 0.01:
+        return None
+    return (
+        f"{row.preset} lost {zeros:.0%} of its output-gradient values to underflow "
+        f"(exact zeros; {base.preset} {base_zeros:.1%})."
+    )
 
 
 CLOCKS_DISAGREE = 1.2

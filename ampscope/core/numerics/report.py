@@ -18,6 +18,7 @@ from ampscope.core.numerics import (
     FirstNonfinite,
     PassTotals,
     group_label,
+    overflows_in,
     pattern,
 )
 from ampscope.core.numerics.event import INPUTS
@@ -260,7 +261,12 @@ def _overflow(summary: NumericsSummary, key: str) -> str | None:
             f"{_pct(share)} of {name}'s {words} overflow {key}: inf/NaN, computed in "
             f"{_computed_in(totals)}"
         )
-    if key == "fp16" and beyond:
+    if key == "fp16" and beyond and _held_wider_without_skips(summary, totals):
+        out += (
+            f"; in this loss-scaled run autocast held it in {_computed_in(totals)} and no "
+            "inf/NaN came, so amp-fp16 skipped no step for it"
+        )
+    elif key == "fp16" and beyond:
         every = totals.overflow_steps.get(key, 0) >= totals.steps
         out += "; amp-fp16 will skip every step" if every else "; amp-fp16 will skip steps"
     if key == "fp16" and _holds(totals, "bf16"):
@@ -271,6 +277,15 @@ def _overflow(summary: NumericsSummary, key: str) -> str | None:
         scaled = _pct(totals.share(key, 2))
         out += f"; scaled by their amax (tensorwise fp8) they fit, and {scaled} round to 0"
     return out + "." + _also(ranked, f"beyond {key}")
+
+
+def _held_wider_without_skips(summary: NumericsSummary, totals: PassTotals) -> bool:
+    """Whether a tensor beyond fp16's range was measured under a GradScaler (amp-fp16) in a
+    wider format than fp16 (an embedding's or a norm's gradient, which autocast keeps in fp32)
+    in a run that met no inf/NaN at all: that run itself shows it cost no skipped step, so
+    "amp-fp16 will skip steps" would contradict the run it was measured in."""
+    wider = overflows_in(totals.dtype, "fp16") and totals.dtype != "float16"
+    return summary.loss_scale is not None and summary.first_nonfinite is None and wider
 
 
 def _underflow(summary: NumericsSummary, key: str) -> str | None:

@@ -66,6 +66,13 @@ def _summary(plan: Plan) -> str:
             return "amp-fp16 cannot hold this model (see the note): the preset trains amp-bf16."
         kept = len(plan.fp32_layers)
         return f"{total - kept} of {total} modules in fp16, {kept} in fp32."
+    if total == 0:
+        return (
+            "No linear layer to plan: fp8 training converts nn.Linear layers only, "
+            "so the preset trains amp-bf16."
+        )
+    if not plan.fp8_layers:
+        return f"No layer in fp8: all {total} in bf16."
     by = plan.recipes()
     mix = ", ".join(f"{r} {len(names)}" for r, names in by.items())
     return (

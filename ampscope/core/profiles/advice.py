@@ -79,11 +79,23 @@ def advice(profile: ev.ProfileEvent, facts: RunFacts | None = None) -> str:
         return text.format(f"{share:.0%}")
     if dense >= 0.5:
         return (
-            f"Matrix multiplies and attention take {dense:.0%}: the step is compute-bound; "
+            f"{_dense_words(c)} take {dense:.0%}: the step is compute-bound; "
             f"what is left is {_compute_bound_options(profile, facts)}."
         )
     top = max(profile.classes, key=lambda k: profile.classes[k], default="other")
     return f"No one cost dominates; the largest is {label(top, profile)} at {c[top]:.0%}."
+
+
+DENSE_WORDS = {"matmul": "matrix multiplies", "conv": "convolutions", "attention": "attention"}
+
+
+def _dense_words(shares: dict[str, float]) -> str:
+    """The dense work the step does, named: "Convolutions" for a U-Net, "Matrix multiplies
+    and attention" for a transformer (a class under 1 % of the step left out)."""
+    named = [w for k, w in DENSE_WORDS.items() if shares.get(k, 0.0) >= 0.01]
+    named = named or ["matrix multiplies"]
+    words = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+    return words[0].upper() + words[1:]
 
 
 def _idle_words(facts: RunFacts) -> str:

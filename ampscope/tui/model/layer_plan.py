@@ -99,7 +99,7 @@ class PlanFiles(msgspec.Struct, kw_only=True):
 class Plan(msgspec.Struct, kw_only=True):
     target: Target
     gpu: str | dict[str, Any] | None = None
-    speed_source: Literal["measured", "model"]
+    speed_source: Literal["measured", "model"] | None = None  # None: an fp16 plan (no speed)
     layers: list[PlannedLayer]
     files: PlanFiles = msgspec.field(default_factory=PlanFiles)
     verify: list[Any] = msgspec.field(default_factory=list)
@@ -302,7 +302,10 @@ def gpu_words(gpu: str | dict[str, Any] | None) -> str:
 
 
 def speed_words(plan: Plan) -> str:
-    """Where the speed-ups come from: this GPU's timings, or the roofline model."""
+    """Where the speed-ups come from: this GPU's timings, or the roofline model; an fp16 plan
+    predicts none (it keeps modules out of fp16 for their range, not for speed)."""
+    if plan.target == "fp16":
+        return "modules kept in fp32 for fp16's range, no speed-ups predicted"
     if plan.speed_source == "measured":
         return "speed-ups measured on it"
     return "speed-ups from the roofline model"

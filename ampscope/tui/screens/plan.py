@@ -161,7 +161,7 @@ class PlanScreen(Screen):
         for part in ("#plan-table", "#plan-detail", "#plan-legend"):
             self.query_one(part).display = planned
         title = f"Layer plan · {self.request.target} for {self.request.model}"
-        if self.plan is not None:
+        if self.plan is not None and self.plan.target == "fp8":  # an fp16 plan is for any GPU
             title += f" · {gpu_words(self.plan.gpu)}"
         self.query_one("#plan-title", Static).update(literal(title))
         if self.plan is not None:
