@@ -88,7 +88,7 @@ def test_a_forked_child_writes_nothing_into_the_parents_record_and_exits(
     )
     assert out.returncode == 0, out.stderr[-3000:]
     facts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert facts["status"] == 0 and facts["child_s"] < 10, facts  # it left, and promptly
+    assert facts["status"] == 0, facts  # it left by itself, before the script's kill at 30 s
 
     child = json.loads((tmp_path / "child.json").read_text())
     assert child["holds_owner"] is False  # so no stop of the run ever signals the child
