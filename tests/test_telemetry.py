@@ -7,7 +7,6 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError
 from ampscope.engine import telemetry
 from ampscope.engine.telemetry import TelemetrySampler, nvml_report
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -576,19 +576,11 @@ def test_rate_in_range_is_accepted(hz: float) -> None:
     assert TelemetrySampler(Collect(), hz=hz).period == pytest.approx(1 / hz)
 
 
-def wait_until(done: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Polls ``done`` until it holds: a loaded machine may run a thread late, never wrong."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
-
-
 def test_sampler_thread_emits_at_about_the_rate_and_stops_promptly() -> None:
     s, out = sampler(FakeNvml(FakeGpu(UUID_A, procs=[me()])), hz=10)
     began = time.monotonic()
     s.start()
-    wait_until(lambda: len(out.of(ev.SysEvent)) >= 2)
+    assert wait_until(lambda: len(out.of(ev.SysEvent)) >= 2, 30)  # a loaded machine runs it late
     started = time.monotonic()
     s.stop()
     assert time.monotonic() - started < 2.0  # not a period late: the stop wakes the thread
@@ -627,7 +619,7 @@ def test_a_failing_emit_does_not_kill_the_sampler() -> None:
             raise BrokenPipeError
 
     s = TelemetrySampler(emit, hz=10).start()
-    wait_until(lambda: len(seen) >= 2)  # the sample after the failed hand-over still comes
+    assert wait_until(lambda: len(seen) >= 2, 30)  # the sample after the failed hand-over comes
     s.stop()
 
 
