@@ -62,6 +62,31 @@ def test_a_parameter_count_past_a_floats_range_is_called_too_large(capsys) -> No
     assert "must be at least 1" in cli(capsys, "memory", "--params", "0.5").stderr
 
 
+@pytest.mark.unit
+def test_a_parameter_count_past_any_model_is_refused_and_the_largest_fits_its_columns(
+    capsys,
+) -> None:
+    """'memory --params 1e30' printed 20-digit TiB figures that pushed every column out of line."""
+    said = cli(capsys, "memory", "--params", "1e30")
+    assert said.returncode == 2 and "'1e30' is more parameters" in said.stderr
+    assert "at most 1e15" in said.stderr
+    table = cli(capsys, "memory", "--params", "1e15")
+    assert table.returncode == 0
+    assert table.stdout.startswith("Training memory for 1,000,000,000,000,000 parameters (1,000T)")
+    header, *rows = table.stdout.split("\n\n")[1].splitlines()[:8]
+    assert all(len(row) == len(header) for row in rows), [header, *rows]
+
+
+@pytest.mark.unit
+def test_a_replay_speed_out_of_range_is_echoed_as_typed(capsys) -> None:
+    """'replay --speed 1e400' said '--speed inf is out of range', a value the user never typed."""
+    said = cli(capsys, "replay", "--speed", "1e400")
+    assert said.returncode == 2
+    assert "--speed 1e400 is out of range. Accepted: 0.1 to 100." in said.stderr
+    assert "inf" not in said.stderr
+    assert "--speed banana is not a number" in cli(capsys, "replay", "--speed", "banana").stderr
+
+
 ESC = "\x1b[31m"
 
 

@@ -383,7 +383,7 @@ def _from_flags(args: argparse.Namespace, regimes: list[str]) -> tuple[int, Any,
 def _count(n: int) -> str:
     for limit, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k")):
         if n >= limit:
-            return f"{n / limit:.3g}{suffix}"
+            return f"{n / limit:,.4g}{suffix}" if n < 1000 * limit else f"{n // limit:,}{suffix}"
     return str(n)
 
 

@@ -68,7 +68,7 @@ def add_runs_parsers(sub: Any) -> None:
         help="a run folder, its name, or a shipped example (default: newest finished run)",
     )
     replay.add_argument(
-        "--speed", type=float, default=1.0, help="times the recorded pace, 0.1 to 100 (default 1)"
+        "--speed", default="1", help="times the recorded pace, 0.1 to 100 (default 1)"
     )
     _runs_dir_argument(replay)
     serve = sub.add_parser(
@@ -273,8 +273,16 @@ EXAMPLE_REPLAY = "shipped example replay"
 
 def cmd_replay(args: argparse.Namespace) -> int:
     low, high = SPEED_RANGE
-    if not low <= args.speed <= high:
-        return fail(f"--speed {args.speed:g} is out of range. Accepted: {low:g} to {high:g}.")
+    try:
+        speed = float(args.speed)
+    except ValueError:
+        return fail(
+            f"--speed {visible(args.speed)} is not a number. Accepted: {low:g} to {high:g}."
+        )
+    if not low <= speed <= high:  # NaN and inf too, echoed as typed
+        return fail(
+            f"--speed {visible(args.speed)} is out of range. Accepted: {low:g} to {high:g}."
+        )
     root = _runs_root(args)
     read_from = "replay"
     if args.run:
@@ -298,4 +306,4 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return fail(f"no finished run in {root} to replay.", 1)
     from ampscope.tui.model.replay import ReplaySource
 
-    return _dashboard(args, ReplaySource.load(path, speed=args.speed, read_from=read_from))
+    return _dashboard(args, ReplaySource.load(path, speed=speed, read_from=read_from))

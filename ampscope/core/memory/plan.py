@@ -251,6 +251,10 @@ _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
 
 
+MAX_PARAMS = 10**15
+"""The largest count planned: 1e15 parameters, 16 PB of fp32 AdamW state, still fits a column."""
+
+
 def parse_count(text: str) -> int:
     """A parameter count: 7e9, 7B, 125M, 1.3b, 350k, 1_000_000 or a plain integer."""
     match = _COUNT.match(str(text).replace("_", "").replace(",", ""))
@@ -268,6 +272,11 @@ def parse_count(text: str) -> int:
         )
     if value < 1:
         raise PlanError(f"'{text}' is not a parameter count: it must be at least 1.")
+    if value > MAX_PARAMS:
+        raise PlanError(
+            f"'{text}' is more parameters than the planner takes: at most 1e15 (a thousand "
+            "times the largest models trained), where every figure still fits its column."
+        )
     return round(value)
 
 
