@@ -24,6 +24,7 @@ from ampscope.engine.step.precision import TF32_API_SINCE
 from ampscope.engine.step.timer import FinishedStep
 from ampscope.tui.model.figures import cards
 from ampscope.tui.model.run_state import RunState
+from tests.fakes import FakeCuda
 from tests.helpers import FAST, ROOT, hello, step
 
 
@@ -163,20 +164,20 @@ def test_zero_fraction_allocates_no_temporary_the_size_of_the_gradient() -> None
 # --------------------------------------------------------------------------- CUDA memory
 
 
-class FakeCudaMemory:
-    """Counts how often the allocator's statistics are built; the figures are known."""
+class FakeCudaMemory(FakeCuda):
+    """Counts how often the allocator's statistics are built, by the one call a step needs
+    or by any of its siblings (each rebuilds them whole); the figures are known."""
 
-    def __init__(self) -> None:
-        self.builds = 0
+    builds: int = 0
 
-    def nested(self, device=None) -> dict:
+    def memory_stats_as_nested_dict(self, device=None) -> dict:
         self.builds += 1
         return {
             "allocated_bytes": {"all": {"current": 3 << 30, "peak": 5 << 30}},
             "reserved_bytes": {"all": {"current": 8 << 30, "peak": 8 << 30}},
         }
 
-    def flat(self, device=None) -> dict:
+    def memory_stats(self, device=None) -> dict:
         self.builds += 1
         return {
             "allocated_bytes.all.current": 3 << 30,
@@ -184,18 +185,19 @@ class FakeCudaMemory:
             "reserved_bytes.all.current": 8 << 30,
         }
 
+    def memory_allocated(self, device=None) -> int:
+        return self.memory_stats()["allocated_bytes.all.current"]
+
+    def memory_reserved(self, device=None) -> int:
+        return self.memory_stats()["reserved_bytes.all.current"]
+
+    def max_memory_allocated(self, device=None) -> int:
+        return self.memory_stats()["allocated_bytes.all.peak"]
+
 
 @pytest.mark.unit
-def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
+def test_cuda_memory_is_read_once_a_step() -> None:
     fake = FakeCudaMemory()
-    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", fake.nested)
-    monkeypatch.setattr(torch.cuda, "memory_stats", fake.flat)
-    for name, key in (
-        ("memory_allocated", "allocated_bytes.all.current"),
-        ("memory_reserved", "reserved_bytes.all.current"),
-        ("max_memory_allocated", "allocated_bytes.all.peak"),
-    ):
-        monkeypatch.setattr(torch.cuda, name, lambda device=None, key=key: fake.flat()[key])
     cuda = SimpleNamespace(is_cuda=True, device=torch.device("cuda", 0))
     setup = SimpleNamespace(
         info=cuda,
@@ -208,7 +210,7 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     writer = SimpleNamespace(emit=lambda e, urgent=False: seen.append(e))
     stats = StepTally(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, None)  # type: ignore[arg-type]
-    memory = MemoryReader(cuda.device)
+    memory = MemoryReader(cuda.device, cuda=fake)
     nan = float("nan")
     for i in range(3):
         reporter.report([memory.figures(0, FinishedStep(i, 100.0, [2.0, 1.0, nan, nan, nan]))])
