@@ -55,3 +55,17 @@ class FakeCuda:
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
         self.peak = self.held
+
+
+@dataclass
+class FakeThreads:
+    """A CPU's matmul threads, as ``ampscope.engine.machine.bench.Threads``: two unless told,
+    whatever OMP_NUM_THREADS the suite runs under."""
+
+    n: int = 2
+
+    def get(self) -> int:
+        return self.n
+
+    def set(self, n: int) -> None:
+        self.n = n
