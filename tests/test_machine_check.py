@@ -513,6 +513,24 @@ def test_the_driver_version_is_read_from_procs_text(tmp_path) -> None:
 # The command line
 
 
+def doctor_bench(
+    capsys,
+    *argv: str,
+    measure: Callable[..., machine_check.MachineCheck] | None = None,
+    cuda_available: Callable[[], bool] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``ampscope doctor --bench ARGV`` as its parser reads it, with the check's figures taken
+    by ``measure`` and the GPU's presence told by ``cuda_available``: what it prints and
+    returns."""
+    from ampscope.cli.doctor_bench import cmd_machine_check
+    from ampscope.cli.main import build_parser
+
+    args = build_parser().parse_args(["doctor", "--bench", *argv])
+    code = cmd_machine_check(args, measure, cuda_available)
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["doctor", "--bench", *argv], code, said.out, said.err)
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(
     ("argv", "named"),
@@ -540,9 +558,8 @@ def test_an_unknown_bench_device_names_the_choices(capsys) -> None:
 
 
 @pytest.mark.unit
-def test_bench_device_cuda_without_a_gpu_is_a_user_error(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    done = cli(capsys, "doctor", "--bench", "--bench-device", "cuda")
+def test_bench_device_cuda_without_a_gpu_is_a_user_error(capsys) -> None:
+    done = doctor_bench(capsys, "--bench-device", "cuda", cuda_available=lambda: False)
     assert (
         done.returncode == 2
         and "no CUDA GPU" in done.stderr
@@ -805,12 +822,9 @@ def test_the_flops_a_figure_is_computed_from_are_torchs_own_count(fmt) -> None:
 
 
 @pytest.mark.unit
-def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(
-    capsys, monkeypatch
-) -> None:
+def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(capsys) -> None:
     check = a_check(seconds=9.6)
-    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=lambda *a, **k: check)
     assert done.returncode == 0
     lines = done.stdout.splitlines()
     assert lines[0] == (
@@ -829,8 +843,7 @@ def test_a_config_folder_that_cannot_be_written_still_prints_the_figures(
     blocker.write_text("")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
     check = a_check(seconds=3.0)
-    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=lambda *a, **k: check)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert done.stderr.startswith("ampscope: the results could not be kept in ")
     assert done.stdout.splitlines()[-1] == "done in 3 s; not kept"
@@ -977,15 +990,14 @@ def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
 
 
 @pytest.mark.unit
-def test_doctor_bench_replaces_a_damaged_file(capsys, monkeypatch) -> None:
+def test_doctor_bench_replaces_a_damaged_file(capsys) -> None:
     kept_with(tflops=10**400)
     machine_check.check_path().write_text(
         '{"version": 1, "checks": {"x": {"matmul": 12'
     )  # cut short
     assert machine_check.load_all()[1] is not None
     check = a_check(seconds=2.0)
-    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=lambda *a, **k: check)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     checks, problem = machine_check.load_all()
     assert problem is None and checks["Test CPU"].to_json() == check.to_json()
@@ -1015,12 +1027,11 @@ def test_two_checks_at_once_never_move_each_others_half_written_file(monkeypatch
 
 
 @pytest.mark.unit
-def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch) -> None:
+def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys) -> None:
     def interrupted(*args: object, **kwargs: object) -> machine_check.MachineCheck:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "run_check", interrupted)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=interrupted)
     assert done.returncode == 130 and done.stdout == ""
     assert done.stderr == (
         "ampscope: machine check stopped (Ctrl+C) before it finished: nothing kept.\n"
