@@ -20,12 +20,12 @@ from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets import load_preset
 from ampscope.core.records.tally import StepTally
 from ampscope.engine import device
-from ampscope.engine.lifecycle import loop, training
+from ampscope.engine.lifecycle import loop
 from ampscope.engine.lifecycle.faults import failure
 from ampscope.engine.lifecycle.hello import choose_peak
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
 from ampscope.engine.machine import doctor
-from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter
 from ampscope.engine.step.precision import set_matmul_precision, tf32_disagreements, tf32_getters
 from ampscope.tui.model.run_state import RunState
@@ -33,9 +33,9 @@ from tests.fakes import FakeCuda
 from tests.helpers import FAST
 
 
-def run_fast(name: str, *overrides: str) -> tuple[int, list[ev.Event]]:
+def run_fast(name: str, *overrides: str, parts: Parts | None = None) -> tuple[int, list[ev.Event]]:
     seen: list[ev.Event] = []
-    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append)
+    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append, parts=parts)
     return code, seen
 
 
@@ -131,14 +131,15 @@ def test_a_full_gpu_keeps_the_datasheet_peak_and_an_unknown_slice_gets_none(
 
 
 @pytest.mark.unit
-def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatch) -> None:
+def test_the_peak_is_restarted_after_setup_and_after_the_compile_step() -> None:
     """mem_peak is training's; the compile step's peak (autotuning included) is its own field."""
     calls: list[int | None] = []
     compile_peak = 7 << 30
 
-    def reset_peak(self) -> int | None:
-        calls.append(stats_step())
-        return None if len(calls) == 1 else compile_peak
+    class Reader(MemoryReader):
+        def reset_peak(self) -> int | None:
+            calls.append(stats_step())
+            return None if len(calls) == 1 else compile_peak
 
     stats_seen: list = []
     real_train = loop.train
@@ -150,10 +151,12 @@ def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatc
     def stats_step() -> int | None:
         return stats_seen[0].step_running if stats_seen else None
 
-    monkeypatch.setattr(MemoryReader, "reset_peak", reset_peak)
-    monkeypatch.setattr(engine_setup, "compile_model", lambda model, preset: model)  # no cost
-    monkeypatch.setattr(training, "train", train)
-    code, seen = run_fast("amp-bf16", "steps=3", "compile='default'")
+    parts = Parts(
+        memory=Reader,
+        compile_model=lambda model, preset: model,  # no cost
+        train=train,
+    )
+    code, seen = run_fast("amp-bf16", "steps=3", "compile='default'", parts=parts)
     assert code == EXIT_OK
     assert calls == [None, 0]  # before the first step, and right after the compile step
     done = [e for e in seen if isinstance(e, ev.DoneEvent)][0]
@@ -208,7 +211,7 @@ def test_an_oom_wrapped_by_the_compiler_is_an_oom_at_the_step_that_ran_out() -> 
 
 
 @pytest.mark.unit
-def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
+def test_an_oom_inside_a_run_reports_oom_and_its_step() -> None:
     real_step = loop.train_step
 
     def train_step(s, step, measure_zeros, phase, numerics=None):
@@ -216,8 +219,7 @@ def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
             raise compile_oom()
         return real_step(s, step, measure_zeros, phase, numerics)
 
-    monkeypatch.setattr(loop, "train_step", train_step)
-    code, seen = run_fast("fp32", "steps=4")
+    code, seen = run_fast("fp32", "steps=4", parts=Parts(train_step=train_step))
     [error] = [e for e in seen if isinstance(e, ev.ErrorEvent)]
     assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
 
@@ -226,16 +228,15 @@ def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
 
 
 @pytest.mark.unit
-def test_host_work_between_steps_is_in_the_step_time(monkeypatch) -> None:
+def test_host_work_between_steps_is_in_the_step_time() -> None:
     """step k runs from the end of step k-1 to its own end: 1000 / step_ms is the loop's rate."""
-    real_report = StepReporter.report
 
-    def slow_report(self, ranks):
-        time.sleep(0.05)  # a slow reader of figures, between two steps
-        return real_report(self, ranks)
+    class SlowReporter(StepReporter):
+        def report(self, ranks):
+            time.sleep(0.05)  # a slow reader of figures, between two steps
+            return super().report(ranks)
 
-    monkeypatch.setattr(StepReporter, "report", slow_report)
-    code, seen = run_fast("fp32", "steps=5")
+    code, seen = run_fast("fp32", "steps=5", parts=Parts(reporter=SlowReporter))
     steps = [e for e in seen if isinstance(e, ev.StepEvent)]
     assert code == EXIT_OK and len(steps) == 5
     assert all(e.step_ms >= 50.0 for e in steps[1:]), [e.step_ms for e in steps]

@@ -17,8 +17,8 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.records.tally import StepTally
 from ampscope.core.units import fmt_final_loss
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
-from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter, zero_fraction
 from ampscope.engine.step.precision import TF32_API_SINCE
 from ampscope.engine.step.timer import FinishedStep
@@ -28,9 +28,9 @@ from tests.fakes import FakeCuda
 from tests.helpers import FAST, ROOT, hello, step
 
 
-def run_fast(name: str, *overrides: str) -> tuple[int, list[ev.Event]]:
+def run_fast(name: str, *overrides: str, parts: Parts | None = None) -> tuple[int, list[ev.Event]]:
     seen: list[ev.Event] = []
-    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append)
+    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append, parts=parts)
     return code, seen
 
 
@@ -107,10 +107,12 @@ def test_the_compile_step_is_never_timed_even_without_warmup() -> None:
 
 
 @pytest.mark.unit
-def test_a_compiled_run_without_warmup_leaves_its_first_step_out(monkeypatch) -> None:
+def test_a_compiled_run_without_warmup_leaves_its_first_step_out() -> None:
     """The preset asks for compile; the compiler itself is left out (a cold compile takes 30 s)."""
-    monkeypatch.setattr(engine_setup, "compile_model", lambda model, preset: model)
-    code, seen = run_fast("mlp-demo", "steps=6", "warmup_steps=0", "compile='default'")
+    uncompiled = Parts(compile_model=lambda model, preset: model)
+    code, seen = run_fast(
+        "mlp-demo", "steps=6", "warmup_steps=0", "compile='default'", parts=uncompiled
+    )
     times = [s.step_ms for s in of(seen, ev.StepEvent)]
     assert code == EXIT_OK
     median = of(seen, ev.DoneEvent)[0].step_ms_median
