@@ -359,17 +359,18 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
 
 
 @pytest.mark.subprocess
-def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
+def test_doctor_says_whether_fp8_training_is_installed(capsys) -> None:
     from ampscope.cli.doctor import doctor as print_doctor
     from ampscope.engine.machine import doctor
 
-    monkeypatch.setattr(doctor, "_torchao_version", lambda: None)
-    assert print_doctor() == 0
+    def with_torchao(version: str | None):
+        return lambda try_compile: doctor.machine_report(try_compile, torchao=lambda: version)
+
+    assert print_doctor(report_of=with_torchao(None)) == 0
     assert "fp8 training: torchao is not installed (pip install 'ampscope[fp8]'" in (
         capsys.readouterr().out
     )
-    monkeypatch.setattr(doctor, "_torchao_version", lambda: "0.18.0")
-    assert print_doctor() == 0
+    assert print_doctor(report_of=with_torchao("0.18.0")) == 0
     assert "fp8 training: torchao 0.18.0" in capsys.readouterr().out
 
 

@@ -18,7 +18,11 @@ TryCompile = bool | Literal["cpu", "cuda"]
 """``--try-compile``: every device (True), one of them, or none."""
 
 
-def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
+def machine_report(
+    try_compile: TryCompile = False, torchao: Callable[[], str | None] | None = None
+) -> dict[str, Any]:
+    """What ``ampscope doctor`` prints; ``torchao`` says torchao's version (None: not
+    installed), read from its metadata unless given."""
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
@@ -61,7 +65,7 @@ def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
             )
     report["nvml"] = nvml_report()
     report["compile"] = compile_report(torch.cuda.is_available(), try_compile)
-    report["torchao"] = _torchao_version()
+    report["torchao"] = (torchao or _torchao_version)()
     report["machine_checks"] = kept_checks(
         str(torch.__version__), report["nvml"].get("driver_version")
     )
