@@ -118,9 +118,14 @@ def viewer_server_class() -> type:
     from ampscope.cli.serve import viewers
 
     class ViewerServer(Server):
-        def __init__(self, *args: Any, max_viewers: int = 4, **kwargs: Any) -> None:
+        def __init__(
+            self, *args: Any, max_viewers: int = 4, tab: Any = None, **kwargs: Any
+        ) -> None:
+            """``tab`` serves one tab's websocket (``viewers.serve_tab``, which starts its
+            viewer, unless given)."""
             super().__init__(*args, **kwargs)
             self.max_viewers = max_viewers
+            self.serve_tab = tab or viewers.serve_tab
             self.tabs: dict[asyncio.Future[web.WebSocketResponse], web.Request] = {}
             self.loopback = is_loopback(self.host)
 
@@ -159,7 +164,7 @@ def viewer_server_class() -> type:
                 )
             # The tab's own task: a handler cancelled when its client goes would skip the
             # viewer's end and stop counting it while it still runs.
-            tab = asyncio.ensure_future(viewers.serve_tab(self, request))
+            tab = asyncio.ensure_future(self.serve_tab(self, request))
             self.tabs[tab] = request
             tab.add_done_callback(lambda done: self.tabs.pop(done, None))
             return await asyncio.shield(tab)
