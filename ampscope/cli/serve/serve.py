@@ -119,13 +119,22 @@ def viewer_server_class() -> type:
 
     class ViewerServer(Server):
         def __init__(
-            self, *args: Any, max_viewers: int = 4, tab: Any = None, **kwargs: Any
+            self,
+            *args: Any,
+            max_viewers: int = 4,
+            tab: Any = None,
+            limits: viewers.Limits | None = None,
+            outbox: Any = None,
+            **kwargs: Any,
         ) -> None:
             """``tab`` serves one tab's websocket (``viewers.serve_tab``, which starts its
-            viewer, unless given)."""
+            viewer, unless given); ``limits`` bound each viewer and ``outbox`` makes a tab's
+            backlog (``viewers.Limits()`` and ``viewers.Outbox`` unless given)."""
             super().__init__(*args, **kwargs)
             self.max_viewers = max_viewers
             self.serve_tab = tab or viewers.serve_tab
+            self.limits = limits or viewers.Limits()
+            self.outbox = outbox or viewers.Outbox
             self.tabs: dict[asyncio.Future[web.WebSocketResponse], web.Request] = {}
             self.loopback = is_loopback(self.host)
 
