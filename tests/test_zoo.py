@@ -24,6 +24,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,12 @@ def spec(name: str) -> str:
     return f"{SPEC}:make_{name}"
 
 
-def quiet_main(*argv: str) -> tuple[int, str, str]:
-    """``ampscope ARGV`` through ``main()``, its stdout and stderr captured (usable where
-    pytest's capsys is not: in a module-scoped cache)."""
+def quiet_main(*argv: str, command: Callable[[], int] | None = None) -> tuple[int, str, str]:
+    """``ampscope ARGV`` through ``main()`` (or ``command``), its stdout and stderr captured
+    (usable where pytest's capsys is not: in a module-scoped cache)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
+        code = command() if command is not None else main(list(argv))
     return code, out.getvalue(), err.getvalue()
 
 
@@ -301,15 +302,15 @@ def benches(tmp_path_factory) -> dict[str, Any]:
 def bench(cache: dict[str, Any], name: str) -> Bench:
     """``ampscope bench fp32 amp-bf16`` on the model, one run each, once a module."""
     from ampscope.cli import bench as bench_cli
+    from ampscope.cli.main import command_args
 
     if name not in cache:
         runs_dir = cache["_dir"] / name
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(bench_cli, "run_one", run_command)
-            code, out, err = quiet_main(
-                "bench", "fp32", "amp-bf16", "--model", spec(name), "--steps", str(STEPS),
-                "--repeats", "1", *QUICK, "--runs-dir", str(runs_dir), "--json",
-            )  # fmt: skip
+        args = command_args([
+            "bench", "fp32", "amp-bf16", "--model", spec(name), "--steps", str(STEPS),
+            "--repeats", "1", *QUICK, "--runs-dir", str(runs_dir), "--json",
+        ])  # fmt: skip
+        code, out, err = quiet_main(command=lambda: bench_cli.cmd_bench(args, run_command))
         assert code == 0, err
         table = json.loads(out)
         runs = {}
