@@ -538,22 +538,25 @@ def profiles_out() -> dict[str, tuple[dict, Any, float]]:
 
 def profile(cache: dict, name: str) -> tuple[dict, Any, float]:
     """``ampscope profile fp32 --steps 1 --json``, with torch.profiler's own object kept."""
+    from ampscope.cli.main import command_args
+    from ampscope.cli.profile import cmd_profile
+    from ampscope.engine.lifecycle.parts import Parts
     from ampscope.engine.profiling import ProfileControl
 
     if name not in cache:
         kept: dict[str, Any] = {}
-        summarize = ProfileControl._summarize
 
-        def keep(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
-            kept.update(prof=prof, measured_us=measured_us)
-            return summarize(self, prof, measured_us, steps)
+        class Keeping(ProfileControl):  # torch.profiler's own object, kept to compare with
+            def _summarize(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
+                kept.update(prof=prof, measured_us=measured_us)
+                return super()._summarize(prof, measured_us, steps)
 
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ProfileControl, "_summarize", keep)
-            code, out, err = quiet_main(
-                "profile", "fp32", "--model", spec(name), "--steps", "1", *QUICK, "--json",
-                "--no-record",
-            )  # fmt: skip
+        args = command_args([
+            "profile", "fp32", "--model", spec(name), "--steps", "1", *QUICK, "--json",
+            "--no-record",
+        ])  # fmt: skip
+        parts = Parts(profiler=Keeping)
+        code, out, err = quiet_main(command=lambda: cmd_profile(args, parts=parts))
         assert code == 0, err
         cache[name] = (json.loads(out), kept["prof"], float(kept["measured_us"]))
     return cache[name]

@@ -18,12 +18,16 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ampscope.cli.output import fail, stdout_for_json_only
 from ampscope.core import events as ev
 from ampscope.core import presets, profiles
 from ampscope.core.presets.run_args import add_launch_arguments, add_model_argument, model_overrides
 from ampscope.core.text import visible
+
+if TYPE_CHECKING:  # torch's import: only once a run starts
+    from ampscope.engine.lifecycle.parts import Parts
 
 WARMUP_STEPS = 3
 """Steps before the profile at least: allocator, cuDNN and autotuning settle. The preset's own
@@ -79,9 +83,12 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     add_launch_arguments(p)
 
 
-def cmd_profile(args: argparse.Namespace, load: LoadWatch | None = None) -> int:
+def cmd_profile(
+    args: argparse.Namespace, load: LoadWatch | None = None, parts: Parts | None = None
+) -> int:
     """``ampscope profile``; ``load`` measures other processes' use of the CPUs while the
-    profile runs (this machine's, unless given)."""
+    profile runs (this machine's, unless given); ``parts``: what the run is made of
+    (``engine.lifecycle.parts``), the engine's own unless given."""
     if args.compare is not None:
         if args.preset is not None:
             return fail(
@@ -147,6 +154,7 @@ def cmd_profile(args: argparse.Namespace, load: LoadWatch | None = None) -> int:
             record=not args.no_record,
             on_event=on_event,
             profile=(start, k),
+            parts=parts,
         )
     if not found:
         if errors and progress is None:

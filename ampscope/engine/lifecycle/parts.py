@@ -12,6 +12,7 @@ import torch
 from ampscope.core import events as ev
 from ampscope.engine.device import DeviceInfo, resolve_device
 from ampscope.engine.lifecycle import loop
+from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.step import setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter
 from ampscope.engine.step.validation import Facts, read_facts
@@ -31,3 +32,4 @@ class Parts:
     train_step: Callable[..., tuple[torch.Tensor, float]] = loop.train_step
     memory: Callable[..., MemoryReader] = MemoryReader  # (device)
     reporter: Callable[..., StepReporter] = StepReporter  # (setup, writer, tally, peak, ...)
+    profiler: Callable[..., ProfileControl] = ProfileControl  # (writer, device, run_dir, first)

@@ -81,7 +81,7 @@ def train_preset(
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         in_loop.set()
-        profiler = ProfileControl(writer, info.device, run_dir if ranks.lead else None, profile)
+        profiler = parts.profiler(writer, info.device, run_dir if ranks.lead else None, profile)
         status = parts.train(
             setup,
             writer,
