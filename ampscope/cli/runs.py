@@ -101,14 +101,20 @@ def _runs_root(args: argparse.Namespace) -> Path:
 # --------------------------------------------------------------------------- detached runs
 
 
-def cmd_run_detached(args: argparse.Namespace) -> int:
+def cmd_run_detached(args: argparse.Namespace, wait: Any = None) -> int:
+    """``ampscope run --detach``; ``wait`` waits for the engine's hello
+    (``launch.wait_for_hello`` unless given)."""
     from ampscope.core.presets.run_args import run_overrides
 
     if args.no_record:
         return fail("--detach needs the run record (drop --no-record): it is how you watch it.")
     try:
         run_dir, pid = launch_detached(
-            args.preset, run_overrides(args), args.runs_dir, getattr(args, "launch", None)
+            args.preset,
+            run_overrides(args),
+            args.runs_dir,
+            getattr(args, "launch", None),
+            wait=wait,
         )
     except presets.ConfigError as exc:
         return fail(str(exc))
