@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +242,11 @@ def _dashboard(args: argparse.Namespace, open_run: Any) -> int:
     return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, open_run=open_run)
 
 
-def cmd_attach(args: argparse.Namespace) -> int:
+def cmd_attach(
+    args: argparse.Namespace, dashboard: Callable[[argparse.Namespace, Any], int] = _dashboard
+) -> int:
+    """``ampscope attach``: the run opened in ``dashboard`` (the dashboard's own unless
+    given), then how to follow it again if it still runs."""
     root = _runs_root(args)
     if args.run:
         path = resolve_run(args.run, root)
@@ -261,7 +265,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     from ampscope.tui.model.follow import AttachSource
 
-    code = _dashboard(args, AttachSource(path))
+    code = dashboard(args, AttachSource(path))
     if records.run_state(records.load_run(path, with_events=False)) in ("live", "stalled"):
         name = visible(path.name)
         stoppable, _why = records.stop_rule(records.read_live(path) or {})
@@ -277,7 +281,11 @@ EXAMPLE_REPLAY = "shipped example replay"
 """The header's word for a replay of a shipped example, played when no run is finished."""
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+def cmd_replay(
+    args: argparse.Namespace, dashboard: Callable[[argparse.Namespace, Any], int] = _dashboard
+) -> int:
+    """``ampscope replay``: the run (or a shipped example) replayed in ``dashboard`` (the
+    dashboard's own unless given)."""
     low, high = SPEED_RANGE
     try:
         speed = float(args.speed)
@@ -312,4 +320,4 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return fail(f"no finished run in {root} to replay.", 1)
     from ampscope.tui.model.replay import ReplaySource
 
-    return _dashboard(args, ReplaySource.load(path, speed=speed, read_from=read_from))
+    return dashboard(args, ReplaySource.load(path, speed=speed, read_from=read_from))
