@@ -122,16 +122,18 @@ class FakeServer:
 
 @pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
-def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatch, capsys):
-    import textual_serve.server
+def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, capsys):
+    from ampscope.cli.main import command_args
 
-    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
-    monkeypatch.setattr(serve_cli, "run_server", FakeServer.run)
+    def serve(*argv: str) -> int:
+        args = command_args(["serve", *argv])
+        return serve_cli.cmd_serve(args, server_class=FakeServer, serve=FakeServer.run)
+
     FakeServer.made.clear()
     port, other = free_port(), free_port()
-    assert cli_main(["serve", "--port", str(port), "--runs-dir", str(tmp_path)]) == 0
+    assert serve("--port", str(port), "--runs-dir", str(tmp_path)) == 0
     assert "no authentication" not in capsys.readouterr().err
-    assert cli_main(["serve", "--host", "0.0.0.0", "--port", str(other)]) == 0
+    assert serve("--host", "0.0.0.0", "--port", str(other)) == 0
     assert "no authentication" in capsys.readouterr().err
     first = FakeServer.made[0]
     assert first.host == "127.0.0.1" and first.port == port and first.bound == [port]

@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -221,7 +221,13 @@ def run_server(server: Any, sockets: list[socket.socket]) -> None:
     )
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(
+    args: argparse.Namespace,
+    server_class: Callable[..., Any] | None = None,
+    serve: Callable[[Any, list[socket.socket]], None] = run_server,
+) -> int:
+    """``ampscope serve``: a ``server_class`` server (``viewer_server_class()`` unless given),
+    served by ``serve`` on the sockets bound here."""
     try:
         from textual_serve.server import Server  # noqa: F401 - is it installed?
     except ImportError:
@@ -253,7 +259,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ampscope.cli.serve.page import offline_templates
 
     with tempfile.TemporaryDirectory(prefix="ampscope-serve-") as pages:
-        server = viewer_server_class()(
+        server = (server_class or viewer_server_class())(
             command,
             host=args.host,
             port=args.port,
@@ -262,7 +268,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_viewers=args.max_viewers,
         )
         try:
-            run_server(server, sockets)
+            serve(server, sockets)
         except KeyboardInterrupt:
             pass
         finally:
