@@ -20,6 +20,8 @@ from ampscope.engine.step.validation import Facts, read_facts
 
 @dataclass(frozen=True)
 class Parts:
+    """Each field is the engine's own piece unless given; the comments say how it is called."""
+
     resolve_device: Callable[..., DeviceInfo] = resolve_device  # (spec, ranks)
     facts: Callable[[DeviceInfo, bool], Facts] = read_facts  # (info, grouped)
     build: Callable[..., setup.Setup] = setup.build  # (preset, info, link, sizes, ...)
