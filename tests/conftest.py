@@ -185,3 +185,11 @@ def _started_here(pid: int) -> bool:
             return mark in fh.read().split(b"\0")
     except OSError:  # another user's, gone, or no /proc
         return False
+
+
+@pytest.fixture
+def fake_cuda():
+    """Two fake H200s, handed to the CUDA-facing paths in place of torch.cuda."""
+    from tests.fakes import FakeCuda
+
+    return FakeCuda()

@@ -207,15 +207,20 @@ sys.exit(1)
 
 
 @pytest.mark.subprocess
-def test_a_chatty_engine_cannot_deadlock_the_bench(tmp_path: Path, monkeypatch) -> None:
+def test_a_chatty_engine_cannot_deadlock_the_bench(tmp_path: Path) -> None:
     """An engine that writes megabytes to stderr before its stdout closes must not hang bench."""
     from ampscope.cli import bench
 
     script = tmp_path / "chatty.py"
     script.write_text(CHATTY_ENGINE)
-    monkeypatch.setattr(bench, "engine_command", lambda *a, **k: [sys.executable, str(script)])
+
+    def chatty(*args, **kwargs) -> list[str]:  # the engine's command line
+        return [sys.executable, str(script)]
+
     result: list[records.RunRecord] = []
-    worker = threading.Thread(target=lambda: result.append(bench.run_one("fp32", [], tmp_path)))
+    worker = threading.Thread(
+        target=lambda: result.append(bench.run_one("fp32", [], tmp_path, command=chatty))
+    )
     worker.start()
     worker.join(timeout=120)  # a deadlock, not a speed limit: the fake engine needs ~0.1 s
     if worker.is_alive():
@@ -387,33 +392,33 @@ def test_a_speedup_from_fewer_repeats_than_the_step_time_says_so() -> None:
 
 
 @pytest.mark.unit
-def test_a_preset_given_twice_runs_once_and_bench_says_so(tmp_path: Path, capsys, monkeypatch):
+def test_a_preset_given_twice_runs_once_and_bench_says_so(tmp_path: Path, capsys):
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
     ran: list[str] = []
 
     def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
         ran.append(name)
         return record(name, done(100.0, 1000, 2.0))
 
-    monkeypatch.setattr("ampscope.cli.bench.run_one", fake_run)
-    monkeypatch.setattr(comparison, "write_sweep", lambda *a: tmp_path / "sweep")
-    code = main(["bench", "fp32", "fp32", "--repeats", "1", "--runs-dir", str(tmp_path)])
+    args = command_args(["bench", "fp32", "fp32", "--repeats", "1", "--runs-dir", str(tmp_path)])
+    code = bench.cmd_bench(args, fake_run, keep_sweep=lambda *a: tmp_path / "sweep")
     assert code == 0 and ran == ["fp32"]
     assert "fp32 given 2 times: it runs once per repeat" in capsys.readouterr().err
 
 
 @pytest.mark.unit
-def test_ctrl_c_before_the_first_run_finishes_says_so_and_exits_130(
-    tmp_path: Path, capsys, monkeypatch
-) -> None:
+def test_ctrl_c_before_the_first_run_finishes_says_so_and_exits_130(tmp_path: Path, capsys) -> None:
     """It ended in TypeError: 'int' object is not iterable, with nothing to compare."""
     from ampscope.cli import bench
-    from ampscope.cli.main import main
+    from ampscope.cli.main import command_args
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "run_one", interrupted)
-    code = main(["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)])
+    argv = ["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)]
+    code = bench.cmd_bench(command_args(argv), interrupted)
     said = capsys.readouterr()
     assert code == 130, said.err
     assert "stopped before its first run finished" in said.err and "Traceback" not in said.err

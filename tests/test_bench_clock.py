@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from ampscope.cli import bench
+from ampscope.cli.main import command_args
 from ampscope.core import events as ev
 from ampscope.core import records
-from tests.helpers import cli, hello
+from tests.helpers import hello
 
 # A shared 2-core box: the wall clock swings with the other tenants (547 ms to 3.26 s between
 # repeats of one preset), the CPU time hardly moves; amp-bf16 is truly twice as fast.
@@ -24,13 +26,18 @@ CPU = {"fp32": [500.0, 510.0, 495.0], "amp-bf16": [251.0, 249.0, 254.0]}
 SAMPLES = 32  # a step's samples: each run's samples/s is 32 over its wall-clock median
 
 
-def fake_runs(monkeypatch, wall: dict[str, list[float]], cpu: dict[str, list[float]]) -> list[str]:
-    """bench's engine runs, replaced by records of these figures (in the order run)."""
-    ran: list[str] = []
-    counts: dict[str, itertools.count] = {}
+class FakeRuns:
+    """bench's engine runs, answered by records of these figures; ``ran``: the presets in the
+    order run."""
 
-    def run_one(preset, overrides, runs_dir, on_line=None, launch=None) -> records.RunRecord:
-        ran.append(preset)
+    def __init__(self, wall: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+        self.wall, self.cpu = wall, cpu
+        self.ran: list[str] = []
+        self.counts: dict[str, itertools.count] = {}
+
+    def __call__(self, preset, overrides, runs_dir, on_line=None, launch=None) -> records.RunRecord:
+        wall, cpu, counts = self.wall, self.cpu, self.counts
+        self.ran.append(preset)
         i = next(counts.setdefault(preset, itertools.count()))
         done = ev.empty_done("ok")
         done.steps_done = 100
@@ -42,18 +49,25 @@ def fake_runs(monkeypatch, wall: dict[str, list[float]], cpu: dict[str, list[flo
         run_hello = hello(preset=preset, device="cpu")
         return records.RunRecord(path=Path(f"/runs/{preset}-{i}"), hello=run_hello, done=done)
 
-    monkeypatch.setattr(bench, "run_one", run_one)
-    return ran
-
 
 @pytest.fixture
-def shared_machine(monkeypatch) -> list[str]:
-    return fake_runs(monkeypatch, WALL, CPU)
+def shared_machine() -> FakeRuns:
+    return FakeRuns(WALL, CPU)
 
 
-def bench_cpu_clock(capsys, tmp_path: Path, *more: str) -> str:
-    said = cli(
-        capsys, "bench", "fp32", "amp-bf16", "--device", "cpu", "--clock", "cpu",
+def bench_cli(
+    capsys, runs: FakeRuns, *argv: str, cuda_available=None
+) -> subprocess.CompletedProcess[str]:
+    """``ampscope bench ARGV`` as its command line reads it, each engine run answered by
+    ``runs``: what it prints and returns."""
+    code = bench.cmd_bench(command_args(["bench", *argv]), runs, cuda_available)
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["bench", *argv], code, said.out, said.err)
+
+
+def bench_cpu_clock(capsys, tmp_path: Path, runs: FakeRuns, *more: str) -> str:
+    said = bench_cli(
+        capsys, runs, "fp32", "amp-bf16", "--device", "cpu", "--clock", "cpu",
         "--runs-dir", str(tmp_path), *more,
     )  # fmt: skip
     assert said.returncode == 0, said.stderr
@@ -64,7 +78,9 @@ def bench_cpu_clock(capsys, tmp_path: Path, *more: str) -> str:
 def test_the_wall_clock_spread_blocks_the_verdict_and_bench_says_what_would_help(
     shared_machine, capsys, tmp_path: Path
 ) -> None:
-    said = cli(capsys, "bench", "fp32", "amp-bf16", "--device", "cpu", "--runs-dir", str(tmp_path))
+    said = bench_cli(
+        capsys, shared_machine, "fp32", "amp-bf16", "--device", "cpu", "--runs-dir", str(tmp_path)
+    )
     assert said.returncode == 0, said.stderr
     out = said.stdout
     assert "no significant speed difference" in out  # the honest non-verdict stays
@@ -82,8 +98,8 @@ def test_the_wall_clock_spread_blocks_the_verdict_and_bench_says_what_would_help
 def test_the_cpu_clock_gives_the_verdict_and_the_table_names_it(
     shared_machine, capsys, tmp_path: Path
 ) -> None:
-    said = cli(
-        capsys, "bench", "fp32", "amp-bf16", "--device", "cpu", "--clock", "cpu",
+    said = bench_cli(
+        capsys, shared_machine, "fp32", "amp-bf16", "--device", "cpu", "--clock", "cpu",
         "--runs-dir", str(tmp_path),
     )  # fmt: skip
     assert said.returncode == 0, said.stderr
@@ -109,7 +125,7 @@ def test_under_the_cpu_clock_the_speedup_and_the_rates_are_the_printed_cpu_times
     """The speed-up was the ratio of the repeats' plain medians while the step time beside it
     was another aggregate, and samples/s stayed wall-clock beside a CPU time: one row, one
     aggregate, one clock."""
-    out = bench_cpu_clock(capsys, tmp_path)
+    out = bench_cpu_clock(capsys, tmp_path, shared_machine)
     heads = re.split(r"\s{2,}", out.splitlines()[0].strip())
     assert heads[:6] == ["preset", "CPU time/step", "speedup", "samples/CPU s", "tokens/CPU s",
                          "TFLOP/CPU s"]  # fmt: skip
@@ -125,16 +141,15 @@ def test_under_the_cpu_clock_the_speedup_and_the_rates_are_the_printed_cpu_times
 
 @pytest.mark.unit
 def test_a_step_mostly_off_the_cpu_clock_is_named_and_its_speedup_not_called(
-    monkeypatch, capsys, tmp_path: Path
+    capsys, tmp_path: Path
 ) -> None:
     """A model that sleeps 50 ms a step showed 9 ms a step and a clean 2x: the wall clock
     says the step is 59 ms, and bf16 gains 8 % of it."""
-    fake_runs(
-        monkeypatch,
+    runs = FakeRuns(
         wall={"fp32": [59.0, 59.2, 58.9], "amp-bf16": [54.5, 54.6, 54.4]},
         cpu={"fp32": [9.0, 9.1, 8.9], "amp-bf16": [4.5, 4.6, 4.4]},
     )
-    out = " ".join(bench_cpu_clock(capsys, tmp_path).split())
+    out = " ".join(bench_cpu_clock(capsys, tmp_path, runs).split())
     assert "fp32: its CPU time is 15% of its wall time (9.00 ms of 59.0 ms a step)" in out
     assert "most of a step is off the CPU clock" in out
     assert "amp-bf16: its CPU time is 8% of its wall time" in out
@@ -148,16 +163,15 @@ def test_a_step_mostly_off_the_cpu_clock_is_named_and_its_speedup_not_called(
 
 @pytest.mark.unit
 def test_busy_dataloader_workers_make_the_clocks_contradict_and_no_speedup_is_called(
-    monkeypatch, capsys, tmp_path: Path
+    capsys, tmp_path: Path
 ) -> None:
     """Busy workers in other processes: amp-bf16 was called 2.06x faster by the CPU clock
     while the same row's samples/s was 0.56x fp32's."""
-    fake_runs(
-        monkeypatch,
+    runs = FakeRuns(
         wall={"fp32": [100.0, 101.0, 99.0], "amp-bf16": [178.0, 180.0, 179.0]},
         cpu={"fp32": [80.0, 81.0, 79.0], "amp-bf16": [38.8, 39.3, 38.5]},
     )
-    out = " ".join(bench_cpu_clock(capsys, tmp_path).split())
+    out = " ".join(bench_cpu_clock(capsys, tmp_path, runs).split())
     assert "faster" not in out and "slower" not in out
     assert (
         "amp-bf16: no speed verdict: the clocks contradict each other (by CPU time a step "
@@ -169,20 +183,17 @@ def test_busy_dataloader_workers_make_the_clocks_contradict_and_no_speedup_is_ca
 @pytest.mark.unit
 @pytest.mark.parametrize("device", ["cuda", "auto"])
 def test_the_cpu_clock_is_refused_on_a_gpu(
-    shared_machine, capsys, monkeypatch, tmp_path: Path, device: str
+    shared_machine, capsys, tmp_path: Path, device: str
 ) -> None:
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    said = cli(
-        capsys, "bench", "fp32", "amp-bf16", "--device", device, "--clock", "cpu",
-        "--runs-dir", str(tmp_path),
+    said = bench_cli(
+        capsys, shared_machine, "fp32", "amp-bf16", "--device", device, "--clock", "cpu",
+        "--runs-dir", str(tmp_path), cuda_available=lambda: True,
     )  # fmt: skip
     assert said.returncode == 2
     assert said.stderr.startswith(f"ampscope: --clock cpu: fp32 runs on a GPU (device = '{device}'")
     assert "Accepted: --clock cpu with --device cpu" in said.stderr
     assert "Traceback" not in said.stderr
-    assert shared_machine == []  # refused before any run
+    assert shared_machine.ran == []  # refused before any run
 
 
 @pytest.mark.slow

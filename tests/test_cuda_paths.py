@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import re
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,21 +20,22 @@ from ampscope.core.machine.hardware import peak_tflops
 from ampscope.core.presets import load_preset
 from ampscope.core.records.tally import StepTally
 from ampscope.engine import device
-from ampscope.engine.lifecycle import loop, training
+from ampscope.engine.lifecycle import loop
 from ampscope.engine.lifecycle.faults import failure
 from ampscope.engine.lifecycle.hello import choose_peak
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, run
 from ampscope.engine.machine import doctor
-from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter
 from ampscope.engine.step.precision import set_matmul_precision, tf32_disagreements, tf32_getters
 from ampscope.tui.model.run_state import RunState
+from tests.fakes import FakeCuda
 from tests.helpers import FAST
 
 
-def run_fast(name: str, *overrides: str) -> tuple[int, list[ev.Event]]:
+def run_fast(name: str, *overrides: str, parts: Parts | None = None) -> tuple[int, list[ev.Event]]:
     seen: list[ev.Event] = []
-    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append)
+    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append, parts=parts)
     return code, seen
 
 
@@ -82,27 +84,16 @@ def test_tf32_reaches_inductors_convolution_templates() -> None:
 # --------------------------------------------------------------------------- cuda:N
 
 
-def fake_gpus(monkeypatch, name: str = "NVIDIA H200", sms: int = 132) -> list[int]:
-    """Two fake CUDA devices; returns the indices torch.cuda.set_device was given."""
-    chosen: list[int] = []
-    props = SimpleNamespace(
-        name=name, major=9, minor=0, total_memory=141 << 30, uuid="u", multi_processor_count=sms
-    )
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    monkeypatch.setattr(device, "nvml_power_limit_w", lambda uuid: 700.0)
-    return chosen
+def resolve(spec: str, cuda: FakeCuda) -> device.DeviceInfo:
+    """``spec`` resolved on the fake GPUs, whose board NVML would say draws 700 W."""
+    return device.resolve_device(spec, cuda=cuda, power_limit_w=lambda uuid: 700.0)
 
 
 @pytest.mark.unit
-def test_cuda_n_becomes_the_current_device(monkeypatch) -> None:
+def test_cuda_n_becomes_the_current_device(fake_cuda: FakeCuda) -> None:
     """Events, synchronize() and the current stream follow the current device, not the spec."""
-    chosen = fake_gpus(monkeypatch)
-    info = device.resolve_device("cuda:1")
-    assert info.device == torch.device("cuda", 1) and chosen == [1]
+    info = resolve("cuda:1", fake_cuda)
+    assert info.device == torch.device("cuda", 1) and fake_cuda.chosen == [1]
     assert info.multiprocessors == 132
 
 
@@ -119,17 +110,19 @@ def peak_of(info: device.DeviceInfo, compute: str = "bf16") -> tuple[float | Non
 
 
 @pytest.mark.unit
-def test_a_mig_slice_gets_its_share_of_the_full_gpus_peak(monkeypatch) -> None:
-    fake_gpus(monkeypatch, "NVIDIA H200 MIG 3g.71gb", sms=60)
-    peak, note = peak_of(device.resolve_device("cuda:0"))
+def test_a_mig_slice_gets_its_share_of_the_full_gpus_peak(fake_cuda: FakeCuda) -> None:
+    fake_cuda.name, fake_cuda.sms = "NVIDIA H200 MIG 3g.71gb", 60
+    peak, note = peak_of(resolve("cuda:0", fake_cuda))
     assert peak == pytest.approx(989.4 * 60 / 132)
     assert "60 of 132 multiprocessors" in note and "whole GPU's" in note
 
 
 @pytest.mark.unit
-def test_a_full_gpu_keeps_the_datasheet_peak_and_an_unknown_slice_gets_none(monkeypatch) -> None:
-    fake_gpus(monkeypatch, "NVIDIA H200", sms=132)
-    assert peak_of(device.resolve_device("cuda:0"))[0] == pytest.approx(989.4)
+def test_a_full_gpu_keeps_the_datasheet_peak_and_an_unknown_slice_gets_none(
+    fake_cuda: FakeCuda,
+) -> None:
+    fake_cuda.name, fake_cuda.sms = "NVIDIA H200", 132
+    assert peak_of(resolve("cuda:0", fake_cuda))[0] == pytest.approx(989.4)
     peak, note = peak_tflops("NVIDIA L4 MIG 1g.5gb", "bf16", None, 10)
     assert peak is None and "set peak_tflops" in note
 
@@ -138,14 +131,15 @@ def test_a_full_gpu_keeps_the_datasheet_peak_and_an_unknown_slice_gets_none(monk
 
 
 @pytest.mark.unit
-def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatch) -> None:
+def test_the_peak_is_restarted_after_setup_and_after_the_compile_step() -> None:
     """mem_peak is training's; the compile step's peak (autotuning included) is its own field."""
     calls: list[int | None] = []
     compile_peak = 7 << 30
 
-    def reset_peak(self) -> int | None:
-        calls.append(stats_step())
-        return None if len(calls) == 1 else compile_peak
+    class Reader(MemoryReader):
+        def reset_peak(self) -> int | None:
+            calls.append(stats_step())
+            return None if len(calls) == 1 else compile_peak
 
     stats_seen: list = []
     real_train = loop.train
@@ -157,10 +151,12 @@ def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatc
     def stats_step() -> int | None:
         return stats_seen[0].step_running if stats_seen else None
 
-    monkeypatch.setattr(MemoryReader, "reset_peak", reset_peak)
-    monkeypatch.setattr(engine_setup, "compile_model", lambda model, preset: model)  # no cost
-    monkeypatch.setattr(training, "train", train)
-    code, seen = run_fast("amp-bf16", "steps=3", "compile='default'")
+    parts = Parts(
+        memory=Reader,
+        compile_model=lambda model, preset: model,  # no cost
+        train=train,
+    )
+    code, seen = run_fast("amp-bf16", "steps=3", "compile='default'", parts=parts)
     assert code == EXIT_OK
     assert calls == [None, 0]  # before the first step, and right after the compile step
     done = [e for e in seen if isinstance(e, ev.DoneEvent)][0]
@@ -178,14 +174,10 @@ def test_the_peak_is_restarted_after_setup_and_after_the_compile_step(monkeypatc
 
 
 @pytest.mark.unit
-def test_reset_peak_reads_then_restarts_the_cuda_allocators_peak(monkeypatch) -> None:
-    state = {"peak": 9 << 30, "now": 2 << 30}
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: state["peak"])
-    monkeypatch.setattr(
-        torch.cuda, "reset_peak_memory_stats", lambda d=None: state.update(peak=state["now"])
-    )
-    reader = MemoryReader(torch.device("cuda", 0))
-    assert reader.reset_peak() == 9 << 30 and state["peak"] == 2 << 30
+def test_reset_peak_reads_then_restarts_the_cuda_allocators_peak(fake_cuda: FakeCuda) -> None:
+    fake_cuda.peak, fake_cuda.held = 9 << 30, 2 << 30
+    reader = MemoryReader(torch.device("cuda", 0), cuda=fake_cuda)
+    assert reader.reset_peak() == 9 << 30 and fake_cuda.peak == 2 << 30
     assert MemoryReader(torch.device("cpu")).reset_peak() is None
 
 
@@ -219,7 +211,7 @@ def test_an_oom_wrapped_by_the_compiler_is_an_oom_at_the_step_that_ran_out() -> 
 
 
 @pytest.mark.unit
-def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
+def test_an_oom_inside_a_run_reports_oom_and_its_step() -> None:
     real_step = loop.train_step
 
     def train_step(s, step, measure_zeros, phase, numerics=None):
@@ -227,8 +219,7 @@ def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
             raise compile_oom()
         return real_step(s, step, measure_zeros, phase, numerics)
 
-    monkeypatch.setattr(loop, "train_step", train_step)
-    code, seen = run_fast("fp32", "steps=4")
+    code, seen = run_fast("fp32", "steps=4", parts=Parts(train_step=train_step))
     [error] = [e for e in seen if isinstance(e, ev.ErrorEvent)]
     assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
 
@@ -237,16 +228,15 @@ def test_an_oom_inside_a_run_reports_oom_and_its_step(monkeypatch) -> None:
 
 
 @pytest.mark.unit
-def test_host_work_between_steps_is_in_the_step_time(monkeypatch) -> None:
+def test_host_work_between_steps_is_in_the_step_time() -> None:
     """step k runs from the end of step k-1 to its own end: 1000 / step_ms is the loop's rate."""
-    real_report = StepReporter.report
 
-    def slow_report(self, ranks):
-        time.sleep(0.05)  # a slow reader of figures, between two steps
-        return real_report(self, ranks)
+    class SlowReporter(StepReporter):
+        def report(self, ranks):
+            time.sleep(0.05)  # a slow reader of figures, between two steps
+            return super().report(ranks)
 
-    monkeypatch.setattr(StepReporter, "report", slow_report)
-    code, seen = run_fast("fp32", "steps=5")
+    code, seen = run_fast("fp32", "steps=5", parts=Parts(reporter=SlowReporter))
     steps = [e for e in seen if isinstance(e, ev.StepEvent)]
     assert code == EXIT_OK and len(steps) == 5
     assert all(e.step_ms >= 50.0 for e in steps[1:]), [e.step_ms for e in steps]
@@ -254,11 +244,18 @@ def test_host_work_between_steps_is_in_the_step_time(monkeypatch) -> None:
 
 # --------------------------------------------------------------------------- doctor
 
+EVERY_TOOL = doctor.Toolchain(
+    "/usr/bin/cc", Path("/usr/include/python3"), headers=True, triton=True
+)
+"""A machine with everything inductor needs to build kernels."""
+
 
 @pytest.mark.unit
-def test_doctor_says_yes_to_compile_only_after_trying(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(doctor, "try_compiling", lambda device: None)
-    report = doctor.compile_report(cuda=True, try_compile=False)
+def test_doctor_says_yes_to_compile_only_after_trying(capsys) -> None:
+    def compiles(device: str) -> None:
+        return None
+
+    report = doctor.compile_report(cuda=True, try_compile=False, attempt=compiles)
     if report["cpu"]["ok"] is False:
         pytest.skip(f"this machine cannot compile: {report['cpu']['why']}")
     triton = report["cuda"]["why"] != "Triton is not installed (comes with CUDA torch)"
@@ -267,7 +264,7 @@ def test_doctor_says_yes_to_compile_only_after_trying(monkeypatch, capsys) -> No
         and "not tried (ampscope doctor --try-compile cpu)" in (report["cpu"]["why"])
     )
     assert report["cuda"]["ok"] is (None if triton else False)
-    tried = doctor.compile_report(cuda=False, try_compile=True)
+    tried = doctor.compile_report(cuda=False, try_compile=True, attempt=compiles)
     assert tried["cpu"]["ok"] is True and tried["cuda"]["ok"] is False
     from ampscope.cli.doctor import doctor as print_doctor
 
@@ -276,46 +273,44 @@ def test_doctor_says_yes_to_compile_only_after_trying(monkeypatch, capsys) -> No
 
 
 @pytest.mark.unit
-def test_doctor_try_compile_cuda_tries_the_gpu_alone(monkeypatch) -> None:
+def test_doctor_try_compile_cuda_tries_the_gpu_alone() -> None:
     """On an H200 box ``doctor --try-compile`` (the CPU's first C++ build, then the GPU's)
     ran past the GPU check's 75 s; ``--try-compile cuda`` compiles on the GPU alone."""
     from ampscope.cli.main import build_parser
 
     tried: list[str] = []
-    monkeypatch.setattr(doctor, "try_compiling", lambda device: tried.append(device))
-    monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/cc")
-    monkeypatch.setattr(doctor.Path, "is_file", lambda self: True)
     parse = build_parser().parse_args
     assert parse(["doctor", "--try-compile", "cuda"]).try_compile == "cuda"
     assert parse(["doctor", "--try-compile"]).try_compile is True
     assert parse(["doctor"]).try_compile is False
-    report = doctor.compile_report(cuda=True, try_compile="cuda")
+    report = doctor.compile_report(
+        cuda=True, try_compile="cuda", toolchain=EVERY_TOOL, attempt=tried.append
+    )
     assert tried == ["cuda"] and report["cuda"]["ok"] is True
     assert report["cpu"]["ok"] is None and "--try-compile cpu)" in report["cpu"]["why"]
 
 
 @pytest.mark.unit
-def test_doctor_names_a_missing_c_compiler_and_python_h(monkeypatch) -> None:
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
-    monkeypatch.setattr(doctor.sysconfig, "get_paths", lambda: {"include": "/nowhere/include"})
-    report = doctor.compile_report(cuda=False, try_compile=True)
+def test_doctor_names_a_missing_c_compiler_and_python_h() -> None:
+    bare = doctor.Toolchain(None, Path("/nowhere/include"), headers=False, triton=False)
+    report = doctor.compile_report(cuda=False, try_compile=True, toolchain=bare)
     assert report["cpu"]["ok"] is False
     assert "no C compiler (install gcc)" in report["cpu"]["why"]
     assert "no Python.h in /nowhere/include (install python3-dev)" in report["cpu"]["why"]
 
 
 @pytest.mark.unit
-def test_doctor_try_compile_reports_the_failure(monkeypatch) -> None:
+def test_doctor_try_compile_reports_the_failure() -> None:
     def broken(fn):
         raise RuntimeError("Triton needs a C compiler\nmore lines")
 
-    monkeypatch.setattr(torch, "compile", broken)
-    assert doctor.try_compiling("cpu") == "RuntimeError: Triton needs a C compiler"
-    monkeypatch.setattr(doctor, "try_compiling", lambda device: "RuntimeError: no")
-    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/cc")
-    monkeypatch.setattr(doctor.Path, "is_file", lambda self: True)
-    report = doctor.compile_report(cuda=False, try_compile=True)
+    assert doctor.try_compiling("cpu", compile=broken) == "RuntimeError: Triton needs a C compiler"
+    report = doctor.compile_report(
+        cuda=False,
+        try_compile=True,
+        toolchain=EVERY_TOOL,
+        attempt=lambda device: "RuntimeError: no",
+    )
     assert report["cpu"] == {
         "ok": False,
         "why": "a tiny function did not compile: RuntimeError: no",

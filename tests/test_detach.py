@@ -291,16 +291,15 @@ def test_tail_keeps_a_torn_line_until_it_is_complete(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-def test_quitting_attach_on_a_live_run_says_how_to_return_or_stop(
-    tmp_path: Path, capsys, monkeypatch
-) -> None:
+def test_quitting_attach_on_a_live_run_says_how_to_return_or_stop(tmp_path: Path, capsys) -> None:
     from ampscope.cli import runs as runs_cli
+    from ampscope.cli.main import command_args
 
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid)
-        monkeypatch.setattr(runs_cli, "_dashboard", lambda args, source: 0)  # q at once
-        assert cli_main(["attach", "20260101T000001Z-fp32", "--runs-dir", str(tmp_path)]) == 0
+        args = command_args(["attach", "20260101T000001Z-fp32", "--runs-dir", str(tmp_path)])
+        assert runs_cli.cmd_attach(args, lambda args, source: 0) == 0  # q at once
         err = capsys.readouterr().err
         assert "20260101T000001Z-fp32 is still running" in err
         assert "'ampscope stop 20260101T000001Z-fp32' ends it" in err

@@ -77,13 +77,10 @@ def test_detach_reports_an_engine_that_dies_at_once_with_its_reason(tmp_path: Pa
 
 
 @pytest.mark.subprocess
-def test_an_engine_that_cannot_even_start_is_reported_from_its_log(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_an_engine_that_cannot_even_start_is_reported_from_its_log(tmp_path: Path) -> None:
     broken = {**os.environ, "PYTHONHOME": str(tmp_path / "no-python-here")}
-    monkeypatch.setattr(launch, "child_env", lambda: broken)
     with pytest.raises(EngineDidNotStart) as failed:
-        launch_detached("fp32", FAST, tmp_path / "runs")
+        launch_detached("fp32", FAST, tmp_path / "runs", env=broken)
     assert failed.value.code == 1
     assert "its log ends with" in str(failed.value) and "Python" in str(failed.value)
     # its record says so: not a crashed run in ampscope runs and History
@@ -150,21 +147,20 @@ def test_the_engine_takes_the_launchers_owner_descriptor_and_no_child_of_its_inh
 
 
 @pytest.mark.subprocess
-def test_ctrl_c_while_detach_waits_still_says_where_the_run_is(
-    tmp_path: Path, capsys, monkeypatch
-) -> None:
+def test_ctrl_c_while_detach_waits_still_says_where_the_run_is(tmp_path: Path, capsys) -> None:
     """Ctrl+C during the wait for hello printed a traceback, and the run went on with its
     folder and pid never printed."""
-    from ampscope.cli.main import main
+    from ampscope.cli.main import command_args
+    from ampscope.cli.runs import cmd_run_detached
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(launch, "wait_for_hello", interrupted)
-    code = main(
+    args = command_args(
         ["run", "fp32", "--detach", "--runs-dir", str(tmp_path), "--device", "cpu",
          "--set", "workload.kind='mlp'", "--set", "steps=100000"]
     )  # fmt: skip
+    code = cmd_run_detached(args, wait=interrupted)
     said = capsys.readouterr()
     (run_dir,) = tmp_path.iterdir()
     pid = int(said.out.split("pid ")[1].split()[0])

@@ -73,23 +73,24 @@ def test_each_open_finding_gets_its_command_and_settled_ones_none() -> None:
     assert doctor.next_commands(laptop | {"machine_checks": fresh}) == []
 
 
-def test_doctor_prints_them_last_and_in_its_json(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(doctor, "machine_report", lambda try_compile: copy.deepcopy(GPU_BOX))
-    assert doctor.doctor() == 0
+def test_doctor_prints_them_last_and_in_its_json(capsys) -> None:
+    def gpu_box(try_compile) -> dict:
+        return copy.deepcopy(GPU_BOX)
+
+    assert doctor.doctor(report_of=gpu_box) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2:] == [
         "Left to confirm, one command each:",
         "  torch.compile on cuda  ampscope doctor --try-compile cuda",
     ]
-    assert doctor.doctor(as_json=True) == 0
+    assert doctor.doctor(as_json=True, report_of=gpu_box) == 0
     said = json.loads(capsys.readouterr().out)
     assert said["next"] == [
         {"unconfirmed": "torch.compile on cuda", "command": "ampscope doctor --try-compile cuda"}
     ]
     settled = copy.deepcopy(GPU_BOX)
     settled["compile"]["cuda"] = {"ok": True, "why": "compiled"}
-    monkeypatch.setattr(doctor, "machine_report", lambda try_compile: settled)
-    assert doctor.doctor() == 0
+    assert doctor.doctor(report_of=lambda try_compile: settled) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "Everything above was confirmed on this machine."
     )

@@ -14,6 +14,7 @@ import pytest
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes.launch import engine_command
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import ROOT, engine_env
 
@@ -21,7 +22,7 @@ FAST = ["workload.kind='mlp'", "device='cpu'"]  # a small MLP: milliseconds per 
 
 
 def run_preset(
-    name: str, *overrides: str, runs_dir: Path | None = None
+    name: str, *overrides: str, runs_dir: Path | None = None, parts: Parts | None = None
 ) -> tuple[int, list[ev.Event]]:
     seen: list[ev.Event] = []
     code = run(
@@ -30,6 +31,7 @@ def run_preset(
         runs_dir=runs_dir,
         record=runs_dir is not None,
         on_event=seen.append,
+        parts=parts,
     )
     return code, seen
 
@@ -233,7 +235,7 @@ def test_compile_runs_on_the_smallest_model_with_a_fresh_cache(tmp_path: Path) -
 
 
 @pytest.mark.unit
-def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) -> None:
+def test_out_of_memory_is_an_oom_error_with_a_hint(tmp_path: Path) -> None:
     import torch
 
     from ampscope.engine.lifecycle import loop
@@ -245,8 +247,9 @@ def test_out_of_memory_is_an_oom_error_with_a_hint(monkeypatch, tmp_path: Path) 
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return real_step(s, step, *rest)
 
-    monkeypatch.setattr(loop, "train_step", step_that_runs_out)
-    code, seen = run_preset("fp32", "steps=6", runs_dir=tmp_path)
+    code, seen = run_preset(
+        "fp32", "steps=6", runs_dir=tmp_path, parts=Parts(train_step=step_that_runs_out)
+    )
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
     assert "Tried to allocate 20.00 GiB" in error.message
@@ -259,8 +262,6 @@ def test_out_of_memory_in_a_cpu_run_on_a_gpu_machine_still_ends_with_done(monkey
     """CUDA's memory figures belong to CUDA runs: asked about a CPU device, torch raises."""
     import torch
 
-    from ampscope.engine.lifecycle import loop
-
     def cuda_only(device=None) -> int:
         raise ValueError(f"Expected a cuda device, but got: {device}")
 
@@ -270,23 +271,20 @@ def test_out_of_memory_in_a_cpu_run_on_a_gpu_machine_still_ends_with_done(monkey
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_allocated", cuda_only)
     monkeypatch.setattr(torch.cuda, "memory_reserved", cuda_only)
-    monkeypatch.setattr(loop, "train_step", step_that_runs_out)
-    code, seen = run_preset("fp32", "steps=3")
+    code, seen = run_preset("fp32", "steps=3", parts=Parts(train_step=step_that_runs_out))
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_FAILED and error.kind == "oom" and error.mem_allocated is None
     assert of(seen, ev.DoneEvent)[0].status == "failed"
 
 
 @pytest.mark.unit
-def test_a_gpu_without_bf16_is_refused_before_anything_is_built(monkeypatch) -> None:
+def test_a_gpu_without_bf16_is_refused_before_anything_is_built() -> None:
     import torch
 
     from ampscope.engine.device import DeviceInfo
-    from ampscope.engine.lifecycle import training
 
     t4 = DeviceInfo(torch.device("cuda", 0), "Tesla T4", (7, 5), 16 * 2**30, 70.0, "t4-uuid")
-    monkeypatch.setattr(training, "resolve_device", lambda spec, ranks=None: t4)
-    code, seen = run_preset("amp-bf16")
+    code, seen = run_preset("amp-bf16", parts=Parts(resolve_device=lambda spec, ranks=None: t4))
     error = of(seen, ev.ErrorEvent)[0]
     assert code == EXIT_USAGE and error.kind == "config"
     assert "Tesla T4 is 7.5" in error.message and "amp-fp16" in error.message

@@ -22,6 +22,7 @@ from ampscope.core import records
 from ampscope.core.processes.launch import engine_command
 from ampscope.core.records import folders
 from ampscope.engine.emitter import LiveStream
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
 from tests.helpers import FAST, ROOT, engine_env, gone, wait_until
 
@@ -359,7 +360,7 @@ def test_a_hang_up_stops_a_headless_run_like_sigterm(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
-def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, monkeypatch):
+def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path):
     import torch
 
     from ampscope.engine.lifecycle import loop
@@ -375,9 +376,9 @@ def test_a_failed_host_allocation_is_an_oom_error_with_a_hint(tmp_path: Path, mo
             raise refusal
         return real_step(s, step, *rest)
 
-    monkeypatch.setattr(loop, "train_step", step_that_runs_out)
     seen: list[ev.Event] = []
-    code = run("fp32", [*TINY, "steps=6"], runs_dir=tmp_path, on_event=seen.append)
+    parts = Parts(train_step=step_that_runs_out)
+    code = run("fp32", [*TINY, "steps=6"], runs_dir=tmp_path, on_event=seen.append, parts=parts)
     (error,) = only(seen, ev.ErrorEvent)
     assert code == EXIT_FAILED and error.kind == "oom" and error.step == 2
     assert error.message.startswith("Out of memory at step 2: DefaultCPUAllocator")
@@ -390,15 +391,23 @@ GIB = 1 << 30
 
 @pytest.mark.unit
 def test_a_batch_far_beyond_the_hosts_memory_is_refused_before_anything_is_built(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path,
 ) -> None:
-    from ampscope.engine.step import preflight
+    import dataclasses
 
-    monkeypatch.setattr(preflight, "host_memory", lambda: (6 * GIB, 8 * GIB))
+    from ampscope.engine.step.validation import read_facts
+
+    def a_host_of_8_gib(info, grouped):
+        return dataclasses.replace(
+            read_facts(info, grouped), host_memory=lambda: (6 * GIB, 8 * GIB)
+        )
+
     built = []
-    monkeypatch.setattr("ampscope.engine.lifecycle.training.build", lambda *a: built.append(a))
+    parts = Parts(facts=a_host_of_8_gib, build=lambda *a: built.append(a))
     seen: list[ev.Event] = []
-    code = run("mlp-demo", ["batch_size=400000"], runs_dir=tmp_path, on_event=seen.append)
+    code = run(
+        "mlp-demo", ["batch_size=400000"], runs_dir=tmp_path, on_event=seen.append, parts=parts
+    )
     assert code == EXIT_USAGE and built == []
     (error,) = only(seen, ev.ErrorEvent)
     assert error.kind == "config" and error.message.startswith("batch_size = 400000")

@@ -17,19 +17,20 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.records.tally import StepTally
 from ampscope.core.units import fmt_final_loss
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
-from ampscope.engine.step import setup as engine_setup
 from ampscope.engine.step.metrics import MemoryReader, StepReporter, zero_fraction
 from ampscope.engine.step.precision import TF32_API_SINCE
 from ampscope.engine.step.timer import FinishedStep
 from ampscope.tui.model.figures import cards
 from ampscope.tui.model.run_state import RunState
+from tests.fakes import FakeCuda
 from tests.helpers import FAST, ROOT, hello, step
 
 
-def run_fast(name: str, *overrides: str) -> tuple[int, list[ev.Event]]:
+def run_fast(name: str, *overrides: str, parts: Parts | None = None) -> tuple[int, list[ev.Event]]:
     seen: list[ev.Event] = []
-    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append)
+    code = run(name, [*FAST, *overrides], record=False, on_event=seen.append, parts=parts)
     return code, seen
 
 
@@ -106,10 +107,12 @@ def test_the_compile_step_is_never_timed_even_without_warmup() -> None:
 
 
 @pytest.mark.unit
-def test_a_compiled_run_without_warmup_leaves_its_first_step_out(monkeypatch) -> None:
+def test_a_compiled_run_without_warmup_leaves_its_first_step_out() -> None:
     """The preset asks for compile; the compiler itself is left out (a cold compile takes 30 s)."""
-    monkeypatch.setattr(engine_setup, "compile_model", lambda model, preset: model)
-    code, seen = run_fast("mlp-demo", "steps=6", "warmup_steps=0", "compile='default'")
+    uncompiled = Parts(compile_model=lambda model, preset: model)
+    code, seen = run_fast(
+        "mlp-demo", "steps=6", "warmup_steps=0", "compile='default'", parts=uncompiled
+    )
     times = [s.step_ms for s in of(seen, ev.StepEvent)]
     assert code == EXIT_OK
     median = of(seen, ev.DoneEvent)[0].step_ms_median
@@ -163,20 +166,20 @@ def test_zero_fraction_allocates_no_temporary_the_size_of_the_gradient() -> None
 # --------------------------------------------------------------------------- CUDA memory
 
 
-class FakeCudaMemory:
-    """Counts how often the allocator's statistics are built; the figures are known."""
+class FakeCudaMemory(FakeCuda):
+    """Counts how often the allocator's statistics are built, by the one call a step needs
+    or by any of its siblings (each rebuilds them whole); the figures are known."""
 
-    def __init__(self) -> None:
-        self.builds = 0
+    builds: int = 0
 
-    def nested(self, device=None) -> dict:
+    def memory_stats_as_nested_dict(self, device=None) -> dict:
         self.builds += 1
         return {
             "allocated_bytes": {"all": {"current": 3 << 30, "peak": 5 << 30}},
             "reserved_bytes": {"all": {"current": 8 << 30, "peak": 8 << 30}},
         }
 
-    def flat(self, device=None) -> dict:
+    def memory_stats(self, device=None) -> dict:
         self.builds += 1
         return {
             "allocated_bytes.all.current": 3 << 30,
@@ -184,18 +187,19 @@ class FakeCudaMemory:
             "reserved_bytes.all.current": 8 << 30,
         }
 
+    def memory_allocated(self, device=None) -> int:
+        return self.memory_stats()["allocated_bytes.all.current"]
+
+    def memory_reserved(self, device=None) -> int:
+        return self.memory_stats()["reserved_bytes.all.current"]
+
+    def max_memory_allocated(self, device=None) -> int:
+        return self.memory_stats()["allocated_bytes.all.peak"]
+
 
 @pytest.mark.unit
-def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
+def test_cuda_memory_is_read_once_a_step() -> None:
     fake = FakeCudaMemory()
-    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", fake.nested)
-    monkeypatch.setattr(torch.cuda, "memory_stats", fake.flat)
-    for name, key in (
-        ("memory_allocated", "allocated_bytes.all.current"),
-        ("memory_reserved", "reserved_bytes.all.current"),
-        ("max_memory_allocated", "allocated_bytes.all.peak"),
-    ):
-        monkeypatch.setattr(torch.cuda, name, lambda device=None, key=key: fake.flat()[key])
     cuda = SimpleNamespace(is_cuda=True, device=torch.device("cuda", 0))
     setup = SimpleNamespace(
         info=cuda,
@@ -208,7 +212,7 @@ def test_cuda_memory_is_read_once_a_step(monkeypatch) -> None:
     writer = SimpleNamespace(emit=lambda e, urgent=False: seen.append(e))
     stats = StepTally(warmup_steps=0)
     reporter = StepReporter(setup, writer, stats, None)  # type: ignore[arg-type]
-    memory = MemoryReader(cuda.device)
+    memory = MemoryReader(cuda.device, cuda=fake)
     nan = float("nan")
     for i in range(3):
         reporter.report([memory.figures(0, FinishedStep(i, 100.0, [2.0, 1.0, nan, nan, nan]))])

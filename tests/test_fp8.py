@@ -7,12 +7,14 @@ scaling would fail, not just a crash.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from ampscope.cli.console import ConsoleReporter
 from ampscope.cli.main import main
 from ampscope.core import events as ev
 from ampscope.core import presets
@@ -20,10 +22,11 @@ from ampscope.core.formats import catalog
 from ampscope.core.memory import measured, plan
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT, RECIPES, layers_line
 from ampscope.engine.device import DeviceInfo
-from ampscope.engine.lifecycle import training as engine_training
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.step import fp8
 from ampscope.engine.step import setup as engine_setup
+from ampscope.engine.step.validation import Facts, read_facts
 from ampscope.engine.workloads import build_workload
 from ampscope.tui.model.run_state import RunState
 from tests.helpers import hello
@@ -143,11 +146,11 @@ def test_ampscope_run_on_the_cpu_exits_2_with_the_paragraph(capsys) -> None:
 
 
 @pytest.mark.unit
-def test_a_gpu_below_8_9_is_refused_before_anything_is_built(monkeypatch) -> None:
+def test_a_gpu_below_8_9_is_refused_before_anything_is_built() -> None:
     a100 = gpu("NVIDIA A100-SXM4-40GB", (8, 0))
-    monkeypatch.setattr(engine_training, "resolve_device", lambda spec, ranks=None: a100)
+    on_an_a100 = Parts(resolve_device=lambda spec, ranks=None: a100)
     seen: list[ev.Event] = []
-    code = run("fp8-tensorwise", [], record=False, on_event=seen.append)
+    code = run("fp8-tensorwise", [], record=False, on_event=seen.append, parts=on_an_a100)
     (error,) = of(seen, ev.ErrorEvent)
     assert code == EXIT_USAGE and error.kind == "config"
     assert "NVIDIA A100-SXM4-40GB has compute capability 8.0" in error.message
@@ -155,14 +158,17 @@ def test_a_gpu_below_8_9_is_refused_before_anything_is_built(monkeypatch) -> Non
 
 
 @pytest.mark.unit
-def test_a_token_count_not_a_multiple_of_16_is_refused_before_building(monkeypatch, capsys) -> None:
+def test_a_token_count_not_a_multiple_of_16_is_refused_before_building(capsys) -> None:
     """torch._scaled_mm needs batch x sequence rows in multiples of 16, not only the weights."""
     h100 = gpu("NVIDIA H100 80GB HBM3", (9, 0))
-    monkeypatch.setattr(engine_training, "resolve_device", lambda spec, ranks=None: h100)
     built: list[object] = []
-    monkeypatch.setattr(engine_setup, "make_workload", lambda *a: built.append(a))
-    code = main(["run", "fp8-tensorwise", "--no-record", "--set", "batch_size=3",
-                 "--set", "workload.seq_len=100", "--steps", "2"])  # fmt: skip
+    parts = Parts(
+        resolve_device=lambda spec, ranks=None: h100, make_workload=lambda *a: built.append(a)
+    )
+    # what `ampscope run fp8-tensorwise --no-record --set batch_size=3 --set
+    # workload.seq_len=100 --steps 2` prints
+    sets = ["batch_size=3", "workload.seq_len=100", "steps=2"]
+    code = run("fp8-tensorwise", sets, record=False, on_event=ConsoleReporter(), parts=parts)
     err = capsys.readouterr().err
     assert code == EXIT_USAGE and not built, err
     assert "batch_size x workload.seq_len = 3 x 100 = 300" in err
@@ -181,10 +187,13 @@ def test_token_counts_that_fit_pass_and_emulation_needs_none() -> None:
 
 
 @pytest.mark.unit
-def test_without_torchao_the_run_says_how_to_install_it(monkeypatch) -> None:
-    monkeypatch.setattr(fp8, "torchao_installed", lambda: False)
+def test_without_torchao_the_run_says_how_to_install_it() -> None:
+    def no_torchao(info: DeviceInfo, grouped: bool) -> Facts:
+        return dataclasses.replace(read_facts(info, grouped), has_torchao=False)
+
     seen: list[ev.Event] = []
-    code = run("fp8-rowwise", EMULATED, record=False, on_event=seen.append)
+    parts = Parts(facts=no_torchao)
+    code = run("fp8-rowwise", EMULATED, record=False, on_event=seen.append, parts=parts)
     (error,) = of(seen, ev.ErrorEvent)
     assert code == EXIT_USAGE and error.kind == "config"
     assert "torchao" in error.message and "pip install 'ampscope[fp8]'" in error.message
@@ -350,17 +359,18 @@ def test_the_dashboard_and_the_console_say_how_many_layers_run_in_fp8() -> None:
 
 
 @pytest.mark.subprocess
-def test_doctor_says_whether_fp8_training_is_installed(monkeypatch, capsys) -> None:
+def test_doctor_says_whether_fp8_training_is_installed(capsys) -> None:
     from ampscope.cli.doctor import doctor as print_doctor
     from ampscope.engine.machine import doctor
 
-    monkeypatch.setattr(doctor, "_torchao_version", lambda: None)
-    assert print_doctor() == 0
+    def with_torchao(version: str | None):
+        return lambda try_compile: doctor.machine_report(try_compile, torchao=lambda: version)
+
+    assert print_doctor(report_of=with_torchao(None)) == 0
     assert "fp8 training: torchao is not installed (pip install 'ampscope[fp8]'" in (
         capsys.readouterr().out
     )
-    monkeypatch.setattr(doctor, "_torchao_version", lambda: "0.18.0")
-    assert print_doctor() == 0
+    assert print_doctor(report_of=with_torchao("0.18.0")) == 0
     assert "fp8 training: torchao 0.18.0" in capsys.readouterr().out
 
 

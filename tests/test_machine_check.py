@@ -16,12 +16,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from ampscope.core.machine import check as machine_check
 from ampscope.engine.machine import bench
+from tests.fakes import FakeThreads
 from tests.helpers import cli, engine_env
 
 
@@ -141,18 +143,6 @@ def fake_gpu_seams(
     )
 
 
-@pytest.fixture(autouse=True)
-def _a_two_thread_process(request: pytest.FixtureRequest, monkeypatch) -> None:
-    """The fakes describe a two-thread process whatever OMP_NUM_THREADS the suite runs under
-    (one thread a worker under xdist): the check times fp32 on one thread only when it has
-    more."""
-    if request.node.get_closest_marker("unit") is None:
-        return
-    threads = {"n": 2}
-    monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
-    monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.__setitem__("n", n))
-
-
 @pytest.mark.unit
 def test_a_capped_hot_gpu_on_a_narrow_link_is_told_why_and_each_format_beside_its_datasheet() -> (
     None
@@ -268,10 +258,15 @@ def test_only_the_formats_the_gpu_runs_natively_are_measured(cc, formats) -> Non
     assert {fmt for fmt, *_ in timer.batches} == set(formats)
 
 
-def cpu_seams(flags: set[str], rates: dict[str, float]) -> bench.Seams:
+def cpu_seams(
+    flags: set[str], rates: dict[str, float], timer: FakeTimer | None = None
+) -> bench.Seams:
+    """A quiet two-thread CPU; ``timer`` times its calls (by default two threads run fp32 at
+    twice one thread's rate: an idle machine), on the threads a ``ThreadedTimer`` counts."""
+    timer = timer or ThreadedTimer(rates, small=1.0, one=rates.get("fp32", 1.0) / 2)
     return bench.Seams(
-        # two threads run fp32 at twice one thread's rate: an idle machine
-        timer=ThreadedTimer(rates, small=1.0, one=rates.get("fp32", 1.0) / 2),
+        timer=timer,
+        threads=timer.cores if isinstance(timer, ThreadedTimer) else FakeThreads(),
         make=fake_make,
         cpu_flags=lambda: flags,
         cpu_name=lambda: "Test CPU",
@@ -284,9 +279,10 @@ def cpu_seams(flags: set[str], rates: dict[str, float]) -> bench.Seams:
 @pytest.mark.unit
 def test_a_cpu_without_bf16_units_is_told_why_bf16_is_slower() -> None:
     rates = {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}
-    check = bench.run_check(seams=cpu_seams({"avx2", "fma"}, rates))
+    seams = cpu_seams({"avx2", "fma"}, rates)
+    check = bench.run_check(seams=seams)
     assert check.kind == "cpu" and list(check.matmul) == ["fp32", "bf16", "fp16"]
-    assert check.threads == torch.get_num_threads()
+    assert check.threads == seams.threads.get()
     assert check.verdicts[0] == (
         "bf16 matmul runs at 0.3x fp32 here: this CPU has no AMX or AVX512-BF16 units, so bf16 "
         "presets train slower than fp32 on it"
@@ -354,7 +350,7 @@ def test_a_figure_is_the_fastest_call_and_a_slow_call_is_not_repeated_long() -> 
 
 
 @pytest.mark.unit
-def test_the_cuda_timer_reads_the_gpus_own_clock_and_syncs_once(monkeypatch) -> None:
+def test_the_cuda_timer_reads_the_gpus_own_clock_and_syncs_once() -> None:
     """Events around each call, one synchronisation for the batch: no host sync per call."""
     clock = [0.0]
     synced: list[int] = []
@@ -371,15 +367,14 @@ def test_the_cuda_timer_reads_the_gpus_own_clock_and_syncs_once(monkeypatch) -> 
             assert synced, "read before the synchronisation"
             return (end.at - self.at) * 1000.0
 
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: synced.append(1))
     ran: list[int] = []
 
     def work() -> None:  # the GPU's clock moves 3 ms a call; the host's does not matter
         ran.append(1)
         clock[0] += 0.003
 
-    times = bench.cuda_timer(work, repeats=4, warmup=2)
+    times = bench.cuda_timer(work, repeats=4, warmup=2, cuda=cuda)
     assert times == pytest.approx([0.003] * 4)
     assert len(ran) == 6 and synced == [1]
 
@@ -504,24 +499,36 @@ def test_a_check_from_another_torch_or_driver_says_so() -> None:
 
 
 @pytest.mark.unit
-def test_the_driver_version_is_read_from_procs_text(tmp_path, monkeypatch) -> None:
+def test_the_driver_version_is_read_from_procs_text(tmp_path) -> None:
     text = (
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build  "
         "(dvs-builder@U16-I3-B03-4-3)  Tue Feb 25 04:14:44 UTC 2025\nGCC version:  gcc 12\n"
     )
     fake = tmp_path / "version"
     fake.write_text(text)
-    real_path = machine_check.Path
-    monkeypatch.setattr(
-        machine_check,
-        "Path",
-        lambda p: fake if p == "/proc/driver/nvidia/version" else real_path(p),
-    )
-    assert machine_check.nvidia_driver() == "570.124.06"
+    assert machine_check.nvidia_driver(fake) == "570.124.06"
 
 
 # ---------------------------------------------------------------------------------------------
 # The command line
+
+
+def doctor_bench(
+    capsys,
+    *argv: str,
+    measure: Callable[..., machine_check.MachineCheck] | None = None,
+    cuda_available: Callable[[], bool] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``ampscope doctor --bench ARGV`` as its parser reads it, with the check's figures taken
+    by ``measure`` and the GPU's presence told by ``cuda_available``: what it prints and
+    returns."""
+    from ampscope.cli.doctor_bench import cmd_machine_check
+    from ampscope.cli.main import build_parser
+
+    args = build_parser().parse_args(["doctor", "--bench", *argv])
+    code = cmd_machine_check(args, measure, cuda_available)
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["doctor", "--bench", *argv], code, said.out, said.err)
 
 
 @pytest.mark.unit
@@ -551,9 +558,8 @@ def test_an_unknown_bench_device_names_the_choices(capsys) -> None:
 
 
 @pytest.mark.unit
-def test_bench_device_cuda_without_a_gpu_is_a_user_error(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    done = cli(capsys, "doctor", "--bench", "--bench-device", "cuda")
+def test_bench_device_cuda_without_a_gpu_is_a_user_error(capsys) -> None:
+    done = doctor_bench(capsys, "--bench-device", "cuda", cuda_available=lambda: False)
     assert (
         done.returncode == 2
         and "no CUDA GPU" in done.stderr
@@ -816,12 +822,9 @@ def test_the_flops_a_figure_is_computed_from_are_torchs_own_count(fmt) -> None:
 
 
 @pytest.mark.unit
-def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(
-    capsys, monkeypatch
-) -> None:
+def test_the_text_output_ends_with_the_verdicts_and_where_the_check_is_kept(capsys) -> None:
     check = a_check(seconds=9.6)
-    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=lambda *a, **k: check)
     assert done.returncode == 0
     lines = done.stdout.splitlines()
     assert lines[0] == (
@@ -840,8 +843,7 @@ def test_a_config_folder_that_cannot_be_written_still_prints_the_figures(
     blocker.write_text("")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))
     check = a_check(seconds=3.0)
-    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=lambda *a, **k: check)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert done.stderr.startswith("ampscope: the results could not be kept in ")
     assert done.stdout.splitlines()[-1] == "done in 3 s; not kept"
@@ -866,14 +868,15 @@ class ThreadedTimer(FakeTimer):
     """fp32 at ``one`` TFLOP/s on one thread, at the table's rate on more."""
 
     one: float = 0.1
+    cores: FakeThreads = field(default_factory=FakeThreads)  # the threads the check sets
 
     def __post_init__(self) -> None:
-        # the check's one-thread run is one thread where it began with several; a worker given
-        # one thread (OMP_NUM_THREADS=1 beside other workers) times every format on one
-        self.threads = torch.get_num_threads()
+        # the check's one-thread run is one thread where it began with several; a process
+        # given one thread times every format on one
+        self.threads = self.cores.get()
 
     def __call__(self, fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
-        if torch.get_num_threads() == 1 < self.threads:
+        if self.cores.get() == 1 < self.threads:
             assert isinstance(fn, FakeCall) and fn.fmt == "fp32"
             self.batches.append((fn.fmt, fn.shape, repeats, warmup))
             return [bench.flops_of(fn.shape) / (self.one * 1e12)] * repeats
@@ -882,21 +885,12 @@ class ThreadedTimer(FakeTimer):
 
 @pytest.mark.unit
 @pytest.mark.parametrize(("two", "said"), [(0.05, True), (0.19, False)])
-def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores(
-    monkeypatch, two, said
-) -> None:
-    monkeypatch.setattr(torch, "get_num_threads", lambda: getattr(torch, "_fake_threads", 2))
-
-    def set_threads(n: int) -> None:
-        torch._fake_threads = n  # type: ignore[attr-defined]
-
-    monkeypatch.setattr(torch, "set_num_threads", set_threads)
+def test_a_cpu_whose_threads_gain_nothing_is_told_other_processes_hold_its_cores(two, said) -> None:
     timer = ThreadedTimer({"fp32": two, "bf16": two, "fp16": two}, small=1.0, one=0.1)
-    seams = cpu_seams(set(), {})
-    seams.timer = timer
+    seams = cpu_seams(set(), {}, timer)
     lines: list[str] = []
     check = bench.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
-    assert torch.get_num_threads() == 2  # given back after the one-thread run
+    assert seams.threads.get() == 2  # given back after the one-thread run
     assert check.threads == 2 and check.fp32_one_thread_tflops == pytest.approx(0.1)
     assert "fp32  matmul  100.0 GFLOP/s on 1 thread (5 rounds, median 0 % below the best)" in lines
     verdict = next((v for v in check.verdicts if "one thread" in v), None)
@@ -996,15 +990,14 @@ def test_a_run_beside_a_damaged_check_says_so_once_and_shows_no_mfu_against_it(
 
 
 @pytest.mark.unit
-def test_doctor_bench_replaces_a_damaged_file(capsys, monkeypatch) -> None:
+def test_doctor_bench_replaces_a_damaged_file(capsys) -> None:
     kept_with(tflops=10**400)
     machine_check.check_path().write_text(
         '{"version": 1, "checks": {"x": {"matmul": 12'
     )  # cut short
     assert machine_check.load_all()[1] is not None
     check = a_check(seconds=2.0)
-    monkeypatch.setattr(bench, "run_check", lambda *a, **k: check)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=lambda *a, **k: check)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     checks, problem = machine_check.load_all()
     assert problem is None and checks["Test CPU"].to_json() == check.to_json()
@@ -1034,12 +1027,11 @@ def test_two_checks_at_once_never_move_each_others_half_written_file(monkeypatch
 
 
 @pytest.mark.unit
-def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys, monkeypatch) -> None:
+def test_ctrl_c_during_doctor_bench_is_one_line_and_exit_130(capsys) -> None:
     def interrupted(*args: object, **kwargs: object) -> machine_check.MachineCheck:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench, "run_check", interrupted)
-    done = cli(capsys, "doctor", "--bench")
+    done = doctor_bench(capsys, measure=interrupted)
     assert done.returncode == 130 and done.stdout == ""
     assert done.stderr == (
         "ampscope: machine check stopped (Ctrl+C) before it finished: nothing kept.\n"
@@ -1108,7 +1100,7 @@ class LoadedTimer(ThreadedTimer):
 def loaded_check(slowed: dict[str, list[float]]) -> tuple[machine_check.MachineCheck, list[str]]:
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
     timer = LoadedTimer(rates, small=1.0, one=0.05, slowed=slowed)
-    seams = dataclasses.replace(cpu_seams({"avx512_bf16"}, rates), timer=timer, copy=timer.copy)
+    seams = dataclasses.replace(cpu_seams({"avx512_bf16"}, rates, timer), copy=timer.copy)
     lines: list[str] = []
     check = bench.run_check(on_figure=lambda what, line: lines.append(line), seams=seams)
     return check, lines
@@ -1163,21 +1155,22 @@ def test_the_sweep_finds_the_layout_a_linear_layer_runs_fastest_in() -> None:
             return [t / 10 if fn.fmt == "fp16" and fn.layout == "nt" else t for t in times]
 
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
-    seams = dataclasses.replace(cpu_seams(set(), rates), timer=Layouts(rates, small=1.0, one=0.05))
+    seams = cpu_seams(set(), rates, Layouts(rates, small=1.0, one=0.05))
     check = bench.run_check(seams=seams)
     fp16 = check.matmul["fp16"]
     assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
 
 
 @pytest.mark.unit
-def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monkeypatch) -> None:
+def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady() -> None:
     """A machine so slow that a round takes 30 s: the third round would end past a minute and
     a half, so it is not begun; the check keeps what it measured and says two rounds cannot
     tell a steady figure from a lucky one."""
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
     timer = LoadedTimer(rates, small=1.0, one=0.05)
-    monkeypatch.setattr(bench.time, "monotonic", lambda: 30.0 * timer.round)
-    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    seams = dataclasses.replace(
+        cpu_seams(set(), rates, timer), copy=timer.copy, clock=lambda: 30.0 * timer.round
+    )
     check = bench.run_check(seams=seams)
     assert [len(f.rounds) for f in check.matmul.values()] == [2, 2, 2]
     assert not any(f.trusted for f in check.matmul.values())
@@ -1188,11 +1181,17 @@ def test_the_rounds_stop_at_the_deadline_and_too_few_rounds_are_not_steady(monke
 
 
 @pytest.mark.unit
-def test_past_the_deadline_the_sweep_tries_no_larger_shape(monkeypatch) -> None:
-    monkeypatch.setattr(bench.time, "monotonic", lambda: 100.0)
+def test_past_the_deadline_the_sweep_tries_no_larger_shape() -> None:
     timer = FakeTimer({"fp32": 0.1}, small=1.0)
     rates = bench.sweep(
-        "fp32", bench.CPU_SHAPES, torch.device("cpu"), timer, bench.Budget(), fake_make, until=50.0
+        "fp32",
+        bench.CPU_SHAPES,
+        torch.device("cpu"),
+        timer,
+        bench.Budget(),
+        fake_make,
+        until=50.0,
+        clock=lambda: 100.0,
     )
     assert set(rates) == {((128, 128, 128), layout) for layout in ("nn", "nt", "tn")}
 
@@ -1230,7 +1229,7 @@ def test_a_layout_timed_while_the_machine_was_busy_is_timed_again_in_every_round
 
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.002}
     timer = FastNt(rates, small=1.0, one=0.05, slowed={"fp16 nt": [0.05, 1, 1, 1, 1]})
-    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    seams = dataclasses.replace(cpu_seams(set(), rates, timer), copy=timer.copy)
     fp16 = bench.run_check(seams=seams).matmul["fp16"]
     assert fp16.layout == "nt" and fp16.tflops == pytest.approx(0.02)
     assert fp16.rounds[0] == pytest.approx(0.002) and fp16.trusted  # 4 of 5 rounds agree
@@ -1243,7 +1242,7 @@ def test_a_sweep_stopped_by_a_call_slowed_a_thousandfold_goes_on_once_a_round_ru
     takes the sweep one shape further."""
     rates = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.01}
     timer = LoadedTimer(rates, small=1.0, one=0.05, slowed={"fp32": [0.001, 1, 1, 1, 1]})
-    seams = dataclasses.replace(cpu_seams(set(), rates), timer=timer, copy=timer.copy)
+    seams = dataclasses.replace(cpu_seams(set(), rates, timer), copy=timer.copy)
     check = bench.run_check(seams=seams)
     swept = [shape[0] for fmt, shape, layout, _ in timer.calls if fmt == "fp32" and layout == "nn"]
     assert swept[0] == 128 and {256, 512, 1024, 2048} <= set(swept)
@@ -1276,15 +1275,15 @@ def test_other_processes_share_of_the_cpus_is_the_busy_time_that_is_not_the_chec
     [(2, 1.0, True), (2, 0.3, False), (1, 1.0, False), (1, 1.7, True)],
 )
 def test_a_cpu_check_beside_other_processes_keeps_nothing_as_a_peak(
-    monkeypatch, threads, others, contended
+    threads, others, contended
 ) -> None:
     """A busy loop on one of two cores: a two-thread check's rounds may still agree (a kernel
     that runs on one thread holds still under load), but none of its figures is the machine's
     peak. A one-thread check beside one busy core has a core of its own."""
-    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     rates = {"fp32": 0.1, "bf16": 0.03, "fp16": 0.004}
     seams = dataclasses.replace(
         cpu_seams(set(), rates),
+        threads=FakeThreads(threads),
         timer=FakeTimer(rates, small=1.0),  # one rate whatever the threads
         cpu_clock=clock_of(others),
         cpus=lambda: 2,

@@ -214,20 +214,21 @@ def test_rank_environment_as_torchrun_sets_it() -> None:
         RankEnv.from_environ({"RANK": "x", "WORLD_SIZE": "2"})
 
 
-def test_more_processes_than_gpus_is_a_user_error(monkeypatch) -> None:
-    import torch
-
+def test_more_processes_than_gpus_is_a_user_error() -> None:
     from ampscope.engine import device
     from ampscope.engine.ranks import RankEnv
+    from tests.fakes import FakeCuda
 
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    four = FakeCuda(count=4)
     ranks = RankEnv(rank=5, world_size=8, local_rank=5, local_world_size=8)
     with pytest.raises(presets.ConfigError) as caught:
-        device.rank_gpu(ranks)
+        device.rank_gpu(ranks, four)
     message = str(caught.value)
     assert "--nproc-per-node 8" in message and "torch sees 4 CUDA GPU(s)" in message
     assert "Accepted: --nproc-per-node 1 to 4" in message
-    assert device.rank_gpu(RankEnv(rank=3, world_size=4, local_rank=3, local_world_size=4)) == 3
+    assert (
+        device.rank_gpu(RankEnv(rank=3, world_size=4, local_rank=3, local_world_size=4), four) == 3
+    )
 
 
 def figures(rank: int, step: int, ms: float, loss: float = 1.0, scale=(float("nan"),) * 2):

@@ -257,7 +257,7 @@ def reference_split(prof, total_us: float) -> dict[str, float]:  # type: ignore[
 
 @pytest.mark.unit
 def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     from ampscope.core import presets
     from ampscope.engine.device import resolve_device
@@ -271,15 +271,14 @@ def test_the_split_matches_torch_profilers_own_key_averages_over_the_same_steps(
     )
     s = build(preset, resolve_device("cpu"))
     writer = _Writer()
-    control = ProfileControl(writer, s.info.device, tmp_path, first=(2, 3))  # type: ignore[arg-type]
     seen: dict[str, object] = {}
-    summarize = ProfileControl._summarize
 
-    def keep(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
-        seen.update(prof=prof, measured_us=measured_us)
-        return summarize(self, prof, measured_us, steps)
+    class Keeping(ProfileControl):  # torch.profiler's own object, kept to compare with
+        def _summarize(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
+            seen.update(prof=prof, measured_us=measured_us)
+            return super()._summarize(prof, measured_us, steps)
 
-    monkeypatch.setattr(ProfileControl, "_summarize", keep)
+    control = Keeping(writer, s.info.device, tmp_path, first=(2, 3))  # type: ignore[arg-type]
     for step in range(6):
         control.before_step(step)
         train_step(s, step, False, control.phase)
@@ -400,15 +399,14 @@ class _FakeProfile:
 
 @pytest.mark.unit
 def test_the_trace_is_written_outside_the_run_folder_bounded_and_only_the_last_few_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     from ampscope.engine.profiling import trace
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    monkeypatch.setattr(trace, "TRACE_LIMIT", 4096)
     big = _FakeProfile(size=8192)
-    path, size, note = trace.save_trace(big, run_dir, 5)
+    path, size, note = trace.save_trace(big, run_dir, 5, limit=4096)
     assert (path, size) == (None, None) and note is not None
     assert note.startswith("no Chrome trace: ") and note.endswith("kept; profile fewer steps")
     assert not list(run_dir.iterdir())  # neither the raw trace nor the oversized one stays
@@ -507,7 +505,7 @@ def test_a_run_without_a_grad_scaler_spends_nothing_on_loss_scaling(tmp_path):
 
 @pytest.mark.unit
 def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_casts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """ReLU's kernels (aten::clamp_min, and aten::threshold_backward under autograd's
     ReluBackward0) are the activation's, not elementwise and not "other"; addmm's bias copies
@@ -527,15 +525,14 @@ def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_
     try:
         s = build(preset, resolve_device("cpu"))
         writer = _Writer()
-        control = ProfileControl(writer, s.info.device, tmp_path, first=(2, 3))  # type: ignore[arg-type]
         seen: dict[str, object] = {}
-        summarize = ProfileControl._summarize
 
-        def keep(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
-            seen.update(prof=prof, measured_us=measured_us)
-            return summarize(self, prof, measured_us, steps)
+        class Keeping(ProfileControl):  # torch.profiler's own object, kept to compare with
+            def _summarize(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
+                seen.update(prof=prof, measured_us=measured_us)
+                return super()._summarize(prof, measured_us, steps)
 
-        monkeypatch.setattr(ProfileControl, "_summarize", keep)
+        control = Keeping(writer, s.info.device, tmp_path, first=(2, 3))  # type: ignore[arg-type]
         for step in range(5):
             control.before_step(step)
             train_step(s, step, False, control.phase)

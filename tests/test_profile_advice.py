@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
 
 import pytest
 
@@ -12,7 +13,6 @@ from ampscope.core import events as ev
 from ampscope.core import presets, profiles
 from ampscope.core.profiles import RunFacts
 from ampscope.core.profiles.rules import OpTime
-from tests.helpers import cli
 
 pytestmark = pytest.mark.unit
 
@@ -136,20 +136,27 @@ def test_a_profile_under_load_says_so_and_a_quiet_one_says_nothing() -> None:
     )
 
 
-def test_ampscope_profile_says_when_other_processes_took_the_cores(capsys, monkeypatch) -> None:
+def profile_cli(capsys, load, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``ampscope profile ARGV`` as its command line reads it, other processes' use of the
+    CPUs measured by ``load``: what it prints and returns."""
+    from ampscope.cli.main import command_args
+    from ampscope.cli.profile import cmd_profile
+
+    code = cmd_profile(command_args(["profile", *argv]), load)
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["profile", *argv], code, said.out, said.err)
+
+
+def test_ampscope_profile_says_when_other_processes_took_the_cores(capsys) -> None:
     """Two profiles seconds apart gave opposite advice with no word about the load: the
     machine's busy CPU time during the profile, less the run's own, is other processes'."""
-    import torch
-
-    from ampscope.cli import profile as profile_cli
+    from ampscope.cli.profile import LoadWatch
 
     readings = iter([(100.0, 50.0, 10.0), (102.0, 56.0, 12.0)])  # others: 4 s of CPU in 2 s
-    monkeypatch.setattr(profile_cli, "_cpu_seconds", lambda: next(readings))
-    monkeypatch.setattr("psutil.cpu_count", lambda logical=True: 2)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    said = cli(
+    load = LoadWatch(lambda: next(readings), cores=lambda: 2, threads=lambda: 1)
+    said = profile_cli(
         capsys,
-        "profile", "mlp-demo", "--device", "cpu", "--steps", "1", "--no-record",
+        load, "mlp-demo", "--device", "cpu", "--steps", "1", "--no-record",
         "--set", "workload.width=32", "--set", "workload.layers=1", "--set", "batch_size=4",
     )  # fmt: skip
     assert said.returncode == 0, said.stderr
@@ -161,16 +168,15 @@ def test_ampscope_profile_says_when_other_processes_took_the_cores(capsys, monke
     assert next(readings, None) is None  # read at the profile's start and its end
 
 
-def test_the_json_says_under_load_null_on_a_quiet_machine(capsys, monkeypatch) -> None:
+def test_the_json_says_under_load_null_on_a_quiet_machine(capsys) -> None:
     import json
 
-    from ampscope.cli import profile as profile_cli
+    from ampscope.cli.profile import LoadWatch
 
     readings = iter([(100.0, 50.0, 10.0), (102.0, 52.0, 12.0)])  # the run's own work only
-    monkeypatch.setattr(profile_cli, "_cpu_seconds", lambda: next(readings))
-    said = cli(
+    said = profile_cli(
         capsys,
-        "profile", "mlp-demo", "--device", "cpu", "--steps", "1", "--no-record", "--json",
+        LoadWatch(lambda: next(readings)), "mlp-demo", "--device", "cpu", "--steps", "1", "--no-record", "--json",
         "--set", "workload.width=32", "--set", "workload.layers=1", "--set", "batch_size=4",
     )  # fmt: skip
     assert said.returncode == 0, said.stderr

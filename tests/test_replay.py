@@ -149,15 +149,17 @@ def test_speed_scales_the_clock() -> None:
 
 
 @pytest.mark.ui
-def test_replay_command_checks_and_defaults(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_replay_command_checks_and_defaults(tmp_path: Path, capsys) -> None:
+    from ampscope.cli.main import command_args
+
     assert cli_main(["replay", "--speed", "500"]) == 2
     assert "--speed" in capsys.readouterr().err
     assert cli_main(["replay", "no-such-run"]) == 2
     assert "fp16-nan" in capsys.readouterr().err  # names the examples
     opened: list = []
-    monkeypatch.setattr(runs_cli, "_dashboard", lambda args, start: opened.append(start) or 0)
     # no finished run in the runs dir: the first shipped example
-    assert cli_main(["replay", "--runs-dir", str(tmp_path), "--speed", "50"]) == 0
+    args = command_args(["replay", "--runs-dir", str(tmp_path), "--speed", "50"])
+    assert runs_cli.cmd_replay(args, lambda args, start: opened.append(start) or 0) == 0
     (start,) = opened
 
     async def go() -> None:

@@ -122,16 +122,18 @@ class FakeServer:
 
 @pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
-def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, monkeypatch, capsys):
-    import textual_serve.server
+def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, capsys):
+    from ampscope.cli.main import command_args
 
-    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
-    monkeypatch.setattr(serve_cli, "run_server", FakeServer.run)
+    def serve(*argv: str) -> int:
+        args = command_args(["serve", *argv])
+        return serve_cli.cmd_serve(args, server_class=FakeServer, serve=FakeServer.run)
+
     FakeServer.made.clear()
     port, other = free_port(), free_port()
-    assert cli_main(["serve", "--port", str(port), "--runs-dir", str(tmp_path)]) == 0
+    assert serve("--port", str(port), "--runs-dir", str(tmp_path)) == 0
     assert "no authentication" not in capsys.readouterr().err
-    assert cli_main(["serve", "--host", "0.0.0.0", "--port", str(other)]) == 0
+    assert serve("--host", "0.0.0.0", "--port", str(other)) == 0
     assert "no authentication" in capsys.readouterr().err
     first = FakeServer.made[0]
     assert first.host == "127.0.0.1" and first.port == port and first.bound == [port]
@@ -233,14 +235,12 @@ def test_only_the_viewers_own_page_may_open_its_websocket() -> None:
 
 @pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
-def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypatch) -> None:
+def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit() -> None:
     import asyncio
 
     import aiohttp
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
-
-    from ampscope.cli.serve import viewers
 
     async def a_viewer(server, request: web.Request) -> web.WebSocketResponse:
         """Stands for a tab's viewer (serve_tab starts one): holds the socket open."""
@@ -250,9 +250,8 @@ def test_the_served_viewer_refuses_other_pages_and_tabs_past_the_limit(monkeypat
             pass
         return ws
 
-    monkeypatch.setattr(viewers, "serve_tab", a_viewer)
     server = serve_cli.viewer_server_class()(
-        "true", host="127.0.0.1", port=0, title="t", max_viewers=2
+        "true", host="127.0.0.1", port=0, title="t", max_viewers=2, tab=a_viewer
     )
 
     async def go() -> None:
@@ -333,14 +332,12 @@ def test_a_terminal_size_out_of_range_is_refused_in_words() -> None:
 
 @pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
-def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch) -> None:
+def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on() -> None:
     import asyncio
 
     import aiohttp
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
-
-    from ampscope.cli.serve import viewers
 
     started: list[str] = []
 
@@ -352,8 +349,9 @@ def test_the_served_viewer_answers_400_to_a_size_it_cannot_start_on(monkeypatch)
         await ws.close()
         return ws
 
-    monkeypatch.setattr(viewers, "serve_tab", a_viewer)
-    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+    server = serve_cli.viewer_server_class()(
+        "true", host="127.0.0.1", port=0, title="t", tab=a_viewer
+    )
 
     async def go() -> None:
         async with TestClient(TestServer(await server._make_app(), host="127.0.0.1")) as client:
@@ -488,9 +486,7 @@ def test_the_viewer_itself_acts_on_no_resize_that_is_not_a_terminal_size() -> No
 
 @pytest.mark.unit
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
-def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(
-    monkeypatch, caplog
-) -> None:
+def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(caplog) -> None:
     """A GET /ws without Upgrade got no HTTP reply and two raw tracebacks in serve's
     terminal; /static/ listed its folders."""
     import asyncio
@@ -498,16 +494,15 @@ def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from ampscope.cli.serve import viewers
-
     started: list[str] = []
 
     async def a_viewer(server, request):
         started.append(request.path)
         raise AssertionError("no viewer for a plain GET")
 
-    monkeypatch.setattr(viewers, "serve_tab", a_viewer)
-    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+    server = serve_cli.viewer_server_class()(
+        "true", host="127.0.0.1", port=0, title="t", tab=a_viewer
+    )
 
     async def go() -> None:
         async with TestClient(TestServer(await server._make_app(), host="127.0.0.1")) as client:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -37,7 +39,7 @@ class Served:
     """ampscope serve's server on a free port, run by a thread of this process; its viewers
     are real processes. ``samples`` records (viewer alive, tabs counted) every 20 ms."""
 
-    def __init__(self, runs_dir: Path) -> None:
+    def __init__(self, runs_dir: Path, **limits: Any) -> None:
         from aiohttp import web
 
         from ampscope.cli.serve import serve as serve_cli
@@ -45,7 +47,7 @@ class Served:
         self.port = free_port()
         command = serve_cli.viewer_command(runs_dir)
         self.server = serve_cli.viewer_server_class()(
-            command, host="127.0.0.1", port=self.port, title="t", max_viewers=2
+            command, host="127.0.0.1", port=self.port, title="t", max_viewers=2, **limits
         )
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
@@ -134,15 +136,14 @@ def served(tmp_path: Path, monkeypatch):
     from ampscope.cli.serve import viewers
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setattr(viewers, "QUIT_S", QUIT_S)
-    monkeypatch.setattr(viewers, "TERM_S", TERM_S)
-    monkeypatch.setattr(viewers, "SEND_STALL_S", STALL_S)
-    monkeypatch.setattr(viewers, "OUTBOX_BYTES", 256 << 10)
+    limits = viewers.Limits(
+        outbox_bytes=256 << 10, send_stall_s=STALL_S, quit_s=QUIT_S, term_s=TERM_S
+    )
     boxes: list[viewers.Outbox] = []
 
     class Recorded(viewers.Outbox):
-        def __init__(self) -> None:
-            super().__init__(256 << 10)
+        def __init__(self, limit: int, stall_s: float) -> None:
+            super().__init__(limit, stall_s)
             boxes.append(self)
             self.most = 0
 
@@ -150,8 +151,7 @@ def served(tmp_path: Path, monkeypatch):
             super().put(frame)
             self.most = max(self.most, self.size - len(frame))  # the backlog before it
 
-    monkeypatch.setattr(viewers, "Outbox", Recorded)
-    server = Served(tmp_path)
+    server = Served(tmp_path, limits=limits, outbox=Recorded)
     server.boxes = boxes  # type: ignore[attr-defined]
     try:
         yield server
@@ -191,10 +191,9 @@ def test_a_tab_that_stops_reading_is_cut_off_and_its_viewer_ends(served) -> None
         tab.close()
 
 
-def test_a_tab_that_goes_mid_write_ends_its_viewer_in_a_bounded_time(served, monkeypatch) -> None:
-    from ampscope.cli.serve import viewers
-
-    monkeypatch.setattr(viewers, "SEND_STALL_S", 600.0)  # only the tab's going ends it
+def test_a_tab_that_goes_mid_write_ends_its_viewer_in_a_bounded_time(served) -> None:
+    # only the tab's going ends it
+    served.server.limits = dataclasses.replace(served.server.limits, send_stall_s=600.0)
     tab = a_tab_that_never_reads(served.port)
     assert wait_until(lambda: len(served.viewer_pids()) == 1, 60)
     (pid,) = served.viewer_pids()

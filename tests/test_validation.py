@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-from ampscope.cli.main import main
+from ampscope.cli.console import ConsoleReporter
 from ampscope.core import events as ev
 from ampscope.core import presets
 from ampscope.engine.device import DeviceInfo
-from ampscope.engine.lifecycle import training as engine_training
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.step.validation import Facts, check_run, require_runnable
 from tests.helpers import FAST
@@ -164,9 +164,10 @@ def test_what_runs_slowly_or_otherwise_is_warned_about(
 
 
 @pytest.mark.unit
-def test_bf16_on_a_gpu_before_ampere_exits_2_with_the_paragraph(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(engine_training, "resolve_device", lambda spec, ranks=None: T4)
-    code = main(["run", "amp-bf16", "--no-record", "--steps", "2"])
+def test_bf16_on_a_gpu_before_ampere_exits_2_with_the_paragraph(capsys) -> None:
+    on_a_t4 = Parts(resolve_device=lambda spec, ranks=None: T4)
+    # what `ampscope run amp-bf16 --no-record --steps 2` prints
+    code = run("amp-bf16", ["steps=2"], record=False, on_event=ConsoleReporter(), parts=on_a_t4)
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == EXIT_USAGE and len(lines) == 1, err

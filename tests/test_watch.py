@@ -22,6 +22,9 @@ from ampscope.core import comparison, records
 from ampscope.core import events as ev
 from ampscope.core.memory import measured
 from ampscope.watching import WatchWarning
+from ampscope.watching.monitor import Monitor
+from ampscope.watching.opening import Surroundings
+from ampscope.watching.options import Options
 from ampscope.watching.readout import WIDTH, DeviceReadout, StepValues
 from tests.helpers import events_of, linear_flops, tiny_model
 
@@ -29,6 +32,12 @@ pytestmark = pytest.mark.unit
 
 
 # --------------------------------------------------------------------------- a user's loop
+
+
+def watch_in(world: Surroundings, model, opt, **options) -> Monitor:
+    """``ampscope.watch(model, opt, **options)``, its record made and its figures started by
+    ``world`` (a full disk, no NVML, a tick that never comes)."""
+    return Monitor(model, opt, options=Options.of(options), world=world)
 
 
 def train(mon, model, opt, steps=12, scaler=None, inf_at=None, nan_at=None, fail_at=None):
@@ -179,14 +188,12 @@ def test_an_exception_in_the_loop_ends_the_record_failed(tmp_path: Path) -> None
     assert error.kind == "exception" and "raise RuntimeError" in (error.traceback or "")
 
 
-def test_hello_is_on_disk_when_watch_returns(tmp_path: Path, monkeypatch) -> None:
+def test_hello_is_on_disk_when_watch_returns(tmp_path: Path) -> None:
     """A process that ends before the monitor's first tick still leaves a record that says
     what ran."""
-    from ampscope.watching import monitor
-
-    monkeypatch.setattr(monitor, "TICK_S", 3600.0)  # no tick comes: only watch() writes
     model, opt = tiny_model()
-    mon = ampscope.watch(model, opt, runs_dir=tmp_path)
+    no_tick = Surroundings(tick_s=3600.0)  # no tick comes: only watch() writes
+    mon = watch_in(no_tick, model, opt, runs_dir=tmp_path)
     try:
         (hello,) = events_of(mon.run_dir, ev.HelloEvent)
         assert hello.preset == mon.run_dir.name.split("-", 1)[-1]
@@ -266,7 +273,7 @@ def test_an_unwritable_runs_folder_costs_one_warning_and_nothing_else(tmp_path: 
     assert ours[0].filename == __file__  # the user's watch() line, not ampscope's
 
 
-def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path, monkeypatch) -> None:
+def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path) -> None:
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full (Linux) to fill the disk")
     new_run_dir = records.new_run_dir
@@ -276,11 +283,11 @@ def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path, mo
         (path / records.EVENTS_FILE).symlink_to("/dev/full")
         return path
 
-    monkeypatch.setattr(records, "new_run_dir", onto_a_full_disk)
+    full = Surroundings(new_run_dir=onto_a_full_disk)
     model, opt = tiny_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+        with watch_in(full, model, opt, runs_dir=tmp_path) as mon:
             losses = train(mon, model, opt, steps=6)
     assert len(losses) == 6
     (warning,) = caught
@@ -288,17 +295,15 @@ def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path, mo
     assert not (mon.run_dir / records.LIVE_FILE).exists()  # type: ignore[operator]
 
 
-def test_telemetry_that_cannot_start_costs_one_warning(tmp_path: Path, monkeypatch) -> None:
-    from ampscope.engine import telemetry
-
+def test_telemetry_that_cannot_start_costs_one_warning(tmp_path: Path) -> None:
     def broken(*args, **kwargs):
         raise OSError("libnvidia-ml.so: cannot open shared object file")
 
-    monkeypatch.setattr(telemetry, "start_for_run", broken)
+    no_nvml = Surroundings(start_for_run=broken)
     model, opt = tiny_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+        with watch_in(no_nvml, model, opt, runs_dir=tmp_path) as mon:
             losses = train(mon, model, opt, steps=4)
     (warning,) = caught
     assert "device and host figures are unavailable" in str(warning.message)
@@ -489,9 +494,7 @@ def test_figures_that_land_late_belong_to_their_own_step() -> None:
     assert probe.begun == 4  # at the start, then after every step
 
 
-def test_a_ctrl_c_inside_ampscopes_own_code_ends_its_traceback_at_the_users_call(
-    monkeypatch,
-) -> None:
+def test_a_ctrl_c_inside_ampscopes_own_code_ends_its_traceback_at_the_users_call() -> None:
     """The handler's frame and the ampscope frames the signal interrupted are cut: the user
     sees the line of theirs that called into ampscope, as for any call that was interrupted."""
     import traceback
@@ -499,7 +502,7 @@ def test_a_ctrl_c_inside_ampscopes_own_code_ends_its_traceback_at_the_users_call
     from ampscope.watching import exits
     from tests.data import signal_inside
 
-    monkeypatch.setattr(exits, "_PACKAGE", str(Path(signal_inside.__file__).parent) + "/")
+    ours = str(Path(signal_inside.__file__).parent) + "/"  # its frames stand for ampscope's
 
     def users_loop() -> None:
         signal_inside.step_of_ours()
@@ -507,14 +510,14 @@ def test_a_ctrl_c_inside_ampscopes_own_code_ends_its_traceback_at_the_users_call
     try:
         users_loop()
     except KeyboardInterrupt as exc:
-        exits._hide_handler_frame()
+        exits._hide_handler_frame(ours)
         last = traceback.extract_tb(exc.__traceback__)[-1]
         assert last.name == "users_loop" and last.filename == __file__
     else:
         raise AssertionError("no KeyboardInterrupt")
 
 
-def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path, monkeypatch) -> None:
+def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path) -> None:
     """A script started with & or nohup ignores SIGINT: a viewer's stop would do nothing. Its
     record asks for SIGTERM instead, which the watch's handler ends as a stop too."""
     import signal
@@ -523,15 +526,20 @@ def test_a_loop_that_ignores_sigint_is_stopped_with_sigterm(tmp_path, monkeypatc
     from ampscope.core.processes import stopping
 
     sent: list[int] = []
-    monkeypatch.setattr(stopping.os, "kill", lambda pid, sig: sent.append(sig))
-    monkeypatch.setattr(stopping.ownership, "holds_owner", lambda pid, run_dir: True)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         model, opt = tiny_model()
         with ampscope.watch(model, opt, runs_dir=tmp_path, allow_stop=True) as mon:
             live = records.read_live(mon.run_dir)
             assert live is not None and live["stop_signal"] == "SIGTERM"
-            assert stopping.ask_to_stop(mon.run_dir, live, os.getpid()) is False
+            asked = stopping.ask_to_stop(
+                mon.run_dir,
+                live,
+                os.getpid(),
+                send=lambda pid, sig: sent.append(sig),
+                holds=lambda pid, run_dir: True,
+            )
+            assert asked is False
     finally:
         signal.signal(signal.SIGINT, previous)
     assert sent == [signal.SIGTERM]

@@ -24,6 +24,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,12 @@ def spec(name: str) -> str:
     return f"{SPEC}:make_{name}"
 
 
-def quiet_main(*argv: str) -> tuple[int, str, str]:
-    """``ampscope ARGV`` through ``main()``, its stdout and stderr captured (usable where
-    pytest's capsys is not: in a module-scoped cache)."""
+def quiet_main(*argv: str, command: Callable[[], int] | None = None) -> tuple[int, str, str]:
+    """``ampscope ARGV`` through ``main()`` (or ``command``), its stdout and stderr captured
+    (usable where pytest's capsys is not: in a module-scoped cache)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
+        code = command() if command is not None else main(list(argv))
     return code, out.getvalue(), err.getvalue()
 
 
@@ -301,15 +302,15 @@ def benches(tmp_path_factory) -> dict[str, Any]:
 def bench(cache: dict[str, Any], name: str) -> Bench:
     """``ampscope bench fp32 amp-bf16`` on the model, one run each, once a module."""
     from ampscope.cli import bench as bench_cli
+    from ampscope.cli.main import command_args
 
     if name not in cache:
         runs_dir = cache["_dir"] / name
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(bench_cli, "run_one", run_command)
-            code, out, err = quiet_main(
-                "bench", "fp32", "amp-bf16", "--model", spec(name), "--steps", str(STEPS),
-                "--repeats", "1", *QUICK, "--runs-dir", str(runs_dir), "--json",
-            )  # fmt: skip
+        args = command_args([
+            "bench", "fp32", "amp-bf16", "--model", spec(name), "--steps", str(STEPS),
+            "--repeats", "1", *QUICK, "--runs-dir", str(runs_dir), "--json",
+        ])  # fmt: skip
+        code, out, err = quiet_main(command=lambda: bench_cli.cmd_bench(args, run_command))
         assert code == 0, err
         table = json.loads(out)
         runs = {}
@@ -537,22 +538,25 @@ def profiles_out() -> dict[str, tuple[dict, Any, float]]:
 
 def profile(cache: dict, name: str) -> tuple[dict, Any, float]:
     """``ampscope profile fp32 --steps 1 --json``, with torch.profiler's own object kept."""
+    from ampscope.cli.main import command_args
+    from ampscope.cli.profile import cmd_profile
+    from ampscope.engine.lifecycle.parts import Parts
     from ampscope.engine.profiling import ProfileControl
 
     if name not in cache:
         kept: dict[str, Any] = {}
-        summarize = ProfileControl._summarize
 
-        def keep(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
-            kept.update(prof=prof, measured_us=measured_us)
-            return summarize(self, prof, measured_us, steps)
+        class Keeping(ProfileControl):  # torch.profiler's own object, kept to compare with
+            def _summarize(self, prof, measured_us, steps):  # type: ignore[no-untyped-def]
+                kept.update(prof=prof, measured_us=measured_us)
+                return super()._summarize(prof, measured_us, steps)
 
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(ProfileControl, "_summarize", keep)
-            code, out, err = quiet_main(
-                "profile", "fp32", "--model", spec(name), "--steps", "1", *QUICK, "--json",
-                "--no-record",
-            )  # fmt: skip
+        args = command_args([
+            "profile", "fp32", "--model", spec(name), "--steps", "1", *QUICK, "--json",
+            "--no-record",
+        ])  # fmt: skip
+        parts = Parts(profiler=Keeping)
+        code, out, err = quiet_main(command=lambda: cmd_profile(args, parts=parts))
         assert code == 0, err
         cache[name] = (json.loads(out), kept["prof"], float(kept["measured_us"]))
     return cache[name]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ampscope.core import events as ev
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_OK, run
 from tests.data import zoo
 
@@ -23,25 +24,22 @@ SPEC = zoo.__file__
 STEPS = 3
 
 
-def losses_and_events(preset: str, name: str) -> tuple[list[float], list[ev.Event]]:
+def losses_and_events(
+    preset: str, name: str, parts: Parts | None = None
+) -> tuple[list[float], list[ev.Event]]:
     seen: list[ev.Event] = []
     sets = [f"workload.model='{SPEC}:make_{name}'", "device='cpu'", f"steps={STEPS}"]
-    assert run(preset, [*sets, "warmup_steps=1"], record=False, on_event=seen.append) == EXIT_OK
+    code = run(preset, [*sets, "warmup_steps=1"], record=False, on_event=seen.append, parts=parts)
+    assert code == EXIT_OK
     return [s.loss for s in seen if isinstance(s, ev.StepEvent)], seen
 
 
 @pytest.mark.slow  # dynamo and AOTAutograd trace forward and backward: seconds a model
 @pytest.mark.parametrize("name", ["hf_llama", "moe"])
-def test_compile_default_trains_a_hugging_face_llama_and_an_moe(name, monkeypatch) -> None:
-    from ampscope.engine.step import setup as engine_setup
-
+def test_compile_default_trains_a_hugging_face_llama_and_an_moe(name) -> None:
     eager, _ = losses_and_events("amp-bf16", name)
-    monkeypatch.setattr(
-        engine_setup,
-        "compile_model",
-        lambda model, preset: torch.compile(model, backend="aot_eager"),
-    )
-    losses, seen = losses_and_events("compile-default", name)
+    aot_eager = Parts(compile_model=lambda model, preset: torch.compile(model, backend="aot_eager"))
+    losses, seen = losses_and_events("compile-default", name, aot_eager)
     assert len(losses) == STEPS and losses[-1] < losses[0]
     assert losses == pytest.approx(eager, rel=1e-3)
     assert not [e for e in seen if isinstance(e, ev.ErrorEvent)]

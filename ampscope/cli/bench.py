@@ -13,6 +13,7 @@ table from any runs in the history.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -52,14 +53,15 @@ def run_one(
     runs_dir: Path,
     on_line: Callable[[ev.Event], None] | None = None,
     launch: Launch | None = None,
+    command: Callable[..., list[str]] = engine_command,
 ) -> records.RunRecord:
     """Run one preset in a fresh engine process (torchrun's ranks, with ``launch``) and read
-    back its record.
+    back its record. ``command`` gives the engine's command line.
 
     stderr goes to a temporary file, not a pipe: an engine that logs a lot (max-autotune)
     would otherwise fill the pipe and block while this side still reads stdout.
     """
-    cmd = engine_command(preset, overrides, runs_dir, launch=launch)
+    cmd = command(preset, overrides, runs_dir, launch=launch)
     distributed = launch is not None and launch.distributed
     with tempfile.TemporaryFile() as err_file:
         proc = subprocess.Popen(
@@ -113,7 +115,15 @@ def _stop(proc: subprocess.Popen, grace_s: float) -> None:
         proc.wait()
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(
+    args: argparse.Namespace,
+    run: Callable[..., records.RunRecord] = run_one,
+    cuda_available: Callable[[], bool] | None = None,
+    keep_sweep: Callable[..., Path] = write_sweep,
+) -> int:
+    """``ampscope bench``: each run by ``run`` (an engine process each), the sweep kept by
+    ``keep_sweep``; ``cuda_available`` says whether torch sees a GPU (torch's answer unless
+    given)."""
     presets = list(args.presets) or list(LECTURE_SWEEP)
     for name in dict.fromkeys(p for p in presets if presets.count(p) > 1):
         print(
@@ -137,7 +147,7 @@ def cmd_bench(args) -> int:
         return fail(exc)
     clock: Clock = "cpu" if getattr(args, "clock", "wall") == "cpu" else "wall"
     if clock == "cpu":
-        on_gpu = next((p for p in loaded if _runs_on_cuda(p.device)), None)
+        on_gpu = next((p for p in loaded if _runs_on_cuda(p.device, cuda_available)), None)
         if on_gpu is not None:
             print(
                 f"ampscope: --clock cpu: {on_gpu.name} runs on a GPU (device = "
@@ -160,7 +170,7 @@ def cmd_bench(args) -> int:
     for i, name in enumerate(order, 1):
         progress = _Progress(f"[{i}/{len(order)}] {name}")
         try:
-            results[name].append(run_one(name, overrides, runs_dir, progress, launch))
+            results[name].append(run(name, overrides, runs_dir, progress, launch))
         except KeyboardInterrupt:
             interrupted = True
             break
@@ -179,20 +189,23 @@ def cmd_bench(args) -> int:
     notes = spread_notes(rows, baseline, on_cpu)
     if fmt in ("text", "markdown") and notes:  # a spread that blocks a verdict
         print("\n".join(notes))
-    sweep = write_sweep(runs_dir, rows, baseline, order)
+    sweep = keep_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     return 130 if interrupted else 0
 
 
-def _runs_on_cuda(device: str) -> bool:
-    """Whether a preset's ``device`` trains on a GPU here (``auto`` asks torch, only then)."""
+def _runs_on_cuda(device: str, cuda_available: Callable[[], bool] | None = None) -> bool:
+    """Whether a preset's ``device`` trains on a GPU here (``auto`` asks ``cuda_available``,
+    torch unless given, only then)."""
     if device.startswith("cuda"):
         return True
     if device != "auto":
         return False
-    import torch
+    if cuda_available is None:
+        import torch
 
-    return bool(torch.cuda.is_available())
+        cuda_available = torch.cuda.is_available
+    return bool(cuda_available())
 
 
 class _Progress:

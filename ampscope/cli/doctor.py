@@ -4,6 +4,7 @@ and the one command to run for each thing it could not confirm."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ampscope.core.presets.fp8_recipes import INSTALL_HINT
@@ -42,9 +43,14 @@ def next_commands(report: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def doctor(as_json: bool = False, try_compile: TryCompile = False) -> int:
-    """Print the report (``--json``: as JSON); 0."""
-    report = machine_report(try_compile)
+def doctor(
+    as_json: bool = False,
+    try_compile: TryCompile = False,
+    report_of: Callable[[TryCompile], dict[str, Any]] = machine_report,
+) -> int:
+    """Print the report (``--json``: as JSON); 0. ``report_of`` reads the machine:
+    ``engine.machine.doctor.machine_report`` unless given."""
+    report = report_of(try_compile)
     report["next"] = [{"unconfirmed": what, "command": cmd} for what, cmd in next_commands(report)]
     if as_json:
         print(json.dumps(report, indent=2, default=str))

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from ampscope.cli.output import fail
-from ampscope.core.machine.check import check_path, save
+from ampscope.core.machine.check import MachineCheck, check_path, save
 from ampscope.core.text import visible
+
+Measure = Callable[..., MachineCheck]
+"""What takes the figures: ``ampscope.engine.machine.bench.run_check``'s arguments and result."""
 
 
 def add_bench_options(doctor: argparse.ArgumentParser) -> None:
@@ -63,22 +67,34 @@ def and_list(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def cmd_machine_check(args: argparse.Namespace) -> int:
+def cmd_machine_check(
+    args: argparse.Namespace,
+    measure: Measure | None = None,
+    cuda_available: Callable[[], bool] | None = None,
+) -> int:
+    """``doctor --bench``; ``measure`` takes the figures (the engine's ``run_check`` unless
+    given) and ``cuda_available`` says whether torch sees a GPU (torch's answer unless given)."""
     problem = check_options(args)
     if problem:
         return fail(problem)
     try:
-        return machine_check(args)
+        return machine_check(args, measure, cuda_available)
     except KeyboardInterrupt:  # the kept file is written whole or not at all (check.save)
         return fail("machine check stopped (Ctrl+C) before it finished: nothing kept.", 130)
 
 
-def machine_check(args: argparse.Namespace) -> int:
+def machine_check(
+    args: argparse.Namespace,
+    measure: Measure | None = None,
+    cuda_available: Callable[[], bool] | None = None,
+) -> int:
     """Measure, keep (unless --quick), print: a line per figure as it lands, then verdicts."""
     if args.bench_device == "cuda":
-        import torch
+        if cuda_available is None:
+            import torch
 
-        if not torch.cuda.is_available():
+            cuda_available = torch.cuda.is_available
+        if not cuda_available():
             return fail(
                 "--bench-device cuda: torch sees no CUDA GPU here (CPU-only torch, or no "
                 "driver); use --bench-device cpu or auto"
@@ -88,9 +104,11 @@ def machine_check(args: argparse.Namespace) -> int:
     def said(what: str, line: str) -> None:
         print(visible(line), file=out, flush=True)
 
-    from ampscope.engine.machine.bench import run_check
+    if measure is None:
+        from ampscope.engine.machine.bench import run_check
 
-    check = run_check(args.bench_device, quick=args.quick, on_figure=said)
+        measure = run_check
+    check = measure(args.bench_device, quick=args.quick, on_figure=said)
     where = None
     if not args.quick:
         try:

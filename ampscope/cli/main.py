@@ -183,12 +183,19 @@ def dashboard_args(argv: Sequence[str] | None) -> argparse.Namespace | None:
     return args
 
 
-def dispatch(argv: Sequence[str] | None = None) -> int:
+def command_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``argv`` as a command reads it: parsed, the runs folder and the launch settled. Raises
+    ``LaunchError`` for a launch that cannot be (argparse's refusals exit, as its own do)."""
     args = dashboard_args(argv) or build_parser().parse_args(argv)
     # `ampscope --runs-dir X run ...` and `ampscope run ... --runs-dir X` mean the same.
     args.runs_dir = getattr(args, "runs_dir", None) or args.top_runs_dir
+    args.launch = launch_from_args(args, prefix="top_")
+    return args
+
+
+def dispatch(argv: Sequence[str] | None = None) -> int:
     try:
-        args.launch = launch_from_args(args, prefix="top_")
+        args = command_args(argv)
     except LaunchError as exc:
         return fail(exc)
     if args.command == "run":

@@ -16,13 +16,18 @@ import contextlib
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ampscope.cli.output import fail, stdout_for_json_only
 from ampscope.core import events as ev
 from ampscope.core import presets, profiles
 from ampscope.core.presets.run_args import add_launch_arguments, add_model_argument, model_overrides
 from ampscope.core.text import visible
+
+if TYPE_CHECKING:  # torch's import: only once a run starts
+    from ampscope.engine.lifecycle.parts import Parts
 
 WARMUP_STEPS = 3
 """Steps before the profile at least: allocator, cuDNN and autotuning settle. The preset's own
@@ -78,7 +83,12 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     add_launch_arguments(p)
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
+def cmd_profile(
+    args: argparse.Namespace, load: LoadWatch | None = None, parts: Parts | None = None
+) -> int:
+    """``ampscope profile``; ``load`` measures other processes' use of the CPUs while the
+    profile runs (this machine's, unless given); ``parts``: what the run is made of
+    (``engine.lifecycle.parts``), the engine's own unless given."""
     if args.compare is not None:
         if args.preset is not None:
             return fail(
@@ -119,7 +129,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     errors: list[ev.ErrorEvent] = []
     hellos: list[ev.HelloEvent] = []
     progress = None if args.json else ConsoleReporter(result=sys.stderr)
-    load = LoadWatch()
+    load = load or LoadWatch()
 
     def on_event(event: ev.Event) -> None:
         if isinstance(event, ev.ProfileEvent):
@@ -144,6 +154,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             record=not args.no_record,
             on_event=on_event,
             profile=(start, k),
+            parts=parts,
         )
     if not found:
         if errors and progress is None:
@@ -187,17 +198,25 @@ def run_facts(preset: presets.Preset, hello: ev.HelloEvent | None) -> profiles.R
 
 class LoadWatch:
     """The CPU time other processes took while the profile ran: the machine's busy time less
-    this process's and its children's (a DataLoader's workers are the run's own work)."""
+    this process's and its children's (a DataLoader's workers are the run's own work).
+    ``cpu_seconds``, ``cores`` and ``threads`` read this machine unless given."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        cpu_seconds: Callable[[], tuple[float, float, float]] | None = None,
+        cores: Callable[[], int | None] | None = None,
+        threads: Callable[[], int] | None = None,
+    ) -> None:
         self._start: tuple[float, float, float] | None = None
         self._end: tuple[float, float, float] | None = None
+        self._cpu_seconds = cpu_seconds or _cpu_seconds
+        self._cores, self._threads = cores, threads
 
     def begin(self) -> None:
-        self._start = _cpu_seconds()
+        self._start = self._cpu_seconds()
 
     def end(self) -> None:
-        self._end = _cpu_seconds()
+        self._end = self._cpu_seconds()
 
     def note(self) -> str | None:
         """``profiles.load_note`` for the profiled steps; None when not measured."""
@@ -210,8 +229,9 @@ class LoadWatch:
         if wall <= 0:
             return None
         others = (self._end[1] - self._start[1]) - (self._end[2] - self._start[2])
-        cores = psutil.cpu_count() or 1
-        return profiles.load_note(max(0.0, others) / wall, cores, torch.get_num_threads())
+        cores = (self._cores or psutil.cpu_count)() or 1
+        threads = (self._threads or torch.get_num_threads)()
+        return profiles.load_note(max(0.0, others) / wall, cores, threads)
 
 
 def _cpu_seconds() -> tuple[float, float, float]:

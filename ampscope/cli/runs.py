@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +101,20 @@ def _runs_root(args: argparse.Namespace) -> Path:
 # --------------------------------------------------------------------------- detached runs
 
 
-def cmd_run_detached(args: argparse.Namespace) -> int:
+def cmd_run_detached(args: argparse.Namespace, wait: Any = None) -> int:
+    """``ampscope run --detach``; ``wait`` waits for the engine's hello
+    (``launch.wait_for_hello`` unless given)."""
     from ampscope.core.presets.run_args import run_overrides
 
     if args.no_record:
         return fail("--detach needs the run record (drop --no-record): it is how you watch it.")
     try:
         run_dir, pid = launch_detached(
-            args.preset, run_overrides(args), args.runs_dir, getattr(args, "launch", None)
+            args.preset,
+            run_overrides(args),
+            args.runs_dir,
+            getattr(args, "launch", None),
+            wait=wait,
         )
     except presets.ConfigError as exc:
         return fail(str(exc))
@@ -236,7 +242,11 @@ def _dashboard(args: argparse.Namespace, open_run: Any) -> int:
     return run_dashboard(runs_dir=_runs_root(args), refresh_hz=refresh, open_run=open_run)
 
 
-def cmd_attach(args: argparse.Namespace) -> int:
+def cmd_attach(
+    args: argparse.Namespace, dashboard: Callable[[argparse.Namespace, Any], int] = _dashboard
+) -> int:
+    """``ampscope attach``: the run opened in ``dashboard`` (the dashboard's own unless
+    given), then how to follow it again if it still runs."""
     root = _runs_root(args)
     if args.run:
         path = resolve_run(args.run, root)
@@ -255,7 +265,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     from ampscope.tui.model.follow import AttachSource
 
-    code = _dashboard(args, AttachSource(path))
+    code = dashboard(args, AttachSource(path))
     if records.run_state(records.load_run(path, with_events=False)) in ("live", "stalled"):
         name = visible(path.name)
         stoppable, _why = records.stop_rule(records.read_live(path) or {})
@@ -271,7 +281,11 @@ EXAMPLE_REPLAY = "shipped example replay"
 """The header's word for a replay of a shipped example, played when no run is finished."""
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
+def cmd_replay(
+    args: argparse.Namespace, dashboard: Callable[[argparse.Namespace, Any], int] = _dashboard
+) -> int:
+    """``ampscope replay``: the run (or a shipped example) replayed in ``dashboard`` (the
+    dashboard's own unless given)."""
     low, high = SPEED_RANGE
     try:
         speed = float(args.speed)
@@ -306,4 +320,4 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return fail(f"no finished run in {root} to replay.", 1)
     from ampscope.tui.model.replay import ReplaySource
 
-    return _dashboard(args, ReplaySource.load(path, speed=speed, read_from=read_from))
+    return dashboard(args, ReplaySource.load(path, speed=speed, read_from=read_from))

@@ -7,9 +7,10 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -33,48 +34,77 @@ class DeviceInfo:
         return self.device.type == "cuda"
 
 
-def resolve_device(spec: str, ranks: RankEnv | None = None) -> DeviceInfo:
+class Cuda(Protocol):
+    """The few questions a run asks CUDA about its devices: ``torch.cuda`` answers them, and
+    a test hands in a fake GPU instead."""
+
+    def is_available(self) -> bool: ...
+    def device_count(self) -> int: ...
+    def current_device(self) -> int: ...
+    def set_device(self, device: Any) -> None: ...
+    def get_device_properties(self, device: Any) -> Any: ...
+
+
+class CudaMemory(Protocol):
+    """The CUDA allocator's figures a step reads: ``torch.cuda`` answers, or a test's fake."""
+
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]: ...
+    def max_memory_allocated(self, device: Any = None) -> int: ...
+    def reset_peak_memory_stats(self, device: Any = None) -> None: ...
+
+
+PowerLimit = Callable[[str | None], float | None]
+"""A GPU's enforced board power limit by its UUID, in watts: None when NVML cannot say."""
+
+
+def resolve_device(
+    spec: str,
+    ranks: RankEnv | None = None,
+    cuda: Cuda | None = None,
+    power_limit_w: PowerLimit | None = None,
+) -> DeviceInfo:
     ranks = ranks or RankEnv()
+    cuda = cuda or torch.cuda
     spec = ranks.device_spec(spec)
     if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
+        spec = "cuda" if cuda.is_available() else "cpu"
     if spec == "cpu":
         return DeviceInfo(torch.device("cpu"), cpu_name(), None, None, None, None)
-    if not torch.cuda.is_available():
+    if not cuda.is_available():
         build = torch.__version__ + ("" if torch.version.cuda else " (a CPU-only build)")
         raise ConfigError(
             f"device = '{spec}', but torch {build} sees no CUDA GPU. Accepted here: device = 'cpu' "
             "or 'auto'. On a GPU machine, check nvidia-smi and install a CUDA build of torch."
         )
     if ranks.distributed:
-        spec = f"cuda:{rank_gpu(ranks)}"
+        spec = f"cuda:{rank_gpu(ranks, cuda)}"
     device = torch.device(spec)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index >= torch.cuda.device_count():
+    index = device.index if device.index is not None else cuda.current_device()
+    if index >= cuda.device_count():
         raise ConfigError(
-            f"device = '{spec}', but only {torch.cuda.device_count()} CUDA device(s) are visible. "
-            f"Accepted: cuda:0 to cuda:{torch.cuda.device_count() - 1}."
+            f"device = '{spec}', but only {cuda.device_count()} CUDA device(s) are visible. "
+            f"Accepted: cuda:0 to cuda:{cuda.device_count() - 1}."
         )
     device = torch.device("cuda", index)
     # CUDA events, synchronize() and the current stream follow the current device: without
     # this, on cuda:N the step would be timed (and its metrics read) on device 0.
-    torch.cuda.set_device(index)
-    props = torch.cuda.get_device_properties(index)
+    cuda.set_device(index)
+    props = cuda.get_device_properties(index)
     uuid = str(getattr(props, "uuid", "")) or None
     return DeviceInfo(
         device,
         props.name,
         (props.major, props.minor),
         props.total_memory,
-        nvml_power_limit_w(uuid),
+        (power_limit_w or nvml_power_limit_w)(uuid),
         uuid,
         getattr(props, "multi_processor_count", None),
     )
 
 
-def rank_gpu(ranks: RankEnv) -> int:
+def rank_gpu(ranks: RankEnv, cuda: Cuda | None = None) -> int:
     """This rank's GPU: its local rank, once every rank on the machine is sure to have one."""
-    count = torch.cuda.device_count()
+    count = (cuda or torch.cuda).device_count()
     if ranks.local_world_size > count:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""

@@ -190,11 +190,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> Any:
         raise
 
 
-def _hide_handler_frame() -> None:
+def _hide_handler_frame(package: str = _PACKAGE) -> None:
     """Splice ``_on_signal``'s frame out of the traceback of what it raised, and cut the frames
     of ampscope's own that end it (a signal that lands inside ``mon.step``): by now the
     exception has reached the frame it interrupted, and the traceback ends in the user's code
-    (or in a library's the user called, as it would without ampscope)."""
+    (or in a library's the user called, as it would without ampscope). ``package``: the folder
+    whose frames are ampscope's own."""
     global _raised
     exc, _raised = _raised, None
     tb = exc.__traceback__ if exc is not None else None
@@ -202,15 +203,15 @@ def _hide_handler_frame() -> None:
     while tb is not None:
         if tb.tb_next is not None and tb.tb_next.tb_frame.f_code is _on_signal.__code__:
             tb.tb_next = tb.tb_next.tb_next
-        if not _ours(tb):
+        if not _ours(tb, package):
             last_outside = tb
         tb = tb.tb_next
     if last_outside is not None:  # what follows it is ampscope's
         last_outside.tb_next = None
 
 
-def _ours(tb: TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
+def _ours(tb: TracebackType, package: str = _PACKAGE) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(package)
 
 
 def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

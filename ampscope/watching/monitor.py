@@ -29,15 +29,12 @@ from ampscope.watching.compiled import CompileTracker
 from ampscope.watching.describe import RunFacts
 from ampscope.watching.losses import checked_figure, checked_loss
 from ampscope.watching.messages import StepNotes, error_event, outcome, partial_count_warning
-from ampscope.watching.opening import open_record, start_telemetry
+from ampscope.watching.opening import Surroundings, open_record, start_telemetry
 from ampscope.watching.options import Options
 from ampscope.watching.readout import RSS_EVERY_S, Raw, make_readout
 from ampscope.watching.reporting import StepReport, Ticker
 from ampscope.watching.step_hooks import StepHooks
 from ampscope.watching.troubles import Troubles
-
-TICK_S = 0.1
-"""How often landed steps become events and lines go to disk (off the training thread)."""
 
 
 class Monitor:
@@ -49,8 +46,10 @@ class Monitor:
         optimizer: torch.optim.Optimizer | None = None,
         scaler: Any = None,
         options: Options | None = None,
+        world: Surroundings | None = None,
     ) -> None:
         self.options = options or Options()
+        self._world = world or Surroundings()
         self.troubles = Troubles()
         self.flops_per_step: float | None = self.options.flops_per_step
         self.run_dir: Path | None = None
@@ -90,13 +89,15 @@ class Monitor:
 
     def _start(self, model: torch.nn.Module, scaler: Any) -> None:
         o = self.options
-        opened = open_record(model, self._optimizer, scaler, o, self.troubles)
+        opened = open_record(model, self._optimizer, scaler, o, self.troubles, self._world)
         if opened is None:
             return
         facts, self._record, writer, self._hello = opened
         self._facts, self._writer, self.run_dir = facts, writer, self._record.run_dir
         self._notes.precision = facts.precision
-        self._sampler = start_telemetry(writer, facts, o.telemetry_hz, self.troubles)
+        self._sampler = start_telemetry(
+            writer, facts, o.telemetry_hz, self.troubles, self._world.start_for_run
+        )
         numerics = None
         if o.numerics_every > 0 and not facts.compiled:  # hooks would recompile a compiled one
             from ampscope.watching.numerics import WatchNumerics
@@ -116,7 +117,7 @@ class Monitor:
         self._landed = self._readout.landed
         writer.flush()  # hello on disk now, not at the first tick: a process may end before it
         self._record.write_queued()
-        self._ticker = Ticker(TICK_S, self._tick, "ampscope-watch")
+        self._ticker = Ticker(self._world.tick_s, self._tick, "ampscope-watch")
         if o.count_flops and not facts.compiled:
             self._hooks.count_flops()
 
@@ -261,7 +262,7 @@ class Monitor:
     def _wind_down(self, error: BaseException | None, status: str) -> None:
         self._end_flop_count()
         if self._ticker is not None:
-            self._ticker.stop(TICK_S * 20)
+            self._ticker.stop(self._world.tick_s * 20)
         if self._readout is not None:
             with contextlib.suppress(Exception):  # a broken device: the steps in flight are lost
                 self._readout.drain()

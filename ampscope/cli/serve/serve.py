@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,9 +118,23 @@ def viewer_server_class() -> type:
     from ampscope.cli.serve import viewers
 
     class ViewerServer(Server):
-        def __init__(self, *args: Any, max_viewers: int = 4, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            *args: Any,
+            max_viewers: int = 4,
+            tab: Any = None,
+            limits: viewers.Limits | None = None,
+            outbox: Any = None,
+            **kwargs: Any,
+        ) -> None:
+            """``tab`` serves one tab's websocket (``viewers.serve_tab``, which starts its
+            viewer, unless given); ``limits`` bound each viewer and ``outbox`` makes a tab's
+            backlog (``viewers.Limits()`` and ``viewers.Outbox`` unless given)."""
             super().__init__(*args, **kwargs)
             self.max_viewers = max_viewers
+            self.serve_tab = tab or viewers.serve_tab
+            self.limits = limits or viewers.Limits()
+            self.outbox = outbox or viewers.Outbox
             self.tabs: dict[asyncio.Future[web.WebSocketResponse], web.Request] = {}
             self.loopback = is_loopback(self.host)
 
@@ -159,7 +173,7 @@ def viewer_server_class() -> type:
                 )
             # The tab's own task: a handler cancelled when its client goes would skip the
             # viewer's end and stop counting it while it still runs.
-            tab = asyncio.ensure_future(viewers.serve_tab(self, request))
+            tab = asyncio.ensure_future(self.serve_tab(self, request))
             self.tabs[tab] = request
             tab.add_done_callback(lambda done: self.tabs.pop(done, None))
             return await asyncio.shield(tab)
@@ -207,7 +221,13 @@ def run_server(server: Any, sockets: list[socket.socket]) -> None:
     )
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(
+    args: argparse.Namespace,
+    server_class: Callable[..., Any] | None = None,
+    serve: Callable[[Any, list[socket.socket]], None] = run_server,
+) -> int:
+    """``ampscope serve``: a ``server_class`` server (``viewer_server_class()`` unless given),
+    served by ``serve`` on the sockets bound here."""
     try:
         from textual_serve.server import Server  # noqa: F401 - is it installed?
     except ImportError:
@@ -239,7 +259,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ampscope.cli.serve.page import offline_templates
 
     with tempfile.TemporaryDirectory(prefix="ampscope-serve-") as pages:
-        server = viewer_server_class()(
+        server = (server_class or viewer_server_class())(
             command,
             host=args.host,
             port=args.port,
@@ -248,7 +268,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_viewers=args.max_viewers,
         )
         try:
-            run_server(server, sockets)
+            serve(server, sockets)
         except KeyboardInterrupt:
             pass
         finally:

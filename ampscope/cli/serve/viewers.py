@@ -28,6 +28,8 @@ import signal
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 from textual_serve.app_service import AppService
@@ -52,6 +54,17 @@ CLOSE_S = 2.0
 log = logging.getLogger("textual-serve")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one tab's viewer is allowed: the backlog held for its tab, how long a send may
+    stall, and how long the viewer has to quit, then to end after SIGTERM."""
+
+    outbox_bytes: int = OUTBOX_BYTES
+    send_stall_s: float = SEND_STALL_S
+    quit_s: float = QUIT_S
+    term_s: float = TERM_S
+
+
 class Outbox:
     """The frames waiting for one tab, sent as fast as it takes them.
 
@@ -59,10 +72,11 @@ class Outbox:
     backlog stays under ``limit`` (or one frame, if a single frame is larger).
     """
 
-    def __init__(self, limit: int = OUTBOX_BYTES) -> None:
+    def __init__(self, limit: int = OUTBOX_BYTES, stall_s: float = SEND_STALL_S) -> None:
         self.frames: deque[bytes | str] = deque()
         self.size = 0
         self.limit = limit
+        self.stall_s = stall_s
         self.behind = False  # frames were dropped: the tab's screen needs a repaint
         self.drops = 0
         self.ready = asyncio.Event()
@@ -84,7 +98,7 @@ class Outbox:
         self.put(text)
 
     async def send_all(self, ws: web.WebSocketResponse, repaint: Callable[[], None]) -> None:
-        """Send frames until the socket fails (raises) or one send takes over SEND_STALL_S
+        """Send frames until the socket fails (raises) or one send takes over ``stall_s``
         (``asyncio.TimeoutError``); ask for a repaint whenever the tab caught up after drops."""
         while True:
             await self.ready.wait()
@@ -93,9 +107,9 @@ class Outbox:
                 frame = self.frames.popleft()
                 self.size -= len(frame)
                 if isinstance(frame, bytes):
-                    await asyncio.wait_for(ws.send_bytes(frame), SEND_STALL_S)
+                    await asyncio.wait_for(ws.send_bytes(frame), self.stall_s)
                 else:
-                    await asyncio.wait_for(ws.send_str(frame), SEND_STALL_S)
+                    await asyncio.wait_for(ws.send_str(frame), self.stall_s)
             if self.behind:
                 self.behind = False
                 repaint()
@@ -108,7 +122,14 @@ async def _nothing() -> None:
 class ViewerProcess(AppService):
     """textual-serve's AppService, in its own process group, its output never held up."""
 
-    def __init__(self, command: str, outbox: Outbox, downloads: DownloadManager) -> None:
+    def __init__(
+        self,
+        command: str,
+        outbox: Outbox,
+        downloads: DownloadManager,
+        limits: Limits | None = None,
+    ) -> None:
+        self.limits = limits or Limits()
         super().__init__(
             command,
             write_bytes=outbox.put_bytes,
@@ -168,8 +189,9 @@ class ViewerProcess(AppService):
         await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
         if process.returncode is None:
             with suppress(Exception):
-                await asyncio.wait_for(self.send_meta({"type": "quit"}), QUIT_S)
-        for signum, wait_s in ((0, QUIT_S), (signal.SIGTERM, TERM_S), (signal.SIGKILL, None)):
+                await asyncio.wait_for(self.send_meta({"type": "quit"}), self.limits.quit_s)
+        quit_s, term_s = self.limits.quit_s, self.limits.term_s
+        for signum, wait_s in ((0, quit_s), (signal.SIGTERM, term_s), (signal.SIGKILL, None)):
             if signum:
                 self._signal_group(signum)
             try:
@@ -237,12 +259,16 @@ async def serve_tab(server: Server, request: web.Request) -> web.WebSocketRespon
     """One tab's socket and viewer, from the handshake until the viewer has exited.
 
     It ends when the tab goes, stops taking frames, or sends what is not a message, or when
-    the viewer ends; the viewer is then ended too (``ViewerProcess.end``).
+    the viewer ends; the viewer is then ended too (``ViewerProcess.end``). The server's
+    ``limits`` bound it, and its ``outbox`` makes the tab's ``Outbox``, where it has them.
     """
+    limits: Limits = getattr(server, "limits", None) or Limits()
+    make_outbox: Callable[[int, float], Any] = getattr(server, "outbox", None) or Outbox
     ws = web.WebSocketResponse(heartbeat=15)
     width = int(request.query.get("width", 80))  # checked by serve.size_refusal
     height = int(request.query.get("height", 24))
-    viewer = ViewerProcess(server.command, outbox := Outbox(), server.download_manager)
+    outbox = make_outbox(limits.outbox_bytes, limits.send_stall_s)
+    viewer = ViewerProcess(server.command, outbox, server.download_manager, limits)
     tasks: list[asyncio.Future[None]] = []
     try:
         await ws.prepare(request)

@@ -448,10 +448,10 @@ def mfu_measured(run: RunRecord) -> float | None:
     return of_measured(d.tflops, measured, d.world_size)
 
 
-def nvidia_driver() -> str | None:
+def nvidia_driver(version_file: str | Path = "/proc/driver/nvidia/version") -> str | None:
     """The loaded NVIDIA driver's version, read from /proc (no NVML, no torch)."""
     try:
-        text = Path("/proc/driver/nvidia/version").read_text()
+        text = Path(version_file).read_text()
     except OSError:
         return None
     found = re.search(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)", text)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +156,16 @@ def launch_detached(
     runs_dir: Path | None = None,
     launch: Launch | None = None,
     wait_s: float = START_WAIT_S,
+    env: dict[str, str] | None = None,
+    wait: Callable[[subprocess.Popen, Path, float], int | None] | None = None,
 ) -> tuple[Path, int]:
     """Start an engine that outlives this process; returns its run folder and pid.
 
     The preset is validated here (``presets.ConfigError`` on a bad one) and written resolved into
     the run folder, so the engine never depends on a file this process may delete. Returns
     once the engine said hello (or is still setting up after ``wait_s``); raises
-    EngineDidNotStart when it exits before.
+    EngineDidNotStart when it exits before. The engine gets ``env`` (``child_env()`` unless
+    given); ``wait`` waits for its hello (``wait_for_hello`` unless given).
     """
     resolved = presets.load_preset(preset, overrides)
     name = record_name(resolved.name, resolved.workload.model)
@@ -192,7 +195,7 @@ def launch_detached(
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=(owner,),
-                env=child_env(),
+                env=env if env is not None else child_env(),
             )
         ownership.note_group(owner, proc.pid)  # its session, so a stop may end all of it
     finally:
@@ -200,7 +203,7 @@ def launch_detached(
     # Until the engine writes its own, this one says who runs the record.
     records.write_live(run_dir, proc.pid)
     try:
-        code = wait_for_hello(proc, run_dir, wait_s)
+        code = (wait or wait_for_hello)(proc, run_dir, wait_s)
     except KeyboardInterrupt:  # Ctrl+C stops the wait, not the run: it runs on its own
         code = None
     if code is not None:

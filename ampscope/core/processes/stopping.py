@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,24 @@ def _launcher(run_dir: Path, pid: int) -> int | None:
         return None
 
 
-def ask_to_stop(run_dir: Path, live: dict[str, Any], pid: int) -> bool:
+def ask_to_stop(
+    run_dir: Path,
+    live: dict[str, Any],
+    pid: int,
+    send: Callable[[int, int], None] = os.kill,
+    holds: Callable[[int, Path], bool] = ownership.holds_owner,
+) -> bool:
     """Stop a verified run as ``stop_rule`` allows. An engine gets SIGTERM (and SIGCONT, if
     paused) and may be killed after its grace: True. A watched process is the user's own:
     SIGINT to it alone, as Ctrl+C, and never a kill: False. (A process that ignores SIGINT,
-    as one started in the background of a shell does, asked for SIGTERM in its record.)"""
+    as one started in the background of a shell does, asked for SIGTERM in its record.)
+    ``send`` signals a watched process and ``holds`` says it still holds the run's record:
+    ``os.kill`` and ``ownership.holds_owner`` unless given."""
     if live.get("source") == "watch":
         asked = signal.SIGTERM if live.get("stop_signal") == "SIGTERM" else signal.SIGINT
-        if ownership.holds_owner(pid, run_dir):
+        if holds(pid, run_dir):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, asked)
+                send(pid, asked)
         return False
     signal_engine(run_dir, pid, signal.SIGTERM)
     signal_engine(run_dir, pid, signal.SIGCONT)

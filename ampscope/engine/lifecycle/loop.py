@@ -120,15 +120,21 @@ def train(
     stop: threading.Event,
     sample: Callable[[], ev.RankSys | None] = lambda: None,
     profiler: ProfileControl | None = None,
+    *,
+    step_with: Callable[..., tuple[torch.Tensor, float]] = train_step,
+    memory_of: Callable[..., MemoryReader] = MemoryReader,
+    reporter_of: Callable[..., StepReporter] = StepReporter,
 ) -> ev.DoneStatus:
     """Run the steps. Returns 'ok' or 'stopped'; faults propagate as exceptions.
 
     A record that cannot be written any more stops the run on every rank alike (the caller
     then raises its fault). ``sample`` gives this rank's latest telemetry for the exchange
-    (none on one process). ``profiler`` takes profiles when asked (none: never)."""
+    (none on one process). ``profiler`` takes profiles when asked (none: never). A step is
+    ``train_step``, its memory read by ``memory_of`` and reported by ``reporter_of``, unless
+    given others."""
     preset, link = s.preset, s.link
-    reporter = StepReporter(s, writer, stats, peak, profiler.profiled if profiler else ())
-    memory = MemoryReader(s.info.device)
+    reporter = reporter_of(s, writer, stats, peak, profiler.profiled if profiler else ())
+    memory = memory_of(s.info.device)
     memory.reset_peak()  # setup's peak (weights cast, FLOPs counted) is not training's
     timer = make_step_timer(s.info.device, width=METRICS_WIDTH)
     compiled = preset.compile != "off"
@@ -171,7 +177,7 @@ def train(
             if numerics:
                 numerics.before(step)
             phase = link.marking(step, profiler.phase if profiler is not None else no_phase)
-            metrics, data_ms = train_step(s, step, measure_zeros, phase, numerics)
+            metrics, data_ms = step_with(s, step, measure_zeros, phase, numerics)
             if numerics:
                 numerics.after(step)
         except Exception as exc:

@@ -15,7 +15,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ampscope.core import events as ev
 from ampscope.core import presets, records
@@ -33,6 +33,9 @@ from ampscope.engine.lifecycle.stopping import (
 )
 from ampscope.engine.ranks import RankEnv
 
+if TYPE_CHECKING:  # imports torch: a run imports it once its first event is out
+    from ampscope.engine.lifecycle.parts import Parts
+
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "run"]
 
 
@@ -48,9 +51,11 @@ def run(
     run_dir: Path | None = None,
     profile: tuple[int, int] | None = None,
     on_record: Callable[[Path], None] | None = None,
+    parts: Parts | None = None,
 ) -> int:
     """``on_record``: told the run's folder once it exists, before anything can fail or stop
-    (a console says where the record is at any ending, also one before ``hello``)."""
+    (a console says where the record is at any ending, also one before ``hello``). ``parts``:
+    what the run is made of (``lifecycle.parts``), the engine's own unless given."""
     try:
         ranks = RankEnv.from_environ()
         preset = presets.load_preset(preset_name, overrides)
@@ -99,7 +104,7 @@ def run(
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         train_preset = import_training(importing, stop)  # imports torch: seconds
         code, hello, done = train_preset(
-            preset, run_dir, writer, stop, in_loop, ranks, profile, so_far
+            preset, run_dir, writer, stop, in_loop, ranks, profile, so_far, parts
         )
     except KeyboardInterrupt:  # stopped while torch was still importing
         done, code = end_import_stopped(writer), EXIT_STOPPED

@@ -13,21 +13,21 @@ from ampscope.core import events as ev
 from ampscope.core import presets
 from ampscope.core.machine.mfu import above_peak_warnings, of_measured
 from ampscope.core.records.tally import StepTally
-from ampscope.engine.device import DeviceInfo, resolve_device
+from ampscope.engine.device import DeviceInfo
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.lifecycle.children import end_users_children
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from ampscope.engine.lifecycle.faults import failure, left_early
 from ampscope.engine.lifecycle.hello import make_hello, measured_warning
-from ampscope.engine.lifecycle.loop import train
+from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.replicas import compare_weights, rank_devices, start_sampler
 from ampscope.engine.lifecycle.stopping import SoFar
 from ampscope.engine.profiling import ProfileControl
 from ampscope.engine.ranks import RankEnv
 from ampscope.engine.ranks.link import Link, SoloLink, connect
 from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
-from ampscope.engine.step.setup import build, memory_estimate
-from ampscope.engine.step.validation import read_facts, require_runnable
+from ampscope.engine.step.setup import memory_estimate
+from ampscope.engine.step.validation import require_runnable
 from ampscope.engine.telemetry import TelemetrySampler
 
 SHARED_FAULTS = (presets.ConfigError, NonFiniteLoss, ReplicasDiverged, EveryStepSkipped)
@@ -43,12 +43,15 @@ def train_preset(
     ranks: RankEnv | None = None,
     profile: tuple[int, int] | None = None,
     so_far: SoFar | None = None,
+    parts: Parts | None = None,
 ) -> tuple[int, ev.HelloEvent | None, ev.DoneEvent]:
     """The exit code, hello when the run got that far, and done. Faults end as events.
 
     ``profile`` is ``(step, K)``: profile K steps from that step on (``ampscope profile``);
-    without it, only when a viewer asks (rank 0, which has the run folder, profiles)."""
+    without it, only when a viewer asks (rank 0, which has the run folder, profiles).
+    ``parts``: what the run is made of (``lifecycle.parts``), the engine's own unless given."""
     ranks = ranks or RankEnv()
+    parts = parts or Parts()
     tally = StepTally(warmup_steps=preset.warmup_steps, compiled=preset.compile != "off")
     if so_far is not None:
         so_far.step = lambda: tally.step_running
@@ -60,10 +63,12 @@ def train_preset(
     checksums: list[str | None] | None = None
     profiler: ProfileControl | None = None
     try:
-        info = resolve_device(preset.device, ranks)
-        verdict = require_runnable(preset, read_facts(info, ranks.distributed))
+        info = parts.resolve_device(preset.device, ranks)
+        verdict = require_runnable(preset, parts.facts(info, ranks.distributed))
         link = connect(ranks, info.device)
-        setup = build(preset, info, link, verdict.sizes)
+        setup = parts.build(
+            preset, info, link, verdict.sizes, parts.make_workload, parts.compile_model
+        )
         link.hold(setup)
         setup_warnings = verdict.warnings + [
             w for w in [memory_estimate(setup), measured_warning(setup)] if w
@@ -76,8 +81,19 @@ def train_preset(
             writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
         writer.emit(ev.PhaseEvent(phase="setup", state="end"), urgent=True)
         in_loop.set()
-        profiler = ProfileControl(writer, info.device, run_dir if ranks.lead else None, profile)
-        status = train(setup, writer, tally, hello.peak_tflops, stop, sample, profiler)
+        profiler = parts.profiler(writer, info.device, run_dir if ranks.lead else None, profile)
+        status = parts.train(
+            setup,
+            writer,
+            tally,
+            hello.peak_tflops,
+            stop,
+            sample,
+            profiler,
+            step_with=parts.train_step,
+            memory_of=parts.memory,
+            reporter_of=parts.reporter,
+        )
         checksums = compare_weights(setup, tally.steps_done - 1 if tally.steps_done else None)
         writer.flush()
         writer.check_record()  # every step on disk before the run is called a success

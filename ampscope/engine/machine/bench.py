@@ -67,19 +67,22 @@ def cpu_timer(fn: Callable[[], object], repeats: int, warmup: int) -> list[float
     return times
 
 
-def cuda_timer(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
-    """CUDA events around each call: the GPU's own timing, with no host sync between calls."""
+def cuda_timer(
+    fn: Callable[[], object], repeats: int, warmup: int, cuda: Any = None
+) -> list[float]:
+    """CUDA events around each call: the GPU's own timing, with no host sync between calls.
+    ``cuda`` gives ``Event`` and ``synchronize``: ``torch.cuda`` unless given."""
+    cuda = cuda or torch.cuda
     for _ in range(warmup):
         fn()
     events = [
-        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        for _ in range(repeats)
+        (cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(repeats)
     ]
     for start, end in events:
         start.record()
         fn()
         end.record()
-    torch.cuda.synchronize()
+    cuda.synchronize()
     return [start.elapsed_time(end) / 1000.0 for start, end in events]
 
 
@@ -222,10 +225,11 @@ def sweep(
     budget: Budget,
     make: MatmulMaker = matmul_call,
     until: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[Combo, float]:
     """TFLOP/s of every shape in every layout that can pay (``LayoutSweep``), and none
-    larger than the first past ``until`` (``time.monotonic()``: the check's deadline)."""
-    return Rounds(fmt, shapes).sweep(device, timer, budget, make, until)
+    larger than the first past ``until`` (on ``clock``: the check's deadline)."""
+    return Rounds(fmt, shapes).sweep(device, timer, budget, make, until, clock)
 
 
 @dataclass
@@ -255,12 +259,13 @@ class Rounds:
         budget: Budget,
         make: MatmulMaker,
         until: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> dict[Combo, float]:
         """The first round: every shape of every layout that can pay."""
         rates: dict[Combo, float] = {}
         for layout, state in self.layouts.items():
             while (shape := state.next_shape(budget)) is not None:
-                if state.rates and until is not None and time.monotonic() > until:
+                if state.rates and until is not None and clock() > until:
                     break
                 rates[(shape, layout)] = self.time(shape, layout, device, timer, budget, make)
         self.add(rates)
@@ -417,6 +422,23 @@ def first_gpu() -> GpuInfo | None:
 Bandwidth = Callable[[torch.device, int], Meter]
 
 
+class Threads(Protocol):
+    """The threads a CPU's matmuls run on: the check times fp32 on one as well."""
+
+    def get(self) -> int: ...
+    def set(self, n: int) -> None: ...
+
+
+class TorchThreads:
+    """torch's own intra-op thread count."""
+
+    def get(self) -> int:
+        return torch.get_num_threads()
+
+    def set(self, n: int) -> None:
+        torch.set_num_threads(n)
+
+
 @dataclass
 class Seams:
     """What the check reads from the outside world, replaced by fakes in tests."""
@@ -433,6 +455,8 @@ class Seams:
     allreduce: Callable[[int], float] = allreduce_gbps  # several GPUs: one rank each, NCCL
     cpu_clock: Callable[[], CpuClock | None] = cpu_seconds
     cpus: Callable[[], int] = cpus_here
+    threads: Threads = field(default_factory=TorchThreads)
+    clock: Callable[[], float] = time.monotonic  # the check's deadlines and its own seconds
 
 
 def measure_allreduce(
@@ -514,7 +538,7 @@ def run_check(
 
     seams = seams or Seams()
     said = on_figure or (lambda what, line: None)
-    started = time.monotonic()
+    started = seams.clock()
     gpu = seams.gpu() if device_kind != "cpu" else None
     cuda = gpu is not None
     budget = Budget(seconds=0.05 if quick else 0.1)
@@ -554,7 +578,7 @@ def run_check(
             QUICK_SHAPES if quick else CPU_SHAPES,
             QUICK_COPY_BYTES if quick else CPU_COPY_BYTES,
             None,
-            torch.get_num_threads(),
+            seams.threads.get(),
             budget,
             rounds,
         )
@@ -617,7 +641,7 @@ def run_check(
         other_cpus=others,
     )
     check.verdicts = verdicts.judge(check)
-    check.seconds = round(time.monotonic() - started, 2)
+    check.seconds = round(seams.clock() - started, 2)
     return check
 
 
@@ -641,25 +665,33 @@ def measure_rounds(
     h2d = seams.h2d(plan.device, plan.h2d_bytes) if plan.h2d_bytes else None
     last_round = 0.0
     for number in range(plan.rounds):
-        begun = time.monotonic()
+        begun = seams.clock()
         if number and begun + last_round - started > plan.deadline_s:
             break
         for rounds in timed.formats.values():
             if not rounds.best:
                 until = started + plan.sweep_s
-                rounds.sweep(plan.device, timer, plan.budget, seams.make, until)
+                rounds.sweep(plan.device, timer, plan.budget, seams.make, until, seams.clock)
             else:
                 rounds.again(plan.device, timer, plan.budget, seams.make)
         fp32 = timed.formats.get("fp32")
         if plan.threads and plan.threads > 1 and fp32 is not None and fp32.top is not None:
             timed.one_thread.append(
-                one_thread(fp32.top[1], plan.threads, plan.device, timer, plan.budget, seams.make)
+                one_thread(
+                    fp32.top[1],
+                    plan.threads,
+                    plan.device,
+                    timer,
+                    plan.budget,
+                    seams.make,
+                    seams.threads,
+                )
             )
         timed.copy.append(copy(timer, plan.budget))
         if h2d is not None:
             timed.h2d.append(h2d(timer, plan.budget))
         said("round", round_line(number + 1, plan.rounds, timed, kind))
-        last_round = time.monotonic() - begun
+        last_round = seams.clock() - begun
     return timed
 
 
@@ -670,14 +702,16 @@ def one_thread(
     timer: Timer,
     budget: Budget,
     make: MatmulMaker,
+    on: Threads | None = None,
 ) -> float:
     """fp32 at its best shape on one thread, where a CPU runs several: a busy machine's
-    threads gain nothing, which the verdicts then say."""
-    torch.set_num_threads(1)
+    threads gain nothing, which the verdicts then say. ``on``: torch's threads unless given."""
+    on = on or TorchThreads()
+    on.set(1)
     try:
         return rate_of("fp32", combo, device, timer, budget, make)
     finally:
-        torch.set_num_threads(threads)
+        on.set(threads)
 
 
 def gflops(tflops: float) -> str:

@@ -9,6 +9,8 @@ import shutil
 import sys
 import sysconfig
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +18,11 @@ TryCompile = bool | Literal["cpu", "cuda"]
 """``--try-compile``: every device (True), one of them, or none."""
 
 
-def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
+def machine_report(
+    try_compile: TryCompile = False, torchao: Callable[[], str | None] | None = None
+) -> dict[str, Any]:
+    """What ``ampscope doctor`` prints; ``torchao`` says torchao's version (None: not
+    installed), read from its metadata unless given."""
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
@@ -59,7 +65,7 @@ def machine_report(try_compile: TryCompile = False) -> dict[str, Any]:
             )
     report["nvml"] = nvml_report()
     report["compile"] = compile_report(torch.cuda.is_available(), try_compile)
-    report["torchao"] = _torchao_version()
+    report["torchao"] = (torchao or _torchao_version)()
     report["machine_checks"] = kept_checks(
         str(torch.__version__), report["nvml"].get("driver_version")
     )
@@ -79,7 +85,37 @@ def kept_checks(torch_version: str, driver: str | None) -> list[dict[str, Any]]:
     ]
 
 
-def compile_report(cuda: bool, try_compile: TryCompile) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class Toolchain:
+    """What inductor needs here to build kernels at run time: a C compiler, Python's headers
+    (Python.h in ``include``), and Triton for CUDA."""
+
+    compiler: str | None
+    include: Path
+    headers: bool
+    triton: bool
+
+    @classmethod
+    def here(cls) -> Toolchain:
+        include = Path(sysconfig.get_paths()["include"])
+        return cls(
+            shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"),
+            include,
+            (include / "Python.h").is_file(),
+            importlib.util.find_spec("triton") is not None,
+        )
+
+
+Attempt = Callable[[str], str | None]
+"""Compile a tiny function on a device: None if it worked, else the failure's first line."""
+
+
+def compile_report(
+    cuda: bool,
+    try_compile: TryCompile,
+    toolchain: Toolchain | None = None,
+    attempt: Attempt | None = None,
+) -> dict[str, dict[str, Any]]:
     """Whether torch.compile can work here, per device. ``ok`` is true only once a tiny
     function compiled (``--try-compile``, or ``--try-compile cuda`` for one device: each cold
     compile takes 20-40 s, and a GPU box's first C++ build for the CPU can take as long again);
@@ -88,50 +124,55 @@ def compile_report(cuda: bool, try_compile: TryCompile) -> dict[str, dict[str, A
 
     inductor builds C++ (CPU) and Triton (CUDA) kernels at run time, and both need a C
     compiler and Python's headers (Python.h): a machine with torch and Triton but without
-    them fails on the first compiled step.
+    them fails on the first compiled step. ``toolchain`` is this machine's unless given;
+    ``attempt`` is ``try_compiling`` unless given.
     """
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    tools = toolchain or Toolchain.here()
+    attempt = attempt or try_compiling
+    compiler = tools.compiler
+    header = tools.include / "Python.h"
     missing = []
     if compiler is None:
         missing.append("no C compiler (install gcc)")
-    if not header.is_file():
+    if not tools.headers:
         missing.append(f"no Python.h in {header.parent} (install python3-dev)")
     found = f"C compiler {compiler}, {header}" if not missing else "; ".join(missing)
-    report = {"cpu": _verdict("cpu", missing, found, try_compile)}
+    report = {"cpu": _verdict("cpu", missing, found, try_compile, attempt)}
     if not cuda:
         report["cuda"] = {"ok": False, "why": "no CUDA GPU visible to torch"}
-    elif importlib.util.find_spec("triton") is None:
+    elif not tools.triton:
         report["cuda"] = {"ok": False, "why": "Triton is not installed (comes with CUDA torch)"}
     else:
-        report["cuda"] = _verdict("cuda", missing, f"Triton, {found}", try_compile)
+        report["cuda"] = _verdict("cuda", missing, f"Triton, {found}", try_compile, attempt)
     return report
 
 
 def _verdict(
-    device: str, missing: list[str], found: str, try_compile: TryCompile
+    device: str, missing: list[str], found: str, try_compile: TryCompile, attempt: Attempt
 ) -> dict[str, Any]:
     if missing:
         return {"ok": False, "why": found}
     if try_compile is not True and try_compile != device:
         return {"ok": None, "why": f"{found}; not tried (ampscope doctor --try-compile {device})"}
-    failed = try_compiling(device)
+    failed = attempt(device)
     if failed is not None:
         return {"ok": False, "why": f"a tiny function did not compile: {failed}"}
     return {"ok": True, "why": f"a tiny function compiled and ran ({found})"}
 
 
-def try_compiling(device: str) -> str | None:
-    """Compile and run a tiny function on ``device`` (20-40 s cold); None if it worked, else
-    the failure's first line."""
+def try_compiling(device: str, compile: Callable[..., Any] | None = None) -> str | None:
+    """Compile and run a tiny function on ``device`` (20-40 s cold) with ``compile``
+    (``torch.compile`` unless given); None if it worked, else the failure's first line."""
     import torch
+
+    compile = compile or torch.compile
 
     def tiny(x: torch.Tensor) -> torch.Tensor:
         return (x * 2.0).sin() + 1.0
 
     try:
         x = torch.arange(64, dtype=torch.float32, device=device)
-        got = torch.compile(tiny)(x)
+        got = compile(tiny)(x)
         # Compiled sin may differ from eager's by an ulp (1.2e-7 near 1), which the + 1.0
         # turns into that much absolute error where the result is near 0: allclose's default
         # atol of 1e-8 then calls a working compiler broken (seen on a 2-core CPU).

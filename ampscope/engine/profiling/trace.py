@@ -25,8 +25,10 @@ KEEP_TRACES = 3
 TRACE_NAME = re.compile(r"profile-step(\d+)\.trace\.json\.gz")
 
 
-def save_trace(prof: Any, run_dir: Path, step: int) -> tuple[str | None, int | None, str | None]:
-    """The trace's path and size, and a note when it was left out."""
+def save_trace(
+    prof: Any, run_dir: Path, step: int, limit: int = TRACE_LIMIT
+) -> tuple[str | None, int | None, str | None]:
+    """The trace's path and size, and a note when it was left out (over ``limit`` bytes)."""
     target = run_dir / f"profile-step{step}.trace.json.gz"
     raw = ""
     try:
@@ -45,15 +47,14 @@ def save_trace(prof: Any, run_dir: Path, step: int) -> tuple[str | None, int | N
         if raw:
             with contextlib.suppress(OSError):
                 os.unlink(raw)
-    if size > TRACE_LIMIT:
+    if size > limit:
         with contextlib.suppress(OSError):
             target.unlink()
-        over, limit = size / 2**20, TRACE_LIMIT / 2**20
+        over, kept = size / 2**20, limit / 2**20
         return (
             None,
             None,
-            f"no Chrome trace: {over:.0f} MiB is over the {limit:.0f} MiB kept; "
-            "profile fewer steps",
+            f"no Chrome trace: {over:.0f} MiB is over the {kept:.0f} MiB kept; profile fewer steps",
         )
     drop_old_traces(run_dir)
     return str(target), size, None

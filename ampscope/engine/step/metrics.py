@@ -19,6 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core.memory.host import HostPeak
 from ampscope.core.records.step_event import step_event
 from ampscope.core.records.tally import StepTally
+from ampscope.engine.device import CudaMemory
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.private_apis import initial_scale, live_scale
 from ampscope.engine.ranks.link import RankFigures
@@ -140,8 +141,11 @@ class MemoryReader:
     reads the host at most every ``host_every_s`` (a read costs ~20 us; its steps may be
     far shorter than the engine's)."""
 
-    def __init__(self, device: torch.device, host_every_s: float = 0.0) -> None:
+    def __init__(
+        self, device: torch.device, host_every_s: float = 0.0, cuda: CudaMemory | None = None
+    ) -> None:
         self.device = device
+        self.cuda: CudaMemory = cuda or torch.cuda
         self.host = HostPeak()
         if device.type != "cuda":
             self.host.reset()  # setup's own peak (imports, the FLOP count) does not count
@@ -156,7 +160,7 @@ class MemoryReader:
         siblings each rebuild (and flatten) the whole statistics dict to return one number.
         """
         if self.device.type == "cuda":
-            stats = torch.cuda.memory_stats_as_nested_dict(self.device)
+            stats = self.cuda.memory_stats_as_nested_dict(self.device)
             allocated = stats.get("allocated_bytes", {}).get("all", {})
             reserved = stats.get("reserved_bytes", {}).get("all", {})
             return allocated.get("current"), reserved.get("current"), allocated.get("peak")
@@ -173,8 +177,8 @@ class MemoryReader:
         Host-side statistics: no sync. None on the CPU (RSS has no peak to restart)."""
         if self.device.type != "cuda":
             return None
-        peak = torch.cuda.max_memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
+        peak = self.cuda.max_memory_allocated(self.device)
+        self.cuda.reset_peak_memory_stats(self.device)
         return peak
 
     def figures(self, rank: int, item: FinishedStep) -> RankFigures:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
@@ -48,16 +49,21 @@ def build(
     info: DeviceInfo,
     link: Link | None = None,
     sizes: WorkloadSizes | None = None,
+    workload_of: Callable[..., tuple[TrainingWorkload, dict[str, int]]] | None = None,
+    compile: Callable[[torch.nn.Module, Preset], torch.nn.Module] | None = None,
 ) -> Setup:
     """The run as it will train. ``lifecycle.training.train_preset`` calls this after ``validation.require_runnable``
     has said that the run can go ahead here, with the sizes that check resolved (None: resolved
-    here, as a test or a benchmark builds a run directly)."""
+    here, as a test or a benchmark builds a run directly). ``workload_of`` and ``compile`` are
+    ``make_workload`` and ``compile_model`` unless given."""
     link = link or SoloLink()
+    workload_of = workload_of or make_workload
+    compile = compile or compile_model
     policy = precision_policy(preset, info.is_cuda, link.grouped)
     torch.manual_seed(preset.seed)
     set_matmul_precision(policy.tf32)
     rss_before = None if info.is_cuda else current_rss()
-    workload, dims = make_workload(preset, info, link, sizes)
+    workload, dims = workload_of(preset, info, link, sizes)
     workload.prepare()  # a user's model: its first batch read (batch size, tokens)
     flops = count_flops(workload)  # model FLOPs of the plain model: before fp8 and compile
     called = fp8_probe(workload) if preset.precision == "fp8" else None
@@ -69,7 +75,7 @@ def build(
     model = parallelize(workload.model, preset, policy, info, link.grouped)
     optimizer = make_optimizer(model, preset, policy)  # after sharding: FSDP2 replaces them
     scaler = policy.grad_scaler(info.device, preset.scaler)
-    model = compile_model(model, preset)
+    model = compile(model, preset)
     nan = torch.full((), float("nan"), device=info.device)
     return Setup(
         preset,
