@@ -1,12 +1,13 @@
 """The dashboard stays quick to start: drawing its first screen imports neither torch nor
 numpy (seconds on a busy host), nor psutil, plotext, the run manager, the comparisons, the
-machine checks or any screen it does not show (each is loaded when first opened), and its
-command line builds no command's parser. The time itself is measured in
+machine checks or any screen it does not show (each is loaded when first opened), and its command line builds no command's parser; the garbage
+collector, off while the first screen is built, is on again once it is drawn. The time itself is measured in
 benchmarks/first_paint.py, beside a minimal Textual app: a benchmark, not a test, as timings
 are."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -79,3 +80,46 @@ def test_the_dashboards_command_line_loads_no_other_commands_code() -> None:
     parsed, loaded = done.stdout.strip().splitlines()
     assert parsed == "None elsewhere 2.0"
     assert loaded == "['ampscope.cli.main', 'ampscope.cli.output']"
+
+
+FIRST_SCREEN_WITHOUT_COLLECTION = """
+import asyncio, gc, tempfile
+from pathlib import Path
+from ampscope.tui.app import AmpscopeApp
+from ampscope.tui.screens.presets import PresetsScreen
+
+async def go():
+    gc.disable()  # as 'ampscope' with no command leaves it while the first screen is built
+    app = AmpscopeApp(runs_dir=Path(tempfile.mkdtemp()))
+    async with app.run_test(size=(80, 24)) as pilot:
+        while not (isinstance(app.screen, PresetsScreen) and app.screen.presets):
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        print(gc.isenabled())
+
+asyncio.run(go())
+"""
+
+
+@pytest.mark.subprocess
+def test_garbage_collection_is_on_again_once_the_first_screen_is_drawn() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_SCREEN_WITHOUT_COLLECTION],
+        cwd=ROOT,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "True"
+
+
+@pytest.mark.unit
+def test_a_dashboard_that_cannot_start_leaves_garbage_collection_on(monkeypatch, capsys) -> None:
+    from ampscope.cli.main import dispatch
+
+    monkeypatch.setenv("TERM", "dumb")  # refused before the screen is taken over
+    assert dispatch(["--runs-dir", "elsewhere"]) == 2
+    assert "cannot show the dashboard" in capsys.readouterr().err
+    assert gc.isenabled()
