@@ -1,9 +1,10 @@
 """The dashboard stays quick to start: drawing its first screen imports neither torch nor
 numpy (seconds on a busy host), nor psutil, plotext, the run manager, the comparisons, the
-machine checks or any screen it does not show (each is loaded when first opened), and its command line builds no command's parser; the garbage
-collector, off while the first screen is built, is on again once it is drawn. The time itself is measured in
-benchmarks/first_paint.py, beside a minimal Textual app: a benchmark, not a test, as timings
-are."""
+machine checks or any screen it does not show (each is loaded when first opened, with the
+other screens' styles), and its command line builds no command's parser; the garbage
+collector, off while the first screen is built, is on again once it is drawn. The time
+itself is measured in benchmarks/first_paint.py, beside a minimal Textual app: a benchmark,
+not a test, as timings are."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ async def go():
         shown = {'installed', 'presets', 'preset_form', 'help', 'dialogs'}
         print(sorted(later & set(sys.modules) - {'ampscope.tui.screens.' + s for s in shown}))
         print(sorted(heavy))
+        print(sorted(Path(p).name for p, _ in app.stylesheet.source if p.endswith('.tcss')))
 
 asyncio.run(go())
 """
@@ -51,9 +53,10 @@ def test_the_first_screen_is_drawn_without_torch_or_numpy() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    *_, not_shown, heavy = done.stdout.strip().splitlines()
+    *_, not_shown, heavy, style_files = done.stdout.strip().splitlines()
     assert heavy == "[]"
     assert not_shown == "[]"  # loaded before they are asked for: the first screen waits
+    assert style_files == "['app.tcss']"  # the other screens' rules (screens.tcss) wait too
 
 
 DASHBOARD_COMMAND_LINE = """
