@@ -7,11 +7,15 @@ interleaved with it (A B C A B C ...), are ``python -c 'import textual'`` (the f
 and Textual's import) and a minimal Textual app drawing one line (Textual's own first paint).
 
     python benchmarks/first_paint.py [--repeats 7] [--size 80x24] [--compile-each-start]
-                                     [--beside DIR]
+                                     [--beside DIR] [--instructions]
 
 ``--beside DIR`` times another checkout of ampscope (``git worktree add DIR REV``) in the
 same rounds, as ``ampscope at DIR``: a change's before and after, side by side on one
 machine under one load.
+
+``--instructions`` counts, instead, the machine instructions each command runs to its first
+screen, once each under ``valgrind --tool=callgrind`` (a minute or two): the process ends as
+its terminal is sent the first screen's text. The load does not move them.
 
 Prints each command's median wall time (and range) and CPU time to its first screen, and the
 ratios to the peers. A shared machine moves the wall times most; the CPU times, and the
@@ -53,6 +57,26 @@ Minimal().run()
 """
 
 TIMEOUT_S = 60.0
+
+STOP_AT_MARKER = """
+import os, runpy, sys
+import textual.drivers.linux_driver as driver
+marker, *argv = sys.argv[1:]
+write = driver.LinuxDriver.write
+def stop(self, data):
+    if marker in data:
+        os._exit(0)
+    return write(self, data)
+driver.LinuxDriver.write = stop
+if argv[0] == "-m":
+    sys.argv = argv[1:]
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = ["-c"]
+    exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+"""
+"""Runs ``python -m MODULE ...`` or ``python -c CODE`` and ends the process (os._exit) as
+Textual writes the marker to the terminal: what is counted stops at the first screen."""
 
 
 Command = tuple[list[str], bytes | None, Path]
@@ -134,6 +158,22 @@ def first_paint(
         _end(proc, main)
 
 
+def instructions(
+    argv: list[str], marker: bytes, size: tuple[int, int], pycache: str, root: Path
+) -> int:
+    """Machine instructions ``argv`` (``python -m ...`` or ``python -c ...``) runs to
+    ``marker`` on its screen, counted by callgrind."""
+    with tempfile.TemporaryDirectory() as out:
+        counted = Path(out) / "callgrind.out"
+        py, *rest = argv
+        wrapped = [py, "-c", STOP_AT_MARKER, marker.decode(), *rest]
+        first_paint(wrapped, None, size, pycache, root)  # fills the cache: not counted
+        tool = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counted}"]
+        first_paint([*tool, *wrapped], None, size, pycache, root)
+        totals = [ln for ln in counted.read_text().splitlines() if ln.startswith("totals:")]
+        return int(totals[0].split()[1])
+
+
 def _end(proc: subprocess.Popen, main: int) -> None:
     """Let it quit (ctrl+q was sent), drain its terminal, and kill what is left."""
     deadline = time.perf_counter() + 10.0
@@ -165,9 +205,16 @@ def main() -> int:
         metavar="DIR",
         help="another checkout of ampscope (git worktree add DIR REV), timed in the same rounds",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each command's machine instructions to its first screen (valgrind)",
+    )
     args = parser.parse_args()
     cols, rows = (int(n) for n in args.size.lower().split("x"))
     beside = args.beside.resolve() if args.beside else None
+    if args.instructions:
+        return count_instructions((cols, rows), beside)
     with tempfile.TemporaryDirectory() as runs_dir, tempfile.TemporaryDirectory() as pycache:
         cache = None if args.compile_each_start else pycache
         cmds = commands(runs_dir, beside)
@@ -202,6 +249,25 @@ def main() -> int:
                 f"{ours / statistics.median(table[minimal]):.2f}x; "
                 f"/ import textual {ours / statistics.median(table[floor]):.2f}x"
             )
+    return 0
+
+
+def count_instructions(size: tuple[int, int], beside: Path | None) -> int:
+    """Each command's instructions to its first screen, and the ratio to the minimal app."""
+    global TIMEOUT_S
+    TIMEOUT_S = 900.0  # callgrind runs a program some 50 times slower
+    with tempfile.TemporaryDirectory() as runs_dir, tempfile.TemporaryDirectory() as pycache:
+        cmds = commands(runs_dir, beside)
+        counts = {
+            name: instructions(argv, marker, size, pycache, root)
+            for name, (argv, marker, root) in cmds.items()
+            if marker is not None
+        }
+    cols, rows = size
+    print(f"instructions to the first screen in a {cols}x{rows} pty (callgrind):")
+    minimal = counts["minimal Textual app"]
+    for name, count in counts.items():
+        print(f"  {name:<28} {count / 1e6:8.0f} million  {count / minimal:.2f}x")
     return 0
 
 

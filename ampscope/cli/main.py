@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -302,6 +303,16 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
+    # no garbage collection while the dashboard's code loads and its first screen is built
+    # (AmpscopeApp turns it back on once that screen is drawn; here, whatever happens)
+    gc.disable()
+    try:
+        return _dashboard(args)
+    finally:
+        gc.enable()
+
+
+def _dashboard(args: argparse.Namespace) -> int:
     try:
         from ampscope.tui.app import run_dashboard
     except ImportError as exc:  # pragma: no cover - a broken install

@@ -6,6 +6,7 @@ ask for runs with messages (``tui.messages``) and read runs through a source (``
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import signal
@@ -33,6 +34,7 @@ from ampscope.tui.messages import (
     SweepRequested,
 )
 from ampscope.tui.navigation import Navigation
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.screens.installed import LIVE_RUN_SCREEN
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.terminal import SavedTerminal
@@ -156,6 +158,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
     # ------------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
+        self.call_after_refresh(self._first_screen_drawn)  # runs once the screen is drawn
         self.load_keys()
         self.screen_change_signal.subscribe(self, lambda _screen: self.check_size())
         theme = self._wanted_theme or os.environ.get(THEME_ENV, "")
@@ -174,6 +177,21 @@ class AmpscopeApp(Keymapping, Navigation, App):
         elif self.autostart:
             preset, overrides = self.autostart
             self.call_after_refresh(self.run_manager.start_run, preset, list(overrides))
+
+    def _first_screen_drawn(self) -> None:
+        """The garbage collector runs again (``ampscope`` with no command stops it while the
+        dashboard's code loads and its first screen is built: tens of thousands of objects,
+        none of them garbage, that each collection would walk, benchmarks/first_paint.py).
+
+        And the other screens' styles are read now, while the first screen is looked at:
+        each of those screens would read them (its ``CSS_PATH``) when first shown, and Textual
+        then parses every style again and restyles every widget, tens of milliseconds on the
+        keypress that opens it."""
+        gc.enable()
+        if not self.stylesheet.has_source(str(SCREENS_CSS)):
+            self.stylesheet.read(SCREENS_CSS)
+            self.stylesheet.reparse()
+            self.stylesheet.update(self)
 
     # ------------------------------------------------------------------ keys, help, size
 

@@ -21,6 +21,7 @@ from ampscope.core.comparison import significance
 from ampscope.core.profiles import compare
 from ampscope.core.records.labels import run_model, run_preset
 from ampscope.core.text import visible
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.chart import LEGEND_GLYPHS, LINE_ORDER
 from ampscope.tui.widgets.key_bar import KeyBar
@@ -145,6 +146,7 @@ def compare_help(level: float, min_repeats: int) -> str:
 
 
 class CompareScreen(Screen):
+    CSS_PATH = SCREENS_CSS
     HELP_TITLE = "Compare"
     HELP = compare_help(significance.LEVEL, significance.MIN_REPEATS)
     BINDINGS = [

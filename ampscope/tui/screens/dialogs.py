@@ -12,6 +12,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Static
 
 from ampscope.core.text import visible
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
 
 MIN_SIZE = (64, 20)
@@ -20,6 +21,8 @@ MIN_SIZE = (64, 20)
 
 class ConfirmDialog(ModalScreen[bool]):
     """Yes or no; No has the focus, so an absent-minded Enter stops nothing."""
+
+    CSS_PATH = SCREENS_CSS
 
     HELP_TITLE = "Confirm"
     BINDINGS = [
@@ -57,6 +60,8 @@ class ConfirmDialog(ModalScreen[bool]):
 
 class TooSmallScreen(Screen):
     """Covers the dashboard while the terminal is under ``MIN_SIZE``; leaves when it grows."""
+
+    CSS_PATH = SCREENS_CSS
 
     HELP_TITLE = "Terminal too small"
     BINDINGS = [Binding("q,ctrl+q", "app.quit", "Quit", id="too-small.quit")]

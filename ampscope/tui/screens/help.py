@@ -16,6 +16,7 @@ from textual.widgets import Static
 
 from ampscope.core.text import visible
 from ampscope.tui.keys import keys_path
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
 
 EVERYWHERE = (
@@ -101,6 +102,8 @@ def _note(screen: Screen, binding: Binding, node: object) -> str:
 
 class HelpScreen(ModalScreen[None]):
     """The keys of the screen below, in a box that scrolls (80x24 shows a part of it)."""
+
+    CSS_PATH = SCREENS_CSS
 
     BINDINGS = [
         Binding("escape,question_mark,f1,q", "close", "Close", id="help.close"),

@@ -22,6 +22,7 @@ from ampscope.core.records import files
 from ampscope.core.records.labels import run_model, run_preset
 from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
 from ampscope.tui.messages import RecordOpened
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
@@ -113,6 +114,7 @@ def off_ui_thread(screen: DOMNode, read: Callable[[], T], then: Callable[[T | No
 
 
 class HistoryScreen(Screen):
+    CSS_PATH = SCREENS_CSS
     HELP_TITLE = "History"
     HELP = (
         "Every run recorded in the runs folder, newest first. Enter opens one (a live run is "

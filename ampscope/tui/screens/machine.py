@@ -11,10 +11,12 @@ from textual.widgets import Static
 
 from ampscope.core.machine import check
 from ampscope.tui.model.machine_view import view_lines
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
 
 
 class MachineScreen(Screen):
+    CSS_PATH = SCREENS_CSS
     HELP_TITLE = "Machine check"
     HELP = (
         "What this machine's GPU (or CPU) delivered per number format when 'ampscope doctor "

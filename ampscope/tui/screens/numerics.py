@@ -23,6 +23,7 @@ from ampscope.core.presets.workload_spec import config_model
 from ampscope.core.text import visible
 from ampscope.tui.messages import PlanRequested
 from ampscope.tui.model.source import RunSource
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
 
 LABEL_MIN = 12  # the label column's least width ("layer", and a folded name)
@@ -100,6 +101,7 @@ def grid_text(steps: list[int], rows: list[GridRow], metric: str, width: int) ->
 
 
 class NumericsScreen(Screen):
+    CSS_PATH = SCREENS_CSS
     HELP_TITLE = "Numerics"
     HELP = (
         "Per-layer numerics of the run on the sampled steps: for each leaf module's outputs "

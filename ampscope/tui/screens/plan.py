@@ -35,6 +35,7 @@ from ampscope.tui.model.layer_plan import (
     speed_words,
 )
 from ampscope.tui.model.plan_process import PLAN_PROGRAM, PlanRequest, PlanRun
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.tables import CELL_PADDING, TABLE_CHROME
@@ -52,6 +53,7 @@ TARGET_HELP = "Plan again for the other target: fp16 (layers kept in fp32) or fp
 
 
 class PlanScreen(Screen):
+    CSS_PATH = SCREENS_CSS
     HELP_TITLE = "Layer plan"
     HELP = (
         "Which linear layer of your model to train in fp8 (or fp16) and which to keep in "

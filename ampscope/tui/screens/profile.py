@@ -19,6 +19,7 @@ from ampscope.core.text import visible
 from ampscope.core.units import fmt_ms
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import RunSource
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
 
 DEFAULT_STEPS = profiles.DEFAULT_STEPS
@@ -68,6 +69,7 @@ def ask_engine(state: RunState, steps: int = profiles.DEFAULT_STEPS) -> str | No
 
 
 class ProfileScreen(Screen):
+    CSS_PATH = SCREENS_CSS
     HELP_TITLE = "Profile"
     HELP = (
         "Where the step goes, from torch.profiler over a few steps of the running engine: each "

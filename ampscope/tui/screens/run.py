@@ -22,6 +22,7 @@ from ampscope.tui.model import figures
 from ampscope.tui.model.replay import SEEK_STEP
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import PAUSE, STOP, Playback, RunSource
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.screens.dialogs import ConfirmDialog
 from ampscope.tui.screens.profile import (
     ASK,
@@ -44,6 +45,8 @@ PLAYBACK_ACTIONS = ("pause", "seek", "seek_to")
 
 class RunScreen(Screen):
     """Shows one run source. What it offers (stop, restart, pause, seek) is the source's say."""
+
+    CSS_PATH = SCREENS_CSS
 
     HELP_TITLE = "Run view"
     HELP = (

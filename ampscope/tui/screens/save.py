@@ -16,6 +16,7 @@ from textual.widgets import Button, Input, Label
 
 from ampscope.core import presets
 from ampscope.core.text import visible
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -54,6 +55,8 @@ def ask_and_save(
 
 class SaveDialog(ModalScreen[str | None]):
     """Ask for the name of a new user preset."""
+
+    CSS_PATH = SCREENS_CSS
 
     HELP_TITLE = "Save as a user preset"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="save.cancel")]

@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
+from ampscope.tui.screens import SCREENS_CSS
+
 ESC_BINDINGS = [
     # one of the two shows (check_action)
     Binding("escape", "leave_field", "Done editing", id="form.leave"),
@@ -16,6 +18,8 @@ ESC_BINDINGS = [
 
 
 class ToolScreen(Screen):
+    CSS_PATH = SCREENS_CSS
+
     FIELDS: tuple[type, ...] = (Input,)
     """The widgets a user types or picks in."""
     TABLE = "DataTable"

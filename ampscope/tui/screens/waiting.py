@@ -19,6 +19,7 @@ from ampscope.core.text import visible
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.model.follow import AttachSource
 from ampscope.tui.model.live_runs import LiveRunFinder
+from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 
@@ -30,6 +31,8 @@ class WaitingScreen(Screen):
 
     It polls the runs dir and opens the newest live run when it is not the one shown.
     """
+
+    CSS_PATH = SCREENS_CSS
 
     HELP_TITLE = "Viewer (read-only)"
     HELP = (
