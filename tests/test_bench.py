@@ -116,6 +116,46 @@ def test_baseline_speedup_is_one_and_a_failed_preset_is_a_row_with_its_reason() 
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize(
+    ("device", "head", "words", "legend"),
+    [
+        (
+            "cpu",
+            "peak RSS  RSS vs base",
+            "38% less peak process memory (RSS)",
+            "peak RSS: the engine process's peak resident memory (RSS), the Python and torch "
+            "runtime and its caches as well as the tensors: not the training tensors that "
+            "ampscope memory plans",
+        ),
+        (
+            "cuda",
+            "peak alloc  alloc vs base",
+            "38% less peak allocated memory",
+            "peak alloc: the peak of torch's CUDA allocator (max_memory_allocated)",
+        ),
+    ],
+)
+def test_peak_memory_is_named_for_what_it_measures_on_the_device(
+    device: str, head: str, words: str, legend: str
+) -> None:
+    """On a CPU the peak is the process's RSS, which `ampscope memory` does not plan: an MoE's
+    amp-bf16 "+65 % more peak memory" than fp32 read as the opposite of the memory plan."""
+
+    def on(preset: str, ms: tuple[float, ...], mem: int) -> comparison.Row:
+        runs_of = runs(preset, ms, mem, 2.0)
+        for r in runs_of:
+            r.hello = hello(device=device, device_name=device)
+        return comparison.row_from_runs(preset, runs_of)
+
+    rows = comparison.compare([on("fp32", (100.0,), 1000), on("amp-bf16", (50.0,), 620)], "fp32")
+    text = comparison.render(rows, "fp32", width=400)
+    assert head in text.splitlines()[0]
+    verdict = next(line for line in text.splitlines() if line.startswith("amp-bf16:"))
+    assert verdict.endswith(f", {words}, final loss within 0.1%.")
+    assert legend in text
+
+
+@pytest.mark.unit
 def test_exports_parse() -> None:
     rows = fixed_rows()
     data = json.loads(comparison.render(rows, "fp32", "json"))
@@ -164,7 +204,7 @@ def test_a_real_sweep_on_the_cpu(tmp_path: Path, capsys) -> None:
         ]
     )
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == 1  # fp16 failed
     data = json.loads(out)
     rows = {r["preset"]: r for r in data["rows"]}
     assert list(rows) == ["fp32", "fp16"]  # the baseline goes first
@@ -423,3 +463,33 @@ def test_ctrl_c_before_the_first_run_finishes_says_so_and_exits_130(tmp_path: Pa
     assert code == 130, said.err
     assert "stopped before its first run finished" in said.err and "Traceback" not in said.err
     assert said.out == "" and not list(tmp_path.glob("*sweep*"))  # no empty table or sweep
+
+
+@pytest.mark.unit
+def test_a_preset_that_fails_its_first_run_is_not_run_again_and_bench_exits_1(
+    tmp_path: Path, capsys
+) -> None:
+    """A preset that failed was run again at every repeat, and bench exited 0."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    ran: list[str] = []
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        ran.append(name)
+        if name == "fp16":
+            return record(name, ev.empty_done("failed", "Loss became nan at step 3."))
+        return record(name, done(100.0 if name == "fp32" else 60.0, 1000, 2.0))
+
+    argv = ["bench", "fp32", "fp16", "amp-bf16", "--repeats", "3", "--runs-dir", str(tmp_path)]
+    code = bench.cmd_bench(command_args(argv), fake_run, keep_sweep=lambda *a: tmp_path / "s")
+    said = capsys.readouterr()
+    assert code == 1
+    assert ran == ["fp32", "fp16", "amp-bf16", "fp32", "amp-bf16", "fp32", "amp-bf16"]
+    assert "fp16 failed on its first run: its other repeats are not run" in said.err
+    table = said.out.splitlines()
+    assert next(line for line in table if line.startswith("fp16")).endswith(
+        "failed: Loss became nan at step 3."
+    )
+    assert "fp16 failed: Loss became nan at step 3." in said.out
+    assert "amp-bf16: 1.7x faster than fp32" in said.out  # the others still compared

@@ -113,6 +113,50 @@ def test_cli_table_and_verdicts_name_the_planted_layers(capsys):
 
 
 @pytest.mark.unit
+def test_a_module_that_first_runs_at_a_later_step_is_listed_where_it_stands_in_the_model(capsys):
+    """An expert given no token before step 2 was listed after the head; the rows go in
+    named_modules() order, whatever step each first ran at."""
+    args = ("fp32", "--model", f"{MODEL}:make_late_expert", "--steps", "4")
+    done = numerics_cli(capsys, *args)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split()[:1] for line in done.stdout.splitlines() if line.strip()]
+    order = ["embed", "experts.0", "experts.1", "head"]
+    shown = [name for name, *_ in rows if name in order or name.rsplit(".", 1)[0] in order]
+    assert shown == [
+        *("embed", "embed", "embed.weight", "embed.bias"),
+        *("experts.0", "experts.0", "experts.0.weight", "experts.0.bias"),
+        *("experts.1", "experts.1", "experts.1.weight", "experts.1.bias"),
+        *("head", "head", "head.weight", "head.bias"),
+    ]
+    out = json.loads(numerics_cli(capsys, *args, "--json").stdout)
+    assert [m["name"] for m in out["modules"]] == order
+
+
+@pytest.mark.unit
+def test_a_numerics_run_that_would_take_long_says_so_once_and_how_to_train_fewer_steps(capsys):
+    """A U-Net on a CPU trained the preset's 200 steps, 20 minutes, without a word."""
+    from ampscope.cli.main import command_args
+    from ampscope.cli.numerics import cmd_numerics
+    from tests.helpers import hello, step
+
+    def slow_run(preset, overrides, runs_dir=None, record=True, on_event=None):
+        on_event(hello(config={"precision": "fp32", "compile": "off", "steps": 200}))
+        for i in range(6):  # 6 s a step
+            on_event(step(i, 6000.0))
+        return EXIT_OK
+
+    argv = ["numerics", "fp32", "--device", "cpu", "--no-record"]
+    assert cmd_numerics(command_args(argv), slow_run) == EXIT_OK
+    hints = [line for line in capsys.readouterr().err.splitlines() if "--steps" in line]
+    assert hints == [
+        "ampscope: 197 more steps at about 6.00 s a step (every step measured): about 20 min "
+        "to go. --steps 10 trains fewer (about 60 s in all)."
+    ]
+    assert cmd_numerics(command_args([*argv, "--steps", "200"]), slow_run) == EXIT_OK
+    assert "--steps" not in capsys.readouterr().err  # the user chose the steps
+
+
+@pytest.mark.unit
 def test_cli_works_on_a_built_in_workload_without_a_model(capsys):
     """No --model: the built-in MLP's layers, named as named_modules() names them."""
     done = numerics_cli(capsys, "mlp-demo", "--steps", "2", "--json")

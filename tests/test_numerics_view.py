@@ -113,6 +113,22 @@ def test_repeated_blocks_share_a_row_and_the_first_inf_is_marked():
     assert boost.cells[-1] < 0  # beyond fp16's 65504
 
 
+@pytest.mark.unit
+def test_a_layer_that_first_runs_at_a_later_step_has_its_row_where_it_stands_in_the_model():
+    """An expert given no token at step 0 had its heatmap row after the head."""
+
+    def module(name: str, order: int) -> ModuleNumerics:
+        return ModuleNumerics(name=name, kind="Linear", order=order, activation=tensor(2.0))
+
+    embed, late, head = module("embed", 0), module("experts.1", 2), module("head", 3)
+    sampled = [
+        ev.NumericsEvent(step=0, loss_scale=None, modules=[embed, head], modules_total=3),
+        ev.NumericsEvent(step=1, loss_scale=None, modules=[embed, late, head], modules_total=3),
+    ]
+    _, rows = build_grid(sampled, "fp16", "overflow")
+    assert [r.label for r in rows] == ["embed", "experts.1", "head"]
+
+
 @pytest.mark.ui
 @pytest.mark.parametrize("size", SIZES)
 def test_numerics_view(size):

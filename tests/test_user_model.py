@@ -138,6 +138,23 @@ def test_a_bad_factory_exits_2_naming_the_spec(tmp_path: Path, factory: str, exp
 
 
 @pytest.mark.unit
+def test_a_first_step_failure_whose_own_message_ends_in_a_stop_ends_its_sentence_once(
+    tmp_path: Path,
+) -> None:
+    """torch's cross_entropy says "... target batch_size (8)." and the message read "(8).. ":
+    the user's error, then what is accepted, each sentence ending once."""
+    path = user_model(tmp_path)
+    code, events = run_model(path, "make_short_targets")
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    assert (
+        "targets a tensor of shape [8] (int64)): ValueError: Expected input batch_size (32) to "
+        "match target batch_size (8). Accepted batches: " in error.message
+    )
+    assert ".." not in error.message
+
+
+@pytest.mark.unit
 def test_the_users_traceback_is_theirs_file_and_line(tmp_path: Path) -> None:
     path = user_model(tmp_path)
     _, events = run_model(path, "make_raises")

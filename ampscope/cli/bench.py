@@ -7,6 +7,9 @@ repeat k of each preset is paired with repeat k of the baseline, and a speed dif
 called only when the 95 % confidence interval of the speed-up excludes 1.0
 (``ampscope.core.comparison.significance``; three repeats at least, the default).
 
+A preset whose first run fails is not run again (its row says failed, and why), and bench
+exits 1 when a run failed, 130 when stopped, 2 for a usage error, else 0.
+
 Rows are computed from run records, so the dashboard's Compare screen builds the same
 table from any runs in the history.
 """
@@ -168,6 +171,8 @@ def cmd_bench(
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
     interrupted = False
     for i, name in enumerate(order, 1):
+        if results[name] and failed(results[name][0]):  # it fails again: a repeat says nothing
+            continue
         progress = _Progress(f"[{i}/{len(order)}] {name}")
         try:
             results[name].append(run(name, overrides, runs_dir, progress, launch))
@@ -180,6 +185,8 @@ def cmd_bench(
         if i == 1 and refused is not None:  # the baseline cannot run: neither will the rest
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
+        if args.repeats > 1 and len(results[name]) == 1 and failed(results[name][0]):
+            print(f"{name} failed on its first run: its other repeats are not run", file=sys.stderr)
     if not any(results.values()):  # stopped during the first run: nothing to compare
         return fail("bench stopped before its first run finished: nothing to compare.", 130)
     rows = compare([row_by_clock(p, rs, clock) for p, rs in results.items() if rs], baseline)
@@ -191,7 +198,14 @@ def cmd_bench(
         print("\n".join(notes))
     sweep = keep_sweep(runs_dir, rows, baseline, order)
     print(f"\nsweep record: {sweep}", file=sys.stderr)
-    return 130 if interrupted else 0
+    if interrupted:
+        return 130
+    return 1 if any(failed(r) for rs in results.values() for r in rs) else 0
+
+
+def failed(run: records.RunRecord) -> bool:
+    """The run failed (or its engine died without a ``done``): neither finished nor stopped."""
+    return run.status not in ("ok", "stopped")
 
 
 def _runs_on_cuda(device: str, cuda_available: Callable[[], bool] | None = None) -> bool:

@@ -42,6 +42,10 @@ class ConsoleReporter:
     def record_at(self, run_dir: Path) -> None:
         self.run_dir = str(run_dir.resolve())
 
+    def say(self, text: str) -> None:
+        """A line of the command's own on ``out``, clear of the progress line."""
+        self._line(text)
+
     def __call__(self, event: ev.Event) -> None:
         if isinstance(event, ev.StepEvent):
             self.last_step = event

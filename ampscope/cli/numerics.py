@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+from collections.abc import Callable
 
 from ampscope.cli.output import fail, output_width, stdout_for_json_only
 from ampscope.core import events as ev
@@ -16,6 +18,7 @@ from ampscope.core.numerics.names import fold_names
 from ampscope.core.numerics.report import WEIGHT, NumericsSummary, magnitude, verdicts
 from ampscope.core.presets.run_args import add_run_arguments, run_overrides
 from ampscope.core.text import visible
+from ampscope.core.units import fmt_ms
 
 
 def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,9 +39,63 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def cmd_numerics(args: argparse.Namespace) -> int:
+LONG_S = 60.0
+"""A numerics run estimated to take longer than this, after its first steps, says how to
+train fewer: the preset's full step count (200) on a U-Net on a CPU is 20 minutes."""
+FIRST_STEPS = 3  # steps seen before the estimate: step 0 is slower (first calls, allocation)
+
+
+class LongRunHint:
+    """Watches the first steps' times; when the rest of the run would take longer than
+    :data:`LONG_S`, returns once the line that says so and how to train fewer steps."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.times: list[float] = []
+        self.said = False
+
+    def __call__(self, event: ev.Event) -> str | None:
+        if isinstance(event, ev.HelloEvent):
+            self.total = int(event.config.get("steps", 0) or 0)
+            return None
+        if self.said or not isinstance(event, ev.StepEvent) or event.step == 0:
+            return None
+        self.times.append(event.step_ms)
+        if len(self.times) < FIRST_STEPS - 1:
+            return None
+        self.said = True  # one estimate, from the first steps
+        per_step_s = statistics.median(self.times) / 1000
+        left = self.total - (event.step + 1)
+        if left * per_step_s <= LONG_S:
+            return None
+        fewer = max(FIRST_STEPS, int(LONG_S / per_step_s))
+        return (
+            f"{left} more steps at about {fmt_ms(per_step_s * 1000)} a step (every step measured): "
+            f"about {fmt_s(left * per_step_s)} to go. --steps {fewer} trains fewer "
+            f"(about {fmt_s(fewer * per_step_s)} in all)."
+        )
+
+
+def fmt_s(seconds: float) -> str:
+    """1.5 s, 45 s, 20 min, 1.5 h: a duration to read at a glance."""
+    if seconds < 10:
+        return f"{seconds:.2g} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def cmd_numerics(args: argparse.Namespace, train: Callable[..., int] | None = None) -> int:
+    """``ampscope numerics``: the run by ``train`` (the engine's ``run`` in this process
+    unless given)."""
     from ampscope.cli.console import ConsoleReporter
-    from ampscope.engine.lifecycle.run import run
+
+    if train is None:
+        from ampscope.engine.lifecycle.run import run
+
+        train = run
 
     overrides = ["numerics.every=1", *run_overrides(args)]
     try:
@@ -59,6 +116,10 @@ def cmd_numerics(args: argparse.Namespace) -> int:
     summary = NumericsSummary()
     console = ConsoleReporter(out=sys.stderr, result=sys.stderr)
     preset_name = args.preset
+    steps_given = args.steps is not None or any(
+        o.replace(" ", "").startswith("steps=") for o in args.overrides
+    )
+    long_run = LongRunHint()
 
     def on_event(event: ev.Event) -> None:
         nonlocal preset_name
@@ -69,9 +130,12 @@ def cmd_numerics(args: argparse.Namespace) -> int:
             preset_name = event.preset
         if not args.json or isinstance(event, (ev.ErrorEvent, ev.WarningEvent)):
             console(event)
+        hint = None if steps_given else long_run(event)
+        if hint:
+            console.say(f"ampscope: {hint}")
 
     with stdout_for_json_only(args.json):
-        code = run(
+        code = train(
             args.preset,
             overrides,
             runs_dir=args.runs_dir,

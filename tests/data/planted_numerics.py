@@ -5,7 +5,8 @@ holds it). ``make_underflow``: ``head.tiny`` scales its input to about 1e-9, bel
 smallest subnormal (6e-8), and far below e4m3's (2e-3); amax scaling would rescue e4m3.
 ``make_bias_overflow``: only a bias's gradient overflows fp16. ``make_own_inf``,
 ``make_block_inf``, ``make_batch_inf``: the first inf is computed outside any layer (by the
-model's own forward, by a block's), or is in the batch itself.
+model's own forward, by a block's), or is in the batch itself. ``make_late_expert``: as a
+mixture of experts whose second expert gets no token until a later step.
 """
 
 import math
@@ -164,3 +165,26 @@ def make_block_inf(ctx):
 
 def make_batch_inf(ctx):
     return make_own_inf(ctx, batch_inf=True)
+
+
+class LateExpert(nn.Module):
+    """``experts.1`` runs from the third forward on (an expert the router sends no token
+    before): it first runs at a later step than ``head``, which follows it in the model."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Linear(width, width)
+        self.experts = nn.ModuleList([nn.Linear(width, width), nn.Linear(width, width)])
+        self.head = nn.Linear(width, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.embed(x)
+        h = self.experts[0](h) + (self.experts[1](h) if self.calls >= 3 else 0.0)
+        return self.head(h)
+
+
+def make_late_expert(ctx):
+    torch.manual_seed(ctx.seed)
+    return _workload(LateExpert(), ctx.seed, ctx.batch_size, "late-expert")

@@ -53,6 +53,9 @@ class Row(msgspec.Struct, kw_only=True):
     mfu_measured: float | None = None  # against this machine's measured peak (doctor --bench)
     mem_peak: int | None = None
     mem_change: float | None = None  # fraction vs the baseline: -0.38 is 38 % less
+    # What mem_peak measures: "rss" (a CPU run: the process's peak resident memory, runtime
+    # and all) or "allocated" (CUDA: the allocator's peak of tensor bytes); None: not known
+    mem_measure: str | None = None
     loss_final: float | None = None
     loss_nonfinite: str | None = None  # "nan" or "inf" when a run ended on a non-finite loss
     loss_nonfinite_step: int | None = None
@@ -97,6 +100,7 @@ def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
         row.loss_nonfinite = went_nonfinite.loss_nonfinite
         row.loss_nonfinite_step = went_nonfinite.loss_final_step
     row.setup = setup_of(runs[0]) if runs else {}
+    row.mem_measure = memory_measure(runs)
     row.run_medians = [
         r.done.step_ms_median if r.done is not None and r.done in measured else None for r in runs
     ]
@@ -144,6 +148,32 @@ def set_rates(row: Row, runs: Sequence[records.RunRecord], step_ms: float | None
     row.tflops = at_step_time(lambda r: r.done.tflops if r.done else None)
     row.mfu = at_step_time(lambda r: r.done.mfu if r.done else None)
     row.mfu_measured = at_step_time(check.mfu_measured)
+
+
+RSS, ALLOCATED = "rss", "allocated"
+MEMORY_WORDS = {RSS: "peak process memory (RSS)", ALLOCATED: "peak allocated memory"}
+"""What a verdict calls a row's peak memory, by what it measures."""
+MEMORY_HEADS = {
+    RSS: {"mem": "peak RSS", "mem_change": "RSS vs base"},
+    ALLOCATED: {"mem": "peak alloc", "mem_change": "alloc vs base"},
+}
+MEMORY_LEGEND = {
+    RSS: "peak RSS: the engine process's peak resident memory (RSS), the Python and torch "
+    "runtime and its caches as well as the tensors: not the training tensors that ampscope "
+    "memory plans, so the two can differ, even in which preset needs more.",
+    ALLOCATED: "peak alloc: the peak of torch's CUDA allocator (max_memory_allocated), the "
+    "bytes it gave to tensors, not the cache it holds.",
+}
+
+
+def memory_measure(runs: Sequence[records.RunRecord]) -> str | None:
+    """What the runs' peak memory is: the process RSS on a CPU, the allocator's peak on
+    CUDA (``ev.peak_memory``); None without a hello to say where they ran."""
+    devices = {r.hello.device for r in runs if r.hello is not None}
+    if not devices:
+        return None
+    on_cuda = {d.startswith("cuda") for d in devices}
+    return None if len(on_cuda) > 1 else ALLOCATED if on_cuda.pop() else RSS
 
 
 def setup_of(run: records.RunRecord) -> dict[str, str]:
@@ -230,7 +260,8 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
             parts.append(_speed_words(row, baseline))
         if row.mem_change is not None and abs(row.mem_change) >= 0.01:
             more_less = "less" if row.mem_change < 0 else "more"
-            parts.append(f"{abs(row.mem_change):.0%} {more_less} peak memory")
+            memory = MEMORY_WORDS.get(row.mem_measure or "", "peak memory")
+            parts.append(f"{abs(row.mem_change):.0%} {more_less} {memory}")
         if row.loss_change is not None:
             if abs(row.loss_change) < 0.005:
                 parts.append(f"final loss within {max(abs(row.loss_change), 0.001):.1%}")
@@ -465,7 +496,8 @@ def render(rows: list[Row], baseline: str, fmt: str = "text", width: int | None 
             writer.writerow([_csv_value(getattr(row, f)) for f in fields])
         return out.getvalue()
     by_cpu = bool(rows) and rows[0].clock == "cpu"
-    heads = [CPU_HEADS.get(k, h) if by_cpu else h for h, k in COLUMNS]
+    memory = MEMORY_HEADS.get(_memory_measure(rows) or "", {})
+    heads = [memory.get(k) or (CPU_HEADS.get(k, h) if by_cpu else h) for h, k in COLUMNS]
     body = [[c[k] for _, k in COLUMNS] for c in table]
     if fmt == "markdown":
         lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -517,6 +549,8 @@ def legend(rows: list[Row]) -> list[str]:
             f"step time: {CLOCK_WORDS.get(clock, clock)}, each run's median over its timed "
             f"steps{aggregate}; {rates}."
         )
+    measures = {r.mem_measure for r in rows if r.mem_peak is not None}
+    notes += [MEMORY_LEGEND[m] for m in (RSS, ALLOCATED) if m in measures]
     if any(clocks_disagree(r) for r in rows):
         notes.append(
             f"! marks a CPU-clock speed-up the wall clock rules out (the two {CLOCKS_DISAGREE}x "
@@ -565,6 +599,13 @@ def _csv_value(value: object) -> object:
     if value is None:
         return ""
     return "; ".join(map(str, value)) if isinstance(value, list) else value
+
+
+def _memory_measure(rows: list[Row]) -> str | None:
+    """What the table's peak memory column measures, when every row with a figure says the
+    same."""
+    measures = {r.mem_measure for r in rows if r.mem_peak is not None}
+    return measures.pop() if len(measures) == 1 else None
 
 
 def _count_measured(row: Row) -> int:

@@ -4,6 +4,8 @@ about 0.7 s that the dashboard and every record reader would pay at start."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 
@@ -35,12 +37,22 @@ class TensorNumerics(msgspec.Struct, kw_only=True):
 class ModuleNumerics(msgspec.Struct, kw_only=True):
     name: str  # as model.named_modules() names it ("" for the model itself)
     kind: str  # the module's class name
+    # Its place among the run's modules in model.named_modules() order, the same at every step:
+    # a module first run at a later step (an expert given no token before) goes where it
+    # stands in the model, not last. Null in older records (read in the order they came).
+    order: int | None = None
     activation: TensorNumerics | None = None
     gradient: TensorNumerics | None = None  # scaled by the loss scale under a GradScaler
     # The gradient of each of the module's own trainable parameters, by its name in the module
     # (weight, bias): a module that owns parameters but is not a measured leaf (the model
     # itself, a non-leaf) has these alone. Absent, read as none, in older records.
     parameters: dict[str, TensorNumerics] = msgspec.field(default_factory=dict)
+
+
+def in_model(order: int | None) -> float:
+    """A module's sort key in the model's order; a module of an older record, which has no
+    place, keeps the order it came in (sorts are stable)."""
+    return math.inf if order is None else order
 
 
 # What held a step's first inf/NaN (``FirstNonfinite.source``).

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import ModuleNumerics, TensorNumerics, group_names, headroom_bits
-from ampscope.core.numerics.event import OUTPUT, PARAMETER
+from ampscope.core.numerics.event import OUTPUT, PARAMETER, in_model
 
 METRICS = {
     "overflow": "overflow share",
@@ -65,9 +65,13 @@ def build_grid(
     module's parameters' gradients have rows of their own, after its outputs'."""
     events = sorted(events, key=lambda e: e.step)  # a rerun skipped step may land late
     names: dict[str, dict[str, None]] = {}  # module -> its parameters, in order
+    places: dict[str, int | None] = {}
     for e in events:
         for m in e.modules:
             names.setdefault(m.name, {}).update(dict.fromkeys(m.parameters))
+            places.setdefault(m.name, m.order)
+    # in the model's order, whatever step a module first ran at
+    names = dict(sorted(names.items(), key=lambda kv: in_model(places[kv[0]])))
     tables = [{m.name: m for m in e.modules} for e in events]
     first = next((e.first_nonfinite for e in events if e.first_nonfinite), None)
     steps = [e.step for e in events]

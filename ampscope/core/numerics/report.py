@@ -21,7 +21,7 @@ from ampscope.core.numerics import (
     overflows_in,
     pattern,
 )
-from ampscope.core.numerics.event import INPUTS
+from ampscope.core.numerics.event import INPUTS, in_model
 from ampscope.core.text import visible
 
 PASS_WORDS = {"activation": "outputs", "gradient": "gradients"}
@@ -41,6 +41,7 @@ class ModuleTotals:
     activation: PassTotals = field(default_factory=PassTotals)
     gradient: PassTotals = field(default_factory=PassTotals)
     parameters: dict[str, PassTotals] = field(default_factory=dict)  # their gradients, by name
+    order: int | None = None  # its place in model.named_modules() order (None: older records)
 
     def side(self, which: str) -> PassTotals:
         return self.activation if which == "activation" else self.gradient
@@ -94,14 +95,20 @@ class NumericsSummary:
             self.first_nonfinite is None or first.step < self.first_nonfinite.step
         ):
             self.first_nonfinite = first
+        arrived = False
         for m in event.modules:
-            totals = self.modules.setdefault(m.name, ModuleTotals(m.name, m.kind))
+            totals = self.modules.get(m.name)
+            if totals is None:
+                totals = self.modules[m.name] = ModuleTotals(m.name, m.kind, order=m.order)
+                arrived = True
             if m.activation is not None:
                 totals.activation.add(m.activation)
             if m.gradient is not None:
                 totals.gradient.add(m.gradient)
             for name, gradient in m.parameters.items():
                 totals.parameters.setdefault(name, PassTotals()).add(gradient)
+        if arrived:  # in the model's order, whatever step a module first ran at
+            self.modules = dict(sorted(self.modules.items(), key=lambda kv: in_model(kv[1].order)))
 
     def measured(self) -> list[Measured]:
         """Every measured tensor, in the model's order: each module's outputs, their

@@ -157,6 +157,7 @@ def module_numerics(
             ModuleNumerics(
                 name=name,
                 kind=kind,
+                order=index,
                 activation=activation,
                 gradient=gradient,
                 parameters=parameters,

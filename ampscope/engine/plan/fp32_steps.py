@@ -23,7 +23,7 @@ from ampscope.core.presets import ConfigError, Preset
 from ampscope.engine.workloads.user import UserWorkload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
-    describe_exception,
+    exception_clause,
     raised_by_ampscope,
     user_traceback,
 )
@@ -68,7 +68,7 @@ def _failed_at(workload: UserWorkload, number: int, exc: Exception) -> Exception
     return UserCodeError(
         f"workload.model = '{workload.spec_text}': fp32 step {number} failed (steps 0 to "
         f"{number - 1} ran; a plan watches its steps on the batches in order): "
-        f"{describe_exception(exc)}. Accepted: a model and batches that train every step "
+        f"{exception_clause(exc)}. Accepted: a model and batches that train every step "
         f"watched, or --steps {number} to plan from the steps that ran.",
         user_traceback(exc),
     )

@@ -27,6 +27,7 @@ from ampscope.engine.workloads.user_code import (
     UserCodeError,
     call_factory,
     describe_exception,
+    exception_clause,
     load_factory,
     on_meta_device,
     positive_field,
@@ -404,7 +405,7 @@ class UserWorkload(TrainingWorkload):
         seen = f" ({self.batches.first_seen})" if self.batches.first_seen else ""
         return UserCodeError(
             f"workload.model = '{self.spec_text}': the first training step failed on the first "
-            f"batch{seen}: {describe_exception(exc)}. Accepted batches: {BATCH_FORMS}. "
+            f"batch{seen}: {exception_clause(exc)}. Accepted batches: {BATCH_FORMS}. "
             f"For the loss, {LOSS_FORMS}.",
             user_traceback(exc),
         )

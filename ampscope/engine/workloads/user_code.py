@@ -99,6 +99,12 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
+def exception_clause(exc: BaseException) -> str:
+    """``describe_exception`` without the full stop its message may end with, for a sentence
+    that goes on after it: torch's "... target batch_size (8)." would end on ".."."""
+    return describe_exception(exc).rstrip(".")
+
+
 def load_factory(spec_text: str) -> Callable[..., Any]:
     """The factory the spec names."""
     try:
