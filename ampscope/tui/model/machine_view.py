@@ -51,7 +51,7 @@ def check_lines(
     ]
     stale = staleness(check, torch, driver)
     if stale:
-        lines.extend(wrap(stale, width, "! ", "  "))
+        lines.extend(wrap(visible(stale, 400), width, "! ", "  "))
     if check.contended:
         contended = (
             f"measured while other processes kept {check.other_cpus:.1f} of its {check.cpus} "
