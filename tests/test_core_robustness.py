@@ -261,3 +261,18 @@ def test_a_deeply_nested_line_in_a_record_is_one_unreadable_line_not_a_crash(
     assert "Traceback" not in capsys.readouterr().err
     assert main(["memory", "--run", str(a)]) in (0, 1)
     assert "RecursionError" not in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_negative_step_time_in_a_record_is_never_shown_as_a_duration(tmp_path: Path, capsys):
+    """Before: a done event with step_ms_median -3 was listed as '-3.00 ms' by 'ampscope runs'
+    and History, a figure no run can have."""
+    run_dir = tmp_path / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    d = ev.empty_done("ok", None)
+    d.steps_done, d.step_ms_median = 5, -3.0
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
+    out = capsys.readouterr().out
+    assert "20260101T000000Z-fp32" in out and "ms" not in out.splitlines()[-1]
+    assert fmt_ms(-3.0) == "?" and fmt_ms(3.0) == "3.00 ms"

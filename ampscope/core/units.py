@@ -38,6 +38,8 @@ def fmt_ms(ms: float | None) -> str:
     if (odd := _odd(ms)) is not None:
         return odd
     assert ms is not None
+    if ms < 0:  # no time is below zero: a hand-edited or damaged record, not a figure
+        return "?"
     if ms >= 1000:
         return f"{ms / 1000:.3g} s" if ms >= 1e6 else f"{ms / 1000:.2f} s"
     if ms >= 10:
