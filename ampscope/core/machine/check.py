@@ -198,14 +198,14 @@ class MachineCheck:
             h2d_gbps=read.figure("host-to-device copy", memory.get("h2d_gbps")),
             allreduce_busbw_gbps=read.figure("all-reduce", memory.get("allreduce_busbw_gbps")),
             allreduce_note=_text(memory.get("allreduce_note")),
-            verdicts=[str(v) for v in data.get("verdicts") or []],
+            verdicts=read.texts("verdicts", data.get("verdicts")),
             when=str(data.get("when") or ""),
             torch=str(data.get("torch") or ""),
             driver=_text(data.get("driver")),
             host=str(data.get("host") or ""),
             threads=read.count("threads", data.get("threads")),
             seconds=read.non_negative("seconds", data.get("seconds")),
-            cpu_units=[str(u) for u in data.get("cpu_units") or []],
+            cpu_units=read.texts("CPU units", data.get("cpu_units")),
             fp32_one_thread_tflops=read.figure(
                 "fp32 matmul on 1 thread", data.get("fp32_one_thread_tflops")
             ),
@@ -272,6 +272,15 @@ class _Reader:
             self.ignored.append(f"{what} ({_shown(value)})")
             return []
         return [n for n in numbers if n is not None]
+
+    def texts(self, what: str, value: Any) -> list[str]:
+        """A list of lines; anything else (a string read letter by letter, a number that
+        made the whole file unreadable) is noted and left out."""
+        if isinstance(value, list):
+            return [str(v) for v in value]
+        if value:
+            self.ignored.append(f"{what} ({_shown(value)})")
+        return []
 
     def shape(self, what: str, value: Any) -> list[int]:
         if isinstance(value, list) and all(
