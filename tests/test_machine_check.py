@@ -1357,3 +1357,20 @@ def test_verdicts_or_cpu_units_that_are_no_list_are_ignored_and_the_rest_stands(
     assert problem is None and "fp32" in check.matmul
     assert check.verdicts == [] and check.cpu_units == []
     assert "CPU units (5)" in check.ignored and "verdicts ('abc')" in check.ignored
+
+
+@pytest.mark.unit
+def test_a_busy_check_whose_cpu_counts_are_unreadable_is_still_no_peak() -> None:
+    """Before: threads true (ignored) in a check taken while other processes kept 1.5 CPUs
+    busy made it read as quiet, and its busy figure served runs as the measured peak."""
+    from ampscope.engine.device import cpu_name
+
+    kept_with()
+    data = json.loads(machine_check.check_path().read_text())
+    data["checks"][cpu_name()].update(threads=True, cpus=2, other_cpus=1.5)
+    machine_check.check_path().write_text(json.dumps(data))
+    peak = machine_check.measured_peak(cpu_name(), "fp32")
+    assert peak.tflops is None and peak.note is not None and "CPUs busy" in peak.note
+    data["checks"][cpu_name()].update(threads=2, cpus=2, other_cpus=0.2)
+    machine_check.check_path().write_text(json.dumps(data))
+    assert machine_check.measured_peak(cpu_name(), "fp32").tflops is not None

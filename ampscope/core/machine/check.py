@@ -113,8 +113,10 @@ class MachineCheck:
         the CPUs its threads left free, and half a CPU): every figure is the busy machine's.
         A figure of a steady round can hide it: a kernel that runs on one thread holds still
         under load while the fast one, on every thread, never got its cores."""
-        if self.kind != "cpu" or self.other_cpus is None or not self.cpus or not self.threads:
+        if self.kind != "cpu" or self.other_cpus is None:
             return False
+        if not self.cpus or not self.threads:  # counts a damaged file lost: any half CPU busy
+            return self.other_cpus > 0.5
         return self.other_cpus > self.cpus - self.threads + 0.5
 
     def trusted(self, fmt: str) -> bool:
@@ -425,7 +427,7 @@ def measured_peak(device: str, fmt: str, host: str | None = None) -> MeasuredPea
         return MeasuredPeak(
             None,
             f"the machine check of {day} ran while other processes kept {check.other_cpus:.1f} "
-            f"of its {check.cpus} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
+            f"of its {check.cpus or '?'} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
             "the machine is quieter",
             fault=True,
         )
