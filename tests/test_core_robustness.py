@@ -19,7 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core import presets, records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
+from ampscope.core.units import fmt_bytes, fmt_done, fmt_ms, fmt_num, fmt_steps, fmt_time
 from tests.helpers import hello, owning_sleeper
 
 ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
@@ -276,3 +276,18 @@ def test_a_negative_step_time_in_a_record_is_never_shown_as_a_duration(tmp_path:
     out = capsys.readouterr().out
     assert "20260101T000000Z-fp32" in out and "ms" not in out.splitlines()[-1]
     assert fmt_ms(-3.0) == "?" and fmt_ms(3.0) == "3.00 ms"
+
+
+@pytest.mark.unit
+def test_a_negative_step_count_in_a_record_is_never_shown_as_a_count(tmp_path: Path, capsys):
+    """Before: a done event with steps_done -7 was listed as '-7' steps by 'ampscope runs' and
+    History, and the Run view said '-7 steps'."""
+    run_dir = tmp_path / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    d = ev.empty_done("ok", None)
+    d.steps_done = -7
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
+    assert "-7" not in capsys.readouterr().out
+    assert "-7" not in fmt_done(d) and "run ok: ? steps" in fmt_done(d)
+    assert [fmt_steps(None), fmt_steps(-7), fmt_steps(12)] == ["-", "?", "12"]

@@ -193,7 +193,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ampscope.core.units import fmt_final_loss, fmt_ms
+    from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_steps
 
     root = _runs_root(args)
     if root.exists() and not root.is_dir():  # else it listed as an empty folder
@@ -215,7 +215,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             (
                 visible(Path(row["path"]).name, 300),  # its folder: a timestamp and the preset
                 row["state"],
-                "-" if row["steps"] is None else str(row["steps"]),
+                fmt_steps(row["steps"]),
                 fmt_ms(row["step_ms_median"]),
                 fmt_final_loss(row["loss_final"], row["loss_nonfinite"], row["loss_final_step"]),
             )
