@@ -75,3 +75,17 @@ def test_a_precision_the_planner_does_not_know_is_said_not_planned_silently(tmp_
     assert "the record's precision 'fp4' is not one the planner knows: planned as fp32" in (
         said.stdout
     )
+
+
+def test_a_run_name_is_looked_up_in_the_runs_folder_given_before_the_command(
+    tmp_path, capsys, monkeypatch
+):
+    """Before: 'ampscope --runs-dir X memory --run NAME' looked in ./runs alone: not found, or
+    another run of the same name planned in its place."""
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    run_dir = gpt_record(mine, "20260101T000000Z-fp32", 4)
+    said = cli(capsys, "--runs-dir", str(mine), "memory", "--run", run_dir.name)
+    assert said.returncode == 0, said.stderr
+    assert f"Run {run_dir.name}: 1,000 parameters" in said.stdout
