@@ -291,3 +291,32 @@ def test_a_negative_step_count_in_a_record_is_never_shown_as_a_count(tmp_path: P
     assert "-7" not in capsys.readouterr().out
     assert "-7" not in fmt_done(d) and "run ok: ? steps" in fmt_done(d)
     assert [fmt_steps(None), fmt_steps(-7), fmt_steps(12)] == ["-", "?", "12"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["replay", "attach", "stop"])
+def test_a_runs_folder_that_is_a_file_is_refused_by_every_command_that_takes_a_run(
+    tmp_path: Path, capsys, command: str
+) -> None:
+    """Before: replay played a shipped example instead ('no finished run in records.txt'),
+    attach and stop said 'no live run' and exited 1, as if the folder held no run."""
+    from ampscope.cli import runs as runs_cli
+    from ampscope.cli.main import command_args
+    from ampscope.cli.stop import cmd_stop
+
+    a_file = tmp_path / "records.txt"
+    a_file.write_text("")
+    args = command_args(["--runs-dir", str(a_file), command])
+    opened: list[object] = []
+
+    def dashboard(args, source) -> int:
+        opened.append(source)
+        return 0
+
+    if command == "stop":
+        code = cmd_stop(args)
+    else:
+        code = getattr(runs_cli, f"cmd_{command}")(args, dashboard)
+    err = capsys.readouterr().err
+    assert code == 2 and opened == []
+    assert f"ampscope: the runs folder {a_file} is a file, not a folder of run records" in err
