@@ -135,8 +135,18 @@ def test_numbers_of_thousands_of_digits_are_shown_exactly_without_a_traceback(ca
 
 def test_a_value_past_the_exact_limit_is_refused_never_shown_as_fp64s_inf_or_zero() -> None:
     """Before: 1e99999 said 'exact value: inf', 1e-99999 and 10**-5000 'exact value: 0' with no
-    underflow, and 1e999999999 built a billion-digit integer for minutes."""
-    for typed in ("1e99999", "1e-99999", "(1/2)**100000", "1e999999999", "1e-999999999"):
+    underflow, and 1e999999999 built a billion-digit integer for minutes, as a product of 110
+    numbers of 19,000 digits each did."""
+    product = "*".join(["1e19000"] * 110)  # each factor within the limit, the product not
+    for typed in (
+        "1e99999",
+        "1e-99999",
+        "(1/2)**100000",
+        "1e999999999",
+        "1e-999999999",
+        product,
+        "1e19000*1e19000",
+    ):
         with pytest.raises(formats.ExpressionError, match="too large or too small even for an"):
             formats.evaluate(typed)
     assert formats.evaluate("0e999999999") == 0

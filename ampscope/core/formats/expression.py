@@ -114,7 +114,12 @@ def _eval(node: ast.AST, source: str, depth: int = 0) -> Fraction | float:
         a, b = _eval(node.left, source, left_depth), _eval(node.right, source, depth + 1)
         if isinstance(node.op, ast.Pow):
             return _power(a, b)
-        return _signed_zero(_arithmetic(node.op, a, b), node.op, a, b)
+        result = _arithmetic(node.op, a, b)
+        if isinstance(result, Fraction) and _too_big(result):
+            # every step stays within the exact limit: a product of 110 numbers of 19,000
+            # digits took minutes to multiply and then to write out
+            raise OverflowError
+        return _signed_zero(result, node.op, a, b)
     what = f"'{type(node).__name__}' is not allowed"
     if isinstance(node, ast.BinOp):
         what = f"the operator {type(node.op).__name__} is not allowed"
