@@ -493,3 +493,49 @@ def test_a_preset_that_fails_its_first_run_is_not_run_again_and_bench_exits_1(
     )
     assert "fp16 failed: Loss became nan at step 3." in said.out
     assert "amp-bf16: 1.7x faster than fp32" in said.out  # the others still compared
+
+
+@pytest.mark.unit
+def test_a_runs_folder_that_cannot_be_made_is_refused_before_anything_runs(
+    tmp_path: Path, capsys
+) -> None:
+    """Before: every run failed to keep its record, then keeping the sweep ended in a
+    FileNotFoundError traceback."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    ran: list[str] = []
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        ran.append(name)
+        return record(name, done(100.0, 1000, 2.0))
+
+    (tmp_path / "a-file").write_text("")
+    argv = ["bench", "fp32", "--repeats", "1", "--runs-dir", str(tmp_path / "a-file" / "runs")]
+    code = bench.cmd_bench(command_args(argv), fake_run)
+    err = capsys.readouterr().err
+    assert code == 2 and ran == []
+    assert f"--runs-dir {tmp_path / 'a-file' / 'runs'}: cannot create the folder" in err
+    assert "is a file, not a folder" in err and "Traceback" not in err
+
+
+@pytest.mark.unit
+def test_a_sweep_record_that_cannot_be_written_keeps_the_table_and_says_so(
+    tmp_path: Path, capsys
+) -> None:
+    """Before: a full disk at the end of a sweep ended in an OSError traceback."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        return record(name, done(100.0, 1000, 2.0))
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    argv = ["bench", "fp32", "--repeats", "1", "--runs-dir", str(tmp_path)]
+    code = bench.cmd_bench(command_args(argv), fake_run, keep_sweep=full_disk)
+    said = capsys.readouterr()
+    assert code == 1 and "fp32" in said.out
+    assert "the table above is not kept: the sweep record cannot be written in" in said.err
+    assert "No space left on device" in said.err

@@ -19,7 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core import presets, records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_time
+from ampscope.core.units import fmt_bytes, fmt_done, fmt_ms, fmt_num, fmt_steps, fmt_time
 from tests.helpers import hello, owning_sleeper
 
 ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
@@ -261,3 +261,62 @@ def test_a_deeply_nested_line_in_a_record_is_one_unreadable_line_not_a_crash(
     assert "Traceback" not in capsys.readouterr().err
     assert main(["memory", "--run", str(a)]) in (0, 1)
     assert "RecursionError" not in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_negative_step_time_in_a_record_is_never_shown_as_a_duration(tmp_path: Path, capsys):
+    """Before: a done event with step_ms_median -3 was listed as '-3.00 ms' by 'ampscope runs'
+    and History, a figure no run can have."""
+    run_dir = tmp_path / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    d = ev.empty_done("ok", None)
+    d.steps_done, d.step_ms_median = 5, -3.0
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
+    out = capsys.readouterr().out
+    assert "20260101T000000Z-fp32" in out and "ms" not in out.splitlines()[-1]
+    assert fmt_ms(-3.0) == "?" and fmt_ms(3.0) == "3.00 ms"
+
+
+@pytest.mark.unit
+def test_a_negative_step_count_in_a_record_is_never_shown_as_a_count(tmp_path: Path, capsys):
+    """Before: a done event with steps_done -7 was listed as '-7' steps by 'ampscope runs' and
+    History, and the Run view said '-7 steps'."""
+    run_dir = tmp_path / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    d = ev.empty_done("ok", None)
+    d.steps_done = -7
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
+    assert "-7" not in capsys.readouterr().out
+    assert "-7" not in fmt_done(d) and "run ok: ? steps" in fmt_done(d)
+    assert [fmt_steps(None), fmt_steps(-7), fmt_steps(12)] == ["-", "?", "12"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["replay", "attach", "stop"])
+def test_a_runs_folder_that_is_a_file_is_refused_by_every_command_that_takes_a_run(
+    tmp_path: Path, capsys, command: str
+) -> None:
+    """Before: replay played a shipped example instead ('no finished run in records.txt'),
+    attach and stop said 'no live run' and exited 1, as if the folder held no run."""
+    from ampscope.cli import runs as runs_cli
+    from ampscope.cli.main import command_args
+    from ampscope.cli.stop import cmd_stop
+
+    a_file = tmp_path / "records.txt"
+    a_file.write_text("")
+    args = command_args(["--runs-dir", str(a_file), command])
+    opened: list[object] = []
+
+    def dashboard(args, source) -> int:
+        opened.append(source)
+        return 0
+
+    if command == "stop":
+        code = cmd_stop(args)
+    else:
+        code = getattr(runs_cli, f"cmd_{command}")(args, dashboard)
+    err = capsys.readouterr().err
+    assert code == 2 and opened == []
+    assert f"ampscope: the runs folder {a_file} is a file, not a folder of run records" in err

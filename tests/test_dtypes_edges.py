@@ -116,3 +116,48 @@ def test_every_row_of_a_demo_fits_a_lecture_terminal_of_80_columns(name: str) ->
     a row of figures is never broken."""
     rows = [line for line in formats.run_demo(name).lines if line.startswith(" ")]
     assert all(len(line) <= 80 for line in rows), [ln for ln in rows if len(ln) > 80]
+
+
+def test_numbers_of_thousands_of_digits_are_shown_exactly_without_a_traceback(capsys) -> None:
+    """Before: 1e5000 and 1e-5000 (the powers the too-long message suggests) ended in a
+    ValueError traceback: str() of an integer past 4,300 digits; 10**5000 was refused."""
+    for typed, exact in (
+        ("1e5000", "exact value: 1.0000000000000000e+5000 (exact integer, 5001 digits)"),
+        ("10**5000", "exact value: 1.0000000000000000e+5000 (exact integer, 5001 digits)"),
+        ("-1e5000", "exact value: -1.0000000000000000e+5000 (exact integer, 5001 digits)"),
+        ("1e-5000", "exact value: about 1.0000000000000000e-5000"),
+        ("3**-4000", "exact value: about 3.2732646578712559e-1909"),
+    ):
+        said = cli(capsys, "dtypes", "--formats", "fp64,fp16", "--", typed)
+        assert said.returncode == 0, said.stderr
+        assert exact in said.stdout
+
+
+def test_a_value_past_the_exact_limit_is_refused_never_shown_as_fp64s_inf_or_zero() -> None:
+    """Before: 1e99999 said 'exact value: inf', 1e-99999 and 10**-5000 'exact value: 0' with no
+    underflow, and 1e999999999 built a billion-digit integer for minutes, as a product of 110
+    numbers of 19,000 digits each did."""
+    product = "*".join(["1e19000"] * 110)  # each factor within the limit, the product not
+    for typed in (
+        "1e99999",
+        "1e-99999",
+        "(1/2)**100000",
+        "1e999999999",
+        "1e-999999999",
+        product,
+        "1e19000*1e19000",
+    ):
+        with pytest.raises(formats.ExpressionError, match="too large or too small even for an"):
+            formats.evaluate(typed)
+    assert formats.evaluate("0e999999999") == 0
+    assert formats.evaluate("10**-5000") == formats.evaluate("1e-5000") != 0
+    row = formats.describe("10**-5000", ["fp64"]).row("fp64")
+    assert row.underflow and row.rel_error == 1.0
+
+
+def test_a_finite_value_past_fp64s_range_is_flagged_overflow_in_every_format() -> None:
+    """Before: 10**400 reached each format as fp64's inf and no row said overflow."""
+    d = formats.describe("10**400", ["fp64", "fp32", "bf16"])
+    assert all(r.overflow and math.isinf(r.value) for r in d.rows)
+    assert "past fp64's largest finite value" in " ".join(d.row("fp64").notes)
+    assert not formats.describe("inf", ["fp64"]).row("fp64").overflow  # inf is stored as itself

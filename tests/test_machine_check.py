@@ -1339,3 +1339,38 @@ def test_the_summarys_mfu_comes_only_from_a_peak_that_is_a_number(peak) -> None:
     speed = rates(Figures(exact=[10.0, 10.0, 10.0]), 8, None, 1e12, peak)
     assert speed.tflops == pytest.approx(100.0) and speed.mfu is None
     assert rates(Figures(exact=[10.0]), 8, None, 1e12, 200.0).mfu == pytest.approx(0.5)
+
+
+@pytest.mark.unit
+def test_verdicts_or_cpu_units_that_are_no_list_are_ignored_and_the_rest_stands() -> None:
+    """Before: cpu_units 5 made the whole file unreadable (every device's check ignored), and
+    verdicts 'abc' were shown as three verdicts, one a letter."""
+    from ampscope.engine.device import cpu_name
+
+    kept_with()
+    data = json.loads(machine_check.check_path().read_text())
+    data["checks"][cpu_name()]["cpu_units"] = 5
+    data["checks"][cpu_name()]["verdicts"] = "abc"
+    machine_check.check_path().write_text(json.dumps(data))
+    checks, problem = machine_check.load_all()
+    check = checks[cpu_name()]
+    assert problem is None and "fp32" in check.matmul
+    assert check.verdicts == [] and check.cpu_units == []
+    assert "CPU units (5)" in check.ignored and "verdicts ('abc')" in check.ignored
+
+
+@pytest.mark.unit
+def test_a_busy_check_whose_cpu_counts_are_unreadable_is_still_no_peak() -> None:
+    """Before: threads true (ignored) in a check taken while other processes kept 1.5 CPUs
+    busy made it read as quiet, and its busy figure served runs as the measured peak."""
+    from ampscope.engine.device import cpu_name
+
+    kept_with()
+    data = json.loads(machine_check.check_path().read_text())
+    data["checks"][cpu_name()].update(threads=True, cpus=2, other_cpus=1.5)
+    machine_check.check_path().write_text(json.dumps(data))
+    peak = machine_check.measured_peak(cpu_name(), "fp32")
+    assert peak.tflops is None and peak.note is not None and "CPUs busy" in peak.note
+    data["checks"][cpu_name()].update(threads=2, cpus=2, other_cpus=0.2)
+    machine_check.check_path().write_text(json.dumps(data))
+    assert machine_check.measured_peak(cpu_name(), "fp32").tflops is not None

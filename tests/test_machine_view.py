@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampscope.core.machine import verdicts
+from ampscope.core.machine import steady, verdicts
 from ampscope.core.machine.check import (
     GpuState,
     MachineCheck,
@@ -210,3 +210,30 @@ def test_a_check_handed_over_with_figures_that_are_no_number_is_still_drawn() ->
     lines = view_lines({"NVIDIA H200": check}, None, 76, None, None)
     assert lines[0].startswith("the kept check of NVIDIA H200 cannot be shown (TypeError")
     assert "ampscope doctor --bench" in " ".join(lines)
+
+
+@pytest.mark.unit
+def test_a_kept_torch_or_driver_with_escape_codes_is_shown_literally_in_the_warning() -> None:
+    """Before: the line saying the check ran on another torch wrote the kept file's torch as
+    it was, so an escape code in it reached the terminal raw."""
+    check = h200_check()
+    check.torch = "\x1b]0;title\x07\x00"
+    check.driver = "\x1b[2J"
+    lines = view_lines({"NVIDIA H200": check}, None, 76, "2.13.0", "580.1")
+    text = "\n".join(lines)
+    assert "measured on torch" in text
+    assert not [c for c in text if ord(c) < 32 and c != "\n"]
+    assert "\\x1b]0;title" in text
+
+
+@pytest.mark.unit
+def test_rounds_near_the_float_limit_are_read_as_a_share_never_an_infinite_spread() -> None:
+    """Before: four rounds of 1e308 averaged to inf in the median, the spread was -inf, the
+    view said 'busy -inf %' and the figure counted as steady."""
+    assert steady.spread([1e308] * 4) == 0.0
+    assert steady.spread([1e308, 5e307, 1e308, 5e307]) == pytest.approx(0.25)
+    check = h200_check()
+    check.matmul["bf16"].rounds = [1e308, 1e308]
+    lines = view_lines({"NVIDIA H200": check}, None, 76, None, None)
+    bf16 = next(line for line in lines if line.startswith("bf16"))
+    assert "inf" not in bf16

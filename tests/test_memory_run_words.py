@@ -3,6 +3,7 @@ the RSS growth."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,49 @@ def test_a_model_whose_plan_dwarfs_the_runtime_is_compared(tmp_path, capsys):
     said = cli(capsys, "memory", "--run", str(cpu_record(tmp_path, 30_000_000, 520 * MIB)))
     assert said.returncode == 0, said.stderr
     assert "compared / predicted = 1.14 (+14%)" in said.stdout
+
+
+def gpt_record(tmp_path: Path, name: str, batch: object, precision: str = "fp32") -> Path:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    shape = {"kind": "gpt", "layers": 2, "width": 8, "heads": 2, "seq_len": 4, "vocab": 16}
+    conf = {"precision": precision, "batch_size": batch, "workload": shape}
+    start = hello(config=conf, device="cpu", param_count=1000)
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(start) + ev.encode(done()))
+    return run_dir
+
+
+def test_a_record_with_sizes_below_one_is_never_planned_as_negative_bytes(tmp_path, capsys):
+    """Before: a batch_size of -4 in a record planned 'activations -17 KiB, logits -4 KiB', and
+    layers -2 '-1,296 parameters', 'training total: -20.2 KiB'."""
+    said = cli(capsys, "memory", "--run", str(gpt_record(tmp_path, "neg-batch", -4)))
+    assert said.returncode == 2 and "-17 KiB" not in said.stdout
+    assert "the record's batch_size -4 is not a batch (at least 1)" in said.stderr
+    run_dir = gpt_record(tmp_path, "neg-layers", 4)
+    lines = (run_dir / records.EVENTS_FILE).read_bytes().replace(b'"layers":2', b'"layers":-2')
+    (run_dir / records.EVENTS_FILE).write_bytes(lines)
+    said = cli(capsys, "memory", "--run", str(run_dir))
+    assert said.returncode == 0, said.stderr
+    assert "1,000 parameters" in said.stdout and not re.search(r"-[0-9]", said.stdout)
+
+
+def test_a_precision_the_planner_does_not_know_is_said_not_planned_silently(tmp_path, capsys):
+    said = cli(capsys, "memory", "--run", str(gpt_record(tmp_path, "new", 4, "fp4")))
+    assert said.returncode == 0, said.stderr
+    assert "the record's precision 'fp4' is not one the planner knows: planned as fp32" in (
+        said.stdout
+    )
+
+
+def test_a_run_name_is_looked_up_in_the_runs_folder_given_before_the_command(
+    tmp_path, capsys, monkeypatch
+):
+    """Before: 'ampscope --runs-dir X memory --run NAME' looked in ./runs alone: not found, or
+    another run of the same name planned in its place."""
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    run_dir = gpt_record(mine, "20260101T000000Z-fp32", 4)
+    said = cli(capsys, "--runs-dir", str(mine), "memory", "--run", run_dir.name)
+    assert said.returncode == 0, said.stderr
+    assert f"Run {run_dir.name}: 1,000 parameters" in said.stdout

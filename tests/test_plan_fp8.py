@@ -288,3 +288,32 @@ def test_a_bad_flag_or_model_exits_2_with_one_paragraph(capsys, argv: list[str],
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert said in err and err.startswith("ampscope: ") and "Traceback" not in err
+
+
+NARROW_MODEL = """
+import torch
+import ampscope
+
+
+def make(ctx):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    batches = [(torch.randn(4, 8), torch.randint(0, 4, (4,)))]
+    loss = torch.nn.functional.cross_entropy
+    return ampscope.Workload(model=model, batches=batches, loss=loss)
+"""
+
+
+@pytest.mark.unit
+def test_tokens_beside_layers_fp8_cannot_take_say_why_never_that_none_ran(
+    capsys, tmp_path: Path
+) -> None:
+    """Before: --tokens on a model whose layers all ran, none a multiple of 16, said 'no
+    linear layer ran in the steps'."""
+    model = tmp_path / "narrow.py"
+    model.write_text(NARROW_MODEL)
+    argv = ["plan", "fp8", "--model", f"{model}:make", "--steps", "1", "--tokens", "4096"]
+    code = main([*argv, "--out", str(tmp_path / "plan")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "no linear layer ran" not in out
+    assert "--tokens 4096: no layer fp8 can take ran in the steps" in out

@@ -305,3 +305,22 @@ def test_a_record_with_numerics_shows_them_in_replay_and_attach(tmp_path: Path, 
             assert "lin" in text(numerics, "#numerics-grid")
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_record_stamped_before_zero_replays_to_its_end() -> None:
+    """Before: a hello stamped -1e300 (a damaged record) made the run last 1e300 s, so the
+    replay sat at 0 % and never reached its end."""
+    events = [
+        hello(t=-1e300),
+        step(0, t=-2e300),
+        step(1, t=0.5),
+        step(2, t=1.0),
+        ev.empty_done("ok"),
+    ]
+    events[-1].t = 1.0
+    source = ReplaySource(events, speed=1.0)
+    assert source.duration == pytest.approx(1.0)
+    source.advance_to(0.0)
+    source.tick(2.0)
+    assert source.at_end and source.state.step_count == 3

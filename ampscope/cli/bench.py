@@ -167,6 +167,12 @@ def cmd_bench(
     if launch.distributed:
         print(f"every run on {launch.describe()} (torchrun)", file=sys.stderr)
     runs_dir = args.runs_dir or records.default_runs_dir()
+    unwritable = _unwritable(Path(runs_dir))
+    if unwritable is not None:  # every run and the sweep would fail to keep its record
+        return fail(
+            f"--runs-dir {runs_dir}: {unwritable}. Accepted: a folder bench can create or "
+            "write to (the default is ./runs, or $AMPSCOPE_RUNS_DIR)."
+        )
     order = interleaved(presets, args.repeats)
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
     interrupted = False
@@ -196,7 +202,14 @@ def cmd_bench(
     notes = spread_notes(rows, baseline, on_cpu)
     if fmt in ("text", "markdown") and notes:  # a spread that blocks a verdict
         print("\n".join(notes))
-    sweep = keep_sweep(runs_dir, rows, baseline, order)
+    try:
+        sweep = keep_sweep(runs_dir, rows, baseline, order)
+    except OSError as exc:  # a full disk, or the folder removed while the runs ran
+        return fail(
+            f"the table above is not kept: the sweep record cannot be written in {runs_dir} "
+            f"({exc.strerror or exc}).",
+            130 if interrupted else 1,
+        )
     print(f"\nsweep record: {sweep}", file=sys.stderr)
     if interrupted:
         return 130
@@ -206,6 +219,20 @@ def cmd_bench(
 def failed(run: records.RunRecord) -> bool:
     """The run failed (or its engine died without a ``done``): neither finished nor stopped."""
     return run.status not in ("ok", "stopped")
+
+
+def _unwritable(runs_dir: Path) -> str | None:
+    """Why no record can be kept in ``runs_dir`` (made here if missing), or None."""
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        in_the_way = next((p for p in (runs_dir, *runs_dir.parents) if p.exists()), None)
+        if in_the_way is not None and not in_the_way.is_dir():
+            return f"cannot create the folder: {in_the_way} is a file, not a folder"
+        return f"cannot create the folder ({exc.strerror or exc})"
+    if not os.access(runs_dir, os.W_OK | os.X_OK):
+        return "the folder is not writable"
+    return None
 
 
 def _runs_on_cuda(device: str, cuda_available: Callable[[], bool] | None = None) -> bool:

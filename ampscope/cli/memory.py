@@ -393,7 +393,8 @@ def _memory_run(args: argparse.Namespace) -> int:
     from ampscope.core.memory import plan
     from ampscope.core.memory.measured import compare_run
 
-    root = records.default_runs_dir()
+    # `ampscope --runs-dir X memory --run NAME` looks in X, as every command that takes a run
+    root = getattr(args, "runs_dir", None) or records.default_runs_dir()
     found = resolve_run(args.run, root)
     if found is None and not Path(args.run).exists():
         return _fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")

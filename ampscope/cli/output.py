@@ -21,6 +21,20 @@ def fail(message: object, code: int = 2) -> int:
     return code
 
 
+def not_a_runs_folder(root: object) -> int | None:
+    """Exit 2 with a message when the runs folder is a file (listing it as empty, or as
+    holding no live run, blamed the runs); None when it is a folder or absent."""
+    from pathlib import Path
+
+    path = Path(str(root))
+    if path.exists() and not path.is_dir():
+        return fail(
+            f"the runs folder {path} is a file, not a folder of run records. Accepted: "
+            "--runs-dir (or $AMPSCOPE_RUNS_DIR) naming a folder."
+        )
+    return None
+
+
 def output_width(stream: object = None) -> int | None:
     """The columns to fit printed text to: ``$COLUMNS`` when set, else the terminal's width
     when ``stream`` (stdout) is one. None (a pipe, a file): lines are left as they are, one

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, not_a_runs_folder
 from ampscope.core import events as ev
 from ampscope.core import presets, records
 from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
@@ -193,14 +193,11 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ampscope.core.units import fmt_final_loss, fmt_ms
+    from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_steps
 
     root = _runs_root(args)
-    if root.exists() and not root.is_dir():  # else it listed as an empty folder
-        return fail(
-            f"the runs folder {root} is a file, not a folder of run records. Accepted: "
-            "--runs-dir (or $AMPSCOPE_RUNS_DIR) naming a folder."
-        )
+    if (refused := not_a_runs_folder(root)) is not None:  # else it listed as an empty folder
+        return refused
     rows = run_rows(root)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -215,7 +212,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             (
                 visible(Path(row["path"]).name, 300),  # its folder: a timestamp and the preset
                 row["state"],
-                "-" if row["steps"] is None else str(row["steps"]),
+                fmt_steps(row["steps"]),
                 fmt_ms(row["step_ms_median"]),
                 fmt_final_loss(row["loss_final"], row["loss_nonfinite"], row["loss_final_step"]),
             )
@@ -248,6 +245,8 @@ def cmd_attach(
     """``ampscope attach``: the run opened in ``dashboard`` (the dashboard's own unless
     given), then how to follow it again if it still runs."""
     root = _runs_root(args)
+    if (refused := not_a_runs_folder(root)) is not None:
+        return refused
     if args.run:
         path = resolve_run(args.run, root)
         if path is None:
@@ -298,6 +297,8 @@ def cmd_replay(
             f"--speed {visible(args.speed)} is out of range. Accepted: {low:g} to {high:g}."
         )
     root = _runs_root(args)
+    if (refused := not_a_runs_folder(root)) is not None:  # else an example was replayed
+        return refused
     read_from = "replay"
     if args.run:
         path = resolve_run(args.run, root)

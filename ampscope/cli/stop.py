@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, not_a_runs_folder
 from ampscope.core import records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
@@ -81,6 +81,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.wait is not None and not (math.isfinite(args.wait) and args.wait >= 0):
         return fail(f"--wait {args.wait:g} is out of range. Accepted: 0 or more seconds.")
     root = getattr(args, "runs_dir", None) or records.default_runs_dir()
+    if (refused := not_a_runs_folder(root)) is not None:
+        return refused
     path = find_run(args.run, root)
     if path is None:
         if args.run is None:

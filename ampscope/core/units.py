@@ -38,11 +38,23 @@ def fmt_ms(ms: float | None) -> str:
     if (odd := _odd(ms)) is not None:
         return odd
     assert ms is not None
+    if ms < 0:  # no time is below zero: a hand-edited or damaged record, not a figure
+        return "?"
     if ms >= 1000:
         return f"{ms / 1000:.3g} s" if ms >= 1e6 else f"{ms / 1000:.2f} s"
     if ms >= 10:
         return f"{ms:.1f} ms"
     return f"{ms:.2f} ms"
+
+
+def fmt_steps(n: object) -> str:
+    """A count of steps: '-' when absent, '?' for one no run has (below zero, not a whole
+    number: a hand-edited or damaged record)."""
+    if n is None:
+        return "-"
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        return "?"
+    return str(n)
 
 
 def fmt_num(x: float | None) -> str:
@@ -76,7 +88,7 @@ def fmt_done(e: DoneEvent) -> str:
     memory included where the run compiled on a GPU."""
     compile_peak = e.mem_peak_compile
     return (
-        f"run {e.status}: {e.steps_done} steps in {e.wall_s:.1f} s, median step of the run "
+        f"run {e.status}: {fmt_steps(e.steps_done)} steps in {e.wall_s:.1f} s, median step of the run "
         f"{fmt_ms(e.step_ms_median)}, final loss "
         + fmt_final_loss(e.loss_final, e.loss_nonfinite, e.loss_final_step)
         + ("" if compile_peak is None else f", compile peak {fmt_bytes(compile_peak)}")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
@@ -106,11 +107,11 @@ def _exact_text(x: Fraction | float) -> str:
     if isinstance(x, float):
         return shortest_repr(x, "fp64")
     if x.denominator == 1:
-        text = str(x.numerator)
-        sign = "-" if text.startswith("-") else ""
-        digits = text.lstrip("-")
+        sign = "-" if x < 0 else ""
+        # the digits through Decimal: str() of an integer past 4,300 digits raises ValueError
+        digits = "".join(map(str, Decimal(abs(x.numerator)).as_tuple().digits))
         if len(digits) <= 60:
-            return text
+            return sign + digits
         return f"{sign}{digits[0]}.{digits[1:17]}e+{len(digits) - 1} (exact integer, {len(digits)} digits)"
     d, twos, fives = x.denominator, 0, 0
     while d % 2 == 0:
@@ -119,10 +120,23 @@ def _exact_text(x: Fraction | float) -> str:
         d, fives = d // 5, fives + 1
     places = max(twos, fives)
     if d != 1 or places > 60:
-        return f"{x.numerator}/{x.denominator}" if len(str(x)) <= 60 else f"about {to_fp64(x):.17g}"
+        if x.numerator.bit_length() + x.denominator.bit_length() <= 200 and len(str(x)) <= 60:
+            return f"{x.numerator}/{x.denominator}"
+        return f"about {_scientific(x)}"
     n = abs(x.numerator) * 10**places // x.denominator
     digits = str(n).rjust(places + 1, "0")
     return ("-" if x < 0 else "") + digits[:-places] + "." + digits[-places:]
+
+
+def _scientific(x: Fraction) -> str:
+    """17 significant digits of ``x``: fp64's when it holds x as a normal number, else worked
+    out in decimal (fp64 would say 0 for 1e-5000, inf for a 400-digit quotient)."""
+    near = to_fp64(x)
+    if math.isfinite(near) and abs(near) >= sys.float_info.min:
+        return f"{near:.17g}"
+    with localcontext() as ctx:
+        ctx.prec, ctx.Emax, ctx.Emin = 17, MAX_EMAX, MIN_EMIN
+        return f"{Decimal(x.numerator) / Decimal(x.denominator):.16e}"
 
 
 def exact_decimal(value: float) -> str:
@@ -192,7 +206,10 @@ def _flag(row: Stored, f: Format, exact: Fraction | float, x: float, out: float,
         row.invalid = True
         row.notes.append("e8m0 has no sign and no zero: only positive powers of two")
         return
-    if not math.isfinite(out) and (math.isfinite(x) or (math.isinf(x) and math.isnan(out))):
+    # a finite value past fp64's range (10**400) reaches the format as fp64's inf: still past max
+    if not math.isfinite(out) and (
+        math.isfinite(x) or finite_in or (math.isinf(x) and math.isnan(out))
+    ):
         row.overflow = True
         row.notes.append(f"past {f.label}'s largest finite value {f.max:.6g}: {f.overflow}")
     elif (

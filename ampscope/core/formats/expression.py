@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from fractions import Fraction
 
 from ampscope.core.text import visible
@@ -18,6 +19,7 @@ class ExpressionError(ValueError):
 
 ALLOWED = "numbers, + - * / **, unary minus, parentheses, and the names inf and nan"
 _MAX_BITS = 1 << 16  # beyond this an exact value is not worth the time: use fp64
+_MAX_DIGITS = int(_MAX_BITS * math.log10(2))  # the decimal digits of _MAX_BITS: 19,728
 MAX_CHARS = 1000
 """The longest value read: a number that size is written as a power (10**5000, 1e5000)."""
 MAX_DEPTH = 100
@@ -65,7 +67,9 @@ def evaluate(text: str) -> Fraction | float:
         raise ExpressionError(f"cannot evaluate '{echo(text)}': division by zero.") from None
     except OverflowError:
         raise ExpressionError(
-            f"cannot evaluate '{echo(text)}': the result is too large even for an exact number."
+            f"cannot evaluate '{echo(text)}': the result is too large or too small even for an "
+            f"exact number (one of up to about {_MAX_DIGITS:,} digits, such as 10**5000 or "
+            "1e-5000)."
         ) from None
 
 
@@ -87,11 +91,11 @@ def _eval(node: ast.AST, source: str, depth: int = 0) -> Fraction | float:
             return Fraction(value)
         literal = (ast.get_source_segment(source, node) or "").replace("_", "")
         try:
-            exact = Fraction(literal)
+            exact = _read_decimal(literal)
         except (ValueError, ZeroDivisionError):
             exact = Fraction(value) if math.isfinite(value) else value  # type: ignore[assignment]
         if isinstance(exact, Fraction) and _too_big(exact):
-            return value if math.isinf(value) else Fraction(value)
+            raise OverflowError  # fp64's inf or 0 would be shown as the exact value
         return exact
     if isinstance(node, ast.Name):
         if node.id in ("inf", "nan"):
@@ -110,7 +114,12 @@ def _eval(node: ast.AST, source: str, depth: int = 0) -> Fraction | float:
         a, b = _eval(node.left, source, left_depth), _eval(node.right, source, depth + 1)
         if isinstance(node.op, ast.Pow):
             return _power(a, b)
-        return _signed_zero(_arithmetic(node.op, a, b), node.op, a, b)
+        result = _arithmetic(node.op, a, b)
+        if isinstance(result, Fraction) and _too_big(result):
+            # every step stays within the exact limit: a product of 110 numbers of 19,000
+            # digits took minutes to multiply and then to write out
+            raise OverflowError
+        return _signed_zero(result, node.op, a, b)
     what = f"'{type(node).__name__}' is not allowed"
     if isinstance(node, ast.BinOp):
         what = f"the operator {type(node.op).__name__} is not allowed"
@@ -161,7 +170,6 @@ def _power(a: Fraction | float, b: Fraction | float) -> Fraction | float:
         isinstance(a, Fraction)
         and isinstance(b, Fraction)
         and b.denominator == 1
-        and abs(b) <= 4096
         and max(a.numerator.bit_length(), a.denominator.bit_length()) * abs(b) <= _MAX_BITS
     ):
         if a == 0 and b < 0:
@@ -176,7 +184,21 @@ def _power(a: Fraction | float, b: Fraction | float) -> Fraction | float:
             f"cannot evaluate {float(a):g} ** {float(b):g}: a negative number to a fractional "
             "power is not a real number."
         )
+    if result == 0 and a != 0 and isinstance(a, Fraction) and isinstance(b, Fraction):
+        raise OverflowError  # too small to keep exactly: fp64's 0 is not its exact value
     return Fraction(result) if math.isfinite(result) else result
+
+
+def _read_decimal(literal: str) -> Fraction:
+    """A decimal literal's exact value. Raises OverflowError for one with far more digits than
+    kept (1e999999999), which Fraction would build as a billion-digit integer first; a zero
+    (0e999999999) is zero whatever its exponent."""
+    found = re.fullmatch(r"([0-9.]*)[eE]([+-]?[0-9]+)", literal)
+    if found and not found.group(1).strip(".0"):
+        return Fraction(0)
+    if found and abs(int(found.group(2))) > _MAX_DIGITS + MAX_CHARS:
+        raise OverflowError
+    return Fraction(literal)
 
 
 def _too_big(x: Fraction) -> bool:

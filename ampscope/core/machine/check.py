@@ -113,8 +113,10 @@ class MachineCheck:
         the CPUs its threads left free, and half a CPU): every figure is the busy machine's.
         A figure of a steady round can hide it: a kernel that runs on one thread holds still
         under load while the fast one, on every thread, never got its cores."""
-        if self.kind != "cpu" or self.other_cpus is None or not self.cpus or not self.threads:
+        if self.kind != "cpu" or self.other_cpus is None:
             return False
+        if not self.cpus or not self.threads:  # counts a damaged file lost: any half CPU busy
+            return self.other_cpus > 0.5
         return self.other_cpus > self.cpus - self.threads + 0.5
 
     def trusted(self, fmt: str) -> bool:
@@ -198,14 +200,14 @@ class MachineCheck:
             h2d_gbps=read.figure("host-to-device copy", memory.get("h2d_gbps")),
             allreduce_busbw_gbps=read.figure("all-reduce", memory.get("allreduce_busbw_gbps")),
             allreduce_note=_text(memory.get("allreduce_note")),
-            verdicts=[str(v) for v in data.get("verdicts") or []],
+            verdicts=read.texts("verdicts", data.get("verdicts")),
             when=str(data.get("when") or ""),
             torch=str(data.get("torch") or ""),
             driver=_text(data.get("driver")),
             host=str(data.get("host") or ""),
             threads=read.count("threads", data.get("threads")),
             seconds=read.non_negative("seconds", data.get("seconds")),
-            cpu_units=[str(u) for u in data.get("cpu_units") or []],
+            cpu_units=read.texts("CPU units", data.get("cpu_units")),
             fp32_one_thread_tflops=read.figure(
                 "fp32 matmul on 1 thread", data.get("fp32_one_thread_tflops")
             ),
@@ -272,6 +274,15 @@ class _Reader:
             self.ignored.append(f"{what} ({_shown(value)})")
             return []
         return [n for n in numbers if n is not None]
+
+    def texts(self, what: str, value: Any) -> list[str]:
+        """A list of lines; anything else (a string read letter by letter, a number that
+        made the whole file unreadable) is noted and left out."""
+        if isinstance(value, list):
+            return [str(v) for v in value]
+        if value:
+            self.ignored.append(f"{what} ({_shown(value)})")
+        return []
 
     def shape(self, what: str, value: Any) -> list[int]:
         if isinstance(value, list) and all(
@@ -416,7 +427,7 @@ def measured_peak(device: str, fmt: str, host: str | None = None) -> MeasuredPea
         return MeasuredPeak(
             None,
             f"the machine check of {day} ran while other processes kept {check.other_cpus:.1f} "
-            f"of its {check.cpus} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
+            f"of its {check.cpus or '?'} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
             "the machine is quieter",
             fault=True,
         )

@@ -28,7 +28,9 @@ def spread(rounds: Sequence[float]) -> float | None:
     if not rounds:
         return None
     best = max(rounds)
-    return 1.0 - statistics.median(rounds) / best if best > 0 else 1.0
+    # each round as a share of the best, so two rounds near the float limit (a hand-edited
+    # file) average to a share, never to inf: the spread stays within 0 to 1
+    return 1.0 - statistics.median(r / best for r in rounds) if best > 0 else 1.0
 
 
 def steady(rounds: Sequence[float]) -> bool:

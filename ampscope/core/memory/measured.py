@@ -19,6 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.memory.plan import (
     ATTENTION,
+    REGIMES,
     MeasuredStep,
     PlanError,
     RegimePlan,
@@ -27,6 +28,7 @@ from ampscope.core.memory.plan import (
     regime_for_precision,
     workload_from,
 )
+from ampscope.core.text import visible
 
 
 @dataclass
@@ -76,9 +78,19 @@ def compare_run(run_dir: Any, step: MeasuredStep | None = None) -> RunComparison
         batch = int(conf.get("batch_size") or 1)
         precision = str(conf.get("precision", "fp32"))
         recipe = str((conf.get("fp8") or {}).get("recipe", ""))
-        dims = {k: int(v) for k, v in wl.items() if isinstance(v, int) and not isinstance(v, bool)}
+        # a size below 1 is no size (a damaged record): left out, never planned as negative bytes
+        dims = {
+            k: int(v)
+            for k, v in wl.items()
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0
+        }
     except (AttributeError, TypeError, ValueError, OverflowError):
         raise PlanError(f"{path}: the record's configuration cannot be read.") from None
+    if batch < 1:
+        raise PlanError(
+            f"{path}: the record's batch_size {batch} is not a batch (at least 1), so its "
+            "memory cannot be planned."
+        )
     regime = regime_for_precision(precision, recipe)
     shape = None
     if kind == "gpt" and all(k in dims for k in ("layers", "width", "heads", "seq_len")):
@@ -95,6 +107,11 @@ def compare_run(run_dir: Any, step: MeasuredStep | None = None) -> RunComparison
     on_cuda = str(hello.device or "").startswith("cuda")
     measured = _measured_peak(rec)
     notes: list[str] = []
+    if precision not in REGIMES and precision != "fp8":
+        notes.append(
+            f"the record's precision '{visible(precision, 40)}' is not one the planner knows: "
+            "planned as fp32"
+        )
     if on_cuda:
         measured_what = "torch.cuda.max_memory_allocated (tensors only, not the CUDA context)"
         compared, compared_what = measured, "peak tensor memory (max_memory_allocated)"

@@ -98,7 +98,10 @@ def plan_fp8(
         f"{pct(FITS_BAND)} of its non-zero values to zero and none is inf/NaN ({BAND_SOURCE})",
     ]
     if tokens and not capture.rows:
-        notes.append(f"--tokens {tokens}: no linear layer ran in the steps, so no M to scale")
+        notes.append(  # layers fp8 cannot take (8 -> 4 features) ran, but have no M to scale
+            f"--tokens {tokens}: no layer fp8 can take ran in the steps (each layer's reason is "
+            "above), so no M to scale"
+        )
     elif tokens:
         notes.append(
             f"M planned for {tokens} tokens a step: each layer's rows times {factor:.4g} "

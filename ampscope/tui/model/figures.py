@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ampscope.core import events as ev
 from ampscope.core.machine.mfu import card_share
-from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, of_measured
+from ampscope.core.units import fmt_bytes, fmt_ms, fmt_num, fmt_steps, of_measured
 from ampscope.tui.model.columns import plot_value
 from ampscope.tui.model.run_events import RECENT
 from ampscope.tui.model.run_state import RunState
@@ -203,7 +203,7 @@ def _elapsed_card(state: RunState) -> Card:
         eta = fmt_duration((total - state.step - 1) * median / 1000)
         sub, short = f"ETA {eta}", (f"Elapsed {value}", f"ETA {eta}")
     elif state.done is not None:
-        sub = f"{state.done.steps_done} steps"
+        sub = f"{fmt_steps(state.done.steps_done)} steps"
     return Card("elapsed", "Elapsed", value, sub, short)
 
 

@@ -51,10 +51,10 @@ def check_lines(
     ]
     stale = staleness(check, torch, driver)
     if stale:
-        lines.extend(wrap(stale, width, "! ", "  "))
+        lines.extend(wrap(visible(stale, 400), width, "! ", "  "))
     if check.contended:
         contended = (
-            f"measured while other processes kept {check.other_cpus:.1f} of its {check.cpus} "
+            f"measured while other processes kept {check.other_cpus:.1f} of its {check.cpus or '?'} "
             "CPUs busy: no figure here is kept as this machine's peak"
         )
         lines.extend(wrap(contended, width, "! ", "  "))

@@ -119,8 +119,10 @@ class ReplaySource:
         for e in self.events:  # the telemetry thread's lines may be a hair out of order
             latest = max(latest, e.t)
             self.times.append(latest)
-        hello = next((e for e in self.events if isinstance(e, ev.HelloEvent)), None)
-        self.start = hello.t if hello is not None else 0.0  # record time of position 0
+        at = next((i for i, e in enumerate(self.events) if isinstance(e, ev.HelloEvent)), None)
+        # record time of position 0: the hello's on the same clock as the others (a hello
+        # stamped before 0, as a damaged record has it, made the run last 1e300 s, never ending)
+        self.start = self.times[at] if at is not None else 0.0
         self.duration = max(0.0, self.times[-1] - self.start) if self.times else 0.0
 
     @classmethod

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Static
 from ampscope.core import records
 from ampscope.core.records import files
 from ampscope.core.records.labels import run_model, run_preset
-from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_time
+from ampscope.core.units import fmt_final_loss, fmt_ms, fmt_steps, fmt_time
 from ampscope.tui.messages import RecordOpened
 from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.screens.compare import CompareScreen
@@ -72,7 +72,7 @@ def read_history(runs_dir: Path) -> list[HistoryRow]:
         cells = [
             run_model(run),
             state,
-            "-" if done is None else str(done.steps_done),
+            fmt_steps(done.steps_done if done else None),
             fmt_ms(done.step_ms_median if done else None),
             fmt_final_loss(done.loss_final, done.loss_nonfinite, done.loss_final_step)
             if done
