@@ -7,6 +7,9 @@ moves one breaks this module alone, and ``tests/test_private_apis.py`` says whic
   (``textual.widgets._select``): the parts of a ``Select`` (the value shown with its arrows,
   and the pop-up list), which ``ampscope.tui.widgets.drop_down.DropDown`` builds one at a
   time (the list and the up arrow when first opened).
+- Textual's ``DOMNode._attach``: a widget given a parent without being mounted, as Textual's
+  own component styles are found; ``DropDown``'s value row styles its two parts so, to draw
+  them itself until its list is made (``styled_as_child``).
 - plotext's glyph tables (``plotext._dict``): the charts draw into plotext's canvas with
   plotext's own braille and block glyphs, without its slow text round trip.
 """
@@ -14,9 +17,16 @@ moves one breaks this module alone, and ``tests/test_private_apis.py`` says whic
 from __future__ import annotations
 
 from textual.keys import _character_to_key
+from textual.widget import Widget
 from textual.widgets._select import NonSelectableStatic, SelectCurrent, SelectOverlay
 
-__all__ = ["NonSelectableStatic", "SelectCurrent", "SelectOverlay", "character_to_key"]
+__all__ = [
+    "NonSelectableStatic",
+    "SelectCurrent",
+    "SelectOverlay",
+    "character_to_key",
+    "styled_as_child",
+]
 PLOTEXT_GLYPHS = ("braille_codes", "hd_codes")
 """plotext's tables, this module's attributes too (``__getattr__``)."""
 
@@ -24,6 +34,15 @@ PLOTEXT_GLYPHS = ("braille_codes", "hd_codes")
 def character_to_key(character: str) -> str:
     """The name Textual gives the key that types ``character``."""
     return _character_to_key(character)
+
+
+def styled_as_child(widget: Widget, parent: Widget) -> None:
+    """Give ``widget`` the styles Textual's CSS gives it as a child of ``parent`` (its rules,
+    its ancestors' states), without mounting it: nothing lays it out, draws it or finds it
+    in a query. Called again, it styles it anew (after a change of state above it)."""
+    if widget.parent is not parent:
+        widget._attach(parent)
+    parent.app.stylesheet.apply(widget)
 
 
 def __getattr__(name: str) -> dict[tuple[int, ...], str]:
