@@ -8,8 +8,9 @@ moves one breaks this module alone, and ``tests/test_private_apis.py`` says whic
   and the pop-up list), which ``ampscope.tui.widgets.drop_down.DropDown`` builds one at a
   time (the list and the up arrow when first opened).
 - Textual's ``DOMNode._attach``: a widget given a parent without being mounted, as Textual's
-  own component styles are found; ``DropDown``'s value row styles its two parts so, to draw
-  them itself until its list is made (``styled_as_child``).
+  own component styles are found; ``DropDown``'s value row and ``FormRow`` style their parts
+  (the value and its arrow, the field's name) so, to draw them themselves
+  (``styled_as_child``).
 - plotext's glyph tables (``plotext._dict``): the charts draw into plotext's canvas with
   plotext's own braille and block glyphs, without its slow text round trip.
 """
