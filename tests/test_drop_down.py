@@ -7,6 +7,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from textual.widget import Widget
 from textual.widgets import Select
 
 from ampscope.core import presets as cfg
@@ -71,5 +72,49 @@ def test_a_click_opens_a_drop_down_and_a_click_on_a_choice_picks_it(tmp_path: Pa
             assert compile_.value == choices[1] and not compile_.expanded
             assert compile_.query_one(".up-arrow").styles.display == "none"  # closed: \u25bc
             assert compile_.query_one(".down-arrow").styles.display == "block"
+
+    run(go())
+
+
+def drawn(app: AmpscopeApp, widget: Widget) -> list[tuple[str, str]]:
+    """The cells of the screen's line where ``widget`` starts, across it: each character and
+    its style (colours, bold, reverse) as sent to the terminal."""
+    region = widget.region
+    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    cells = [
+        (character, str(segment.style))
+        for strip in update.strips[region.y]
+        for segment in strip
+        for character in segment.text
+    ]
+    return cells[region.x : region.right]
+
+
+def test_a_drop_down_looks_the_same_before_and_after_its_list_is_made(tmp_path: Path) -> None:
+    """Until first opened a drop-down draws its value and arrow itself, without the widgets
+    Textual's Select has for them: the same cells, focused or not, as those widgets draw."""
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await shown(pilot, app, PresetsScreen)
+            select_preset(app, "amp-fp16")
+            await pilot.pause()
+            grad_scaler = screen.query_one("#" + field_id("grad_scaler"), Select)
+            precision = screen.query_one("#" + field_id("precision"), Select)
+            assert not precision.query("#label") and not precision.query(".arrow")
+            before = drawn(app, precision)
+            assert "".join(c for c, _ in before).split() == ["amp-fp16", "\u25bc"]
+            precision.focus()
+            await pilot.pause()
+            focused_before = drawn(app, precision)
+            assert focused_before != before  # a focused field is drawn lit
+            await pilot.press("enter", "escape")  # opened and closed: the list is made
+            assert precision.query("#label") and app.focused is precision
+            await pilot.pause()
+            assert drawn(app, precision) == focused_before
+            grad_scaler.focus()
+            await pilot.pause()
+            assert drawn(app, precision) == before
 
     run(go())

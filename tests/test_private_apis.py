@@ -66,6 +66,22 @@ def test_a_select_is_made_of_the_value_shown_and_the_pop_up_list() -> None:
     assert callable(Select._setup_options_renderables) and callable(Select._watch_value)
 
 
+def test_a_widget_styled_as_a_child_is_given_a_parent_without_being_mounted() -> None:
+    from textual.dom import DOMNode
+
+    parent, child = DOMNode(), DOMNode()
+    child._attach(parent)  # what ui_private.styled_as_child does before styling it
+    assert child.parent is parent and child not in parent.children
+
+
+def test_a_widgets_default_css_is_what_its_first_mounting_adds_to_the_stylesheet() -> None:
+    from textual.widgets._select import SelectCurrent
+
+    sources = SelectCurrent("")._get_default_css()  # what ui_private.with_default_css adds
+    assert any("SelectCurrent {" in css for _where, css, _tie, _scope in sources)
+    assert callable(ui_private.with_default_css)
+
+
 def test_plotexts_glyph_tables_hold_a_glyph_for_every_cell_pattern() -> None:
     assert len(ui_private.braille_codes) >= 2**8 - 1
     assert len(ui_private.hd_codes) >= 2**4 - 1

@@ -125,9 +125,9 @@ def test_esc_from_the_run_view_gives_the_keys_back_to_the_list(tmp_path: Path) -
             steps.focus()
             await pilot.pause()
             assert "esc Done editing" in footer(app) and "^q Quit" in footer(app)
-            assert steps.parent.query_one(".form-label").rich_style.reverse  # its name is lit
+            assert steps.parent.get_style_at(0, 0).reverse  # its name is lit
             await pilot.press("tab")  # the next field lights, this one goes dark
-            assert not steps.parent.query_one(".form-label").rich_style.reverse
+            assert not steps.parent.get_style_at(0, 0).reverse
             steps.focus()
             await pilot.pause()
             await pilot.press("escape")  # esc leaves the field first

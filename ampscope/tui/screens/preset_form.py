@@ -18,6 +18,7 @@ from ampscope.core.text import visible
 from ampscope.tui.model.preset_draft import FIELDS, model_spec
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.drop_down import DropDown
+from ampscope.tui.widgets.form_row import FormRow
 
 
 def field_id(key: str) -> str:
@@ -60,8 +61,7 @@ class PresetForm(VerticalScroll, can_focus=False):
                 yield Label("model", classes="form-label")
                 yield Static("", id="preset-model")
         for key, label, choices in FIELDS:
-            with Horizontal(classes="form-row"):
-                yield Label(label, classes="form-label")
+            with FormRow(label):
                 if choices is None:
                     yield Input(id=field_id(key), compact=True, classes="form-input")
                 else:
