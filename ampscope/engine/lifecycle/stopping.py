@@ -91,9 +91,22 @@ def install_signal_handlers(
     _watch_for_a_stuck_stop(in_loop, end_now, loop_grace_s)
 
 
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""The signals that ask a run to stop: the ones ``install_signal_handlers`` handles."""
+
+
+def stops_among(arrived: bytes) -> int:
+    """How many of the signals ``set_wakeup_fd`` wrote (a byte each, the signal's number) ask
+    to stop. Every signal with a Python handler writes one: a DataLoader's workers ending at
+    each epoch write SIGCHLD (torch handles it to notice a worker that died), and those must
+    never end the run."""
+    return sum(1 for number in arrived if number in STOP_SIGNALS)
+
+
 class _StopWatch:
     """One thread a process, woken by every handled signal through ``set_wakeup_fd``; it acts
-    for the run installed last (in-process runs, as the tests make, each install theirs)."""
+    on the stop signals alone, for the run installed last (in-process runs, as the tests make,
+    each install theirs)."""
 
     def __init__(self) -> None:
         self.in_loop = threading.Event()
@@ -114,7 +127,10 @@ class _StopWatch:
 
     def _watch(self) -> None:
         while arrived := os.read(self._read_end, 64):
-            self.seen += len(arrived)
+            stops = stops_among(arrived)
+            if not stops:
+                continue  # another handled signal (SIGCHLD from a loader's worker): no stop
+            self.seen += stops
             grace = STUCK_GRACE_S
             if self.in_loop.is_set() and self.seen < 2:
                 grace = self.loop_grace_s  # the loop's to finish its step and end the run
