@@ -539,3 +539,21 @@ def test_a_sweep_record_that_cannot_be_written_keeps_the_table_and_says_so(
     assert code == 1 and "fp32" in said.out
     assert "the table above is not kept: the sweep record cannot be written in" in said.err
     assert "No space left on device" in said.err
+
+
+@pytest.mark.unit
+def test_the_sweep_records_path_is_shown_literally(tmp_path: Path, capsys) -> None:
+    """Before: a runs folder named with an escape sequence reached the terminal raw in the
+    'sweep record:' line, and recoloured it."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        return record(name, done(100.0, 1000, 2.0))
+
+    runs_dir = tmp_path / "odd\x1b[31mfolder"
+    argv = ["bench", "fp32", "--repeats", "1", "--runs-dir", str(runs_dir)]
+    assert bench.cmd_bench(command_args(argv), fake_run) == 0
+    said = capsys.readouterr()
+    assert "\x1b" not in said.err
+    assert "sweep record: " + str(tmp_path) + "/odd\\x1b[31mfolder/" in said.err

@@ -44,6 +44,7 @@ from ampscope.core.presets import ConfigError, load_preset
 from ampscope.core.presets.parallel import Launch, port_in_use
 from ampscope.core.presets.run_args import run_overrides
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
+from ampscope.core.text import visible
 from ampscope.core.units import fmt_ms
 
 MAX_REPEATS = 100
@@ -210,7 +211,7 @@ def cmd_bench(
             f"({exc.strerror or exc}).",
             130 if interrupted else 1,
         )
-    print(f"\nsweep record: {sweep}", file=sys.stderr)
+    print(f"\nsweep record: {visible(sweep, 0)}", file=sys.stderr)
     if interrupted:
         return 130
     return 1 if any(failed(r) for rs in results.values() for r in rs) else 0
