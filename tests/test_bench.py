@@ -539,3 +539,52 @@ def test_a_sweep_record_that_cannot_be_written_keeps_the_table_and_says_so(
     assert code == 1 and "fp32" in said.out
     assert "the table above is not kept: the sweep record cannot be written in" in said.err
     assert "No space left on device" in said.err
+
+
+@pytest.mark.unit
+def test_the_sweep_records_path_is_shown_literally(tmp_path: Path, capsys) -> None:
+    """Before: a runs folder named with an escape sequence reached the terminal raw in the
+    'sweep record:' line, and recoloured it."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        return record(name, done(100.0, 1000, 2.0))
+
+    runs_dir = tmp_path / "odd\x1b[31mfolder"
+    argv = ["bench", "fp32", "--repeats", "1", "--runs-dir", str(runs_dir)]
+    assert bench.cmd_bench(command_args(argv), fake_run) == 0
+    said = capsys.readouterr()
+    assert "\x1b" not in said.err
+    assert "sweep record: " + str(tmp_path) + "/odd\\x1b[31mfolder/" in said.err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("fmt", [[], ["--markdown"], ["--csv"]])
+def test_a_presets_path_and_a_records_error_are_shown_literally(
+    fmt: list[str], tmp_path: Path, capsys
+) -> None:
+    """Before: a failed run's error message (from the record, as the user's code raised it) and
+    a preset given as a path with an escape sequence in its name reached the terminal raw in
+    bench's progress, table and verdict lines."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+    from ampscope.core.presets import shipped_presets_dir
+
+    odd = tmp_path / "odd\x1b[31m.toml"
+    odd.write_text((shipped_presets_dir() / "fp32.toml").read_text())
+    message = "ValueError: \x1b[2J gone \x1b]0;title\x07"
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        if name == "fp32":
+            return record(name, done(100.0, 1000, 2.0))
+        failed = record(name, done(100.0, 1000, 2.0, status="failed", error=message))
+        failed.events = [ev.ErrorEvent(kind="exception", message=message, t=1.0)]
+        return failed
+
+    argv = ["bench", "fp32", str(odd), "--repeats", "1", "--runs-dir", str(tmp_path), *fmt]
+    assert bench.cmd_bench(command_args(argv), fake_run) == 1
+    said = capsys.readouterr()
+    assert "\x1b" not in said.out + said.err
+    assert "ValueError: \\x1b[2J gone \\x1b]0;title\\x07" in said.out
+    assert "odd\\x1b[31m.toml" in said.out and "odd\\x1b[31m.toml" in said.err

@@ -171,3 +171,19 @@ def test_ctrl_c_while_detach_waits_still_says_where_the_run_is(tmp_path: Path, c
     finally:
         os.killpg(pid, 15)
         assert wait_until(lambda: gone(pid), 30)
+
+
+@pytest.mark.unit
+def test_a_detached_runs_folder_is_shown_literally(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Before: a runs folder named with an escape sequence reached the terminal raw in the
+    run folder and 'Watch it with' lines."""
+    from ampscope.cli import runs
+    from ampscope.cli.main import main
+
+    run_dir = tmp_path / "odd\x1b]0;title\x07" / "20260101T000000Z-fp32"
+    monkeypatch.setattr(runs, "launch_detached", lambda *args, **kwargs: (run_dir, 4242))
+    assert main(["--runs-dir", str(run_dir.parent), "run", "fp32", "--detach"]) == 0
+    said = capsys.readouterr()
+    assert "\x1b" not in said.out + said.err
+    assert "odd\\x1b]0;title\\x07/20260101T000000Z-fp32\npid 4242" in said.out
+    assert "attach " + str(tmp_path) + "/odd\\x1b]0;title\\x07/" in said.err

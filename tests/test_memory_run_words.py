@@ -89,3 +89,23 @@ def test_a_run_name_is_looked_up_in_the_runs_folder_given_before_the_command(
     said = cli(capsys, "--runs-dir", str(mine), "memory", "--run", run_dir.name)
     assert said.returncode == 0, said.stderr
     assert f"Run {run_dir.name}: 1,000 parameters" in said.stdout
+
+
+def test_a_records_words_and_a_presets_path_are_shown_literally(tmp_path, capsys):
+    """Before: a record's device name, or a preset path, with an escape sequence in it
+    reached the terminal raw in memory's title lines."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    conf = {"precision": "fp32", "batch_size": 8, "workload": {"kind": "mlp"}}
+    start = hello(config=conf, device="cpu\x1b]0;title\x07", param_count=1000)
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in (start, done())))
+    said = cli(capsys, "memory", "--run", str(run_dir))
+    assert said.returncode == 0, said.stderr
+    assert "\x1b" not in said.stdout and "device cpu\\x1b]0;title\\x07" in said.stdout
+    from ampscope.core.presets import shipped_presets_dir
+
+    odd = tmp_path / "odd\x1b[31m.toml"
+    odd.write_text((shipped_presets_dir() / "fp32.toml").read_text())
+    said = cli(capsys, "memory", "--preset", str(odd))
+    assert said.returncode == 0, said.stderr
+    assert "\x1b" not in said.stdout and "odd\\x1b[31m.toml' (cuda size)" in said.stdout

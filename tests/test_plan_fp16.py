@@ -129,3 +129,20 @@ def test_an_unknown_fp32_module_is_exit_2_with_its_paragraph(tmp_path) -> None:
     assert code == EXIT_USAGE
     (error,) = [e for e in seen if isinstance(e, ev.ErrorEvent)]
     assert "Did you mean 'amplify'?" in error.message and error.kind == "config"
+
+
+def test_a_model_path_with_control_characters_is_planned_and_run(capsys, tmp_path) -> None:
+    """Before: a model file whose name held an escape character made plan fp16 write its raw
+    ESC into the preset's first comment, and reading the preset back raised a traceback;
+    'run --model' with it looked for a function named 'make"'."""
+    odd = tmp_path / "fp16\x1b[31m\nover.py"
+    odd.write_text((ROOT / "examples" / "fp16_overflow.py").read_text())
+    spec = f"{odd}:make"
+    plan = plan16(capsys, tmp_path / "out", spec)
+    preset = tmp_path / "out" / "plan.toml"
+    assert plan["model"] == spec
+    assert presets.load_preset(str(preset)).workload.model == spec
+    assert "fp16\\x1b[31m\\nover.py:make" in preset.read_text().splitlines()[0]
+    from ampscope.core.presets.workload_spec import model_override
+
+    assert presets.load_preset("fp32", [model_override(spec)]).workload.model == spec

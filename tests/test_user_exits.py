@@ -150,3 +150,19 @@ def test_a_factory_that_forks_leaves_one_run_in_the_record(tmp_path) -> None:
     assert said is not None and "so this copy leaves" in out.stderr, out.stderr
     assert wait_until(lambda: gone(int(said.group(1))), 10)
     assert (out.stdout + out.stderr).count("run record:") == 1  # one summary printed
+
+
+@pytest.mark.unit
+def test_ctrl_c_where_a_command_has_no_word_of_its_own_is_a_message(monkeypatch, capsys) -> None:
+    """Before: Ctrl+C while memory imported torch or planned printed a raw KeyboardInterrupt
+    traceback."""
+    from ampscope.cli.main import main
+    from ampscope.core.memory import plan
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan, "plan", interrupted)
+    assert main(["memory", "--params", "7B"]) == 130
+    said = capsys.readouterr()
+    assert said.err == "ampscope: stopped (Ctrl+C).\n"

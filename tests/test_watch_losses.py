@@ -149,3 +149,29 @@ def test_a_tensor_of_several_tokens_is_no_count(tmp_path) -> None:
     assert [s.tokens_per_s is not None for s in steps] == [True, False, True]
     (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if w.step == 1]
     assert "tokens= is a tensor of shape (2,), not one number" in warning.message
+
+
+@pytest.mark.parametrize("name", ["tokens", "samples"])
+@pytest.mark.parametrize("bad", [-64, -1.5, math.nan], ids=["int", "float", "nan"])
+def test_a_negative_count_in_mon_step_is_no_throughput(tmp_path, name, bad) -> None:
+    """Before: mon.step(loss, tokens=-64) recorded a throughput of minus tens of thousands of
+    tokens a second, and the run's summary gave it as its tokens/s."""
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            for i in range(6):
+                loss = model(torch.randn(8, 32)).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                mon.step(loss, **{name: bad if i in (2, 4) else 8})
+    run = records.load_run(mon.run_dir)
+    steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
+    assert len(steps) == 6 and run.done is not None
+    rates = [getattr(s, f"{name}_per_s") for s in steps]
+    assert all(r is None or r >= 0 for r in rates), rates  # never a negative throughput
+    summary = getattr(run.done, f"{name}_per_s")
+    assert summary is not None and summary > 0
+    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if name in w.message]
+    assert f"Step 2's {name}= is not a count" in warning.message

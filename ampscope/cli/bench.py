@@ -44,6 +44,7 @@ from ampscope.core.presets import ConfigError, load_preset
 from ampscope.core.presets.parallel import Launch, port_in_use
 from ampscope.core.presets.run_args import run_overrides
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
+from ampscope.core.text import visible
 from ampscope.core.units import fmt_ms
 
 MAX_REPEATS = 100
@@ -130,7 +131,7 @@ def cmd_bench(
     presets = list(args.presets) or list(LECTURE_SWEEP)
     for name in dict.fromkeys(p for p in presets if presets.count(p) > 1):
         print(
-            f"ampscope: {name} given {presets.count(name)} times: it runs once per repeat, one row "
+            f"ampscope: {visible(name)} given {presets.count(name)} times: it runs once per repeat, one row "
             f"(--repeats N runs every preset N times, interleaved).",
             file=sys.stderr,
         )
@@ -179,7 +180,7 @@ def cmd_bench(
     for i, name in enumerate(order, 1):
         if results[name] and failed(results[name][0]):  # it fails again: a repeat says nothing
             continue
-        progress = _Progress(f"[{i}/{len(order)}] {name}")
+        progress = _Progress(f"[{i}/{len(order)}] {visible(name)}")
         try:
             results[name].append(run(name, overrides, runs_dir, progress, launch))
         except KeyboardInterrupt:
@@ -192,10 +193,15 @@ def cmd_bench(
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
         if args.repeats > 1 and len(results[name]) == 1 and failed(results[name][0]):
-            print(f"{name} failed on its first run: its other repeats are not run", file=sys.stderr)
+            print(
+                f"{visible(name)} failed on its first run: its other repeats are not run",
+                file=sys.stderr,
+            )
     if not any(results.values()):  # stopped during the first run: nothing to compare
         return fail("bench stopped before its first run finished: nothing to compare.", 130)
-    rows = compare([row_by_clock(p, rs, clock) for p, rs in results.items() if rs], baseline)
+    # A preset as typed (a path to a .toml file) is shown with its control characters escaped.
+    shown, baseline = {p: visible(p) for p in results}, visible(baseline)
+    rows = compare([row_by_clock(shown[p], rs, clock) for p, rs in results.items() if rs], baseline)
     on_cpu = all(r.hello is None or r.hello.device == "cpu" for rs in results.values() for r in rs)
     fmt = "markdown" if args.markdown else "csv" if args.csv else "json" if args.json else "text"
     print(render(rows, baseline, fmt, width=output_width()))
@@ -203,14 +209,14 @@ def cmd_bench(
     if fmt in ("text", "markdown") and notes:  # a spread that blocks a verdict
         print("\n".join(notes))
     try:
-        sweep = keep_sweep(runs_dir, rows, baseline, order)
+        sweep = keep_sweep(runs_dir, rows, baseline, [shown[p] for p in order])
     except OSError as exc:  # a full disk, or the folder removed while the runs ran
         return fail(
             f"the table above is not kept: the sweep record cannot be written in {runs_dir} "
             f"({exc.strerror or exc}).",
             130 if interrupted else 1,
         )
-    print(f"\nsweep record: {sweep}", file=sys.stderr)
+    print(f"\nsweep record: {visible(sweep, 0)}", file=sys.stderr)
     if interrupted:
         return 130
     return 1 if any(failed(r) for rs in results.values() for r in rs) else 0

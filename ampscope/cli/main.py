@@ -152,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `ampscope presets | head`: the reader left, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KeyboardInterrupt:  # Ctrl+C where a command has no word of its own (torch's import)
+        print("ampscope: stopped (Ctrl+C).", file=sys.stderr)
+        return 130
 
 
 class _NotTheDashboard(Exception):

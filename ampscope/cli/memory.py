@@ -10,6 +10,7 @@ from typing import Any
 
 from ampscope.cli.output import fail, output_width
 from ampscope.core.presets import ConfigError
+from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes
 
 SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "batch")
@@ -145,7 +146,13 @@ def format_plan(
             f"{r.optimizer_bpp:>3} {r.train_bpp:>4} {r.cast_bpp:>5}  "
             + " ".join(f"{_gb(f):>9}" for f in figures)
         )
-    lines = [*_wrapped(title, width), "", *fold_table(table, width), ""]
+    # the title names a preset path, a model spec or a run as typed: control characters escaped
+    lines = [
+        *_wrapped(visible(title, 0, keep_newlines=True), width),
+        "",
+        *fold_table(table, width),
+        "",
+    ]
     lines += wrap(
         "Fits (total <= 90% of GPU memory): T = trains, i = inference only, . = neither, "
         "x = cannot run the format (bf16 needs compute capability 8.0, fp8 8.9)",
@@ -434,7 +441,7 @@ def _memory_run(args: argparse.Namespace) -> int:
     else:
         lines.append("  not compared: the record has no tensor-memory figure (see the note)")
     lines += [f"  note: {n}" for n in notes]
-    print("\n".join(lines))
+    print(visible("\n".join(lines), 0, keep_newlines=True))  # the record's words, as text
     return 0
 
 

@@ -125,8 +125,8 @@ def cmd_run_detached(args: argparse.Namespace, wait: Any = None) -> int:
     if args.json:
         print(json.dumps({"run_dir": str(run_dir), "pid": pid}))
     else:
-        print(f"{run_dir}\npid {pid}")
-        print(f"Watch it with: ampscope attach {run_dir}", file=sys.stderr)
+        print(f"{visible(run_dir, 0)}\npid {pid}")
+        print(f"Watch it with: ampscope attach {visible(run_dir, 0)}", file=sys.stderr)
     return 0
 
 

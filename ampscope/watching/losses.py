@@ -35,6 +35,9 @@ _FITS = 1 << 63
 """An int below this in size is taken as it is (the common case, checked at no cost)."""
 TENSOR_FIGURES = ("tokens", "grad_norm")
 """The figures ``mon.step`` takes as a one-element tensor too; ``samples`` is a plain number."""
+COUNTS = ("tokens", "samples")
+"""The figures that count something: a negative one, or NaN, is no count (a rate from it would
+be a negative throughput)."""
 
 
 def checked_figure(
@@ -43,6 +46,9 @@ def checked_figure(
     """``value`` as ``mon.step(name=value)`` records it (None where it is no number) and the
     warning it calls for, once a kind: one bad figure costs that step's figure alone."""
     if value is None or type(value) is float or (type(value) is int and -_FITS < value < _FITS):
+        if name in COUNTS and value is not None and not value >= 0:  # nan compares False
+            said = f"not a count ({_shown(value)})"
+            return None, notes.bad_figure(step, name, said, TENSOR_FIGURES)
         return value, None
     if isinstance(value, torch.Tensor):
         if name not in TENSOR_FIGURES:

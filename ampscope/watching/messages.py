@@ -142,6 +142,8 @@ class StepNotes:
         if not self._once(f"figure-unreadable {name} {problem.split(' (')[0]}"):
             return None
         takes = "a one-element tensor or a real number" if name in tensor_figures else "a number"
+        if name in ("tokens", "samples"):  # counts
+            takes += " of 0 or more"
         return ev.WarningEvent(
             code="figure-unreadable",
             step=step,

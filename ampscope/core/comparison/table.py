@@ -18,7 +18,7 @@ from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.comparison import significance
 from ampscope.core.machine import check
-from ampscope.core.text import wrap
+from ampscope.core.text import visible, wrap
 from ampscope.core.units import fmt_bytes, fmt_final_loss, fmt_mfu, fmt_ms, fmt_num
 
 LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf16"]
@@ -619,6 +619,8 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 def _reason(run: records.RunRecord) -> str | None:
     errors = [e for e in run.events if isinstance(e, ev.ErrorEvent)]
-    if errors:
-        return errors[-1].message
-    return run.done.error if run.done else "no done event (the engine died)"
+    if errors:  # the record's text, shown with its control characters escaped
+        return visible(errors[-1].message)
+    if run.done is None:
+        return "no done event (the engine died)"
+    return visible(run.done.error) if run.done.error else run.done.error

@@ -26,6 +26,7 @@ from ampscope.core import presets
 from ampscope.core.plan.report import Files, Plan, to_builtins
 from ampscope.core.presets.toml_text import toml_value
 from ampscope.core.records import safe_file_name, write_json
+from ampscope.core.text import visible
 
 PRESET_FILE = "plan.toml"
 TORCHAO_FILE = "torchao_fp8_filter.py"
@@ -57,7 +58,7 @@ def preset_text(plan: Plan, name: str, where: Where, bf16_instead: bool = False)
     holds, which amp-bf16 trains."""
     spec = plan.model or ""
     header = [
-        f"# The {plan.target} plan of {spec}, written by 'ampscope plan {plan.target}'"
+        f"# The {plan.target} plan of {visible(spec, 0)}, written by 'ampscope plan {plan.target}'"
         + (f" for {plan.gpu}" if plan.gpu else "")
         + ".",
         "# Train it: ampscope run THIS_FILE (its reasons, layer by layer: plan.json beside it)",

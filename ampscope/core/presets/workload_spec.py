@@ -122,6 +122,8 @@ def check_model_spec(text: str) -> ModelSpec:
 
 
 def model_override(text: str) -> str:
-    """``--model SPEC`` as the ``--set`` it stands for, the spec quoted as a TOML string."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'workload.model="{escaped}"'
+    """``--model SPEC`` as the ``--set`` it stands for, the spec quoted as a TOML string
+    (a control character in a path too, which a plain quote left no TOML string)."""
+    from ampscope.core.presets.toml_text import toml_value
+
+    return f"workload.model={toml_value(text)}"

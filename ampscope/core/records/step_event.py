@@ -50,7 +50,7 @@ def step_event(
         skipped=skipped,
         grad_norm=grad_norm if grad_norm is not None and math.isfinite(grad_norm) else None,
         samples_per_s=samples / seconds,
-        tokens_per_s=tokens / seconds if tokens and math.isfinite(tokens) else None,
+        tokens_per_s=tokens / seconds if tokens and 0 < tokens < math.inf else None,
         tflops=tflops,
         mfu=share(tflops, peak_tflops) if flops else None,
         mem_allocated=allocated,
