@@ -47,7 +47,7 @@ NOT_PYTHON = {
 OTHER_LIBRARIES = {
     "torch", "nn", "F", "cuda", "cudnn", "Module", "Event", "torchao", "transformers", "trainer",
     "wandb", "SummaryWriter", "os", "sys", "time", "asyncio", "subprocess", "statistics",
-    "plotext", "rich", "App", "Text", "Content", "msgspec", "textual",
+    "plotext", "rich", "App", "Text", "Content", "msgspec", "textual", "DOMNode",
 }  # fmt: skip
 EXAMPLE_OBJECTS = {
     "mon": "the Monitor that ampscope.watch returns, in usage examples",
