@@ -152,7 +152,8 @@ def test_dashboard_detach_toggle_starts_a_run_that_survives_quitting(tmp_path: P
             options.highlighted = [p.name for p in screen.presets].index("mlp-demo")
             options.focus()
             await pilot.press("enter")
-            run_screen = await shown(pilot, app, RunScreen)
+            # shown once the detached engine said hello: torch's import, 10 s and more at load 11
+            run_screen = await shown(pilot, app, RunScreen, 120)
             assert isinstance(run_screen.source, AttachSource)
             assert app.run_manager.engine is None  # not a child of the app
             (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]

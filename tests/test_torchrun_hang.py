@@ -16,15 +16,15 @@ import pytest
 
 from ampscope.core import events as ev
 from ampscope.core import records
-from ampscope.engine.lifecycle.stopping import RANKS_LOOP_GRACE_S
 from tests.helpers import engine_env
 from tests.test_torchrun import assert_all_gone, of, rank_pids
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow, pytest.mark.xdist_group("torchrun-hang")]
 
-ENDED_WITHIN_S = RANKS_LOOP_GRACE_S + 5.0
-"""The documented 8 s after which a hung step is cut short, and 5 s for the ranks, torchrun
-and the launcher to exit on two loaded cores."""
+ENDED_WITHIN_S = 25.0
+"""The documented 8 s after which a hung step is cut short, and time for the ranks, torchrun
+and the launcher to exit on two loaded cores (5 s idle, 6.7 s at load 11): always before
+torchrun's own SIGKILL, 30 s after its SIGTERM, could decide."""
 
 HANG = """
 HANG_AT = {call}
