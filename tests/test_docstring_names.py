@@ -273,37 +273,43 @@ def path_exists(where: Path, cited: str) -> bool:
     )
 
 
-@functools.cache
-def _docstrings(path: Path) -> list[tuple[str, set[str]]]:
-    """Each docstring of a module, with the names local to the function it sits in: a
-    docstring may cite its own arguments (``plan.rounds``)."""
-    docs: list[tuple[str, set[str]]] = []
+def _names_in(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The arguments and the names a function (and what it nests) assigns."""
+    return {
+        n.arg if isinstance(n, ast.arg) else n.id
+        for n in ast.walk(function)
+        if isinstance(n, ast.arg) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    }
 
-    def visit(node: ast.AST, local: set[str]) -> None:
+
+@functools.cache
+def _docstrings(path: Path) -> list[tuple[str, tuple[ast.AST, ...]]]:
+    """Each docstring of a module, with the functions it sits in: a docstring may cite their
+    arguments (``plan.rounds``). Their names are read only for a docstring that cites one."""
+    docs: list[tuple[str, tuple[ast.AST, ...]]] = []
+
+    def visit(node: ast.AST, within: tuple[ast.AST, ...]) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            local = local | {
-                n.arg if isinstance(n, ast.arg) else n.id
-                for n in ast.walk(node)
-                if isinstance(n, ast.arg)
-                or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-            }
+            within = (*within, node)
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            docs.append((ast.get_docstring(node) or "", local))
+            docs.append((ast.get_docstring(node) or "", within))
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt | ast.ExceptHandler):  # where a docstring may sit
-                visit(child, local)
+                visit(child, within)
 
-    visit(_tree(path), set())
+    visit(_tree(path), ())
     return docs
 
 
 def cited_names() -> list[tuple[Path, str]]:
     cited = []
     for path in SOURCES:
-        for doc, local in _docstrings(path):
-            for name in DOTTED.findall(FILE_PATH.sub(" ", doc)):
-                if name.split(".")[0] not in local:
-                    cited.append((path, name))
+        for doc, within in _docstrings(path):
+            names = DOTTED.findall(FILE_PATH.sub(" ", doc)) if doc else []
+            if not names:
+                continue
+            local = set().union(*map(_names_in, within))  # type: ignore[arg-type]
+            cited += [(path, name) for name in names if name.split(".")[0] not in local]
     return cited
 
 
