@@ -120,7 +120,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             assert screen.displayed_step is not None
             await pilot.press("s")
             assert await wait_for(pilot, lambda: app.run_manager.state.status == "stopped", 10)
-            assert wait_gone(pid, 5)
+            assert wait_gone(pid, 30)  # gone, not fast: its exit took over 5 s at load 10
             assert await wait_for(pilot, lambda: "stopped" in text(screen, "#run-header"), 5)
             assert (
                 app.run_manager.state.done is not None

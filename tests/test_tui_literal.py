@@ -174,7 +174,8 @@ async def history_and_compare(app, pilot, shown_as: str) -> None:
 async def replay_and_attach(app, pilot, record: Path, live: Path, shown_as: str) -> None:
     replay = app.open_run(ReplaySource.load(record, 100))
     assert await wait_for(pilot, lambda: replay.source.at_end)
-    await pilot.pause(0.6)
+    # drawn on the view's next redraw, a moment later on a loaded machine
+    assert await wait_for(pilot, lambda: f"warned {shown_as}" in terminal_output(app)[0], 30)
     assert_literal(app, f"warned {shown_as}")
     app.pop_screen()
     attached = app.open_run(AttachSource(live))
