@@ -187,3 +187,18 @@ def test_a_detached_runs_folder_is_shown_literally(tmp_path: Path, monkeypatch, 
     assert "\x1b" not in said.out + said.err
     assert "odd\\x1b]0;title\\x07/20260101T000000Z-fp32\npid 4242" in said.out
     assert "attach " + str(tmp_path) + "/odd\\x1b]0;title\\x07/" in said.err
+
+
+@pytest.mark.unit
+def test_a_runs_folder_that_cannot_be_made_is_the_users_input_at_fault(tmp_path: Path, capsys):
+    """'run --detach' under a file said 'cannot start the engine: [Errno 20] ...' and exited 1,
+    as if ampscope had failed, where every other command names --runs-dir and exits 2."""
+    from ampscope.cli.main import main
+
+    (tmp_path / "file").write_text("")
+    runs = tmp_path / "file" / "runs"
+    assert main(["--runs-dir", str(runs), "run", "fp32", "--detach"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot create the runs folder {runs}: Not a directory" in err
+    assert f"({tmp_path / 'file'} is a file, not a folder)" in err
+    assert "Pass --runs-dir with a writable folder" in err and "Errno" not in err

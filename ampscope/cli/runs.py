@@ -108,6 +108,18 @@ def cmd_run_detached(args: argparse.Namespace, wait: Any = None) -> int:
 
     if args.no_record:
         return fail("--detach needs the run record (drop --no-record): it is how you watch it.")
+    root = _runs_root(args)
+    try:  # the user's folder, said as theirs (exit 2), before an engine is started for it
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        in_the_way = next((p for p in root.parents if p.exists()), None)
+        why = str(exc.strerror or exc)
+        if in_the_way is not None and not in_the_way.is_dir():
+            why += f" ({visible(in_the_way, 0)} is a file, not a folder)"
+        return fail(
+            f"cannot create the runs folder {visible(root, 0)}: {why}. Pass --runs-dir with a "
+            "writable folder."
+        )
     try:
         run_dir, pid = launch_detached(
             args.preset,
