@@ -16,6 +16,15 @@ import pytest
 
 from tests.helpers import ROOT, engine_env
 
+
+def python_c(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh Python from the checkout, as a user's shell would start one."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+
+
 FIRST_PAINT = """
 import asyncio, sys, tempfile
 from pathlib import Path
@@ -45,14 +54,7 @@ asyncio.run(go())
 
 @pytest.mark.subprocess
 def test_the_first_screen_is_drawn_without_torch_or_numpy() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST_PAINT],
-        cwd=ROOT,
-        env=engine_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = python_c(FIRST_PAINT)
     assert done.returncode == 0, done.stderr
     *_, not_shown, heavy, style_files = done.stdout.strip().splitlines()
     assert heavy == "[]"
@@ -72,14 +74,7 @@ print(sorted(m for m in sys.modules if m.startswith(('ampscope.cli.', 'ampscope.
 
 @pytest.mark.subprocess
 def test_the_dashboards_command_line_loads_no_other_commands_code() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", DASHBOARD_COMMAND_LINE],
-        cwd=ROOT,
-        env=engine_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = python_c(DASHBOARD_COMMAND_LINE)
     assert done.returncode == 0, done.stderr
     parsed, loaded = done.stdout.strip().splitlines()
     assert parsed == "None elsewhere 2.0"
@@ -107,14 +102,7 @@ asyncio.run(go())
 
 @pytest.mark.subprocess
 def test_once_the_first_screen_is_drawn_collection_is_on_and_the_other_styles_read() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST_SCREEN_WITHOUT_COLLECTION],
-        cwd=ROOT,
-        env=engine_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = python_c(FIRST_SCREEN_WITHOUT_COLLECTION)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == ["True", "True"]
 
