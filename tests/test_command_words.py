@@ -109,3 +109,44 @@ def test_a_refused_argument_is_echoed_escaped(capsys, argv: list[str]) -> None:
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("ampscope: ")
     assert "\x1b" not in err and "\\x1b[31m" in err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("shape", "refused"),
+    [
+        (
+            "--layers 12 --hidden 100000000000 --heads 12 --seq 1024 --batch 8",
+            "1.44e+24 parameters",
+        ),
+        (
+            "--layers 12 --hidden 768 --heads 12 --seq 100000000000 --batch 100000000",
+            "bytes of activations",
+        ),
+        (
+            "--layers 2 --hidden 64 --heads 2 --seq 64 --batch 1 --vocab 100000000000000",
+            "parameters",
+        ),
+    ],
+)
+def test_a_shape_past_any_model_is_refused_naming_it(capsys, shape: str, refused: str) -> None:
+    """'memory --hidden 1e11' printed 13-digit TiB figures that pushed every column out of line."""
+    said = cli(capsys, "memory", *shape.split())
+    assert said.returncode == 2 and said.stdout == ""
+    assert said.stderr.startswith("ampscope: the shape (layers ") and refused in said.stderr
+    assert "more than the planner takes" in said.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "--layers 100 --hidden 900000 --heads 100 --seq 1 --batch 1",  # 9.7e14 parameters
+        "--layers 100 --hidden 1000 --heads 8 --seq 1000000 --batch 1000",  # 6.4e15 B of activations
+    ],
+)
+def test_the_largest_shapes_planned_keep_their_columns_in_line(capsys, shape: str) -> None:
+    table = cli(capsys, "memory", *shape.split())
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.split("\n\n")[1].splitlines()[:8]
+    assert all(len(row) == len(header) for row in rows), [header, *rows]

@@ -291,6 +291,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         else:
             measured = None
             params, shape, title = (_from_preset if args.preset else _from_flags)(args, regimes)
+        plan.check_shape(params, shape)
     except plan.PlanError as exc:
         return _fail(str(exc))
     except ConfigError as exc:  # a --model whose own code fails: their traceback under it

@@ -280,6 +280,34 @@ def parse_count(text: str) -> int:
     return round(value)
 
 
+MAX_BYTES = 16 * MAX_PARAMS
+"""The largest figure planned: the fp32 AdamW state of ``MAX_PARAMS`` parameters (14,552 TiB)."""
+
+
+def check_shape(params: int, shape: Shape | None) -> None:
+    """Refuse a shape whose figures no column holds: past ``MAX_PARAMS`` parameters, or
+    activations and logits past ``MAX_BYTES`` in fp32 (a typo such as --hidden 1e11)."""
+    if shape is None:
+        return
+    given = (
+        f"the shape (layers {shape.layers}, hidden {shape.hidden}, heads {shape.heads}, "
+        f"seq {shape.seq}, batch {shape.batch}"
+        + (f", vocab {shape.vocab})" if shape.vocab else ")")
+    )
+    if params > MAX_PARAMS:
+        raise PlanError(
+            f"{given}: about {params:.3g} parameters, more than the planner takes: at most 1e15 "
+            "(a thousand times the largest models trained). Check the sizes given."
+        )
+    held = saved_activation_bytes(shape, 4) + (logits_bytes(shape, 4) or 0)
+    if held > MAX_BYTES:
+        raise PlanError(
+            f"{given}: about {held:.3g} bytes of activations in fp32, more than the planner "
+            f"takes: at most {MAX_BYTES:.3g} (the fp32 AdamW state of 1e15 parameters). Check "
+            "--seq, --batch and --vocab."
+        )
+
+
 def gpt_params(vocab: int, seq_len: int, width: int, layers: int) -> int:
     """Parameters of the engine's gpt: token + position embeddings, pre-LN blocks, untied head.
 
