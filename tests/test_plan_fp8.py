@@ -279,6 +279,10 @@ def test_bare_gemm_shapes_are_planned_from_the_model_alone(capsys) -> None:
             ["plan", "fp8", "--model", f"{MODELS}:make_llama", "--tokens", "0"],
             "--tokens 0: accepted",
         ),
+        (  # it planned M = 999999999999999983222784 at 1.00x after 40 s of measuring
+            ["plan", "fp8", "--model", f"{MODELS}:make_llama", "--tokens", "10" + "0" * 23],
+            "from 1 to 16,777,216 (the most rows a GEMM is planned at",
+        ),
         (["plan", "fp8", "--model", f"{MODELS}:nope"], "nope"),
     ],
 )

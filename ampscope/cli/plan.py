@@ -29,6 +29,7 @@ from ampscope.core.presets.workload_spec import SpecError, check_model_spec
 from ampscope.core.text import visible
 
 MAX_VERIFY_STEPS = 100_000
+MAX_ROWS = 1 << 24  # the largest M planned: 16,777,216 rows (tokens a step per GPU)
 CPU_TIMES = (
     "the runs ran on a CPU, eager (nothing compiled){fp8}: their step times say nothing of a "
     "GPU's, so judge the losses"
@@ -188,8 +189,11 @@ def _refused(args: argparse.Namespace) -> str | None:
             f"fp32 training steps from 1 to {MAX_STEPS:,} (default {STEPS}); the plan watches "
             "that many steps of your batches, in order, before it decides."
         )
-    if args.tokens is not None and args.tokens < 1:
-        return f"--tokens {args.tokens}: accepted: a whole number of tokens a step, 1 or more."
+    if args.tokens is not None and not 1 <= args.tokens <= MAX_ROWS:
+        return (
+            f"--tokens {args.tokens}: accepted: a whole number of tokens a step per GPU, from 1 "
+            f"to {MAX_ROWS:,} (the most rows a GEMM is planned at, as --gemm's M)."
+        )
     if args.verify is not None and not 1 <= args.verify <= MAX_VERIFY_STEPS:
         return (
             f"--verify {args.verify}: accepted: a whole number of training steps from 1 to "
@@ -205,10 +209,10 @@ def parse_gemm(text: str) -> tuple[int, int, int]:
         values = [int(p) for p in parts]
     except ValueError:
         values = []
-    if len(values) != 3 or any(v < 1 or v > 1 << 24 for v in values):
+    if len(values) != 3 or any(v < 1 or v > MAX_ROWS for v in values):
         raise ValueError(
             f"--gemm {text}: not a GEMM shape. Accepted: M,K,N, three whole numbers from 1 to "
-            f"{1 << 24:,} (the forward GEMM's rows, inner and output dimensions: --gemm 8192,4096,14336)."
+            f"{MAX_ROWS:,} (the forward GEMM's rows, inner and output dimensions: --gemm 8192,4096,14336)."
         )
     m, k, n = values
     return m, k, n
