@@ -10,7 +10,7 @@ import pytest
 from ampscope.core import events as ev
 from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads.user import count_model_parameters
-from tests.helpers import USER_MODEL, model_set, user_model
+from tests.helpers import USER_MODEL, cli, model_set, user_model
 
 BATCH, FEATURES, HIDDEN, CLASSES = 32, 16, 64, 4
 
@@ -304,3 +304,21 @@ def test_a_nan_before_any_update_in_fp32_blames_the_model_not_the_format(tmp_pat
     assert error.kind == "nan" and error.step == 0
     assert "the model or its data gives it" in error.message
     assert "wider format" not in error.message
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_an_empty_model_spec_is_refused_not_read_as_no_model(capsys, command: str) -> None:
+    """`--model ''` (an unset shell variable) trained the preset's own model as if no --model."""
+    said = cli(capsys, command, "fp32", "--model", "", "--device", "cpu")
+    assert said.returncode == EXIT_USAGE and said.stdout == ""
+    assert said.stderr.startswith("ampscope: --model '': workload.model = '' names no factory.")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("argv", [["memory", "--model", ""], ["plan", "fp8", "--model", ""]])
+def test_memory_and_plan_name_an_empty_model_spec(capsys, argv: list[str]) -> None:
+    """They said 'say which model' / 'needs a model' as if --model had not been given."""
+    said = cli(capsys, *argv)
+    assert said.returncode == EXIT_USAGE and said.stdout == ""
+    assert "workload.model = '' names no factory" in said.stderr

@@ -278,7 +278,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return _memory_run(args)
     regimes = args.regime or list(plan.DEFAULT_REGIMES)
     try:
-        if args.model:
+        if args.model is not None:
             from ampscope.cli.model_memory import Interrupted, from_model
 
             try:

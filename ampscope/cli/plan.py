@@ -156,7 +156,7 @@ def _refused(args: argparse.Namespace) -> str | None:
             "fp16's range in fp32, whatever the shapes and the GPU. Accepted: plan fp16 --model "
             "SPEC [--steps N] [--verify STEPS] [--out DIR] [--json]; or plan fp8 with those flags."
         )
-    if args.gemm and args.model:
+    if args.gemm and args.model is not None:
         return (
             "--gemm and --model together: --gemm plans bare shapes, --model your model's own. "
             "Accepted: one of them."
@@ -180,7 +180,7 @@ def _refused(args: argparse.Namespace) -> str | None:
                 "M,K,N [--gemm ...] [--gpu NAME] [--recipe R] [--json]."
             )
         return None
-    if not args.model:
+    if args.model is None:
         shape = " or --gemm M,K,N" if args.target == "fp8" else ""
         return f"plan {args.target} needs a model: --model FILE.py:FUNCTION (docs/model.md){shape}."
     if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:

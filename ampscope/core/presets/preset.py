@@ -254,7 +254,9 @@ def _flag_for(override: str) -> str:
         with contextlib.suppress(ConfigError):
             spec = parse_value(value.strip())
             if isinstance(spec, str) and model_override(spec) == override:
-                return f"--model {spec}"
+                return (
+                    f"--model {spec if spec.strip() else repr(spec)}"  # --model '' said "--model :"
+                )
     return f"--set {override}"
 
 

@@ -165,4 +165,4 @@ def run_overrides(args: argparse.Namespace) -> list[str]:
 def model_overrides(args: argparse.Namespace) -> list[str]:
     """``--model SPEC`` as the override it stands for (before any --set, which may refine it)."""
     spec = getattr(args, "model", None)
-    return [model_override(spec)] if spec else []
+    return [model_override(spec)] if spec is not None else []
