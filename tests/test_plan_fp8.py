@@ -321,3 +321,19 @@ def test_tokens_beside_layers_fp8_cannot_take_say_why_never_that_none_ran(
     assert code == 0, err
     assert "no linear layer ran" not in out
     assert "--tokens 4096: no layer fp8 can take ran in the steps" in out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("out", "said"), [("file", "it is a file, not a folder"), ("file/sub", "file is a file")]
+)
+def test_an_out_folder_that_cannot_be_written_is_refused_before_measuring(
+    capsys, tmp_path: Path, out: str, said: str
+) -> None:
+    """--out naming a file measured the model first and refused only when writing."""
+    (tmp_path / "file").write_text("")
+    code = main(["plan", "fp8", "--model", f"{MODELS}:make_llama", "--out", str(tmp_path / out)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith(f"ampscope: --out {tmp_path / out}: ") and said in captured.err
+    assert "measuring" not in captured.err

@@ -9,6 +9,7 @@ carries the plan's JSON alone. A bad flag or model is exit 2; Ctrl+C 130.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return fail(problem)
     if args.gemm:
         return _gemm_mode(args)
+    if args.out is not None and (why := _unwritable(args.out)) is not None:
+        return fail(
+            f"--out {visible(args.out, 0)}: {why}. Accepted: a folder you can write in (made if missing)."
+        )
     try:
         spec = check_model_spec(args.model)
     except SpecError as exc:
@@ -198,6 +203,21 @@ def _refused(args: argparse.Namespace) -> str | None:
         return (
             f"--verify {args.verify}: accepted: a whole number of training steps from 1 to "
             f"{MAX_VERIFY_STEPS:,}."
+        )
+    return None
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why the plan's files could not be written in ``out``, known before the minutes of
+    measuring (the folder is made only once there is a plan to write), or None."""
+    there = next((p for p in (out, *out.absolute().parents) if p.exists()), None)
+    if there is None:
+        return None
+    if not there.is_dir():
+        return "it is a file, not a folder" if there == out else f"{visible(there, 0)} is a file"
+    if not os.access(there, os.W_OK | os.X_OK):
+        return (
+            "the folder is not writable" if there == out else f"{visible(there, 0)} is not writable"
         )
     return None
 
