@@ -322,3 +322,15 @@ def test_memory_and_plan_name_an_empty_model_spec(capsys, argv: list[str]) -> No
     said = cli(capsys, *argv)
     assert said.returncode == EXIT_USAGE and said.stdout == ""
     assert "workload.model = '' names no factory" in said.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("target", ["model.py", "gone.py"])
+def test_a_link_that_leads_nowhere_is_named_as_a_link(capsys, tmp_path: Path, target: str) -> None:
+    """A link in a loop (or to a removed file) was said not to exist, though `ls` lists it."""
+    link = tmp_path / "model.py"
+    link.symlink_to(tmp_path / target)
+    said = cli(capsys, "memory", "--model", f"{link}:make")
+    assert said.returncode == EXIT_USAGE
+    assert f"the file {link} is a link that leads to no file" in said.stderr
+    assert "does not exist" not in said.stderr

@@ -113,7 +113,12 @@ def check_model_spec(text: str) -> ModelSpec:
     spec = parse_model_spec(text)
     if spec.source == "file" and not spec.path.is_file():
         where = spec.path if spec.path.is_absolute() else Path.cwd() / spec.path
-        missing = "is a folder, not a file" if spec.path.is_dir() else "does not exist"
+        if spec.path.is_dir():
+            missing = "is a folder, not a file"
+        elif spec.path.is_symlink():  # a loop, or a target gone: it is there, but leads nowhere
+            missing = "is a link that leads to no file (a loop, or its target is gone)"
+        else:
+            missing = "does not exist"
         raise SpecError(
             f"workload.model = '{text}': the file {spec.target} {missing} (looked for {where}). "
             f"Accepted: {SPEC_FORMS}."
