@@ -487,6 +487,8 @@ def test_a_preset_that_fails_its_first_run_is_not_run_again_and_bench_exits_1(
     assert code == 1
     assert ran == ["fp32", "fp16", "amp-bf16", "fp32", "amp-bf16", "fp32", "amp-bf16"]
     assert "fp16 failed on its first run: its other repeats are not run" in said.err
+    counted = [line.split("]")[0] + "]" for line in said.err.splitlines() if line.startswith("[")]
+    assert counted == ["[1/9]", "[2/9]", "[3/7]", "[4/7]", "[5/7]", "[6/7]", "[7/7]"]  # no gaps
     table = said.out.splitlines()
     assert next(line for line in table if line.startswith("fp16")).endswith(
         "failed: Loss became nan at step 3."

@@ -177,10 +177,12 @@ def cmd_bench(
     order = interleaved(presets, args.repeats)
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
     interrupted = False
-    for i, name in enumerate(order, 1):
+    i, total = 0, len(order)  # the runs made and to make: a failed preset's repeats are not
+    for name in order:
         if results[name] and failed(results[name][0]):  # it fails again: a repeat says nothing
             continue
-        progress = _Progress(f"[{i}/{len(order)}] {visible(name)}")
+        i += 1
+        progress = _Progress(f"[{i}/{total}] {visible(name)}")
         try:
             results[name].append(run(name, overrides, runs_dir, progress, launch))
         except KeyboardInterrupt:
@@ -193,6 +195,7 @@ def cmd_bench(
             trace = f"\n{refused.traceback}" if refused.traceback else ""
             return fail(f"{name} (the baseline) did not run: {refused.message}{trace}")
         if args.repeats > 1 and len(results[name]) == 1 and failed(results[name][0]):
+            total -= args.repeats - 1
             print(
                 f"{visible(name)} failed on its first run: its other repeats are not run",
                 file=sys.stderr,
