@@ -385,3 +385,21 @@ def test_compare_shows_what_differs_first_and_scrolls_to_the_rest(size, tmp_path
                 assert "← " in str(compare.query_one("#compare-title").render())
 
     run(go())
+
+
+def test_a_focused_fields_cursor_holds_still_with_animations_off() -> None:
+    """The save dialog's snapshot came out in other colours at load 10: its field's cursor had
+    blinked off in the half-second the capture took to come."""
+
+    async def go() -> None:
+        app = app_for()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("s")
+            await shown(pilot, app, SaveDialog)
+            await settle(pilot)
+            focused = screen_capture(app, "save")
+            await pilot.pause(1.2)  # past two half-second blinks
+            assert screen_capture(app, "save") == focused
+
+    run(go())

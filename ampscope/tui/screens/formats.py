@@ -23,6 +23,7 @@ from textual.widgets import (
 from ampscope.tui.screens.tool import ESC_BINDINGS, ToolScreen
 from ampscope.tui.widgets.key_bar import KeyBar
 from ampscope.tui.widgets.tables import fill, hidden_note
+from ampscope.tui.widgets.text_field import TextField
 
 DEFAULT_VALUES = "65504, 65520, 1e-8, 1 + 2**-8, 0.1"
 FIELD_STYLES = ("bold red", "bold cyan", "bold green")  # sign, exponent, mantissa
@@ -104,7 +105,7 @@ class FormatsScreen(ToolScreen):
         with TabbedContent(id="formats-tabs"):
             with TabPane("Values", id="tab-values"):
                 yield Label("Values or expressions, separated by commas (e.g. 1 + 2**-9):")
-                yield Input(value=DEFAULT_VALUES, id="formats-input")
+                yield TextField(value=DEFAULT_VALUES, id="formats-input")
                 yield Label("", id="formats-error", classes="error", markup=False)
                 yield DataTable(id="formats-table", zebra_stripes=True, cursor_type="row")
                 yield Static("", id="formats-bits", markup=False)

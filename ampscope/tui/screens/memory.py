@@ -28,6 +28,7 @@ from ampscope.tui.widgets.tables import (
     fill,
     off_edges,
 )
+from ampscope.tui.widgets.text_field import TextField
 
 OPTIMIZERS = ("adamw", "sgd-momentum", "sgd")
 HEADS = (
@@ -75,7 +76,7 @@ class MemoryScreen(ToolScreen):
     def compose(self) -> ComposeResult:
         with Horizontal(id="memory-inputs"):
             yield Label("parameters", classes="form-label")
-            yield Input(value="125M", id="memory-params", compact=True)
+            yield TextField(value="125M", id="memory-params", compact=True)
             yield Label("optimizer", classes="form-label")
             yield Select(
                 [(o, o) for o in OPTIMIZERS],

@@ -19,6 +19,7 @@ from ampscope.tui.model.preset_draft import FIELDS, model_spec
 from ampscope.tui.text import literal
 from ampscope.tui.widgets.drop_down import DropDown
 from ampscope.tui.widgets.form_row import FormRow
+from ampscope.tui.widgets.text_field import TextField
 
 
 def field_id(key: str) -> str:
@@ -63,7 +64,7 @@ class PresetForm(VerticalScroll, can_focus=False):
         for key, label, choices in FIELDS:
             with FormRow(label):
                 if choices is None:
-                    yield Input(id=field_id(key), compact=True, classes="form-input")
+                    yield TextField(id=field_id(key), compact=True, classes="form-input")
                 else:
                     yield DropDown(
                         [(c, c) for c in choices],

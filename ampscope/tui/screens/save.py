@@ -18,6 +18,7 @@ from ampscope.core import presets
 from ampscope.core.text import visible
 from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
+from ampscope.tui.widgets.text_field import TextField
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -72,7 +73,7 @@ class SaveDialog(ModalScreen[str | None]):
                 id="save-where",
                 markup=False,
             )
-            yield Input(value=self.suggestion, placeholder="name", id="save-name")
+            yield TextField(value=self.suggestion, placeholder="name", id="save-name")
             yield Label("", id="save-error", classes="error", markup=False)
             with Horizontal(id="save-buttons"):
                 yield Button("Save", variant="primary", id="save-ok")
