@@ -145,7 +145,7 @@ def run_check(python: Path, carried: Path, out: Path, shims: Path) -> subprocess
         env=env,
         capture_output=True,
         text=True,
-        timeout=420,
+        timeout=2100,  # the stages' own limits end it first: 4 x 485 s at most, under load
     )
 
 
