@@ -229,3 +229,31 @@ def test_a_path_with_brackets_in_the_save_dialog_shows_as_written(tmp_path: Path
             assert text(dialog, "#save-where").endswith(f"{home}/ampscope/presets")
 
     run(go())
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize(("name", "shown_as"), CORPUS)
+def test_compare_names_the_model_its_runs_share_as_written(
+    name: str, shown_as: str, tmp_path: Path
+) -> None:
+    """The title's ``model X``: a model's (a workload kind's) name as a record gives it."""
+    runs = []
+    for i in range(2):
+        run_dir = tmp_path / f"2026010{i}T000000Z-x"
+        run_dir.mkdir()
+        config = {"precision": "fp32", "steps": 3, "device": "cpu", "workload": {"kind": name}}
+        events = [hello(preset=f"p{i}", config=config), step(0), step(1), done("ok", 2)]
+        (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+        runs.append(records.load_run(run_dir))
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.push_screen(CompareScreen(runs))
+            screen = await shown(pilot, app, CompareScreen)
+            await pilot.pause()
+            assert text(screen, "#compare-title").startswith(f"2 runs · model {shown_as} · ")
+            assert_literal(app, shown_as)
+
+    run(go())

@@ -118,11 +118,12 @@ def repeat_groups(runs: list[records.RunRecord]) -> dict[str, list[records.RunRe
     return groups
 
 
-def models_of(runs: list[records.RunRecord]) -> str:
-    """``model X`` for the title when every run trains the same one, else '' (each row says)."""
+def models_of(runs: list[records.RunRecord]) -> Text:
+    """``model X`` for the title when every run trains the same one, else '' (each row says);
+    the model's name as recorded, its control characters spelled out."""
     models = {run_model(r) for r in runs}
     model = models.pop() if len(models) == 1 else "-"
-    return f"model {model} · " if model != "-" else ""
+    return Text.assemble("model ", literal(model), " · ") if model != "-" else Text()
 
 
 def compare_help(level: float, min_repeats: int) -> str:
@@ -268,7 +269,9 @@ class CompareScreen(Screen):
         left, right = off_edges(self.heads, self.widths, table.scroll_x, room)
         self.query_one("#compare-title", Static).update(
             Text.assemble(
-                f"{counted} · {models_of(self.runs)}baseline ",
+                f"{counted} · ",
+                models_of(self.runs),
+                "baseline ",
                 literal(self.baseline, "bold"),
                 f" · sorted by {self.sorted_by}",
                 more_note(left, right, self.equal),
