@@ -113,3 +113,16 @@ def test_the_dashboard_says_stalled_until_the_next_step_lands() -> None:
     assert elapsed.sub == "rank 1 has made no progress for 20 s"
     state.ingest(step(3))
     assert state.header().startswith("training")
+
+
+def test_a_stall_message_reaches_the_elapsed_card_with_its_control_characters_spelled_out():
+    """A record's stall warning is what the card draws, segment for segment: an escape
+    sequence in it would reach the terminal raw."""
+    state = RunState()
+    state.ingest(hello(world_size=2))
+    state.ingest(ev.PhaseEvent(phase="train", state="start", step=0))
+    state.ingest(step(0))
+    message = "rank 1 \x1b]0;pwned\x07 has made no progress, in forward"
+    state.ingest(ev.WarningEvent(code=ev.RANK_STALLED, message=message, step=1))
+    elapsed = next(c for c in cards(state) if c.key == "elapsed")
+    assert elapsed.sub == "rank 1 \\x1b]0;pwned\\x07 has made no progress"

@@ -176,7 +176,8 @@ class EventState:
             self.log.add("info", e.step, e.message)
             return
         if e.code == ev.RANK_STALLED:
-            self.stalled = e.message.split(",", 1)[0]  # "rank 1 has made no progress for 20 s"
+            # "rank 1 has made no progress for 20 s": a card draws it as it is, so escaped here
+            self.stalled = visible(e.message.split(",", 1)[0])
         self.log.add("warning", e.step, f"[{e.code}] {e.message}")
 
     def _on_error(self, e: ev.ErrorEvent) -> None:
