@@ -128,3 +128,13 @@ def test_summary_names_the_slowest_rank_and_whether_weights_agree() -> None:
     done.ranks[1].param_checksum = "cd"
     assert dict(rank_rows(done))["weights"] == "differ"
     assert "slowest rank" not in summary_table(ev.empty_done("ok"))
+
+
+def test_a_records_strategy_and_backend_are_named_with_their_control_characters_spelled_out():
+    """The strip draws its header as it is: an escape sequence a record gives as the
+    strategy or the backend would reach the terminal raw."""
+    table = RankTable()
+    table.ingest(hello(world_size=2, strategy="ddp\x1b]0;pwned\x07", backend="[bold]\x1b[2J"))
+    table.ingest(rank_steps(0, [10.0, 11.0]))
+    line = render(table, 80).plain.splitlines()[0]
+    assert line.startswith("2 ranks ddp\\x1b]0;pwned\\x07/[bold]\\x1b[2J · ")

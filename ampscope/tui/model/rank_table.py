@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ampscope.core import events as ev
+from ampscope.core.text import visible
 
 RECENT = 20
 """Steps each rank's step time is the median of, as for the Step time card."""
@@ -62,7 +63,9 @@ class RankTable:
     def ingest(self, event: ev.Event) -> None:
         if isinstance(event, ev.HelloEvent):
             self.world_size = event.world_size
-            self.strategy, self.backend = event.strategy, event.backend
+            # the strip's header names them as the record does: escaped, never obeyed
+            self.strategy = visible(event.strategy, 40) if event.strategy else None
+            self.backend = visible(event.backend, 40) if event.backend else None
             self.devices = {r.rank: r.device for r in event.ranks or []}
         elif isinstance(event, ev.StepEvent) and event.ranks:
             self.world_size = max(self.world_size, len(event.ranks))
