@@ -201,6 +201,29 @@ def test_hello_is_on_disk_when_watch_returns(tmp_path: Path) -> None:
         mon.close()
 
 
+def test_a_backlog_of_steps_reaches_the_record_whole(tmp_path: Path, monkeypatch) -> None:
+    """Steps that pile up before the monitor's thread writes them (here: no tick before the
+    close; in a loop, a thread starved of the GIL) are every one recorded, however many: the
+    bound on queued lines is for a disk that stalls, and this one does not."""
+    from ampscope.core.records import writer
+
+    monkeypatch.setattr(writer, "MAX_QUEUED_BYTES", 4 << 20)  # 9 MB of step lines below
+    model, opt = tiny_model()
+    no_tick = Surroundings(tick_s=3600.0)
+    mon = watch_in(no_tick, model, opt, runs_dir=tmp_path)
+    count = 20_000
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for i in range(count):
+            mon.step(1.0 / (i + 1))
+        mon.close()
+    assert [str(w.message) for w in said if issubclass(w.category, WatchWarning)] == []
+    steps = events_of(mon.run_dir, ev.StepEvent)
+    assert [s.step for s in steps] == list(range(count))
+    (done,) = events_of(mon.run_dir, ev.DoneEvent)
+    assert done.status == "ok" and done.steps_done == count
+
+
 class Exited(BaseException):
     """What the stand-in for the process's own ``os._exit`` raises, with its status."""
 

@@ -36,6 +36,10 @@ from ampscope.watching.reporting import StepReport, Ticker
 from ampscope.watching.step_hooks import StepHooks
 from ampscope.watching.troubles import Troubles
 
+REPORT_BATCH = 4096
+"""Steps turned into events before their lines go to disk: about 2 MB, well inside what the
+record queues (``MAX_QUEUED_BYTES``)."""
+
 
 class Monitor:
     """Records one training run. Call ``step(loss)`` once per optimizer step, after it."""
@@ -200,11 +204,24 @@ class Monitor:
                 self._record.tick()
 
     def _report_landed(self) -> None:
+        """The landed steps as events, their lines on disk a batch at a time: all at once, a
+        backlog (a thread starved of the GIL, the steps of a close) would be more than the
+        record queues for a slow disk, and its later steps dropped from a record that is fine."""
         try:
-            self._steps.report_all(self._landed, self.flops_per_step)
+            while True:
+                self._steps.report_all(self._landed, self.flops_per_step, REPORT_BATCH)
+                if not self._landed:
+                    return
+                self._to_disk()
         except Exception as exc:  # noqa: BLE001 - a fault here must not reach the loop
             self._readout = None
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
+
+    def _to_disk(self) -> None:
+        with contextlib.suppress(Exception):  # the record reports its own troubles
+            if self._writer is not None and self._record is not None:
+                self._writer.flush()
+                self._record.write_queued()
 
     def _end_flop_count(self) -> None:
         counted = self._hooks.end_flop_count() if self._hooks is not None else None

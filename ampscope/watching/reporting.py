@@ -73,10 +73,13 @@ class StepReport:
             for event in self.notes.after(v, skipped, scaled, finite, bool(flops)):
                 self.emit(event, urgent=True)
 
-    def report_all(self, landed: deque[Raw], flops: float | None) -> None:
-        """Every landed step, oldest first; a fault empties ``landed`` and propagates."""
+    def report_all(self, landed: deque[Raw], flops: float | None, most: int = 0) -> None:
+        """Every landed step (``most``: at most that many), oldest first; a fault empties
+        ``landed`` and propagates."""
+        left = most or len(landed)
         try:
-            while landed:
+            while landed and left > 0:
+                left -= 1
                 self.report(StepValues.from_raw(landed.popleft()), flops)
         except Exception:
             landed.clear()
