@@ -17,8 +17,10 @@ import pytest
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.presets import user_presets_dir
 from ampscope.core.processes import ownership
 from ampscope.core.records import files
+from ampscope.tui import keys
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
@@ -212,3 +214,32 @@ def test_history_stays_live_while_a_slow_disk_reads_its_records(
     thread.join(HANG_S)
     assert seen and seen[0].startswith("History · reading the records in "), seen
     assert seen[-1] == "quit"
+
+
+@pytest.mark.ui
+def test_the_dashboard_starts_beside_a_preset_and_a_keys_file_that_are_fifos(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A FIFO under a ``.toml`` name, opened as a file is, waited for a writer for ever: the
+    dashboard froze before it first drew. Each is said to be no file, and the rest works."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = user_presets_dir()
+    folder.mkdir(parents=True)
+    fifos = [folder / "evil.toml", keys.keys_path()]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    problems: list[str | None] = []
+    told: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path / "runs")
+        async with app.run_test(size=SIZE) as pilot:
+            presets = await shown(pilot, app, PresetsScreen)
+            problems.extend(p.problem for p in presets.presets if p.name == "evil")
+            told.extend(str(n.message) for n in app._notifications)
+            await pilot.press("h")  # the keys still work
+            await shown(pilot, app, HistoryScreen)
+
+    assert returns(lambda: run(go()), fifos)
+    assert len(problems) == 1 and "not a regular file" in str(problems[0])
+    assert any(str(keys.keys_path()) in m and "not a regular file" in m for m in told), told

@@ -19,10 +19,12 @@ from textual.binding import Binding
 from textual.keys import Keys, key_to_character
 
 from ampscope.core.presets import user_config_dir
-from ampscope.core.presets.toml_text import tomllib  # tomli before Python 3.11
+from ampscope.core.presets.toml_text import read_config_file, tomllib  # tomli before Python 3.11
 from ampscope.tui.private_apis import character_to_key
 
 KEYS_FILE = "keys.toml"
+MAX_KEYS_BYTES = 1 << 20
+"""A keys file is a few hundred bytes; one past this is not read as one."""
 MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
 NAMED_KEYS = {k.value for k in Keys if "+" not in k.value and not k.value.startswith("<")}
 
@@ -116,7 +118,10 @@ def normalise(keys: str) -> str:
 def load_keymap(path: Path, known_ids: Iterable[str]) -> tuple[dict[str, str], list[str]]:
     """The keymap in ``path`` (empty when there is no file), and what was wrong with it."""
     try:
-        data = tomllib.loads(path.read_text())
+        text = read_config_file(path, MAX_KEYS_BYTES)
+        if len(text) > MAX_KEYS_BYTES:
+            return {}, [f"{path} is larger than 1 MiB, so no keys file; the default keys apply."]
+        data = tomllib.loads(text.decode())
     except FileNotFoundError:
         return {}, []
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -6,6 +6,9 @@ UTF-8) becomes a ConfigError naming it, never an exception from the parser.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,11 +75,21 @@ def _toml_char(c: str) -> str:
 MAX_PRESET_BYTES = 1 << 20
 
 
+def read_config_file(path: Path, max_bytes: int) -> bytes:
+    """A settings file's bytes (at most ``max_bytes`` + 1 of them), read only once it is known
+    to be a regular file: a FIFO under a ``.toml`` name, opened as a file is, waited for a
+    writer forever and froze the dashboard before it first drew. OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return fh.read(max_bytes + 1)
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """A preset file's table; ConfigError (naming the file) for anything that is not one."""
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_PRESET_BYTES + 1)
+        data = read_config_file(path, MAX_PRESET_BYTES)
         if len(data) > MAX_PRESET_BYTES:
             raise ConfigError("larger than 1 MiB: not a preset.", source=str(path))
         return tomllib.loads(data.decode("utf-8"))
