@@ -296,6 +296,24 @@ def test_an_unwritable_runs_folder_costs_one_warning_and_nothing_else(tmp_path: 
     assert ours[0].filename == __file__  # the user's watch() line, not ampscope's
 
 
+def test_a_warning_names_a_runs_folder_with_its_control_characters_spelled_out(
+    tmp_path: Path,
+) -> None:
+    """A warning reaches the user's terminal as it is: an escape sequence in the runs
+    folder it names would retitle or clear it."""
+    blocker = tmp_path / "runs\x1b]0;pwned\x07"
+    blocker.write_text("not a folder")
+    model, opt = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = ampscope.watch(model, opt, runs_dir=blocker)
+        mon.close()
+    (said,) = [str(w.message) for w in caught if issubclass(w.category, WatchWarning)]
+    assert f"cannot create a run record under {tmp_path}/runs\\x1b]0;pwned\\x07 (" in said
+    assert "\x1b" not in said and "\x07" not in said
+    assert caught[0].filename == __file__  # still the user's watch() line
+
+
 def test_a_full_disk_costs_one_warning_and_the_loop_completes(tmp_path: Path) -> None:
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full (Linux) to fill the disk")

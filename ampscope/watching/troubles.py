@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from types import FrameType
 
+from ampscope.core.text import visible
+
 
 class WatchWarning(RuntimeWarning):
     """ampscope could not record part of a watched run; the training itself is unaffected."""
@@ -29,18 +31,22 @@ class Troubles:
             return
         self.seen.add(what)
         cause = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
-        warnings.warn(
-            f"ampscope.watch: {what}{cause}. Your training goes on; ampscope records no more of it.",
-            WatchWarning,
-            stacklevel=_users_level(),
-        )
+        said = f"{what}{cause}. Your training goes on; ampscope records no more of it."
+        _warn(said)
 
     def note(self, message: str) -> None:
         """A note on what the loop gave ampscope (the record goes on): each one said once."""
         if message in self.seen:
             return
         self.seen.add(message)
-        warnings.warn(f"ampscope.watch: {message}", WatchWarning, stacklevel=_users_level())
+        _warn(message)
+
+
+def _warn(message: str) -> None:
+    """Warn on the user's line, with the control characters of what the message names (a
+    runs folder, a run's name) spelled out: a warning goes to the user's terminal as it is."""
+    text = visible(f"ampscope.watch: {message}", 0, keep_newlines=True)
+    warnings.warn(text, WatchWarning, stacklevel=_users_level())
 
 
 _PACKAGE = Path(__file__).parent.parent
@@ -53,7 +59,7 @@ def _users_level() -> int:
     """The ``stacklevel`` of the first caller outside ampscope: the warning names the user's
     line (their ``watch()`` or ``mon.step()`` call), not ours."""
     level = 2
-    frame: FrameType | None = sys._getframe(2)  # 1 is report(), which calls warnings.warn
+    frame: FrameType | None = sys._getframe(2)  # 1 is _warn(), which calls warnings.warn
     while frame is not None and frame.f_code.co_filename.startswith(_OURS):
         frame, level = frame.f_back, level + 1
     return level
