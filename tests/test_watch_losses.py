@@ -37,8 +37,14 @@ def run_with(tmp_path: Path, losses: list, precision: str | None = None) -> tupl
 
 @pytest.mark.parametrize(
     ("bad", "said"),
-    [("abc", "a str ('abc')"), (1j, "a complex (1j)"), (10**400, "an int too large for a float")],
-    ids=["str", "complex", "huge-int"],
+    [
+        ("abc", "a str ('abc')"),
+        (1j, "a complex (1j)"),
+        (10**400, "an int too large for a float"),
+        (True, "a bool (True)"),  # was recorded as a loss of 1.0
+        (torch.tensor(True), "a bool tensor (torch.bool)"),  # a comparison, not a loss
+    ],
+    ids=["str", "complex", "huge-int", "bool", "bool-tensor"],
 )
 def test_a_loss_of_the_wrong_type_costs_one_step_not_the_rest(tmp_path, bad, said) -> None:
     run_dir, caught = run_with(tmp_path, [None, bad, None, None, bad, None])
@@ -102,8 +108,8 @@ def test_an_inf_loss_in_fp32_is_not_told_to_use_a_wider_format(tmp_path) -> None
 @pytest.mark.parametrize("name", ["tokens", "samples", "grad_norm"])
 @pytest.mark.parametrize(
     ("bad", "said"),
-    [("x", "a str ('x')"), (10**400, "an int too large for a float")],
-    ids=["str", "huge-int"],
+    [("x", "a str ('x')"), (10**400, "an int too large for a float"), (True, "a bool (True)")],
+    ids=["str", "huge-int", "bool"],
 )
 def test_a_bad_figure_in_mon_step_costs_its_step_not_the_rest(tmp_path, name, bad, said) -> None:
     """One bad tokens=, samples= or grad_norm= stopped recording for the rest of the run."""

@@ -21,7 +21,12 @@ from ampscope.watching.messages import StepNotes
 def checked_loss(step: int, loss: Any, notes: StepNotes) -> tuple[Any, ev.WarningEvent | None]:
     """The loss to record (None where ``loss`` is no loss) and the warning it calls for, if
     any: one a kind of trouble. A tensor of several elements is recorded as their mean."""
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
+    if (
+        isinstance(loss, torch.Tensor)
+        and loss.numel() == 1
+        and not loss.is_complex()
+        and loss.dtype is not torch.bool
+    ):
         return loss, None
     problem = loss_problem(loss)
     if problem is not None:
@@ -68,12 +73,14 @@ def loss_problem(loss: Any) -> str | None:
     """What ``loss`` is, said for a warning, when it cannot be a step's loss; None when it can
     (a tensor with elements, or a real number that fits a float)."""
     if isinstance(loss, torch.Tensor):
-        if loss.is_complex():
-            return f"a complex tensor ({loss.dtype})"
+        if loss.is_complex() or loss.dtype == torch.bool:  # a comparison's result is no figure
+            return f"a {'complex' if loss.is_complex() else 'bool'} tensor ({loss.dtype})"
         return "an empty tensor" if loss.numel() == 0 else None
     kind = type(loss).__name__
     kind = ("an " if kind[:1] in "aeiou" else "a ") + kind
-    if isinstance(loss, (str, bytes, numbers.Complex)) and not isinstance(loss, numbers.Real):
+    if isinstance(loss, (str, bytes, bool, numbers.Complex)) and not (
+        isinstance(loss, numbers.Real) and not isinstance(loss, bool)
+    ):
         return f"{kind} ({_shown(loss)})"
     try:
         float(loss)
