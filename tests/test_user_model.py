@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.core import events as ev
-from ampscope.engine.lifecycle.run import EXIT_OK, EXIT_USAGE, run
+from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, run
 from ampscope.engine.workloads.user import count_model_parameters
 from tests.helpers import USER_MODEL, cli, model_set, user_model
 
@@ -334,3 +334,79 @@ def test_a_link_that_leads_nowhere_is_named_as_a_link(capsys, tmp_path: Path, ta
     assert said.returncode == EXIT_USAGE
     assert f"the file {link} is a link that leads to no file" in said.stderr
     assert "does not exist" not in said.stderr
+
+
+ODD_MODEL = """
+import torch
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ZeroDivisionError("its __str__ fails too")
+
+
+def data(step):
+    return torch.randn(8, 4), torch.randn(8, 2)
+
+
+def mse(out, target):
+    return ((out - target) ** 2).mean()
+
+
+def make_unprintable(ctx):
+    raise Unprintable()
+
+
+class FailsLater(torch.nn.Linear):
+    def forward(self, x):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls > 3:
+            raise Unprintable()
+        return super().forward(x)
+
+
+def make_fails_later(ctx):
+    return {"model": FailsLater(4, 2), "batches": data, "loss": mse}
+
+
+def make_flops_past_float(ctx):
+    return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse,
+            "flops_per_step": 10**400}
+
+
+def make_tokens_past_float(ctx):
+    return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse,
+            "tokens_per_step": 10**5000}
+"""
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("factory", ["make_flops_past_float", "make_tokens_past_float"])
+def test_a_figure_past_floats_range_is_refused_as_a_figure(tmp_path: Path, factory: str) -> None:
+    """10**400 FLOPs stopped the run on an OverflowError with ampscope's own frames."""
+    path = tmp_path / "odd_model.py"
+    path.write_text(ODD_MODEL)
+    code, events = run_model(path, factory)
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    key = factory.removeprefix("make_").removesuffix("_past_float")
+    assert error.kind == "config"
+    assert f"'{key}_per_step' is a number past float's range. Accepted: a" in error.message
+
+
+@pytest.mark.unit
+def test_an_exception_that_cannot_be_printed_still_ends_the_run_recorded(tmp_path: Path) -> None:
+    """A user's exception whose __str__ raises ended the process on a traceback of
+    ampscope's own, its record left without a done."""
+    path = tmp_path / "odd_model.py"
+    path.write_text(ODD_MODEL)
+    code, events = run_model(path, "make_unprintable")
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    assert "the factory raised Unprintable: <exception str() failed>" in error.message
+    assert of(events, ev.DoneEvent)
+    code, events = run_model(path, "make_fails_later")
+    (error,) = of(events, ev.ErrorEvent)
+    assert code == EXIT_FAILED and error.kind == "exception"
+    assert error.message == "Unprintable: <exception str() failed>"
+    assert of(events, ev.DoneEvent)[0].status == "failed"

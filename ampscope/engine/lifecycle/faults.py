@@ -16,7 +16,11 @@ from ampscope.engine.device import DeviceInfo
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.lifecycle.record import IO_HINT
 from ampscope.engine.step.metrics import EveryStepSkipped, NonFiniteLoss, ReplicasDiverged
-from ampscope.engine.workloads.user_code import raised_by_ampscope, user_traceback
+from ampscope.engine.workloads.user_code import (
+    exception_text,
+    raised_by_ampscope,
+    user_traceback,
+)
 
 OOM_HINT = (
     "Lower batch_size or the workload size, use amp-bf16 or bf16 (smaller activations and "
@@ -125,7 +129,7 @@ def failure(
         )
         return event, EXIT_FAILED
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    message = f"{type(exc).__name__}: {exc}"
+    message = f"{type(exc).__name__}: {exception_text(exc)}"
     if raised_by_ampscope(exc):  # its own hooks: every frame, and whose fault it is
         message = f"ampscope's own instrumentation failed (a fault of ampscope, not of the model): {message}"
     elif preset.workload.model is not None:  # the user's model failed: their frames, as theirs
@@ -167,11 +171,11 @@ def out_of_memory(exc: BaseException) -> str | None:
 def _allocation_failure(exc: BaseException) -> str | None:
     """torch raises OutOfMemoryError for CUDA only; a failed host allocation is a RuntimeError
     from the CPU allocator (or Python's MemoryError)."""
+    text = exception_text(exc)
     if isinstance(exc, torch.OutOfMemoryError):
-        return str(exc).splitlines()[0] if str(exc) else "CUDA out of memory"
+        return text.splitlines()[0] if text else "CUDA out of memory"
     if isinstance(exc, MemoryError):
         return "the host could not allocate memory (MemoryError)"
-    text = str(exc)
     if isinstance(exc, RuntimeError) and CPU_ALLOC_FAILED in text:
         return text[text.index(CPU_ALLOC_FAILED) :].splitlines()[0]
     return None

@@ -24,6 +24,7 @@ from ampscope.engine.step.precision import PrecisionPolicy, precision_policy, se
 from ampscope.engine.step.validation import RunWarning, training_state_warning
 from ampscope.engine.workloads import TrainingWorkload, build_workload
 from ampscope.engine.workloads.user import build_user_workload
+from ampscope.engine.workloads.user_code import exception_text
 
 
 @dataclass
@@ -141,7 +142,9 @@ def count_flops(workload: TrainingWorkload) -> FlopFigures:
             workload.model, workload.first_batch(), workload.loss, forward=workload.forward
         )
     except Exception as exc:  # noqa: BLE001 - the count is a check, never a reason to fail
-        return choose_flops(workload.flops_per_step, None, f"{type(exc).__name__}: {exc}")
+        return choose_flops(
+            workload.flops_per_step, None, f"{type(exc).__name__}: {exception_text(exc)}"
+        )
     return choose_flops(workload.flops_per_step, count, None)
 
 

@@ -94,8 +94,18 @@ def raised_by_ampscope(exc: BaseException) -> bool:
     return left is not None and any(ours[left:])
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or what Python's own traceback prints when that fails: a user's
+    exception whose ``__str__`` raises (or returns no str) must not end the run unrecorded."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - whatever the user's __str__ raises
+        return "<exception str() failed>"
+    return text
+
+
 def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = exception_text(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
@@ -249,12 +259,18 @@ def positive_field(answer: dict[str, Any], key: str, spec_text: str, whole: bool
     if value is None:
         return None
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:  # an int past float's range (10**400) is no figure: TFLOP/s divides it as a float
+        number = float(value) if ok else math.nan
+    except OverflowError:
+        number = math.inf
+    past = isinstance(value, int) and math.isinf(number)
     if ok and whole:
-        ok = float(value).is_integer()
-    if not ok or not math.isfinite(value) or value <= 0:
+        ok = number.is_integer()
+    if not ok or not math.isfinite(number) or number <= 0:
         kind = "a whole number" if whole else "a number"
+        shown = "a number past float's range" if past else repr(value)
         raise UserCodeError(
-            f"workload.model = '{spec_text}': '{key}' is {value!r}. Accepted: {kind} > 0, or "
+            f"workload.model = '{spec_text}': '{key}' is {shown}. Accepted: {kind} > 0, or "
             "leave it out."
         )
     return int(value) if whole else float(value)
