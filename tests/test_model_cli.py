@@ -87,6 +87,21 @@ def test_memory_gives_the_models_true_parameter_count(tmp_path: Path, capsys) ->
 
 
 @pytest.mark.unit
+def test_memory_of_a_model_that_fails_its_step_says_so_instead_of_a_total(
+    tmp_path: Path, capsys
+) -> None:
+    """A forward that raises on the first batch in every regime gave a table whose TRAIN
+    totals left the activations out unsaid, read as fp32 taking 'its 16-bit twin's bytes'."""
+    spec = f"{user_model(tmp_path)}:make_wrong_width"
+    assert main(["memory", "--model", spec]) == 0
+    out = capsys.readouterr().out
+    assert "(the model could not run a step on the CPU: activations not measured)" in out
+    assert "twin's bytes" not in out
+    assert main(["memory", "--model", spec, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measured"] is None
+
+
+@pytest.mark.unit
 def test_memory_refuses_a_factory_that_fails_showing_the_users_traceback(
     tmp_path: Path, capsys
 ) -> None:

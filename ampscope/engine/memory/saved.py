@@ -76,6 +76,7 @@ def measure_step_memory(
     activations, loss, casts, batch_bytes = {}, {}, {}, {}
     reached: set[str] = set()
     failed: list[str] = []
+    fault: Exception | None = None
     for key in regimes:
         autocast, model_dtype = REGIMES[key]
         runner = model if model_dtype is None else _cast_copy(model, model_dtype)
@@ -87,25 +88,32 @@ def measure_step_memory(
                 reached |= step.reached
                 continue
             one, two = (_saved(workload, runner, x, y, autocast) for x, y in sliced)
-        except Exception:  # noqa: BLE001 - a kernel the CPU lacks in this dtype (fp16 LSTM)
+        except Exception as exc:  # noqa: BLE001 - a kernel the CPU lacks in this dtype (fp16 LSTM)
             failed.append(key)
+            fault = exc
             continue
         reached |= one.reached | two.reached
         activations[key] = _extrapolate(one.saved, two.saved, sizes, batch)
         loss[key] = _extrapolate(one.rest, two.rest, sizes, batch)
         casts[key] = max(one.casts, two.casts)
+    if fault is not None and not activations:  # the model itself fails: no regime measured
+        raise fault
     for key in failed:  # its twin keeps values of the same widths
         twin = TWINS[key]
         if twin in activations and twin != key:
             activations[key], loss[key], casts[key] = activations[twin], loss[twin], casts[twin]
+    borrowed = [key for key in failed if key in activations]
+    unmeasured = [key for key in failed if key not in activations]
     how = (
         f"measured on the CPU for the whole batch of {batch}"
         if whole
         else f"measured on the CPU at {sizes[0]} and {sizes[1]} samples, extrapolated to the "
         f"batch of {batch}"
     )
-    if failed:
-        how += f"; {', '.join(failed)} could not run on the CPU: its 16-bit twin's bytes"
+    if borrowed:
+        how += f"; {', '.join(borrowed)} could not run on the CPU: its 16-bit twin's bytes"
+    if unmeasured:
+        how += f"; {', '.join(unmeasured)} could not run on the CPU: not measured"
     trainable = {name: p for name, p in params.items() if p.requires_grad}
     return MeasuredStep(
         batch,
