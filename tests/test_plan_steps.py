@@ -173,3 +173,35 @@ def test_a_later_step_that_fails_is_named_with_the_steps_that_ran(capsys, tmp_pa
     assert "fp32 step 2 failed (steps 0 to 1 ran" in err
     assert "ValueError: no batch 2 here" in err and "--steps 2 to plan from" in err
     assert main([*argv, "--steps", "2"]) == 0
+
+
+@pytest.mark.unit
+def test_an_fp32_loss_that_is_nan_is_refused_not_planned_as_fp16s_fault(
+    capsys, tmp_path: Path
+) -> None:
+    """A model whose loss is NaN in fp32 itself was planned: the fp16 plan kept its module in
+    fp32 'because fp16's range runs out' and wrote a preset to train."""
+    factory = tmp_path / "nan_loss.py"
+    factory.write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "def make(ctx, nan_from=0):\n"
+        "    x = torch.randn(8, 32)\n"
+        "    def loss(out, target, seen=[0]):\n"
+        "        seen[0] += 1\n"
+        "        scale = float('nan') if seen[0] > nan_from else 1.0\n"
+        "        return nn.functional.mse_loss(out, target) * scale\n"
+        "    return {'model': nn.Linear(32, 32), 'batches': lambda step: (x, x), 'loss': loss}\n\n"
+        "def make_late(ctx):\n"
+        "    return make(ctx, nan_from=2)\n"
+    )
+    out = tmp_path / "out"
+    for command in ("fp16", "fp8"):
+        assert main(["plan", command, "--model", f"{factory}:make", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "the loss of fp32 step 0 is nan (before any update)" in err
+        assert "not a number format" in err and not out.exists()
+    argv = ["plan", "fp16", "--model", f"{factory}:make_late", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the loss of fp32 step 2 is nan (steps 0 to 1 were finite; --steps 2 plans" in err
+    assert main([*argv, "--steps", "2"]) == 0

@@ -12,6 +12,7 @@ user's code is said as that step's failure (the first's is ``UserWorkload.first_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -53,11 +54,30 @@ def fp32_steps(workload: UserWorkload, steps: int) -> Iterator[Fp32Step]:
                 loss.backward()
             except Exception as exc:  # noqa: BLE001 - their batches or model, at a later step
                 raise _failed_at(workload, number, exc) from None
-            yield Fp32Step(number, batch, float(loss.detach()))
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise _nonfinite_at(workload, number, value)
+            yield Fp32Step(number, batch, value)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     finally:
         model.zero_grad(set_to_none=True)
+
+
+def _nonfinite_at(workload: UserWorkload, number: int, loss: float) -> UserCodeError:
+    """An fp32 loss that is inf/NaN: the model or its data gives it, not a format, so the
+    fp16 or fp8 ranges read from that step would blame the format for it."""
+    ran = (
+        f"steps 0 to {number - 1} were finite; --steps {number} plans from them"
+        if number
+        else "before any update"
+    )
+    return UserCodeError(
+        f"workload.model = '{workload.spec_text}': the loss of fp32 step {number} is {loss} "
+        f"({ran}): in fp32 the model or its data gives it, not a number format, so no "
+        "precision plan can be read from it. Accepted: a model and batches whose fp32 loss "
+        "is finite at every step watched."
+    )
 
 
 def _failed_at(workload: UserWorkload, number: int, exc: Exception) -> Exception:
