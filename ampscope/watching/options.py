@@ -97,7 +97,7 @@ class Options:
             self.steps is None or (_is_int(self.steps) and self.steps >= 1),
             "steps",
             self.steps,
-            "a whole number of optimizer steps, 1 or more, or None when unknown",
+            "a whole number of optimizer steps from 1 to 2**63 - 1, or None when unknown",
         )
         _check(
             self.flops_per_step is None or _positive(self.flops_per_step),
@@ -115,19 +115,19 @@ class Options:
             _is_int(self.grad_zero_every) and self.grad_zero_every >= 0,
             "grad_zero_every",
             self.grad_zero_every,
-            "0 (off) or measure every N steps, N a whole number",
+            "0 (off) or measure every N steps, N a whole number below 2**63",
         )
         _check(
             _is_int(self.numerics_every) and self.numerics_every >= 0,
             "numerics_every",
             self.numerics_every,
-            "0 (off) or measure every leaf module every N steps, N a whole number",
+            "0 (off) or measure every leaf module every N steps, N a whole number below 2**63",
         )
         _check(
             _is_int(self.warmup_steps) and self.warmup_steps >= 0,
             "warmup_steps",
             self.warmup_steps,
-            "a whole number of first steps left out of the summary, 0 or more",
+            "a whole number of first steps left out of the summary, from 0 to 2**63 - 1",
         )
         _check(
             _is_number(self.telemetry_hz) and MIN_HZ <= self.telemetry_hz <= MAX_HZ,
@@ -167,25 +167,39 @@ def check_objects(model: object, optimizer: object, scaler: object) -> None:
 
 
 def _refuse(name: str, value: object, accepted: str) -> None:
-    shown = repr(value) if isinstance(value, (str, int, float)) else type(value).__name__
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    shown = _shown(value) if isinstance(value, (str, int, float)) else type(value).__name__
     raise ValueError(f"ampscope.watch(): {name}={shown} is not accepted. Accepted: {accepted}.")
 
 
 def _check(ok: bool, name: str, value: object, accepted: str) -> None:
     if not ok:
         raise ValueError(
-            f"ampscope.watch(): {name}={value!r} is not accepted. Accepted: {accepted}."
+            f"ampscope.watch(): {name}={_shown(value)} is not accepted. Accepted: {accepted}."
         )
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A whole number a record holds: below 2**63, as every int64 reader of JSON takes it."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) < value < 2**63
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float's range (10**400) is no figure
+        return False
 
 
 def _positive(value: object) -> bool:
     return _is_number(value) and value > 0  # type: ignore[operator]
+
+
+def _shown(value: object) -> str:
+    """``value`` as a message shows it: at most 60 characters (repr refuses an int of over
+    4,300 digits, and a 100,000-character name would fill the screen)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"about {'-' if value < 0 else ''}10**{int(value.bit_length() * math.log10(2))}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
