@@ -243,3 +243,16 @@ def test_the_dashboard_starts_beside_a_preset_and_a_keys_file_that_are_fifos(
     assert returns(lambda: run(go()), fifos)
     assert len(problems) == 1 and "not a regular file" in str(problems[0])
     assert any(str(keys.keys_path()) in m and "not a regular file" in m for m in told), told
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_preset_path_that_is_no_file_is_named_for_what_it_is(
+    tmp_path: Path, capsys, kind
+) -> None:
+    """`run x.toml` where x.toml is a FIFO or a folder said the file 'does not exist'."""
+    path = tmp_path / "x.toml"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    assert cli_main(["run", str(path), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ampscope: {path}: cannot be read (") and "does not exist" not in err

@@ -206,7 +206,7 @@ def find_preset(name_or_path: str) -> PresetInfo:
     """A preset by file path or by name (a name may hold a '/': a path is tried first)."""
     path = Path(name_or_path).expanduser()
     looks_like_path = name_or_path.endswith(".toml") or os.sep in name_or_path
-    if looks_like_path and path.is_file():
+    if looks_like_path and path.exists():  # a FIFO or a folder: read_toml says what it is
         raw = read_toml(path)
         return PresetInfo(
             str(raw.get("name", path.stem)), str(raw.get("description", "")), path, "path"
