@@ -130,13 +130,15 @@ def test_serve_warns_off_loopback_and_runs_the_viewer(tmp_path: Path, capsys):
         return serve_cli.cmd_serve(args, server_class=FakeServer, serve=FakeServer.run)
 
     FakeServer.made.clear()
-    port, other = free_port(), free_port()
-    assert serve("--port", str(port), "--runs-dir", str(tmp_path)) == 0
-    assert "no authentication" not in capsys.readouterr().err
-    assert serve("--host", "0.0.0.0", "--port", str(other)) == 0
+    assert serve("--port", "0", "--runs-dir", str(tmp_path)) == 0  # any free port
+    said = capsys.readouterr().err
+    assert "no authentication" not in said
+    assert serve("--host", "0.0.0.0", "--port", "0") == 0
+    first, second = FakeServer.made
     assert "no authentication" in capsys.readouterr().err
-    first = FakeServer.made[0]
-    assert first.host == "127.0.0.1" and first.port == port and first.bound == [port]
+    assert first.host == "127.0.0.1" and first.port != 0 and first.bound == [first.port]
+    assert f"on http://127.0.0.1:{first.port} to at most" in said  # the port it got, not 0
+    assert second.port != 0 and second.bound == [second.port]
     assert "-m ampscope.cli.serve.viewer" in first.command and str(tmp_path) in first.command
     # the page loads its font from the server itself: offline GPU boxes reach nothing else
     assert "fonts.googleapis" not in first.page and "RobotoMono" in first.page
@@ -168,24 +170,37 @@ def test_serve_without_textual_serve_exits_2(monkeypatch, capsys) -> None:
     assert "pip install 'ampscope[serve]'" in capsys.readouterr().err
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+BANNER = re.compile(rb" on http://127\.0\.0\.1:(\d+) ")
+
+
+def serve_process(runs_dir: Path, log: Path, **popen) -> tuple[subprocess.Popen, int]:
+    """``ampscope serve --port 0`` and the port its banner names: a port picked here and handed
+    over could be taken first by another test's serve (two took the same one at load 12)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ampscope", "serve", "--port", "0", "--runs-dir", str(runs_dir)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=engine_env(),
+            cwd=ROOT,
+            **popen,
+        )
+    deadline = time.monotonic() + 60
+    while (found := BANNER.search(log.read_bytes())) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"serve named no port: {log.read_text()!r}")
+        time.sleep(0.1)
+    return proc, int(found.group(1))
 
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
 def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
-        + ["--runs-dir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=engine_env(),
-        cwd=ROOT,
-    )
+    log = tmp_path / "serve.log"
+    proc, port = serve_process(tmp_path, log)
     try:
         body = b""
         deadline = time.monotonic() + 30
@@ -197,7 +212,7 @@ def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
                     break
             except OSError:
                 time.sleep(0.2)
-        assert b"<html" in body.lower(), proc.stdout.read() if proc.poll() is not None else ""
+        assert b"<html" in body.lower(), log.read_text()
         page = body.decode()
         assert "fonts.googleapis" not in page
         font = re.search(r'url\("([^"]+RobotoMono-VariableFont_wght\.ttf)"\)', page)
@@ -211,7 +226,7 @@ def test_serve_answers_http_on_loopback(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    said = proc.stdout.read().decode()
+    said = log.read_text()
     assert said.startswith("ampscope: serving a read-only view")
     assert "Serving '" not in said and "Press Ctrl+C" not in said  # textual-serve's banner
 

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from tests.helpers import ROOT, engine_env, wait_until
-from tests.test_serve import free_port
+from tests.test_serve import serve_process
 
 HAS_SERVE = importlib.util.find_spec("textual_serve") is not None
 pytestmark = [
@@ -44,7 +44,10 @@ class Served:
 
         from ampscope.cli.serve import serve as serve_cli
 
-        self.port = free_port()
+        listening = socket.socket()  # bound here, on a port no other test can take meanwhile
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(128)
+        self.port = listening.getsockname()[1]
         command = serve_cli.viewer_command(runs_dir)
         self.server = serve_cli.viewer_server_class()(
             command, host="127.0.0.1", port=self.port, title="t", max_viewers=2, **limits
@@ -55,7 +58,7 @@ class Served:
         async def start() -> web.AppRunner:
             runner = web.AppRunner(await self.server._make_app())
             await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", self.port).start()
+            await web.SockSite(runner, listening).start()
             return runner
 
         self.runner = asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
@@ -356,17 +359,7 @@ def test_serves_viewers_go_when_serve_goes_however_it_goes(tmp_path: Path, how: 
     with a tab open: its viewer goes too, not reparented to init for ever."""
     import signal
 
-    port = free_port()
-    with open(tmp_path / "serve.log", "wb") as log:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
-            + ["--runs-dir", str(tmp_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=engine_env(),
-            cwd=ROOT,
-        )
+    serve, port = serve_process(tmp_path, tmp_path / "serve.log")
     viewers: list[psutil.Process] = []
 
     def viewer_started() -> bool:
@@ -427,14 +420,9 @@ def test_serve_under_nohup_goes_on_serving_after_a_hang_up(tmp_path: Path) -> No
     import signal
     import urllib.request
 
-    port = free_port()
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "ampscope", "serve", "--port", str(port)]
-        + ["--runs-dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=engine_env(),
-        cwd=ROOT,
+    serve, port = serve_process(
+        tmp_path,
+        tmp_path / "serve.log",
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
     )
 

@@ -75,7 +75,12 @@ def add_runs_parsers(sub: Any) -> None:
         "serve", help="serve a read-only dashboard that follows the current run to browsers"
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="port (default 8000; 0: any free port, said when served)",
+    )
     serve.add_argument(
         "--max-viewers",
         type=int,

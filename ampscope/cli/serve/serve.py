@@ -89,7 +89,8 @@ def size_refusal(query: Mapping[str, str]) -> str | None:
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``host:port`` and listening (one per address the name has), made
-    before anything is printed: a port already taken fails here (OSError)."""
+    before anything is printed: a port already taken fails here (OSError). Port 0 is the free
+    port the first address gets, the same for the others."""
     made: list[socket.socket] = []
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -99,6 +100,8 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(made) > 1:
+                address = (address[0], made[0].getsockname()[1], *address[2:])
             sock.bind(address)
             sock.listen(128)
             sock.setblocking(False)
@@ -232,27 +235,28 @@ def cmd_serve(
         from textual_serve.server import Server  # noqa: F401 - is it installed?
     except ImportError:
         return fail("'ampscope serve' needs textual-serve: pip install 'ampscope[serve]'", code=2)
-    if not 1 <= args.port <= 65535:
-        return fail(f"--port {args.port} is out of range (1 to 65535).")
+    if not 0 <= args.port <= 65535:
+        return fail(f"--port {args.port} is out of range (1 to 65535, or 0 for any free port).")
     low, high = VIEWERS_RANGE
     if not low <= args.max_viewers <= high:
         return fail(f"--max-viewers {args.max_viewers} is out of range ({low} to {high}).")
-    if not is_loopback(args.host):
-        print(
-            f"ampscope: warning: serving on {args.host}:{args.port}. The served app has no "
-            "authentication: anyone who can reach this address sees your runs.",
-            file=sys.stderr,
-        )
     root = getattr(args, "runs_dir", None) or records.default_runs_dir()
     try:
         sockets = listening_sockets(args.host, args.port)
     except OSError as exc:
         return fail(port_refusal(args.host, args.port, exc), 1)
+    port = sockets[0].getsockname()[1]  # --port 0: the one the system gave
+    if not is_loopback(args.host):
+        print(
+            f"ampscope: warning: serving on {args.host}:{port}. The served app has no "
+            "authentication: anyone who can reach this address sees your runs.",
+            file=sys.stderr,
+        )
     os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
     command = viewer_command(root, getattr(args, "refresh", None))
     print(
         f"ampscope: serving a read-only view of the live runs in {root} on "
-        f"http://{args.host}:{args.port} to at most {args.max_viewers} viewers (Ctrl+C stops)",
+        f"http://{args.host}:{port} to at most {args.max_viewers} viewers (Ctrl+C stops)",
         file=sys.stderr,
         flush=True,
     )
@@ -262,7 +266,7 @@ def cmd_serve(
         server = (server_class or viewer_server_class())(
             command,
             host=args.host,
-            port=args.port,
+            port=port,
             title="ampscope",
             templates_path=offline_templates(Path(pages)),  # no font from the internet
             max_viewers=args.max_viewers,
