@@ -60,7 +60,7 @@ def test_replay_reaches_the_end_with_the_records_summary() -> None:
             screen = app.open_run(ReplaySource.load(example(), speed=100))
             assert await shown(pilot, app, RunScreen) is screen and screen.state.read_only
             source = screen.source
-            assert await wait_for(pilot, lambda: source.at_end, 20), source.label()
+            assert await wait_for(pilot, lambda: source.at_end, 60), source.label()
             state = screen.state
             assert state.done is not None
             assert ev.to_dict(state.done) == ev.to_dict(record.done)
@@ -88,7 +88,7 @@ def test_a_replay_of_a_nan_run_numbers_its_steps_one_way() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             screen = app.open_run(ReplaySource.load(example("fp16-nan"), speed=100))
-            assert await wait_for(pilot, lambda: screen.source.at_end, 20)
+            assert await wait_for(pilot, lambda: screen.source.at_end, 60), screen.source.label()
             log = screen.query_one(EventLogView)
             assert await wait_for(pilot, lambda: "run failed" in "\n".join(log.texts), 5)
             header = text(screen, "#run-header")
@@ -248,7 +248,7 @@ def test_the_run_view_says_a_record_is_from_a_newer_schema(tmp_path: Path) -> No
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             screen = app.open_run(AttachSource(run_dir))
-            assert await wait_for(pilot, lambda: screen.state.done is not None, 20)
+            assert await wait_for(pilot, lambda: screen.state.done is not None, 60)
             log = screen.query_one(EventLogView)
             assert await wait_for(pilot, lambda: any("run ok" in t for t in log.texts), 5)
             said = [t for t in log.texts if "schema version 2" in t]
@@ -295,7 +295,7 @@ def test_a_record_with_numerics_shows_them_in_replay_and_attach(tmp_path: Path, 
                 else AttachSource(run_dir.path)
             )
             screen = app.open_run(source)
-            assert await wait_for(pilot, lambda: screen.state.done is not None, 20)
+            assert await wait_for(pilot, lambda: screen.state.done is not None, 60), source.label()
             await pilot.press("n")
             numerics = await shown(pilot, app, NumericsScreen)
             await pilot.pause()
