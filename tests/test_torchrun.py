@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -178,9 +179,15 @@ def test_a_rank_that_fails_fails_the_run_naming_it(tmp_path: Path) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a rendezvous endpoint, which torchrun binds itself: drawn at random below the
+    kernel's own range (32768 up), where two tests asking the kernel at once were given the same
+    free port (serve's tests, at load 12), and bindable when drawn."""
+    draw = random.SystemRandom()
+    while True:
+        port = draw.randrange(20000, 32768)
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            return port
 
 
 def test_two_nodes_on_one_machine_meet_at_node_0s_endpoint(tmp_path: Path) -> None:
@@ -356,6 +363,7 @@ def _drain(fd: int) -> None:
 
 LEAVING_RANK = """
 import os
+import random
 import torch
 from torch import nn
 import ampscope
