@@ -242,9 +242,7 @@ def test_a_stop_reaches_a_rank_still_waiting_for_its_peer(tmp_path: Path) -> Non
     """Rank 0 of two, whose peer never comes, waits inside torch's rendezvous, where Python
     runs no signal handler. A stop still ends it in seconds, ``stopped``, not after torch's
     30-minute timeout (or torchrun's SIGKILL, 30 s on)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = engine_env(
         RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
