@@ -20,8 +20,10 @@ from ampscope.tui.model.replay import ReplaySource
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.memory import MemoryScreen
+from ampscope.tui.screens.numerics import NumericsScreen
 from ampscope.tui.screens.preset_form import field_id
 from ampscope.tui.screens.presets import PresetsScreen
+from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.screens.save import SaveDialog
 from tests.helpers import (
@@ -255,5 +257,71 @@ def test_compare_names_the_model_its_runs_share_as_written(
             await pilot.pause()
             assert text(screen, "#compare-title").startswith(f"2 runs · model {shown_as} · ")
             assert_literal(app, shown_as)
+
+    run(go())
+
+
+def write_measured_record(root: Path, name: str) -> Path:
+    """A finished record whose profile and numerics name a format and a class ``name``."""
+    from ampscope.core.numerics.event import FormatShare, ModuleNumerics, TensorNumerics
+
+    run_dir = root / "20260101T000003Z-measured"
+    run_dir.mkdir(parents=True)
+    out = TensorNumerics(
+        numel=10,
+        amax=3.0,
+        min_nonzero=1e-3,
+        nonfinite=1,
+        formats={"fp16": FormatShare(overflow=0.1, underflow=0.0)},
+        dtype=name,
+    )
+    numerics = ev.NumericsEvent(
+        step=1,
+        loss_scale=None,
+        modules=[ModuleNumerics(name="head", kind="Linear", order=0, activation=out)],
+        modules_total=1,
+    )
+    profile = ev.ProfileEvent(
+        step=1,
+        steps=1,
+        step_ms=10.0,
+        timing="cpu",
+        classes={"matmul": 0.6, name: 0.4},
+        dtypes={"matmul": {name: 1.0}},
+        top_ops=[ev.ProfileOp(name="aten::mm", kind="matmul", share=0.6, calls=2)],
+    )
+    events = [hello(run_dir=str(run_dir)), step(0), step(1), numerics, profile, done("ok", 2)]
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+    return run_dir
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize(("name", "shown_as"), CORPUS)
+def test_profile_and_numerics_name_a_records_formats_as_written(
+    name: str, shown_as: str, tmp_path: Path
+) -> None:
+    """A profile's classes and formats, and the format a layer's inf/NaN were computed in, as a
+    record names them: the Profile view's bars and the Numerics view's verdict drew them raw."""
+    record = write_measured_record(tmp_path, name)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            screen = app.open_run(ReplaySource.load(record, 1000))
+            assert await wait_for(pilot, lambda: screen.state.done is not None)
+            await pilot.press("p")
+            profile = await shown(pilot, app, ProfileScreen)
+            await pilot.pause()
+            body = text(profile, "#profile-body")
+            assert f"matmul ({shown_as[:12]}" in body and f"\n{shown_as[:26]}" in body
+            assert_literal(app, f"matmul ({shown_as[:12]}")
+            await pilot.press("escape")
+            await shown(pilot, app, RunScreen)
+            await pilot.press("n")
+            numerics = await shown(pilot, app, NumericsScreen)
+            await pilot.pause()
+            assert f"computed in {shown_as}" in text(numerics, "#numerics-verdict")
+            assert_literal(app, f"computed in {shown_as}")
 
     run(go())

@@ -242,7 +242,10 @@ def verdict(summary: NumericsSummary, key: str) -> str:
 
 
 def _computed_in(t: PassTotals) -> str:
-    return DTYPE_LABELS.get(t.dtype or "", t.dtype or "the format the run computes in")
+    # a format's name as a record gives it: shown, never obeyed
+    return DTYPE_LABELS.get(
+        t.dtype or "", visible(t.dtype or "", 40) or "the format the run computes in"
+    )
 
 
 def _overflow(summary: NumericsSummary, key: str) -> str | None:
@@ -359,7 +362,9 @@ def first_words(summary: NumericsSummary) -> str | None:
     said = f"inf/NaN first appears in {visible(first.place(), 400)} at step {first.step}"
     if first.source == INPUTS:
         return said + ": no layer made them; the data or the code that builds the batch did."
-    where = DTYPE_LABELS.get(dtype or "", dtype or "the format it is computed in")
+    where = DTYPE_LABELS.get(
+        dtype or "", visible(dtype or "", 40) or "the format it is computed in"
+    )
     return said + f": an overflow of {where}, and of every narrower format."
 
 

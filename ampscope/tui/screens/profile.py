@@ -163,6 +163,7 @@ def chart(profile: ev.ProfileEvent, title: str, width: int, height: int) -> Text
     name_w = 26
     bar_w = max(10, width - name_w - 10)
     for name, share, cls in rows:
+        name = visible(name)  # a class and its formats as a record names them
         out.append(f"{name[:name_w]:<{name_w}} {share:>4.0%} ")
         out.append("\u2588" * max(1, round(share * bar_w)), style=_colour(cls))
         out.append("\n")
