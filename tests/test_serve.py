@@ -536,3 +536,42 @@ def test_a_plain_get_of_the_websocket_is_a_400_and_static_lists_no_folder(caplog
         asyncio.run(go())
     assert started == [] and server.viewers == 0
     assert not [r for r in caplog.records if r.exc_info]  # no traceback logged
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_a_malformed_request_is_one_line_in_serves_log_not_a_traceback(caplog) -> None:
+    """Bytes that are no HTTP request (a port scanner, a header past aiohttp's limit, a bad
+    Content-Length) each printed a page-long traceback with its locals in serve's terminal."""
+    import asyncio
+    import logging
+
+    from aiohttp.test_utils import TestServer
+
+    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+    malformed = [
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 200_000 + b"\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: -5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ]
+    answers: list[bytes] = []
+
+    async def go() -> None:
+        async with TestServer(await server._make_app(), host="127.0.0.1") as test_server:
+            for request in malformed:
+                reader, writer = await asyncio.open_connection("127.0.0.1", test_server.port)
+                writer.write(request)
+                await writer.drain()
+                answers.append(await reader.read())
+                writer.close()
+
+    with caplog.at_level(logging.INFO):
+        asyncio.run(go())
+    assert all(answer.startswith(b"HTTP/1.0 400") for answer in answers), answers
+    said = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert not [r for r in said if r.exc_info]  # no traceback logged
+    lines = [r.getMessage() for r in said]
+    assert len(lines) == len(malformed), lines
+    assert all(line.startswith("refused a malformed request from 127.0.0.1: ") for line in lines)
+    assert all("\n" not in line for line in lines)
+    assert "Content-Length: -5" in lines[1]  # what was wrong, after what it was

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import errno
 import ipaddress
+import logging
 import os
 import shlex
 import signal
@@ -112,6 +113,35 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     return made
 
 
+class MalformedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse (bytes that are no HTTP, a header past its limit,
+    a bad Content-Length) as an error with its traceback, which textual-serve's log drew as a
+    page of frames and locals in serve's terminal for each one: the client's fault, said here
+    in one line, with what was wrong."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            # "Invalid character in Content-Length:", the bytes, a caret under the fault
+            lines = [line.strip() for line in str(exc.message).splitlines()]
+            said = " ".join(line for line in lines if line.strip("^"))
+            who = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "refused a malformed request from %s: %s"
+            record.args = (visible(who, 80), visible(said or type(exc).__name__, 200))
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_malformed_requests() -> None:
+    """Malformed requests are logged in one line each (``MalformedRequests``), once a process."""
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequests) for f in server_log.filters):
+        server_log.addFilter(MalformedRequests())
+
+
 def viewer_server_class() -> type:
     """textual-serve's Server with a viewer limit, a same-origin websocket and viewers of
     bounded life (cli/serve/viewers.py); imported late: textual-serve is optional."""
@@ -185,6 +215,7 @@ def viewer_server_class() -> type:
             """The base's app, less the listing of /static/ (the page's files are served;
             what else the folder holds is nobody's business)."""
             app = await super()._make_app()
+            quiet_malformed_requests()
             for resource in app.router.resources():
                 if isinstance(resource, web.StaticResource):
                     resource._show_index = False
