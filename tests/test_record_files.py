@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,8 @@ from ampscope.tui import keys
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
-from tests.helpers import SIZE, done, hello, run, shown, step, wait_for
+from ampscope.tui.screens.save import SaveDialog
+from tests.helpers import SIZE, done, hello, run, select_preset, shown, step, wait_for
 
 HANG_S = 60.0
 """Far past what any of these takes (milliseconds): only a read that waits for ever exceeds it."""
@@ -32,7 +34,8 @@ HANG_S = 60.0
 
 def returns(call: Callable[[], object], fifos: list[Path]) -> bool:
     """Whether ``call()`` returns, rather than waiting for ever on one of ``fifos``. A reader
-    stuck on one is set free afterwards (a writer opens and closes it), so no thread is left."""
+    stuck on one is set free afterwards (a writer opens and closes it; a writer stuck on one,
+    a reader), so no thread is left."""
 
     def quietly() -> None:
         with contextlib.suppress(BaseException):  # what it raises is the caller's to check
@@ -46,6 +49,8 @@ def returns(call: Callable[[], object], fifos: list[Path]) -> bool:
         for fifo in fifos:
             with contextlib.suppress(OSError):  # ENXIO: nobody waits on this one
                 os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
         thread.join(0.1)
     return not stuck
 
@@ -256,3 +261,36 @@ def test_a_preset_path_that_is_no_file_is_named_for_what_it_is(
     assert cli_main(["run", str(path), "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"ampscope: {path}: cannot be read (") and "does not exist" not in err
+
+
+@pytest.mark.ui
+def test_saving_a_preset_over_a_fifo_says_so_and_the_dashboard_goes_on(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Save wrote a preset by opening its file as a file is: a FIFO under that name waited
+    for a reader for ever, and the dashboard froze on the enter that saved it."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = user_presets_dir()
+    folder.mkdir(parents=True)
+    fifo = folder / "mine.toml"
+    os.mkfifo(fifo)
+    told: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path / "runs")
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            select_preset(app, "fp32")
+            await pilot.pause()
+            await pilot.press("s")
+            dialog = await shown(pilot, app, SaveDialog)
+            dialog.query_one("#save-name").value = "mine"
+            await pilot.press("enter")
+            await shown(pilot, app, PresetsScreen)
+            told.extend(str(n.message) for n in app._notifications)
+            await pilot.press("h")  # the keys still work
+            await shown(pilot, app, HistoryScreen)
+
+    assert returns(lambda: run(go()), [fifo])
+    assert any(m.startswith("Cannot save: ") and "not a regular file" in m for m in told), told
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # left as it was

@@ -86,6 +86,24 @@ def read_config_file(path: Path, max_bytes: int) -> bytes:
         return fh.read(max_bytes + 1)
 
 
+def write_config_file(path: Path, text: str) -> None:
+    """Write a settings file (a preset the dashboard saves) as UTF-8, once ``path`` is known to
+    be a regular file or none: a FIFO under that name, opened as a file is, waited for a
+    reader forever and froze the dashboard. OSError otherwise; nothing else is truncated."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO that no one reads
+            raise OSError(errno.EINVAL, "not a regular file", str(path)) from None
+        raise
+    with os.fdopen(fd, "wb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fh.truncate(0)
+        fh.write(text.encode("utf-8"))
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """A preset file's table; ConfigError (naming the file) for anything that is not one."""
     try:

@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
 from ampscope.core import presets
+from ampscope.core.presets.toml_text import write_config_file
 from ampscope.core.text import visible
 from ampscope.tui.screens import SCREENS_CSS
 from ampscope.tui.widgets.key_bar import KeyBar
@@ -28,7 +29,7 @@ def save_user_preset(preset: presets.Preset, name: str) -> Path:
     folder = presets.user_presets_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
-    path.write_text(presets.to_toml(msgspec.structs.replace(preset, name=name)))
+    write_config_file(path, presets.to_toml(msgspec.structs.replace(preset, name=name)))
     return path
 
 
