@@ -163,3 +163,36 @@ def test_a_running_engine_profiles_its_next_steps_when_asked_and_keeps_them_in_t
         proc.wait(timeout=30)
     recorded = [e for e in (ev.decode(x) for x in (run_dir / "events.jsonl").open("rb"))]
     assert any(isinstance(e, ev.ProfileEvent) for e in recorded)
+
+
+@pytest.mark.ui
+def test_p_answers_beside_a_fifo_in_the_run_folder(tmp_path: Path) -> None:
+    """The request was written through a file of a fixed name: a FIFO under that name waited
+    for a reader for ever, and the dashboard froze on p."""
+    import threading
+
+    fifo = tmp_path / (profiles.REQUEST_FILE + ".tmp")
+    os.mkfifo(fifo)
+    requests: list[object] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.open_run(FrozenSource(live_state(tmp_path)))
+            await shown(pilot, app, RunScreen)
+            await pilot.press("p")
+            await shown(pilot, app, ProfileScreen)
+            requests.append(json.loads((tmp_path / profiles.REQUEST_FILE).read_text()))
+
+    thread = threading.Thread(target=lambda: run(go()), daemon=True)
+    thread.start()
+    thread.join(60)  # milliseconds when it answers; only a wait for ever takes this long
+    stuck = thread.is_alive()
+    while thread.is_alive():  # a writer stuck on the FIFO is let go (a reader opens it)
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        thread.join(0.1)
+    assert not stuck, "p waited on the FIFO"
+    assert requests == [{"steps": profiles.DEFAULT_STEPS}]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([fifo.name, profiles.REQUEST_FILE])  # no temporary file left behind

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from ampscope.core.records import files
@@ -22,9 +23,17 @@ MAX_STEPS = 50
 
 def ask_to_profile(run_dir: Path, steps: int = DEFAULT_STEPS) -> None:
     """Leave the request for the engine of ``run_dir``; it takes it within half a second."""
-    tmp = run_dir / (REQUEST_FILE + ".tmp")
-    tmp.write_text(json.dumps({"steps": steps}))
-    os.replace(tmp, run_dir / REQUEST_FILE)
+    # a fresh file of its own to write: one of a fixed name may be there already as a FIFO,
+    # which an open waits on for ever (the Run view's p froze the dashboard)
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{REQUEST_FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps({"steps": steps}))
+        os.replace(tmp, run_dir / REQUEST_FILE)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 REQUEST_MAX_BYTES = 4096
