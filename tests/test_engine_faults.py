@@ -107,10 +107,10 @@ class FullDisk:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return real_write(fd, bytes(data[:room]))
 
-        def replace(path: Path, tmp: Path, text: str) -> None:
+        def replace(path: Path, text: str) -> None:
             if self.ours(str(path)) and len(text.encode()) > self.room():
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
-            real_replace(path, tmp, text)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            real_replace(path, text)
 
         def allocate(fd: int, offset: int, size: int) -> None:
             if self.ours(self.target(fd)) and offset + size > self.room():

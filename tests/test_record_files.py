@@ -294,3 +294,35 @@ def test_saving_a_preset_over_a_fifo_says_so_and_the_dashboard_goes_on(
     assert returns(lambda: run(go()), [fifo])
     assert any(m.startswith("Cannot save: ") and "not a regular file" in m for m in told), told
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # left as it was
+
+
+@pytest.mark.unit
+def test_a_record_file_is_written_whole_beside_fifos_under_its_old_temporary_names(
+    tmp_path: Path,
+) -> None:
+    """config.json, summary.json and live.json were written through a file of a fixed name
+    (summary.tmp, .live.json.PID.tmp): a FIFO under one waited for a reader for ever, and the
+    engine or the watched loop hung as it wrote its record."""
+    fifos = [
+        tmp_path / "summary.tmp",
+        tmp_path / "config.tmp",
+        tmp_path / f".{records.LIVE_FILE}.{os.getpid()}.tmp",
+    ]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+
+    def write() -> None:
+        records.write_json(tmp_path / records.SUMMARY_FILE, {"done": None})
+        records.write_json(tmp_path / records.CONFIG_FILE, {"name": "x"})
+        records.write_live(tmp_path, os.getpid())
+
+    assert returns(write, fifos)
+    assert json.loads((tmp_path / records.SUMMARY_FILE).read_text()) == {"done": None}
+    assert json.loads((tmp_path / records.CONFIG_FILE).read_text()) == {"name": "x"}
+    assert records.read_live(tmp_path)["pid"] == os.getpid()
+    left = {p.name for p in tmp_path.iterdir() if p.suffix == ".tmp" or p.suffix == ".json"}
+    assert left == {f.name for f in fifos} | {
+        records.SUMMARY_FILE,
+        records.CONFIG_FILE,
+        records.LIVE_FILE,
+    }  # no temporary file left behind

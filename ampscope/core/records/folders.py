@@ -9,6 +9,7 @@ import json
 import math
 import os
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,16 +50,22 @@ def new_run_dir(root: Path, preset_name: str) -> Path:
 
 def write_json(path: Path, data: Any) -> None:
     """Write whole or not at all (a temporary file, then a rename); OSError when it cannot."""
-    _replace_with(path, path.with_suffix(".tmp"), json.dumps(data, indent=2) + "\n")
+    _replace_with(path, json.dumps(data, indent=2) + "\n")
 
 
-def _replace_with(path: Path, tmp: Path, text: str) -> None:
+def _replace_with(path: Path, text: str) -> None:
+    # The temporary file is a fresh one of its own (several processes may write one file, as
+    # engine and launcher do live.json): one of a fixed name may be there as a FIFO, which an
+    # open waits on for ever.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # as a file written plainly is: others may read the record
+        os.replace(tmp, path)
+    except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()  # a full disk leaves no half-written file behind
+            os.unlink(tmp)  # a full disk leaves no half-written file behind
         raise
 
 
@@ -229,8 +236,7 @@ def write_live(
         "proc_start": process_start(pid),
         **(extra or {}),
     }
-    tmp = run_dir / f".{LIVE_FILE}.{os.getpid()}.tmp"  # engine and launcher may both write
-    _replace_with(run_dir / LIVE_FILE, tmp, json.dumps(data) + "\n")
+    _replace_with(run_dir / LIVE_FILE, json.dumps(data) + "\n")
 
 
 def read_live(run_dir: Path) -> dict[str, Any] | None:
