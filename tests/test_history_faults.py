@@ -206,3 +206,44 @@ def test_a_runs_start_time_is_the_same_while_it_runs_and_after(tmp_path: Path) -
     assert started(running) == started(ended) == fmt_time(stamp)
     odd = records.RunRecord(tmp_path / "my-folder", hello=hello(started_at=stamp + 4.0))
     assert started(odd) == fmt_time(stamp + 4.0)
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [
+        ("removed", "the record is gone: "),
+        ("fifo", "events.jsonl is not a regular file"),
+        ("folder", "events.jsonl is not a regular file"),
+    ],
+)
+@pytest.mark.parametrize("source", [RecordSource, ReplaySource])
+def test_a_record_removed_or_unreadable_after_it_was_listed_says_so_when_opened(
+    spoil: str, said: str, source: type, tmp_path: Path
+) -> None:
+    """A finished record whose folder went (deleted from another terminal while History
+    listed it), or whose events file is no file, opened as 'incomplete: the run was cut
+    short', which said a finished run had broken off."""
+    import os
+    import shutil
+
+    path = write_record(tmp_path, "20260101T000000Z-ok", encoded(hello(), step(0), done("ok", 1)))
+    (path / records.EVENTS_FILE).unlink()
+    if spoil == "removed":
+        shutil.rmtree(path)
+    elif spoil == "fifo":
+        os.mkfifo(path / records.EVENTS_FILE)
+    else:
+        (path / records.EVENTS_FILE).mkdir()
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            screen = app.open_run(source.load(path))
+            assert await wait_for(pilot, lambda: screen.state.status == "incomplete")
+            lines = [line.text for line in screen.state.log]
+            assert any(said in t and "nothing of the run can be shown" in t for t in lines), lines
+            assert not any("cut short" in t for t in lines), lines
+
+    run(go())

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from ampscope.core import events as ev
 from ampscope.core import records
+from ampscope.core.text import visible
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import PAUSE
 
@@ -33,10 +35,26 @@ INGEST_CHUNK = 5000
 """Events ingested between two looks at the UI's own events, so that keys (q) still work."""
 
 
-def _load_events(run_dir: Path) -> tuple[list[ev.Event], str, str]:
-    """The record's events (thinned), its preset, and what the thinning left out."""
-    record = records.load_run(Path(run_dir), thinned=True)
-    return record.events, record.preset, record.note
+def _load_events(run_dir: Path) -> tuple[list[ev.Event], str, str, str | None]:
+    """The record's events (thinned), its preset, what the thinning left out, and why its
+    events could not be read, when they could not (None when they could)."""
+    run_dir = Path(run_dir)
+    record = records.load_run(run_dir, thinned=True)
+    return record.events, record.preset, record.note, unreadable(run_dir, record.problem)
+
+
+def unreadable(run_dir: Path, problem: str | None) -> str | None:
+    """Why a record's events could not be read: gone since it was listed, no file, or one
+    that cannot be read (permissions, a FIFO). None when they were read."""
+    events = run_dir / records.EVENTS_FILE
+    if problem:
+        return visible(f"{records.EVENTS_FILE} {problem}")
+    if not run_dir.is_dir():
+        return visible(f"the record is gone: {run_dir} was removed")
+    if not events.is_file():
+        what = "is not a regular file" if os.path.lexists(events) else "is missing"
+        return f"{records.EVENTS_FILE} {what}"
+    return None
 
 
 class RecordSource:
@@ -71,14 +89,14 @@ class RecordSource:
     async def feed(self) -> None:
         if self.run_dir is None:
             return
-        events, preset, note = await asyncio.to_thread(_load_events, self.run_dir)
+        events, preset, note, unread = await asyncio.to_thread(_load_events, self.run_dir)
         self.state.label = preset
         if note:
             self.state.log.add("info", None, note)
         for start in range(0, len(events), INGEST_CHUNK):
             self.state.ingest_many(events[start : start + INGEST_CHUNK])
             await asyncio.sleep(0)
-        self.state.record_ended()
+        self.state.record_ended(unread)
         self.run_dir = None
 
     async def stop(self) -> None:
@@ -109,6 +127,7 @@ class ReplaySource:
         self.index = 0  # next event to feed
         self.run_dir: Path | None = None  # still to be read
         self.note = ""  # what reading the record thinned, if it did
+        self.unread: str | None = None  # why the record's events could not be read, if so
         self._set_events(events)
         self.state = self._new_state()
 
@@ -174,7 +193,8 @@ class ReplaySource:
         """Read the record (if not yet), then play: advance the clock every tick while not
         paused (seeking works at any time)."""
         if self.run_dir is not None:
-            events, self.label_text, self.note = await asyncio.to_thread(_load_events, self.run_dir)
+            loaded = await asyncio.to_thread(_load_events, self.run_dir)
+            events, self.label_text, self.note, self.unread = loaded
             self._set_events(events)
             self.state = self._new_state()  # its header names the run's settings at once
             self.run_dir = None
@@ -200,7 +220,7 @@ class ReplaySource:
             self.index = end
         if self.at_end:
             self.position = self.duration
-            self.state.record_ended()
+            self.state.record_ended(self.unread)
 
     # ------------------------------------------------------------------ controls
 

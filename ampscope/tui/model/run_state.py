@@ -74,12 +74,16 @@ class RunState(EventState):
             self.log.add("error", None, self.error)
         self.version += 1
 
-    def record_ended(self) -> None:
-        """A record read to its end; without ``done`` the run was cut short."""
+    def record_ended(self, unreadable: str | None = None) -> None:
+        """A record read to its end; without ``done`` the run was cut short, unless its events
+        could not be read at all (``unreadable`` says why): then nothing is known of its end."""
         if self.finished:
             return
         self.status = "incomplete"
-        self.log.add("warning", None, "the record has no 'done' event (the run was cut short)")
+        if unreadable:
+            self.log.add("error", None, f"{unreadable}: nothing of the run can be shown")
+        else:
+            self.log.add("warning", None, "the record has no 'done' event (the run was cut short)")
         self.version += 1
 
     # ---------------------------------------------------------------- read
