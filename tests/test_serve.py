@@ -575,3 +575,27 @@ def test_a_malformed_request_is_one_line_in_serves_log_not_a_traceback(caplog) -
     assert all(line.startswith("refused a malformed request from 127.0.0.1: ") for line in lines)
     assert all("\n" not in line for line in lines)
     assert "Content-Length: -5" in lines[1]  # what was wrong, after what it was
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_serve_names_its_runs_folder_and_address_with_control_characters_spelled_out(
+    tmp_path: Path, capsys
+) -> None:
+    """The banner printed the runs folder as it was: an escape sequence in a folder's name
+    (or $AMPSCOPE_RUNS_DIR) reached the terminal. --host is named spelled out too."""
+    from ampscope.cli.main import command_args
+
+    FakeServer.made.clear()
+    runs = tmp_path / "runs\x1b]0;pwned\x07"
+    args = command_args(["serve", "--port", "0", "--runs-dir", str(runs)])
+    assert serve_cli.cmd_serve(args, server_class=FakeServer, serve=FakeServer.run) == 0
+    err = capsys.readouterr().err
+    assert f"live runs in {tmp_path}/runs\\x1b]0;pwned\\x07 on http://127.0.0.1:" in err
+    assert "\x1b" not in err and "\x07" not in err
+
+    host = "nowhere\x1b[2J.invalid"
+    assert cli_main(["serve", "--host", host, "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot serve on nowhere\\x1b[2J.invalid:" in err
+    assert "\x1b" not in err

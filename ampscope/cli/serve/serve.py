@@ -279,15 +279,17 @@ def cmd_serve(
     port = sockets[0].getsockname()[1]  # --port 0: the one the system gave
     if not is_loopback(args.host):
         print(
-            f"ampscope: warning: serving on {args.host}:{port}. The served app has no "
-            "authentication: anyone who can reach this address sees your runs.",
+            f"ampscope: warning: serving on {visible(args.host, 200)}:{port}. The served app "
+            "has no authentication: anyone who can reach this address sees your runs.",
             file=sys.stderr,
         )
     os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
     command = viewer_command(root, getattr(args, "refresh", None))
     print(
-        f"ampscope: serving a read-only view of the live runs in {root} on "
-        f"http://{args.host}:{port} to at most {args.max_viewers} viewers (Ctrl+C stops)",
+        # the folder and address as typed (or from $AMPSCOPE_RUNS_DIR), never obeyed
+        f"ampscope: serving a read-only view of the live runs in {visible(root)} on "
+        f"http://{visible(args.host, 200)}:{port} to at most {args.max_viewers} viewers "
+        "(Ctrl+C stops)",
         file=sys.stderr,
         flush=True,
     )
