@@ -599,3 +599,35 @@ def test_serve_names_its_runs_folder_and_address_with_control_characters_spelled
     err = capsys.readouterr().err
     assert "cannot serve on nowhere\\x1b[2J.invalid:" in err
     assert "\x1b" not in err
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_a_requests_headers_reach_serves_log_with_control_characters_spelled_out(caplog) -> None:
+    """The access log names each request's User-Agent and Referer as the client sent them: a
+    C1 escape (CSI, U+009B) or a bidi override in one reached serve's terminal."""
+    import asyncio
+    import logging
+
+    from aiohttp.test_utils import TestServer
+
+    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+    request = (
+        "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+        "User-Agent: a\u009b2Jb\u202ec\r\n\r\n"
+    )
+
+    async def go() -> bytes:
+        async with TestServer(await server._make_app(), host="127.0.0.1") as test_server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", test_server.port)
+            writer.write(request.encode("utf-8"))
+            await writer.drain()
+            answer = await reader.read()  # to its end: the access line is logged before it
+            writer.close()
+            return answer
+
+    with caplog.at_level(logging.INFO):
+        assert asyncio.run(go()).startswith(b"HTTP/1.1 200")
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+    assert '"a\\x9b2Jb\\u202ec"' in line
+    assert "\u009b" not in line and "\u202e" not in line

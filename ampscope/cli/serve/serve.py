@@ -135,11 +135,24 @@ class MalformedRequests(logging.Filter):
         return True
 
 
-def quiet_malformed_requests() -> None:
-    """Malformed requests are logged in one line each (``MalformedRequests``), once a process."""
-    server_log = logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, MalformedRequests) for f in server_log.filters):
-        server_log.addFilter(MalformedRequests())
+class VisibleRequests(logging.Filter):
+    """The access log's line for a request names what its client sent (the path, the
+    User-Agent and Referer headers): with its control characters spelled out, as everything
+    else from outside is, or a client's C1 escape or bidi override reached serve's terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = visible(record.getMessage()), None
+        return True
+
+
+def plain_request_logs() -> None:
+    """Malformed requests are logged in one line each (``MalformedRequests``), and every
+    request's access line with its control characters spelled out (``VisibleRequests``):
+    once a process."""
+    for name, kind in (("aiohttp.server", MalformedRequests), ("aiohttp.access", VisibleRequests)):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in log.filters):
+            log.addFilter(kind())
 
 
 def viewer_server_class() -> type:
@@ -215,7 +228,7 @@ def viewer_server_class() -> type:
             """The base's app, less the listing of /static/ (the page's files are served;
             what else the folder holds is nobody's business)."""
             app = await super()._make_app()
-            quiet_malformed_requests()
+            plain_request_logs()
             for resource in app.router.resources():
                 if isinstance(resource, web.StaticResource):
                     resource._show_index = False
