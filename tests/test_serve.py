@@ -631,3 +631,39 @@ def test_a_requests_headers_reach_serves_log_with_control_characters_spelled_out
     (line,) = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
     assert '"a\\x9b2Jb\\u202ec"' in line
     assert "\u009b" not in line and "\u202e" not in line
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_a_tab_that_goes_in_its_handshake_is_one_line_in_serves_log(caplog) -> None:
+    """A tab closed (or reloaded) while its websocket was being accepted printed a page-long
+    traceback with its locals ('ConnectionResetError: Connection lost') in serve's terminal."""
+    import asyncio
+    import logging
+    from unittest import mock
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from ampscope.cli.serve import viewers
+
+    server = serve_cli.viewer_server_class()("true", host="127.0.0.1", port=0, title="t")
+    upgrade = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+    }
+    # the client went: aiohttp has no transport for it any more
+    gone = mock.Mock(transport=None, peername=("127.0.0.1", 50000))
+
+    async def go() -> None:
+        request = make_mocked_request("GET", "/ws", headers=upgrade, protocol=gone, transport=None)
+        await viewers.serve_tab(server, request)
+
+    with caplog.at_level(logging.DEBUG, logger="textual-serve"):
+        asyncio.run(go())
+    said = [r for r in caplog.records if r.name == "textual-serve"]
+    assert not [r for r in said if r.exc_info]  # no traceback
+    assert [r.getMessage() for r in said if r.levelno >= logging.INFO] == [
+        "ampscope serve: the tab of 127.0.0.1 went before its viewer started (Connection lost)."
+    ]

@@ -279,8 +279,15 @@ async def serve_tab(server: Server, request: web.Request) -> web.WebSocketRespon
         ]
         ended = [*tasks, viewer.output_done] if viewer.output_done else tasks
         await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+    except ConnectionError as error:  # the tab went in the handshake or while its viewer started
+        peer = visible(request.remote or "a browser")
+        log.info("ampscope serve: the tab of %s went before its viewer started (%s).", peer, error)
     except Exception as error:  # noqa: BLE001 - one tab's failure ends that tab only
-        log.exception(error)
+        # one line in serve's terminal; the traceback for whoever runs it with debug logging
+        peer = visible(request.remote or "a browser")
+        said = visible(f"{type(error).__name__}: {error}", 400)
+        log.error("ampscope serve: the tab of %s ended: %s", peer, said)
+        log.debug("the tab's failure", exc_info=error)
     finally:
         await hang_up(ws, request)
         for task in tasks:
