@@ -177,3 +177,40 @@ def test_stop_asks_before_it_stops_someones_own_watched_training(tmp_path: Path)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+@pytest.mark.subprocess  # a 'sleep' stands for the engine, alive all along
+def test_a_followed_run_whose_record_is_removed_is_not_said_to_have_crashed(
+    tmp_path: Path,
+) -> None:
+    """Removing a live run's folder took its live.json with it, and the view said 'crashed:
+    the engine is gone' of an engine still running: the record's removal is what it says."""
+    import shutil
+
+    run_dir = tmp_path / "20260101T000000Z-live"
+    run_dir.mkdir()
+    events = [hello(run_dir=str(run_dir)), ev.PhaseEvent(phase="train", state="start"), step(0)]
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+    sleeper = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    records.write_live(run_dir, sleeper.pid)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            screen = app.open_run(AttachSource(run_dir))
+            assert await wait_for(pilot, lambda: screen.state.step_count == 1)
+            shutil.rmtree(run_dir)
+            assert await wait_for(pilot, lambda: screen.source.ended)
+            lines = [line.text for line in screen.state.log]
+            assert screen.state.status == "incomplete" and not screen.source.crashed
+            assert any("the record was removed (" in t for t in lines), lines
+            assert not any("crashed" in t for t in lines), lines
+            await pilot.pause(0.6)
+            assert "crashed" not in text(screen, "#run-header")
+
+    try:
+        run(go())
+    finally:
+        sleeper.kill()
+        sleeper.wait()

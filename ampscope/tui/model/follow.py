@@ -190,7 +190,13 @@ class AttachSource:
                 if engine == "gone":
                     while await self.pump():  # the last lines, written before it went
                         pass
-                    if self.state.done is None:
+                    if self.state.done is not None:
+                        pass
+                    elif not await asyncio.to_thread(self.run_dir.is_dir):
+                        # its record was removed, live.json with it: whether its engine still
+                        # runs is not known from here, so it is not said to have crashed
+                        self.state.record_removed(str(self.run_dir))
+                    else:
                         self.crashed = not self.state.stop_requested
                         self.state.engine_gone()
                     break

@@ -15,6 +15,7 @@ from typing import Any
 from ampscope.core.presets.fp8_recipes import layers_short
 from ampscope.core.presets.workload_spec import config_model, model_label
 from ampscope.core.records.labels import named_in
+from ampscope.core.text import visible
 from ampscope.tui.model.run_events import FINAL_STATES, RECENT, EventState
 
 MAX_POINTS = 4096
@@ -72,6 +73,16 @@ class RunState(EventState):
             self.status = "failed"
             self.error = "crashed: the engine is gone and wrote no 'done' event"
             self.log.add("error", None, self.error)
+        self.version += 1
+
+    def record_removed(self, path: str) -> None:
+        """A followed record's folder was removed while the run was followed."""
+        self.status = "incomplete"
+        self.log.add(
+            "error",
+            None,
+            visible(f"the record was removed ({path}): no more of the run can be followed"),
+        )
         self.version += 1
 
     def record_ended(self, unreadable: str | None = None) -> None:
