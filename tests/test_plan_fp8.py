@@ -3,7 +3,10 @@ outlier token, the command's JSON and text, and its refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 from pathlib import Path
 
 import msgspec
@@ -20,6 +23,9 @@ from ampscope.engine.plan.casts import CAST_PLANS, CASTS, LayerCasts, outlier_ro
 MODELS = Path(__file__).parent / "data" / "plan_models.py"
 # These models serve one fixed batch: one step shows what eight would, at an eighth of the time
 # (tests/test_plan_steps.py plans trouble that only a later step brings).
+HANG_S = 60.0
+"""Far past what writing a plan's files takes (milliseconds): only a write that waits for
+ever on a FIFO exceeds it."""
 PLANNED = ["--tokens", "65536", "--gpu", "h200", "--steps", "1"]
 
 
@@ -337,3 +343,50 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_measuring(
     assert code == 2 and captured.out == ""
     assert captured.err.startswith(f"ampscope: --out {tmp_path / out}: ") and said in captured.err
     assert "measuring" not in captured.err
+
+
+@pytest.mark.unit
+def test_a_fifo_where_a_plan_file_goes_is_replaced_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO under --out named plan.toml (or the filter, or plan.json) was opened for writing
+    as a file is: that waits for a reader for ever, so the plan hung after its measuring."""
+    from ampscope.core import presets
+    from ampscope.core.plan import files as plan_files
+    from ampscope.core.plan.report import LayerPlan, Plan
+
+    fifos = [
+        tmp_path / name
+        for name in (plan_files.PRESET_FILE, plan_files.TORCHAO_FILE, plan_files.JSON_FILE)
+    ]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    layers = [
+        LayerPlan(
+            name="fc", kind="Linear", gemm=None, calls=1, predicted_speedup=None, speedups={},
+            speed_from=None, numerics=None, decision="fp8", recipe="rowwise",
+            deciding_cast=None, reason="",
+        )
+    ]  # fmt: skip
+    plan = Plan(target="fp8", gpu=None, gpu_source=None, speed_source=None, recipe="rowwise",
+                model=f"{MODELS}:make_llama", tokens=None, layers=layers)  # fmt: skip
+    where = plan_files.Where(cuda=False, fp8_hardware=False)
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            plan_files.write(plan, tmp_path, "plan-fp8-fc", where, ["fc"])
+        except BaseException as exc:  # noqa: BLE001 - the test's to report
+            failed.append(exc)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    thread.join(HANG_S)
+    stuck = thread.is_alive()
+    while thread.is_alive():  # a writer stuck on a FIFO is let go: a reader comes and goes
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        thread.join(0.1)
+    assert not stuck and not failed, failed
+    assert all(fifo.is_file() for fifo in fifos)
+    assert presets.load_preset(str(tmp_path / plan_files.PRESET_FILE)).name == "plan-fp8-fc"
+    assert json.loads((tmp_path / plan_files.JSON_FILE).read_text())["layers"][0]["name"] == "fc"

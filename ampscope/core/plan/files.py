@@ -25,7 +25,7 @@ from pathlib import Path
 from ampscope.core import presets
 from ampscope.core.plan.report import Files, Plan, to_builtins
 from ampscope.core.presets.toml_text import toml_value
-from ampscope.core.records import safe_file_name, write_json
+from ampscope.core.records import safe_file_name, write_json, write_text
 from ampscope.core.text import visible
 
 PRESET_FILE = "plan.toml"
@@ -271,18 +271,18 @@ def write(
     folder.mkdir(parents=True, exist_ok=True)
     notes = []
     preset = folder / PRESET_FILE
-    preset.write_text(preset_text(plan, name, where, bf16_instead))
+    write_text(preset, preset_text(plan, name, where, bf16_instead))
     loaded = presets.load_preset(str(preset))  # as 'ampscope run' loads it: an error is a bug
     plan.preset_precision = loaded.precision
     files = Files(preset=str(preset), json=str(folder / JSON_FILE))
     if plan.target == "fp8":
         torchao = folder / TORCHAO_FILE
-        torchao.write_text(torchao_text(plan))
+        write_text(torchao, torchao_text(plan))
         files.torchao = str(torchao)
         text, why = torchtitan_text(plan, linears)
         if text is not None:
             titan = folder / TORCHTITAN_FILE
-            titan.write_text(text)
+            write_text(titan, text)
             files.torchtitan = str(titan)
         elif why:
             notes.append(why)

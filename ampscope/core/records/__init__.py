@@ -50,6 +50,7 @@ from ampscope.core.records.folders import (
     tail_events,
     write_json,
     write_live,
+    write_text,
 )
 
 __all__ = [
@@ -80,4 +81,5 @@ __all__ = [
     "tail_events",
     "write_json",
     "write_live",
+    "write_text",
 ]

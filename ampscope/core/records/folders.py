@@ -53,6 +53,13 @@ def write_json(path: Path, data: Any) -> None:
     _replace_with(path, json.dumps(data, indent=2) + "\n")
 
 
+def write_text(path: Path, text: str) -> None:
+    """``text`` written whole in place of ``path``, whatever stood there: a FIFO or a device
+    under that name is replaced, not opened (opening a FIFO waits for a reader for ever).
+    OSError when it cannot (``path`` a folder, a full disk)."""
+    _replace_with(path, text)
+
+
 def _replace_with(path: Path, text: str) -> None:
     # The temporary file is a fresh one of its own (several processes may write one file, as
     # engine and launcher do live.json): one of a fixed name may be there as a FIFO, which an
