@@ -374,6 +374,15 @@ def make_flops_past_float(ctx):
             "flops_per_step": 10**400}
 
 
+class Unnamable:
+    def __str__(self):
+        raise Unprintable()
+
+
+def make_unnamable(ctx):
+    return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse, "name": Unnamable()}
+
+
 def make_tokens_past_float(ctx):
     return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse,
             "tokens_per_step": 10**5000}
@@ -410,3 +419,28 @@ def test_an_exception_that_cannot_be_printed_still_ends_the_run_recorded(tmp_pat
     assert code == EXIT_FAILED and error.kind == "exception"
     assert error.message == "Unprintable: <exception str() failed>"
     assert of(events, ev.DoneEvent)[0].status == "failed"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["run", "memory", "plan"])
+def test_a_name_that_cannot_be_made_text_is_the_users_error(
+    capsys, tmp_path: Path, command: str
+) -> None:
+    """A 'name' whose __str__ raises ended memory and plan on a traceback of ampscope's frames,
+    and failed run as an unexplained exception (exit 1)."""
+    from ampscope.cli.main import main
+
+    path = tmp_path / "odd_model.py"
+    path.write_text(ODD_MODEL)
+    spec = f"{path}:make_unnamable"
+    argv = {
+        "run": ["run", "fp32", "--model", spec, "--device", "cpu", "--steps", "2"],
+        "memory": ["memory", "--model", spec],
+        "plan": ["plan", "fp16", "--model", spec, "--steps", "1", "--out", str(tmp_path / "p")],
+    }[command]
+    code = main(["--runs-dir", str(tmp_path / "runs"), *argv])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert f"workload.model = '{spec}': 'name' cannot be made text: Unprintable: " in err
+    assert f'File "{path}"' in err  # the user's frames, none of ampscope's
+    assert "ampscope/engine" not in err and "ampscope/cli" not in err

@@ -29,6 +29,7 @@ from ampscope.engine.workloads.user_code import (
     describe_exception,
     exception_clause,
     load_factory,
+    name_field,
     on_meta_device,
     positive_field,
     raised_by_ampscope,
@@ -297,13 +298,13 @@ class UserWorkload(TrainingWorkload):
         warnings: list[ev.WarningEvent | ev.NoteEvent] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
         batches.sharded = bool(answer.get("sharded"))
-        name = answer.get("name")
+        name = name_field(answer, type(model).__name__, spec_text)
         super().__init__(
             model,
             batches,
             tokens_per_step=positive_field(answer, "tokens_per_step", spec_text, whole=True),
             flops_per_step=flops,  # None: counted with FlopCounterMode (engine.step.flops)
-            name=str(name) if name else type(model).__name__,
+            name=name,
         )
         self.warnings = warnings
         self.batches = batches
@@ -448,7 +449,7 @@ def count_model_parameters(spec_text: str, precision: str = "fp32") -> tuple[int
                 f"workload.model = '{spec_text}': 'model' is {describe_value(model)}, not a "
                 "torch.nn.Module. Accepted: an nn.Module."
             )
-        name = str(answer.get("name") or type(model).__name__)
+        name = name_field(answer, type(model).__name__, spec_text)
         return sum(p.numel() for p in model.parameters()), device, name
     raise AssertionError("unreachable: the CPU attempt returns or raises")
 

@@ -253,6 +253,20 @@ def workload_fields(result: Any, spec_text: str) -> dict[str, Any]:
     return answer
 
 
+def name_field(answer: dict[str, Any], default: str, spec_text: str) -> str:
+    """The answer's ``name`` as text, or ``default`` when it gives none. A name whose
+    ``__str__`` (or truth) raises is the user's error, said as theirs, not a traceback."""
+    value = answer.get("name")
+    try:
+        return str(value) if value else default
+    except Exception as exc:  # noqa: BLE001 - whatever their object raises
+        raise UserCodeError(
+            f"workload.model = '{spec_text}': 'name' cannot be made text: "
+            f"{describe_exception(exc)}. Accepted: a str, or leave it out.",
+            user_traceback(exc),
+        ) from None
+
+
 def positive_field(answer: dict[str, Any], key: str, spec_text: str, whole: bool) -> Any:
     """The answer's ``key``, a number > 0 (a whole one if ``whole``), or None if not given."""
     value = answer.get(key)
