@@ -188,6 +188,30 @@ def test_an_exception_in_the_loop_ends_the_record_failed(tmp_path: Path) -> None
     assert error.kind == "exception" and "raise RuntimeError" in (error.traceback or "")
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ZeroDivisionError("its __str__ fails too")
+
+
+def test_an_exception_that_cannot_be_printed_still_ends_the_record_with_its_steps(
+    tmp_path: Path,
+) -> None:
+    """A loop's exception whose __str__ raises failed the record's finish: its steps, queued
+    for the disk, and its done were lost, and the run stayed listed as live."""
+    model, opt = tiny_model()
+    with pytest.raises(Unprintable), warnings.catch_warnings():  # noqa: SIM117
+        warnings.simplefilter("error", WatchWarning)  # 'finishing the record failed' fails it
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            train(mon, model, opt, steps=3)
+            raise Unprintable()
+    run = records.load_run(mon.run_dir)
+    assert run.status == "failed" and run.done is not None
+    assert run.done.error == "Unprintable: <exception str() failed>"
+    assert run.done.steps_done == 3 and len(events_of(mon.run_dir, ev.StepEvent)) == 3
+    (error,) = events_of(mon.run_dir, ev.ErrorEvent)
+    assert error.message == "Unprintable: <exception str() failed>"
+
+
 def test_hello_is_on_disk_when_watch_returns(tmp_path: Path) -> None:
     """A process that ends before the monitor's first tick still leaves a record that says
     what ran."""

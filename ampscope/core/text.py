@@ -15,6 +15,16 @@ MAX_SHOWN = 4000
 """Characters shown of one user- or record-supplied string; the rest is summarised."""
 
 
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or what Python's own traceback prints when that fails: a user's
+    exception whose ``__str__`` raises (or returns no str) must not end the run unrecorded."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - whatever the user's __str__ raises
+        return "<exception str() failed>"
+    return text
+
+
 def _escape(ch: str) -> str:
     code = ord(ch)
     if ch == "\n":

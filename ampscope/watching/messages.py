@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ampscope.core import events as ev
 from ampscope.core.numerics.nonfinite import range_advice
+from ampscope.core.text import exception_text
 
 if TYPE_CHECKING:
     from ampscope.watching.describe import RunFacts
@@ -215,13 +216,13 @@ def outcome(error: BaseException | None, signum: int | None) -> tuple[ev.DoneSta
         code = error.code if isinstance(error.code, int) else 1  # Python prints a message, exits 1
         return "failed", f"the script ended with sys.exit({error.code!r}): exit code {code}"
     if error is not None:
-        return "failed", f"{type(error).__name__}: {error}"
+        return "failed", f"{type(error).__name__}: {exception_text(error)}"
     return "ok", None
 
 
 def error_event(error: BaseException, step: int) -> ev.ErrorEvent:
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    message = f"{type(error).__name__}: {error}"
+    message = f"{type(error).__name__}: {exception_text(error)}"
     kind = "oom" if type(error).__name__ == "OutOfMemoryError" else "exception"
     return ev.ErrorEvent(kind=kind, message=message, step=step, traceback=text)  # type: ignore[arg-type]
 

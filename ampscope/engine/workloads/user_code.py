@@ -32,6 +32,7 @@ from ampscope.core.presets.workload_spec import (
     SpecError,
     check_model_spec,
 )
+from ampscope.core.text import exception_text
 from ampscope.core.workload import Workload
 
 RESULT_KEYS = tuple(f.name for f in fields(Workload))
@@ -92,16 +93,6 @@ def raised_by_ampscope(exc: BaseException) -> bool:
     ours = [f.filename.startswith(OURS) for f in traceback.extract_tb(exc.__traceback__)]
     left = next((i for i, mine in enumerate(ours) if not mine), None)
     return left is not None and any(ours[left:])
-
-
-def exception_text(exc: BaseException) -> str:
-    """``str(exc)``, or what Python's own traceback prints when that fails: a user's
-    exception whose ``__str__`` raises (or returns no str) must not end the run unrecorded."""
-    try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - whatever the user's __str__ raises
-        return "<exception str() failed>"
-    return text
 
 
 def describe_exception(exc: BaseException) -> str:
