@@ -473,3 +473,29 @@ def test_json_on_stdout_is_the_json_alone_whatever_the_users_code_prints(
     json.loads(out)  # one JSON document, nothing else
     assert "factory says hello" in err and "forward says hello" in err
     assert "raw bytes on fd 1" in err  # os.write(1, ...) too
+
+
+BARE_MODEL = """
+import torch
+
+
+def make(ctx):
+    batches = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]
+    return {"model": torch.nn.Linear(4, 2), "batches": batches,
+            "loss": torch.nn.functional.cross_entropy}
+"""
+
+
+@pytest.mark.unit
+def test_a_model_with_no_submodules_is_said_to_have_no_layer_to_measure(
+    capsys, tmp_path: Path
+) -> None:
+    """A bare nn.Linear has no leaf module below it: 'ampscope numerics' trained it and printed
+    nothing at all, no table and no word of why, exit 0."""
+    path = tmp_path / "bare.py"
+    path.write_text(BARE_MODEL)
+    done = numerics_cli(capsys, "fp32", "--model", f"{path}:make", "--steps", "2")
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "per-layer numerics measure no step: the model is one Linear with no submodules" in said
+    assert "torch.nn.Sequential(model)" in said

@@ -11,7 +11,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.engine.emitter import EventWriter
-from ampscope.engine.numerics.hooks import NumericsProbe
+from ampscope.engine.numerics.hooks import NumericsProbe, leaf_modules
 from ampscope.engine.numerics.replay import StepKeeper, rerun
 from ampscope.engine.step.metrics import StepReporter, scaler_scale
 from ampscope.engine.step.setup import Setup
@@ -175,6 +175,14 @@ def loop_numerics(
         )
         writer.emit(ev.WarningEvent(code=ev.NUMERICS_OFF, message=message), urgent=True)
         return None
+    if not leaf_modules(s.model):  # the model is its only module: no layer to sample
+        message = (
+            f"per-layer numerics measure no step: the model is one {type(s.model).__name__} "
+            "with no submodules, and they measure a model's layers (only a step whose loss "
+            "goes inf/NaN is looked into). Return it inside a container "
+            "(torch.nn.Sequential(model)) to measure it."
+        )
+        writer.emit(ev.WarningEvent(code=ev.NUMERICS_OFF, message=message), urgent=True)
     try:
         numerics = LoopNumerics(s, writer, loss_of, restart, leave_out)
     except (RuntimeError, ValueError, TypeError) as exc:
