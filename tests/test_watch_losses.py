@@ -19,6 +19,21 @@ from tests.helpers import events_of, tiny_model
 pytestmark = pytest.mark.unit
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ZeroDivisionError("its __str__ fails too")
+
+
+class Floatless:
+    """A loss-like object of a user's whose float() and repr() both raise."""
+
+    def __float__(self) -> float:
+        raise Unprintable()
+
+    def __repr__(self) -> str:
+        raise Unprintable()
+
+
 def run_with(tmp_path: Path, losses: list, precision: str | None = None) -> tuple[Path, list]:
     """A loop of len(losses) real steps that hands ``losses[i]`` (or its own loss, for None)
     to ``mon.step``; returns the run folder and the WatchWarnings it raised."""
@@ -43,8 +58,11 @@ def run_with(tmp_path: Path, losses: list, precision: str | None = None) -> tupl
         (10**400, "an int too large for a float"),
         (True, "a bool (True)"),  # was recorded as a loss of 1.0
         (torch.tensor(True), "a bool tensor (torch.bool)"),  # a comparison, not a loss
+        # its __float__ raised an exception whose str() raises too: that exception reached
+        # the user's loop from ampscope's own warning, and no later step was recorded
+        (Floatless(), "a Floatless whose float() raised Unprintable"),
     ],
-    ids=["str", "complex", "huge-int", "bool", "bool-tensor"],
+    ids=["str", "complex", "huge-int", "bool", "bool-tensor", "float-raises"],
 )
 def test_a_loss_of_the_wrong_type_costs_one_step_not_the_rest(tmp_path, bad, said) -> None:
     run_dir, caught = run_with(tmp_path, [None, bad, None, None, bad, None])

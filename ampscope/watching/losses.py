@@ -88,11 +88,16 @@ def loss_problem(loss: Any) -> str | None:
         return f"{kind} too large for a float ({_shown(loss)})"
     except (TypeError, ValueError):
         return f"{kind} ({_shown(loss)})"
+    except Exception as exc:  # noqa: BLE001 - their __float__ raised: their object's fault
+        return f"{kind} whose float() raised {type(exc).__name__}"
     return None
 
 
 def _shown(value: Any) -> str:
     if isinstance(value, int) and value.bit_length() > 64:  # repr may refuse 4,300 digits
         return f"about {'-' if value < 0 else ''}10**{int(value.bit_length() * math.log10(2))}"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - their __repr__ raised
+        return "<repr() failed>"
     return text if len(text) <= 40 else text[:37] + "..."

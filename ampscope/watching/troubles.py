@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from types import FrameType
 
-from ampscope.core.text import visible
+from ampscope.core.text import exception_text, visible
 
 
 class WatchWarning(RuntimeWarning):
@@ -30,7 +30,7 @@ class Troubles:
         if what in self.seen:
             return
         self.seen.add(what)
-        cause = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        cause = f" ({type(exc).__name__}: {exception_text(exc)})" if exc is not None else ""
         said = f"{what}{cause}. Your training goes on; ampscope records no more of it."
         _warn(said)
 
