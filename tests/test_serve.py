@@ -164,6 +164,20 @@ def test_serve_on_a_port_already_taken_says_only_that(tmp_path: Path, capsys) ->
 
 
 @pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+def test_serve_refuses_a_runs_folder_that_is_a_file(tmp_path: Path, capsys) -> None:
+    """--runs-dir naming a file was served, its viewers told of no live run for ever."""
+    from ampscope.cli.main import command_args
+
+    (tmp_path / "file").write_text("")
+    args = command_args(["serve", "--port", "0", "--runs-dir", str(tmp_path / "file")])
+    assert serve_cli.cmd_serve(args, server_class=FakeServer, serve=FakeServer.run) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "serving" not in err
+    assert f"the runs folder {tmp_path / 'file'} is a file, not a folder of run records" in err
+
+
+@pytest.mark.unit
 def test_serve_without_textual_serve_exits_2(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "textual_serve.server", None)
     assert cli_main(["serve"]) == 2

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, not_a_runs_folder
 from ampscope.cli.serve.messages import SIZE_RANGE
 from ampscope.core import records
 from ampscope.core.processes.launch import child_env
@@ -285,6 +285,8 @@ def cmd_serve(
     if not low <= args.max_viewers <= high:
         return fail(f"--max-viewers {args.max_viewers} is out of range ({low} to {high}).")
     root = getattr(args, "runs_dir", None) or records.default_runs_dir()
+    if (refused := not_a_runs_folder(root)) is not None:  # it would serve 'no live run' for ever
+        return refused
     try:
         sockets = listening_sockets(args.host, args.port)
     except OSError as exc:
