@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from ampscope.core import events as ev
 from ampscope.core.plan.report import LayerPlan, Plan
 from ampscope.core.plan.text import render
 
@@ -62,3 +63,24 @@ def test_a_plan_with_no_fp8_layer_says_all_are_bf16():
 def test_a_mixed_plan_keeps_its_count_and_recipes():
     text = render(plan([layer("q", "fp8", "tensorwise"), layer("k", "bf16")]), width=100)
     assert "1 of 2 layers in fp8 (tensorwise 1), the rest in bf16." in text
+
+
+@pytest.mark.unit
+def test_a_baseline_that_failed_is_said_to_have_failed_not_named_the_baseline() -> None:
+    """A failed amp-bf16 read 'amp-bf16: the baseline.' above rows compared with nothing."""
+    from ampscope.core.plan.proof import Outcome, verify_rows
+    from tests.test_bench import done, record
+
+    failed = record("amp-bf16", ev.empty_done("failed", "Loss became nan at step 2."))
+    trained = record("plan", done(10.0, 1000, 2.0))
+    base, plan = verify_rows(
+        [Outcome("amp-bf16", "amp-bf16", failed), Outcome("plan", "plan.toml", trained)],
+        "amp-bf16",
+    )
+    assert base.verdict == (
+        "amp-bf16: the baseline, failed: Loss became nan at step 2; no row is compared with it."
+    )
+    ok = verify_rows(
+        [Outcome("amp-bf16", "amp-bf16", record("amp-bf16", done(9.0, 1000, 2.0)))], "amp-bf16"
+    )
+    assert ok[0].verdict == "amp-bf16: the baseline."

@@ -66,6 +66,9 @@ def verify_rows(outcomes: Sequence[Outcome], baseline: str) -> list[VerifyRow]:
 
 def _verdict(row: Row, base: Row | None, baseline: str) -> str:
     if row is base:
+        if row.status != "ok":  # what every other row is compared with did not finish
+            why = (row.reason or "see its run record").rstrip(".")
+            return f"{row.preset}: the baseline, {row.status}: {why}; no row is compared with it."
         return f"{row.preset}: the baseline."
     return " ".join(verdicts([r for r in (base, row) if r is not None], baseline))
 
