@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -209,8 +210,17 @@ def dead_pid() -> int:
 @pytest.mark.subprocess
 def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    engine_gone = threading.Event()
     try:
-        make_record(tmp_path, "20260101T000003Z-fp32", sleeper.pid, steps=7)  # live
+        live = make_record(tmp_path, "20260101T000003Z-fp32", sleeper.pid, steps=7)
+
+        def beat() -> None:
+            """A heartbeat a second, as an engine beats while it runs: one written once aged
+            past the 10 s that make a run stalled before History read it, at load 19."""
+            while not engine_gone.wait(1.0):
+                records.write_live(live, sleeper.pid)
+
+        threading.Thread(target=beat, daemon=True).start()
         make_record(tmp_path, "20260101T000002Z-fp32", dead_pid())  # died without done
         # a stale heartbeat from a process that still runs: paused or swapping, not dead
         make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)
@@ -234,17 +244,18 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
                 await pilot.press("h")
                 history = await shown(pilot, app, HistoryScreen)
                 table = history.query_one("#history-table")
-                assert await wait_for(pilot, lambda: table.row_count == 3, 5)
+                assert await wait_for(pilot, lambda: table.row_count == 3, 30)
                 assert [table.get_row_at(i)[2] for i in range(3)] == ["live", "crashed", "stalled"]
                 await pilot.press("enter")  # the live one: attached, not replayed
                 screen = await shown(pilot, app, RunScreen)
                 assert isinstance(screen.source, AttachSource)
-                assert await wait_for(pilot, lambda: screen.state.step_count == 7, 5)
+                assert await wait_for(pilot, lambda: screen.state.step_count == 7, 30)
                 assert not screen.state.read_only
                 # the engine dies without a done: the view says so
+                engine_gone.set()
                 sleeper.kill()
                 sleeper.wait()
-                assert await wait_for(pilot, lambda: screen.source.ended, 5)
+                assert await wait_for(pilot, lambda: screen.source.ended, 30)
                 assert screen.source.crashed and "crashed" in (screen.state.error or "")
                 await pilot.press("escape")
                 await shown(pilot, app, HistoryScreen)
@@ -255,6 +266,7 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
 
         run(go())
     finally:
+        engine_gone.set()
         sleeper.kill()
         sleeper.wait()
 
