@@ -148,6 +148,20 @@ def test_speed_scales_the_clock() -> None:
     assert slow.position == pytest.approx(0.5)  # paused: the clock stands
 
 
+@pytest.mark.unit
+def test_a_replay_reaches_its_done_whatever_its_times_round_to() -> None:
+    """hello at 0.0194 s, done at 0.297 s: 0.0194 + (0.297 - 0.0194) is below 0.297 in floats,
+    so the clock stopped at 100 % one event short, 'playing 100%' for ever and no done shown
+    (an engine run at load 19 recorded such times)."""
+    events = [hello(), step(0), ev.empty_done("ok")]
+    for e, t in zip(events, (0.0194, 0.1, 0.297), strict=True):
+        e.t = t
+    source = ReplaySource(events, speed=1000.0)
+    source.advance_to(0.0)
+    source.tick(1.0)
+    assert source.at_end and source.state.done is not None and source.label().startswith("end")
+
+
 @pytest.mark.ui
 def test_replay_command_checks_and_defaults(tmp_path: Path, capsys) -> None:
     from ampscope.cli.main import command_args

@@ -214,7 +214,14 @@ class ReplaySource:
     def advance_to(self, position: float) -> None:
         """Feed the events up to ``position`` (seconds of the run from its hello)."""
         self.position = min(max(0.0, position), self.duration)
-        end = bisect.bisect_right(self.times, self.start + self.position)
+        # at the end, every event: start + (last - start) can round below last (0.0194 +
+        # (0.297 - 0.0194) < 0.297), which left the done unfed and the replay at 100% for ever
+        at = self.start + self.position
+        end = (
+            len(self.times)
+            if self.position >= self.duration
+            else bisect.bisect_right(self.times, at)
+        )
         if end > self.index:
             self.state.ingest_many(self.events[self.index : end])
             self.index = end
