@@ -241,6 +241,11 @@ def test_the_dashboard_starts_beside_a_preset_and_a_keys_file_that_are_fifos(
         async with app.run_test(size=SIZE) as pilot:
             presets = await shown(pilot, app, PresetsScreen)
             problems.extend(p.problem for p in presets.presets if p.name == "evil")
+
+            def keys_told() -> bool:  # a notice posted once the first screen drew
+                return any(str(keys.keys_path()) in str(n.message) for n in app._notifications)
+
+            await wait_for(pilot, keys_told, 30)  # at load 19 it came after a look at once
             told.extend(str(n.message) for n in app._notifications)
             await pilot.press("h")  # the keys still work
             await shown(pilot, app, HistoryScreen)
