@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import termios
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers import dashboard_on_a_terminal, wait_until
@@ -41,3 +43,40 @@ def test_sigterm_leaves_the_terminal_as_it_was(tmp_path: Path) -> None:
             proc.wait()
         os.close(master)
         os.close(slave)
+
+
+@pytest.mark.subprocess
+def test_a_terminal_that_goes_without_a_hang_up_ends_the_dashboard_and_its_engine(
+    tmp_path: Path,
+) -> None:
+    """Started where no session holds the terminal (setsid), the dashboard got no SIGHUP when
+    the terminal closed: it and its engine ran on, drawing to nothing, an hour later still."""
+    term = dashboard_on_a_terminal(
+        AMPSCOPE_RUNS_DIR=str(tmp_path),
+        AMPSCOPE_AUTOSTART="fp32 device=cpu workload.kind=mlp steps=1000000",
+    )
+    proc, output = term.proc, term.output
+    engines: list[psutil.Process] = []
+
+    def training() -> bool:
+        with contextlib.suppress(psutil.Error):
+            engines[:] = [
+                p
+                for p in psutil.Process(proc.pid).children(recursive=True)
+                if "ampscope.engine" in " ".join(p.cmdline())
+            ]
+        return bool(engines)
+
+    try:
+        assert wait_until(training, 60), bytes(output[-2000:])
+        os.close(term.master)  # the terminal window closes: its side of the pty goes
+        os.close(term.slave)
+        assert proc.wait(timeout=30) == 128 + signal.SIGHUP
+        assert wait_until(lambda: not any(e.is_running() for e in engines), 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for engine in engines:
+            with contextlib.suppress(psutil.Error):
+                engine.kill()

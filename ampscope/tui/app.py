@@ -11,6 +11,8 @@ import os
 import shlex
 import signal
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -389,6 +391,29 @@ def _install_exit_handlers(terminal: SavedTerminal) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGHUP, handler)
+    _leave_when_the_terminal_goes(terminal.output_fd)
+
+
+TERMINAL_LOOK_S = 1.0
+"""How often the dashboard looks whether its terminal is still there."""
+
+
+def _leave_when_the_terminal_goes(fd: int | None) -> None:
+    """A terminal that closes without a hang-up signal (the dashboard started under
+    ``setsid``, so no session of that terminal holds it) leaves the dashboard drawing to
+    nothing, and its engine training, for ever: a thread looks once a second whether the
+    terminal is still one (a hung-up terminal answers no) and, once it is not, leaves as a
+    hang-up does: the engines killed, the terminal left untouched."""
+    if fd is None or not os.isatty(fd):
+        return
+
+    def look() -> None:
+        while os.isatty(fd):
+            time.sleep(TERMINAL_LOOK_S)
+        kill_engines()
+        os._exit(128 + signal.SIGHUP)
+
+    threading.Thread(target=look, name="ampscope-terminal", daemon=True).start()
 
 
 DUMB_TERMINALS = ("dumb", "unknown")
