@@ -34,7 +34,7 @@ FILE_PATH = re.compile(
     r"(?<![\w./\-~:@])((?:[\w.\-]+/)+[\w.\-]*|[\w\-]+(?:\.[\w\-]+)*\.(?:py|md|toml|tcss))(?![\w/\-])"
 )
 TOP = {"ampscope", "core", "engine", "tui", "cli", "watching", "integrations"}
-FILE_SUFFIXES = {"py", "md", "tcss", "toml", "json", "jsonl", "log", "txt", "csv", "svg", "png", "h", "com"}  # fmt: skip
+FILE_SUFFIXES = {"py", "md", "tcss", "toml", "json", "jsonl", "log", "txt", "csv", "svg", "png", "h", "com", "tmp"}  # fmt: skip
 NOT_PYTHON = {
     "engine.log": "the engine's log file in a run's folder",
     "ampscope.forward": "the name of a profiler range",
