@@ -96,7 +96,7 @@ class FullDisk:
 
     def __init__(self, root: Path, capacity: int, monkeypatch) -> None:
         self.root, self.capacity = root, capacity
-        real_write, real_replace = os.write, folders._replace_with
+        real_write, real_replace = os.write, folders.write_text
         real_allocate = os.posix_fallocate
 
         def write(fd: int, data) -> int:
@@ -118,7 +118,7 @@ class FullDisk:
             real_allocate(fd, offset, size)
 
         monkeypatch.setattr(os, "write", write)
-        monkeypatch.setattr(folders, "_replace_with", replace)
+        monkeypatch.setattr(folders, "write_text", replace)
         monkeypatch.setattr(os, "posix_fallocate", allocate)
 
     @staticmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -1007,7 +1008,7 @@ def test_doctor_bench_replaces_a_damaged_file(capsys) -> None:
 def test_two_checks_at_once_never_move_each_others_half_written_file(monkeypatch) -> None:
     """The second check saves while the first is between writing and renaming its file: with
     one fixed temporary name the first's rename found its file gone (FileNotFoundError)."""
-    real_replace = machine_check.os.replace
+    real_replace = os.replace
     moved: list[str] = []
 
     def replace(src: str, dst: object) -> None:
@@ -1018,7 +1019,7 @@ def test_two_checks_at_once_never_move_each_others_half_written_file(monkeypatch
             moved.append(str(src))
         real_replace(src, dst)
 
-    monkeypatch.setattr(machine_check.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)  # the one rename every write makes
     machine_check.save(a_check(device="First CPU"))
     assert len(moved) == 2 and moved[0] != moved[1]
     checks, problem = machine_check.load_all()

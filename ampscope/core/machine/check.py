@@ -14,10 +14,8 @@ kernels) or driver (other clocks) can change what the device delivers.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +25,7 @@ from ampscope.core.machine.hardware import Gpu, identify, is_mig, peak_tflops
 from ampscope.core.machine.mfu import LEAST_FIGURE, of_measured, positive
 from ampscope.core.presets import user_config_dir
 from ampscope.core.records.files import read_json
+from ampscope.core.records.folders import write_text
 
 if TYPE_CHECKING:
     from ampscope.core.records import RunRecord
@@ -376,14 +375,7 @@ def save(check: MachineCheck) -> Path:
     path = check_path(check.host or None)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"version": 1, "checks": {name: c.to_json() for name, c in checks.items()}}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(payload, indent=1))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, json.dumps(payload, indent=1))
     return path
 
 

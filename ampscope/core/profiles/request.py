@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from ampscope.core.records import files
+from ampscope.core.records.folders import write_text
 
 REQUEST_FILE = "profile-request.json"
 """Left in a run folder by a viewer; the engine takes it between steps (at most twice a second)."""
@@ -23,17 +22,9 @@ MAX_STEPS = 50
 
 def ask_to_profile(run_dir: Path, steps: int = DEFAULT_STEPS) -> None:
     """Leave the request for the engine of ``run_dir``; it takes it within half a second."""
-    # a fresh file of its own to write: one of a fixed name may be there already as a FIFO,
+    # through a fresh file of its own: one of a fixed name may be there already as a FIFO,
     # which an open waits on for ever (the Run view's p froze the dashboard)
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{REQUEST_FILE}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps({"steps": steps}))
-        os.replace(tmp, run_dir / REQUEST_FILE)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_text(run_dir / REQUEST_FILE, json.dumps({"steps": steps}))
 
 
 REQUEST_MAX_BYTES = 4096

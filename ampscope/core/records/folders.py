@@ -50,17 +50,13 @@ def new_run_dir(root: Path, preset_name: str) -> Path:
 
 def write_json(path: Path, data: Any) -> None:
     """Write whole or not at all (a temporary file, then a rename); OSError when it cannot."""
-    _replace_with(path, json.dumps(data, indent=2) + "\n")
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
     """``text`` written whole in place of ``path``, whatever stood there: a FIFO or a device
     under that name is replaced, not opened (opening a FIFO waits for a reader for ever).
     OSError when it cannot (``path`` a folder, a full disk)."""
-    _replace_with(path, text)
-
-
-def _replace_with(path: Path, text: str) -> None:
     # The temporary file is a fresh one of its own (several processes may write one file, as
     # engine and launcher do live.json): one of a fixed name may be there as a FIFO, which an
     # open waits on for ever.
@@ -243,7 +239,7 @@ def write_live(
         "proc_start": process_start(pid),
         **(extra or {}),
     }
-    _replace_with(run_dir / LIVE_FILE, json.dumps(data) + "\n")
+    write_text(run_dir / LIVE_FILE, json.dumps(data) + "\n")
 
 
 def read_live(run_dir: Path) -> dict[str, Any] | None:
