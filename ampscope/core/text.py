@@ -8,11 +8,24 @@ every control character into a printable escape (``\\x1b``), and caps the length
 
 from __future__ import annotations
 
+import math
 import textwrap
 import unicodedata
 
 MAX_SHOWN = 4000
 """Characters shown of one user- or record-supplied string; the rest is summarised."""
+
+
+def value_text(value: object, width: int) -> str:
+    """``repr(value)`` for a message, at most ``width`` characters: an int of over 64 bits as
+    about 10**N (repr refuses past 4,300 digits), and a repr that raises said so."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"about {'-' if value < 0 else ''}10**{int(value.bit_length() * math.log10(2))}"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a user's __repr__ raised
+        return "<repr() failed>"
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def exception_text(exc: BaseException) -> str:

@@ -8,13 +8,13 @@ a real number) and ``samples=`` (a real number) are checked the same way.
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any
 
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.text import value_text
 from ampscope.watching.messages import StepNotes
 
 
@@ -94,10 +94,4 @@ def loss_problem(loss: Any) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, int) and value.bit_length() > 64:  # repr may refuse 4,300 digits
-        return f"about {'-' if value < 0 else ''}10**{int(value.bit_length() * math.log10(2))}"
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - their __repr__ raised
-        return "<repr() failed>"
-    return text if len(text) <= 40 else text[:37] + "..."
+    return value_text(value, 40)

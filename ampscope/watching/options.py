@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ampscope.core.presets import Precision
+from ampscope.core.text import value_text
 
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 MIN_HZ, MAX_HZ = 0.25, 10.0
@@ -197,9 +198,4 @@ def _positive(value: object) -> bool:
 
 
 def _shown(value: object) -> str:
-    """``value`` as a message shows it: at most 60 characters (repr refuses an int of over
-    4,300 digits, and a 100,000-character name would fill the screen)."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"about {'-' if value < 0 else ''}10**{int(value.bit_length() * math.log10(2))}"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return value_text(value, 60)  # a 100,000-character name would fill the screen
