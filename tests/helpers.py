@@ -352,6 +352,17 @@ async def shown(pilot, app, kind: type, timeout: float = 10.0):
     return app.screen
 
 
+async def save_dialog_for(pilot, app, preset: str):
+    """The Presets screen's save dialog (``s``) for ``preset``, once it is shown."""
+    from ampscope.tui.screens.save import SaveDialog
+
+    await shown(pilot, app, PresetsScreen)
+    select_preset(app, preset)
+    await pilot.pause()
+    await pilot.press("s")
+    return await shown(pilot, app, SaveDialog)
+
+
 def write_finished_record(
     root: Path, preset: str, ms: float = 10.0, median: float | None = None
 ) -> Path:

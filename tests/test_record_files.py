@@ -25,8 +25,16 @@ from ampscope.tui import keys
 from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
-from ampscope.tui.screens.save import SaveDialog
-from tests.helpers import SIZE, done, hello, run, select_preset, shown, step, wait_for
+from tests.helpers import (
+    SIZE,
+    done,
+    hello,
+    run,
+    save_dialog_for,
+    shown,
+    step,
+    wait_for,
+)
 
 HANG_S = 60.0
 """Far past what any of these takes (milliseconds): only a read that waits for ever exceeds it."""
@@ -284,11 +292,7 @@ def test_saving_a_preset_over_a_fifo_says_so_and_the_dashboard_goes_on(
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path / "runs")
         async with app.run_test(size=SIZE) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            select_preset(app, "fp32")
-            await pilot.pause()
-            await pilot.press("s")
-            dialog = await shown(pilot, app, SaveDialog)
+            dialog = await save_dialog_for(pilot, app, "fp32")
             dialog.query_one("#save-name").value = "mine"
             await pilot.press("enter")
             await shown(pilot, app, PresetsScreen)

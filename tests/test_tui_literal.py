@@ -25,13 +25,13 @@ from ampscope.tui.screens.preset_form import field_id
 from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.profile import ProfileScreen
 from ampscope.tui.screens.run import RunScreen
-from ampscope.tui.screens.save import SaveDialog
 from tests.helpers import (
     SIZE,
     FakeEngine,
     done,
     hello,
     run,
+    save_dialog_for,
     select_preset,
     shown,
     step,
@@ -222,11 +222,7 @@ def test_a_path_with_brackets_in_the_save_dialog_shows_as_written(tmp_path: Path
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            select_preset(app, "fp32")
-            await pilot.pause()
-            await pilot.press("s")
-            dialog = await shown(pilot, app, SaveDialog)
+            dialog = await save_dialog_for(pilot, app, "fp32")
             await pilot.pause()
             assert text(dialog, "#save-where").endswith(f"{home}/ampscope/presets")
 

@@ -34,20 +34,27 @@ class Floatless:
         raise Unprintable()
 
 
-def run_with(tmp_path: Path, losses: list, precision: str | None = None) -> tuple[Path, list]:
-    """A loop of len(losses) real steps that hands ``losses[i]`` (or its own loss, for None)
-    to ``mon.step``; returns the run folder and the WatchWarnings it raised."""
+def run_steps(tmp_path: Path, steps: list[dict], precision: str | None = None) -> tuple[Path, list]:
+    """A loop of len(steps) real steps whose ``mon.step`` is given ``steps[i]`` (its ``loss``,
+    or the step's own loss where none or None); the run folder and the WatchWarnings raised."""
     model, opt = tiny_model()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with ampscope.watch(model, opt, runs_dir=tmp_path, precision=precision) as mon:
-            for given in losses:
+            for figures in steps:
                 loss = model(torch.randn(8, 32)).square().mean()
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
-                mon.step(loss if given is None else given, samples=8)
+                given = dict(figures)
+                value = given.pop("loss", None)
+                mon.step(loss if value is None else value, **given)
     return mon.run_dir, [w for w in caught if issubclass(w.category, WatchWarning)]
+
+
+def run_with(tmp_path: Path, losses: list, precision: str | None = None) -> tuple[Path, list]:
+    """``run_steps`` handing ``losses[i]`` (or its own loss, for None) and samples=8."""
+    return run_steps(tmp_path, [{"loss": loss, "samples": 8} for loss in losses], precision)
 
 
 @pytest.mark.parametrize(
@@ -131,18 +138,9 @@ def test_an_inf_loss_in_fp32_is_not_told_to_use_a_wider_format(tmp_path) -> None
 )
 def test_a_bad_figure_in_mon_step_costs_its_step_not_the_rest(tmp_path, name, bad, said) -> None:
     """One bad tokens=, samples= or grad_norm= stopped recording for the rest of the run."""
-    model, opt = tiny_model()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
-            for i in range(8):
-                loss = model(torch.randn(8, 32)).square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                good = {"tokens": 64, "samples": 8, "grad_norm": torch.tensor(0.5)}[name]
-                mon.step(loss, **{name: bad if i in (2, 5) else good})
-    run = records.load_run(mon.run_dir)
+    good = {"tokens": 64, "samples": 8, "grad_norm": torch.tensor(0.5)}[name]
+    run_dir, caught = run_steps(tmp_path, [{name: bad if i in (2, 5) else good} for i in range(8)])
+    run = records.load_run(run_dir)
     steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
     assert [s.step for s in steps] == list(range(8))  # every step is recorded
     assert run.status == "ok" and run.done is not None and run.done.steps_done == 8
@@ -152,26 +150,20 @@ def test_a_bad_figure_in_mon_step_costs_its_step_not_the_rest(tmp_path, name, ba
         assert all(kept)
     else:
         assert kept == [True, True, False, True, True, False, True, True]
-    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if name in w.message]
+    (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if name in w.message]
     assert warning.code == "figure-unreadable" and warning.step == 2  # said once
     assert f"Step 2's {name}= is {said}" in warning.message
     assert f"mon.step({name}=) takes" in warning.message
     assert [w for w in caught if said in str(w.message)]
-    assert not events_of(mon.run_dir, ev.ErrorEvent)
+    assert not events_of(run_dir, ev.ErrorEvent)
 
 
 def test_a_tensor_of_several_tokens_is_no_count(tmp_path) -> None:
-    model, opt = tiny_model()
-    with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
-        for i in range(3):
-            loss = model(torch.randn(8, 32)).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            mon.step(loss, tokens=torch.tensor([3, 4]) if i == 1 else torch.tensor(7))
-    steps = events_of(mon.run_dir, ev.StepEvent)
+    tokens = [torch.tensor(7), torch.tensor([3, 4]), torch.tensor(7)]
+    run_dir, _ = run_steps(tmp_path, [{"tokens": t} for t in tokens])
+    steps = events_of(run_dir, ev.StepEvent)
     assert [s.tokens_per_s is not None for s in steps] == [True, False, True]
-    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if w.step == 1]
+    (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if w.step == 1]
     assert "tokens= is a tensor of shape (2,), not one number" in warning.message
 
 
@@ -180,22 +172,13 @@ def test_a_tensor_of_several_tokens_is_no_count(tmp_path) -> None:
 def test_a_negative_count_in_mon_step_is_no_throughput(tmp_path, name, bad) -> None:
     """Before: mon.step(loss, tokens=-64) recorded a throughput of minus tens of thousands of
     tokens a second, and the run's summary gave it as its tokens/s."""
-    model, opt = tiny_model()
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
-            for i in range(6):
-                loss = model(torch.randn(8, 32)).square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                mon.step(loss, **{name: bad if i in (2, 4) else 8})
-    run = records.load_run(mon.run_dir)
+    run_dir, _ = run_steps(tmp_path, [{name: bad if i in (2, 4) else 8} for i in range(6)])
+    run = records.load_run(run_dir)
     steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
     assert len(steps) == 6 and run.done is not None
     rates = [getattr(s, f"{name}_per_s") for s in steps]
     assert all(r is None or r >= 0 for r in rates), rates  # never a negative throughput
     summary = getattr(run.done, f"{name}_per_s")
     assert summary is not None and summary > 0
-    (warning,) = [w for w in events_of(mon.run_dir, ev.WarningEvent) if name in w.message]
+    (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if name in w.message]
     assert f"Step 2's {name}= is not a count" in warning.message
