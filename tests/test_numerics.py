@@ -219,12 +219,22 @@ def test_tuple_dict_none_outputs_are_measured_and_the_rest_skipped():
     assert pair.activation.numel == 2 * x.shape[0] * 16  # y and extra["skip"]; None skipped
 
 
+class Unprintable(RuntimeError):
+    def __str__(self):
+        raise ZeroDivisionError("its __str__ fails too")
+
+
 @pytest.mark.unit
-def test_a_probe_failure_is_one_warning_and_training_goes_on(monkeypatch):
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [(RuntimeError("no kernel for this"), "no kernel for this"), (Unprintable(), "str() failed")],
+    ids=["runtime-error", "unprintable-error"],
+)
+def test_a_probe_failure_is_one_warning_and_training_goes_on(monkeypatch, error, said):
     import ampscope.engine.numerics.hooks as probe_mod
 
     def broken(t):
-        raise RuntimeError("no kernel for this")
+        raise error
 
     monkeypatch.setattr(probe_mod, "host_row", broken)
     work = planted("make_overflow")
@@ -237,7 +247,7 @@ def test_a_probe_failure_is_one_warning_and_training_goes_on(monkeypatch):
     probe.end(0)
     probe.poll(wait=True)
     assert [e.code for e in got] == ["numerics-failed"]
-    assert "no kernel for this" in got[0].message
+    assert said in got[0].message
     assert not probe.wants(1)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ampscope.core import events as ev
+from ampscope.core.text import exception_text
 from ampscope.engine.emitter import EventWriter
 from ampscope.engine.numerics.hooks import NumericsProbe, leaf_modules
 from ampscope.engine.numerics.replay import StepKeeper, rerun
@@ -186,7 +187,7 @@ def loop_numerics(
     try:
         numerics = LoopNumerics(s, writer, loss_of, restart, leave_out)
     except (RuntimeError, ValueError, TypeError) as exc:
-        writer.emit(ev.WarningEvent(code="numerics-failed", message=f"numerics are off: {exc}"))
+        writer.emit(ev.WarningEvent(code="numerics-failed", message=f"numerics are off: {exception_text(exc)}"))
         return None
     reporter.on_bad = numerics.bad_step
     return numerics

@@ -37,6 +37,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.numerics import MODULE_CAP, choose_modules
+from ampscope.core.text import exception_text
 from ampscope.engine.numerics.measure import CONSTANTS, RAW, device_row, host_row, row_of
 from ampscope.engine.numerics.summary import (
     CHECK,
@@ -293,7 +294,7 @@ class NumericsProbe:
         self.failed = True
         self.close()
         message = (
-            f"numerics stopped: {what} ({type(exc).__name__}: {exc}). "
+            f"numerics stopped: {what} ({type(exc).__name__}: {exception_text(exc)}). "
             "Training goes on unchanged; set numerics.every = 0 to leave them off."
         )
         self.emit(ev.WarningEvent(code="numerics-failed", message=message[:2000]))
