@@ -187,7 +187,11 @@ def loop_numerics(
     try:
         numerics = LoopNumerics(s, writer, loss_of, restart, leave_out)
     except (RuntimeError, ValueError, TypeError) as exc:
-        writer.emit(ev.WarningEvent(code="numerics-failed", message=f"numerics are off: {exception_text(exc)}"))
+        writer.emit(
+            ev.WarningEvent(
+                code="numerics-failed", message=f"numerics are off: {exception_text(exc)}"
+            )
+        )
         return None
     reporter.on_bad = numerics.bad_step
     return numerics
