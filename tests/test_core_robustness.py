@@ -51,6 +51,8 @@ def test_visible_shows_control_characters_and_caps_length() -> None:
         ("huge", "steps = " + "9" * 5000 + "\n", "a number too large"),
         ("notoml", "this is = = not toml\n", "not valid TOML"),
         ("binary", "\udcff", "not UTF-8"),
+        ("unknown", 'description = "mine"\nbogus = 3\n', "unknown field 'bogus'"),
+        ("badvalue", 'precision = "fp7"\n', "fp7"),
     ],
 )
 def test_a_broken_user_preset_is_listed_as_broken_and_the_rest_works(

@@ -197,9 +197,20 @@ def list_presets() -> list[PresetInfo]:
                 found.setdefault(path.stem, PresetInfo(path.stem, "", path, source, exc.detail))  # type: ignore[arg-type]
                 continue
             name = str(raw.get("name", path.stem))
-            found[name] = PresetInfo(name, str(raw.get("description", "")), path, source)  # type: ignore[arg-type]
+            problem = None if source == "shipped" else _problem_of(raw, path)
+            found[name] = PresetInfo(name, str(raw.get("description", "")), path, source, problem)  # type: ignore[arg-type]
     rank = {name: i for i, name in enumerate(PRESET_ORDER)}
     return sorted(found.values(), key=lambda p: (rank.get(p.name, len(rank)), p.name))
+
+
+def _problem_of(raw: dict[str, Any], path: Path) -> str | None:
+    """Why a user's preset would be refused by ``run`` (an unknown field, a bad value), so that
+    the list marks it broken before a run is tried; None for one that validates."""
+    try:
+        validate({"name": path.stem, **raw}, source=str(path))
+    except ConfigError as exc:
+        return exc.detail
+    return None
 
 
 def find_preset(name_or_path: str) -> PresetInfo:
