@@ -150,3 +150,16 @@ def test_the_largest_shapes_planned_keep_their_columns_in_line(capsys, shape: st
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.split("\n\n")[1].splitlines()[:8]
     assert all(len(row) == len(header) for row in rows), [header, *rows]
+
+
+@pytest.mark.unit
+def test_a_hidden_size_the_heads_do_not_divide_is_refused_naming_both(capsys) -> None:
+    """'memory --hidden 8 --heads 3' planned a model no attention layer can have."""
+    said = cli(
+        capsys,
+        "memory",
+        *["--layers", "2", "--hidden", "768", "--heads", "10", "--seq", "8", "--batch", "1"],
+    )
+    assert said.returncode == 2 and said.stdout == ""
+    assert "hidden 768 is not divisible by heads 10" in said.stderr
+    assert "takes 12, 16, 24, 32, 48 or 64 heads" in said.stderr

@@ -306,6 +306,14 @@ def check_shape(params: int, shape: Shape | None) -> None:
             f"takes: at most {MAX_BYTES:.3g} (the fp32 AdamW state of 1e15 parameters). Check "
             "--seq, --batch and --vocab."
         )
+    if shape.hidden % shape.heads:
+        fits = [str(n) for n in range(1, 65) if shape.hidden % n == 0][-6:]
+        choices = " or ".join([", ".join(fits[:-1]), fits[-1]] if len(fits) > 1 else fits)
+        raise PlanError(
+            f"{given}: hidden {shape.hidden} is not divisible by heads {shape.heads}, and "
+            f"attention splits the width evenly among its heads: a hidden of {shape.hidden} "
+            f"takes {choices} heads."
+        )
 
 
 def gpt_params(vocab: int, seq_len: int, width: int, layers: int) -> int:
