@@ -350,7 +350,8 @@ def first_json(first: FirstNonfinite) -> dict[str, object]:
 
 def first_words(summary: NumericsSummary) -> str | None:
     """ "inf/NaN first appears in X at step N: an overflow of fp16, and of every narrower
-    format." (the batch's own inf/NaN is no overflow); None when none was found."""
+    format." (the batch's own inf/NaN is no overflow; one computed in fp32 may be a 0/0 as
+    well as an overflow); None when none was found."""
     first = summary.first_nonfinite
     if first is None:
         return None
@@ -365,6 +366,11 @@ def first_words(summary: NumericsSummary) -> str | None:
     where = DTYPE_LABELS.get(
         dtype or "", visible(dtype or "", 40) or "the format it is computed in"
     )
+    if dtype in ("float32", "float64"):  # no wider format to overflow into: NaN is as likely
+        return said + (
+            f": computed in {where}, so beyond {where}'s range or no number at all (0/0, inf - inf, "
+            "the log of a negative); no narrower format holds it either."
+        )
     return said + f": an overflow of {where}, and of every narrower format."
 
 
