@@ -383,6 +383,11 @@ def make_unnamable(ctx):
     return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse, "name": Unnamable()}
 
 
+def make_flops_near_floats_range(ctx):
+    return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse,
+            "flops_per_step": 1e308}
+
+
 def make_tokens_past_float(ctx):
     return {"model": torch.nn.Linear(4, 2), "batches": data, "loss": mse,
             "tokens_per_step": 10**5000}
@@ -401,6 +406,19 @@ def test_a_figure_past_floats_range_is_refused_as_a_figure(tmp_path: Path, facto
     key = factory.removeprefix("make_").removesuffix("_past_float")
     assert error.kind == "config"
     assert f"'{key}_per_step' is a number past float's range. Accepted: a" in error.message
+
+
+@pytest.mark.unit
+def test_flops_per_step_near_floats_range_is_refused_where_tflops_would_be_inf(
+    tmp_path: Path,
+) -> None:
+    """1e308 FLOPs a step ran, and its summary said 'TFLOP/s inf'."""
+    path = tmp_path / "odd_model.py"
+    path.write_text(ODD_MODEL)
+    code, events = run_model(path, "make_flops_near_floats_range")
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    assert "'flops_per_step' is 1e+308. Accepted: a number > 0 and at most 1e+24" in error.message
 
 
 @pytest.mark.unit

@@ -447,10 +447,21 @@ def test_count_flops_refuses_a_compiled_model_instead_of_breaking_it(tmp_path: P
         ({"grad_zero_every": -1}, "grad_zero_every=-1"),
         ({"flops_per_step": float("nan")}, "flops_per_step=nan"),
         ({"flops_per_step": 10**400}, "flops_per_step=about 10**400"),  # was an OverflowError
+        ({"flops_per_step": 1e308}, "flops_per_step=1e+308"),  # TFLOP/s was inf
         ({"steps": 10**5000}, "steps=about 10**5000"),  # was a ValueError from repr()
         ({"warmup_steps": 10**30}, "warmup_steps=about 10**30 is not accepted"),  # was accepted
     ],
-    ids=["precision", "steps", "hz", "grad-zero", "nan", "huge-flops", "huge-steps", "huge-warmup"],
+    ids=[
+        "precision",
+        "steps",
+        "hz",
+        "grad-zero",
+        "nan",
+        "huge-flops",
+        "flops-near-floats-range",
+        "huge-steps",
+        "huge-warmup",
+    ],
 )
 def test_a_bad_argument_names_itself_and_what_is_accepted(kwargs, named, tmp_path) -> None:
     model, opt = tiny_model()

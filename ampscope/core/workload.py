@@ -12,6 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+MAX_FLOPS_PER_STEP = 1e24
+"""The most FLOPs one step is taken to do: a trillion-parameter model over a million tokens does
+about 6e18, and a figure near float's range would make TFLOP/s inf."""
+
+MAX_ITEMS_PER_STEP = 10**15
+"""The most samples or tokens one step is taken to see (a thousand times the largest batches)."""
+
 
 @dataclass
 class Workload:

@@ -20,6 +20,7 @@ from typing import TypedDict
 
 from ampscope.core.presets import Precision
 from ampscope.core.text import value_text
+from ampscope.core.workload import MAX_FLOPS_PER_STEP
 
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 MIN_HZ, MAX_HZ = 0.25, 10.0
@@ -101,10 +102,12 @@ class Options:
             "a whole number of optimizer steps from 1 to 2**63 - 1, or None when unknown",
         )
         _check(
-            self.flops_per_step is None or _positive(self.flops_per_step),
+            self.flops_per_step is None
+            or (_positive(self.flops_per_step) and self.flops_per_step <= MAX_FLOPS_PER_STEP),
             "flops_per_step",
             self.flops_per_step,
-            "a positive number of floating-point operations per optimizer step, or None",
+            "a positive number of floating-point operations per optimizer step, at most "
+            f"{MAX_FLOPS_PER_STEP:.0e}, or None",
         )
         _check(
             self.peak_tflops is None or _positive(self.peak_tflops),

@@ -234,7 +234,7 @@ def choose_flops(analytic: float | None, count: FlopCount | None, error: str | N
             said += f", a lower bound: no FLOP formula in torch for {', '.join(count.missing)}"
     if analytic is not None:
         if counted:
-            said += f" (formula / count = {analytic / counted:.4f})"
+            said += f" (formula / count = {analytic / counted:.4g})"
         return FlopFigures(
             analytic,
             "analytic",

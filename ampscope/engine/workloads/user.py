@@ -21,7 +21,7 @@ from torch import nn
 
 from ampscope.core import events as ev
 from ampscope.core.presets import ConfigError
-from ampscope.core.workload import ModelContext
+from ampscope.core.workload import MAX_FLOPS_PER_STEP, MAX_ITEMS_PER_STEP, ModelContext
 from ampscope.engine.workloads.base import TrainingWorkload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
@@ -294,7 +294,7 @@ class UserWorkload(TrainingWorkload):
                 f"{describe_exception(exc)}",
                 user_traceback(exc),
             ) from None
-        flops = positive_field(answer, "flops_per_step", spec_text, whole=False)
+        flops = positive_field(answer, "flops_per_step", spec_text, False, MAX_FLOPS_PER_STEP)
         warnings: list[ev.WarningEvent | ev.NoteEvent] = []
         batches = UserBatches(answer["batches"], device, spec_text, warnings)
         batches.sharded = bool(answer.get("sharded"))
@@ -302,7 +302,9 @@ class UserWorkload(TrainingWorkload):
         super().__init__(
             model,
             batches,
-            tokens_per_step=positive_field(answer, "tokens_per_step", spec_text, whole=True),
+            tokens_per_step=positive_field(
+                answer, "tokens_per_step", spec_text, True, MAX_ITEMS_PER_STEP
+            ),
             flops_per_step=flops,  # None: counted with FlopCounterMode (engine.step.flops)
             name=name,
         )
@@ -310,7 +312,7 @@ class UserWorkload(TrainingWorkload):
         self.batches = batches
         self.spec_text, self.loss_fn = spec_text, loss
         self.samples_per_step = (
-            positive_field(answer, "samples_per_step", spec_text, whole=True) or 0
+            positive_field(answer, "samples_per_step", spec_text, True, MAX_ITEMS_PER_STEP) or 0
         )
 
     def prepare(self) -> None:

@@ -32,7 +32,7 @@ from ampscope.core.presets.workload_spec import (
     SpecError,
     check_model_spec,
 )
-from ampscope.core.text import exception_text
+from ampscope.core.text import exception_text, value_text
 from ampscope.core.workload import Workload
 
 RESULT_KEYS = tuple(f.name for f in fields(Workload))
@@ -258,8 +258,11 @@ def name_field(answer: dict[str, Any], default: str, spec_text: str) -> str:
         ) from None
 
 
-def positive_field(answer: dict[str, Any], key: str, spec_text: str, whole: bool) -> Any:
-    """The answer's ``key``, a number > 0 (a whole one if ``whole``), or None if not given."""
+def positive_field(
+    answer: dict[str, Any], key: str, spec_text: str, whole: bool, most: float
+) -> Any:
+    """The answer's ``key``, a number > 0 and at most ``most`` (a whole one if ``whole``), or
+    None if not given."""
     value = answer.get(key)
     if value is None:
         return None
@@ -271,12 +274,12 @@ def positive_field(answer: dict[str, Any], key: str, spec_text: str, whole: bool
     past = isinstance(value, int) and math.isinf(number)
     if ok and whole:
         ok = number.is_integer()
-    if not ok or not math.isfinite(number) or number <= 0:
+    if not ok or not math.isfinite(number) or not 0 < number <= most:
         kind = "a whole number" if whole else "a number"
-        shown = "a number past float's range" if past else repr(value)
+        shown = "a number past float's range" if past else value_text(value, 60)
         raise UserCodeError(
-            f"workload.model = '{spec_text}': '{key}' is {shown}. Accepted: {kind} > 0, or "
-            "leave it out."
+            f"workload.model = '{spec_text}': '{key}' is {shown}. Accepted: {kind} > 0 and "
+            f"at most {most:.0e}, or leave it out."
         )
     return int(value) if whole else float(value)
 
