@@ -162,6 +162,21 @@ def test_a_replay_reaches_its_done_whatever_its_times_round_to() -> None:
     assert source.at_end and source.state.done is not None and source.label().startswith("end")
 
 
+@pytest.mark.unit
+def test_a_record_with_an_event_stamped_at_1e300_replays_to_its_end() -> None:
+    """Before: a done stamped t = 1e300 (a damaged record) made the run last 1e300 s: the
+    replay played on for ever, never showing its end."""
+    events = [hello(), step(0), step(1), ev.empty_done("ok")]
+    for e, t in zip(events, (0.0, 0.5, 1.0, 1e300), strict=True):
+        e.t = t
+    source = ReplaySource(events, speed=1.0)
+    assert source.duration == pytest.approx(11.0)
+    source.advance_to(0.0)
+    source.tick(12.0)
+    assert source.at_end and source.state.done is not None
+    assert any("each such gap is played as 10 s" in entry.text for entry in source.state.log)
+
+
 @pytest.mark.ui
 def test_replay_command_checks_and_defaults(tmp_path: Path, capsys) -> None:
     from ampscope.cli.main import command_args

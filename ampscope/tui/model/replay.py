@@ -22,6 +22,7 @@ from pathlib import Path
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.text import visible
+from ampscope.core.units import fmt_ms
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.model.source import PAUSE
 
@@ -30,6 +31,10 @@ SEEK_STEP = 0.1
 """left/right move by this fraction of the run."""
 NO_ENGINE = "a record has no engine behind it (the run is over)"
 
+
+MAX_GAP_S = 10.0
+"""The longest gap between two events a replay plays as recorded: a running engine writes
+telemetry twice a second, so a longer silence is a stopped process or a damaged stamp."""
 
 INGEST_CHUNK = 5000
 """Events ingested between two looks at the UI's own events, so that keys (q) still work."""
@@ -132,13 +137,22 @@ class ReplaySource:
         self.state = self._new_state()
 
     def _set_events(self, events: Iterable[ev.Event]) -> None:
+        """The events, each with its time on the replay's clock: the record's, except that a
+        gap of more than ``MAX_GAP_S`` with no event at all (a stopped process, a damaged
+        stamp such as t = 1e300) is played as ``MAX_GAP_S``, so that every replay ends."""
         self.events = [e for e in events if isinstance(e, ev.Event)]
         self.times: list[float] = []
-        latest = 0.0
-        for e in self.events:  # the telemetry thread's lines may be a hair out of order
-            latest = max(latest, e.t)
-            self.times.append(latest)
         at = next((i for i, e in enumerate(self.events) if isinstance(e, ev.HelloEvent)), None)
+        self.longest_gap = 0.0  # the longest gap played shortened, in record seconds (0: none)
+        latest = played = 0.0
+        for i, e in enumerate(self.events):  # telemetry's lines may be a hair out of order
+            t = max(latest, e.t)
+            gap = t - latest
+            if gap > MAX_GAP_S and at is not None and i > at:  # before the hello: not played
+                self.longest_gap = max(self.longest_gap, gap)
+            played += min(gap, MAX_GAP_S)
+            latest = t
+            self.times.append(played)
         # record time of position 0: the hello's on the same clock as the others (a hello
         # stamped before 0, as a damaged record has it, made the run last 1e300 s, never ending)
         self.start = self.times[at] if at is not None else 0.0
@@ -159,6 +173,13 @@ class ReplaySource:
         )
         if self.note:
             state.log.add("info", None, self.note)
+        if self.longest_gap:
+            state.log.add(
+                "info",
+                None,
+                f"the record holds no event for up to {fmt_ms(self.longest_gap * 1000)}; "
+                f"each such gap is played as {MAX_GAP_S:g} s",
+            )
         return state
 
     @property
