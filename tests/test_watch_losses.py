@@ -168,17 +168,39 @@ def test_a_tensor_of_several_tokens_is_no_count(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("name", ["tokens", "samples"])
-@pytest.mark.parametrize("bad", [-64, -1.5, math.nan], ids=["int", "float", "nan"])
+@pytest.mark.parametrize(
+    "bad", [-64, -1.5, math.nan, math.inf, 1e308], ids=["int", "float", "nan", "inf", "1e308"]
+)
 def test_a_negative_count_in_mon_step_is_no_throughput(tmp_path, name, bad) -> None:
     """Before: mon.step(loss, tokens=-64) recorded a throughput of minus tens of thousands of
-    tokens a second, and the run's summary gave it as its tokens/s."""
+    tokens a second, and the run's summary gave it as its tokens/s; samples=inf or 1e308 made
+    every step's line unreadable (an inf rate is null in JSON) and the summary fail."""
     run_dir, _ = run_steps(tmp_path, [{name: bad if i in (2, 4) else 8} for i in range(6)])
     run = records.load_run(run_dir)
     steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
-    assert len(steps) == 6 and run.done is not None
+    assert len(steps) == 6 and run.done is not None and run.unreadable_lines == 0
     rates = [getattr(s, f"{name}_per_s") for s in steps]
     assert all(r is None or r >= 0 for r in rates), rates  # never a negative throughput
     summary = getattr(run.done, f"{name}_per_s")
     assert summary is not None and summary > 0
     (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if name in w.message]
     assert f"Step 2's {name}= is not a count" in warning.message
+
+
+def test_a_learning_rate_that_is_no_number_leaves_every_step_readable(tmp_path) -> None:
+    """Before: an optimizer whose lr was nan wrote every step with "lr": null, a line no
+    reader of the record could read: the dashboard showed a run of 0 steps."""
+    model, opt = tiny_model()
+    for group in opt.param_groups:
+        group["lr"] = math.nan
+    with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+        for _ in range(3):
+            loss = model(torch.randn(8, 32)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss)
+    run = records.load_run(mon.run_dir)
+    steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
+    assert run.unreadable_lines == 0 and len(steps) == 3 and run.done is not None
+    assert [s.lr for s in steps] == [None, None, None]

@@ -149,7 +149,7 @@ class StepEvent(Event, tag="step"):
     mem_reserved: int | None
     mem_peak: int | None
     grad_zero_frac: float | None
-    lr: float
+    lr: float | None  # null when the optimizer's is no finite number (a user's lr = nan)
     # Milliseconds the host waited for this step's batch (no GPU sync): part of step_ms.
     data_ms: float | None = None
     ranks: list[RankStep] | None = None

@@ -15,6 +15,7 @@ import torch
 
 from ampscope.core import events as ev
 from ampscope.core.text import value_text
+from ampscope.core.workload import MAX_ITEMS_PER_STEP
 from ampscope.watching.messages import StepNotes
 
 
@@ -51,8 +52,8 @@ def checked_figure(
     """``value`` as ``mon.step(name=value)`` records it (None where it is no number) and the
     warning it calls for, once a kind: one bad figure costs that step's figure alone."""
     if value is None or type(value) is float or (type(value) is int and -_FITS < value < _FITS):
-        if name in COUNTS and value is not None and not value >= 0:  # nan compares False
-            said = f"not a count ({_shown(value)})"
+        if name in COUNTS and value is not None and not 0 <= value <= MAX_ITEMS_PER_STEP:
+            said = f"not a count of one step's {name} ({_shown(value)})"  # nan, inf, 1e308
             return None, notes.bad_figure(step, name, said, TENSOR_FIGURES)
         return value, None
     if isinstance(value, torch.Tensor):

@@ -2,7 +2,8 @@
 
 Rates are the step's amounts over its time; a figure the step did not give (None, NaN: the
 device's way of saying none) is null, and so is a rate of nothing (no tokens, no FLOP count,
-no peak to measure MFU against). Torch-free.
+no peak to measure MFU against). A figure JSON cannot hold (inf, NaN) never reaches a field
+that must be a number: a null there would make the whole line unreadable. Torch-free.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def step_event(
     function costs four times as much (some 1.5 us more, measured on CPython 3.11)."""
     seconds = max(step_ms / 1000.0, 1e-9)
     tflops = flops / seconds / 1e12 if flops else 0.0
+    samples_per_s = samples / seconds
+    if not (tflops < math.inf and samples_per_s < math.inf):  # JSON has no inf: no figure
+        tflops = tflops if tflops < math.inf else 0.0
+        samples_per_s = samples_per_s if samples_per_s < math.inf else 0.0
     allocated, reserved, peak = memory
     event = ev.StepEvent(
         step=step,
@@ -49,7 +54,7 @@ def step_event(
         loss_scale=None if loss_scale is None or math.isnan(loss_scale) else loss_scale,
         skipped=skipped,
         grad_norm=grad_norm if grad_norm is not None and math.isfinite(grad_norm) else None,
-        samples_per_s=samples / seconds,
+        samples_per_s=samples_per_s,
         tokens_per_s=tokens / seconds if tokens and 0 < tokens < math.inf else None,
         tflops=tflops,
         mfu=share(tflops, peak_tflops) if flops else None,
@@ -57,7 +62,7 @@ def step_event(
         mem_reserved=reserved,
         mem_peak=peak,
         grad_zero_frac=None if zeros is None or math.isnan(zeros) else zeros,
-        lr=lr,
+        lr=lr if math.isfinite(lr) else None,
     )
     # set apart: a struct built with more than 15 keywords costs four times as much
     if cpu_ms is not None:
