@@ -4,6 +4,7 @@ that fits the terminal, and help that says what each flag does."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from ampscope.cli.main import build_parser
 from ampscope.cli.main import main as cli_main
 from ampscope.core import comparison, records
-from ampscope.tui.app import terminal_refusal
+from ampscope.tui.app import missing_terminal, terminal_refusal
 from tests.helpers import gone, owning_sleeper, wait_gone, write_finished_record
 from tests.test_detach import make_record
 
@@ -144,3 +145,42 @@ def test_the_dashboard_refuses_term_dumb_without_escape_codes(tmp_path: Path) ->
     assert proc.returncode == 2
     assert b"\x1b" not in proc.stdout + proc.stderr
     assert b"headless commands" in proc.stderr
+
+
+@pytest.mark.unit
+def test_a_dashboard_without_a_terminal_says_what_works_instead(monkeypatch) -> None:
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    read, write = os.pipe()
+    master, slave = os.openpty()
+    try:
+        assert missing_terminal(slave, slave) is None
+        message = missing_terminal(read, slave)
+        assert message and "its input here is not one" in message and "ampscope run" in message
+        assert "input and output (stderr) here are not one" in (missing_terminal(read, write) or "")
+        assert "output (stderr) here is not one" in (missing_terminal(slave, None) or "")
+        monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")
+        assert missing_terminal(read, write) is None  # served: no terminal is needed
+    finally:
+        for fd in (read, write, master, slave):
+            os.close(fd)
+
+
+@pytest.mark.subprocess
+def test_the_dashboard_started_with_no_terminal_ends_at_once_without_escape_codes(
+    tmp_path: Path,
+) -> None:
+    """Before: started from a script (input from /dev/null, output to a pipe), the dashboard
+    drew its screens into the pipe and waited for keys for ever."""
+    from tests.helpers import ROOT, engine_env
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampscope", "--runs-dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=engine_env(TERM="xterm-256color"),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert b"\x1b" not in proc.stdout + proc.stderr
+    assert b"the dashboard needs a terminal" in proc.stderr

@@ -431,6 +431,28 @@ def terminal_refusal(term: str | None) -> str | None:
     )
 
 
+def missing_terminal(input_fd: int | None, output_fd: int | None) -> str | None:
+    """Why the dashboard will not start without a terminal to read keys from and draw on
+    (started from a script, a cron job, with input from /dev/null): it would draw to nothing
+    and wait for keys for ever. None when both are terminals, or Textual is told to use
+    another driver (``TEXTUAL_DRIVER``, as ``ampscope serve`` does)."""
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return None
+    lacking = [
+        name
+        for name, fd in (("input", input_fd), ("output (stderr)", output_fd))
+        if fd is None or not os.isatty(fd)
+    ]
+    if not lacking:
+        return None
+    return (
+        f"ampscope: the dashboard needs a terminal, and its {' and '.join(lacking)} here "
+        f"{'is' if len(lacking) == 1 else 'are'} not one (a pipe, a file or /dev/null). The "
+        "headless commands work anywhere: 'ampscope run PRESET' (progress and a summary), "
+        "'ampscope runs', 'ampscope bench'; 'ampscope serve' shows the dashboard in a browser."
+    )
+
+
 def run_dashboard(
     runs_dir: Path | None = None, refresh_hz: float | None = None, **options: Any
 ) -> int:
@@ -438,9 +460,13 @@ def run_dashboard(
 
     ``$AMPSCOPE_AUTOSTART`` (``"PRESET [key=value ...]"``) starts a run right away, unless
     ``open_run`` names a run to show. A terminal that cannot draw it (``TERM=dumb``) is told
-    which commands work there instead, with exit code 2.
+    which commands work there instead, with exit code 2, and so is a dashboard started
+    with no terminal at all.
     """
-    refusal = terminal_refusal(os.environ.get("TERM"))
+    terminal = SavedTerminal()
+    refusal = terminal_refusal(os.environ.get("TERM")) or missing_terminal(
+        terminal.input_fd, terminal.output_fd
+    )
     if refusal:
         print(refusal, file=sys.stderr)
         return 2
@@ -450,7 +476,7 @@ def run_dashboard(
         print(f"ampscope: ${AUTOSTART_ENV} cannot be read ({exc}).", file=sys.stderr)
         return 2
     app = AmpscopeApp(runs_dir=runs_dir, refresh_hz=refresh_hz, autostart=autostart, **options)
-    _install_exit_handlers(SavedTerminal())
+    _install_exit_handlers(terminal)
     try:
         result = app.run()
     finally:
