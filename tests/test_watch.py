@@ -685,3 +685,30 @@ def test_a_watched_script_ending_in_sys_exit_records_its_code(code, status, said
     assert done.status == status
     assert (said in (done.error or "")) if said else done.error is None
     assert getattr(sys.exit, "_ampscope_noting", False) is False  # put back with the last run
+
+
+def test_steps_recorded_from_several_threads_are_each_numbered_once(tmp_path) -> None:
+    """Before: four threads calling one monitor's step (a loop that records from its worker
+    threads) could read the same step number, and the record held duplicate steps."""
+    import sys
+    import threading
+
+    model, opt = tiny_model()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as Python lets them
+    try:
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            threads = [
+                threading.Thread(target=lambda: [mon.step(float(i)) for i in range(2000)])
+                for _ in range(4)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    run = records.load_run(mon.run_dir)
+    steps = [e.step for e in run.events if isinstance(e, ev.StepEvent)]
+    assert sorted(steps) == list(range(8000))
+    assert run.done is not None and run.done.steps_done == 8000

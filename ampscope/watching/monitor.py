@@ -13,6 +13,7 @@ goes on.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ class Monitor:
         self._hooks: StepHooks | None = None  # what the options ask of a step beyond reading
         self._compile = CompileTracker(False, self._emit)
         self._next_step = 0
+        self._step_lock = threading.Lock()
         self._steps = StepReport(
             StepTally(self.options.warmup_steps),
             StepNotes(self.options.precision or ""),
@@ -141,6 +143,10 @@ class Monitor:
         step, a number or a device tensor (read without a sync). ``samples``: the batch size.
         ``grad_norm``: the norm ``clip_grad_norm_`` returned, if the loop clips.
         """
+        with self._step_lock:  # loops that call it from several threads number steps once
+            self._step(loss, tokens, samples, grad_norm)
+
+    def _step(self, loss: Any, tokens: Any, samples: Any, grad_norm: Any) -> None:
         readout = self._readout
         if readout is None or self._closed:
             return
