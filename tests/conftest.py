@@ -88,6 +88,10 @@ def _in_process_tiers_stay_in_their_lane(request: pytest.FixtureRequest, monkeyp
         monkeypatch.setattr(textual_app.App, "run_test", no_app)
 
 
+PILOT_SETTLE_S = 120.0
+"""How long a test's Pilot waits for a screen to settle after a key: what a user would wait."""
+
+
 @pytest.fixture(autouse=True)
 def _no_animations(request: pytest.FixtureRequest, monkeypatch) -> None:
     """A dashboard under Pilot draws each change at once: a Tabs underline or a scroll caught
@@ -95,8 +99,17 @@ def _no_animations(request: pytest.FixtureRequest, monkeypatch) -> None:
     test may drive a dashboard too, beside the processes it starts.)"""
     if {"ui", "subprocess"} & tiers_of(request.node):
         from textual import constants  # what App() reads its animation level from
+        from textual.pilot import Pilot
 
         monkeypatch.setattr(constants, "TEXTUAL_ANIMATIONS", "none")
+        # Pilot gives a screen's widgets 30 s to settle after each key; on a shared machine at
+        # load 19 a screen took longer, and the test failed on the wait, not on what it checks
+        settle = Pilot._wait_for_screen
+
+        async def patient(self: Pilot, timeout: float = PILOT_SETTLE_S) -> bool:
+            return await settle(self, timeout)
+
+        monkeypatch.setattr(Pilot, "_wait_for_screen", patient)
 
 
 @pytest.fixture(autouse=True)
