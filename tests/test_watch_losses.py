@@ -86,6 +86,42 @@ def test_a_loss_of_the_wrong_type_costs_one_step_not_the_rest(tmp_path, bad, sai
     assert not events_of(run_dir, ev.ErrorEvent)
 
 
+ODD_TENSORS = {
+    "meta": (lambda: torch.tensor(1.0, device="meta"), "a tensor on the meta device"),
+    "sparse": (lambda: torch.tensor([1.0, 2.0]).to_sparse(), "a sparse_coo tensor"),
+    "sparse-csr": (lambda: torch.eye(2).to_sparse_csr(), "a sparse_csr tensor"),
+    "nested": (
+        lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged),
+        "a nested tensor",
+    ),
+    "quantized": (
+        lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),
+        "a quantized tensor (torch.qint8)",
+    ),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch's own: sparse CSR is beta, and so on
+@pytest.mark.parametrize("kind", list(ODD_TENSORS))
+def test_a_tensor_no_number_can_be_read_from_costs_one_step_not_the_rest(tmp_path, kind) -> None:
+    """A meta, sparse, nested or quantized tensor given as the loss (or tokens=, grad_norm=)
+    stopped the recording of every later step: its .item() or mean raised inside ampscope."""
+    make, said = ODD_TENSORS[kind]
+    steps = [{}, {"loss": make()}, {"tokens": make()}, {"grad_norm": make()}, {}]
+    run_dir, caught = run_steps(tmp_path, steps)
+    run = records.load_run(run_dir)
+    recorded = [e for e in run.events if isinstance(e, ev.StepEvent)]
+    assert [s.step for s in recorded] == list(range(5))  # every step is recorded
+    assert [s.loss is None for s in recorded] == [False, True, False, False, False]
+    assert recorded[2].tokens_per_s is None and recorded[3].grad_norm is None
+    assert run.status == "ok" and run.done is not None and run.done.steps_done == 5
+    warnings_said = [w.message for w in events_of(run_dir, ev.WarningEvent)]
+    assert any(f"Step 1's loss is {said}" in m for m in warnings_said)
+    assert any(f"Step 2's tokens= is {said}" in m for m in warnings_said)
+    assert any(f"Step 3's grad_norm= is {said}" in m for m in warnings_said)
+    assert not [w for w in caught if "no longer recorded" in str(w.message)]
+
+
 def test_a_loss_that_is_no_scalar_is_said_and_its_mean_recorded(tmp_path) -> None:
     run_dir, caught = run_with(tmp_path, [torch.ones(3), torch.tensor([2.0, 4.0]), None])
     steps = events_of(run_dir, ev.StepEvent)

@@ -24,9 +24,10 @@ def checked_loss(step: int, loss: Any, notes: StepNotes) -> tuple[Any, ev.Warnin
     any: one a kind of trouble. A tensor of several elements is recorded as their mean."""
     if (
         isinstance(loss, torch.Tensor)
+        and loss.layout is torch.strided
         and loss.numel() == 1
-        and not loss.is_complex()
-        and loss.dtype is not torch.bool
+        and loss.dtype not in NO_FIGURE_DTYPES
+        and not (loss.is_meta or loss.is_nested)
     ):
         return loss, None
     problem = loss_problem(loss)
@@ -37,6 +38,11 @@ def checked_loss(step: int, loss: Any, notes: StepNotes) -> tuple[Any, ev.Warnin
     return loss, None
 
 
+NO_FIGURE_DTYPES = frozenset(
+    {torch.bool, torch.complex32, torch.complex64, torch.complex128}
+    | {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+)
+"""Tensors of these hold no real number a loss or a figure could be read from."""
 _FITS = 1 << 63
 """An int below this in size is taken as it is (the common case, checked at no cost)."""
 TENSOR_FIGURES = ("tokens", "grad_norm")
@@ -57,8 +63,11 @@ def checked_figure(
             return None, notes.bad_figure(step, name, said, TENSOR_FIGURES)
         return value, None
     if isinstance(value, torch.Tensor):
-        if name not in TENSOR_FIGURES:
-            problem: str | None = f"a tensor ({tuple(value.shape)})"
+        problem = odd_tensor(value)
+        if problem is not None:
+            pass
+        elif name not in TENSOR_FIGURES:
+            problem = f"a tensor ({tuple(value.shape)})"
         elif value.numel() != 1:
             problem = f"a tensor of shape {tuple(value.shape)}, not one number"
         else:
@@ -74,6 +83,9 @@ def loss_problem(loss: Any) -> str | None:
     """What ``loss`` is, said for a warning, when it cannot be a step's loss; None when it can
     (a tensor with elements, or a real number that fits a float)."""
     if isinstance(loss, torch.Tensor):
+        odd = odd_tensor(loss)
+        if odd is not None:
+            return odd
         if loss.is_complex() or loss.dtype == torch.bool:  # a comparison's result is no figure
             return f"a {'complex' if loss.is_complex() else 'bool'} tensor ({loss.dtype})"
         return "an empty tensor" if loss.numel() == 0 else None
@@ -91,6 +103,21 @@ def loss_problem(loss: Any) -> str | None:
         return f"{kind} ({_shown(loss)})"
     except Exception as exc:  # noqa: BLE001 - their __float__ raised: their object's fault
         return f"{kind} whose float() raised {type(exc).__name__}"
+    return None
+
+
+def odd_tensor(value: torch.Tensor) -> str | None:
+    """What a tensor is, said for a warning, when no number can be read from it the usual way
+    (``.item()``, a mean): a meta tensor holds no values, and torch has no mean or item for
+    every sparse, nested, quantized or MKL-DNN one. None for an ordinary (strided) tensor."""
+    if value.is_nested:
+        return "a nested tensor"
+    if value.layout is not torch.strided:
+        return f"a {str(value.layout).removeprefix('torch.')} tensor"
+    if value.is_meta:
+        return "a tensor on the meta device (it holds no values)"
+    if value.is_quantized:
+        return f"a quantized tensor ({value.dtype})"
     return None
 
 
