@@ -212,6 +212,22 @@ def test_an_exception_that_cannot_be_printed_still_ends_the_record_with_its_step
     assert error.message == "Unprintable: <exception str() failed>"
 
 
+def test_an_exception_of_megabytes_still_lists_the_run_as_failed(tmp_path: Path) -> None:
+    """A loop's exception whose message held 2 MB (a dataset's repr) was written whole into
+    done and summary.json, which readers do not take past 1 MiB: the run listed as crashed."""
+    model, opt = tiny_model()
+    with pytest.raises(ValueError):  # noqa: SIM117 - the raise is the test
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            train(mon, model, opt, steps=2)
+            raise ValueError("bad batch " + "x" * 2_000_000)
+    (listed,) = records.list_runs(tmp_path)
+    assert listed.state == "failed" and listed.done is not None
+    assert listed.done.error is not None and listed.done.error.startswith("ValueError: bad batch x")
+    assert listed.done.error.endswith("more characters)") and len(listed.done.error) < 20_000
+    (error,) = events_of(mon.run_dir, ev.ErrorEvent)
+    assert error.traceback is not None and len(error.traceback) < 20_000
+
+
 def test_hello_is_on_disk_when_watch_returns(tmp_path: Path) -> None:
     """A process that ends before the monitor's first tick still leaves a record that says
     what ran."""

@@ -14,6 +14,10 @@ import unicodedata
 
 MAX_SHOWN = 4000
 """Characters shown of one user- or record-supplied string; the rest is summarised."""
+MAX_RECORDED = 16_000
+"""Characters of an exception's text a record keeps: a message of megabytes (a user's exception
+that holds a whole dataset's repr) made a ``done`` line and ``summary.json`` too large to read
+back, and the run listed as crashed."""
 
 
 def value_text(value: object, width: int) -> str:
@@ -28,14 +32,22 @@ def value_text(value: object, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def exception_text(exc: BaseException) -> str:
+def exception_text(exc: BaseException, limit: int = MAX_RECORDED) -> str:
     """``str(exc)``, or what Python's own traceback prints when that fails: a user's
-    exception whose ``__str__`` raises (or returns no str) must not end the run unrecorded."""
+    exception whose ``__str__`` raises (or returns no str) must not end the run unrecorded.
+    Past ``limit`` characters it is cut and says how much was left out."""
     try:
         text = str(exc)
     except Exception:  # noqa: BLE001 - whatever the user's __str__ raises
         return "<exception str() failed>"
-    return text
+    return cut(text, limit)
+
+
+def cut(text: str, limit: int = MAX_RECORDED) -> str:
+    """``text``, or its first ``limit`` characters and how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
 def _escape(ch: str) -> str:

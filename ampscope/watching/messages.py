@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ampscope.core import events as ev
 from ampscope.core.numerics.nonfinite import range_advice
-from ampscope.core.text import exception_text
+from ampscope.core.text import cut, exception_text
 
 if TYPE_CHECKING:
     from ampscope.watching.describe import RunFacts
@@ -221,7 +221,7 @@ def outcome(error: BaseException | None, signum: int | None) -> tuple[ev.DoneSta
 
 
 def error_event(error: BaseException, step: int) -> ev.ErrorEvent:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    text = cut("".join(traceback.format_exception(type(error), error, error.__traceback__)))
     message = f"{type(error).__name__}: {exception_text(error)}"
     kind = "oom" if type(error).__name__ == "OutOfMemoryError" else "exception"
     return ev.ErrorEvent(kind=kind, message=message, step=step, traceback=text)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from ampscope.core.numerics.event import INPUTS, OWN
 from ampscope.core.numerics.nonfinite import range_advice
 from ampscope.core.records.tally import StepTally
 from ampscope.core.records.writer import RecordLost
+from ampscope.core.text import cut
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.lifecycle.record import IO_HINT
@@ -138,7 +139,7 @@ def failure(
         kind="exception",
         message=message,
         step=tally.steps_done or None,
-        traceback=trace,
+        traceback=cut(trace),
     )
     return event, EXIT_FAILED
 
