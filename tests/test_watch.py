@@ -212,6 +212,27 @@ def test_an_exception_that_cannot_be_printed_still_ends_the_record_with_its_step
     assert error.message == "Unprintable: <exception str() failed>"
 
 
+def test_a_loop_in_a_generator_closed_early_ends_ok(tmp_path: Path) -> None:
+    """A generator's loop whose reader stopped after two steps (a ``break``, or the generator
+    collected) ended failed, with "GeneratorExit: " as its error and a traceback."""
+    model, opt = tiny_model()
+    run_dirs = []
+
+    def steps():
+        with ampscope.watch(model, opt, runs_dir=tmp_path) as mon:
+            run_dirs.append(mon.run_dir)
+            for i in range(10):
+                train(mon, model, opt, steps=1)
+                yield i
+
+    for i in steps():
+        if i == 1:
+            break
+    run = records.load_run(run_dirs[0])
+    assert run.status == "ok" and run.done is not None and run.done.error is None
+    assert run.done.steps_done == 2 and not events_of(run_dirs[0], ev.ErrorEvent)
+
+
 def test_an_exception_of_megabytes_still_lists_the_run_as_failed(tmp_path: Path) -> None:
     """A loop's exception whose message held 2 MB (a dataset's repr) was written whole into
     done and summary.json, which readers do not take past 1 MiB: the run listed as crashed."""

@@ -210,6 +210,8 @@ def outcome(error: BaseException | None, signum: int | None) -> tuple[ev.DoneSta
     """
     if signum is not None or isinstance(error, KeyboardInterrupt):
         return "stopped", None
+    if isinstance(error, GeneratorExit):  # a loop in a generator, whose reader stopped early
+        return "ok", None
     if isinstance(error, SystemExit):
         if error.code in (0, None):
             return "ok", None
