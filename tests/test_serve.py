@@ -111,6 +111,7 @@ class FakeServer:
 
     def __init__(self, command: str, host: str, port: int, title: str, **options) -> None:
         self.command, self.host, self.port = command, host, port
+        self.options = options
         self.templates = Path(options["templates_path"])
         self.page = (self.templates / "app_index.html").read_text()  # gone once serving ends
         FakeServer.made.append(self)
@@ -118,6 +119,31 @@ class FakeServer:
     @staticmethod
     def run(server: FakeServer, sockets: list[socket.socket]) -> None:
         server.bound = [sock.getsockname()[1] for sock in sockets]
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not HAS_SERVE, reason="textual-serve is not installed")
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_serve_on_an_ipv6_address_links_its_page_in_brackets(tmp_path: Path, capsys):
+    """On --host ::1 the page linked its files and websocket as http://::1:PORT/..., which no
+    browser reads as an address: the tab never showed the dashboard."""
+    from ampscope.cli.main import command_args
+
+    FakeServer.made.clear()
+    args = command_args(["serve", "--host", "::1", "--port", "0", "--runs-dir", str(tmp_path)])
+    assert serve_cli.cmd_serve(args, server_class=FakeServer, serve=FakeServer.run) == 0
+    (made,) = FakeServer.made
+    assert made.options["public_url"] == f"http://[::1]:{made.port}"
+    assert f"on http://[::1]:{made.port} to at most" in capsys.readouterr().err
 
 
 @pytest.mark.unit

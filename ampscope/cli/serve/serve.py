@@ -300,10 +300,11 @@ def cmd_serve(
         )
     os.environ.update(child_env())  # each tab's viewer runs this ampscope, not the folder's
     command = viewer_command(root, getattr(args, "refresh", None))
+    url = f"http://{url_host(args.host)}:{port}"
     print(
         # the folder and address as typed (or from $AMPSCOPE_RUNS_DIR), never obeyed
         f"ampscope: serving a read-only view of the live runs in {visible(root)} on "
-        f"http://{visible(args.host, 200)}:{port} to at most {args.max_viewers} viewers "
+        f"{visible(url, 200)} to at most {args.max_viewers} viewers "
         "(Ctrl+C stops)",
         file=sys.stderr,
         flush=True,
@@ -315,6 +316,7 @@ def cmd_serve(
             command,
             host=args.host,
             port=port,
+            public_url=url,  # the page's own links: textual-serve leaves an IPv6 one unbracketed
             title="ampscope",
             templates_path=offline_templates(Path(pages)),  # no font from the internet
             max_viewers=args.max_viewers,
@@ -327,6 +329,11 @@ def cmd_serve(
             for sock in sockets:
                 sock.close()
     return 0
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL holds it: an IPv6 address in brackets (``http://[::1]:8000``)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def port_refusal(host: str, port: int, exc: OSError) -> str:
