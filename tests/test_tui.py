@@ -382,3 +382,34 @@ def test_a_feed_replaced_before_it_ran_leaves_no_coroutine_never_awaited(tmp_pat
             assert not [w for w in caught if "never awaited" in str(w.message)]
 
     run(go())
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("mine", "'mine' is a user preset already"), ("fp32", "'fp32' is a shipped preset")],
+)
+def test_saving_over_a_preset_asks_first(tmp_path: Path, name: str, said: str) -> None:
+    """Before: the save dialog replaced a user preset of the same name without a word."""
+    from tests.helpers import save_dialog_for
+
+    mine = presets.user_presets_dir() / "mine.toml"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text('description = "kept"\n')
+    target = presets.user_presets_dir() / f"{name}.toml"
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            dialog = await save_dialog_for(pilot, app, "amp-bf16")
+            dialog.query_one("#save-name").value = name
+            await pilot.press("enter")
+            assert await wait_for(pilot, lambda: said in text(dialog, "#save-error"), 5)
+            assert app.screen is dialog  # nothing written yet
+            assert mine.read_text() == 'description = "kept"\n'
+            await pilot.press("enter")  # again: replace it
+            await shown(pilot, app, PresetsScreen)
+            assert await wait_for(pilot, target.is_file, 5)
+            assert presets.load_preset(str(target)).precision == "amp-bf16"
+
+    run(go())

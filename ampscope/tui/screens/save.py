@@ -66,6 +66,18 @@ class SaveDialog(ModalScreen[str | None]):
     def __init__(self, suggestion: str) -> None:
         super().__init__()
         self.suggestion = suggestion
+        self.replacing: str | None = None  # the name the user was told is taken
+
+    def _taken(self, name: str) -> str | None:
+        """What saving as ``name`` would replace, said before it does; None when nothing."""
+        if (presets.user_presets_dir() / f"{name}.toml").is_file():
+            return f"'{name}' is a user preset already: Save again to replace it."
+        if (presets.shipped_presets_dir() / f"{name}.toml").is_file():
+            return (
+                f"'{name}' is a shipped preset: yours would be listed in its place. Save again "
+                "to do so, or give another name."
+            )
+        return None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="save-dialog"):
@@ -89,6 +101,14 @@ class SaveDialog(ModalScreen[str | None]):
             self.query_one("#save-error", Label).update(
                 "A name is letters, digits, '-', '_' or '.', starting with a letter or digit."
             )
+            return
+        try:
+            taken = None if name == self.replacing else self._taken(name)
+        except OSError:  # a folder that cannot be looked into: saving says why
+            taken = None
+        if taken:
+            self.replacing = name
+            self.query_one("#save-error", Label).update(taken)
             return
         self.dismiss(name)
 
