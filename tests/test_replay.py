@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli import runs as runs_cli
+from ampscope.cli.main import command_args
 from ampscope.cli.main import main as cli_main
 from ampscope.core import events as ev
 from ampscope.core import records
@@ -21,7 +22,17 @@ from ampscope.tui.model.replay import ReplaySource
 from ampscope.tui.model.run_state import RunState
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLogView
-from tests.helpers import ROOT, SIZE, hello, run, shown, step, text, wait_for
+from tests.helpers import (
+    ROOT,
+    SIZE,
+    hello,
+    run,
+    shown,
+    step,
+    text,
+    wait_for,
+    write_finished_record,
+)
 
 EXAMPLE = "amp-fp16-skipped-step"
 
@@ -175,6 +186,21 @@ def test_a_record_with_an_event_stamped_at_1e300_replays_to_its_end() -> None:
     source.tick(12.0)
     assert source.at_end and source.state.done is not None
     assert any("each such gap is played as 10 s" in entry.text for entry in source.state.log)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", ["replay", "attach"])
+def test_an_empty_run_name_is_refused_not_taken_for_the_newest(
+    tmp_path: Path, capsys, command: str
+) -> None:
+    """Before: 'replay ""' (a variable left empty in a script) replayed the newest run, and
+    'attach ""' attached to the newest live one, as if no run had been named."""
+    write_finished_record(tmp_path, "fp32")
+    opened: list = []
+    args = command_args([command, "--runs-dir", str(tmp_path), ""])
+    how = runs_cli.cmd_replay if command == "replay" else runs_cli.cmd_attach
+    assert how(args, lambda args, start: opened.append(start) or 0) == 2
+    assert not opened and "no run record ''" in capsys.readouterr().err
 
 
 @pytest.mark.ui

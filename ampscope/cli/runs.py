@@ -264,7 +264,7 @@ def cmd_attach(
     root = _runs_root(args)
     if (refused := not_a_runs_folder(root)) is not None:
         return refused
-    if args.run:
+    if args.run is not None:
         path = resolve_run(args.run, root)
         if path is None:
             return fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
@@ -317,7 +317,7 @@ def cmd_replay(
     if (refused := not_a_runs_folder(root)) is not None:  # else an example was replayed
         return refused
     read_from = "replay"
-    if args.run:
+    if args.run is not None:
         path = resolve_run(args.run, root)
         if path is None:
             names = ", ".join(p.name for p in example_runs())
