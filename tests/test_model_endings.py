@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ampscope.cli.main import main
-from ampscope.engine.lifecycle.exits import EXIT_STOPPED, EXIT_USAGE
+from ampscope.core import records
+from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE
 from tests.helpers import engine_env
 
 MODEL = """
@@ -37,6 +38,24 @@ def make_slow(ctx):
 
 def make_exits(ctx):
     sys.exit()
+
+
+class Odd:
+    def __repr__(self):
+        raise ValueError("no repr")
+
+
+def make_exits_odd(ctx):
+    sys.exit(Odd())  # an argument whose repr raises
+
+
+def make_exits_huge(ctx):
+    sys.exit(10**5000)  # past the digits int's repr gives
+
+
+def make_cancelled(ctx):
+    import asyncio
+    raise asyncio.CancelledError("the loader's task was cancelled")  # a BaseException
 
 
 def make_os_exit(ctx):
@@ -98,6 +117,30 @@ def test_sys_exit_in_the_factory_under_memory_is_an_error_naming_it(tmp_path, ca
     first = err.splitlines()[0]
     assert first.startswith(f"ampscope: workload.model = '{spec}': your code called sys.exit()")
     assert "Raise an exception instead" in first
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("factory", "call"),
+    [
+        ("make_exits_odd", "sys.exit(<repr() failed>)"),
+        ("make_exits_huge", "sys.exit(about 10**5000)"),
+    ],
+)
+def test_sys_exit_with_an_unprintable_code_is_said_under_run_and_memory(
+    tmp_path, capsys, factory, call
+) -> None:
+    assert run_model(tmp_path, factory) == EXIT_FAILED  # was ampscope's traceback, the record torn
+    err = capsys.readouterr().err
+    assert f"your code called {call} before the first step" in err
+    assert "During handling" not in err and "faults.py" not in err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    done = records.load_run(run_dir).done
+    assert done is not None and done.status == "failed" and call in (done.error or "")
+    spec = f"{model_file(tmp_path)}:{factory}"
+    assert main(["memory", "--model", spec]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"ampscope: workload.model = '{spec}': your code called {call} while")
 
 
 @pytest.mark.unit

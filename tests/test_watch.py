@@ -707,6 +707,7 @@ def test_the_grad_zeros_card_of_a_watched_run_says_off_when_never_measured(
         ("bye", "failed", "sys.exit('bye'): exit code 1"),
         (0, "ok", None),
         ("caught", "ok", None),
+        ("huge", "failed", "sys.exit(about 10**5000): exit code about 10**5000"),
     ],
 )
 def test_a_watched_script_ending_in_sys_exit_records_its_code(code, status, said, tmp_path):
@@ -726,7 +727,7 @@ def test_a_watched_script_ending_in_sys_exit_records_its_code(code, status, said
         opt.zero_grad()
         mon.step(loss)
     with pytest.raises(SystemExit):
-        sys.exit(5 if code == "caught" else code)
+        sys.exit({"caught": 5, "huge": 10**5000}.get(code, code))
     if code == "caught":  # the loop caught it and went on: its later end is its own
         mon.step(model(torch.randn(8, 32)).square().mean())
     exits._at_exit()

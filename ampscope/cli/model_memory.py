@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from ampscope.core.memory import plan
 from ampscope.core.presets import ConfigError
-from ampscope.core.text import visible
+from ampscope.core.text import exit_call, visible
 
 SHAPE = ("layers", "hidden", "heads", "seq", "batch")
 
@@ -102,7 +102,7 @@ def left_early(spec: str, exc: SystemExit) -> ConfigError:
     """The model's code called ``sys.exit()`` (importing it, or in its factory)."""
     from ampscope.engine.workloads.user_code import UserCodeError, user_traceback
 
-    call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+    call = exit_call(exc.code)
     return UserCodeError(
         f"workload.model = '{spec}': your code called {call} while its model was being built "
         "(importing it, or in its factory), which would end this command with nothing "

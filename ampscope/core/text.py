@@ -32,6 +32,13 @@ def value_text(value: object, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def exit_call(code: object) -> str:
+    """The ``sys.exit`` call a message names, from ``SystemExit.code``: its argument shown by
+    ``value_text``, since a user's code may exit with anything (a 10**5000, an object whose
+    ``__repr__`` raises)."""
+    return "sys.exit()" if code is None else f"sys.exit({value_text(code, 200)})"
+
+
 def exception_text(exc: BaseException, limit: int = MAX_RECORDED) -> str:
     """``str(exc)``, or what Python's own traceback prints when that fails: a user's
     exception whose ``__str__`` raises (or returns no str) must not end the run unrecorded.

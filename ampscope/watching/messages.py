@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ampscope.core import events as ev
 from ampscope.core.numerics.nonfinite import range_advice
-from ampscope.core.text import cut, exception_text
+from ampscope.core.text import cut, exception_text, exit_call, value_text
 
 if TYPE_CHECKING:
     from ampscope.watching.describe import RunFacts
@@ -216,7 +216,10 @@ def outcome(error: BaseException | None, signum: int | None) -> tuple[ev.DoneSta
         if error.code in (0, None):
             return "ok", None
         code = error.code if isinstance(error.code, int) else 1  # Python prints a message, exits 1
-        return "failed", f"the script ended with sys.exit({error.code!r}): exit code {code}"
+        return (
+            "failed",
+            f"the script ended with {exit_call(error.code)}: exit code {value_text(code, 40)}",
+        )
     if error is not None:
         return "failed", f"{type(error).__name__}: {exception_text(error)}"
     return "ok", None

@@ -12,7 +12,7 @@ from ampscope.core.numerics.event import INPUTS, OWN
 from ampscope.core.numerics.nonfinite import range_advice
 from ampscope.core.records.tally import StepTally
 from ampscope.core.records.writer import RecordLost
-from ampscope.core.text import cut
+from ampscope.core.text import cut, exit_call
 from ampscope.engine.device import DeviceInfo
 from ampscope.engine.lifecycle.exits import EXIT_FAILED, EXIT_USAGE
 from ampscope.engine.lifecycle.record import IO_HINT
@@ -39,7 +39,7 @@ def left_early(exc: SystemExit, tally: StepTally) -> ev.ErrorEvent:
         else "before the first step (importing your code, in make, or in the forward that "
         "counts the FLOPs)"
     )
-    call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+    call = exit_call(exc.code)
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return ev.ErrorEvent(
         kind="exception",
