@@ -144,6 +144,20 @@ def test_sys_exit_with_an_unprintable_code_is_said_under_run_and_memory(
 
 
 @pytest.mark.unit
+def test_a_base_exception_from_the_users_code_ends_the_run_failed_and_recorded(
+    tmp_path, capsys
+) -> None:
+    assert run_model(tmp_path, "make_cancelled") == EXIT_FAILED  # was a traceback out of main
+    err = capsys.readouterr().err
+    assert "CancelledError: the loader's task was cancelled" in err
+    assert "cli/main.py" not in err  # the user's frames, not ampscope's way to them
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    done = records.load_run(run_dir).done
+    assert done is not None and done.status == "failed"
+    assert "CancelledError" in (done.error or "")
+
+
+@pytest.mark.unit
 def test_a_models_name_with_control_characters_stays_on_one_header_line(tmp_path, capsys) -> None:
     assert run_model(tmp_path, "make_odd_name") == 0
     err = capsys.readouterr().err

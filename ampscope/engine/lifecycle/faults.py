@@ -83,7 +83,7 @@ def every_step_skipped(exc: EveryStepSkipped, preset: str) -> ev.ErrorEvent:
 
 
 def failure(
-    exc: Exception, preset: presets.Preset, info: DeviceInfo | None, tally: StepTally
+    exc: BaseException, preset: presets.Preset, info: DeviceInfo | None, tally: StepTally
 ) -> tuple[ev.ErrorEvent, int]:
     """The error event for a fault and the exit code it gives."""
     if isinstance(exc, presets.ConfigError):

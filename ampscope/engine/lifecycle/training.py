@@ -104,7 +104,15 @@ def train_preset(
         if elsewhere is not None:
             writer.emit(elsewhere, urgent=True)
             status, exit_code, error = "failed", EXIT_FAILED, elsewhere.message
-    except Exception as exc:  # noqa: BLE001 - every fault must reach the watcher as an event
+    except SystemExit as exc:  # the user's code: ampscope's own never exits inside a run
+        event = link.blame(left_early(exc, tally), exc, shared=False)
+        writer.emit(event, urgent=True)
+        if writer.on_event is None and ranks.lead:
+            print(f"ampscope: {event.message}", file=sys.stderr)
+        status, exit_code, error = "failed", EXIT_FAILED, event.message
+    except BaseException as exc:  # noqa: BLE001 - every fault must reach the watcher as an event,
+        # a user's BaseException too (asyncio.CancelledError, GeneratorExit): else a traceback
+        # and a record without its done
         event, exit_code = failure(exc, preset, info, tally)
         event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
         writer.emit(event, urgent=True)
@@ -113,12 +121,6 @@ def train_preset(
             if event.traceback:  # the user's own code failed: their frames, to stderr too
                 print(event.traceback, file=sys.stderr)
         status, error = "failed", event.message
-    except SystemExit as exc:  # the user's code: ampscope's own never exits inside a run
-        event = link.blame(left_early(exc, tally), exc, shared=False)
-        writer.emit(event, urgent=True)
-        if writer.on_event is None and ranks.lead:
-            print(f"ampscope: {event.message}", file=sys.stderr)
-        status, exit_code, error = "failed", EXIT_FAILED, event.message
     wind_down(writer, profiler, sampler)
     done = done_event(tally, status, hello, error, checksums)
     for code, message in above_peak_warnings(done, hello):
