@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ampscope import __version__
-from ampscope.cli.output import fail
+from ampscope.cli.output import fail, streams_when_closed, write_failed
 from ampscope.core.presets import ConfigError, list_presets, load_preset, user_presets_dir
 from ampscope.core.presets.parallel import LaunchError
 from ampscope.core.presets.run_args import (
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    streams_when_closed()
     try:
         return dispatch(argv)
     except BrokenPipeError:  # `ampscope presets | head`: the reader left, which is no error
@@ -155,6 +157,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl+C where a command has no word of its own (torch's import)
         print("ampscope: stopped (Ctrl+C).", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if not write_failed(exc):
+            raise
+        # `ampscope runs > out.txt` on a full disk: said once, and what stdout still holds
+        # goes nowhere at exit instead of a second error
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"ampscope: a write failed: {exc.strerror or exc}.", file=sys.stderr)
+        return 1
 
 
 class _NotTheDashboard(Exception):

@@ -7,6 +7,7 @@ have filled with escape sequences.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sys
@@ -19,6 +20,35 @@ def fail(message: object, code: int = 2) -> int:
     """Print ``ampscope: MESSAGE`` on stderr and return the exit code (2: a user error)."""
     print(f"ampscope: {visible(message, keep_newlines=True)}", file=sys.stderr)
     return code
+
+
+def streams_when_closed() -> None:
+    """A command started with stdout or stderr closed (``ampscope presets >&-``, a service
+    with no output) writes that stream to /dev/null. Python leaves ``sys.stdout`` None then,
+    which every command's first print failed on, and the next file opened would take the
+    free descriptor and receive what is printed, a child's output too."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        with contextlib.suppress(OSError):
+            try:
+                os.fstat(fd)
+            except OSError:  # closed: /dev/null takes its place (the lowest free descriptor)
+                null = os.open(os.devnull, os.O_WRONLY)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 - for the process
+
+
+WRITE_FAILED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+"""A write refused for want of room or by the device: stdout on a full disk."""
+
+
+def write_failed(exc: OSError) -> bool:
+    """Whether ``exc`` is a write that failed for want of room or by the device, on no named
+    file (stdout's text, ``ampscope runs > out.txt`` on a full disk)."""
+    return exc.filename is None and exc.errno in WRITE_FAILED
 
 
 def not_a_runs_folder(root: object) -> int | None:

@@ -1,0 +1,59 @@
+"""A command whose output has nowhere to go: stdout on a full disk (/dev/full), or closed
+(``>&-``). One line says so, or the command runs on with its output dropped: never a
+traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampscope.core import events as ev
+from tests.helpers import FAST, engine_env, events_of
+
+FULL_DISK = Path("/dev/full")
+
+
+def ampscope(args: list[str], stdout: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m ampscope ARGS`` with stdout redirected as ``stdout`` says (shell syntax)."""
+    line = " ".join([sys.executable, "-m", "ampscope", *args, stdout])
+    return subprocess.run(
+        ["sh", "-c", f"exec {line}"],
+        cwd=cwd,
+        env=engine_env(),
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [["presets"], ["presets", "--json"], ["dtypes", "65504"]])
+def test_stdout_on_a_full_disk_is_said_in_one_line(tmp_path: Path, args: list[str]) -> None:
+    out = ampscope(args, "> /dev/full", tmp_path)
+    assert out.returncode == 1
+    assert out.stderr == "ampscope: a write failed: No space left on device.\n"  # was a traceback
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("args", [["presets"], ["dtypes", "65504"]])
+def test_a_closed_stdout_drops_the_output_without_a_traceback(tmp_path: Path, args) -> None:
+    out = ampscope(args, ">&-", tmp_path)
+    assert (out.returncode, out.stderr) == (0, "")
+
+
+@pytest.mark.subprocess
+def test_a_run_with_its_stdout_closed_trains_and_records(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    sets = [a for f in FAST for a in ("--set", f'"{f}"')]
+    args = ["run", "fp32", *sets, "--steps", "2", "--runs-dir", str(runs)]
+    out = ampscope(args, ">&-", tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    (run_dir,) = runs.iterdir()
+    (done,) = events_of(run_dir, ev.DoneEvent)
+    assert done.status == "ok" and done.steps_done == 2
