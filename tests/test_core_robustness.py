@@ -322,3 +322,28 @@ def test_a_runs_folder_that_is_a_file_is_refused_by_every_command_that_takes_a_r
     err = capsys.readouterr().err
     assert code == 2 and opened == []
     assert f"ampscope: the runs folder {a_file} is a file, not a folder of run records" in err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "--runs-dir", "{long}"],
+        ["stop", "--runs-dir", "{long}"],
+        ["replay", "--runs-dir", "{long}"],
+        ["memory", "--run", "{long}"],
+        ["memory", "--model", "{long}.py:make"],
+        ["run", "{long}.toml"],
+    ],
+)
+def test_a_path_that_cannot_be_looked_at_is_said_in_one_line(
+    tmp_path: Path, capsys, args: list[str]
+) -> None:
+    """A path the system will not look up (a folder on the way that is not yours to search,
+    a name past the file system's limit) was a traceback in every command that takes one:
+    pathlib's exists() and is_file() raise for those instead of answering."""
+    long = str(tmp_path / ("x" * 300))  # one name past the 255 bytes a file system allows
+    assert main([a.format(long=long) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ampscope: cannot use {long}") and err.count("\n") == 1
+    assert err.endswith(": File name too long.\n")

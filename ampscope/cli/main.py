@@ -158,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ampscope: stopped (Ctrl+C).", file=sys.stderr)
         return 130
     except OSError as exc:
+        if exc.filename is not None:  # a path named that cannot be looked at: a folder on the
+            # way that is not yours to search (Permission denied), a name too long
+            return fail(f"cannot use {exc.filename}: {exc.strerror or exc}.")
         if not write_failed(exc):
             raise
         # `ampscope runs > out.txt` on a full disk: said once, and what stdout still holds
