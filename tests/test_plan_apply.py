@@ -23,7 +23,7 @@ from ampscope.cli.main import main
 from ampscope.core import presets
 from ampscope.core.plan import plan_layers
 from ampscope.core.plan.decide import LayerFacts
-from ampscope.core.plan.files import substring_clash, torchtitan_text
+from ampscope.core.plan.files import substring_clash, torchao_text, torchtitan_text
 from ampscope.core.plan.report import LayerPlan, Plan, RecipeNumerics
 from ampscope.core.plan.speed import datasheet_machine, find_gpu
 from ampscope.core.workload import ModelContext
@@ -172,6 +172,28 @@ def test_an_exclusion_that_is_part_of_a_planned_name_writes_no_filter_fqns() -> 
     assert text is None
     assert why is not None and "excluding 'out' would exclude the planned 'blocks.0.out'" in why
     assert substring_clash(["blocks.1.mlp.up"], ["blocks.11.mlp.up"]) is None
+
+
+def test_a_model_path_with_quotes_stays_inside_the_written_files_docstrings() -> None:
+    """The files' docstrings name the model's path: one holding three double quotes ended
+    the docstring, and the rest of the path was code in a file the user imports."""
+    import ast
+
+    spec = 'x"""; import os; os.system("id"); """ \\ \x1b.py:make'
+    layer = LayerPlan(
+        name="fc", kind="Linear", gemm=None, calls=1, predicted_speedup=None, speedups={},
+        speed_from=None, numerics=None, decision="fp8", recipe="rowwise",
+        deciding_cast=None, reason="",
+    )  # fmt: skip
+    plan = Plan(target="fp8", gpu=None, gpu_source=None, speed_source=None, recipe="rowwise",
+                model=spec, tokens=None, layers=[layer])  # fmt: skip
+    titan, _ = torchtitan_text(plan, ["fc", "head"])
+    for text in (torchao_text(plan), titan):
+        assert text is not None
+        tree = ast.parse(text)  # was a SyntaxError, or worse: valid code from the path
+        doc = ast.get_docstring(tree) or ""
+        assert doc.startswith('The fp8 plan of x""";') and "\\x1b.py:make" in doc
+        assert not any(isinstance(node, ast.Name) and node.id == "os" for node in ast.walk(tree))
 
 
 def replan(plan: dict, recipe: str) -> Plan:

@@ -129,13 +129,19 @@ def _fp16_lines(plan: Plan, bf16_instead: bool) -> list[str]:
     return lines + [f"    {toml_value(n)}," for n in kept] + ["]"]
 
 
+def in_docstring(text: object) -> str:
+    """``text`` (a model's path) as a written file's docstring may hold it: a path with three
+    double quotes in it ended the docstring early, and the rest of the path ran as code."""
+    return visible(text, 0).replace("\\", "\\\\").replace('"', '\\"')
+
+
 def torchao_text(plan: Plan) -> str:
     """A Python file of ``module_filter_fn``s, exact names, one per recipe."""
     by_recipe = plan.recipes()
     single = len(by_recipe) <= 1
     recipe = next(iter(by_recipe), "tensorwise")
     out = [
-        f'"""The fp8 plan of {plan.model}: which linear layers torchao converts, by name.',
+        f'"""The fp8 plan of {in_docstring(plan.model)}: which linear layers torchao converts, by name.',
         "",
         "Written by 'ampscope plan fp8'"
         + (f" for {plan.gpu}" if plan.gpu else "")
@@ -239,7 +245,7 @@ def torchtitan_text(plan: Plan, linears: list[str]) -> tuple[str | None, str | N
         )
     recipe = next(iter(by_recipe))
     out = [
-        f'"""The fp8 plan of {plan.model} for torchtitan: one recipe, the rest excluded.',
+        f'"""The fp8 plan of {in_docstring(plan.model)} for torchtitan: one recipe, the rest excluded.',
         "",
         "torchtitan keeps a linear layer out of fp8 when one of FILTER_FQNS is part of its",
         "name; no name below is part of a planned layer's name (checked). Use them as",
