@@ -58,6 +58,35 @@ def make_cancelled(ctx):
     raise asyncio.CancelledError("the loader's task was cancelled")  # a BaseException
 
 
+class Cancels(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        import asyncio
+        self.calls += 1
+        if self.calls > 1:  # the second step (setup counts FLOPs on a copy)
+            raise asyncio.CancelledError("the loader's task was cancelled")
+        return self.fc(x)
+
+
+def make_cancels_in_a_step(ctx):
+    return {"model": Cancels(), "batches": batches(), "loss": nn.functional.mse_loss}
+
+
+class Unshowable:
+    def __str__(self):
+        raise ValueError("no str")
+
+    __repr__ = __str__
+
+
+def make_odd_key(ctx):
+    return {"model": nn.Linear(4, 2), "batches": batches(), Unshowable(): 1}
+
+
 def make_os_exit(ctx):
     import os
     os._exit(0)
@@ -147,7 +176,7 @@ def test_sys_exit_with_an_unprintable_code_is_said_under_run_and_memory(
 def test_a_base_exception_from_the_users_code_ends_the_run_failed_and_recorded(
     tmp_path, capsys
 ) -> None:
-    assert run_model(tmp_path, "make_cancelled") == EXIT_FAILED  # was a traceback out of main
+    assert run_model(tmp_path, "make_cancels_in_a_step") == EXIT_FAILED  # was a traceback
     err = capsys.readouterr().err
     assert "CancelledError: the loader's task was cancelled" in err
     assert "cli/main.py" not in err  # the user's frames, not ampscope's way to them
@@ -155,6 +184,28 @@ def test_a_base_exception_from_the_users_code_ends_the_run_failed_and_recorded(
     done = records.load_run(run_dir).done
     assert done is not None and done.status == "failed"
     assert "CancelledError" in (done.error or "")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [
+        ("make_cancelled", "the factory raised CancelledError: the loader's task was cancelled"),
+        ("make_odd_key", "the factory's mapping has unknown key(s) '<repr() failed>'."),
+    ],
+)
+def test_a_factory_raising_a_base_exception_or_answering_an_odd_key_is_a_config_error(
+    tmp_path, capsys, factory, said
+) -> None:
+    """Both were ampscope's traceback under memory (a BaseException passed the factory's
+    except Exception; the unknown key's str() raised); under run, an exit 1 or a crash."""
+    spec = f"{model_file(tmp_path)}:{factory}"
+    assert main(["memory", "--model", spec]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"ampscope: workload.model = '{spec}': {said}")
+    assert "user_code.py" not in err
+    assert run_model(tmp_path, factory) == EXIT_USAGE
+    assert f"ampscope: workload.model = '{spec}': {said}" in capsys.readouterr().err
 
 
 @pytest.mark.unit

@@ -165,7 +165,9 @@ def _import_file(spec: ModelSpec) -> ModuleType:
     sys.modules[name] = module
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - any fault in their file is theirs to see
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any fault in their file is theirs to see
         del sys.modules[name]
         raise UserCodeError(
             f"workload.model = '{spec.text}': importing {spec.target} raised "
@@ -195,7 +197,9 @@ def _import_module(spec: ModelSpec) -> ModuleType:
             f"{describe_exception(exc)}",
             user_traceback(exc),
         ) from None
-    except Exception as exc:  # noqa: BLE001
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - an asyncio.CancelledError too: theirs
         raise UserCodeError(
             f"workload.model = '{spec.text}': importing {spec.target} raised "
             f"{describe_exception(exc)}",
@@ -207,7 +211,9 @@ def call_factory(factory: Callable[..., Any], ctx: Any, spec_text: str) -> dict[
     """``factory(ctx)``, its answer as a dict of :class:`ampscope.Workload`'s fields."""
     try:
         result = factory(ctx)
-    except Exception as exc:  # noqa: BLE001
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - an asyncio.CancelledError too: theirs
         raise UserCodeError(
             f"workload.model = '{spec_text}': the factory raised {describe_exception(exc)}",
             user_traceback(exc),
@@ -219,7 +225,10 @@ def workload_fields(result: Any, spec_text: str) -> dict[str, Any]:
     """The factory's answer, a mapping or an object, as a dict; refuse what lacks a field."""
     if isinstance(result, Mapping):
         answer = dict(result)
-        unknown = [str(k) for k in answer if k not in RESULT_KEYS]
+        # a key that is no str is shown as value_text does: its str() may raise
+        unknown = [
+            k if isinstance(k, str) else value_text(k, 60) for k in answer if k not in RESULT_KEYS
+        ]
         if unknown:
             missing = [k for k in ("model", "batches") if answer.get(k) is None]
             lacks = f", and it has no {' or '.join(repr(k) for k in missing)}" if missing else ""
