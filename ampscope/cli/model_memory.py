@@ -58,7 +58,10 @@ def measure(spec: str, batch: int | None = None) -> plan.MeasuredStep | None:
         workload = build_user_workload(spec, ModelContext(torch.device("cpu"), batch, 0, "fp32"))
         workload.prepare()
         return measure_step_memory(workload)
-    except (Exception, SystemExit):  # noqa: BLE001 - the parameter plan stands without it
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # noqa: BLE001 - whatever their step raises (sys.exit(), an
+        # asyncio.CancelledError): the parameter plan stands without it
         return None
 
 

@@ -253,7 +253,10 @@ def _first_own_inf(
     try:
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16):
             workload.forward(model, inputs)
-    except Exception:  # noqa: BLE001 - a model that cannot run in fp16 here: no finding
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - a model that cannot run in fp16 here (whatever it
+        # raises, an asyncio.CancelledError too): no finding
         return None
     finally:
         for handle in handles:

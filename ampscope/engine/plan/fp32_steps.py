@@ -52,7 +52,10 @@ def fp32_steps(workload: UserWorkload, steps: int) -> Iterator[Fp32Step]:
                 inputs, targets = batch
                 loss = workload.loss(workload.forward(model, inputs), targets)
                 loss.backward()
-            except Exception as exc:  # noqa: BLE001 - their batches or model, at a later step
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - their batches or model, at a later
+                # step: an asyncio.CancelledError too
                 raise _failed_at(workload, number, exc) from None
             value = float(loss.detach())
             if not math.isfinite(value):
@@ -80,7 +83,7 @@ def _nonfinite_at(workload: UserWorkload, number: int, loss: float) -> UserCodeE
     )
 
 
-def _failed_at(workload: UserWorkload, number: int, exc: Exception) -> Exception:
+def _failed_at(workload: UserWorkload, number: int, exc: BaseException) -> BaseException:
     """Step ``number``'s failure, where it is the user's code's at a step after the first."""
     ours = isinstance(exc, (ConfigError, torch.OutOfMemoryError)) or raised_by_ampscope(exc)
     if number == 0 or ours:
