@@ -76,6 +76,30 @@ def make_cancels_in_a_step(ctx):
     return {"model": Cancels(), "batches": batches(), "loss": nn.functional.mse_loss}
 
 
+class CancelsAlways(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        import asyncio
+        raise asyncio.CancelledError("the loader's task was cancelled")
+
+
+def make_cancels_at_once(ctx):
+    return {"model": CancelsAlways(), "batches": batches(), "loss": nn.functional.mse_loss}
+
+
+def make_cancels_reading_a_batch(ctx):
+    def batch(step):
+        import asyncio
+        if step > 0:
+            raise asyncio.CancelledError("the loader's task was cancelled")
+        return batches()[0]
+
+    return {"model": nn.Linear(4, 2), "batches": batch, "loss": nn.functional.mse_loss}
+
+
 class Unshowable:
     def __str__(self):
         raise ValueError("no str")
@@ -176,7 +200,7 @@ def test_sys_exit_with_an_unprintable_code_is_said_under_run_and_memory(
 def test_a_base_exception_from_the_users_code_ends_the_run_failed_and_recorded(
     tmp_path, capsys
 ) -> None:
-    assert run_model(tmp_path, "make_cancels_in_a_step") == EXIT_FAILED  # was a traceback
+    assert run_model(tmp_path, "make_cancels_reading_a_batch") == EXIT_FAILED  # a traceback
     err = capsys.readouterr().err
     assert "CancelledError: the loader's task was cancelled" in err
     assert "cli/main.py" not in err  # the user's frames, not ampscope's way to them
@@ -225,6 +249,26 @@ def test_a_base_exception_inside_a_step_under_memory_and_plan_is_no_traceback(
     else:
         assert code == EXIT_USAGE
         assert "failed (steps 0 to 0 ran" in err and "CancelledError" in err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "command", [["run", "fp32", "--steps", "2"], ["numerics", "fp32"], ["plan", "fp8"]]
+)
+def test_a_base_exception_from_the_first_forward_is_the_first_steps_failure(
+    tmp_path, capsys, command
+) -> None:
+    """A forward raising asyncio.CancelledError at once passed every check around it (they
+    catch Exception): plan ended on ampscope's traceback, run and numerics on exit 1 as an
+    instrumentation fault; it is the first step's failure, with the user's frames."""
+    spec = f"{model_file(tmp_path)}:make_cancels_at_once"
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    out = ["--out", str(tmp_path / "plan")] if command[0] == "plan" else runs
+    assert main([*command, "--model", spec, "--device", "cpu", *out]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "the first training step failed on the first batch" in err
+    assert "CancelledError: the loader's task was cancelled" in err
+    assert "ampscope/engine" not in err and "ampscope/cli" not in err
 
 
 @pytest.mark.unit

@@ -25,6 +25,7 @@ from ampscope.core.workload import MAX_FLOPS_PER_STEP, MAX_ITEMS_PER_STEP, Model
 from ampscope.engine.workloads.base import TrainingWorkload
 from ampscope.engine.workloads.user_code import (
     UserCodeError,
+    as_exception,
     call_factory,
     describe_exception,
     exception_clause,
@@ -350,14 +351,24 @@ class UserWorkload(TrainingWorkload):
         return self.batches.first_ms if step == 0 else 0.0
 
     def forward(self, model: nn.Module, inputs: Any) -> Any:
-        if isinstance(inputs, Mapping):
-            return model(**inputs)
-        if isinstance(inputs, (tuple, list)):
-            return model(*inputs)
-        return model(inputs)
+        try:
+            if isinstance(inputs, Mapping):
+                return model(**inputs)
+            if isinstance(inputs, (tuple, list)):
+                return model(*inputs)
+            return model(inputs)
+        except (Exception, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - theirs, for checks that catch Exception
+            raise as_exception(exc) from None
 
     def loss(self, output: Any, target: Any) -> torch.Tensor:
-        value = self.loss_fn(output, target) if self.loss_fn is not None else self._own(output)
+        try:
+            value = self.loss_fn(output, target) if self.loss_fn is not None else self._own(output)
+        except (Exception, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - theirs, for checks that catch Exception
+            raise as_exception(exc) from None
         if not isinstance(value, torch.Tensor):  # .item() or float(): nothing to backward
             raise UserCodeError(
                 f"workload.model = '{self.spec_text}': the loss is {describe_value(value)}, not a "

@@ -95,6 +95,16 @@ def raised_by_ampscope(exc: BaseException) -> bool:
     return left is not None and any(ours[left:])
 
 
+def as_exception(exc: BaseException) -> Exception:
+    """A BaseException the user's model raised (asyncio.CancelledError, GeneratorExit) as an
+    Exception of the same name, message and frames: every check around their forward and
+    loss catches Exception (KeyboardInterrupt and SystemExit keep ways of their own)."""
+    kind = type(exc)
+    named = {"__module__": kind.__module__, "__qualname__": kind.__qualname__}
+    same = type(kind.__name__, (Exception,), named)(exception_text(exc))
+    return same.with_traceback(exc.__traceback__)
+
+
 def describe_exception(exc: BaseException) -> str:
     text = exception_text(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
