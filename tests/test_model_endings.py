@@ -90,6 +90,20 @@ def make_cancels_at_once(ctx):
     return {"model": CancelsAlways(), "batches": batches(), "loss": nn.functional.mse_loss}
 
 
+class RaisesItsError(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.error = ValueError("the shapes do not fit")  # one instance, raised on every call
+
+    def forward(self, x):
+        raise self.error
+
+
+def make_raises_one_error(ctx):
+    return {"model": RaisesItsError(), "batches": batches(), "loss": nn.functional.mse_loss}
+
+
 def make_cancels_reading_a_batch(ctx):
     def batch(step):
         import asyncio
@@ -269,6 +283,18 @@ def test_a_base_exception_from_the_first_forward_is_the_first_steps_failure(
     assert "the first training step failed on the first batch" in err
     assert "CancelledError: the loader's task was cancelled" in err
     assert "ampscope/engine" not in err and "ampscope/cli" not in err
+
+
+@pytest.mark.unit
+def test_a_model_raising_one_kept_exception_again_is_blamed_not_ampscope(tmp_path, capsys) -> None:
+    """The FLOP count swallowed the model's exception with its frames still on it; raised
+    again by the first step, it carried the count's frames, and the run called it a fault of
+    ampscope's instrumentation (exit 1, ampscope's traceback) instead of the model's."""
+    assert run_model(tmp_path, "make_raises_one_error") == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "the first training step failed on the first batch" in err
+    assert "ValueError: the shapes do not fit" in err
+    assert "instrumentation" not in err and "ampscope/engine" not in err
 
 
 @pytest.mark.unit

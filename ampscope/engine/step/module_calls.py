@@ -40,7 +40,8 @@ def called_modules(model: nn.Module, batch: Sequence[Any], forward: Forward) -> 
     try:
         with kept_state(model), torch.no_grad():
             return _calls(model, batch[0], forward)
-    except Exception:  # noqa: BLE001 - a probe never fails the run
+    except Exception as exc:  # noqa: BLE001 - a probe never fails the run
+        exc.__traceback__ = None  # as count_flops: not the probe's frames on a later raise
         return None
 
 

@@ -142,6 +142,8 @@ def count_flops(workload: TrainingWorkload) -> FlopFigures:
             workload.model, workload.first_batch(), workload.loss, forward=workload.forward
         )
     except Exception as exc:  # noqa: BLE001 - the count is a check, never a reason to fail
+        exc.__traceback__ = None  # raised again by the model (one instance it keeps), it would
+        # carry the count's frames into the step's failure, which then read as ampscope's
         return choose_flops(
             workload.flops_per_step, None, f"{type(exc).__name__}: {exception_text(exc)}"
         )
