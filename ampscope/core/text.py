@@ -33,7 +33,7 @@ def value_text(value: object, width: int) -> str:
 
 
 def exit_call(code: object) -> str:
-    """The ``sys.exit`` call a message names, from ``SystemExit.code``: its argument shown by
+    """The ``sys.exit`` call a message names, from the exit's ``code``: its argument shown by
     ``value_text``, since a user's code may exit with anything (a 10**5000, an object whose
     ``__repr__`` raises)."""
     return "sys.exit()" if code is None else f"sys.exit({value_text(code, 200)})"
