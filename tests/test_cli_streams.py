@@ -57,3 +57,21 @@ def test_a_run_with_its_stdout_closed_trains_and_records(tmp_path: Path) -> None
     (run_dir,) = runs.iterdir()
     (done,) = events_of(run_dir, ev.DoneEvent)
     assert done.status == "ok" and done.steps_done == 2
+
+
+@pytest.mark.unit
+def test_output_in_an_encoding_without_ampscopes_characters_shows_them_escaped(
+    monkeypatch,
+) -> None:
+    """Before: under PYTHONIOENCODING=ascii, 'dtypes 1e-8' ended on a UnicodeEncodeError
+    traceback at the first '…' it printed."""
+    import io
+
+    from ampscope.cli.main import main
+
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["dtypes", "1e-8"]) == 0
+    out.flush()
+    assert b"\\u2026" in raw.getvalue() and b"fp8 e5m2" in raw.getvalue()

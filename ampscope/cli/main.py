@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ampscope import __version__
-from ampscope.cli.output import fail, streams_when_closed, write_failed
+from ampscope.cli.output import (
+    fail,
+    streams_that_encode_everything,
+    streams_when_closed,
+    write_failed,
+)
 from ampscope.core.presets import ConfigError, list_presets, load_preset, user_presets_dir
 from ampscope.core.presets.parallel import LaunchError
 from ampscope.core.presets.run_args import (
@@ -149,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     streams_when_closed()
+    streams_that_encode_everything()
     try:
         return dispatch(argv)
     except BrokenPipeError:  # `ampscope presets | head`: the reader left, which is no error

@@ -41,6 +41,16 @@ def streams_when_closed() -> None:
             setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 - for the process
 
 
+def streams_that_encode_everything() -> None:
+    """Output whose encoding lacks a character ampscope prints (``PYTHONIOENCODING=ascii``, a
+    pipe under ``LANG=C``: the "…" of a cut value, "×", a bar's blocks) shows it escaped
+    (``\u2026``), as Python's own stderr does, instead of ending the command on a
+    UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+
+
 WRITE_FAILED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 """A write refused for want of room or by the device: stdout on a full disk."""
 
