@@ -75,3 +75,32 @@ def test_output_in_an_encoding_without_ampscopes_characters_shows_them_escaped(
     assert main(["dtypes", "1e-8"]) == 0
     out.flush()
     assert b"\\u2026" in raw.getvalue() and b"fp8 e5m2" in raw.getvalue()
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full here")
+def test_an_event_stream_on_a_full_disk_says_why_the_run_stops(capfd) -> None:
+    """Before: 'run --json > /dev/full' ended 'stopped', exit 130, without a word: a full disk
+    was taken for a reader that had left. A reader leaving (EPIPE) still goes unsaid."""
+    import os
+
+    from ampscope.engine.emitter import LiveStream
+
+    line = ev.encode(ev.NoteEvent(code="x", message="x"))
+    with open(FULL_DISK, "wb") as full:
+        live = LiveStream(full.fileno())
+        live.put([(line, False)])
+        live.close()
+        assert live.broken
+    said = capfd.readouterr().err
+    assert said == (
+        "ampscope: the event stream could not be written (No space left on device): "
+        "the run stops.\n"
+    )
+    read, write = os.pipe()
+    os.close(read)
+    live = LiveStream(write)
+    live.put([(line, False)])
+    live.close()
+    os.close(write)
+    assert live.broken and capfd.readouterr().err == ""

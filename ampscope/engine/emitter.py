@@ -13,6 +13,8 @@ step and sys lines are dropped from the live stream, and the reader is told how 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import threading
 import time
@@ -115,11 +117,21 @@ class LiveStream:
                 batch.insert(0, self.dropped_warning(untold))
             try:
                 _write_all(self.fd, b"".join(batch))
-            except OSError:  # the reader went away (EPIPE) or the descriptor is gone
+            except OSError as exc:  # the reader went away (EPIPE) or the descriptor is gone
                 with self._cond:
                     self.broken = True
                     self._queue.clear()
+                if exc.errno != errno.EPIPE:  # a reader leaving is no news; a full disk is
+                    _say(
+                        f"the event stream could not be written ({exc.strerror or exc}): the run stops"
+                    )
                 return
+
+
+def _say(message: str) -> None:
+    """One line on stderr, the user's terminal (the event stream is the one that failed)."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"ampscope: {message}.\n".encode())
 
 
 def _write_all(fd: int, data: bytes) -> None:
