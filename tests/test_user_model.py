@@ -3,6 +3,7 @@ user makes with it ends in exit 2 with a message that names the spec."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -334,6 +335,16 @@ def test_a_link_that_leads_nowhere_is_named_as_a_link(capsys, tmp_path: Path, ta
     assert said.returncode == EXIT_USAGE
     assert f"the file {link} is a link that leads to no file" in said.stderr
     assert "does not exist" not in said.stderr
+
+
+@pytest.mark.unit
+def test_a_model_path_that_is_a_fifo_is_named_for_what_it_is(capsys, tmp_path: Path) -> None:
+    """It was said not to exist, though `ls` lists it."""
+    fifo = tmp_path / "model.py"
+    os.mkfifo(fifo)
+    said = cli(capsys, "memory", "--model", f"{fifo}:make")
+    assert said.returncode == EXIT_USAGE
+    assert f"the file {fifo} is not a regular file (a FIFO" in said.stderr
 
 
 ODD_MODEL = """

@@ -117,6 +117,8 @@ def check_model_spec(text: str) -> ModelSpec:
             missing = "is a folder, not a file"
         elif spec.path.is_symlink():  # a loop, or a target gone: it is there, but leads nowhere
             missing = "is a link that leads to no file (a loop, or its target is gone)"
+        elif spec.path.exists():  # a FIFO, a socket, a device: Python code is read from a file
+            missing = "is not a regular file (a FIFO, a socket or a device)"
         else:
             missing = "does not exist"
         raise SpecError(
