@@ -69,6 +69,10 @@ def test_stop_says_why_it_stops_nothing(tmp_path: Path, capsys) -> None:
     assert "no run record 'no-such-run'" in capsys.readouterr().err
     assert cli_main(["stop", "--wait", "nan"]) == 2
     assert "--wait nan is out of range" in capsys.readouterr().err
+    assert cli_main(["stop", "--wait", "1e400"]) == 2  # said 'inf', which no one typed
+    assert "--wait 1e400 is out of range" in capsys.readouterr().err
+    assert cli_main(["stop", "--wait", "soon"]) == 2
+    assert "--wait soon is not a number" in capsys.readouterr().err
 
 
 def bench_rows() -> list[comparison.Row]:

@@ -38,7 +38,6 @@ def add_stop_parser(sub: Any) -> None:
     )
     stop.add_argument(
         "--wait",
-        type=float,
         default=None,
         metavar="SECONDS",
         help=f"how long it may take to finish before it is killed (default {DEFAULT_WAIT_S:g}, "
@@ -78,8 +77,14 @@ def _another_users(pid: int) -> str | None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    if args.wait is not None and not (math.isfinite(args.wait) and args.wait >= 0):
-        return fail(f"--wait {args.wait:g} is out of range. Accepted: 0 or more seconds.")
+    if args.wait is not None:  # echoed as typed: 1e400 is no 'inf' the user wrote
+        typed = args.wait
+        try:
+            args.wait = float(typed)
+        except ValueError:
+            return fail(f"--wait {typed} is not a number. Accepted: 0 or more seconds.")
+        if not (math.isfinite(args.wait) and args.wait >= 0):
+            return fail(f"--wait {typed} is out of range. Accepted: 0 or more seconds.")
     root = getattr(args, "runs_dir", None) or records.default_runs_dir()
     if (refused := not_a_runs_folder(root)) is not None:
         return refused
