@@ -51,3 +51,27 @@ def test_history_and_compare_at_80_columns_say_that_final_loss_is_hidden(tmp_pat
             assert "hidden" not in text(history, "#history-title")
 
     run(go())
+
+
+@pytest.mark.ui
+def test_a_long_preset_name_leaves_room_for_the_runs_state_at_120_columns(
+    tmp_path: Path,
+) -> None:
+    """Before: a 100-character preset name took the row, and History hid the state column."""
+    name = "x" * 100
+    write_finished_record(tmp_path, name)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            app.show_history()
+            history = await shown(pilot, app, HistoryScreen)
+            assert await wait_for(pilot, lambda: len(history.paths) == 1, 5)
+            table = history.query_one("#history-table")
+            heads = [str(c.label) for c in table.columns.values()]
+            assert "state" in heads
+            cell = str(table.get_row_at(0)[0])
+            assert cell.strip().startswith("xxxx") and cell.endswith("…") and len(cell) <= 34
+
+    run(go())

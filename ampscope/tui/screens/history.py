@@ -33,6 +33,10 @@ ORDER = (0, 1, 2, 6, 4, 5, 3)
 """Which columns stay on a narrow terminal: the preset, its model, its state, when, then its
 figures."""
 
+NAME_CELLS = 32
+"""The most a preset's or a model's name takes of a row (cut with '…'): a long one left no
+room for the run's state at 120 columns. The whole name shows in the run opened."""
+
 T = TypeVar("T")
 STAMP = "%Y%m%dT%H%M%SZ"
 """How a run folder's name starts (``records.new_run_dir``): its start, in UTC."""
@@ -61,6 +65,13 @@ class HistoryRow(NamedTuple):
     preset: str
     cells: list[str]
     """The columns after the preset."""
+
+
+def named(name: str) -> Text:
+    """A preset's or model's name as its cell shows it: literal, at most ``NAME_CELLS`` wide."""
+    text = literal(name)
+    text.truncate(NAME_CELLS, overflow="ellipsis")
+    return text
 
 
 def read_history(runs_dir: Path) -> list[HistoryRow]:
@@ -160,7 +171,7 @@ class HistoryScreen(Screen):
 
     def preset_cell(self, name: str, preset: str) -> Text:
         """The preset, behind a dot when it is marked for comparison."""
-        return Text.assemble("● " if name in self.marked else "  ", literal(preset))
+        return Text.assemble("● " if name in self.marked else "  ", named(preset))
 
     def action_reload(self) -> None:
         """The runs, read off the UI thread (``off_ui_thread``): shown at once when the
@@ -182,7 +193,7 @@ class HistoryScreen(Screen):
             self.states[run.name] = run.state
             self.presets[run.name] = run.preset
             model, *figures = run.cells
-            rows.append([self.preset_cell(run.name, run.preset), literal(model), *figures])
+            rows.append([self.preset_cell(run.name, run.preset), named(model), *figures])
             self.paths[run.name] = run.path
         shown = fill(table, HEADS, rows, self.size.width, ORDER, keys=[r.name for r in runs])
         if rows:
