@@ -413,3 +413,34 @@ def test_saving_over_a_preset_asks_first(tmp_path: Path, name: str, said: str) -
             assert presets.load_preset(str(target)).precision == "amp-bf16"
 
     run(go())
+
+
+@pytest.mark.ui
+def test_a_broken_user_preset_shows_no_fields_of_the_preset_before_it(tmp_path: Path) -> None:
+    """Before: highlighting a user preset that cannot be loaded left the previous preset's
+    fields in the form, above the error, as if they were this one's."""
+    mine = presets.user_presets_dir() / "mine.toml"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text('description = "mine"\nbogus = 3\n')
+
+    def rows_shown(screen: PresetsScreen) -> bool:
+        row = screen.query_one("#" + field_id("steps")).parent
+        return row is not None and bool(row.display)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await shown(pilot, app, PresetsScreen)
+            select_preset(app, "fp32")
+            assert await wait_for(pilot, lambda: rows_shown(screen), 5)
+            select_preset(app, "mine")
+            assert await wait_for(
+                pilot, lambda: "unknown field 'bogus'" in text(screen, "#preset-error"), 5
+            )
+            assert not rows_shown(screen)
+            assert text(screen, "#preset-description").startswith("mine")
+            select_preset(app, "fp32")
+            assert await wait_for(pilot, lambda: rows_shown(screen), 5)
+            assert text(screen, "#preset-error") == ""
+
+    run(go())

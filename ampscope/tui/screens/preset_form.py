@@ -99,10 +99,9 @@ class PresetForm(VerticalScroll, can_focus=False):
         )
         if model is not None:
             self.query_one("#preset-model", Static).update(literal(model_label(model) or model))
-        for key in ("workload.kind", "workload.size"):
-            parent = self.query_one("#" + field_id(key)).parent
-            if parent is not None:
-                parent.display = model is None
+        self._show_fields(
+            lambda key: model is None or key not in ("workload.kind", "workload.size")
+        )
         for key, _label, choices in FIELDS:
             widget = self.query_one("#" + field_id(key))
             if choices is None:
@@ -111,6 +110,21 @@ class PresetForm(VerticalScroll, can_focus=False):
             else:
                 assert isinstance(widget, Select)
                 widget.value = value(key)
+
+    def show_unreadable(self, info: PresetInfo) -> None:
+        """A preset that cannot be loaded: its name and where it is, no fields (the last
+        preset's would read as this one's); the error line under them says why."""
+        where = "shipped" if info.source == "shipped" else f"{info.source}: {info.path}"
+        self.query_one("#preset-description", Static).update(
+            Text.assemble(literal(info.name, "bold"), "  ", literal(f"({where})", "dim"))
+        )
+        self._show_fields(lambda key: False)
+
+    def _show_fields(self, shown: Callable[[str], bool]) -> None:
+        for key, _label, _choices in FIELDS:
+            row = self.query_one("#" + field_id(key)).parent
+            if row is not None:
+                row.display = shown(key)
 
     def values(self) -> dict[str, str | None]:
         """What the fields hold: free fields as typed, choices as picked (None: no pick)."""

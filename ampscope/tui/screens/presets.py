@@ -151,6 +151,8 @@ class PresetsScreen(Screen):
         if preset is not None:
             spec = model_spec(getattr(self.app, "extra_overrides", []))  # --model's
             self.form.show(info, preset, spec, self.draft.value)
+        else:
+            self.form.show_unreadable(info)
         self.show_problem()
         self.refresh_bindings()  # l (layer plan) follows the preset's own model
 
