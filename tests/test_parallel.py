@@ -137,6 +137,13 @@ def test_several_machines_use_the_endpoint_and_node_rank_given() -> None:
         ((2, 2, 2, "h:29500"), "--node-rank 2 is out of range for --nnodes 2. Accepted: 0 to 1"),
         ((2, 2, 0, "h29500"), "is not HOST:PORT"),
         ((2, 2, 0, "h:70000"), "is not HOST:PORT"),
+        # torchrun ends on a traceback for each of these: a host it does not read, a port of
+        # more than five digits or of digits other than ASCII's
+        ((2, 2, 1, "http://node0:29500"), "is not HOST:PORT"),
+        ((2, 2, 1, "user@node0:29500"), "is not HOST:PORT"),
+        ((2, 2, 1, "node 0:29500"), "is not HOST:PORT"),
+        ((2, 2, 1, "h:0029500"), "is not HOST:PORT"),
+        ((2, 2, 1, "h:\uff12\uff19\uff15\uff10\uff10"), "is not HOST:PORT"),
         ((2, None, 0, None), "--node-rank only applies to a job on several machines"),
         ((2, None, None, "h:1"), "--rdzv-endpoint only applies"),
     ],
@@ -152,6 +159,25 @@ def test_a_bad_launch_flag_is_one_line_and_exit_2(capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("ampscope: --nproc-per-node 0 is out of range")
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_an_endpoint_torchrun_cannot_read_is_one_line_and_exit_2(capsys) -> None:
+    flags = ["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "http://node0:29500"]
+    assert main(["run", "fp32", "--nproc-per-node", "2", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ampscope: --rdzv-endpoint 'http://node0:29500' is not HOST:PORT")
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_the_endpoints_torchrun_reads_are_taken() -> None:
+    for endpoint in (
+        "node0:29500",
+        "my_host.lan:1",
+        "10.0.0.1:65535",
+        "[::1]:29500",
+        "n\u00f6de:80",
+    ):
+        assert make_launch(2, 2, 1, endpoint).rdzv_endpoint == endpoint
 
 
 def test_the_dashboard_and_bench_take_the_launch_flags() -> None:

@@ -13,6 +13,7 @@ gradients are averaged by DDP (``strategy = 'ddp'``) or reduce-scattered by FSDP
 from __future__ import annotations
 
 import errno
+import re
 import socket
 from dataclasses import dataclass
 from typing import Literal
@@ -199,7 +200,14 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as (host, port); LaunchError otherwise."""
     host, sep, port_text = endpoint.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    # torchrun reads a host of letters, digits, '.', ':', '-' and '_' and a port of 1 to 5
+    # ASCII digits, and answers anything else with a traceback: refused here, in words
+    if (
+        not sep
+        or not re.fullmatch(r"[\w.:-]+", host)
+        or not re.fullmatch(r"[0-9]{1,5}", port_text)
+        or not 1 <= int(port_text) <= 65535
+    ):
         raise LaunchError(
             f"--rdzv-endpoint {endpoint[:80]!r} is not HOST:PORT. Accepted: node 0's host name "
             "or address and a port from 1 to 65535, for example node0:29500."
