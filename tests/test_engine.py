@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -173,6 +174,32 @@ def test_records_go_under_the_runs_dir_named_by_time_and_preset(tmp_path: Path) 
     assert path.name.endswith("-mlp-demo") and path.name[:8].isdigit()
     (run_record,) = records.list_runs(tmp_path)
     assert run_record.status == "ok" and run_record.hello and run_record.hello.preset == "mlp-demo"
+
+
+@pytest.mark.unit
+def test_a_runs_dir_whose_name_is_not_utf8_records_a_readable_run(tmp_path: Path) -> None:
+    # a folder named in another encoding (Latin-1's 0xff): Python holds the byte as a lone
+    # surrogate, which JSON cannot carry; the run ended failed on the hello it could not write
+    root = tmp_path / os.fsdecode(b"l\xe4ufe\xff")
+    code, _ = run_preset("mlp-demo", "steps=2", "warmup_steps=1", runs_dir=root)
+    assert code == EXIT_OK
+    (run_record,) = records.list_runs(root)
+    assert run_record.status == "ok" and run_record.problem is None
+    assert run_record.hello is not None
+    assert run_record.hello.run_dir == str(run_record.path).replace("\udce4", "\\xe4").replace(
+        "\udcff", "\\xff"
+    )
+    loaded = records.load_run(run_record.path)
+    assert loaded.unreadable_lines == 0 and len(of(loaded.events, ev.StepEvent)) == 2
+
+
+@pytest.mark.unit
+def test_an_event_with_a_string_that_is_no_text_is_written_with_its_bytes_escaped() -> None:
+    warning = ev.WarningEvent(code="x", message="in /data/\udcff/a and \ud800")
+    line = ev.encode(warning)
+    read = ev.decode(line)
+    assert line.endswith(b"\n") and isinstance(read, ev.WarningEvent)
+    assert read.message == "in /data/\\xff/a and \\ud800"
 
 
 @pytest.mark.subprocess

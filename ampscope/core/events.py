@@ -381,8 +381,31 @@ _decoder = msgspec.json.Decoder(AnyEvent)
 
 
 def encode(event: Event) -> bytes:
-    """One event as a JSON line, newline included."""
-    return _encoder.encode(event) + b"\n"
+    """One event as a JSON line, newline included. A string that is no Unicode text (a path
+    of bytes that are not UTF-8, which Python holds as lone surrogates) is written with those
+    bytes escaped (``\\xff``): JSON has no form for them, and the line is still written."""
+    try:
+        return _encoder.encode(event) + b"\n"
+    except UnicodeEncodeError:
+        return _encoder.encode(_text_only(msgspec.to_builtins(event))) + b"\n"
+
+
+def _text_char(c: str) -> str:
+    """A lone surrogate as text: ``\\xff`` for the undecodable byte it stands for (0xDC80 to
+    0xDCFF, Python's ``surrogateescape``), else ``\\ud800``."""
+    code = ord(c)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def _text_only(value: Any) -> Any:
+    """``value`` with every string made encodable: bytes a file name held escaped as ``\\xff``."""
+    if isinstance(value, str):
+        return "".join(_text_char(c) if "\ud800" <= c <= "\udfff" else c for c in value)
+    if isinstance(value, dict):
+        return {_text_only(k): _text_only(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_only(v) for v in value]
+    return value
 
 
 class UnknownEvent(msgspec.Struct):

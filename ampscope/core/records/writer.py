@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import threading
 import time
@@ -333,7 +334,10 @@ def write_summary(run_dir: Path, hello: ev.HelloEvent, done: ev.DoneEvent | None
     tail = records.tail_events(run_dir / records.EVENTS_FILE)
     found = next((e for e in reversed(tail) if isinstance(e, ev.DoneEvent)), None)
     done = found or done
-    records.write_json(
+    records.write_json(  # each as its line in the events file reads (``ev.encode``'s escapes)
         run_dir / records.SUMMARY_FILE,
-        {"hello": ev.to_dict(hello), "done": ev.to_dict(done) if done else None},
+        {
+            "hello": json.loads(ev.encode(hello)),
+            "done": json.loads(ev.encode(done)) if done else None,
+        },
     )
