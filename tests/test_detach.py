@@ -180,6 +180,22 @@ def test_detach_refuses_a_bad_preset_and_no_record(tmp_path: Path, capsys) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.unit
+def test_detach_refuses_a_model_path_that_is_not_utf8_in_one_line(tmp_path: Path, capsys) -> None:
+    # a model file named in Latin-1: its path cannot go into the preset.toml the detached
+    # run reads, which ended on a UnicodeEncodeError traceback and left an empty folder
+    model = tmp_path / os.fsdecode(b"mod\xe8le.py")
+    model.write_text("def make(ctx):\n    raise AssertionError('never built')\n")
+    runs = tmp_path / "runs"
+    code = cli_main(
+        ["run", "fp32", "--detach", "--model", f"{model}:make", "--runs-dir", str(runs)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("ampscope: ") and "not UTF-8 text" in err and "--detach" in err
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
 # --------------------------------------------------------------------------- liveness
 
 

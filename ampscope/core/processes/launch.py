@@ -168,9 +168,18 @@ def launch_detached(
     given); ``wait`` waits for its hello (``wait_for_hello`` unless given).
     """
     resolved = presets.load_preset(preset, overrides)
+    text = presets.to_toml(resolved)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a byte that is no UTF-8 (a file name's): TOML cannot hold it
+        raise presets.ConfigError(
+            "a value of this run is not UTF-8 text (a byte of a file name in another "
+            "encoding?): a detached run takes its preset as a TOML file, which holds only "
+            "text. Rename the file or folder, or run it without --detach."
+        ) from None
     name = record_name(resolved.name, resolved.workload.model)
     run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), name)
-    (run_dir / PRESET_COPY).write_text(presets.to_toml(resolved))
+    (run_dir / PRESET_COPY).write_text(text)
     (run_dir / records.EVENTS_FILE).touch()  # listed (and attachable) from now on
     command = [
         sys.executable,
