@@ -5,6 +5,7 @@ ending, docs/lecture.md step 7; trained in tests/test_plan_verify.py)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,18 @@ def test_a_model_path_with_control_characters_is_planned_and_run(capsys, tmp_pat
     from ampscope.core.presets.workload_spec import model_override
 
     assert presets.load_preset("fp32", [model_override(spec)]).workload.model == spec
+
+
+def test_a_model_path_that_is_not_utf8_is_refused_before_anything_runs(
+    tmp_path: Path, capsys
+) -> None:
+    # the plan's files name the model's file, and TOML and Python hold only text: a Latin-1
+    # name ended on a UnicodeEncodeError traceback once the files were written
+    model = tmp_path / os.fsdecode(b"mod\xe8le.py")
+    model.write_text("def make(ctx):\n    raise AssertionError('never built')\n")
+    out = tmp_path / "plan"
+    assert main(["plan", "fp16", "--model", f"{model}:make", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ampscope: --model ") and "not UTF-8 text" in err
+    assert "Traceback" not in err and "never built" not in err
+    assert not out.exists()

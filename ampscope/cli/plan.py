@@ -133,6 +133,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return fail(exc)
     model = _absolute(args.model, spec)
     try:
+        model.encode()
+    except UnicodeEncodeError:  # a byte that is no UTF-8: the TOML and Python files cannot name it
+        return fail(
+            f"--model {visible(args.model, 0)}: the path is not UTF-8 text (a file name in "
+            "another encoding?), and the plan's files (TOML, Python) hold only text. Rename "
+            "the file or its folder."
+        )
+    try:
         with stdout_for_json_only(args.json):  # their code's prints: stderr, with --json
             code, plan = _model_mode(args, model)
     except KeyboardInterrupt:
