@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import sys
 import threading
@@ -244,6 +245,34 @@ sys.stderr.flush()
 print('{"not": "an event"}', flush=True)
 sys.exit(1)
 """
+
+
+@pytest.mark.subprocess
+def test_a_run_under_a_runs_folder_that_is_not_utf8_is_read_back(tmp_path: Path) -> None:
+    """The engine's hello names its folder with the bytes that are not UTF-8 escaped (JSON
+    cannot carry them): bench finds the record by its name under the runs folder, where it
+    read the run that ended ok as failed, "the engine exited at once"."""
+    from ampscope.cli import bench
+    from tests.helpers import done, hello
+
+    runs = tmp_path / os.fsdecode(b"l\xe4ufe")
+    run_dir = runs / "20260101T000000Z-fp32"
+    run_dir.mkdir(parents=True)
+    lines = ev.encode(hello(run_id=run_dir.name, run_dir=str(run_dir))) + ev.encode(done())
+    (run_dir / records.EVENTS_FILE).write_bytes(lines)
+    stream = tmp_path / "stream.jsonl"
+    stream.write_bytes(lines)
+
+    def engine(*args, **kwargs) -> list[str]:  # prints the record's lines, as the engine does
+        return [
+            sys.executable,
+            "-c",
+            f"import sys; sys.stdout.buffer.write(open({str(stream)!r}, 'rb').read())",
+        ]
+
+    rec = bench.run_one("fp32", [], runs, command=engine)
+    assert b"\\xe4" in lines  # the line names the folder escaped
+    assert rec.done is not None and rec.done.status == "ok" and rec.path == run_dir
 
 
 @pytest.mark.subprocess
