@@ -89,6 +89,26 @@ def test_an_engine_that_cannot_even_start_is_reported_from_its_log(tmp_path: Pat
     assert "its log ends with" in (record.done.error or "")
 
 
+@pytest.mark.subprocess
+def test_a_detached_run_stopped_before_it_started_reads_stopped_not_failed(
+    tmp_path: Path,
+) -> None:
+    """'ampscope stop' right after 'run --detach': SIGTERM reached the run while it imported
+    torch, and its record said failed, "exited (code -15) before it started"."""
+
+    def stop_at_once(proc: subprocess.Popen, run_dir: Path, wait_s: float) -> int | None:
+        os.killpg(proc.pid, 15)  # what 'ampscope stop' sends
+        return proc.wait(timeout=60)
+
+    with pytest.raises(EngineDidNotStart) as ended:
+        launch_detached("fp32", FAST, tmp_path, wait=stop_at_once)
+    assert ended.value.stopped and "was stopped before it started" in str(ended.value)
+    record = records.load_run(ended.value.run_dir)
+    assert record.state == "stopped" and record.done is not None
+    assert record.done.error is None and record.unreadable_lines == 0
+    assert not [e for e in record.events if isinstance(e, ev.ErrorEvent)]
+
+
 @pytest.mark.unit
 def test_the_dashboard_is_told_why_a_detached_run_did_not_start(tmp_path: Path) -> None:
     import asyncio

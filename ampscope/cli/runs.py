@@ -136,6 +136,8 @@ def cmd_run_detached(args: argparse.Namespace, wait: Any = None) -> int:
     except presets.ConfigError as exc:
         return fail(str(exc))
     except EngineDidNotStart as exc:
+        if exc.stopped:  # 'ampscope stop' (or a kill) while it set up: as a stopped run ends
+            return fail(str(exc), 130)
         return fail(str(exc), 2 if exc.code == 2 else 1)
     except OSError as exc:
         return fail(f"cannot start the engine: {exc}", 1)

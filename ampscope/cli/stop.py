@@ -27,6 +27,9 @@ from ampscope.core.text import visible
 
 DEFAULT_WAIT_S = 10.0
 POLL_S = 0.1
+END_WAIT_S = 2.0
+"""How long a run gone without its ``done`` may take to get one: a run stopped before it
+started is ended by the ``run --detach`` that waits for it (``launch.record_not_started``)."""
 
 
 def add_stop_parser(sub: Any) -> None:
@@ -141,6 +144,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
         )
         return 0
     state = records.run_state(records.load_run(path, with_events=False))
+    deadline = time.monotonic() + END_WAIT_S
+    while state == "crashed" and time.monotonic() < deadline:
+        time.sleep(POLL_S)  # stopped before it started: 'run --detach' is writing its end
+        state = records.run_state(records.load_run(path, with_events=False))
     print(f"{visible(str(path))}: {state}")
     return 0
 

@@ -139,12 +139,21 @@ def stop_grace_s(launch: Launch | None, single: float) -> float:
     return max(single, 15.0) if launch is not None and launch.distributed else single
 
 
+STOPPED_CODES = frozenset({-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 130})
+"""How a detached run's process ends when it is stopped (``ampscope stop``: SIGTERM) before it
+could handle the signal itself, or after (130, a stopped run's code)."""
+
+
 class EngineDidNotStart(Exception):
-    """A detached engine exited before its hello. ``str()`` says why, in its own words."""
+    """A detached engine exited before its hello. ``str()`` says why, in its own words;
+    ``stopped``: it was stopped (SIGTERM, SIGINT) before it started, which is no failure."""
 
     def __init__(self, run_dir: Path, code: int, reason: str) -> None:
+        self.stopped = code in STOPPED_CODES
         super().__init__(
-            f"the engine for {run_dir.name} exited (code {code}) before it started: {reason}"
+            f"the engine for {run_dir.name} was stopped before it started."
+            if self.stopped
+            else f"the engine for {run_dir.name} exited (code {code}) before it started: {reason}"
         )
         self.run_dir = run_dir
         self.code = code
@@ -218,22 +227,26 @@ def launch_detached(
     if code is not None:
         records.clear_live(run_dir)
         failed = EngineDidNotStart(run_dir, code, why_not_started(run_dir))
-        record_not_started(run_dir, str(failed))
+        record_not_started(run_dir, str(failed), "stopped" if failed.stopped else "failed")
         raise failed
     # Reap it if this process lives longer than the run (the dashboard), so no zombie stays.
     threading.Thread(target=proc.wait, name="ampscope-detached-reaper", daemon=True).start()
     return run_dir, proc.pid
 
 
-def record_not_started(run_dir: Path, message: str) -> None:
+def record_not_started(run_dir: Path, message: str, status: ev.DoneStatus = "failed") -> None:
     """End the record of an engine that exited before it started, unless it did so itself:
-    ``ampscope runs`` and History then list it ``failed``, with why, not ``crashed``. A record
-    that cannot even take that (a full disk) is removed, and the folder if nothing else is in it."""
+    ``ampscope runs`` and History then list it ``failed``, with why (or ``stopped``: a stop
+    before it started), not ``crashed``. A record that cannot even take that (a full disk) is
+    removed, and the folder if nothing else is in it."""
     events = run_dir / records.EVENTS_FILE
     if any(isinstance(e, ev.DoneEvent) for e in records.tail_events(events)):
         return
-    ending = ev.encode(ev.ErrorEvent(kind="exception", message=message))
-    ending += ev.encode(ev.empty_done("failed", error=message))
+    if status == "stopped":
+        ending = ev.encode(ev.empty_done("stopped"))
+    else:
+        ending = ev.encode(ev.ErrorEvent(kind="exception", message=message))
+        ending += ev.encode(ev.empty_done("failed", error=message))
     try:
         with events.open("ab") as fh:
             fh.write(ending)
