@@ -19,7 +19,7 @@ from ampscope.core import events as ev
 from ampscope.core import presets, records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
-from ampscope.core.units import fmt_bytes, fmt_done, fmt_ms, fmt_num, fmt_steps, fmt_time
+from ampscope.core.units import fmt_bytes, fmt_done, fmt_loss, fmt_ms, fmt_num, fmt_steps, fmt_time
 from tests.helpers import hello, owning_sleeper
 
 ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
@@ -293,6 +293,25 @@ def test_a_negative_step_count_in_a_record_is_never_shown_as_a_count(tmp_path: P
     assert "-7" not in capsys.readouterr().out
     assert "-7" not in fmt_done(d) and "run ok: ? steps" in fmt_done(d)
     assert [fmt_steps(None), fmt_steps(-7), fmt_steps(12)] == ["-", "?", "12"]
+
+
+@pytest.mark.unit
+def test_a_diverged_runs_huge_loss_is_shown_in_a_few_digits(tmp_path: Path, capsys) -> None:
+    """A loss of 1e30 (a diverging regression) is a float32 any run can end on: 'ampscope
+    runs' and run's progress printed all 31 of its digits and '.0000', 309 for 1e308."""
+    run_dir = tmp_path / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    d = ev.empty_done("ok", None)
+    d.steps_done, d.loss_final = 5, -1.2345678e30
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.endswith("  -1.235e+30") and len(row) < 80
+    assert [fmt_loss(1e308), fmt_loss(999999.0), fmt_loss(2.5)] == [
+        "1e+308",
+        "999999.0000",
+        "2.5000",
+    ]
 
 
 @pytest.mark.unit

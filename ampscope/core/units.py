@@ -68,11 +68,12 @@ def fmt_num(x: float | None) -> str:
 
 
 def fmt_loss(x: float | None) -> str:
-    """A loss to four decimals: differences between precisions show in the third."""
+    """A loss to four decimals: differences between precisions show in the third. From a
+    million on (a diverging run), four significant digits: 1e+30, not 31 digits and '.0000'."""
     if (odd := _odd(x)) is not None:
         return odd
     assert x is not None
-    return f"{x:.4f}"
+    return f"{x:.4g}" if abs(x) >= 1e6 else f"{x:.4f}"
 
 
 def fmt_final_loss(loss: float | None, nonfinite: str | None, step: int | None) -> str:
