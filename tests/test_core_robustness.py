@@ -20,7 +20,7 @@ from ampscope.core import presets, records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
 from ampscope.core.units import fmt_bytes, fmt_done, fmt_loss, fmt_ms, fmt_num, fmt_steps, fmt_time
-from tests.helpers import hello, owning_sleeper
+from tests.helpers import done, hello, owning_sleeper
 
 ESCAPE = "evil\x1b]0;pwned\x07\x1b[2J"
 
@@ -293,6 +293,21 @@ def test_a_negative_step_count_in_a_record_is_never_shown_as_a_count(tmp_path: P
     assert "-7" not in capsys.readouterr().out
     assert "-7" not in fmt_done(d) and "run ok: ? steps" in fmt_done(d)
     assert [fmt_steps(None), fmt_steps(-7), fmt_steps(12)] == ["-", "?", "12"]
+
+
+@pytest.mark.unit
+def test_a_run_folder_named_in_another_encoding_lines_up_in_runs(tmp_path: Path, capsys) -> None:
+    """A Latin-1 folder name: its byte is a lone surrogate, which the table measured as one
+    column and the output wrote as six (\\udcff), pushing its row out of line."""
+    for name in (b"20260101T000000Z-caf\xe9", b"20260101T000001Z-cafe"):
+        run_dir = tmp_path / os.fsdecode(name)
+        run_dir.mkdir()
+        (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(done()))
+    assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert rows[1].startswith("20260101T000000Z-caf\\udce9  ")
+    assert [row.index("ok") for row in rows] == [rows[0].index("ok")] * 2
+    assert visible("caf\udce9") == "caf\\udce9"
 
 
 @pytest.mark.unit

@@ -69,7 +69,8 @@ def _escape(ch: str) -> str:
 
 
 def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False) -> str:
-    """``text`` with control characters (C0, DEL, C1, bidi overrides) shown as escapes.
+    """``text`` with control characters (C0, DEL, C1, bidi overrides) shown as escapes, and
+    lone surrogates (a file name's bytes that are not UTF-8), which no terminal can be sent.
 
     ``keep_newlines`` keeps line breaks and tabs as they are (multi-line messages, tracebacks).
     Past ``limit`` characters the text is cut and says how much was left out.
@@ -81,7 +82,7 @@ def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False
     out = []
     for ch in s:
         kept_break = keep_newlines and ch in "\n\t"
-        if kept_break or ch == " " or unicodedata.category(ch) not in ("Cc", "Cf"):
+        if kept_break or ch == " " or unicodedata.category(ch) not in ("Cc", "Cf", "Cs"):
             out.append(ch)
         else:
             out.append(_escape(ch))
