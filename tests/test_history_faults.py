@@ -85,7 +85,8 @@ def test_bad_records_are_listed_opened_and_compared_without_a_traceback(tmp_path
                 await pilot.press("enter")
                 screen = await shown(pilot, app, RunScreen)
                 assert await wait_for(pilot, lambda s=screen: s.state.finished, 10)
-                await pilot.pause(0.6)  # a redraw of the plots
+                redrawn = screen.redraws
+                assert await wait_for(pilot, lambda s=screen, n=redrawn: s.redraws > n, 30)
                 plain, _raw = terminal_output(app)
                 assert "cannot be plotted" not in plain
                 await pilot.press("escape")
@@ -113,8 +114,7 @@ def test_values_near_the_float_limit_never_crash_the_plots(value: float, tmp_pat
         app = AmpscopeApp(runs_dir=tmp_path, open_run=RecordSource(events, "x"))
         async with app.run_test(size=SIZE) as pilot:
             screen = await shown(pilot, app, RunScreen)
-            await pilot.pause(0.6)
-            assert screen.redraws >= 1
+            assert await wait_for(pilot, lambda: screen.redraws >= 1, 30)
             plain, _raw = terminal_output(app)
             assert "cannot be plotted" not in plain
             for plot in screen.query(RunPlot):  # the ordinary points are still drawn
@@ -141,9 +141,9 @@ def test_a_10_mb_warning_is_cut_and_the_log_stays_bounded(tmp_path: Path) -> Non
             assert all(len(entry.text) < LOG_LINE_CHARS + 50 for entry in state.log)
             assert any("more characters" in entry.text for entry in state.log)
             assert len(state.error or "") < LOG_LINE_CHARS + 50
-            await pilot.pause(0.6)
-            log = screen.query_one(EventLogView)
-            assert log.texts and max(len(t) for t in log.texts) < LOG_LINE_CHARS + 100
+            log = screen.query_one(EventLogView)  # drawn on the view's next redraw tick
+            assert await wait_for(pilot, lambda: bool(log.texts), 30)
+            assert max(len(t) for t in log.texts) < LOG_LINE_CHARS + 100
 
     run(go())
 

@@ -297,9 +297,10 @@ def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Pat
                 manager.state.error
             )
             pids.extend(r.pid for r in manager.state.hello.ranks or [])
-            await pilot.pause(0.6)  # a redraw
             strip = app.screen.query_one(RankStrip)
-            assert strip.display
+            assert await wait_for(
+                pilot, lambda: strip.display and "ranks" in str(strip.render()), 30
+            )
             lines = str(strip.render()).splitlines()
             assert lines[0].startswith("2 ranks ddp/gloo · slowest r")
             assert lines[0].endswith("ms, RSS, CPU")
