@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -133,3 +134,54 @@ def test_a_stop_while_a_step_waits_on_a_child_ends_the_record_once_stopped(tmp_p
     assert records.load_run(run_dir, with_events=False).status == "stopped"  # summary.json
     assert "failed" not in said and said.count("status ") == 1, said
     assert said.index("sleep 60") < said.index("run record:")  # told before the record line
+
+
+@pytest.mark.subprocess
+def test_a_stop_sent_to_the_engines_group_while_a_step_waits_on_a_child_is_a_stop(tmp_path):
+    """The dashboard stops a run by signalling the engine's process group, so the step's own
+    children (a compile's g++, a DataLoader's workers, the user's subprocess) get the SIGTERM
+    too and end at once: the step then failed on their end, and the run stopped from the
+    dashboard was recorded failed, with that failure as its error (exit 1)."""
+    import subprocess
+    import sys
+
+    from ampscope.core import events as ev
+    from ampscope.core import records
+    from ampscope.engine.lifecycle.exits import EXIT_STOPPED
+    from tests.helpers import engine_env, events_of, wait_until
+
+    (tmp_path / "net.py").write_text(CHILD_MODEL)
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "ampscope.engine", "fp32", "--model", "net.py:make"]
+    proc = subprocess.Popen(
+        [*argv, "--set", "steps=6", "--runs-dir", str(runs)],
+        cwd=tmp_path,
+        env=engine_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # as the dashboard starts it
+    )
+    try:
+        assert wait_until(lambda: (tmp_path / "waiting").exists(), 120)
+        assert wait_until(
+            lambda: (
+                "sleep"
+                in subprocess.run(
+                    ["ps", "-o", "args=", "--ppid", str(proc.pid)], capture_output=True, text=True
+                ).stdout
+            ),
+            30,
+        )
+        os.killpg(proc.pid, signal.SIGTERM)  # the dashboard's stop
+        proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == EXIT_STOPPED
+    (run_dir,) = runs.iterdir()
+    events, _ = records.read_events(run_dir / records.EVENTS_FILE)
+    (done,) = [e for e in events if isinstance(e, ev.DoneEvent)]
+    assert done.status == "stopped" and done.error is None
+    assert not events_of(run_dir, ev.ErrorEvent)
+    assert records.load_run(run_dir, with_events=False).status == "stopped"  # summary.json

@@ -113,20 +113,45 @@ def train_preset(
     except BaseException as exc:  # noqa: BLE001 - every fault must reach the watcher as an event,
         # a user's BaseException too (asyncio.CancelledError, GeneratorExit): else a traceback
         # and a record without its done
-        event, exit_code = failure(exc, preset, info, tally)
-        event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
-        writer.emit(event, urgent=True)
-        if isinstance(exc, presets.ConfigError) and writer.on_event is None and ranks.lead:
-            print(f"ampscope: {exc}", file=sys.stderr)
-            if event.traceback:  # the user's own code failed: their frames, to stderr too
-                print(event.traceback, file=sys.stderr)
-        status, error = "failed", event.message
+        status, exit_code, error = fault_ending(exc, stop, preset, info, tally, link, writer, ranks)
     wind_down(writer, profiler, sampler)
     done = done_event(tally, status, hello, error, checksums)
     for code, message in above_peak_warnings(done, hello):
         writer.emit(ev.WarningEvent(code=code, message=message), urgent=True)
     writer.emit(done, urgent=True)
     return exit_code, hello, writer.done or done
+
+
+def fault_ending(
+    exc: BaseException,
+    stop: threading.Event,
+    preset: presets.Preset,
+    info: DeviceInfo | None,
+    tally: StepTally,
+    link: Link,
+    writer: EventWriter,
+    ranks: RankEnv,
+) -> tuple[ev.DoneStatus, int, str | None]:
+    """The status, exit code and error of a run that a fault ended, its error event written.
+
+    A fault after a stop came is the stop's: the dashboard signals the engine's process group,
+    so the step's own processes (a compile's g++, a DataLoader's workers, a subprocess of the
+    user's) end with it, and the step fails because they ended. The run was stopped, unless
+    another rank failed first (torchrun stops every rank when one fails)."""
+    if stop.is_set() and isinstance(exc, Exception):
+        elsewhere = link.reported_failure()
+        if elsewhere is None:
+            return "stopped", EXIT_STOPPED, None
+        writer.emit(elsewhere, urgent=True)
+        return "failed", EXIT_FAILED, elsewhere.message
+    event, exit_code = failure(exc, preset, info, tally)
+    event = link.blame(event, exc, shared=isinstance(exc, SHARED_FAULTS))
+    writer.emit(event, urgent=True)
+    if isinstance(exc, presets.ConfigError) and writer.on_event is None and ranks.lead:
+        print(f"ampscope: {exc}", file=sys.stderr)
+        if event.traceback:  # the user's own code failed: their frames, to stderr too
+            print(event.traceback, file=sys.stderr)
+    return "failed", exit_code, event.message
 
 
 def wind_down(
