@@ -4,6 +4,7 @@ descriptor of its own, and the user's stdout goes to stderr, where the dashboard
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -158,3 +159,37 @@ def test_inductors_own_compilers_are_ended_without_blaming_the_users_code(tmp_pa
         for proc in (compiler, users):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.subprocess
+def test_inductors_compilers_are_killed_at_once_with_no_grace_to_wait_out(tmp_path: Path) -> None:
+    """A stop during torch.compile sent the compilers SIGTERM and waited up to 2 s for them,
+    after the loop's 2.5 s: past the dashboard's 3 s before SIGKILL, so the engine was killed
+    before its record had done (crashed, for a run stopped from the dashboard). Here the
+    'compiler' notes a SIGTERM in a file and carries on, as one still writing would."""
+    import psutil
+
+    from ampscope.engine.emitter import EventWriter
+    from ampscope.engine.lifecycle.children import end_users_children
+
+    cache = tmp_path / "torchinductor_someone"
+    termed = tmp_path / "termed"
+    notes_term = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: open(sys.argv[1], 'w').close())\n"
+        "open(sys.argv[1] + '.up', 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    compiler = subprocess.Popen([sys.executable, "-c", notes_term, str(termed), f"{cache}/c7.cpp"])
+    try:
+        wait = time.monotonic() + 30
+        while not Path(f"{termed}.up").exists() and time.monotonic() < wait:
+            time.sleep(0.05)
+        got: list[ev.Event] = []
+        assert end_users_children(EventWriter(on_event=got.append)) == [] and not got
+        assert compiler.wait(timeout=10) == -signal.SIGKILL
+        assert not termed.exists()  # never asked to finish first
+        assert not psutil.pid_exists(compiler.pid)
+    finally:
+        compiler.kill()
+        compiler.wait()
