@@ -444,3 +444,39 @@ def test_a_broken_user_preset_shows_no_fields_of_the_preset_before_it(tmp_path: 
             assert text(screen, "#preset-error") == ""
 
     run(go())
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize("key", ["r", "s"])
+def test_keys_typed_in_one_burst_act_on_the_preset_they_highlighted(tmp_path: Path, key) -> None:
+    """Before: 'down down r' typed at once (a fast hand, tmux send-keys) reached r before the
+    list's highlight messages, and ran fp32, the preset highlighted before them; s saved it."""
+    from textual import events
+
+    from ampscope.tui.messages import RunRequested
+
+    asked: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await shown(pilot, app, PresetsScreen)
+            post = screen.post_message
+
+            def caught(message) -> bool:
+                if isinstance(message, RunRequested):
+                    asked.append(message.preset)
+                    return True
+                return post(message)
+
+            screen.post_message = caught  # type: ignore[method-assign]
+            for name, character in (("down", None), ("down", None), (key, key)):
+                app.post_message(events.Key(name, character))
+            if key == "r":
+                assert await wait_for(pilot, lambda: bool(asked), 10)
+                assert asked == ["amp-bf16"]
+            else:
+                dialog = await shown(pilot, app, SaveDialog)
+                assert dialog.suggestion.startswith("amp-bf16"), dialog.suggestion
+
+    run(go())

@@ -138,9 +138,20 @@ class PresetsScreen(Screen):
 
     @on(OptionList.OptionHighlighted, "#preset-list")
     def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        info = next((p for p in self.presets if p.name == event.option_id), None)
+        self.show_preset(event.option_id)
+
+    def show_preset(self, name: str | None) -> None:
+        info = next((p for p in self.presets if p.name == name), None)
         if info is not None and info is not self.current:
             self.load(info)
+
+    def follow_highlight(self) -> None:
+        """The form catches up with the list before a key acts on the preset: keys typed in
+        one burst (down, down, r) reach their actions before the list's highlight messages,
+        and r ran the preset highlighted before them."""
+        options = self.query_one("#preset-list", OptionList)
+        if options.highlighted is not None:
+            self.show_preset(options.get_option_at_index(options.highlighted).id)
 
     @on(OptionList.OptionSelected, "#preset-list")
     async def _selected(self, event: OptionList.OptionSelected) -> None:
@@ -189,6 +200,7 @@ class PresetsScreen(Screen):
     def action_memory(self) -> None:
         from ampscope.tui.screens.memory import MemoryScreen
 
+        self.follow_highlight()
         self.app.push_screen(MemoryScreen(self.current.name if self.current else None))
 
     def plan_model(self) -> str | None:
@@ -200,6 +212,7 @@ class PresetsScreen(Screen):
 
     def action_plan(self) -> None:
         """l: which layers to train in fp8 (fp16 from an fp16 preset), from ``ampscope plan``."""
+        self.follow_highlight()
         model = self.plan_model()
         if model is None or self.read_only:
             return
@@ -219,6 +232,7 @@ class PresetsScreen(Screen):
         return False
 
     async def action_run(self) -> None:
+        self.follow_highlight()
         if self.current is None:
             return
         if not self.runnable("Not valid"):
@@ -229,6 +243,7 @@ class PresetsScreen(Screen):
             self.post_message(RunRequested(self.current.name, detach=self.detach))
 
     def action_save(self) -> None:
+        self.follow_highlight()
         if not self.draft.loaded or not self.revalidate() or self.draft.preset is None:
             self.app.notify(
                 visible(self.draft.problem or "Nothing to save."), severity="error", markup=False
@@ -287,6 +302,7 @@ class PresetsScreen(Screen):
 
     def action_mark(self) -> None:
         """Add the highlighted preset, as the form shows it, to the sweep queue, or take it out."""
+        self.follow_highlight()
         info = self.current
         if info is None:
             return
