@@ -240,3 +240,14 @@ def test_a_learning_rate_that_is_no_number_leaves_every_step_readable(tmp_path) 
     steps = [e for e in run.events if isinstance(e, ev.StepEvent)]
     assert run.unreadable_lines == 0 and len(steps) == 3 and run.done is not None
     assert [s.lr for s in steps] == [None, None, None]
+
+
+@pytest.mark.parametrize("bad", [-1.0, torch.tensor(-1.0)], ids=["number", "tensor"])
+def test_a_negative_grad_norm_is_no_norm(tmp_path, bad) -> None:
+    """Before: mon.step(grad_norm=-1.0) recorded a norm of -1, which no norm is."""
+    run_dir, _ = run_steps(tmp_path, [{"grad_norm": bad if i == 2 else 0.5} for i in range(4)])
+    steps = events_of(run_dir, ev.StepEvent)
+    assert [s.grad_norm for s in steps] == [0.5, 0.5, None, 0.5]
+    if isinstance(bad, float):  # a tensor is read a step late, without a word for each
+        (warning,) = [w for w in events_of(run_dir, ev.WarningEvent) if "grad_norm" in w.message]
+        assert "Step 2's grad_norm= is no norm (-1.0, below zero)" in warning.message

@@ -61,6 +61,9 @@ def checked_figure(
         if name in COUNTS and value is not None and not 0 <= value <= MAX_ITEMS_PER_STEP:
             said = f"not a count of one step's {name} ({_shown(value)})"  # nan, inf, 1e308
             return None, notes.bad_figure(step, name, said, TENSOR_FIGURES)
+        if name == "grad_norm" and value is not None and value < 0:  # a norm is never below 0
+            said = f"no norm ({_shown(value)}, below zero)"
+            return None, notes.bad_figure(step, name, said, TENSOR_FIGURES)
         return value, None
     if isinstance(value, torch.Tensor):
         problem = odd_tensor(value)

@@ -53,7 +53,7 @@ def step_event(
         loss=loss if loss is not None and math.isfinite(loss) else None,
         loss_scale=None if loss_scale is None or math.isnan(loss_scale) else loss_scale,
         skipped=skipped,
-        grad_norm=grad_norm if grad_norm is not None and math.isfinite(grad_norm) else None,
+        grad_norm=grad_norm if grad_norm is not None and 0 <= grad_norm < math.inf else None,
         samples_per_s=samples_per_s,
         tokens_per_s=tokens / seconds if tokens and 0 < tokens < math.inf else None,
         tflops=tflops,
