@@ -301,3 +301,30 @@ def test_l_says_why_not_where_there_is_no_model_of_the_users() -> None:
             )
 
     run(go())
+
+
+@pytest.mark.subprocess
+def test_keys_typed_in_one_burst_sort_with_the_layer_they_highlighted() -> None:
+    """Before: 'down down o' typed at once reached o before the table's highlight messages:
+    the sort kept the layer highlighted before the downs, and the detail under the table
+    named the layer the cursor left."""
+    from textual import events
+
+    async def go() -> None:
+        app = plan_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("l")
+            screen = await shown(pilot, app, PlanScreen)
+            await planned(pilot, screen)
+            table = screen.query_one("#plan-table")
+            reached = str(table.get_row_at(2)[0])
+            for name, character in (("down", None), ("down", None), ("o", "o")):
+                app.post_message(events.Key(name, character))
+            assert await wait_for(pilot, lambda: screen.sort == 1, 10)
+            await settle(pilot)
+            assert str(table.get_row_at(table.cursor_row)[0]) == reached
+            detail = text(screen, "#plan-detail").replace("\n", " ")
+            assert reached in detail, (reached, detail)
+
+    run(go())

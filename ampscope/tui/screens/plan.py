@@ -206,7 +206,7 @@ class PlanScreen(Screen):
         table = self.query_one("#plan-table", DataTable)
         width = (self.size.width or 80) - TABLE_CHROME
         fitted = plan_table(plan, SORTS[self.sort], width, CELL_PADDING)
-        keep = self.highlighted
+        keep = self.under_cursor(table)
         table.clear(columns=True)
         widths = [len(head) for head in fitted.heads]
         for _i, cells in fitted.rows:
@@ -228,6 +228,16 @@ class PlanScreen(Screen):
             self.show_detail(order[table.cursor_row])
         else:
             self.query_one("#plan-detail", Static).update("")
+
+    def under_cursor(self, table: DataTable) -> int | None:
+        """The layer the cursor is on, read from the table: keys typed in one burst ('down
+        down o') reach o before the table's highlight messages, and the sort kept the layer
+        highlighted before them."""
+        if table.row_count and table.is_valid_row_index(table.cursor_row):
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            if key is not None:
+                return int(key)
+        return self.highlighted
 
     def show_detail(self, index: int) -> None:
         self.highlighted = index
