@@ -381,3 +381,21 @@ def test_a_path_that_cannot_be_looked_at_is_said_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith(f"ampscope: cannot use {long}") and err.count("\n") == 1
     assert err.endswith(": File name too long.\n")
+
+
+@pytest.mark.unit
+def test_the_launcher_log_is_kept_in_a_run_folder_whose_path_is_not_utf8(tmp_path: Path) -> None:
+    """Before: the hello names such a folder with those bytes escaped (\\xe9), as the engine
+    writes it; no folder had that name, and torchrun's output was lost without a word."""
+    from ampscope.cli.torchrun import LAUNCHER_LOG, TorchrunWatch
+    from ampscope.core.presets.parallel import Launch
+
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/r\xe9s"))
+    folder.mkdir()
+    watch = TorchrunWatch(["torchrun"], Launch(2))
+    said = ev.decode(ev.encode(hello(run_dir=str(folder))))
+    assert isinstance(said, ev.HelloEvent) and "\\xe9" in str(said.run_dir)
+    watch.hello = said
+    watch.stderr.append("rank 1 exited with code 1")
+    watch._save_log()
+    assert (folder / LAUNCHER_LOG).read_text() == "rank 1 exited with code 1\n"

@@ -59,6 +59,36 @@ def test_p_asks_the_running_engine_and_the_answer_replaces_the_waiting_line(
 
 
 @pytest.mark.ui
+def test_p_asks_a_run_whose_folder_path_is_not_utf8(tmp_path: Path) -> None:
+    """Before: the hello names such a folder with those bytes escaped (\\xe9), as the engine
+    writes it, and p said the request could not be written there: no such folder."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/r\xe9s"))
+    folder.mkdir()
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            state = RunState(label="amp-fp16")
+            said = ev.decode(ev.encode(hello(preset="amp-fp16", run_dir=str(folder))))
+            assert isinstance(said, ev.HelloEvent) and "\\xe9" in str(said.run_dir)
+            state.ingest(said)
+            state.ingest(ev.PhaseEvent(phase="train", state="start", step=0))
+            state.ingest(step(10))
+            notes: list[str] = []
+            app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
+            app.open_run(FrozenSource(state))
+            await shown(pilot, app, RunScreen)
+            await pilot.press("p")
+            screen = await shown(pilot, app, ProfileScreen)
+            request = json.loads((folder / profiles.REQUEST_FILE).read_text())
+            assert request == {"steps": profiles.DEFAULT_STEPS}, notes
+            assert "Profiling the next 5 steps of amp-fp16" in text(screen, "#profile-body")
+
+    run(go())
+
+
+@pytest.mark.ui
 @pytest.mark.parametrize(
     ("kind", "why"),
     [

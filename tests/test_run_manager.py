@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -295,6 +296,26 @@ def test_a_sweep_runs_in_order_and_ends_compared(tmp_path: Path) -> None:
         (sweep_dir,) = tmp_path.glob("*-sweep*")
         data = json.loads((sweep_dir / comparison.SWEEP_FILE).read_text())
         assert data["order"] == ["bf16", "fp32", "mlp-demo"]
+
+    asyncio.run(go())
+
+
+@pytest.mark.unit
+def test_a_sweep_under_a_runs_folder_whose_path_is_not_utf8_ends_compared(tmp_path: Path) -> None:
+    """Before: each hello names its folder with the bytes that are not UTF-8 escaped (\\xe9),
+    no such folder was found, and the sweep ended with no comparison and an empty sweep.json."""
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/r\xe9s"))
+    root.mkdir()
+
+    async def go() -> None:
+        engines = SweepEngines(root, {"bf16": 5.0, "fp32": 10.0})
+        manager, listener = manager_with(root, engines)
+        await manager.start_sweep(["bf16", "fp32"])
+        await asyncio.wait_for(listener.compared_event.wait(), WAIT_S)
+        assert listener.compared == [(["bf16", "fp32"], "fp32")]
+        (sweep_dir,) = root.glob("*-sweep*")
+        data = json.loads((sweep_dir / comparison.SWEEP_FILE).read_text())
+        assert sorted(row["preset"] for row in data["rows"]) == ["bf16", "fp32"]
 
     asyncio.run(go())
 

@@ -25,7 +25,6 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 
 import psutil
@@ -174,10 +173,11 @@ class TorchrunWatch:
             kill_tree(self._job)
 
     def _save_log(self) -> None:
-        if self.hello is None or not self.hello.run_dir or not self.stderr:
+        folder = self.hello.folder() if self.hello is not None else None
+        if folder is None or not self.stderr:
             return
         with contextlib.suppress(OSError):
-            (Path(self.hello.run_dir) / LAUNCHER_LOG).write_text("\n".join(self.stderr) + "\n")
+            (folder / LAUNCHER_LOG).write_text("\n".join(self.stderr) + "\n")
 
     def exit_code(self, torchrun_code: int) -> int:
         """From what rank 0 said; torchrun's own code (1 for any failed rank) only when it

@@ -7,6 +7,8 @@ One JSON object per line. Every event carries ``v`` (the schema version) and ``t
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import msgspec
@@ -90,6 +92,10 @@ class HelloEvent(Event, tag="hello"):
     source: Literal["engine", "watch"] = "engine"
     # Whether a viewer may stop the run; a watched process allows it only when asked to.
     allow_stop: bool = True
+
+    def folder(self) -> Path | None:
+        """The run's folder, where ``run_dir`` names one; see :func:`named_path`."""
+        return named_path(self.run_dir) if self.run_dir else None
 
 
 Phase = Literal["setup", "compile", "train"]
@@ -406,6 +412,20 @@ def _text_only(value: Any) -> Any:
     if isinstance(value, list):
         return [_text_only(v) for v in value]
     return value
+
+
+_ESCAPED_BYTE = re.compile(r"\\x([89a-f][0-9a-f])")
+
+
+def named_path(text: str) -> Path:
+    """The path an event's string names. A path with bytes that are not UTF-8 (a Latin-1
+    folder name) is written with them escaped (``\\xe9``, see :func:`encode`), and no folder
+    has that name: where the path as written is not there, the one with those bytes is."""
+    path = Path(text)
+    if "\\x" not in text or path.exists():
+        return path
+    raw = Path(_ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), text))
+    return raw if raw.exists() else path
 
 
 class UnknownEvent(msgspec.Struct):

@@ -317,8 +317,9 @@ class RunManager:
         hello = run.state.hello
         order = sweep.order
         name = sweep.names[sweep.index % len(sweep.presets)]
-        if hello is not None and hello.run_dir:
-            sweep.run_dirs.setdefault(name, []).append(Path(hello.run_dir))
+        folder = hello.folder() if hello is not None else None
+        if folder is not None:
+            sweep.run_dirs.setdefault(name, []).append(folder)
         if run.state.stop_requested:  # the user stopped a run: the rest of the queue is cancelled
             self.sweep = None
             self.listener.tell(f"Sweep cancelled after {sweep.index + 1} of {len(order)}.")

@@ -5,8 +5,6 @@ run folder, taken between steps) and opens this screen, which waits for the answ
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -60,9 +58,11 @@ def read_only_view(app: object) -> bool:
 
 def ask_engine(state: RunState, steps: int = profiles.DEFAULT_STEPS) -> str | None:
     """Leave the request for the run's engine; the reason when it cannot be left."""
-    assert state.hello is not None and state.hello.run_dir
+    assert state.hello is not None
+    folder = state.hello.folder()
+    assert folder is not None
     try:
-        profiles.ask_to_profile(Path(state.hello.run_dir), steps)
+        profiles.ask_to_profile(folder, steps)
     except OSError as exc:
         return f"the request cannot be written in {state.hello.run_dir}: {exc.strerror or exc}"
     return None
