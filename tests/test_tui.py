@@ -480,3 +480,30 @@ def test_keys_typed_in_one_burst_act_on_the_preset_they_highlighted(tmp_path: Pa
                 assert dialog.suggestion.startswith("amp-bf16"), dialog.suggestion
 
     run(go())
+
+
+@pytest.mark.ui
+def test_history_shows_the_runs_as_they_are_when_the_user_comes_back_to_it(
+    tmp_path: Path,
+) -> None:
+    """Before: back from a run's view, History showed the runs as they were when it opened:
+    a live run the user watched end still read live, and a run recorded meanwhile was missing
+    until f5."""
+    write_finished_record(tmp_path, "fp32")
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("h")
+            history = await shown(pilot, app, HistoryScreen)
+            table = history.query_one("#history-table")
+            assert await wait_for(pilot, lambda: table.row_count == 1, 10)
+            await pilot.press("enter")
+            await shown(pilot, app, RunScreen)
+            write_finished_record(tmp_path, "bf16")
+            await pilot.press("escape")
+            await shown(pilot, app, HistoryScreen)
+            assert await wait_for(pilot, lambda: table.row_count == 2, 10)
+
+    run(go())

@@ -163,8 +163,12 @@ class HistoryScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
-        self.action_reload()
         self.query_one(DataTable).focus()
+
+    def on_screen_resume(self) -> None:
+        """The runs as they are now, each time History is shown: back from a run's view, a
+        live run the user watched end read live, and a run recorded meanwhile was missing."""
+        self.action_reload()
 
     def on_resize(self) -> None:
         self.action_reload()
