@@ -352,6 +352,19 @@ async def shown(pilot, app, kind: type, timeout: float = 10.0):
     return app.screen
 
 
+async def history_of(pilot, app, rows: int, timeout: float = 30.0):
+    """History opened from the presets (``h``), once its table lists ``rows`` runs: the screen
+    and its table."""
+    from ampscope.tui.screens.history import HistoryScreen
+
+    await shown(pilot, app, PresetsScreen)
+    await pilot.press("h")
+    history = await shown(pilot, app, HistoryScreen)
+    table = history.query_one("#history-table")
+    assert await wait_for(pilot, lambda: table.row_count == rows, timeout), table.row_count
+    return history, table
+
+
 async def save_dialog_for(pilot, app, preset: str):
     """The Presets screen's save dialog (``s``) for ``preset``, once it is shown."""
     from ampscope.tui.screens.save import SaveDialog

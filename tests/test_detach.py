@@ -31,6 +31,7 @@ from tests.helpers import (
     engine_env,
     gone,
     hello,
+    history_of,
     run,
     shown,
     step,
@@ -256,11 +257,7 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
         async def go() -> None:
             app = AmpscopeApp(runs_dir=tmp_path)
             async with app.run_test(size=SIZE) as pilot:
-                await shown(pilot, app, PresetsScreen)
-                await pilot.press("h")
-                history = await shown(pilot, app, HistoryScreen)
-                table = history.query_one("#history-table")
-                assert await wait_for(pilot, lambda: table.row_count == 3, 30)
+                history, table = await history_of(pilot, app, 3)
                 assert [table.get_row_at(i)[2] for i in range(3)] == ["live", "crashed", "stalled"]
                 await pilot.press("enter")  # the live one: attached, not replayed
                 screen = await shown(pilot, app, RunScreen)

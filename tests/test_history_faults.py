@@ -21,7 +21,7 @@ from ampscope.tui.screens.presets import PresetsScreen
 from ampscope.tui.screens.run import RunScreen
 from ampscope.tui.widgets.event_log import EventLogView
 from ampscope.tui.widgets.plots import RunPlot
-from tests.helpers import SIZE, done, hello, run, shown, step, terminal_output, wait_for
+from tests.helpers import SIZE, done, hello, history_of, run, shown, step, terminal_output, wait_for
 
 HUGE = 1e308
 
@@ -72,11 +72,7 @@ def test_bad_records_are_listed_opened_and_compared_without_a_traceback(tmp_path
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            await pilot.press("h")
-            history = await shown(pilot, app, HistoryScreen)
-            table = history.query_one("#history-table")
-            assert await wait_for(pilot, lambda: table.row_count == count, 5)
+            history, table = await history_of(pilot, app, count)
             await pilot.press("c")  # nothing marked, and the last sweep's file is malformed
             await pilot.pause()
             assert isinstance(app.screen, HistoryScreen)

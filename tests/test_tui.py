@@ -31,6 +31,7 @@ from tests.helpers import (
     done,
     gone,
     hello,
+    history_of,
     run,
     select_preset,
     shown,
@@ -128,11 +129,7 @@ def test_live_run_plots_stop_and_history_replay(tmp_path: Path) -> None:
             )
             # history: the run's record, replayed read-only in the same view
             await pilot.press("escape")
-            await shown(pilot, app, PresetsScreen)
-            await pilot.press("h")
-            history = await shown(pilot, app, HistoryScreen)
-            table = history.query_one("#history-table")
-            assert await wait_for(pilot, lambda: table.row_count == 1, 5)
+            history, table = await history_of(pilot, app, 1)
             row = [str(c).strip() for c in table.get_row_at(0)]
             assert [row[0], row[2]] == ["fp32", "stopped"]  # preset, (model,) state
             await pilot.press("enter")
@@ -344,11 +341,7 @@ def test_names_from_records_show_as_written_never_as_markup(tmp_path: Path) -> N
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            await pilot.press("h")
-            history = await shown(pilot, app, HistoryScreen)
-            table = history.query_one("#history-table")
-            assert await wait_for(pilot, lambda: table.row_count == 1, 5)
+            history, table = await history_of(pilot, app, 1)
             assert str(table.get_row_at(0)[0]).strip() == shown_as
             await pilot.press("enter")
             screen = await shown(pilot, app, RunScreen)
@@ -494,11 +487,7 @@ def test_history_shows_the_runs_as_they_are_when_the_user_comes_back_to_it(
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            await pilot.press("h")
-            history = await shown(pilot, app, HistoryScreen)
-            table = history.query_one("#history-table")
-            assert await wait_for(pilot, lambda: table.row_count == 1, 10)
+            history, table = await history_of(pilot, app, 1)
             await pilot.press("enter")
             await shown(pilot, app, RunScreen)
             write_finished_record(tmp_path, "bf16")
