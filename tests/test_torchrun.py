@@ -299,7 +299,7 @@ def test_the_dashboard_follows_a_two_rank_run_and_stops_every_rank(tmp_path: Pat
             pids.extend(r.pid for r in manager.state.hello.ranks or [])
             strip = app.screen.query_one(RankStrip)
             assert await wait_for(
-                pilot, lambda: strip.display and "ranks" in str(strip.render()), 30
+                pilot, lambda: strip.display and "slowest r" in str(strip.render()), 30
             )
             lines = str(strip.render()).splitlines()
             assert lines[0].startswith("2 ranks ddp/gloo · slowest r")
