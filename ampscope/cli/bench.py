@@ -83,9 +83,7 @@ def run_one(
             for line in proc.stdout:
                 event = ev.decode(line)
                 if isinstance(event, ev.HelloEvent) and event.run_dir:
-                    run_dir = Path(event.run_dir)
-                    if not run_dir.is_dir():  # a path that is not UTF-8 reads escaped in JSON
-                        run_dir = runs_dir / event.run_id
+                    run_dir = event.folder()  # a path that is not UTF-8 reads escaped in JSON
                 elif isinstance(event, ev.ErrorEvent):
                     reason = event.message
                 if on_line is not None and isinstance(event, ev.Event):  # a newer kind: skipped

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import gc
 import json
-import os
 import shutil
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from pathlib import Path
 from ampscope import __version__
 from ampscope.cli.output import (
     fail,
+    stdout_to_null,
     streams_that_encode_everything,
     streams_when_closed,
     write_failed,
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return dispatch(argv)
     except BrokenPipeError:  # `ampscope presets | head`: the reader left, which is no error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_null()
         return 141
     except KeyboardInterrupt:  # Ctrl+C where a command has no word of its own (torch's import)
         print("ampscope: stopped (Ctrl+C).", file=sys.stderr)
@@ -169,11 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return fail(f"cannot use {exc.filename}: {exc.strerror or exc}.")
         if not write_failed(exc):
             raise
-        # `ampscope runs > out.txt` on a full disk: said once, and what stdout still holds
-        # goes nowhere at exit instead of a second error
+        # `ampscope runs > out.txt` on a full disk: said once
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_null()
         print(f"ampscope: a write failed: {exc.strerror or exc}.", file=sys.stderr)
         return 1
 

@@ -51,6 +51,14 @@ def streams_that_encode_everything() -> None:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
 
 
+def stdout_to_null() -> None:
+    """What stdout still holds, and all it is sent from now on, goes nowhere: its reader has
+    left, or its disk is full, and a second error at exit would say it again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+
+
 WRITE_FAILED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 """A write refused for want of room or by the device: stdout on a full disk."""
 

@@ -27,7 +27,7 @@ from ampscope.core.plan.text import files_lines, render
 from ampscope.core.presets import ConfigError
 from ampscope.core.presets.fp8_recipes import MIN_CAPABILITY
 from ampscope.core.presets.workload_spec import SpecError, check_model_spec
-from ampscope.core.text import visible
+from ampscope.core.text import is_utf8, visible
 
 MAX_VERIFY_STEPS = 100_000
 MAX_ROWS = 1 << 24  # the largest M planned: 16,777,216 rows (tokens a step per GPU)
@@ -132,9 +132,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except SpecError as exc:
         return fail(exc)
     model = _absolute(args.model, spec)
-    try:
-        model.encode()
-    except UnicodeEncodeError:  # a byte that is no UTF-8: the TOML and Python files cannot name it
+    if not is_utf8(model):  # a byte that is no UTF-8: the TOML and Python files cannot name it
         return fail(
             f"--model {visible(args.model, 0)}: the path is not UTF-8 text (a file name in "
             "another encoding?), and the plan's files (TOML, Python) hold only text. Rename "

@@ -54,7 +54,22 @@ def cut(text: str, limit: int = MAX_RECORDED) -> str:
     """``text``, or its first ``limit`` characters and how many more there were."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+    return text[:limit] + _more(len(text) - limit)
+
+
+def _more(left_out: int) -> str:
+    """What a cut text ends with: how many characters it left out."""
+    return f"… ({left_out:,} more characters)"
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: a file name's bytes that are not (Python holds
+    them as lone surrogates) cannot go into a TOML or Python file."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _escape(ch: str) -> str:
@@ -76,8 +91,8 @@ def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False
     Past ``limit`` characters the text is cut and says how much was left out.
     """
     s = str(text)
-    cut = len(s) - limit if limit and len(s) > limit else 0
-    if cut:
+    left_out = len(s) - limit if limit and len(s) > limit else 0
+    if left_out:
         s = s[:limit]
     out = []
     for ch in s:
@@ -87,7 +102,7 @@ def visible(text: object, limit: int = MAX_SHOWN, *, keep_newlines: bool = False
         else:
             out.append(_escape(ch))
     shown = "".join(out)
-    return f"{shown}… ({cut:,} more characters)" if cut else shown
+    return shown + _more(left_out) if left_out else shown
 
 
 def wrap(text: str, width: int | None, indent: str = "", hang: str | None = None) -> list[str]:

@@ -66,15 +66,7 @@ def checked_figure(
             return None, notes.bad_figure(step, name, said, TENSOR_FIGURES)
         return value, None
     if isinstance(value, torch.Tensor):
-        problem = odd_tensor(value)
-        if problem is not None:
-            pass
-        elif name not in TENSOR_FIGURES:
-            problem = f"a tensor ({tuple(value.shape)})"
-        elif value.numel() != 1:
-            problem = f"a tensor of shape {tuple(value.shape)}, not one number"
-        else:
-            problem = loss_problem(value)
+        problem = odd_tensor(value) or _figure_tensor_problem(name, value)
     else:
         problem = loss_problem(value)
     if problem is None:
@@ -82,15 +74,29 @@ def checked_figure(
     return None, notes.bad_figure(step, name, problem, TENSOR_FIGURES)
 
 
+def _figure_tensor_problem(name: str, value: torch.Tensor) -> str | None:
+    """What an ordinary (strided) tensor given as ``name`` is, when it is no figure."""
+    if name not in TENSOR_FIGURES:
+        return f"a tensor ({tuple(value.shape)})"
+    if value.numel() != 1:
+        return f"a tensor of shape {tuple(value.shape)}, not one number"
+    return _no_real_number(value)
+
+
+def _no_real_number(value: torch.Tensor) -> str | None:
+    """A complex or bool tensor, said for a warning: a comparison's result is no figure."""
+    if value.is_complex() or value.dtype == torch.bool:
+        return f"a {'complex' if value.is_complex() else 'bool'} tensor ({value.dtype})"
+    return None
+
+
 def loss_problem(loss: Any) -> str | None:
     """What ``loss`` is, said for a warning, when it cannot be a step's loss; None when it can
     (a tensor with elements, or a real number that fits a float)."""
     if isinstance(loss, torch.Tensor):
-        odd = odd_tensor(loss)
+        odd = odd_tensor(loss) or _no_real_number(loss)
         if odd is not None:
             return odd
-        if loss.is_complex() or loss.dtype == torch.bool:  # a comparison's result is no figure
-            return f"a {'complex' if loss.is_complex() else 'bool'} tensor ({loss.dtype})"
         return "an empty tensor" if loss.numel() == 0 else None
     kind = type(loss).__name__
     kind = ("an " if kind[:1] in "aeiou" else "a ") + kind

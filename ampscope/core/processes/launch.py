@@ -28,6 +28,7 @@ from ampscope.core.presets.parallel import Launch
 from ampscope.core.presets.workload_spec import record_name
 from ampscope.core.processes import ownership
 from ampscope.core.records import files
+from ampscope.core.text import is_utf8
 
 ENGINE_MODULE = "ampscope.engine"
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -178,14 +179,12 @@ def launch_detached(
     """
     resolved = presets.load_preset(preset, overrides)
     text = presets.to_toml(resolved)
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # a byte that is no UTF-8 (a file name's): TOML cannot hold it
+    if not is_utf8(text):  # a byte that is no UTF-8 (a file name's): TOML cannot hold it
         raise presets.ConfigError(
             "a value of this run is not UTF-8 text (a byte of a file name in another "
             "encoding?): a detached run takes its preset as a TOML file, which holds only "
             "text. Rename the file or folder, or run it without --detach."
-        ) from None
+        )
     name = record_name(resolved.name, resolved.workload.model)
     run_dir = records.new_run_dir(runs_dir or records.default_runs_dir(), name)
     (run_dir / PRESET_COPY).write_text(text)

@@ -43,9 +43,10 @@ def step_event(
     seconds = max(step_ms / 1000.0, 1e-9)
     tflops = flops / seconds / 1e12 if flops else 0.0
     samples_per_s = samples / seconds
-    if not (tflops < math.inf and samples_per_s < math.inf):  # JSON has no inf: no figure
-        tflops = tflops if tflops < math.inf else 0.0
-        samples_per_s = samples_per_s if samples_per_s < math.inf else 0.0
+    if not tflops < math.inf:  # JSON has no inf: no figure (0, as for a rate of nothing)
+        tflops = 0.0
+    if not samples_per_s < math.inf:
+        samples_per_s = 0.0
     allocated, reserved, peak = memory
     event = ev.StepEvent(
         step=step,

@@ -48,6 +48,12 @@ class PresetList(OptionList):
         self.styles.width = min(max(longest + 9, 20), 40)  # names whole, never wrapped
 
 
+def _title(info: PresetInfo) -> Text:
+    """The preset's name and where it comes from: 'fp32  (shipped)'."""
+    where = "shipped" if info.source == "shipped" else f"{info.source}: {info.path}"
+    return Text.assemble(literal(info.name, "bold"), "  ", literal(f"({where})", "dim"))
+
+
 class PresetForm(VerticalScroll, can_focus=False):
     """The fields of the highlighted preset: tab goes from the list straight to a field (the
     form scrolls to the focused one; it takes no focus of its own, which nothing would show)."""
@@ -87,15 +93,8 @@ class PresetForm(VerticalScroll, can_focus=False):
         """The preset: its name, where it comes from, its description and every field from
         ``value(key)``. With ``model`` (a --model dashboard) the workload and size fields do
         not apply: the model's row says what trains instead."""
-        where = "shipped" if info.source == "shipped" else f"{info.source}: {info.path}"
         self.query_one("#preset-description", Static).update(
-            Text.assemble(
-                literal(info.name, "bold"),
-                "  ",
-                literal(f"({where})", "dim"),
-                "\n",
-                literal(preset.description, keep_newlines=True),
-            )
+            Text.assemble(_title(info), "\n", literal(preset.description, keep_newlines=True))
         )
         if model is not None:
             self.query_one("#preset-model", Static).update(literal(model_label(model) or model))
@@ -114,10 +113,7 @@ class PresetForm(VerticalScroll, can_focus=False):
     def show_unreadable(self, info: PresetInfo) -> None:
         """A preset that cannot be loaded: its name and where it is, no fields (the last
         preset's would read as this one's); the error line under them says why."""
-        where = "shipped" if info.source == "shipped" else f"{info.source}: {info.path}"
-        self.query_one("#preset-description", Static).update(
-            Text.assemble(literal(info.name, "bold"), "  ", literal(f"({where})", "dim"))
-        )
+        self.query_one("#preset-description", Static).update(_title(info))
         self._show_fields(lambda key: False)
 
     def _show_fields(self, shown: Callable[[str], bool]) -> None:
