@@ -265,15 +265,22 @@ def test_a_deeply_nested_line_in_a_record_is_one_unreadable_line_not_a_crash(
     assert "RecursionError" not in capsys.readouterr().err
 
 
+def record_ending(root: Path, **figures: object) -> ev.DoneEvent:
+    """A fp32 run's record under ``root``: its hello and a done of ``figures``."""
+    run_dir = root / "20260101T000000Z-fp32"
+    run_dir.mkdir()
+    d = ev.empty_done("ok", None)
+    for name, value in figures.items():
+        setattr(d, name, value)
+    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    return d
+
+
 @pytest.mark.unit
 def test_a_negative_step_time_in_a_record_is_never_shown_as_a_duration(tmp_path: Path, capsys):
     """Before: a done event with step_ms_median -3 was listed as '-3.00 ms' by 'ampscope runs'
     and History, a figure no run can have."""
-    run_dir = tmp_path / "20260101T000000Z-fp32"
-    run_dir.mkdir()
-    d = ev.empty_done("ok", None)
-    d.steps_done, d.step_ms_median = 5, -3.0
-    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    record_ending(tmp_path, steps_done=5, step_ms_median=-3.0)
     assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
     out = capsys.readouterr().out
     assert "20260101T000000Z-fp32" in out and "ms" not in out.splitlines()[-1]
@@ -284,11 +291,7 @@ def test_a_negative_step_time_in_a_record_is_never_shown_as_a_duration(tmp_path:
 def test_a_negative_step_count_in_a_record_is_never_shown_as_a_count(tmp_path: Path, capsys):
     """Before: a done event with steps_done -7 was listed as '-7' steps by 'ampscope runs' and
     History, and the Run view said '-7 steps'."""
-    run_dir = tmp_path / "20260101T000000Z-fp32"
-    run_dir.mkdir()
-    d = ev.empty_done("ok", None)
-    d.steps_done = -7
-    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    d = record_ending(tmp_path, steps_done=-7)
     assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
     assert "-7" not in capsys.readouterr().out
     assert "-7" not in fmt_done(d) and "run ok: ? steps" in fmt_done(d)
@@ -314,11 +317,7 @@ def test_a_run_folder_named_in_another_encoding_lines_up_in_runs(tmp_path: Path,
 def test_a_diverged_runs_huge_loss_is_shown_in_a_few_digits(tmp_path: Path, capsys) -> None:
     """A loss of 1e30 (a diverging regression) is a float32 any run can end on: 'ampscope
     runs' and run's progress printed all 31 of its digits and '.0000', 309 for 1e308."""
-    run_dir = tmp_path / "20260101T000000Z-fp32"
-    run_dir.mkdir()
-    d = ev.empty_done("ok", None)
-    d.steps_done, d.loss_final = 5, -1.2345678e30
-    (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(d))
+    record_ending(tmp_path, steps_done=5, loss_final=-1.2345678e30)
     assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
     row = capsys.readouterr().out.splitlines()[-1]
     assert row.endswith("  -1.235e+30") and len(row) < 80

@@ -135,19 +135,27 @@ def test_a_dumb_terminal_is_told_what_works_there() -> None:
     assert terminal_refusal("xterm-256color") is None and terminal_refusal(None) is None
 
 
-@pytest.mark.subprocess
-def test_the_dashboard_refuses_term_dumb_without_escape_codes(tmp_path: Path) -> None:
+def refused_dashboard(tmp_path: Path, term: str) -> subprocess.CompletedProcess[bytes]:
+    """The dashboard started with no terminal (input from /dev/null, output to pipes) under
+    ``TERM=term``, once it has refused: exit 2, and no escape code written."""
     from tests.helpers import ROOT, engine_env
 
     proc = subprocess.run(
         [sys.executable, "-m", "ampscope", "--runs-dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
-        env=engine_env(TERM="dumb"),
+        env=engine_env(TERM=term),
         cwd=ROOT,
         timeout=60,
     )
     assert proc.returncode == 2
     assert b"\x1b" not in proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.mark.subprocess
+def test_the_dashboard_refuses_term_dumb_without_escape_codes(tmp_path: Path) -> None:
+    proc = refused_dashboard(tmp_path, "dumb")
     assert b"headless commands" in proc.stderr
 
 
@@ -175,16 +183,5 @@ def test_the_dashboard_started_with_no_terminal_ends_at_once_without_escape_code
 ) -> None:
     """Before: started from a script (input from /dev/null, output to a pipe), the dashboard
     drew its screens into the pipe and waited for keys for ever."""
-    from tests.helpers import ROOT, engine_env
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "ampscope", "--runs-dir", str(tmp_path)],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        env=engine_env(TERM="xterm-256color"),
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert proc.returncode == 2
-    assert b"\x1b" not in proc.stdout + proc.stderr
+    proc = refused_dashboard(tmp_path, "xterm-256color")
     assert b"the dashboard needs a terminal" in proc.stderr

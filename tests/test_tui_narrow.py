@@ -11,7 +11,7 @@ from ampscope.tui.app import AmpscopeApp
 from ampscope.tui.screens.compare import CompareScreen
 from ampscope.tui.screens.history import HistoryScreen
 from ampscope.tui.screens.presets import PresetsScreen
-from tests.helpers import run, shown, text, wait_for, write_finished_record
+from tests.helpers import history_of, run, shown, text, wait_for, write_finished_record
 
 LONG = "a-preset-with-a-longer-name"
 
@@ -64,11 +64,7 @@ def test_a_long_preset_name_leaves_room_for_the_runs_state_at_120_columns(
     async def go() -> None:
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
-            await shown(pilot, app, PresetsScreen)
-            app.show_history()
-            history = await shown(pilot, app, HistoryScreen)
-            assert await wait_for(pilot, lambda: len(history.paths) == 1, 5)
-            table = history.query_one("#history-table")
+            _history, table = await history_of(pilot, app, 1)
             heads = [str(c.label) for c in table.columns.values()]
             assert "state" in heads
             cell = str(table.get_row_at(0)[0])
