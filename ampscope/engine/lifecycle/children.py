@@ -155,6 +155,7 @@ def end_users_children(writer: EventWriter) -> list[int]:
         # after the loop's 2.5 s left a stop during torch.compile past the dashboard's 3 s
         with contextlib.suppress(psutil.Error):
             compiler.kill()
+    _until_dead(compilers, KILL_LANDS_S)
     if not left and not away:
         return []
     parts = []
@@ -173,6 +174,25 @@ def end_users_children(writer: EventWriter) -> list[int]:
     writer.emit(ev.WarningEvent(code="children-ended", message=message), urgent=True)
     _end(left)
     return [c.pid for c in left]
+
+
+KILL_LANDS_S = 1.0
+"""The most a SIGKILL is given to land (it takes milliseconds; longer on a loaded machine)."""
+
+
+def _until_dead(procs: list[psutil.Process], timeout: float) -> None:
+    """Wait until each of ``procs`` is dead (a zombie, or gone), at most ``timeout`` in all,
+    without reaping any: the one that started it (inductor's pool) reaps its own children.
+    A SIGKILL sent is not yet a process ended, and a stop must leave none behind."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        while time.monotonic() < deadline:
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:  # gone
+                break
+            time.sleep(0.01)
 
 
 def _end(procs: list[psutil.Process]) -> None:
