@@ -554,6 +554,9 @@ def test_a_relu_mlp_splits_as_torch_profilers_tree_says_and_fp32_copies_are_not_
     assert kinds.get("aten::threshold_backward", "norm_act") == "norm_act"
     assert kinds.get("aten::clamp_min", "norm_act") == "norm_act"
     assert rows["aten::copy_"].count > 0 and profile.casts == 0.0  # fp32: no format changed
+    # the bias copies, the bias sums of addmm's backward and autograd's nodes ran for an fp32
+    # addmm: the matmul row's fp32 is all of it, as the advice counts it (once 10 % apart)
+    assert profile.dtypes["matmul"] == {"fp32": pytest.approx(profile.classes["matmul"], abs=1e-4)}
 
 
 KINETO_PROBE = """

@@ -62,11 +62,53 @@ model's fp32, the kernel's are bf16."""
 
 
 def _dtype(event: Any, cls: str, kernel: str = "") -> str | None:
-    """The format of a dense op's own work: not of an op that takes the class of its caller
-    (the bias sum of addmm's backward) nor of a wrapper."""
-    if cls not in DENSE or event.name in WRAPPERS or op_class(event.name) != cls:
+    """The format a dense op's time ran in: its own inputs' where it does the work itself;
+    for time spent on a dense op's behalf (addmm's bias copy, the bias sum of its backward,
+    autograd's node, a wrapper's dispatch), the format of the op that did the work for the
+    same caller, so that a class's formats cover all of its time; else its kernel's name."""
+    if cls not in DENSE:
         return None
-    return short_dtype(getattr(event, "input_dtypes", None) or (), kernel)
+    if _works(event, cls):
+        own = short_dtype(_inputs(event))
+        if own:
+            return own
+    return _callers_format(event, cls) or short_dtype((), kernel)
+
+
+def _works(event: Any, cls: str) -> bool:
+    return event.name not in WRAPPERS and op_class(event.name) == cls
+
+
+def _inputs(event: Any) -> Sequence[str]:
+    return getattr(event, "input_dtypes", None) or ()
+
+
+def _callers_format(event: Any, cls: str) -> str | None:
+    """The format of the op doing the dense work nearest to ``event``: under each caller of
+    the class in turn (itself first), up to the engine's range."""
+    node = event
+    while node is not None and phase_of(node.name) is None:
+        if op_class(node.name) == cls:
+            found = _working_format(node, cls)
+            if found:
+                return found
+        node = node.cpu_parent
+    return None
+
+
+def _working_format(node: Any, cls: str, depth: int = 0) -> str | None:
+    """The format of the first op under ``node`` (itself included) that does the work."""
+    if _works(node, cls):
+        own = short_dtype(_inputs(node))
+        if own:
+            return own
+    if depth >= 8:
+        return None
+    for child in getattr(node, "cpu_children", None) or ():
+        found = _working_format(child, cls, depth + 1)
+        if found:
+            return found
+    return None
 
 
 def cpu_op_times(events: Sequence[Any]) -> list[OpTime]:
