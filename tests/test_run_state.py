@@ -241,3 +241,19 @@ def test_a_cpu_runs_memory_card_says_it_is_the_peak_rss() -> None:
     state.ingest(msgspec.structs.replace(step(0), mem_reserved=None, mem_peak=300 << 20))
     memory = {c.key: c for c in cards(state)}["memory"]
     assert (memory.title, memory.value) == ("Peak RSS", "300 MiB")
+
+
+@pytest.mark.unit
+def test_a_loop_past_the_steps_it_planned_counts_on_without_an_eta() -> None:
+    """``watch(steps=5)`` around a loop that runs on: the header read "43/5 steps" and the
+    Elapsed card "ETA -"; it counts the steps done, names the plan, and has no ETA."""
+    state = RunState()
+    state.ingest(hello(config={"precision": "fp32", "compile": "off", "steps": 5}))
+    for i in range(3):
+        state.ingest(step(i, 10.0))
+    assert "3/5 steps" in state.header()
+    assert {c.key: c for c in cards(state)}["elapsed"].sub.startswith("ETA ")
+    for i in range(3, 43):
+        state.ingest(step(i, 10.0))
+    assert "43 steps (5 planned)" in state.header() and "/5" not in state.header()
+    assert "ETA" not in {c.key: c for c in cards(state)}["elapsed"].sub

@@ -200,6 +200,8 @@ def _elapsed_card(state: RunState) -> Card:
     if state.stalled and not state.finished:
         sub, short = state.stalled, (f"Elapsed {value}", "stalled")
     elif total and state.step is not None and median is not None and not state.finished:
+        if state.step + 1 >= total:  # past the steps planned (a watched loop runs on): no ETA
+            return Card("elapsed", "Elapsed", value, "", None)
         eta = fmt_duration((total - state.step - 1) * median / 1000)
         sub, short = f"ETA {eta}", (f"Elapsed {value}", f"ETA {eta}")
     elif state.done is not None:

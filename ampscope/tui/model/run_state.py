@@ -151,7 +151,11 @@ class RunState(EventState):
         # steps done: a step's own number (log, messages, records) counts from 0
         done = 0 if self.step is None else self.step + 1
         total = self.total_steps
-        progress = f"{done}/{total} steps" if total else f"{done} step{'' if done == 1 else 's'}"
+        progress = f"{done} step{'' if done == 1 else 's'}"
+        if total and done <= total:
+            progress = f"{done}/{total} steps"
+        elif total:  # a watched loop that runs past the steps its code said it would take
+            progress += f" ({total} planned)"
         if self.epoch > 1:
             progress += f" (epoch {self.epoch})"
         parts = [self.phase_label(now), progress, preset]
