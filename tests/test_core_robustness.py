@@ -308,9 +308,20 @@ def test_a_run_folder_named_in_another_encoding_lines_up_in_runs(tmp_path: Path,
         (run_dir / records.EVENTS_FILE).write_bytes(ev.encode(hello()) + ev.encode(done()))
     assert main(["--runs-dir", str(tmp_path), "runs"]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
-    assert rows[1].startswith("20260101T000000Z-caf\\udce9  ")
+    assert rows[1].startswith("20260101T000000Z-caf\\xe9  ")
     assert [row.index("ok") for row in rows] == [rows[0].index("ok")] * 2
-    assert visible("caf\udce9") == "caf\\udce9"
+    assert visible("caf\udce9") == "caf\\xe9"
+    # as JSON, the name is text a strict reader takes (a lone "\\udce9" is refused)
+    assert main(["--runs-dir", str(tmp_path), "runs", "--json"]) == 0
+    paths = [row["path"] for row in json.loads(capsys.readouterr().out)]
+    assert any(p.encode().endswith(b"caf\\xe9") for p in paths)
+    # and the name as printed finds the folder (attach, replay, memory --run, profile, stop)
+    from ampscope.cli.runs import resolve_run
+    from ampscope.cli.stop import find_run
+
+    real = tmp_path / os.fsdecode(b"20260101T000000Z-caf\xe9")
+    assert resolve_run("20260101T000000Z-caf\\xe9", tmp_path) == real
+    assert find_run(str(tmp_path / "20260101T000000Z-caf\\xe9"), tmp_path) == real
 
 
 @pytest.mark.unit

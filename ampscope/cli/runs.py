@@ -142,7 +142,7 @@ def cmd_run_detached(args: argparse.Namespace, wait: Any = None) -> int:
     except OSError as exc:
         return fail(f"cannot start the engine: {exc}", 1)
     if args.json:
-        print(json.dumps({"run_dir": str(run_dir), "pid": pid}))
+        print(json.dumps(ev.text_only({"run_dir": str(run_dir), "pid": pid})))
     else:
         print(f"{visible(run_dir, 0)}\npid {pid}")
         print(f"Watch it with: ampscope attach {visible(run_dir, 0)}", file=sys.stderr)
@@ -159,8 +159,10 @@ def example_runs() -> list[Path]:
 
 
 def resolve_run(arg: str, root: Path) -> Path | None:
-    """A run folder from a path, a name under ``root``, or a shipped example's name."""
-    for candidate in (Path(arg), root / arg, EXAMPLES_DIR / arg):
+    """A run folder from a path, a name under ``root``, or a shipped example's name; a name
+    with bytes that are not UTF-8 as ampscope prints it (``caf\\xe9``) finds its folder."""
+    for named in (Path(arg), root / arg, EXAMPLES_DIR / arg):
+        candidate = ev.named_path(str(named))
         if (candidate / records.EVENTS_FILE).is_file():
             return candidate
     return None
@@ -219,7 +221,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return refused
     rows = run_rows(root)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(ev.text_only(rows), indent=2))  # no lone surrogates: strict readers
         return 0
     if not rows:
         print(f"No runs in {visible(root, 300)}.", file=sys.stderr)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ampscope.cli.output import fail, not_a_runs_folder
+from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes import stopping
 from ampscope.core.text import visible
@@ -58,7 +59,8 @@ def find_run(arg: str | None, root: Path) -> Path | None:
     if arg is None:
         live = next((r for r in records.list_runs(root) if r.state in ("live", "stalled")), None)
         return live.path if live else None
-    for candidate in (Path(arg), root / arg):
+    for named in (Path(arg), root / arg):
+        candidate = ev.named_path(str(named))  # a name printed with its bytes escaped
         if (candidate / records.EVENTS_FILE).is_file():
             return candidate
     return None

@@ -393,7 +393,7 @@ def encode(event: Event) -> bytes:
     try:
         return _encoder.encode(event) + b"\n"
     except UnicodeEncodeError:
-        return _encoder.encode(_text_only(msgspec.to_builtins(event))) + b"\n"
+        return _encoder.encode(text_only(msgspec.to_builtins(event))) + b"\n"
 
 
 def _text_char(c: str) -> str:
@@ -403,14 +403,15 @@ def _text_char(c: str) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
-def _text_only(value: Any) -> Any:
-    """``value`` with every string made encodable: bytes a file name held escaped as ``\\xff``."""
+def text_only(value: Any) -> Any:
+    """``value`` with every string made encodable as UTF-8 (JSON, TOML): the bytes a file name
+    held that are not UTF-8 escaped as ``\\xff``."""
     if isinstance(value, str):
         return "".join(_text_char(c) if "\ud800" <= c <= "\udfff" else c for c in value)
     if isinstance(value, dict):
-        return {_text_only(k): _text_only(v) for k, v in value.items()}
+        return {text_only(k): text_only(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_text_only(v) for v in value]
+        return [text_only(v) for v in value]
     return value
 
 

@@ -80,6 +80,8 @@ def _escape(ch: str) -> str:
         return "\\t"
     if ch == "\r":
         return "\\r"
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, held as a lone surrogate
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
