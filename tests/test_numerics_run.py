@@ -502,3 +502,9 @@ def test_a_model_with_no_submodules_is_said_to_have_no_layer_to_measure(
     said = " ".join(done.stderr.split())
     assert "per-layer numerics measure no step: the model is one Linear with no submodules" in said
     assert "torch.nn.Sequential(model)" in said
+    # --json still prints its one object (it printed nothing, exit 0: a script read no JSON)
+    done = numerics_cli(capsys, "fp32", "--model", f"{path}:make", "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["steps_sampled"] == 0 and shown["modules"] == []
+    assert shown["verdicts"][0] == "fp16: nothing measured."
