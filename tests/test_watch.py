@@ -762,3 +762,22 @@ def test_steps_recorded_from_several_threads_are_each_numbered_once(tmp_path) ->
     steps = [e.step for e in run.events if isinstance(e, ev.StepEvent)]
     assert sorted(steps) == list(range(8000))
     assert run.done is not None and run.done.steps_done == 8000
+
+
+def test_count_flops_that_counted_nothing_does_not_advise_count_flops(tmp_path: Path) -> None:
+    """A step with no matmul, convolution or attention counts 0 FLOPs: the warning advised
+    'count_flops=True' to a loop that had passed it; it says what was counted and what helps."""
+    scale = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([scale], lr=0.1)
+    with ampscope.watch(torch.nn.Identity(), opt, runs_dir=tmp_path, count_flops=True) as mon:
+        for _ in range(2):
+            loss = (scale * torch.randn(4)).square().sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss=loss)
+    (said,) = [
+        w.message for w in events_of(mon.run_dir, ev.WarningEvent) if w.code == "flops-unknown"
+    ]
+    assert "count_flops=True counted no FLOPs" in said and "flops_per_step=" in said
+    assert "or count_flops=True" not in said

@@ -75,6 +75,7 @@ class StepNotes:
         self.precision = precision
         self.told: set[str] = set()
         self.nonfinite = 0  # non-finite losses in a row; the monitor resets it on a finite one
+        self.counting = False  # count_flops=True: the first step's FLOPs are being counted
 
     def after(
         self, v: StepValues, skipped: bool, scaled: bool, finite: bool, flops_known: bool
@@ -105,15 +106,7 @@ class StepNotes:
                 )
             )
         if not flops_known and self._once("flops-unknown"):
-            out.append(
-                ev.WarningEvent(
-                    code="flops-unknown",
-                    message=(
-                        "No TFLOP/s or MFU: the FLOPs of a step are unknown. Pass "
-                        "flops_per_step= or count_flops=True to ampscope.watch()."
-                    ),
-                )
-            )
+            out.append(ev.WarningEvent(code="flops-unknown", message=self._flops_unknown()))
         if not finite:
             self.nonfinite += 1
             if (not scaled and self.nonfinite == 1) or self.nonfinite == MAX_NONFINITE_WITH_SCALER:
@@ -121,6 +114,18 @@ class StepNotes:
                     ev.ErrorEvent(kind="nan", message=self.nan_message(v, scaled), step=v.step)
                 )
         return out
+
+    def _flops_unknown(self) -> str:
+        if self.counting:  # asked for, and counted nothing: asking again would not help
+            return (
+                "No TFLOP/s or MFU: count_flops=True counted no FLOPs in the first step (torch "
+                "counts matrix multiplies, convolutions and attention, and this step ran none "
+                "of them). Pass flops_per_step= with a count of your own for these figures."
+            )
+        return (
+            "No TFLOP/s or MFU: the FLOPs of a step are unknown. Pass "
+            "flops_per_step= or count_flops=True to ampscope.watch()."
+        )
 
     def bad_loss(self, step: int, problem: str) -> ev.WarningEvent | None:
         """``mon.step(loss)`` got what is no loss (``problem`` says what): said once a kind."""

@@ -126,6 +126,7 @@ class Monitor:
         self._ticker = Ticker(self._world.tick_s, self._tick, "ampscope-watch")
         if o.count_flops and not facts.compiled:
             self._hooks.count_flops()
+            self._notes.counting = True
 
     # ------------------------------------------------------------------ per step
 
