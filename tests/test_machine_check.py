@@ -1296,6 +1296,9 @@ def test_a_cpu_check_beside_other_processes_keeps_nothing_as_a_peak(
     assert check.trusted("fp32") is not contended
     said = "\n".join(check.verdicts)
     assert (f"other processes kept {others:.1f} of its 2 CPUs busy" in said) is contended
+    # a ratio of busy figures is no verdict: it said "bf16 presets train slower than fp32"
+    assert ("bf16 presets train slower than fp32" in said) is not contended
+    assert ("no verdict on bf16 against fp32 (this CPU has no" in said) is contended
     machine_check.save(check)
     peak = machine_check.measured_peak("Test CPU", "fp32")
     assert (peak.tflops is None) is contended and peak.fault is contended

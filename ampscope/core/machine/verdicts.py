@@ -8,6 +8,8 @@ throttled clocks, a narrow PCIe link), and on a CPU bf16 and fp16 against fp32 w
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ampscope.core.machine import steady
 from ampscope.core.machine.check import GpuState, MachineCheck, MatmulFigure
 from ampscope.core.machine.hardware import CPU_UNITS
@@ -29,7 +31,7 @@ def pct(ratio: float) -> str:
 
 def matmul_verdicts(check: MachineCheck) -> list[str]:
     if check.kind == "cpu":
-        return cpu_verdicts(check.matmul, check.cpu_units)
+        return cpu_verdicts(check.matmul, check.cpu_units, check.trusted)
     said = []
     typical = [
         (f, fig.ratio) for f, fig in check.matmul.items() if (fig.ratio or 0) >= TYPICAL_MATMUL
@@ -64,8 +66,14 @@ def matmul_verdicts(check: MachineCheck) -> list[str]:
     return said
 
 
-def cpu_verdicts(matmul: dict[str, MatmulFigure], units: list[str]) -> list[str]:
-    """How bf16 and fp16 compare with fp32 on this CPU, and why: the units it has or lacks."""
+def cpu_verdicts(
+    matmul: dict[str, MatmulFigure],
+    units: list[str],
+    trusted: Callable[[str], bool] = lambda fmt: True,
+) -> list[str]:
+    """How bf16 and fp16 compare with fp32 on this CPU, and why: the units it has or lacks.
+    A ratio of figures the machine was too busy to measure (``trusted`` says which) is no
+    verdict: the units it has or lacks are said, the ratio only as what was seen."""
     fp32 = matmul.get("fp32")
     said = []
     for fmt, candidates in CPU_UNITS.items():
@@ -75,7 +83,13 @@ def cpu_verdicts(matmul: dict[str, MatmulFigure], units: list[str]) -> list[str]
         x = fig.tflops / fp32.tflops
         have = [label for flag, label in candidates if flag in units]
         names = " or ".join(label for _, label in candidates)
-        if not have:
+        if not (trusted(fmt) and trusted("fp32")):
+            units_text = f"its {have[0]} units" if have else f"no {names} units"
+            said.append(
+                f"{fmt} matmul ran at {x:.2g}x fp32 while the machine was too busy to measure: "
+                f"no verdict on {fmt} against fp32 (this CPU has {units_text})"
+            )
+        elif not have:
             units_text = "AMX or AVX512-BF16" if fmt == "bf16" else "AMX-FP16 or AVX512-FP16"
             said.append(
                 f"{fmt} matmul runs at {x:.2g}x fp32 here: this CPU has no {units_text} units"
