@@ -495,6 +495,34 @@ def test_ctrl_c_before_the_first_run_finishes_says_so_and_exits_130(tmp_path: Pa
 
 
 @pytest.mark.unit
+def test_sigterm_stops_the_sweep_as_ctrl_c_does_with_the_runs_done_kept(
+    tmp_path: Path, capsys
+) -> None:
+    """'kill' or timeout(1) ended bench without a word and without the finished runs' table;
+    SIGTERM now stops it as Ctrl+C does, and leaves its own handler as it found it."""
+    import signal
+
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        if name == "mlp-demo":
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the second run trains
+        return record(name, done(100.0, 1000, 2.0))
+
+    kept: list[object] = []
+    argv = ["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)]
+    before = signal.getsignal(signal.SIGTERM)
+    code = bench.cmd_bench(
+        command_args(argv), fake_run, keep_sweep=lambda *a: kept.append(a) or tmp_path
+    )
+    said = capsys.readouterr()
+    assert code == 130, said.err
+    assert "fp32" in said.out and len(kept) == 1  # the run done is in the table, kept
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.unit
 def test_a_preset_that_fails_its_first_run_is_not_run_again_and_bench_exits_1(
     tmp_path: Path, capsys
 ) -> None:

@@ -17,13 +17,14 @@ table from any runs in the history.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -174,6 +175,41 @@ def cmd_bench(
             f"--runs-dir {runs_dir}: {unwritable}. Accepted: a folder bench can create or "
             "write to (the default is ./runs, or $AMPSCOPE_RUNS_DIR)."
         )
+    with _stopped_by_sigterm():  # 'kill', timeout(1), a scheduler: as Ctrl+C, said and kept
+        return _sweep(args, presets, baseline, overrides, clock, launch, runs_dir, run, keep_sweep)
+
+
+@contextlib.contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM stops the sweep as Ctrl+C does (the run under way stopped, the table of those
+    done printed and kept, exit 130), where it ended bench without a word."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _sweep(
+    args: argparse.Namespace,
+    presets: list[str],
+    baseline: str,
+    overrides: list[str],
+    clock: Clock,
+    launch: Launch,
+    runs_dir: Path,
+    run: Callable[..., records.RunRecord],
+    keep_sweep: Callable[..., Path],
+) -> int:
+    """Every run of the sweep in turn, then its table, printed and kept."""
     order = interleaved(presets, args.repeats)
     results: dict[str, list[records.RunRecord]] = {p: [] for p in presets}
     interrupted = False
