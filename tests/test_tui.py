@@ -476,6 +476,45 @@ def test_keys_typed_in_one_burst_act_on_the_preset_they_highlighted(tmp_path: Pa
 
 
 @pytest.mark.ui
+def test_down_l_in_one_burst_plans_the_model_of_the_preset_it_reached(tmp_path: Path) -> None:
+    """Before: from a preset without a model, 'down l' typed at once was refused ("it plans
+    your own model"): l was judged against the preset the list had just left."""
+    from textual import events
+
+    from ampscope.tui.messages import PlanRequested
+
+    mine = presets.user_presets_dir() / "mine.toml"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    model = str(Path(__file__).parent / "data" / "real_models.py") + ":relu_mlp"
+    mine.write_text(f'description = "mine"\n[workload]\nmodel = "{model}"\n')
+    asked: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await shown(pilot, app, PresetsScreen)
+            names = [p.name for p in screen.presets]
+            before = names[names.index("mine") - 1]  # a shipped preset, without a model
+            select_preset(app, before)
+            assert await wait_for(pilot, lambda: screen.current.name == before, 5)
+            post = screen.post_message
+
+            def caught(message) -> bool:
+                if isinstance(message, PlanRequested):
+                    asked.append(message.model)
+                    return True
+                return post(message)
+
+            screen.post_message = caught  # type: ignore[method-assign]
+            for name, character in (("down", None), ("l", "l")):
+                app.post_message(events.Key(name, character))
+            assert await wait_for(pilot, lambda: bool(asked), 10)
+            assert asked == [model]
+
+    run(go())
+
+
+@pytest.mark.ui
 def test_history_shows_the_runs_as_they_are_when_the_user_comes_back_to_it(
     tmp_path: Path,
 ) -> None:

@@ -214,7 +214,10 @@ class PresetsScreen(Screen):
         """l: which layers to train in fp8 (fp16 from an fp16 preset), from ``ampscope plan``."""
         self.follow_highlight()
         model = self.plan_model()
-        if model is None or self.read_only:
+        if self.read_only:
+            return
+        if model is None:  # the list had moved on to a preset without a model
+            self.app.notify(self.key_note("plan"), title="Layer plan", markup=False)
             return
         precision = self.draft.preset.precision if self.draft.preset is not None else ""
         self.post_message(PlanRequested("fp16" if "fp16" in precision else "fp8", model))
@@ -276,8 +279,19 @@ class PresetsScreen(Screen):
         if action == "repeats":  # the one naming the current count, once presets are marked
             return bool(self.draft.marked) and int(str(parameters[0])) == self.draft.repeats
         if action == "plan":
-            return None if self.read_only or self.plan_model() is None else True
+            if self.read_only:
+                return None
+            # keys in one burst (down l): the list is ahead of the form, so l asks again
+            # once the form has caught up (action_plan), not of the preset left behind
+            return True if self.plan_model() is not None or self.behind_highlight() else None
         return True
+
+    def behind_highlight(self) -> bool:
+        """Whether the form still shows another preset than the list highlights."""
+        options = self.query_one("#preset-list", OptionList)
+        if options.highlighted is None or self.current is None:
+            return False
+        return options.get_option_at_index(options.highlighted).id != self.current.name
 
     def key_note(self, action: str) -> str:
         return {
