@@ -211,6 +211,18 @@ def test_sys_exit_with_an_unprintable_code_is_said_under_run_and_memory(
 
 
 @pytest.mark.unit
+def test_a_factory_that_is_sys_exit_itself_shows_none_of_ampscopes_frames(tmp_path, capsys) -> None:
+    """'--model sys:exit': no frame of the user's code called it, and the run's error showed
+    ampscope's own (training.py, setup.py, user_code.py) as if they were at fault."""
+    argv = ["run", "fp32", "--model", "sys:exit", "--steps", "2", "--device", "cpu"]
+    assert main([*argv, "--runs-dir", str(tmp_path / "runs")]) == EXIT_FAILED
+    said = capsys.readouterr()
+    shown = said.out + said.err
+    assert "your code called sys.exit(ModelContext(" in shown
+    assert "Traceback" not in shown and "ampscope/engine" not in shown
+
+
+@pytest.mark.unit
 def test_a_base_exception_from_the_users_code_ends_the_run_failed_and_recorded(
     tmp_path, capsys
 ) -> None:

@@ -40,7 +40,6 @@ def left_early(exc: SystemExit, tally: StepTally) -> ev.ErrorEvent:
         "counts the FLOPs)"
     )
     call = exit_call(exc.code)
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return ev.ErrorEvent(
         kind="exception",
         message=(
@@ -48,7 +47,7 @@ def left_early(exc: SystemExit, tally: StepTally) -> ev.ErrorEvent:
             "and is recorded failed. Raise an exception instead to say why, or return."
         ),
         step=step,
-        traceback=user_traceback(exc) or trace,
+        traceback=user_traceback(exc),  # none of its frames theirs (--model sys:exit): none
     )
 
 
