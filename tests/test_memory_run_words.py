@@ -109,3 +109,15 @@ def test_a_records_words_and_a_presets_path_are_shown_literally(tmp_path, capsys
     said = cli(capsys, "memory", "--preset", str(odd))
     assert said.returncode == 0, said.stderr
     assert "\x1b" not in said.stdout and "odd\\x1b[31m.toml' (cuda size)" in said.stdout
+
+
+@pytest.mark.parametrize("grown", [-200 * MIB, -400 * MIB])
+def test_a_recorded_peak_below_the_rss_before_the_model_or_zero_is_no_figure(
+    tmp_path, capsys, grown
+) -> None:
+    """A damaged or hand-made record (a peak under the RSS before the model, or negative):
+    'recorded peak: -100 MiB' and 'compared / predicted = -0.44 (-144%)' were printed."""
+    said = cli(capsys, "memory", "--run", str(cpu_record(tmp_path, 30_000_000, grown)))
+    assert said.returncode == 0, said.stderr
+    assert "compared / predicted" not in said.stdout
+    assert not re.search(r"[\s(=]-[0-9]", said.stdout), said.stdout  # no negative figure

@@ -164,17 +164,20 @@ def compare_run(run_dir: Any, step: MeasuredStep | None = None) -> RunComparison
 
 
 def _measured_peak(rec: records.RunRecord) -> int | None:
-    if rec.done is not None and rec.done.mem_peak is not None:
+    """The record's peak memory: a number of bytes above zero, or None (a damaged or
+    hand-made record's 0 or negative is no measurement)."""
+    if rec.done is not None and rec.done.mem_peak is not None and rec.done.mem_peak > 0:
         return rec.done.mem_peak
     steps = [e for e in rec.events if isinstance(e, ev.StepEvent)]
-    figures = [f for e in steps if (f := e.mem_peak or e.mem_allocated)]
+    figures = [f for e in steps if (f := e.mem_peak or e.mem_allocated) and f > 0]
     return max(figures) if figures else None
 
 
 def _cpu_growth(hello: ev.HelloEvent, peak_rss: int | None) -> tuple[int | None, str]:
-    if hello.rss_before_model is None or peak_rss is None:
+    before = hello.rss_before_model
+    if before is None or before <= 0 or peak_rss is None or peak_rss <= before:
         return None, "nothing: no tensor-only figure on the CPU"
     return (
-        peak_rss - hello.rss_before_model,
+        peak_rss - before,
         "RSS growth since before the model was built (tensors, plus allocator slack)",
     )
