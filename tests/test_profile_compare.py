@@ -222,3 +222,29 @@ def test_a_sweep_with_repeats_compares_each_rows_profile_whichever_repeat_took_i
             )
 
     run(go())
+
+
+@pytest.mark.unit
+def test_a_profile_whose_figures_do_not_hold_is_no_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged or hand-made record: a matmul share of -0.4 and a negative step time were
+    compared as 'matmul -40 %' and a change of hundreds of percent."""
+    import msgspec
+
+    from ampscope.core import events as ev
+    from tests.snapshot_runs import write_record
+
+    fp32, _, _ = write_profiled_runs(tmp_path)
+    good = split_profile(7.0, step=150, **BF16_SPLIT)
+    classes = {**good.classes, "matmul": -0.4, "elementwise": good.classes["elementwise"] + 0.74}
+    for name, bad in (
+        ("20261130T093000Z-bf16", msgspec.structs.replace(good, classes=classes)),
+        ("20261130T094000Z-bf16", msgspec.structs.replace(good, step_ms=-7.0)),
+    ):
+        forged = write_record(tmp_path, name, "bf16", "ok", 7.0, 200, extra=[bad])
+        assert main(["profile", "--compare", str(fp32), str(forged)]) == 2
+        said = capsys.readouterr()
+        assert "holds no profile" in said.err and "-40 %" not in said.out + said.err
+        assert compare.last_profile(records.load_run(forged).events) is None
+    assert isinstance(good, ev.ProfileEvent) and compare.last_profile([good]) is good

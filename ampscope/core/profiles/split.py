@@ -5,6 +5,7 @@ two profiles.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -207,4 +208,24 @@ def render(
 
 
 def profiles_in(events: Sequence[object]) -> list[ev.ProfileEvent]:
-    return [e for e in events if isinstance(e, ev.ProfileEvent)]
+    """The profiles a record holds whose figures hold (``sound``)."""
+    return [e for e in events if isinstance(e, ev.ProfileEvent) and sound(e)]
+
+
+def sound(profile: ev.ProfileEvent) -> bool:
+    """Whether a profile's figures hold: a step time that is a number and not negative, every
+    share of the step from 0 to 1, and the classes' shares adding up to the whole step. A
+    damaged or hand-made record's profile that does not is no profile (it showed 'matmul
+    -40 %' and a change of +300 %)."""
+    shares = [
+        *profile.classes.values(),
+        *(share for kinds in profile.dtypes.values() for share in kinds.values()),
+        profile.casts,
+        *(op.share for op in profile.top_ops),
+    ]
+    return (
+        math.isfinite(profile.step_ms)
+        and profile.step_ms >= 0
+        and all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in shares)
+        and abs(sum(profile.classes.values()) - 1.0) <= 0.01
+    )

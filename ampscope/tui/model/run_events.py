@@ -213,6 +213,9 @@ class EventState:
         self.numerics.add(e)
 
     def _on_profile(self, e: ev.ProfileEvent) -> None:
+        if not profiles.sound(e):  # a damaged record's: no split to show
+            self.log.add("warning", e.step, "a profile whose figures do not hold: not shown")
+            return
         self.profile = e
         self.log.add("info", e.step, f"profile of {e.steps} steps: {profiles.headline(e)}")
 
