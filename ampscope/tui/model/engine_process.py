@@ -24,7 +24,10 @@ from ampscope.core.presets.parallel import Launch
 from ampscope.core.processes.launch import die_with_parent, engine_command, launch_env, stop_grace_s
 from ampscope.core.processes.tree import job_tree, kill_tree
 
-STOP_GRACE_S = 3.0
+STOP_GRACE_S = 5.0
+"""How long a stop waits for the engine to end its step and write its ``done`` before SIGKILL:
+an engine stopped during torch.compile took 2.8 s to kill its compilers and end on a loaded
+2-core machine, 0.2 s short of the 3 s this was."""
 STDERR_LINES = 50
 LINE_LIMIT = 16 * 1024 * 1024  # a hello line carries the config; keep room
 
