@@ -206,7 +206,7 @@ def test_cuda_memory_is_read_once_a_step() -> None:
         policy=SimpleNamespace(use_scaler=False),
         preset=SimpleNamespace(lr=1e-3, grad_zero_every=0),
         flops=SimpleNamespace(per_step=1e12),
-        workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None),
+        workload=SimpleNamespace(step_sizes=lambda step: (8, None, 1.0)),
     )
     seen: list[ev.Event] = []
     writer = SimpleNamespace(emit=lambda e, urgent=False: seen.append(e))

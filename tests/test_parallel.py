@@ -289,7 +289,7 @@ def reporter(scaled: bool = False, peak: float | None = 10.0):
     seen: list[ev.Event] = []
     s = SimpleNamespace(
         policy=SimpleNamespace(use_scaler=scaled),
-        workload=SimpleNamespace(samples_per_step=8, tokens_per_step=None),
+        workload=SimpleNamespace(step_sizes=lambda step: (8, None, 1.0)),
         flops=SimpleNamespace(per_step=4e9),
         preset=SimpleNamespace(lr=1e-3, grad_zero_every=0),
     )

@@ -90,6 +90,35 @@ def test_inputs_as_a_tuple_a_dict_or_token_ids_and_a_loss_the_model_returns(
     assert all(s.tokens_per_s for s in of(events, ev.StepEvent))
 
 
+def per_step(events: list[ev.Event], rate: str) -> list[float]:
+    """What each step did: its rate times its time (samples, tokens, FLOPs)."""
+    return [getattr(s, rate) * s.step_ms / 1000.0 for s in of(events, ev.StepEvent)]
+
+
+@pytest.mark.unit
+def test_samples_and_flops_follow_each_batch_not_the_first(tmp_path: Path) -> None:
+    code, events = run_model(user_model(tmp_path), "make_short_batches", "fp32", "warmup_steps=0")
+    assert code == EXIT_OK, of(events, ev.ErrorEvent)
+    samples = [round(n) for n in per_step(events, "samples_per_s")]
+    assert samples == [32, 8, 8, 32, 8, 8]
+    flops = [f * 1e12 for f in per_step(events, "tflops")]
+    assert flops == pytest.approx([net_flops(n) for n in samples], rel=1e-3)
+    done = of(events, ev.DoneEvent)[0]  # the typical step: a batch of 8
+    median_s = done.step_ms_median / 1000.0
+    assert done.samples_per_s * median_s == pytest.approx(8)
+    assert done.tflops * 1e12 * median_s == pytest.approx(net_flops(8), rel=1e-3)
+
+
+@pytest.mark.unit
+def test_tokens_and_flops_follow_a_sequence_length_that_changes(tmp_path: Path) -> None:
+    code, events = run_model(user_model(tmp_path), "make_token_lengths")
+    assert code == EXIT_OK, of(events, ev.ErrorEvent)
+    assert of(events, ev.HelloEvent)[0].tokens_per_step == 4 * 8
+    assert [round(n) for n in per_step(events, "tokens_per_s")] == [32, 128, 128] * 2
+    flops = per_step(events, "tflops")
+    assert flops[1] == pytest.approx(4 * flops[0], rel=1e-3)  # an embedding and a Linear
+
+
 @pytest.mark.unit
 def test_flops_given_by_the_factory_are_used_and_checked_against_the_count(
     tmp_path: Path,

@@ -30,8 +30,10 @@ class Workload:
     that is a dict alone is taken as keyword arguments with no targets. ``loss`` is
     ``(output, targets) -> scalar``; without it the model's output must be the loss, or carry
     it as ``.loss`` (as Hugging Face models do when given labels). ``flops_per_step`` is
-    counted with torch's FlopCounterMode when not given; ``samples_per_step`` is read from
-    the first batch, and ``tokens_per_step`` from integer (token id) inputs of two dimensions.
+    counted with torch's FlopCounterMode when not given (on the first batch, then in
+    proportion to each batch's inputs); ``samples_per_step`` is read from each batch, and
+    ``tokens_per_step`` from integer (token id) inputs of two dimensions. One given holds
+    for every batch.
     """
 
     model: Any

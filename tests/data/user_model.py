@@ -225,3 +225,27 @@ def make_short_targets(ctx):
         "loss": nn.functional.cross_entropy,
         "flops_per_step": 1e6,
     }
+
+
+def make_short_batches(ctx):
+    """A DataLoader's way: a full batch of 32, then short ones of 8 (the epoch's end)."""
+    x, y = data(ctx.seed)
+    return {
+        "model": Net(),
+        "batches": [(x[:32], y[:32]), (x[32:40], y[32:40]), (x[40:48], y[40:48])],
+        "loss": nn.functional.cross_entropy,
+    }
+
+
+def make_token_lengths(ctx):
+    """Token ids whose sequence length changes from batch to batch (bucketed lengths)."""
+    model = nn.Sequential(nn.Embedding(100, 8), nn.Linear(8, CLASSES))
+    g = torch.Generator().manual_seed(ctx.seed)
+    batches = [torch.randint(100, (4, length), generator=g) for length in (8, 32, 32)]
+    return {
+        "model": model,
+        "batches": [(ids, ids % CLASSES) for ids in batches],
+        "loss": lambda output, target: nn.functional.cross_entropy(
+            output.flatten(0, 1), target.flatten()
+        ),
+    }

@@ -33,6 +33,7 @@ class StepKind:
 
     __slots__ = (
         "cpu_ms",
+        "flops",
         "instrumented",
         "profiled",
         "ranks",
@@ -46,12 +47,14 @@ class StepKind:
         self.instrumented = instrumented  # these steps also counted gradient zeros
         self.step_ms = Distribution()
         self.cpu_ms = Distribution()  # where the step had one (not a GPU's step)
-        self.samples = Distribution()  # a watched loop's, where it gave them
+        self.samples = Distribution()  # where the step gave them (engine runs, watched loops)
         self.tokens = Distribution()
+        self.flops = Distribution()  # an engine run's, as its batches change
         self.ranks: list[Distribution] = []  # several processes: each rank's step time
 
     def settle(self) -> None:
-        for figure in (self.step_ms, self.cpu_ms, self.samples, self.tokens, *self.ranks):
+        figures = (self.step_ms, self.cpu_ms, self.samples, self.tokens, self.flops)
+        for figure in (*figures, *self.ranks):
             figure.settle()
 
 
@@ -92,12 +95,14 @@ class StepTally:
         cpu_ms: float | None = None,
         samples: float | None = None,
         tokens: float | None = None,
+        flops: float | None = None,
         instrumented: bool = False,
         profiled: bool = False,
         ranks: Sequence[tuple[float, int | None]] | None = None,
     ) -> None:
         """One step. ``loss`` None: the loop gave none. ``memory``: the step's peak bytes.
-        ``samples`` and ``tokens``: the step's own, where they change from step to step.
+        ``samples``, ``tokens`` and ``flops``: the step's own, where they change from step
+        to step.
         ``ranks``: each rank's (step time, peak bytes), on several processes."""
         place = self.added
         self.added = place + 1
@@ -112,6 +117,8 @@ class StepTally:
             kind.samples.add(samples)
         if tokens is not None:
             kind.tokens.add(tokens)
+        if flops is not None:
+            kind.flops.add(flops)
         if ranks:
             self._add_ranks(kind, ranks)
         if not place % SETTLE_EVERY:
@@ -206,7 +213,7 @@ class StepTally:
         world_size: int = 1,
         ranks: list[ev.RankDone] | None = None,
     ) -> ev.DoneEvent:
-        """``flops``, and ``samples`` and ``tokens`` where every step has the same, are one
+        """``flops``, ``samples`` and ``tokens`` where every step has the same, are one
         rank's per step (None: the median of what the timed steps gave); ``peak`` is one
         device's TFLOP/s. The rates are the job's (times ``world_size``), MFU against
         ``world_size`` times the peak."""
@@ -215,6 +222,8 @@ class StepTally:
             samples = merged(k.samples for k in kinds).median()
         if tokens is None:
             tokens = merged(k.tokens for k in kinds).median()
+        if flops is None:
+            flops = merged(k.flops for k in kinds).median()
         speed = summary.rates(
             merged(k.step_ms for k in kinds),
             samples * world_size if samples is not None else None,

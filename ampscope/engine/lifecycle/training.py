@@ -179,16 +179,15 @@ def done_event(
     error: str | None,
     checksums: list[str | None] | None = None,
 ) -> ev.DoneEvent:
-    """Rates need the workload's figures from hello; a run that never got there has none."""
+    """Rates need the workload's figures from hello; a run that never got there has none.
+    The steps' batches, which may change from step to step, give the typical step's."""
     if hello is None:
         return tally.done(status, None, None, error)
-    done = tally.done(
+    done = tally.done(  # a typical step's samples, tokens and FLOPs: each step's own
         status,
-        hello.flops_per_step,
+        None,
         hello.peak_tflops,
         error,
-        samples=hello.samples_per_step,
-        tokens=hello.tokens_per_step,
         world_size=hello.world_size,
         ranks=tally.rank_done(checksums),
     )

@@ -226,7 +226,9 @@ class StepReporter:
         job_ms = ranks[0].step_ms if len(ranks) == 1 else max(f.step_ms for f in ranks)
         cpu_ms = _job_cpu_ms(ranks)  # the slowest rank sets the pace
         data_ms = self.data_ms.pop(step, None)
-        event = self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms)
+        sizes = self.s.workload.step_sizes(step)  # this rank's batch
+        event = self._step_event(step, job_ms, cpu_ms, loss, m, skipped, ranks, data_ms, sizes)
+        samples, tokens, share = sizes
         self.tally.add(
             step,
             job_ms,
@@ -234,6 +236,9 @@ class StepReporter:
             skipped,
             memory=ev.peak_memory(event),
             cpu_ms=cpu_ms,
+            samples=samples,
+            tokens=tokens,
+            flops=self.s.flops.per_step * share,
             instrumented=event.grad_zero_frac is not None,
             profiled=event.profiled,
             ranks=[(f.step_ms, f.mem_peak or f.mem_allocated) for f in ranks]
@@ -298,11 +303,13 @@ class StepReporter:
         m: StepMetrics,
         skipped: bool,
         ranks: list[RankFigures],
-        data_ms: float | None = None,
+        data_ms: float | None,
+        sizes: tuple[int, int | None, float],
     ) -> ev.StepEvent:
-        """The job's step: the global batch over the slowest rank's time, memory of the fullest."""
-        workload, world = self.s.workload, len(ranks)
-        tokens = workload.tokens_per_step
+        """The job's step: the global batch over the slowest rank's time, memory of the fullest.
+        ``sizes``: this rank's batch (``step_sizes``), taken as every rank's."""
+        world = len(ranks)
+        samples, tokens, share = sizes
         return step_event(
             step,
             job_ms,
@@ -310,9 +317,9 @@ class StepReporter:
             skipped,
             loss_scale=m.scale_after if self.scaled else None,
             grad_norm=m.grad_norm,
-            samples=world * workload.samples_per_step,
+            samples=world * samples,
             tokens=world * tokens if tokens else None,
-            flops=world * self.s.flops.per_step,
+            flops=world * self.s.flops.per_step * share,
             peak_tflops=world * self.peak if self.peak else None,
             memory=_job_memory(ranks),
             zeros=m.grad_zero_frac,

@@ -112,6 +112,11 @@ class TrainingWorkload:
     def batch(self, step: int) -> tuple[Any, Any]:
         return self.pool.get(step)
 
+    def step_sizes(self, step: int) -> tuple[int, int | None, float]:
+        """What ``step``'s batch held: its samples, its tokens (None: tokens mean nothing
+        here) and its FLOPs as a share of the first batch's. Every batch is alike here."""
+        return self.samples_per_step, self.tokens_per_step, 1.0
+
     def first_batch(self) -> tuple[Any, Any]:
         """Step 0's batch, for counting FLOPs before timing starts; step 0 still gets it."""
         return self.batch(0)

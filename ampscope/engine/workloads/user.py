@@ -315,6 +315,11 @@ class UserWorkload(TrainingWorkload):
         self.samples_per_step = (
             positive_field(answer, "samples_per_step", spec_text, True, MAX_ITEMS_PER_STEP) or 0
         )
+        # What the factory gave holds for every batch; what is read from the first batch is
+        # read again from each (a DataLoader's short last batch, lengths bucketed by batch).
+        self.sizes_given = (bool(self.samples_per_step), self.tokens_per_step is not None)
+        self.first_elements = 0  # the first batch's first input tensor's elements
+        self.sizes: dict[int, tuple[int, int | None, float]] = {}  # by step, until reported
 
     def prepare(self) -> None:
         """The first batch, read before timing starts: the batch size and token count."""
@@ -340,9 +345,33 @@ class UserWorkload(TrainingWorkload):
         self.pool.batch_size = self.samples_per_step
         if first is None:
             return
-        is_ids = first.dim() == 2 and not first.is_floating_point()
-        if self.tokens_per_step is None and is_ids and first.dtype != torch.bool:
+        self.first_elements = first.numel()
+        if self.tokens_per_step is None and _token_ids(first):
             self.tokens_per_step = int(first.numel())  # (batch, sequence) token ids
+
+    def batch(self, step: int) -> tuple[Any, Any]:
+        inputs, targets = self.pool.get(step)
+        self.sizes[step] = self._sizes_of(inputs)
+        return inputs, targets
+
+    def step_sizes(self, step: int) -> tuple[int, int | None, float]:
+        return self.sizes.pop(step, None) or (self.samples_per_step, self.tokens_per_step, 1.0)
+
+    def _sizes_of(self, inputs: Any) -> tuple[int, int | None, float]:
+        """Samples and tokens read as from the first batch, and FLOPs in proportion to the
+        first input's elements (exact for a batch size that changes; for a sequence length,
+        exact where attention's T x T products are a small part of the step)."""
+        samples, tokens = self.samples_per_step, self.tokens_per_step
+        first = first_tensor(inputs)
+        if first is None or first.dim() == 0 or not self.first_elements:
+            return samples, tokens, 1.0
+        samples_given, tokens_given = self.sizes_given
+        if not samples_given:
+            samples = int(first.shape[0])
+        if not tokens_given and tokens is not None and _token_ids(first):
+            tokens = int(first.numel())
+        counted = self.flops_per_step is None  # the factory's figure is theirs to keep
+        return samples, tokens, first.numel() / self.first_elements if counted else 1.0
 
     def first_batch(self) -> tuple[Any, Any]:
         return self.batches.peek()
@@ -423,6 +452,11 @@ class UserWorkload(TrainingWorkload):
             f"For the loss, {LOSS_FORMS}.",
             user_traceback(exc),
         )
+
+
+def _token_ids(first: torch.Tensor) -> bool:
+    """(batch, sequence) token ids: integers in two dimensions."""
+    return first.dim() == 2 and not first.is_floating_point() and first.dtype != torch.bool
 
 
 def _from_compiler(exc: Exception) -> bool:
