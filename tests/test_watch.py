@@ -117,6 +117,26 @@ def test_flops_counted_on_the_first_step_match_the_arithmetic(tmp_path: Path) ->
         assert s.mfu == pytest.approx(s.tflops / 1.0)
 
 
+def test_flops_counted_on_the_first_step_follow_a_batch_size_that_changes(tmp_path: Path) -> None:
+    model, opt = tiny_model()
+    sizes = [16, 4, 16, 64, 4, 64]
+    with ampscope.watch(model, opt, runs_dir=tmp_path, count_flops=True, warmup_steps=0) as mon:
+        for n in sizes:
+            loss = torch.nn.functional.cross_entropy(
+                model(torch.randn(n, 32)), torch.zeros(n).long()
+            )
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss, samples=n)
+    flops = [s.tflops * 1e9 * s.step_ms for s in events_of(mon.run_dir, ev.StepEvent)]
+    assert flops == pytest.approx([linear_flops(n, (32, 64, 4)) for n in sizes], rel=1e-3)
+    (done,) = events_of(mon.run_dir, ev.DoneEvent)  # the median step's: 16 samples
+    assert done.tflops * 1e9 * done.step_ms_median == pytest.approx(
+        linear_flops(16, (32, 64, 4)), rel=1e-3
+    )
+
+
 def test_a_count_that_ran_a_kernel_torch_cannot_count_says_it_is_a_lower_bound(
     tmp_path: Path,
 ) -> None:

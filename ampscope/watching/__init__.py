@@ -57,7 +57,8 @@ def watch(
       ``fp64``; inferred from the parameters and the scaler when not given (autocast cannot be
       seen from here). ``steps``: the planned number of steps, for progress.
     - ``flops_per_step`` (given) or ``count_flops=True`` (counted on the first step with
-      ``FlopCounterMode``; eager models only): for TFLOP/s and, with a known peak, MFU.
+      ``FlopCounterMode``, a later step's in proportion to its ``tokens`` or ``samples``;
+      eager models only): for TFLOP/s and, with a known peak, MFU.
       ``peak_tflops``: the device's peak, where ampscope's table has none (CPUs).
     - ``grad_norm=True``: take the total gradient norm before each ``optimizer.step()`` (one
       fused kernel); or pass ``grad_norm=`` to ``step()`` when the loop clips anyway.

@@ -234,6 +234,7 @@ class Monitor:
         counted = self._hooks.end_flop_count() if self._hooks is not None else None
         if counted is not None and self.flops_per_step is None:
             self.flops_per_step = counted.flops
+            self._steps.counted = True  # the first step's: later ones in proportion
             if counted.partial:
                 self._emit(partial_count_warning(counted.flops, counted.missing), urgent=True)
 
@@ -275,7 +276,8 @@ class Monitor:
         try:  # the last steps read, the error, the phase's end: a signal may have cut any of it
             self._wind_down(error, status)
             peak = self._facts.peak if self._facts else None
-            done = self._tally.done(status, self.flops_per_step, peak, message)
+            flops = None if self._steps.counted else self.flops_per_step  # None: the steps'
+            done = self._tally.done(status, flops, peak, message)
         except Exception as exc:  # noqa: BLE001 - a signal mid-step: the record still ends
             self.troubles.report("summing up the run failed, so its done has no figures", exc)
             done = ev.empty_done(status, message)

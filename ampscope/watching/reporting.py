@@ -33,9 +33,14 @@ class StepReport:
         # the device's, once the run knows it is on a GPU
         self.memory = MemoryReader(torch.device("cpu"), host_every_s=RSS_EVERY_S)
         self.peak: float | None = None  # the device's peak TFLOP/s, for MFU
+        # FLOPs counted on the first step (count_flops) are the first step's: a later step's
+        # are in proportion to its tokens (or samples) over the first step's.
+        self.counted = False
+        self.first_size: tuple[bool, float] | None = None  # (by tokens?, the first step's)
 
     def report(self, v: StepValues, flops: float | None) -> None:
         """One landed step; ``flops``: per step, when known."""
+        flops = self._flops(v, flops)
         scaled = not math.isnan(v.scale)
         skipped = scaled and v.scale < v.scale_before
         finite = v.loss is None or math.isfinite(v.loss)
@@ -63,6 +68,7 @@ class StepReport:
             memory=ev.peak_memory(step),
             samples=v.samples,
             tokens=v.tokens if step.tokens_per_s is not None else None,
+            flops=flops if self.counted else None,
             instrumented=step.grad_zero_frac is not None,
         )
         if finite:
@@ -72,6 +78,16 @@ class StepReport:
         if skipped or not finite or not flops:
             for event in self.notes.after(v, skipped, scaled, finite, bool(flops)):
                 self.emit(event, urgent=True)
+
+    def _flops(self, v: StepValues, flops: float | None) -> float | None:
+        if self.first_size is None:
+            by_tokens = bool(v.tokens)
+            self.first_size = (by_tokens, float((v.tokens if by_tokens else v.samples) or 0))
+        by_tokens, first = self.first_size
+        size = v.tokens if by_tokens else v.samples
+        if not (flops and self.counted and first and size and math.isfinite(size)):
+            return flops
+        return flops * size / first
 
     def report_all(self, landed: deque[Raw], flops: float | None, most: int = 0) -> None:
         """Every landed step (``most``: at most that many), oldest first; a fault empties
