@@ -312,6 +312,15 @@ def test_a_loss_that_takes_the_wrong_arguments_is_named_as_the_loss(tmp_path: Pa
 
 
 @pytest.mark.unit
+def test_a_loss_without_a_gradient_shows_no_frames_of_torchs_backward(tmp_path: Path) -> None:
+    code, events = run_model(user_model(tmp_path), "make_loss_without_grad")
+    assert code == EXIT_USAGE
+    (error,) = of(events, ev.ErrorEvent)
+    assert "does not require grad" in error.message
+    assert error.traceback is None  # autograd's frames only: none of theirs to show
+
+
+@pytest.mark.unit
 def test_runs_of_two_models_have_folders_that_tell_them_apart(tmp_path: Path) -> None:
     from ampscope.core.presets.workload_spec import record_name
 

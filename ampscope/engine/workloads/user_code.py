@@ -42,8 +42,12 @@ _PACKAGE = Path(__file__).parents[2]  # ampscope/, as this file is imported from
 _ROOTS = (_PACKAGE, _PACKAGE / "engine", _PACKAGE / "tui")
 OURS = tuple({str(p) + os.sep for root in _ROOTS for p in (root, root.resolve())})
 # Frames of torch's plumbing that say nothing about the model: Module.__call__'s wrappers (two
-# or three a layer), and the dispatch of an op through a mode such as the FLOP counter.
+# or three a layer), the dispatch of an op through a mode such as the FLOP counter, and the
+# way from loss.backward() into autograd's engine.
 PLUMBING = {
+    "torch/_tensor.py": ("backward",),
+    "torch/autograd/__init__.py": ("backward",),
+    "torch/autograd/graph.py": ("_engine_run_backward",),
     "torch/nn/modules/module.py": ("_call_impl", "_wrapped_call_impl", "inner"),
     "torch/_compile.py": ("inner",),
     "torch/_dynamo/eval_frame.py": ("_fn",),
