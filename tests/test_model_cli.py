@@ -149,6 +149,24 @@ def test_run_with_a_missing_model_file_is_one_line_and_exit_2(tmp_path: Path) ->
     assert "does not exist" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.subprocess
+def test_model_before_the_command_is_the_commands_model(tmp_path: Path, capsys) -> None:
+    """As `--runs-dir`: `ampscope --model X run` trains X, not a built-in workload."""
+    argv = ["--model", "nowhere/net.py:make", "run", "fp32", "--steps", "1", "--no-record"]
+    out = subprocess.run(
+        [sys.executable, "-m", "ampscope", *argv],
+        cwd=tmp_path,
+        env=engine_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.startswith("ampscope: --model nowhere/net.py:make: ")
+    assert main(["--model", f"{user_model(tmp_path)}:make", "memory"]) == 0
+    assert "model teacher-mlp from" in capsys.readouterr().out
+
+
 @pytest.mark.unit
 def test_batches_that_run_out_are_said_once_and_the_progress_stops_before_it(
     tmp_path: Path, capsys

@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     from ampscope.cli.profile import add_profile_parser
 
     add_profile_parser(sub)
+    # `ampscope --model X run ...` and `ampscope run ... --model X` mean the same, as for
+    # --runs-dir: a command's own --model, when it is not given, leaves the one before it (its
+    # default would replace it, and the command train a built-in workload instead).
+    for command in sub.choices.values():
+        for action in command._actions:
+            if action.dest == "model":
+                action.default = argparse.SUPPRESS
     return parser
 
 
