@@ -130,7 +130,10 @@ def stray_python_shim(folder: Path) -> Path:
 
 
 def run_check(python: Path, carried: Path, out: Path, shims: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "TMPDIR")}
+    # XDG_CONFIG_HOME: the test's own (conftest), never the user's kept machine check, which
+    # on a machine where 'ampscope doctor --bench' ran busy warned in every run and failed this
+    kept = ("HOME", "LANG", "TMPDIR", "XDG_CONFIG_HOME")
+    env = {k: v for k, v in os.environ.items() if k in kept}
     env.update(
         PATH=f"{shims}:{os.environ['PATH']}",
         PY=str(python),
