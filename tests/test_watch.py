@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -315,6 +316,45 @@ def test_a_backlog_of_steps_reaches_the_record_whole(tmp_path: Path, monkeypatch
     assert [s.step for s in steps] == list(range(count))
     (done,) = events_of(mon.run_dir, ev.DoneEvent)
     assert done.status == "ok" and done.steps_done == count
+
+
+def test_a_close_while_the_monitors_thread_reports_keeps_each_step_once_in_order(
+    tmp_path: Path,
+) -> None:
+    """A loop of thousands of steps a second ends while the monitor's own thread is still
+    turning its backlog into lines (here: held inside its first step): the close reports the
+    rest after it, not beside it, so no step is written after ``done``, out of order, or lost
+    to two readers of one queue (an IndexError warned that steps were no longer recorded)."""
+    model, opt = tiny_model()
+    mon = watch_in(Surroundings(tick_s=3600.0), model, opt, runs_dir=tmp_path)
+    count = 2_000
+    for i in range(count):
+        mon.step(1.0 / (i + 1))
+    inside, go = threading.Event(), threading.Event()
+    report = mon._steps.report
+
+    def held_at_first(values, flops) -> None:
+        if not inside.is_set():
+            inside.set()
+            go.wait(30)
+        report(values, flops)
+
+    mon._steps.report = held_at_first  # type: ignore[method-assign]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ticking = threading.Thread(target=mon._tick)  # what the monitor's thread runs
+        ticking.start()
+        assert inside.wait(30)
+        closing = threading.Thread(target=mon.close)
+        closing.start()
+        closing.join(2)  # time for a close that does not wait to report the rest beside it
+        go.set()
+        ticking.join(30)
+        closing.join(30)
+    assert [str(w.message) for w in said if issubclass(w.category, WatchWarning)] == []
+    lines = [json.loads(line) for line in (mon.run_dir / records.EVENTS_FILE).open()]
+    assert [e["step"] for e in lines if e["type"] == "step"] == list(range(count))
+    assert lines[-1]["type"] == "done" and lines[-1]["steps_done"] == count
 
 
 class Exited(BaseException):

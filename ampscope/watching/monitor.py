@@ -69,6 +69,8 @@ class Monitor:
         self._compile = CompileTracker(False, self._emit)
         self._next_step = 0
         self._step_lock = threading.Lock()
+        # the monitor's thread and the close both report landed steps: one at a time, in order
+        self._report_lock = threading.RLock()
         self._steps = StepReport(
             StepTally(self.options.warmup_steps),
             StepNotes(self.options.precision or ""),
@@ -215,14 +217,18 @@ class Monitor:
         backlog (a thread starved of the GIL, the steps of a close) would be more than the
         record queues for a slow disk, and its later steps dropped from a record that is fine."""
         try:
-            while True:
-                self._steps.report_all(self._landed, self.flops_per_step, REPORT_BATCH)
-                if not self._landed:
-                    return
-                self._to_disk()
+            with self._report_lock:
+                self._report_batches()
         except Exception as exc:  # noqa: BLE001 - a fault here must not reach the loop
             self._readout = None
             self.troubles.report("recording a step failed, so steps are no longer recorded", exc)
+
+    def _report_batches(self) -> None:
+        while True:
+            self._steps.report_all(self._landed, self.flops_per_step, REPORT_BATCH)
+            if not self._landed:
+                return
+            self._to_disk()
 
     def _to_disk(self) -> None:
         with contextlib.suppress(Exception):  # the record reports its own troubles
