@@ -80,3 +80,29 @@ def test_a_terminal_that_goes_without_a_hang_up_ends_the_dashboard_and_its_engin
         for engine in engines:
             with contextlib.suppress(psutil.Error):
                 engine.kill()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("size", [("30", "10"), ("100000", "100000")])
+def test_columns_and_lines_left_in_the_environment_do_not_size_the_dashboard(
+    tmp_path: Path, size: tuple[str, str]
+) -> None:
+    """A COLUMNS and LINES exported in another window (or a script's) are not the terminal's
+    size: the dashboard is drawn for the 80x24 terminal it is in. Taken as its size, 30x10
+    had it say 'terminal too small' on a terminal large enough, and 100000x100000 had it
+    build a screen of 10^10 cells: gigabytes and no first screen."""
+    columns, lines = size
+    term = dashboard_on_a_terminal(AMPSCOPE_RUNS_DIR=str(tmp_path), COLUMNS=columns, LINES=lines)
+    proc, output = term.proc, term.output
+    try:
+        drawn = wait_until(lambda: b"amp-bf16" in output or b"too small" in output, 60)
+        assert drawn, bytes(output[-2000:])
+        assert b"too small" not in output
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(term.master)
+        os.close(term.slave)

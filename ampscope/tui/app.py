@@ -475,6 +475,11 @@ def run_dashboard(
     except ValueError as exc:
         print(f"ampscope: ${AUTOSTART_ENV} cannot be read ({exc}).", file=sys.stderr)
         return 2
+    if not os.environ.get("TEXTUAL_DRIVER"):
+        # Textual reads the size through shutil, which takes COLUMNS and LINES before the
+        # terminal's own: a pair exported elsewhere would size every screen, and each resize
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
     app = AmpscopeApp(runs_dir=runs_dir, refresh_hz=refresh_hz, autostart=autostart, **options)
     _install_exit_handlers(terminal)
     try:
