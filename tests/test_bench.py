@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+import msgspec
 import psutil
 import pytest
 
@@ -361,6 +362,27 @@ def test_different_workloads_are_not_comparable_and_only_the_differences_are_nam
     wide = next(line for line in lines if line.startswith("wide:"))
     assert "different sizes from fp32: not comparable" in wide and "width=128" in wide
     assert "batch" not in wide and "device" not in wide and "steps" not in wide
+
+
+@pytest.mark.unit
+def test_a_run_on_several_processes_is_not_compared_with_one_on_one() -> None:
+    """torchrun's ranks each train the preset's batch, so a step of two ranks does twice the
+    work of a step of one: their step times are no speed-up. The same preset, the same setup
+    per rank, in History's Compare: not comparable, and said why."""
+    medians = (100.0, 101.0, 99.0)
+    one = record_of("amp-bf16", medians)
+    two = record_of("amp-bf16", medians)
+    for r in two:
+        assert r.hello is not None
+        r.hello = msgspec.structs.replace(r.hello, world_size=2, backend="gloo", strategy="ddp")
+    rows = comparison.compare(
+        [comparison.row_from_runs("one", one), comparison.row_from_runs("two", two)], "one"
+    )
+    by = {r.preset: r for r in rows}
+    assert by["two"].speedup is None and by["two"].differs == ["processes"]
+    assert "two: different processes from one: not comparable (processes 2 vs 1)." in (
+        comparison.verdicts(rows, "one")
+    )
 
 
 @pytest.mark.unit

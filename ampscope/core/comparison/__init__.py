@@ -2,8 +2,9 @@
 
 Shared by ``ampscope bench`` and the dashboard's Compare screen, so both show one table.
 A speed difference is called only from repeated, interleaved runs (``significance``), and
-only between runs of the same workload, sizes, batch, steps and device: anything else is
-marked not comparable instead of being read as a precision effect. Torch- and textual-free.
+only between runs of the same workload, sizes, batch, steps, device and number of processes:
+anything else is marked not comparable instead of being read as a precision effect. Torch-
+and textual-free.
 
 Its modules:
 

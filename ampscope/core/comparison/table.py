@@ -25,7 +25,7 @@ LECTURE_SWEEP = ["fp32", "tf32", "amp-bf16", "amp-fp16", "amp-fp16-noscale", "bf
 DEFAULT_BASELINE = "fp32"
 SWEEP_FILE = "sweep.json"
 # What must match the baseline for a difference to be a precision effect, in the user's words.
-SETUP_FIELDS = ("workload", "sizes", "batch", "steps", "device")
+SETUP_FIELDS = ("workload", "sizes", "batch", "steps", "device", "processes")
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -177,7 +177,8 @@ def memory_measure(runs: Sequence[records.RunRecord]) -> str | None:
 
 
 def setup_of(run: records.RunRecord) -> dict[str, str]:
-    """The run's workload, sizes, batch, steps and device as text, from its hello event."""
+    """The run's workload, sizes, batch, steps, device and processes (torchrun's ranks, each
+    training the batch: a step of N does N times the work) as text, from its hello event."""
     if run.hello is None:
         return {}
     conf = run.hello.config or {}
@@ -189,6 +190,7 @@ def setup_of(run: records.RunRecord) -> dict[str, str]:
         "batch": str(conf.get("batch_size", "?")),
         "steps": str(conf.get("steps", "?")),
         "device": run.hello.device_name or run.hello.device,
+        "processes": str(run.hello.world_size or 1),
     }
 
 
