@@ -317,6 +317,29 @@ def test_tail_keeps_a_torn_line_until_it_is_complete(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
+def test_attach_with_no_run_named_follows_a_stalled_run(tmp_path: Path, capsys) -> None:
+    """A run whose engine is paused (SIGSTOP, swapping) is the one 'ampscope runs' lists as
+    stalled and 'ampscope stop' stops: 'ampscope attach' follows it too, instead of saying
+    there is no live run, and does not call it not running."""
+    from ampscope.cli import runs as runs_cli
+    from ampscope.cli.main import command_args
+
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        run_dir = make_record(tmp_path, "20260101T000001Z-fp32", sleeper.pid, heartbeat_age=60)
+        assert records.load_run(run_dir, with_events=False).state == "stalled"
+        opened = []
+        args = command_args(["attach", "--runs-dir", str(tmp_path)])
+        assert runs_cli.cmd_attach(args, lambda args, source: opened.append(source) or 0) == 0
+        assert [source.run_dir for source in opened] == [run_dir]
+        err = capsys.readouterr().err
+        assert "not running" not in err and "is still running" in err
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.subprocess
 def test_quitting_attach_on_a_live_run_says_how_to_return_or_stop(tmp_path: Path, capsys) -> None:
     from ampscope.cli import runs as runs_cli
     from ampscope.cli.main import command_args

@@ -273,12 +273,12 @@ def cmd_attach(
         if path is None:
             return fail(f"no run record '{args.run}' (a run folder, or a name in {root}).")
     else:
-        record = latest(root, ("live",))
+        record = latest(root, ("live", "stalled"))  # stalled: paused, as 'ampscope stop' takes
         if record is None:
             return fail(f"no live run in {root}. 'ampscope runs' lists them all.", 1)
         path = record.path
     state = records.run_state(records.load_run(path, with_events=False))
-    if state != "live":
+    if state not in ("live", "stalled"):
         print(
             f"ampscope: {path.name} is not running ({state}); showing its record.", file=sys.stderr
         )
