@@ -285,6 +285,7 @@ def test_a_negative_step_time_in_a_record_is_never_shown_as_a_duration(tmp_path:
     out = capsys.readouterr().out
     assert "20260101T000000Z-fp32" in out and "ms" not in out.splitlines()[-1]
     assert fmt_ms(-3.0) == "?" and fmt_ms(3.0) == "3.00 ms"
+    assert fmt_ms(0.0042) == "4.20 \u00b5s" and fmt_ms(0.0) == "0.00 ms"  # was "0.00 ms"
 
 
 @pytest.mark.unit

@@ -44,6 +44,8 @@ def fmt_ms(ms: float | None) -> str:
         return f"{ms / 1000:.3g} s" if ms >= 1e6 else f"{ms / 1000:.2f} s"
     if ms >= 10:
         return f"{ms:.1f} ms"
+    if 0 < ms < 0.01:  # a step of a few microseconds (a watched loop with little work): not 0.00
+        return f"{ms * 1000:.2f} \u00b5s"
     return f"{ms:.2f} ms"
 
 
