@@ -477,7 +477,8 @@ def run_dashboard(
         return 2
     if not os.environ.get("TEXTUAL_DRIVER"):
         # Textual reads the size through shutil, which takes COLUMNS and LINES before the
-        # terminal's own: a pair exported elsewhere would size every screen, and each resize
+        # terminal's own: a pair exported elsewhere would size every screen, resizes ignored
+        # (serve's viewers set TEXTUAL_DRIVER and pass their browser's size in these two)
         for name in ("COLUMNS", "LINES"):
             os.environ.pop(name, None)
     app = AmpscopeApp(runs_dir=runs_dir, refresh_hz=refresh_hz, autostart=autostart, **options)
