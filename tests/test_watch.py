@@ -357,6 +357,35 @@ def test_a_close_while_the_monitors_thread_reports_keeps_each_step_once_in_order
     assert lines[-1]["type"] == "done" and lines[-1]["steps_done"] == count
 
 
+def test_a_backlog_being_reported_still_refreshes_the_heartbeat(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A backlog of landed steps (a loop faster than its reporter) kept the monitor's thread
+    writing lines without once refreshing live.json: 'ampscope runs' and attach called the
+    run stalled while it trained. Each batch of lines written now beats too."""
+    from ampscope.watching import monitor
+
+    monkeypatch.setattr(monitor, "REPORT_BATCH", 10)
+    model, opt = tiny_model()
+    mon = watch_in(Surroundings(tick_s=3600.0), model, opt, runs_dir=tmp_path)
+    for i in range(45):
+        mon.step(1.0 / (i + 1))
+    assert mon._record is not None
+    beats: list[int] = []
+    tick = mon._record.tick
+
+    def counted() -> None:
+        beats.append(1)
+        tick()
+
+    mon._record.tick = counted  # type: ignore[method-assign]
+    mon._report_landed()
+    mon.close()
+    assert len(beats) >= 4  # one a batch of 10, 45 steps
+    steps = [e.step for e in events_of(mon.run_dir, ev.StepEvent)]
+    assert steps == list(range(45))
+
+
 class Exited(BaseException):
     """What the stand-in for the process's own ``os._exit`` raises, with its status."""
 

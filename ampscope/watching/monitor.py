@@ -231,10 +231,12 @@ class Monitor:
             self._to_disk()
 
     def _to_disk(self) -> None:
+        """A batch's lines on disk, and the heartbeat where it is due: a backlog that takes
+        seconds to report must not read as a stalled run."""
         with contextlib.suppress(Exception):  # the record reports its own troubles
             if self._writer is not None and self._record is not None:
                 self._writer.flush()
-                self._record.write_queued()
+                self._record.tick()
 
     def _end_flop_count(self) -> None:
         counted = self._hooks.end_flop_count() if self._hooks is not None else None
