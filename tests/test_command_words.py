@@ -163,3 +163,13 @@ def test_a_hidden_size_the_heads_do_not_divide_is_refused_naming_both(capsys) ->
     assert said.returncode == 2 and said.stdout == ""
     assert "hidden 768 is not divisible by heads 10" in said.stderr
     assert "takes 12, 16, 24, 32, 48 or 64 heads" in said.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", [["dtypes"], ["runs"], ["doctor"], ["presets"], ["stop"]])
+def test_a_model_given_before_a_command_that_trains_none_is_refused(capsys, command) -> None:
+    """'ampscope --model X dtypes' ran dtypes and ignored X without a word."""
+    said = cli(capsys, "--model", "net.py:make", *command)
+    assert said.returncode == 2 and said.stdout == ""
+    assert said.stderr.startswith(f"ampscope: --model net.py:make: '{command[0]}' trains no model")
+    assert "run, bench, memory, plan, numerics and profile" in said.stderr

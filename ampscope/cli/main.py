@@ -153,10 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
     # --runs-dir: a command's own --model, when it is not given, leaves the one before it (its
     # default would replace it, and the command train a built-in workload instead).
     for command in sub.choices.values():
-        for action in command._actions:
-            if action.dest == "model":
-                action.default = argparse.SUPPRESS
+        models = [action for action in command._actions if action.dest == "model"]
+        for action in models:
+            action.default = argparse.SUPPRESS
+        command.set_defaults(takes_model=bool(models))
     return parser
+
+
+def unused_model(args: argparse.Namespace) -> str | None:
+    """``ampscope --model X dtypes``: a command that trains no model was given one before it,
+    which it would ignore without a word."""
+    if args.command is None or getattr(args, "takes_model", True) or not args.model:
+        return None
+    return (
+        f"--model {args.model}: '{args.command}' trains no model, so it takes none. Accepted: "
+        "--model with the dashboard (ampscope --model SPEC) or with run, bench, memory, plan, "
+        "numerics and profile."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -229,6 +242,8 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         args = command_args(argv)
     except LaunchError as exc:
         return fail(exc)
+    if (unused := unused_model(args)) is not None:
+        return fail(unused)
     if args.command == "run":
         return cmd_run(args)
     if args.command == "presets":
