@@ -243,3 +243,29 @@ def test_a_record_removed_or_unreadable_after_it_was_listed_says_so_when_opened(
             assert not any("cut short" in t for t in lines), lines
 
     run(go())
+
+
+@pytest.mark.ui
+def test_history_says_when_its_runs_folder_is_gone_not_that_there_are_no_runs_yet(
+    tmp_path: Path,
+) -> None:
+    """The runs folder removed while History showed it: f5 said 'No runs recorded yet'."""
+    import shutil
+
+    from tests.helpers import write_finished_record
+
+    runs_dir = tmp_path / "runs"
+    write_finished_record(runs_dir, "fp32")
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=runs_dir)
+        async with app.run_test(size=SIZE) as pilot:
+            history, table = await history_of(pilot, app, 1)
+            shutil.rmtree(runs_dir)
+            await pilot.press("f5")
+            assert await wait_for(pilot, lambda: table.row_count == 0, 10)
+            said = str(history.query_one("#history-empty").render())
+            assert "is not there any more" in said and "No runs recorded yet" not in said
+            assert str(runs_dir) in said
+
+    run(go())

@@ -148,6 +148,7 @@ class HistoryScreen(Screen):
         super().__init__()
         self.runs_dir = runs_dir
         self.paths: dict[str, Path] = {}
+        self.seen_runs = False  # a runs folder that had runs and is gone is not 'no runs yet'
         self.states: dict[str, str] = {}  # live, crashed, ok, failed, stopped
         self.marked: list[str] = []
         self.presets: dict[str, str] = {}
@@ -192,6 +193,7 @@ class HistoryScreen(Screen):
         table = self.query_one(DataTable)
         row = table.cursor_row
         self.paths.clear()
+        self.seen_runs = self.seen_runs or bool(runs)
         rows = []
         for run in runs:
             self.states[run.name] = run.state
@@ -211,8 +213,18 @@ class HistoryScreen(Screen):
                 hidden_note(HEADS, shown, ORDER) if rows else "",
             )
         )
-        self.query_one("#history-empty", Static).update(
-            "" if runs else "No runs recorded yet. Start one from the presets (enter)."
+        self.query_one("#history-empty", Static).update("" if runs else self.empty_words())
+
+    def empty_words(self) -> Text:
+        """Why there is no run: none yet, or no runs folder there any more (removed, moved)."""
+        try:
+            there = self.runs_dir.is_dir()
+        except OSError:  # a folder that cannot be looked into reads as there: runs say why
+            there = True
+        if there or not self.seen_runs:
+            return Text("No runs recorded yet. Start one from the presets (enter).")
+        return Text.assemble(
+            "The runs folder ", literal(self.runs_dir), " is not there any more (removed or moved)."
         )
 
     def action_cursor(self, row: int) -> None:
