@@ -244,6 +244,7 @@ def test_live_and_crashed_records_in_runs_and_history(tmp_path: Path, capsys) ->
         rows = runs_json(capsys, tmp_path)
         assert [r["state"] for r in rows] == ["live", "crashed", "stalled"]
         assert rows[0]["steps"] == 7 and rows[0]["pid"] == sleeper.pid
+        assert rows[2]["pid"] == sleeper.pid  # a stalled run's process runs: its pid (was null)
         capsys.readouterr()
         assert cli_main(["runs", "--runs-dir", str(tmp_path)]) == 0
         table = capsys.readouterr().out.splitlines()

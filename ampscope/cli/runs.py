@@ -192,7 +192,7 @@ def run_rows(root: Path) -> list[dict[str, Any]]:
         state = record.state
         steps, median, loss = progress(record)
         live = records.read_live(record.path) or {}
-        pid = records.live_pid(live) if state == "live" else None
+        pid = records.live_pid(live) if state in ("live", "stalled") else None
         rows.append(
             {
                 "name": record.name,
