@@ -257,3 +257,16 @@ def test_a_loop_past_the_steps_it_planned_counts_on_without_an_eta() -> None:
         state.ingest(step(i, 10.0))
     assert "43 steps (5 planned)" in state.header() and "/5" not in state.header()
     assert "ETA" not in {c.key: c for c in cards(state)}["elapsed"].sub
+
+
+@pytest.mark.unit
+def test_a_finished_runs_header_counts_the_steps_its_done_says() -> None:
+    """A record whose step lines are out of order (a damaged or hand-made one) ended on step
+    98's line: the header read "99/150 steps" beside a done of 150."""
+    state = RunState()
+    state.ingest(hello(config={"precision": "fp32", "compile": "off", "steps": 150}))
+    for i in [*range(99, 150), *range(99)]:
+        state.ingest(step(i, 10.0))
+    assert "99/150 steps" in state.header()
+    state.ingest(done("ok", 150))
+    assert "150/150 steps" in state.header()

@@ -150,6 +150,9 @@ class RunState(EventState):
             device = f"{device} ({hello.device_name})"
         # steps done: a step's own number (log, messages, records) counts from 0
         done = 0 if self.step is None else self.step + 1
+        ended = self.done.steps_done if self.done is not None else None
+        if isinstance(ended, int) and not isinstance(ended, bool) and ended >= 0:
+            done = ended  # the run's own count: its last line's number may not be its last step
         total = self.total_steps
         progress = f"{done} step{'' if done == 1 else 's'}"
         if total and done <= total:
