@@ -125,6 +125,17 @@ def make_odd_key(ctx):
     return {"model": nn.Linear(4, 2), "batches": batches(), Unshowable(): 1}
 
 
+def make_out_of_descriptors(ctx):
+    import errno
+
+    def batches_then_emfile():
+        yield torch.randn(8, 4), torch.randn(8, 2)
+        raise OSError(errno.EMFILE, "Too many open files")  # as DataLoader workers fail
+
+    loss = nn.functional.mse_loss
+    return {"model": nn.Linear(4, 2), "batches": batches_then_emfile(), "loss": loss}
+
+
 def make_os_exit(ctx):
     import os
     os._exit(0)
@@ -220,6 +231,18 @@ def test_a_factory_that_is_sys_exit_itself_shows_none_of_ampscopes_frames(tmp_pa
     shown = said.out + said.err
     assert "your code called sys.exit(ModelContext(" in shown
     assert "Traceback" not in shown and "ampscope/engine" not in shown
+
+
+@pytest.mark.unit
+def test_a_run_out_of_file_descriptors_says_what_to_raise_or_lower(tmp_path, capsys) -> None:
+    """DataLoader workers under a low 'ulimit -n' failed the run on 'OSError: Too many open
+    files' and torch's frames, with no word of the limit or of num_workers."""
+    assert run_model(tmp_path, "make_out_of_descriptors") == EXIT_FAILED
+    said = capsys.readouterr()
+    shown = " ".join((said.out + said.err).split())
+    assert "Too many open files" in shown
+    assert "hint: The process ran out of file descriptors (ulimit -n is " in shown
+    assert "num_workers" in shown
 
 
 @pytest.mark.unit

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import resource
 import traceback
 
 import torch
@@ -139,8 +141,28 @@ def failure(
         message=message,
         step=tally.steps_done or None,
         traceback=cut(trace),
+        hint=descriptors_hint(exc),
     )
     return event, EXIT_FAILED
+
+
+def descriptors_hint(exc: BaseException) -> str | None:
+    """What to do when the process ran out of file descriptors (EMFILE, ENFILE anywhere in the
+    chain; DataLoader workers pass tensors through them): None for any other fault."""
+    link: BaseException | None = exc
+    for _ in range(8):
+        if link is None:
+            return None
+        errno_ = getattr(link, "errno", None)
+        if errno_ in (errno.EMFILE, errno.ENFILE) or "Too many open files" in exception_text(link):
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            return (
+                f"The process ran out of file descriptors (ulimit -n is {limit}): raise the "
+                "limit (ulimit -n 4096 in the shell that starts the run), or lower the "
+                "DataLoader's num_workers in your factory."
+            )
+        link = link.__cause__ or link.__context__
+    return None
 
 
 CPU_ALLOC_FAILED = "DefaultCPUAllocator: can't allocate memory"
