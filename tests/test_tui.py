@@ -439,12 +439,34 @@ def test_a_broken_user_preset_shows_no_fields_of_the_preset_before_it(tmp_path: 
     run(go())
 
 
+def catch(screen, kind: type, seen) -> None:
+    """Messages of ``kind`` the screen posts go to ``seen`` instead of their handlers (the
+    run or plan they ask for is not started); every other message goes on as before."""
+    post = screen.post_message
+
+    def caught(message) -> bool:
+        if isinstance(message, kind):
+            seen(message)
+            return True
+        return post(message)
+
+    screen.post_message = caught
+
+
+def type_at_once(app, *keys: tuple[str, str | None]) -> None:
+    """Keys posted in one burst, as a fast hand or tmux send-keys types them: each reaches the
+    app before the messages the ones before it cause."""
+    from textual import events
+
+    for name, character in keys:
+        app.post_message(events.Key(name, character))
+
+
 @pytest.mark.ui
 @pytest.mark.parametrize("key", ["r", "s"])
 def test_keys_typed_in_one_burst_act_on_the_preset_they_highlighted(tmp_path: Path, key) -> None:
     """Before: 'down down r' typed at once (a fast hand, tmux send-keys) reached r before the
     list's highlight messages, and ran fp32, the preset highlighted before them; s saved it."""
-    from textual import events
 
     from ampscope.tui.messages import RunRequested
 
@@ -454,17 +476,8 @@ def test_keys_typed_in_one_burst_act_on_the_preset_they_highlighted(tmp_path: Pa
         app = AmpscopeApp(runs_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             screen = await shown(pilot, app, PresetsScreen)
-            post = screen.post_message
-
-            def caught(message) -> bool:
-                if isinstance(message, RunRequested):
-                    asked.append(message.preset)
-                    return True
-                return post(message)
-
-            screen.post_message = caught  # type: ignore[method-assign]
-            for name, character in (("down", None), ("down", None), (key, key)):
-                app.post_message(events.Key(name, character))
+            catch(screen, RunRequested, lambda message: asked.append(message.preset))
+            type_at_once(app, ("down", None), ("down", None), (key, key))
             if key == "r":
                 assert await wait_for(pilot, lambda: bool(asked), 10)
                 assert asked == ["amp-bf16"]
@@ -479,7 +492,6 @@ def test_keys_typed_in_one_burst_act_on_the_preset_they_highlighted(tmp_path: Pa
 def test_down_l_in_one_burst_plans_the_model_of_the_preset_it_reached(tmp_path: Path) -> None:
     """Before: from a preset without a model, 'down l' typed at once was refused ("it plans
     your own model"): l was judged against the preset the list had just left."""
-    from textual import events
 
     from ampscope.tui.messages import PlanRequested
 
@@ -497,17 +509,8 @@ def test_down_l_in_one_burst_plans_the_model_of_the_preset_it_reached(tmp_path: 
             before = names[names.index("mine") - 1]  # a shipped preset, without a model
             select_preset(app, before)
             assert await wait_for(pilot, lambda: screen.current.name == before, 5)
-            post = screen.post_message
-
-            def caught(message) -> bool:
-                if isinstance(message, PlanRequested):
-                    asked.append(message.model)
-                    return True
-                return post(message)
-
-            screen.post_message = caught  # type: ignore[method-assign]
-            for name, character in (("down", None), ("l", "l")):
-                app.post_message(events.Key(name, character))
+            catch(screen, PlanRequested, lambda message: asked.append(message.model))
+            type_at_once(app, ("down", None), ("l", "l"))
             assert await wait_for(pilot, lambda: bool(asked), 10)
             assert asked == [model]
 
