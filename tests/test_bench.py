@@ -85,6 +85,30 @@ def test_verdict_is_derived_from_the_numbers() -> None:
 
 
 @pytest.mark.unit
+def test_a_repeat_stopped_by_the_user_leaves_the_finished_repeats_to_speak() -> None:
+    """'ampscope stop' during a bench stops one run, and the sweep goes on: the preset's
+    other repeat finished as the baseline's did. The stopped run's loss at its 79th of 300
+    steps made the row's final loss '+47.4 %' and its slow median the step time '0.20x':
+    the finished runs, alike in loss and speed, said neither."""
+    stopped = done(40.0, 1000, 2.9, status="stopped")
+    rows = comparison.compare(
+        [
+            comparison.row_from_runs("fp32", runs("fp32", (1.2, 1.4), 1000, 0.93)),
+            comparison.row_from_runs(
+                "mlp-demo", [record("mlp-demo", stopped), record("mlp-demo", done(1.3, 1000, 0.93))]
+            ),
+        ],
+        "fp32",
+    )
+    row = rows[1]
+    assert (row.status, row.loss_final, row.step_ms) == ("mixed", 0.93, 1.3)
+    text = comparison.render(rows, "fp32", width=400)
+    assert "mixed: 1 of 2 runs stopped before the last step" in text
+    assert "mlp-demo mixed: 1 of 2 runs stopped before the last step" in text
+    assert "final loss within 0.1%" in text and "47" not in text
+
+
+@pytest.mark.unit
 def test_zeros_the_baseline_has_too_are_not_called_underflow() -> None:
     """A Hugging Face causal LM's last position gets no gradient: 1.6 % exact zeros in fp32
     and amp-bf16 alike, which the verdict once called amp-bf16's underflow."""

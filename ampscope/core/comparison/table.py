@@ -79,14 +79,23 @@ def interleaved(presets: Sequence[str], repeats: int) -> list[str]:
 
 def row_from_runs(preset: str, runs: Sequence[records.RunRecord]) -> Row:
     """One row from a preset's runs. A stopped run's figures count: they measure the steps it
-    ran (its status says it stopped); a failed run's do not."""
+    ran (its status says it stopped); a failed run's do not. Beside a repeat that finished, a
+    stopped one's fewer steps (its loss not yet a final loss) are left out."""
     dones = [r.done for r in runs if r.done is not None]
     measured = [d for d in dones if d.status in ("ok", "stopped") and d.steps_done > 0]
+    finished = [d for d in measured if d.status == "ok"]
+    stopped = len(measured) - len(finished)
+    measured = finished or measured
     statuses = {r.status for r in runs}
     status = statuses.pop() if len(statuses) == 1 else "mixed"
     row = Row(preset=preset, status=status, runs=len(runs), run_dirs=[str(r.path) for r in runs])
     failures = [_reason(r) for r in runs if r.status != "ok"]
     row.reason = next((f for f in failures if f), None)
+    if row.reason is None and finished and stopped:
+        row.reason = (
+            f"{stopped} of {len(runs)} runs stopped before the last step: the figures are the "
+            "finished runs'"
+        )
     zeros = [
         e.grad_zero_frac
         for r in runs
