@@ -107,6 +107,10 @@ def _describe_type(hint: Any) -> str:
         parts = [_describe_type(a) for a in typing.get_args(hint) if a is not type(None)]
         text = " or ".join(parts)
         return text + (" (or leave unset)" if type(None) in typing.get_args(hint) else "")
+    if origin is list:
+        return f"a list of {_describe_type(typing.get_args(hint)[0]).removeprefix('a ')}s"
+    if origin is dict:
+        return f"a table of names to {_describe_type(typing.get_args(hint)[1])}"
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):  # never its class's name
         return f"a table of fields ({', '.join(hint.__struct_fields__)})"
     if isinstance(hint, type):

@@ -278,7 +278,8 @@ def _blame_override(exc: ConfigError, overrides: typing.Sequence[str]) -> str | 
         return None
     for item in reversed(overrides):
         key = item.partition("=")[0].strip()
-        if exc.key == key or exc.key.startswith(key + ".") or key.startswith(exc.key + "."):
+        inside = exc.key.startswith((key + ".", key + "["))  # a table's entry: [...]
+        if exc.key == key or inside or key.startswith(exc.key + "."):
             return item
     return None
 
