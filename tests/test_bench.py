@@ -109,6 +109,24 @@ def test_a_repeat_stopped_by_the_user_leaves_the_finished_repeats_to_speak() -> 
 
 
 @pytest.mark.unit
+def test_a_stopped_baseline_is_said_beside_the_figures_read_against_it() -> None:
+    """The baseline stopped at its 79th step: every row's 'final loss 67.9 % lower' is read
+    against that step's loss, and no line said the baseline had stopped (a stopped row other
+    than the baseline had its line); its status read 'stopped: ?'."""
+    stopped = done(40.0, 1000, 2.9, status="stopped")
+    rows = comparison.compare(
+        [
+            comparison.row_from_runs("fp32", [record("fp32", stopped)]),
+            comparison.row_from_runs("mlp-demo", runs("mlp-demo", (1.3,), 1000, 0.93)),
+        ],
+        "fp32",
+    )
+    text = comparison.render(rows, "fp32", width=400)
+    assert "fp32 was stopped before its last step: its figures cover the steps it ran" in text
+    assert "stopped: ?" not in text and text.splitlines()[1].endswith(" stopped")
+
+
+@pytest.mark.unit
 def test_zeros_the_baseline_has_too_are_not_called_underflow() -> None:
     """A Hugging Face causal LM's last position gets no gradient: 1.6 % exact zeros in fp32
     and amp-bf16 alike, which the verdict once called amp-bf16's underflow."""

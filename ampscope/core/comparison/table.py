@@ -250,14 +250,15 @@ def verdicts(rows: list[Row], baseline: str) -> list[str]:
     base = next((r for r in rows if r.preset == baseline), None)
     lines = [_off_cpu_note(base)] if base is not None and off_cpu(base) else []
     for row in rows:
-        if row.preset == baseline:
-            continue
-        if row.status == "stopped" and not row.reason:
+        stopped = row.status == "stopped" and not row.reason
+        if stopped:  # the baseline's too: every other row is read against its figures
             lines.append(
                 f"{row.preset} was stopped before its last step: its figures cover the steps "
                 "it ran."
             )
-        elif row.status != "ok":
+        if row.preset == baseline:
+            continue
+        if not stopped and row.status != "ok":
             lines.append(
                 f"{row.preset} {row.status}: {(row.reason or 'see its run record').rstrip('.')}."
             )
@@ -445,7 +446,7 @@ def cells(row: Row, with_spread: bool = True) -> dict[str, str]:
         "skipped": str(row.skipped_steps),
         "zeros": f"{row.grad_zero_frac:.1%}" if row.grad_zero_frac is not None else "-",
         "compile": f"{row.compile_s:.1f} s" if row.compile_s is not None else "-",
-        "status": row.status if row.status == "ok" else f"{row.status}: {row.reason or '?'}",
+        "status": f"{row.status}: {row.reason}" if row.reason else row.status,
     }
 
 
