@@ -172,6 +172,9 @@ class RecordWriter:
         self._chunks: list[bytes] = []
         self._queued_bytes = 0
         self._lock = threading.Lock()
+        # queued lines go to disk one taker at a time: two threads that each took their
+        # chunks (the monitor's, the close) wrote them in either order, a step after done
+        self._writing = threading.Lock()
         self._closed = self._forgotten = False
         self.events = EventsFile(run_dir / records.EVENTS_FILE)
         try:
@@ -237,15 +240,17 @@ class RecordWriter:
             self._lose(self.run_dir / records.LIVE_FILE, exc)
 
     def write_queued(self) -> None:
-        """What ``append`` queued, to disk (the caller's thread, never the training one)."""
-        with self._lock:
-            chunks, self._chunks, self._queued_bytes = self._chunks, [], 0
-        if not chunks or self.fault is not None:
-            return
-        try:
-            self.events.append(b"".join(chunks))  # whole lines: a torn one is cut back off
-        except RecordLost as lost:
-            self._lose(lost.path, lost.error)
+        """What ``append`` queued, to disk (the caller's thread, never the training one), in
+        the order it was queued whichever threads call this at once."""
+        with self._writing:
+            with self._lock:
+                chunks, self._chunks, self._queued_bytes = self._chunks, [], 0
+            if not chunks or self.fault is not None:
+                return
+            try:
+                self.events.append(b"".join(chunks))  # whole lines: a torn one is cut back off
+            except RecordLost as lost:
+                self._lose(lost.path, lost.error)
 
     def _beat_forever(self) -> None:
         while not self._stop_beating.wait(HEARTBEAT_S):
@@ -272,6 +277,7 @@ class RecordWriter:
         self._forgotten = self._closed = True
         self.fault = RecordLost(self.events.path, OSError("a forked child writes no record"))
         self._lock = threading.Lock()
+        self._writing = threading.Lock()
         self._chunks, self._queued_bytes = [], 0
         self.events.close()
 
