@@ -177,7 +177,7 @@ def test_a_set_value_of_the_wrong_kind_is_named_in_the_users_words(capsys) -> No
 @pytest.mark.unit
 def test_a_set_list_or_table_of_the_wrong_kind_is_named_and_blamed_on_the_set(capsys) -> None:
     """A list or a table of names is said in words, not as msgspec's type
-    ('list[typing.Annotated[str, ...]]'); a wrong entry in a --set table is the --set's,
+    (a list of Annotated str with its Meta); a wrong entry in a --set table is the --set's,
     where the shipped preset's file was named as at fault."""
     code, output = run_cli(["run", "fp32", "--set", 'fp8.layers="x"', "--no-record"], capsys)
     assert code == 2 and "Accepted: a list of strings (or leave unset)." in output
