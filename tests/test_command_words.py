@@ -173,3 +173,14 @@ def test_a_model_given_before_a_command_that_trains_none_is_refused(capsys, comm
     assert said.returncode == 2 and said.stdout == ""
     assert said.stderr.startswith(f"ampscope: --model net.py:make: '{command[0]}' trains no model")
     assert "run, bench, memory, plan, numerics and profile" in said.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("argv", [["--set", "steps=150"], ["--set=steps=1", "run", "fp32"]])
+def test_a_set_before_any_command_says_where_it_goes(capsys, argv) -> None:
+    """'ampscope --set steps=150' (meant for the dashboard) answered argparse's "argument
+    command: invalid choice: 'steps=150'"."""
+    said = cli(capsys, *argv)
+    assert said.returncode == 2 and said.stdout == ""
+    assert said.stderr.startswith("ampscope: --set before a command: it sets a field")
+    assert "invalid choice" not in said.stderr and said.stderr.count("\n") == 1

@@ -237,7 +237,28 @@ def command_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def set_before_command(argv: Sequence[str]) -> str | None:
+    """``ampscope --set steps=150``: a field set for the dashboard, which takes none (argparse
+    read the value as a command it does not know)."""
+    given = [a for a in argv if a == "--set" or a.startswith("--set=")]
+    if not given:
+        return None
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for token in argv:
+        if token in sub.choices:
+            return None
+        if token in given:
+            return (
+                "--set before a command: it sets a field of the command's preset, so it goes "
+                "after the command (ampscope run PRESET --set steps=150). The dashboard takes "
+                "no --set: change a preset's fields in its form (s saves them as a user preset)."
+            )
+    return None
+
+
 def dispatch(argv: Sequence[str] | None = None) -> int:
+    if (misplaced := set_before_command(sys.argv[1:] if argv is None else argv)) is not None:
+        return fail(misplaced)
     try:
         args = command_args(argv)
     except LaunchError as exc:
