@@ -94,3 +94,18 @@ def test_doctor_prints_them_last_and_in_its_json(capsys) -> None:
     assert capsys.readouterr().out.splitlines()[-1] == (
         "Everything above was confirmed on this machine."
     )
+
+
+def test_a_kept_check_without_its_date_says_the_day_is_unknown() -> None:
+    from ampscope.cli.doctor import machine_lines
+
+    dated = {"device": "AMD EPYC", "when": "2026-12-06T17:15:00", "stale": None}
+    assert machine_lines([dated]) == [
+        "machine check: AMD EPYC measured 2026-12-06 17:15 UTC "
+        "(ampscope doctor --bench measures again)"
+    ]
+    undated = dated | {"when": ""}
+    assert machine_lines([undated]) == [
+        "machine check: AMD EPYC measured on an unknown day "
+        "(ampscope doctor --bench measures again)"
+    ]

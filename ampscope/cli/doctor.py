@@ -108,9 +108,15 @@ def machine_lines(checks: list[dict[str, Any]]) -> list[str]:
             "delivers, under a minute and a half)"
         ]
     return [
-        f"machine check: {c['device']} measured {str(c['when'])[:16].replace('T', ' ')} UTC"
+        f"machine check: {c['device']} measured {_day(c['when'])}"
         + (f"; {c['stale']}" if c["stale"] else " (ampscope doctor --bench measures again)")
         if c["device"] is not None
         else f"machine check: {c['stale']}"
         for c in checks
     ]
+
+
+def _day(when: object) -> str:
+    """When a kept check ran, to the minute; a kept file whose date is lost says so."""
+    text = str(when or "")[:16].replace("T", " ")
+    return f"{text} UTC" if text else "on an unknown day"
