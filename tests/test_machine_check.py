@@ -939,6 +939,28 @@ def test_a_kept_figure_that_is_no_number_is_ignored_and_named_with_the_command(b
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("damage", ["rounds", "other_cpus"])
+def test_a_kept_check_whose_steadiness_figures_are_damaged_is_no_peak(damage: str) -> None:
+    """Damaged rounds (text) or other processes' CPUs (NaN) were read as absent, and absent
+    means a check that held still: a busy check's figure became the runs' peak, silently."""
+    from ampscope.engine.device import cpu_name
+
+    kept_with(rounds="fast")
+    data = json.loads(machine_check.check_path().read_text())
+    entry = data["checks"][cpu_name()]
+    if damage == "other_cpus":
+        entry["matmul"]["fp32"]["rounds"] = [0.1, 0.1, 0.1]
+        entry["other_cpus"] = float("nan")
+    machine_check.check_path().write_text(json.dumps(data))
+    check = machine_check.find(cpu_name())
+    assert check is not None and not check.trusted("fp32")
+    peak = machine_check.measured_peak(cpu_name(), "fp32")
+    assert peak.tflops is None and peak.fault and peak.note is not None
+    assert "cannot say whether its fp32 figure held still" in peak.note
+    assert "ampscope doctor --bench" in peak.note
+
+
+@pytest.mark.unit
 def test_a_400_digit_figure_and_a_text_thread_count_never_raise() -> None:
     """Before: float() of a 400-digit integer raised OverflowError in every run's start, in
     doctor --bench and in the machine view; threads 'two' a TypeError in the view."""

@@ -119,9 +119,19 @@ class MachineCheck:
         return self.other_cpus > self.cpus - self.threads + 0.5
 
     def trusted(self, fmt: str) -> bool:
-        """``fmt``'s figure is one runs are read against: steady, and not a busy CPU's."""
+        """``fmt``'s figure is one runs are read against: steady, not a busy CPU's, and
+        with the figures that say so intact (``steadiness_lost``)."""
         fig = self.matmul.get(fmt)
-        return fig is not None and fig.trusted and not self.contended
+        return (
+            fig is not None and fig.trusted and not self.contended and not self.steadiness_lost(fmt)
+        )
+
+    def steadiness_lost(self, fmt: str) -> list[str]:
+        """The damaged figures of a kept file that said whether ``fmt``'s measurement held
+        still (its rounds; on a CPU, the other processes' CPUs): read as absent, they would
+        make a busy check's figure a peak."""
+        said = (f"{fmt} matmul's rounds", "other CPUs")
+        return [what for what in self.ignored if what.startswith(said)]
 
     def rounds_of(self) -> list[tuple[str, list[float]]]:
         """Every figure timed in rounds, by the name a person reads, with its rounds."""
@@ -421,6 +431,15 @@ def measured_peak(device: str, fmt: str, host: str | None = None) -> MeasuredPea
             f"the machine check of {day} ran while other processes kept {check.other_cpus:.1f} "
             f"of its {check.cpus or '?'} CPUs busy: not read as a peak; run {RUN_COMMAND} again when "
             "the machine is quieter",
+            fault=True,
+        )
+    lost = check.steadiness_lost(fmt)
+    if lost:
+        return MeasuredPeak(
+            None,
+            f"the machine check of {day} cannot say whether its {fmt} figure held still: "
+            f"{lost[0]} is not a measurement, so it is not read as a peak; run {RUN_COMMAND} "
+            "to measure again",
             fault=True,
         )
     if not fig.trusted:
