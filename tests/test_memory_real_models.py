@@ -133,7 +133,11 @@ def test_memory_run_of_a_users_model_plans_its_activations_and_names_the_rss_ban
 
     assert plan["activations"] == measure_step_memory(truth, ["fp32"]).activations["fp32"]
     assert plan["activations"] > plan["weights"]  # the ViT's step is mostly activations
-    assert any("1.07-1.42x the tensor peak" in n for n in out["notes"])
+    said = " ".join(out["notes"])
+    if out["compared"] is not None:  # RSS growth: read against the band it moves in
+        assert "1.07-1.42x the tensor peak" in said
+    else:  # the sampled RSS peak under the RSS before the model (one CI run at load 6)
+        assert "the sampled RSS missed the step's peak, so nothing is compared" in said
 
 
 FROZEN = """

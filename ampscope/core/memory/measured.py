@@ -118,7 +118,14 @@ def compare_run(run_dir: Any, step: MeasuredStep | None = None) -> RunComparison
     else:
         measured_what = "process RSS: the Python and torch runtime as well as tensors"
         compared, compared_what = _cpu_growth(hello, measured)
-        if compared is None:
+        before = hello.rss_before_model
+        if compared is None and measured and before and before > 0 and measured <= before:
+            notes.append(
+                f"the record's RSS peak ({measured:,} bytes) is not above its RSS before the "
+                f"model was built ({before:,} bytes): the sampled RSS missed the step's peak, "
+                "so nothing is compared"
+            )
+        elif compared is None:
             notes.append(
                 "on the CPU this record holds process RSS only, which includes about 300 MB "
                 "of Python and torch runtime: it is not compared with tensor memory (a record "
