@@ -14,6 +14,7 @@ from typing import Any, Literal, Union
 import msgspec
 
 from ampscope.core.numerics.event import FirstNonfinite, ModuleNumerics
+from ampscope.core.text import surrogate_text
 
 SCHEMA_VERSION = 1
 
@@ -396,18 +397,11 @@ def encode(event: Event) -> bytes:
         return _encoder.encode(text_only(msgspec.to_builtins(event))) + b"\n"
 
 
-def _text_char(c: str) -> str:
-    """A lone surrogate as text: ``\\xff`` for the undecodable byte it stands for (0xDC80 to
-    0xDCFF, Python's ``surrogateescape``), else ``\\ud800``."""
-    code = ord(c)
-    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-
 def text_only(value: Any) -> Any:
     """``value`` with every string made encodable as UTF-8 (JSON, TOML): the bytes a file name
     held that are not UTF-8 escaped as ``\\xff``."""
     if isinstance(value, str):
-        return "".join(_text_char(c) if "\ud800" <= c <= "\udfff" else c for c in value)
+        return "".join(surrogate_text(c) if "\ud800" <= c <= "\udfff" else c for c in value)
     if isinstance(value, dict):
         return {text_only(k): text_only(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -72,6 +72,14 @@ def is_utf8(text: str) -> bool:
     return True
 
 
+def surrogate_text(ch: str) -> str:
+    """A lone surrogate as text: ``\\xff`` for the byte that is not UTF-8 it stands for (0xDC80
+    to 0xDCFF, Python's ``surrogateescape``: a file name's), else ``\\ud800``. The commands,
+    the screens and the event stream all write such a byte so."""
+    code = ord(ch)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 def _escape(ch: str) -> str:
     code = ord(ch)
     if ch == "\n":
@@ -80,8 +88,8 @@ def _escape(ch: str) -> str:
         return "\\t"
     if ch == "\r":
         return "\\r"
-    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, held as a lone surrogate
-        return f"\\x{code - 0xDC00:02x}"
+    if 0xD800 <= code <= 0xDFFF:
+        return surrogate_text(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
