@@ -149,9 +149,16 @@ class PresetsScreen(Screen):
         """The form catches up with the list before a key acts on the preset: keys typed in
         one burst (down, down, r) reach their actions before the list's highlight messages,
         and r ran the preset highlighted before them."""
+        name = self.highlighted_name()
+        if name is not None:
+            self.show_preset(name)
+
+    def highlighted_name(self) -> str | None:
+        """The preset the list highlights, which the form may not show yet (a key burst)."""
         options = self.query_one("#preset-list", OptionList)
-        if options.highlighted is not None:
-            self.show_preset(options.get_option_at_index(options.highlighted).id)
+        if options.highlighted is None:
+            return None
+        return options.get_option_at_index(options.highlighted).id
 
     @on(OptionList.OptionSelected, "#preset-list")
     async def _selected(self, event: OptionList.OptionSelected) -> None:
@@ -288,10 +295,8 @@ class PresetsScreen(Screen):
 
     def behind_highlight(self) -> bool:
         """Whether the form still shows another preset than the list highlights."""
-        options = self.query_one("#preset-list", OptionList)
-        if options.highlighted is None or self.current is None:
-            return False
-        return options.get_option_at_index(options.highlighted).id != self.current.name
+        name = self.highlighted_name()
+        return name is not None and self.current is not None and name != self.current.name
 
     def key_note(self, action: str) -> str:
         return {
