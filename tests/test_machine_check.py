@@ -1400,3 +1400,20 @@ def test_a_busy_check_whose_cpu_counts_are_unreadable_is_still_no_peak() -> None
     data["checks"][cpu_name()].update(threads=2, cpus=2, other_cpus=0.2)
     machine_check.check_path().write_text(json.dumps(data))
     assert machine_check.measured_peak(cpu_name(), "fp32").tflops is not None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("device", [None, "", 7])
+def test_a_kept_entry_without_a_device_name_is_a_damaged_file_never_none_measured(
+    capsys, device
+) -> None:
+    machine_check.save(a_check())
+    data = json.loads(machine_check.check_path().read_text())
+    data["checks"]["Test CPU"]["device"] = device
+    machine_check.check_path().write_text(json.dumps(data))
+    checks, problem = machine_check.load_all()
+    assert checks == {} and problem is not None and "device" in problem
+    (line,) = [
+        ln for ln in cli(capsys, "doctor").stdout.splitlines() if ln.startswith("machine check:")
+    ]
+    assert "None" not in line and "cannot be read" in line and "ampscope doctor --bench" in line

@@ -183,6 +183,13 @@ class MachineCheck:
         number (NaN, a negative, 1e-300, a 400-digit integer, text) is read as absent and named
         in ``ignored``. Raises KeyError, TypeError or ValueError on a file that is not a check."""
         read = _Reader()
+        device = data.get("device")
+        if not isinstance(device, str) or not device:
+            raise ValueError(
+                f"an entry's device is {_shown(device)}, not a name"
+                if device
+                else "an entry has no device name"
+            )
         memory = dict(data.get("memory") or {})
         matmul: dict[str, MatmulFigure] = {}
         for name, fig in dict(data["matmul"]).items():
@@ -200,7 +207,7 @@ class MachineCheck:
             )
         state = data.get("gpu_state")
         return cls(
-            device=str(data["device"]),
+            device=device,
             kind=str(data.get("kind", "cpu")),
             matmul=matmul,
             memory_gbps=read.figure("memory copy", memory.get("gbps")),
