@@ -7,6 +7,7 @@ with a lowered power limit, thermal throttling and a narrow PCIe link, a CPU who
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -15,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -138,7 +139,8 @@ def fake_gpu_seams(
         nvml=nvml,
         make=fake_make,
         sync=lambda: None,
-        gpu=lambda: bench.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
+        gpu=lambda index: bench.GpuInfo(name, cc, "58fa5f56-0000", 1, sms),
+        on_gpu=lambda index: contextlib.nullcontext(),
         copy=lambda device, nbytes: lambda t, b: 2800.0,
         h2d=lambda device, nbytes: lambda t, b: h2d,
     )
@@ -271,7 +273,7 @@ def cpu_seams(
         make=fake_make,
         cpu_flags=lambda: flags,
         cpu_name=lambda: "Test CPU",
-        gpu=lambda: None,
+        gpu=lambda index: None,
         copy=lambda device, nbytes: lambda t, b: 12.5,
         cpu_clock=lambda: None,  # other processes' use of the CPUs not observed: a quiet box
     )
@@ -414,7 +416,7 @@ def test_several_gpus_get_the_all_reduce_bus_bandwidth_and_a_failed_one_says_why
 
     seams = fake_gpu_seams(FakeNvml(), FakeTimer(H100_RATES))
     gpus8 = bench.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "58fa5f56-0000", 8)
-    seams = dataclasses.replace(seams, gpu=lambda: gpus8, allreduce=eight)
+    seams = dataclasses.replace(seams, gpu=lambda index: gpus8, allreduce=eight)
     check = bench.run_check(seams=seams, on_figure=lambda what, line: said.append((what, line)))
     assert asked == [8] and check.allreduce_busbw_gbps == 361.0 and check.allreduce_note is None
     assert ("allreduce", "all-reduce  361 GB/s bus bandwidth over 8 GPUs (NCCL)") in said
@@ -518,16 +520,16 @@ def doctor_bench(
     capsys,
     *argv: str,
     measure: Callable[..., machine_check.MachineCheck] | None = None,
-    cuda_available: Callable[[], bool] | None = None,
+    gpu_count: Callable[[], int] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``ampscope doctor --bench ARGV`` as its parser reads it, with the check's figures taken
-    by ``measure`` and the GPU's presence told by ``cuda_available``: what it prints and
+    by ``measure`` and the GPUs torch sees counted by ``gpu_count``: what it prints and
     returns."""
     from ampscope.cli.doctor_bench import cmd_machine_check
     from ampscope.cli.main import build_parser
 
     args = build_parser().parse_args(["doctor", "--bench", *argv])
-    code = cmd_machine_check(args, measure, cuda_available)
+    code = cmd_machine_check(args, measure, gpu_count)
     said = capsys.readouterr()
     return subprocess.CompletedProcess(["doctor", "--bench", *argv], code, said.out, said.err)
 
@@ -551,16 +553,66 @@ def test_bench_options_without_bench_or_with_try_compile_are_one_paragraph_exit_
 
 
 @pytest.mark.unit
-def test_an_unknown_bench_device_names_the_choices(capsys) -> None:
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "cuda:", "cuda:-1"])
+def test_an_unknown_bench_device_names_the_choices(capsys, device) -> None:
     with pytest.raises(SystemExit) as exit_:
-        cli(capsys, "doctor", "--bench", "--bench-device", "tpu")
+        cli(capsys, "doctor", "--bench", "--bench-device", device)
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and "'tpu'" in err and "cpu" in err and "cuda" in err
+    assert exit_.value.code == 2 and f"'{device}' is not a device" in err
+    assert "Accepted: auto, cpu, cuda (GPU 0) or cuda:N" in err and "Traceback" not in err
+
+
+@pytest.mark.unit
+def test_bench_device_cuda_n_measures_gpu_n_and_a_gpu_not_there_is_named(capsys) -> None:
+    asked: list[str] = []
+
+    def measure(device: str, quick: bool, on_figure: object) -> machine_check.MachineCheck:
+        asked.append(device)
+        return a_check()
+
+    done = doctor_bench(capsys, "--bench-device", "cuda:1", measure=measure, gpu_count=lambda: 2)
+    assert done.returncode == 0 and asked == ["cuda:1"]
+    done = doctor_bench(capsys, "--bench-device", "cuda:2", measure=measure, gpu_count=lambda: 2)
+    assert done.returncode == 2 and asked == ["cuda:1"]
+    assert done.stderr.startswith(
+        "ampscope: --bench-device cuda:2: torch sees 2 GPUs here (cuda:0 to cuda:1); name one"
+    )
+    done = doctor_bench(capsys, "--bench-device", "cuda:1", measure=measure, gpu_count=lambda: 1)
+    assert "torch sees 1 GPU here (cuda:0)" in done.stderr and done.returncode == 2
+
+
+@pytest.mark.unit
+def test_a_check_on_cuda_n_times_gpu_n_with_it_made_current() -> None:
+    seen: dict[str, list[object]] = {"info": [], "current": [], "made": []}
+
+    @contextlib.contextmanager
+    def on_gpu(index: int) -> Iterator[None]:
+        seen["current"].append(index)
+        yield
+
+    def make(fmt: str, shape: bench.Shape, layout: str, device: torch.device) -> FakeCall:
+        seen["made"].append(device)
+        return FakeCall(fmt, shape, layout)
+
+    def info(index: int) -> bench.GpuInfo:
+        seen["info"].append(index)
+        return bench.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), None, 4, None)
+
+    seams = dataclasses.replace(
+        fake_gpu_seams(None, FakeTimer(H100_RATES)), gpu=info, on_gpu=on_gpu, make=make
+    )
+    seams.allreduce = lambda gpus: 100.0
+    check = bench.run_check("cuda:3", quick=True, seams=seams)
+    assert check.kind == "cuda" and check.device == "NVIDIA H100 80GB HBM3"
+    assert seen["info"] == [3] and seen["current"] == [3]
+    assert set(seen["made"]) == {torch.device("cuda", 3)}
+    bench.run_check("auto", quick=True, seams=seams)
+    assert seen["info"] == [3, 0] and seen["current"] == [3, 0]
 
 
 @pytest.mark.unit
 def test_bench_device_cuda_without_a_gpu_is_a_user_error(capsys) -> None:
-    done = doctor_bench(capsys, "--bench-device", "cuda", cuda_available=lambda: False)
+    done = doctor_bench(capsys, "--bench-device", "cuda", gpu_count=lambda: 0)
     assert (
         done.returncode == 2
         and "no CUDA GPU" in done.stderr

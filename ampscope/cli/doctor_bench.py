@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from ampscope.cli.output import fail
 from ampscope.core.machine.check import MachineCheck, check_path, save
+from ampscope.core.presets.preset import DEVICE_PATTERN
 from ampscope.core.text import visible
 
 Measure = Callable[..., MachineCheck]
@@ -25,8 +26,9 @@ def add_bench_options(doctor: argparse.ArgumentParser) -> None:
     )
     doctor.add_argument(
         "--bench-device",
-        choices=["auto", "cpu", "cuda"],
+        type=bench_device,
         default="auto",
+        metavar="{auto,cpu,cuda,cuda:N}",
         help="with --bench: the device to measure (default: GPU 0 when there is one, else the CPU)",
     )
     doctor.add_argument(
@@ -34,6 +36,15 @@ def add_bench_options(doctor: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --bench: small shapes only, a few seconds (a smoke test; the figures are low "
         "and are not kept)",
+    )
+
+
+def bench_device(text: str) -> str:
+    """``--bench-device``'s value: auto, cpu, cuda or cuda:N, as ``run --device`` takes."""
+    if DEVICE_PATTERN.match(text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{visible(repr(text), 80)} is not a device. Accepted: auto, cpu, cuda (GPU 0) or cuda:N"
     )
 
 
@@ -63,6 +74,29 @@ def check_options(args: argparse.Namespace) -> str | None:
     return None
 
 
+def missing_gpu(device: str, gpu_count: Callable[[], int] | None = None) -> str | None:
+    """Why ``--bench-device cuda`` or ``cuda:N`` cannot be measured here, or None.
+    ``gpu_count`` is how many GPUs torch sees (torch's answer unless given)."""
+    if gpu_count is None:
+        import torch
+
+        gpu_count = torch.cuda.device_count
+    count = gpu_count()
+    if count == 0:
+        return (
+            f"--bench-device {device}: torch sees no CUDA GPU here (CPU-only torch, or no "
+            "driver); use --bench-device cpu or auto"
+        )
+    _, _, number = device.partition(":")
+    if number and int(number) >= count:
+        seen = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+        return (
+            f"--bench-device {device}: torch sees {count} GPU{'s' if count > 1 else ''} here "
+            f"({seen}); name one of them, or leave the option out for GPU 0"
+        )
+    return None
+
+
 def and_list(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
@@ -70,15 +104,15 @@ def and_list(names: list[str]) -> str:
 def cmd_machine_check(
     args: argparse.Namespace,
     measure: Measure | None = None,
-    cuda_available: Callable[[], bool] | None = None,
+    gpu_count: Callable[[], int] | None = None,
 ) -> int:
     """``doctor --bench``; ``measure`` takes the figures (the engine's ``run_check`` unless
-    given) and ``cuda_available`` says whether torch sees a GPU (torch's answer unless given)."""
+    given) and ``gpu_count`` says how many GPUs torch sees (torch's answer unless given)."""
     problem = check_options(args)
     if problem:
         return fail(problem)
     try:
-        return machine_check(args, measure, cuda_available)
+        return machine_check(args, measure, gpu_count)
     except KeyboardInterrupt:  # the kept file is written whole or not at all (check.save)
         return fail("machine check stopped (Ctrl+C) before it finished: nothing kept.", 130)
 
@@ -86,19 +120,13 @@ def cmd_machine_check(
 def machine_check(
     args: argparse.Namespace,
     measure: Measure | None = None,
-    cuda_available: Callable[[], bool] | None = None,
+    gpu_count: Callable[[], int] | None = None,
 ) -> int:
     """Measure, keep (unless --quick), print: a line per figure as it lands, then verdicts."""
-    if args.bench_device == "cuda":
-        if cuda_available is None:
-            import torch
-
-            cuda_available = torch.cuda.is_available
-        if not cuda_available():
-            return fail(
-                "--bench-device cuda: torch sees no CUDA GPU here (CPU-only torch, or no "
-                "driver); use --bench-device cpu or auto"
-            )
+    if args.bench_device.startswith("cuda"):
+        problem = missing_gpu(args.bench_device, gpu_count)
+        if problem:
+            return fail(problem)
     out = sys.stderr if args.json else sys.stdout
 
     def said(what: str, line: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -406,10 +407,17 @@ class GpuInfo:
     multiprocessors: int | None = None  # a MIG slice's share of the chip
 
 
-def first_gpu() -> GpuInfo | None:
-    if not torch.cuda.is_available():
+def gpu_index(device_kind: str) -> int:
+    """The GPU a check on ``device_kind`` measures: N for "cuda:N", else GPU 0."""
+    _, _, number = device_kind.partition(":")
+    return int(number) if number.isdigit() else 0
+
+
+def gpu_info(index: int) -> GpuInfo | None:
+    """GPU ``index`` as torch sees it, or None where there is no such GPU."""
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
         return None
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(index)
     return GpuInfo(
         props.name,
         (props.major, props.minor),
@@ -449,7 +457,9 @@ class Seams:
     cpu_name: Callable[[], str] | None = None
     make: MatmulMaker = matmul_call
     sync: Callable[[], None] = torch.cuda.synchronize
-    gpu: Callable[[], GpuInfo | None] = first_gpu
+    gpu: Callable[[int], GpuInfo | None] = gpu_info
+    # makes GPU N current while it is timed: CUDA events and synchronize act on the current GPU
+    on_gpu: Callable[[int], AbstractContextManager[object]] = torch.cuda.device
     copy: Bandwidth = copy_gbps
     h2d: Bandwidth = h2d_gbps
     allreduce: Callable[[int], float] = allreduce_gbps  # several GPUs: one rank each, NCCL
@@ -529,7 +539,8 @@ def run_check(
     on_figure: Progress | None = None,
     seams: Seams | None = None,
 ) -> MachineCheck:
-    """Measure this machine's GPU 0 (or its CPU: ``device_kind`` "cpu", or no GPU).
+    """Measure one of this machine's GPUs (``device_kind`` "cuda:N": GPU N; "auto" or "cuda":
+    GPU 0), or its CPU (``device_kind`` "cpu", or no such GPU).
 
     Every figure is timed in rounds spread over the whole check, each round measuring every
     figure once, so that a burst of other work lands in one round of each figure rather than
@@ -539,14 +550,15 @@ def run_check(
     seams = seams or Seams()
     said = on_figure or (lambda what, line: None)
     started = seams.clock()
-    gpu = seams.gpu() if device_kind != "cpu" else None
+    index = gpu_index(device_kind)
+    gpu = seams.gpu(index) if device_kind != "cpu" else None
     cuda = gpu is not None
     budget = Budget(seconds=0.05 if quick else 0.1)
     # a GPU's matmuls rarely share it with other work, and its large shapes take the time: the
     # fewest rounds that can tell a steady figure; a CPU, shared with every process, the most
     rounds = steady.MIN_ROUNDS if quick or cuda else steady.ROUNDS
     if gpu is not None:
-        device = torch.device("cuda", 0)
+        device = torch.device("cuda", index)
         name, capability = gpu.name, gpu.capability
         timer = seams.timer or cuda_timer
         nvml = seams.nvml
@@ -593,12 +605,13 @@ def run_check(
     sms = gpu.multiprocessors if gpu is not None else None
     driver = driver or nvidia_driver()
     clock_before = seams.cpu_clock()
-    timed = measure_rounds(plan, timer, seams, said, kind, started)
-    others = other_cpus(clock_before, seams.cpu_clock()) if not cuda else None
-    figures = {fmt: r.figure() for fmt, r in timed.formats.items()}
-    if gpu is not None and nvml is not None:
-        state, driver = state_under_load(nvml, gpu.uuid, figures, device, seams)
-        driver = driver or nvidia_driver()
+    with seams.on_gpu(index) if cuda else nullcontext():
+        timed = measure_rounds(plan, timer, seams, said, kind, started)
+        others = other_cpus(clock_before, seams.cpu_clock()) if not cuda else None
+        figures = {fmt: r.figure() for fmt, r in timed.formats.items()}
+        if gpu is not None and nvml is not None:
+            state, driver = state_under_load(nvml, gpu.uuid, figures, device, seams)
+            driver = driver or nvidia_driver()
     gpu_row = with_datasheet(name, kind, figures, power, sms)
     for fmt, fig in figures.items():
         said("matmul", matmul_line(fmt, fig, kind))
