@@ -335,3 +335,38 @@ def test_a_record_file_is_written_whole_beside_fifos_under_its_old_temporary_nam
         records.CONFIG_FILE,
         records.LIVE_FILE,
     }  # no temporary file left behind
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "--runs-dir", "{}"],
+        ["--runs-dir", "{}", "runs"],
+        ["run", "fp32", "--runs-dir", "{}"],
+        ["stop", "--runs-dir", "{}"],
+        ["bench", "fp32", "--runs-dir", "{}"],
+        ["profile", "--runs-dir", "{}"],
+        ["plan", "--runs-dir", "{}"],
+    ],
+)
+def test_a_blank_runs_dir_is_a_user_error_never_the_current_folder(
+    capsys, blank: str, argv: list[str]
+) -> None:
+    """``--runs-dir "$DIR"`` with DIR unset read as '.': runs went into the current folder and
+    ``runs`` said "No runs in ..". A blank name is refused where it is typed."""
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([blank if a == "{}" else a for a in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--runs-dir" in err and "Traceback" not in err
+    assert f"{blank!r} names no folder" in err and "Accepted: a folder's path" in err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("blank", ["", " ", "\t\n"])
+def test_a_blank_runs_dir_variable_is_unset_and_runs_go_to_runs(monkeypatch, blank) -> None:
+    monkeypatch.setenv("AMPSCOPE_RUNS_DIR", blank)
+    assert records.default_runs_dir() == Path("runs")
+    monkeypatch.setenv("AMPSCOPE_RUNS_DIR", " elsewhere/r ")
+    assert records.default_runs_dir() == Path(" elsewhere/r ")  # a name is taken as typed

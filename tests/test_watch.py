@@ -270,13 +270,15 @@ def test_an_exception_of_megabytes_still_lists_the_run_as_failed(tmp_path: Path)
     assert error.traceback is not None and len(error.traceback) < 20_000
 
 
-def test_an_empty_runs_dir_is_the_default_folder(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("blank", ["", " "])
+def test_an_empty_runs_dir_is_the_default_folder(tmp_path: Path, monkeypatch, blank) -> None:
     """runs_dir="" (a loop's os.environ.get("RUNS", "")) made the record straight in the
-    current folder, beside the user's files, not in $AMPSCOPE_RUNS_DIR or ./runs."""
+    current folder, beside the user's files, not in $AMPSCOPE_RUNS_DIR or ./runs; " " made a
+    folder named " "."""
     monkeypatch.setenv("AMPSCOPE_RUNS_DIR", str(tmp_path / "kept"))
     monkeypatch.chdir(tmp_path)
     model, opt = tiny_model()
-    with ampscope.watch(model, opt, runs_dir="", name="blank") as mon:
+    with ampscope.watch(model, opt, runs_dir=blank, name="blank") as mon:
         train(mon, model, opt, steps=2)
     assert mon.run_dir.parent == tmp_path / "kept"
     assert [p.name for p in tmp_path.iterdir()] == ["kept"]

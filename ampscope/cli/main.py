@@ -10,7 +10,6 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
 from ampscope import __version__
 from ampscope.cli.output import (
@@ -33,6 +32,7 @@ from ampscope.core.presets.run_args import (
     model_overrides,
     run_overrides,
 )
+from ampscope.core.records.folders import runs_dir_argument
 from ampscope.core.text import visible
 
 
@@ -63,7 +63,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
             "CPU time; CPU devices only"
         ),
     )
-    p.add_argument("--runs-dir", type=Path, help="where run and sweep records go")
+    p.add_argument("--runs-dir", type=runs_dir_argument, help="where run and sweep records go")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     fmt.add_argument("--csv", action="store_true", help="print the table as CSV")
@@ -80,7 +80,10 @@ def add_top_arguments(parser: argparse.ArgumentParser) -> None:
     """The options before any command: the dashboard's own."""
     parser.add_argument("--version", action="version", version=f"ampscope {__version__}")
     parser.add_argument(
-        "--runs-dir", dest="top_runs_dir", type=Path, help="where run records go (default ./runs)"
+        "--runs-dir",
+        dest="top_runs_dir",
+        type=runs_dir_argument,
+        help="where run records go (default ./runs)",
     )
     add_refresh_argument(parser)
     add_model_argument(parser)  # the dashboard: every run it starts trains this model

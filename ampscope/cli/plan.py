@@ -27,6 +27,7 @@ from ampscope.core.plan.text import files_lines, render
 from ampscope.core.presets import ConfigError
 from ampscope.core.presets.fp8_recipes import MIN_CAPABILITY
 from ampscope.core.presets.workload_spec import SpecError, check_model_spec
+from ampscope.core.records.folders import runs_dir_argument
 from ampscope.core.text import is_utf8, visible
 
 MAX_VERIFY_STEPS = 100_000
@@ -108,7 +109,9 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--device", help="where to run the measured step: auto, cpu, cuda or cuda:N")
     p.add_argument(
-        "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
+        "--runs-dir",
+        type=runs_dir_argument,
+        help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)",
     )
     p.add_argument(
         "--json",

@@ -24,6 +24,7 @@ from ampscope.cli.output import fail, stdout_for_json_only
 from ampscope.core import events as ev
 from ampscope.core import presets, profiles
 from ampscope.core.presets.run_args import add_launch_arguments, add_model_argument, model_overrides
+from ampscope.core.records.folders import runs_dir_argument
 from ampscope.core.text import visible
 
 if TYPE_CHECKING:  # torch's import: only once a run starts
@@ -75,7 +76,9 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.add_argument(
-        "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
+        "--runs-dir",
+        type=runs_dir_argument,
+        help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)",
     )
     p.add_argument(
         "--no-record", action="store_true", help="do not write a run record (nor the trace)"

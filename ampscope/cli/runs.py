@@ -19,6 +19,7 @@ from ampscope.cli.output import fail, not_a_runs_folder
 from ampscope.core import events as ev
 from ampscope.core import presets, records
 from ampscope.core.processes.launch import EngineDidNotStart, launch_detached
+from ampscope.core.records.folders import runs_dir_argument
 from ampscope.core.text import visible
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "example_runs"
@@ -42,7 +43,7 @@ def _runs_dir_argument(p: argparse.ArgumentParser) -> None:
     # SUPPRESS: the top-level --runs-dir stays when the subcommand's is not given
     p.add_argument(
         "--runs-dir",
-        type=Path,
+        type=runs_dir_argument,
         default=argparse.SUPPRESS,
         help="where run records are (default ./runs or $AMPSCOPE_RUNS_DIR)",
     )

@@ -24,6 +24,7 @@ from ampscope.cli.output import fail, not_a_runs_folder
 from ampscope.core import events as ev
 from ampscope.core import records
 from ampscope.core.processes import stopping
+from ampscope.core.records.folders import runs_dir_argument
 from ampscope.core.text import visible
 
 DEFAULT_WAIT_S = 10.0
@@ -49,7 +50,7 @@ def add_stop_parser(sub: Any) -> None:
     )
     stop.add_argument(
         "--runs-dir",
-        type=Path,
+        type=runs_dir_argument,
         default=argparse.SUPPRESS,
         help="where run records are (default ./runs or $AMPSCOPE_RUNS_DIR)",
     )

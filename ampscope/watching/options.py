@@ -87,8 +87,9 @@ class Options:
             self.runs_dir,
             "a folder (a str or a Path), or None for $AMPSCOPE_RUNS_DIR or ./runs",
         )
-        if self.runs_dir is not None:  # '' (an unset variable's value) is the default too
-            object.__setattr__(self, "runs_dir", Path(self.runs_dir) if self.runs_dir else None)
+        if self.runs_dir is not None:  # '' or '  ' (an unset variable's value) is the default
+            blank = isinstance(self.runs_dir, str) and not self.runs_dir.strip()
+            object.__setattr__(self, "runs_dir", None if blank else Path(self.runs_dir))
         _check(
             self.precision is None or self.precision in PRECISIONS,
             "precision",

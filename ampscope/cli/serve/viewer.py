@@ -22,12 +22,12 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from ampscope.cli.serve.viewer_exit import leave_soon
 from ampscope.core.presets.run_args import ArgParser, add_refresh_argument
+from ampscope.core.records.folders import runs_dir_argument
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -81,7 +81,7 @@ def repaint_on_signal(app: App[object]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m ampscope.cli.serve.viewer", description=__doc__)
-    parser.add_argument("--runs-dir", type=Path, help="where run records are")
+    parser.add_argument("--runs-dir", type=runs_dir_argument, help="where run records are")
     add_refresh_argument(parser)
     args = parser.parse_args(argv)
     end_with_parent()

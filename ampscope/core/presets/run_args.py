@@ -12,6 +12,7 @@ from pathlib import Path
 from ampscope.core.presets.errors import FlagOverride
 from ampscope.core.presets.parallel import Launch, make_launch
 from ampscope.core.presets.workload_spec import model_override
+from ampscope.core.records.folders import runs_dir_argument
 from ampscope.core.text import visible
 
 MODEL_HELP = (
@@ -95,7 +96,9 @@ def add_run_arguments(
     add_override_arguments(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument(
-        "--runs-dir", type=Path, help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)"
+        "--runs-dir",
+        type=runs_dir_argument,
+        help="where run records go (default ./runs or $AMPSCOPE_RUNS_DIR)",
     )
     p.add_argument("--no-record", action="store_true", help="do not write a run record")
     p.add_argument("--exit-with-parent", action="store_true", help=argparse.SUPPRESS)

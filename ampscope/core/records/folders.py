@@ -4,6 +4,7 @@ listing them, and who runs one now (``live.json``, the heartbeat a running proce
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -25,7 +26,19 @@ SUMMARY_FILE = "summary.json"
 
 
 def default_runs_dir() -> Path:
-    return Path(os.environ.get("AMPSCOPE_RUNS_DIR") or "runs")
+    """``$AMPSCOPE_RUNS_DIR``, or ./runs when it is unset, empty or only spaces."""
+    named = os.environ.get("AMPSCOPE_RUNS_DIR", "")
+    return Path(named if named.strip() else "runs")
+
+
+def runs_dir_argument(text: str) -> Path:
+    """``--runs-dir``'s value as a path; a blank one (``--runs-dir "$DIR"`` with DIR unset)
+    is refused rather than read as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no folder. Accepted: a folder's path, such as ./runs (the default)"
+        )
+    return Path(text)
 
 
 def safe_file_name(name: str) -> str:
