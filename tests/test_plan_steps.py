@@ -102,6 +102,16 @@ def test_a_layer_no_step_runs_is_named_unused_with_the_step_count() -> None:
 
 
 @pytest.mark.unit
+def test_the_fp16_plan_says_why_attentions_out_proj_never_runs_as_the_fp8_plan_does() -> None:
+    """nn.MultiheadAttention multiplies out_proj's weight itself: the layer is never called,
+    whatever the data. The fp16 plan said only "never called in the 8 steps"."""
+    out_proj = fp16_layers(f"{ZOO}:make_vit", 2)["blocks.0.attn.out_proj"]
+    assert out_proj.calls == 0 and out_proj.decision == "fp16"
+    assert out_proj.reason.startswith("fp16: never called in the 2 fp32 steps observed: ")
+    assert "F.multi_head_attention_forward" in out_proj.reason
+
+
+@pytest.mark.unit
 def test_steps_merge_worst_first_and_sum_what_turned_inf() -> None:
     """A cast is as bad as its worst step (a scale is set per step): one step that flushes
     30 % makes the steps' figure 30 %, not a pooled share; inf/NaN values add up; a recipe

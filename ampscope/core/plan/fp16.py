@@ -28,8 +28,9 @@ FP16 = LIMITS["fp16"]
 class ModuleFacts:
     """One module in the fp32 steps: its inputs' and outputs' figures as fp16 (None: it has no
     floating-point tensor there, or never ran), whether it is a leaf, whether under amp-fp16
-    its own code computed inf/NaN (a check with the others kept in fp32), and its calls in all
-    the steps (0: it never ran)."""
+    its own code computed inf/NaN (a check with the others kept in fp32), its calls in all
+    the steps (0: it never ran), and why it never runs whatever the data, where the model's
+    structure says (``why_not``: nn.MultiheadAttention's out_proj)."""
 
     name: str
     kind: str
@@ -38,6 +39,7 @@ class ModuleFacts:
     output: CastFigures | None
     own_inf: bool = False
     calls: int = 0
+    why_not: str | None = None
 
 
 def leaves_range(figures: CastFigures | None) -> bool:
@@ -52,7 +54,10 @@ def plan_module(facts: ModuleFacts, steps: int) -> LayerPlan:
     casts = {k: v for k, v in (("input", facts.input), ("output", facts.output)) if v}
     fits = not (leaves_range(facts.input) or leaves_range(facts.output) or facts.own_inf)
     numerics = {"fp16": RecipeNumerics(casts=casts, fits=fits)} if casts else None
-    reason = _words(facts, fits) if facts.calls or facts.own_inf else f"fp16: {never_called(steps)}"
+    if facts.calls or facts.own_inf:
+        reason = _words(facts, fits)
+    else:
+        reason = f"fp16: {never_called(steps)}" + (f": {facts.why_not}" if facts.why_not else "")
     return LayerPlan(
         name=facts.name,
         kind=facts.kind,

@@ -40,6 +40,7 @@ from ampscope.engine.numerics.measure import (
 )
 from ampscope.engine.plan.fp32_steps import fp32_steps
 from ampscope.engine.step.fp32_modules import keep_in_fp32
+from ampscope.engine.step.module_calls import never_runs_as_module
 from ampscope.engine.workloads.user import UserWorkload
 
 CHECKS = 8  # checks a step at most: each may find one more module whose own code overflows
@@ -142,7 +143,7 @@ def capture_fp16(workload: UserWorkload, steps: int = STEPS) -> Fp16Capture:
             losses.append(step.loss)
             for seen in watching.seen.values():
                 seen.end_step()
-            facts = _facts(named, watching.seen, own_inf)
+            facts = _facts(model, named, watching.seen, own_inf)
             watching.on = False
             root_inf = _check(workload, facts, step.batch) or root_inf
             watching.on = True
@@ -150,12 +151,15 @@ def capture_fp16(workload: UserWorkload, steps: int = STEPS) -> Fp16Capture:
     finally:
         for handle in handles:
             handle.remove()
-    facts = _facts(named, watching.seen, own_inf)
+    facts = _facts(model, named, watching.seen, own_inf)
     return Fp16Capture([f for f in facts if f.name], root_inf, losses[0], steps)
 
 
 def _facts(
-    named: list[tuple[str, nn.Module]], seen: dict[str, _Seen], own_inf: set[str]
+    model: nn.Module,
+    named: list[tuple[str, nn.Module]],
+    seen: dict[str, _Seen],
+    own_inf: set[str],
 ) -> list[ModuleFacts]:
     return [
         ModuleFacts(
@@ -166,6 +170,7 @@ def _facts(
             output=seen[name].outputs,
             own_inf=name in own_inf,
             calls=seen[name].calls,
+            why_not=never_runs_as_module(model, name) if name and not seen[name].calls else None,
         )
         for name, module in named
     ]
