@@ -160,8 +160,11 @@ class AmpscopeApp(Keymapping, Navigation, App):
     # ------------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
-        self.call_after_refresh(self._first_screen_drawn)  # runs once the screen is drawn
-        self.load_keys()
+        # what is wrong with keys.toml is said once the screen is drawn: a notice posted
+        # before then lasts its 5 s from the post, and a slow first draw (a loaded machine)
+        # could take all of them
+        problems = self.load_keys()
+        self.call_after_refresh(self._first_screen_drawn, problems)
         self.screen_change_signal.subscribe(self, lambda _screen: self.check_size())
         theme = self._wanted_theme or os.environ.get(THEME_ENV, "")
         if theme == "ansi":
@@ -180,8 +183,10 @@ class AmpscopeApp(Keymapping, Navigation, App):
             preset, overrides = self.autostart
             self.call_after_refresh(self.run_manager.start_run, preset, list(overrides))
 
-    def _first_screen_drawn(self) -> None:
-        """The garbage collector runs again (``ampscope`` with no command stops it while the
+    def _first_screen_drawn(self, keys_problems: list[str]) -> None:
+        """What is wrong with the user's keys file is said, now that it can be seen.
+
+        The garbage collector runs again (``ampscope`` with no command stops it while the
         dashboard's code loads and its first screen is built: tens of thousands of objects,
         none of them garbage, that each collection would walk, benchmarks/first_paint.py).
 
@@ -189,6 +194,7 @@ class AmpscopeApp(Keymapping, Navigation, App):
         each of those screens would read them (its ``CSS_PATH``) when first shown, and Textual
         then parses every style again and restyles every widget, tens of milliseconds on the
         keypress that opens it."""
+        self.tell_keys_problems(keys_problems)
         gc.enable()
         if not self.stylesheet.has_source(str(SCREENS_CSS)):
             self.stylesheet.read(SCREENS_CSS)

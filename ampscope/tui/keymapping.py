@@ -32,19 +32,22 @@ class Keymapping(App):
                     found.add(binding.id)
         return found
 
-    def load_keys(self) -> None:
-        """The user's keys (``keys.toml``); what is wrong with the file is said once.
+    def load_keys(self) -> list[str]:
+        """The user's keys (``keys.toml``) set; what is wrong with the file, for the caller to
+        say once (``tell_keys_problems``) where it will be seen.
 
         Without the file, nothing is loaded: the screens' own keys apply, and the screens
         not shown yet are not loaded to learn their bindings."""
         path = keys.keys_path()
         if not path.exists():
-            return
+            return []
         keymap, problems = keys.load_keymap(path, self.binding_ids())
         keymap, clashes = keys.drop_clashes(keymap, type(self), self.SCREENS_WITH_KEYS)
-        problems += clashes
         if keymap:
             self.set_keymap(keymap)
+        return problems + clashes
+
+    def tell_keys_problems(self, problems: list[str]) -> None:
         for problem in problems:
             self.tell(problem, error=True, title="Keys")
 
