@@ -18,7 +18,7 @@ import pytest
 from ampscope.cli.main import main
 from ampscope.core import comparison, records
 from ampscope.core import events as ev
-from tests.helpers import hello, step
+from tests.helpers import hello, step, write_finished_record
 
 
 def done(
@@ -584,6 +584,54 @@ def test_sigterm_stops_the_sweep_as_ctrl_c_does_with_the_runs_done_kept(
     assert code == 130, said.err
     assert "fp32" in said.out and len(kept) == 1  # the run done is in the table, kept
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.unit
+def test_a_stop_after_a_runs_done_line_keeps_that_finished_run_in_the_table(
+    tmp_path: Path, capsys
+) -> None:
+    """SIGTERM right after the first run's ``done`` (its engine not yet reaped) said "bench
+    stopped before its first run finished: nothing to compare" of a run that had finished."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        run_dir = write_finished_record(runs_dir, name, median=12.0)
+        for event in records.load_run(run_dir).events:
+            on_line(event)
+        if name == "fp32":
+            raise KeyboardInterrupt  # the engine has said done; bench has not read its record
+        raise AssertionError("the sweep goes on after a stop")
+
+    kept: list[object] = []
+    argv = ["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)]
+    code = bench.cmd_bench(
+        command_args(argv), fake_run, keep_sweep=lambda *a: kept.append(a) or tmp_path
+    )
+    said = capsys.readouterr()
+    assert code == 130 and "before its first run finished" not in said.err, said.err
+    (row,) = [line for line in said.out.splitlines() if line.startswith("fp32")]
+    assert "12.0 ms" in row and len(kept) == 1
+
+
+@pytest.mark.unit
+def test_a_stop_during_a_run_leaves_that_run_out_as_before(tmp_path: Path, capsys) -> None:
+    """A run stopped under way (its ``done`` says stopped, or no ``done`` came) is not in the
+    table: only runs that finished before the stop are."""
+    from ampscope.cli import bench
+    from ampscope.cli.main import command_args
+
+    def fake_run(name, overrides, runs_dir, on_line=None, launch=None):
+        run_dir = write_finished_record(runs_dir, name)
+        for event in records.load_run(run_dir).events[:-1]:  # no done yet
+            on_line(event)
+        raise KeyboardInterrupt
+
+    argv = ["bench", "fp32", "mlp-demo", "--device", "cpu", "--runs-dir", str(tmp_path)]
+    code = bench.cmd_bench(command_args(argv), fake_run)
+    said = capsys.readouterr()
+    assert code == 130 and "stopped before its first run finished" in said.err
+    assert said.out == ""
 
 
 @pytest.mark.unit

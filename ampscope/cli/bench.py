@@ -223,6 +223,9 @@ def _sweep(
             results[name].append(run(name, overrides, runs_dir, progress, launch))
         except KeyboardInterrupt:
             interrupted = True
+            finished = progress.finished_record()  # the stop came after its done
+            if finished is not None:
+                results[name].append(finished)
             break
         finally:
             progress.close()
@@ -303,6 +306,8 @@ class _Progress:
         self.steps = 0
         self.last = 0.0
         self.refused: ev.ErrorEvent | None = None  # a user error (a bad --model, for one)
+        self.run_dir: Path | None = None
+        self.done: ev.DoneEvent | None = None
         self._show("starting")
 
     def __call__(self, event: ev.Event) -> None:
@@ -310,6 +315,7 @@ class _Progress:
             self.refused = event
         if isinstance(event, ev.HelloEvent):
             self.steps = int(event.config.get("steps", 0))
+            self.run_dir = event.folder() if event.run_dir else None
         elif (
             isinstance(event, ev.PhaseEvent) and event.phase == "compile" and event.state == "start"
         ):
@@ -318,7 +324,18 @@ class _Progress:
             self.last = time.monotonic()
             self._show(f"{event.step + 1}/{self.steps} steps  {fmt_ms(event.step_ms)}/step")
         elif isinstance(event, ev.DoneEvent):
+            self.done = event
             self._show(event.status)
+
+    def finished_record(self) -> records.RunRecord | None:
+        """The run's record when it had finished (its ``done`` said ok) before a stop ended
+        the sweep, else None: a run stopped under way is no figure."""
+        if self.done is None or self.done.status != "ok" or self.run_dir is None:
+            return None
+        try:
+            return records.load_run(self.run_dir)
+        except OSError:
+            return None
 
     def _show(self, text: str) -> None:
         if self.tty:
