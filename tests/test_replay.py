@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -379,3 +380,40 @@ def test_a_record_stamped_before_zero_replays_to_its_end() -> None:
     source.advance_to(0.0)
     source.tick(2.0)
     assert source.at_end and source.state.step_count == 3
+
+
+@pytest.mark.ui
+def test_a_replay_of_a_run_still_going_says_so_at_its_end_never_cut_short(
+    tmp_path: Path,
+) -> None:
+    """``ampscope replay`` of a run in progress played what was written, then said "the
+    record has no 'done' event (the run was cut short)" of a run that was still training."""
+    run_dir = tmp_path / "20260101T000009Z-live"
+    run_dir.mkdir()
+    events = [hello(run_dir=str(run_dir)), step(0), step(1)]
+    (run_dir / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+    records.write_live(run_dir, os.getpid())  # this process: alive, its heartbeat fresh
+    cut = tmp_path / "20260101T000010Z-cut"
+    cut.mkdir()
+    (cut / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+
+    texts: list[str] = []
+
+    async def go(folder: Path) -> None:
+        texts.clear()
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            screen = app.open_run(ReplaySource.load(folder, speed=100))
+            assert await wait_for(pilot, lambda: screen.source.at_end), screen.source.label()
+            log = screen.query_one(EventLogView)
+            assert await wait_for(pilot, lambda: "record" in "\n".join(log.texts))
+            texts.extend(log.texts)
+
+    run(go(run_dir))
+    said = "\n".join(texts)
+    assert "the run is still going" in said and "ampscope attach" in said
+    assert "cut short" not in said
+    run(go(cut))  # no engine behind it: cut short, as before
+    said = "\n".join(texts)
+    assert "cut short" in said and "still going" not in said

@@ -40,12 +40,20 @@ INGEST_CHUNK = 5000
 """Events ingested between two looks at the UI's own events, so that keys (q) still work."""
 
 
-def _load_events(run_dir: Path) -> tuple[list[ev.Event], str, str, str | None]:
-    """The record's events (thinned), its preset, what the thinning left out, and why its
-    events could not be read, when they could not (None when they could)."""
+def _load_events(run_dir: Path) -> tuple[list[ev.Event], str, str, str | None, bool]:
+    """The record's events (thinned), its preset, what the thinning left out, why its events
+    could not be read, when they could not (None when they could), and whether its run was
+    still going when they were read (its end is then no end)."""
     run_dir = Path(run_dir)
     record = records.load_run(run_dir, thinned=True)
-    return record.events, record.preset, record.note, unreadable(run_dir, record.problem)
+    running = record.done is None and records.run_state(record) in ("live", "stalled")
+    return (
+        record.events,
+        record.preset,
+        record.note,
+        unreadable(run_dir, record.problem),
+        running,
+    )
 
 
 def unreadable(run_dir: Path, problem: str | None) -> str | None:
@@ -94,14 +102,14 @@ class RecordSource:
     async def feed(self) -> None:
         if self.run_dir is None:
             return
-        events, preset, note, unread = await asyncio.to_thread(_load_events, self.run_dir)
+        events, preset, note, unread, running = await asyncio.to_thread(_load_events, self.run_dir)
         self.state.label = preset
         if note:
             self.state.log.add("info", None, note)
         for start in range(0, len(events), INGEST_CHUNK):
             self.state.ingest_many(events[start : start + INGEST_CHUNK])
             await asyncio.sleep(0)
-        self.state.record_ended(unread)
+        self.state.record_ended(unread, running=running)
         self.run_dir = None
 
     async def stop(self) -> None:
@@ -133,6 +141,7 @@ class ReplaySource:
         self.run_dir: Path | None = None  # still to be read
         self.note = ""  # what reading the record thinned, if it did
         self.unread: str | None = None  # why the record's events could not be read, if so
+        self.running = False  # its run was still going when the record was read
         self._set_events(events)
         self.state = self._new_state()
 
@@ -215,7 +224,7 @@ class ReplaySource:
         paused (seeking works at any time)."""
         if self.run_dir is not None:
             loaded = await asyncio.to_thread(_load_events, self.run_dir)
-            events, self.label_text, self.note, self.unread = loaded
+            events, self.label_text, self.note, self.unread, self.running = loaded
             self._set_events(events)
             self.state = self._new_state()  # its header names the run's settings at once
             self.run_dir = None
@@ -248,7 +257,7 @@ class ReplaySource:
             self.index = end
         if self.at_end:
             self.position = self.duration
-            self.state.record_ended(self.unread)
+            self.state.record_ended(self.unread, running=self.running)
 
     # ------------------------------------------------------------------ controls
 

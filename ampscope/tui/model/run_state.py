@@ -85,14 +85,22 @@ class RunState(EventState):
         )
         self.version += 1
 
-    def record_ended(self, unreadable: str | None = None) -> None:
+    def record_ended(self, unreadable: str | None = None, running: bool = False) -> None:
         """A record read to its end; without ``done`` the run was cut short, unless its events
-        could not be read at all (``unreadable`` says why): then nothing is known of its end."""
+        could not be read at all (``unreadable`` says why): then nothing is known of its end,
+        or its run was still going when it was read (``running``): its end is only so far."""
         if self.finished:
             return
         self.status = "incomplete"
         if unreadable:
             self.log.add("error", None, f"{unreadable}: nothing of the run can be shown")
+        elif running:
+            self.log.add(
+                "info",
+                None,
+                "the run is still going: this is its record as far as it was written when "
+                "read ('ampscope attach' follows it live)",
+            )
         else:
             self.log.add("warning", None, "the record has no 'done' event (the run was cut short)")
         self.version += 1
