@@ -181,3 +181,19 @@ def test_frozen_parameters_get_no_gradients_or_optimizer_state_in_the_plan(
         f"for the {trainable:,} parameters that take gradients; 8,192 frozen"
         in capsys.readouterr().out
     )
+
+
+@pytest.mark.unit
+def test_a_step_is_measured_at_the_largest_of_the_first_batches_never_the_first_alone() -> None:
+    """A first batch of 8 before batches of 48: the plan measured the 8 and put a run whose
+    steps reach 48 samples at a sixth of its activations. Measured now at the largest batch
+    read ahead, byte for byte as that batch alone measures, and the note says which."""
+    from ampscope.engine.memory.saved import measure_step_memory
+
+    growing = measure_step_memory(workload("growing_mlp", 8), ["fp32"])
+    alone = measure_step_memory(workload("largest_mlp", 48), ["fp32"])
+    assert growing.batch == alone.batch == 48
+    assert growing.activations == alone.activations and growing.activations["fp32"] > 0
+    assert growing.batch_bytes == alone.batch_bytes
+    assert "batch of 48 (batch 1, the largest of the first 3 read: " in growing.how
+    assert "against the first's" in growing.how and "largest" not in alone.how

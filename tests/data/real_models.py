@@ -150,3 +150,34 @@ def wide_mlp(ctx):
     return ampscope.Workload(
         model=model, batches=batches, loss=nn.functional.cross_entropy, name="wide-mlp"
     )
+
+
+def _mlp_batches(ctx, sizes: tuple[int, ...]):
+    g = torch.Generator().manual_seed(ctx.seed)
+    return [
+        (torch.randn(n, 64, generator=g), torch.randint(0, CLASSES, (n,), generator=g))
+        for n in sizes
+    ]
+
+
+def growing_mlp(ctx):
+    """Batches that change size, the first a small one: 8, then 48, then 16 samples (a
+    bucketed or shuffled pipeline). A step's peak is the 48's."""
+    torch.manual_seed(ctx.seed)
+    model = relu_mlp_model()
+    return {
+        "model": model,
+        "batches": _mlp_batches(ctx, (8, 48, 16)),
+        "loss": nn.functional.cross_entropy,
+    }
+
+
+def largest_mlp(ctx):
+    """growing_mlp's model with its largest batch alone: the reference it is measured at."""
+    torch.manual_seed(ctx.seed)
+    model = relu_mlp_model()
+    return {
+        "model": model,
+        "batches": _mlp_batches(ctx, (48,)),
+        "loss": nn.functional.cross_entropy,
+    }

@@ -28,6 +28,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,10 +64,11 @@ TWINS = {
 def measure_step_memory(
     workload: UserWorkload, regimes: Sequence[str] = tuple(REGIMES)
 ) -> MeasuredStep:
-    """What the workload's first batch holds in a step, per regime (keys of ``REGIMES``), and
-    what the model itself holds, from the real module (``MeasuredStep``)."""
-    inputs, target = workload.first_batch()
-    batch = workload.samples_per_step or 1
+    """What the workload's largest batch holds in a step, per regime (keys of ``REGIMES``),
+    and what the model itself holds, from the real module (``MeasuredStep``). The largest of
+    the first few batches (``largest_batch``): the first can be a short one, and a run's peak
+    is its largest batch's."""
+    (inputs, target), batch, which = largest_batch(workload)
     model = workload.model
     params = unique_parameters(model)
     largest = max((p.numel() for p in params.values()), default=0)
@@ -109,7 +111,7 @@ def measure_step_memory(
         if whole
         else f"measured on the CPU at {sizes[0]} and {sizes[1]} samples, extrapolated to the "
         f"batch of {batch}"
-    )
+    ) + which
     if borrowed:
         how += f"; {', '.join(borrowed)} could not run on the CPU: its 16-bit twin's bytes"
     if unmeasured:
@@ -130,6 +132,52 @@ def measure_step_memory(
         buffers=sum(b.numel() * b.element_size() for b in model.buffers()),
         fp8_layers=_fp8_layers(model),
     )
+
+
+LOOK_AHEAD = 8
+"""Batches read to find the one a step's memory is measured at (the plans' 8 steps too)."""
+LOOK_AHEAD_S = 5.0
+"""Reading stops past this, whatever the count: a slow data pipeline is not waited on."""
+
+
+def largest_batch(
+    workload: UserWorkload, look: int = LOOK_AHEAD, seconds: float = LOOK_AHEAD_S
+) -> tuple[tuple[Any, Any], int, str]:
+    """The batch with the most bytes among the first ``look`` (read for at most ``seconds``;
+    the end of the batches, or one that cannot be read, ends the look early), its samples,
+    and words for the measurement's note when it is not the first ("" when it is)."""
+    first = workload.first_batch()
+    first_samples = workload.samples_per_step or 1
+    best, best_bytes, best_samples, best_at = first, tensor_bytes(first), first_samples, 0
+    workload.batch(0)  # the first, read ahead: served again here, so that batch(1) is the next
+    looked, deadline = 1, time.monotonic() + seconds
+    for step in range(1, look):
+        if time.monotonic() > deadline:
+            break
+        epoch = workload.batches.epoch
+        try:
+            batch = workload.batch(step)
+        except Exception:  # noqa: BLE001 - a generator used up, their pipeline's fault: the
+            break  # batches read so far stand
+        if workload.batches.epoch != epoch:  # every batch is read: a list of 3 is 3 batches
+            break
+        looked += 1
+        size = tensor_bytes(batch)
+        if size > best_bytes:
+            samples = workload.step_sizes(step)[0] or 1
+            best, best_bytes, best_samples, best_at = batch, size, samples, step
+    if best_at == 0:
+        return best, best_samples, ""
+    return (
+        best,
+        best_samples,
+        f" (batch {best_at}, the largest of the first {looked} read: {_mib(best_bytes)} "
+        f"against the first's {_mib(tensor_bytes(first))})",
+    )
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:.1f} KiB"
 
 
 def tensor_bytes(value: Any) -> int:
