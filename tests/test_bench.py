@@ -759,3 +759,29 @@ def test_a_presets_path_and_a_records_error_are_shown_literally(
     assert "\x1b" not in said.out + said.err
     assert "ValueError: \\x1b[2J gone \\x1b]0;title\\x07" in said.out
     assert "odd\\x1b[31m.toml" in said.out and "odd\\x1b[31m.toml" in said.err
+
+
+@pytest.mark.unit
+def test_a_row_with_one_measured_repeat_says_its_brackets_are_its_steps_spread() -> None:
+    """Three repeats of fp32, but amp-bf16's last two failed: its brackets held one run's
+    p10-p90 where the legend promised the fastest and slowest repeat."""
+    base = runs("fp32", (100.0, 101.0, 99.0), 1000, 2.0)
+    bf16 = [
+        record("amp-bf16", done(42.0, 620, 2.0, p10=30.0, p90=60.0)),
+        record("amp-bf16", ev.empty_done("failed", "out of memory")),
+        record("amp-bf16", ev.empty_done("failed", "out of memory")),
+    ]
+    rows = comparison.compare(
+        [comparison.row_from_runs("fp32", base), comparison.row_from_runs("amp-bf16", bf16)],
+        "fp32",
+    )
+    text = comparison.render(rows, "fp32")
+    assert "42.0 ms (30.0 ms-60.0 ms)" in text
+    assert (
+        "(the fastest and slowest repeat's in brackets; amp-bf16: one repeat measured, its "
+        "steps' p10-p90)" in " ".join(text.split())
+    )
+    whole = comparison.render(
+        comparison.compare([comparison.row_from_runs("fp32", base)], "fp32"), "fp32"
+    )
+    assert "one repeat measured" not in whole

@@ -537,16 +537,24 @@ CPU_HEADS = {
 """bench --clock cpu: the columns timed by the CPU clock, named so."""
 
 
+def _measured(row: Row) -> int:
+    """How many of a row's runs measured a step time."""
+    return sum(m is not None for m in row.run_medians)
+
+
 def legend(rows: list[Row]) -> list[str]:
     """Which clock and which aggregate the row's figures are, and what the marks in the
     speed-up column mean, for the marks that appear."""
     notes = []
     clock = rows[0].clock if rows else "wall"
     repeated = any(r.runs > 1 for r in rows)
+    # a row whose other repeats failed or were not run shows one run's spread
+    alone = [r.preset for r in rows if r.spread_lo is not None and _measured(r) == 1]
     aggregate = (
-        "; across repeats their geometric mean (the fastest and slowest repeat's in brackets); "
-        "speedup: the geometric mean of the paired repeats' ratios, the baseline's step time "
-        "/ the row's when every repeat ran"
+        "; across repeats their geometric mean (the fastest and slowest repeat's in brackets"
+        + (f"; {', '.join(alone)}: one repeat measured, its steps' p10-p90" if alone else "")
+        + "); speedup: the geometric mean of the paired repeats' ratios, the baseline's step "
+        "time / the row's when every repeat ran"
         if repeated
         else " (its steps' p10-p90 in brackets); speedup: the baseline's step time / the row's"
     )
