@@ -124,7 +124,7 @@ def test_profile_compare_prints_both_splits_and_what_moved(
     args = ["profile", "--compare", fp32.name, bf16.name, "--runs-dir", str(tmp_path), "--json"]
     assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data.keys() == {"before", "after", "unit", "changes"}
+    assert data.keys() == {"before", "after", "unit", "changes", "differs"}
     assert (data["before"]["run"], data["after"]["preset"]) == (fp32.name, "amp-bf16")
     assert data["before"]["step"] == 150 and data["unit"] == "ms per step"
     matmul = data["changes"][0]
@@ -248,3 +248,43 @@ def test_a_profile_whose_figures_do_not_hold_is_no_profile(
         assert "holds no profile" in said.err and "-40 %" not in said.out + said.err
         assert compare.last_profile(records.load_run(forged).events) is None
     assert isinstance(good, ev.ProfileEvent) and compare.last_profile([good]) is good
+
+
+@pytest.mark.unit
+def test_profile_compare_of_two_different_models_or_batches_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GPT's profile beside an MLP's read as a format's change, without a word."""
+    import msgspec
+
+    from ampscope.core import events as ev
+
+    fp32, bf16, _ = write_profiled_runs(tmp_path)
+    for path, workload, batch in ((fp32, "gpt", 8), (bf16, "mlp", 32)):
+        events = records.load_run(path).events
+        hello = next(e for e in events if isinstance(e, ev.HelloEvent))
+        config = {**hello.config, "workload": {"kind": workload}, "batch_size": batch}
+        events[events.index(hello)] = msgspec.structs.replace(hello, config=config)
+        (path / records.EVENTS_FILE).write_bytes(b"".join(ev.encode(e) for e in events))
+    argv = ["profile", "--compare", fp32.name, bf16.name, "--runs-dir", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "A and B differ in workload (gpt, mlp) and batch (8, 32): what moved is not the "
+        "format's change alone." in " ".join(out.split())
+    )
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["differs"] == {"workload": ["gpt", "mlp"], "batch": ["8", "32"]}
+
+
+@pytest.mark.unit
+def test_profile_compare_of_the_same_setup_has_no_such_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fp32, bf16, _ = write_profiled_runs(tmp_path)
+    assert main(["profile", "--compare", fp32.name, bf16.name, "--runs-dir", str(tmp_path)]) == 0
+    assert "differ in" not in capsys.readouterr().out
+    args = ["profile", "--compare", fp32.name, bf16.name, "--runs-dir", str(tmp_path), "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["differs"] == {}

@@ -280,13 +280,19 @@ def compare_runs(names: list[str], runs_dir: Path | None, as_json: bool) -> int:
             )
         found.append((record, profile))
     (rec_a, pa), (rec_b, pb) = found
+    differs = compare.setup_differs(rec_a, rec_b)
     if as_json:
-        out = compare.to_json((rec_a.name, rec_a.preset, pa), (rec_b.name, rec_b.preset, pb))
+        out = compare.to_json(
+            (rec_a.name, rec_a.preset, pa), (rec_b.name, rec_b.preset, pb), differs
+        )
         print(json.dumps(out))
         return 0
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
     text = compare.side_by_side(
         (f"{rec_a.preset} ({rec_a.name})", pa), (f"{rec_b.preset} ({rec_b.name})", pb), width
     )
+    note = compare.differs_line(differs)
+    if note:
+        text += "\n" + note
     print(visible(text, keep_newlines=True))
     return 0

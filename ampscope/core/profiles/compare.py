@@ -182,12 +182,37 @@ def side_by_side(
     return "\n".join(line.rstrip() for line in lines)
 
 
+PROFILE_SETUP = ("workload", "sizes", "batch", "device", "processes")
+"""What two profiles must share for their difference to be the formats' (a step's count may
+differ: a profile is of a step)."""
+
+
+def setup_differs(a: records.RunRecord, b: records.RunRecord) -> dict[str, list[str]]:
+    """The setup fields in which two runs differ, each with both values, in order."""
+    from ampscope.core.comparison.table import setup_of
+
+    sa, sb = setup_of(a), setup_of(b)
+    return {f: [sa.get(f, "?"), sb.get(f, "?")] for f in PROFILE_SETUP if sa.get(f) != sb.get(f)}
+
+
+def differs_line(differs: dict[str, list[str]]) -> str | None:
+    """A note that A and B are not the same step in two formats, or None when they are."""
+    if not differs:
+        return None
+    parts = [f"{field} ({a}, {b})" for field, (a, b) in differs.items()]
+    named = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"A and B differ in {named}: what moved is not the format's change alone."
+
+
 def to_json(
-    a: tuple[str, str, ev.ProfileEvent], b: tuple[str, str, ev.ProfileEvent]
+    a: tuple[str, str, ev.ProfileEvent],
+    b: tuple[str, str, ev.ProfileEvent],
+    differs: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The object ``ampscope profile --compare --json`` prints: each run's profile (with its
     run folder and preset) and, per class, before and after in ms per step (shares of the step
-    where a step time is unknown: ``unit`` says which) and the relative change."""
+    where a step time is unknown: ``unit`` says which) and the relative change; ``differs``:
+    the setup fields in which the runs differ (``setup_differs``), empty when none."""
     (run_a, preset_a, pa), (run_b, preset_b, pb) = a, b
     ms = in_ms(pa, pb)
     changes = []
@@ -213,4 +238,5 @@ def to_json(
         "after": {"run": run_b, **profiles.to_json(pb, preset_b)},
         "unit": "ms per step" if ms else "share of step",
         "changes": changes,
+        "differs": differs or {},
     }
