@@ -422,3 +422,25 @@ def test_a_toast_about_the_last_run_goes_when_the_run_is_restarted(tmp_path: Pat
 def toasts(app) -> str:
     """The notices up now (those the app has not timed out or cleared)."""
     return " ".join(n.message for n in app._notifications)
+
+
+@pytest.mark.ui
+def test_ctrl_z_suspends_the_dashboard_as_the_shell_expects(tmp_path: Path) -> None:
+    """Ctrl+Z was a key the dashboard ate: over SSH, a user could not put it in the background
+    with the shell's job control (fg brings it back)."""
+    suspended: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        app.action_suspend_process = lambda: suspended.append(type(app.screen).__name__)  # type: ignore[method-assign]
+        async with app.run_test(size=SMALL) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+            await pilot.press("h")
+            await shown(pilot, app, HistoryScreen)
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+
+    run(go())
+    assert suspended == ["PresetsScreen", "HistoryScreen"]

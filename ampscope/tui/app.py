@@ -110,6 +110,17 @@ class AmpscopeApp(Keymapping, Navigation, App):
         Binding("ctrl+q", "quit", "Quit", priority=True, id="app.quit"),
         Binding("question_mark,f1", "help", "Help", id="help"),
         Binding("ctrl+p", "command_palette", "Palette", priority=True, id="palette"),
+        # the shell's job control, as in any terminal program: fg brings it back. A run it
+        # started trains on meanwhile; its live stream drops the steps the stopped view
+        # cannot take and says how many (engine/emitter.py), the record keeps them all
+        Binding(
+            "ctrl+z",
+            "suspend_process",
+            "Suspend (fg resumes)",
+            show=False,
+            priority=True,
+            id="suspend",
+        ),
     ]
     SCREENS_WITH_KEYS = ScreensWithKeys()
     """Every screen whose bindings ``keys.toml`` may remap."""
