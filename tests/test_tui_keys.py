@@ -444,3 +444,42 @@ def test_ctrl_z_suspends_the_dashboard_as_the_shell_expects(tmp_path: Path) -> N
 
     run(go())
     assert suspended == ["PresetsScreen", "HistoryScreen"]
+
+
+@pytest.mark.ui
+def test_r_on_a_user_preset_whose_file_was_removed_runs_nothing_and_says_so(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The engine was started on the name and failed: a Run view of "Unknown preset 'mine'"
+    with the list still offering it."""
+    config = tmp_path / "config"
+    (config / "ampscope" / "presets").mkdir(parents=True)
+    preset = config / "ampscope" / "presets" / "mine.toml"
+    preset.write_text('name = "mine"\nprecision = "fp32"\nsteps = 20\ndevice = "cpu"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    started: list[str] = []
+    told: list[str] = []
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path / "runs")
+
+        async def start_run(name: str, *args, **kw) -> None:
+            started.append(name)
+
+        app.run_manager.start_run = start_run  # type: ignore[method-assign]
+        notify = app.notify
+        app.notify = lambda message, **kw: told.append(message) or notify(message, **kw)  # type: ignore[method-assign]
+        async with app.run_test(size=SMALL) as pilot:
+            screen = await shown(pilot, app, PresetsScreen)
+            select_preset(app, "mine")
+            assert await wait_for(pilot, lambda: getattr(screen.current, "name", "") == "mine")
+            preset.unlink()
+            await pilot.press("r")
+            await pilot.pause()
+            assert isinstance(app.screen, PresetsScreen)
+
+    run(go())
+    assert started == []
+    (notice,) = told
+    assert notice.startswith(f"mine: its file {preset} was removed since the list was read")
+    assert "s saves the form" in notice

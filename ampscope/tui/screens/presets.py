@@ -249,8 +249,27 @@ class PresetsScreen(Screen):
             return
         if self.draft.is_edited and self.draft.preset is not None:
             self.post_message(EditedRunRequested(self.draft.preset, detach=self.detach))
+        elif self.file_gone(self.current):
+            return
         else:
             self.post_message(RunRequested(self.current.name, detach=self.detach))
+
+    def file_gone(self, info: presets.PresetInfo) -> bool:
+        """A user preset whose file was removed since the list was read: said, and nothing
+        runs (the engine would fail on an unknown name, as a failed run). The form still
+        shows it, for ``s`` to save again."""
+        if info.source != "user" or info.path.is_file():
+            return False
+        self.app.notify(
+            visible(
+                f"{info.name}: its file {info.path} was removed since the list was read, so "
+                "nothing was run. s saves the form shown as a preset again."
+            ),
+            severity="error",
+            title="Not run",
+            markup=False,
+        )
+        return True
 
     def action_save(self) -> None:
         self.follow_highlight()
