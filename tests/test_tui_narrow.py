@@ -71,3 +71,41 @@ def test_a_long_preset_name_leaves_room_for_the_runs_state_at_120_columns(
             assert cell.strip().startswith("xxxx") and cell.endswith("…") and len(cell) <= 34
 
     run(go())
+
+
+@pytest.mark.ui
+def test_compare_scrolls_a_whole_column_a_press_beside_a_long_cell(tmp_path: Path) -> None:
+    """At 80 columns, right and left scrolled a character a press: beside a long cell that
+    was dozens of presses for one column. Each press now lands on a column's start."""
+    from textual.widgets import DataTable
+
+    from ampscope.tui.widgets.tables import column_scroll
+
+    for ms in (10.0, 5.0):
+        write_finished_record(tmp_path, LONG + "-" + "x" * 40, ms)
+
+    async def go() -> None:
+        app = AmpscopeApp(runs_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await shown(pilot, app, PresetsScreen)
+            runs = [records.load_run(p) for p in sorted(tmp_path.iterdir())]
+            app.push_screen(CompareScreen(runs))
+            compare = await shown(pilot, app, CompareScreen)
+            await pilot.pause()
+            table = compare.query_one(DataTable)
+            starts = {sum(compare.widths[1:i]) for i in range(1, len(compare.widths))}
+            seen = [table.scroll_x]
+            for _ in range(3):
+                await pilot.press("right")
+                await pilot.pause()
+                seen.append(table.scroll_x)
+            assert seen[1] == compare.widths[1] and seen[2] == sum(compare.widths[1:3])
+            assert all(x in starts or x == table.max_scroll_x for x in seen), seen
+            await pilot.press("left")
+            await pilot.pause()
+            assert table.scroll_x == seen[2]
+            assert "←" in text(compare, "#compare-title")  # the title follows the scroll
+
+    run(go())
+    assert column_scroll([10, 4, 6, 8], 0, 1) == 4 and column_scroll([10, 4, 6, 8], 5, 1) == 10
+    assert column_scroll([10, 4, 6, 8], 5, -1) == 4 and column_scroll([10, 4, 6, 8], 0, -1) == 0

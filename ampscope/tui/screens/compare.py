@@ -29,6 +29,7 @@ from ampscope.tui.widgets.overlay_plot import COLORS, OverlayPlot
 from ampscope.tui.widgets.tables import (
     CELL_PADDING,
     TABLE_CHROME,
+    column_scroll,
     column_widths,
     fill,
     off_edges,
@@ -153,6 +154,11 @@ class CompareScreen(Screen):
     BINDINGS = [
         Binding("b", "baseline", "Baseline = this row", id="compare.baseline"),
         Binding("o", "sort", "Sort", id="compare.sort"),
+        # a column a press, where the table's own keys scroll a character a press
+        Binding("left", "column(-1)", "Column left", show=False, priority=True, id="compare.left"),
+        Binding(
+            "right", "column(1)", "Column right", show=False, priority=True, id="compare.right"
+        ),
         Binding("escape", "back", "Back", id="compare.back"),
         Binding("q", "app.quit", "Quit", id="quit"),
     ]
@@ -308,6 +314,11 @@ class CompareScreen(Screen):
             if name == title:
                 self.sort_index = i
                 self.render_table()
+
+    def action_column(self, step: int) -> None:
+        table = self.query_one(DataTable)
+        x = column_scroll(self.widths, table.scroll_x, step)
+        table.scroll_to(x=min(x, table.max_scroll_x), animate=False, immediate=True)
 
     def action_back(self) -> None:
         self.app.pop_screen()

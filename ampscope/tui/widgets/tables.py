@@ -93,3 +93,15 @@ def off_edges(
             right.append(head)
         x += width
     return left, right
+
+
+def column_scroll(widths: Sequence[int], scroll_x: float, step: int, fixed: int = 1) -> int:
+    """Where a row-cursor table scrolls for one press of left (``step`` -1) or right (+1): to
+    the start of the column before or after the first one that shows, never part of one.
+    DataTable scrolls such a table a character a press, which beside a long cell (a reason
+    of 60 characters) took 60 presses to reach the next column. ``widths`` include padding;
+    the first ``fixed`` columns never scroll."""
+    starts = [sum(widths[fixed:i]) for i in range(fixed, len(widths))]
+    if step > 0:
+        return next((x for x in starts if x > scroll_x), starts[-1] if starts else 0)
+    return next((x for x in reversed(starts) if x < scroll_x), 0)
