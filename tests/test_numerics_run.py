@@ -328,6 +328,14 @@ def test_an_inf_computed_outside_any_layer_names_the_module_whose_code_computed_
             "at step 0: computed in fp32, so beyond fp32's range or no number at all (0/0, "
             "inf - inf, the log of a negative); no narrower format holds it either."
         )
+    # each format's verdict leads with what its finite values do: the inf/NaN are the first
+    # one's spread, where fp16's once began "100% of embed.weight's gradient overflow fp16"
+    fp16 = next(line for line in done.stdout.splitlines() if line.startswith("fp16: "))
+    assert fp16.startswith(
+        "fp16: the inf/NaN after the first one above are its spread, beyond every format; "
+        "the finite values fit (largest magnitude "
+    )
+    assert "overflow fp16" not in fp16
 
 
 @pytest.mark.slow

@@ -229,16 +229,38 @@ def verdict(summary: NumericsSummary, key: str) -> str:
     only when nothing overflowed, inf and NaN included."""
     if not summary.modules:
         return f"{key}: nothing measured."
-    said = [s for s in (_overflow(summary, key), _underflow(summary, key)) if s]
-    said += [s for s in [_unknown(summary, key)] if s]
-    if said:
-        return f"{key}: " + " ".join(said)
+    spread = _beyond_every_format(summary)
+    over = _overflow(summary, key, finite_only=spread)
+    said = [s for s in (over, _underflow(summary, key), _unknown(summary, key)) if s]
     lim = LIMITS[key]
     amax = max((f.totals.amax or 0.0) for f in summary.measured())
-    return (
-        f"{key}: every layer fits (largest magnitude {magnitude(amax)}, "
-        f"limit {limit(lim.largest)})."
-    )
+    fits = f"(largest magnitude {magnitude(amax)}, limit {limit(lim.largest)})"
+    if spread:  # the inf/NaN say nothing of this format: what its finite values do
+        lead = "the inf/NaN after the first one above are its spread, beyond every format"
+        if over is None:
+            lead += f"; the finite values fit {fits}"
+        return f"{key}: {lead}." + "".join(f" {s}" for s in said)
+    if said:
+        return f"{key}: " + " ".join(said)
+    return f"{key}: every layer fits {fits}."
+
+
+def _beyond_every_format(summary: NumericsSummary) -> bool:
+    """Whether the first inf/NaN was beyond every format: computed in fp32 (or wider), or in
+    the batch itself. The inf/NaN after it are its spread (an upstream inf makes every later
+    gradient inf), not an overflow of a narrower format: a verdict led by "100% of the first
+    layer's weight gradient overflow fp16" blamed fp16 for what fp32 computed."""
+    first = summary.first_nonfinite
+    if first is None:
+        return False
+    if first.source == INPUTS:
+        return True
+    dtype = first.dtype
+    if dtype is None:  # an older record: the format of the module's tensor that held it
+        side = "activation" if first.pass_ == "forward" else "gradient"
+        held = summary.modules.get(first.module)
+        dtype = held.side(side).dtype if held is not None else None
+    return dtype in ("float32", "float64")
 
 
 def _computed_in(t: PassTotals) -> str:
@@ -248,8 +270,13 @@ def _computed_in(t: PassTotals) -> str:
     )
 
 
-def _overflow(summary: NumericsSummary, key: str) -> str | None:
+def _overflow(summary: NumericsSummary, key: str, finite_only: bool = False) -> str | None:
+    """The worst overflow of ``key``; ``finite_only``: only finite values beyond its range
+    count (the inf/NaN are an earlier inf's spread)."""
     ranked = _ranked(summary, lambda t: t.share(key, 0), 0.0)
+    if finite_only:
+        at = LIMITS[key].overflow_at
+        ranked = [(f, s) for f, s in ranked if f.totals.amax is not None and f.totals.amax >= at]
     if not ranked:
         return None
     worst, share = ranked[0]
