@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import psutil
@@ -596,3 +597,44 @@ def dashboard_on_a_terminal(**env: str) -> DashboardOnATerminal:
 
     threading.Thread(target=drain, daemon=True).start()
     return DashboardOnATerminal(proc, master, slave, output, before)
+
+
+# Two threads at once: the second started while the first is held inside its work.
+
+
+def held_at_first_call(
+    fn: Callable[..., Any], held: threading.Event, release: threading.Event
+) -> Callable[..., Any]:
+    """``fn``, whose first call sets ``held`` and waits for ``release`` (a slow disk, a thread
+    the GIL starves) before it goes on; later calls go straight through."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not held.is_set():
+            held.set()
+            release.wait(30)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def second_while_first_held(
+    first: Callable[[], object],
+    second: Callable[[], object],
+    held: threading.Event,
+    release: threading.Event,
+    between: Callable[[], object] = lambda: None,
+    grace_s: float = 1.0,
+) -> None:
+    """Run ``first`` in a thread until it is ``held``, then ``between``, then ``second`` in a
+    thread given ``grace_s`` to finish beside it (one that does not wait for the first does);
+    then release the first and wait for both."""
+    one = threading.Thread(target=first)
+    one.start()
+    assert held.wait(30)
+    between()
+    two = threading.Thread(target=second)
+    two.start()
+    two.join(grace_s)
+    release.set()
+    one.join(30)
+    two.join(30)

@@ -24,7 +24,17 @@ from ampscope.core.records import folders
 from ampscope.engine.emitter import LiveStream
 from ampscope.engine.lifecycle.parts import Parts
 from ampscope.engine.lifecycle.run import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, run
-from tests.helpers import FAST, ROOT, done, engine_env, gone, step, wait_until
+from tests.helpers import (
+    FAST,
+    ROOT,
+    done,
+    engine_env,
+    gone,
+    held_at_first_call,
+    second_while_first_held,
+    step,
+    wait_until,
+)
 
 TINY = [*FAST, "workload.width=16", "workload.layers=2", "batch_size=4", "telemetry_hz=1"]
 
@@ -488,26 +498,16 @@ def test_lines_taken_by_two_threads_at_once_reach_the_record_in_the_order_queued
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     writer = RecordWriter(run_dir, {}, queued=True)
-    real, taken = writer.events.append, threading.Event()
-    let_go = threading.Event()
-
-    def slow_disk(data: bytes) -> None:
-        if not taken.is_set():  # the first writer holds its chunk on a slow disk
-            taken.set()
-            let_go.wait(10)
-        real(data)
-
-    writer.events.append = slow_disk  # type: ignore[method-assign]
+    taken, let_go = threading.Event(), threading.Event()
+    # the first writer holds its chunk on a slow disk
+    writer.events.append = held_at_first_call(writer.events.append, taken, let_go)  # type: ignore[method-assign]
     writer.append(ev.encode(step(0)))
-    first = threading.Thread(target=writer.write_queued)
-    first.start()
-    assert taken.wait(10)
-    writer.append(ev.encode(done(steps=1)))
-    second = threading.Thread(target=writer.write_queued)
-    second.start()
-    second.join(1.0)  # time for a second writer that does not wait for the first to write
-    let_go.set()
-    first.join(10)
-    second.join(10)
+    second_while_first_held(
+        writer.write_queued,
+        writer.write_queued,
+        taken,
+        let_go,
+        between=lambda: writer.append(ev.encode(done(steps=1))),
+    )
     kinds = [type(e).__name__ for e in records.load_run(run_dir).events]
     assert kinds == ["StepEvent", "DoneEvent"]

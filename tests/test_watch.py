@@ -27,7 +27,13 @@ from ampscope.watching.monitor import Monitor
 from ampscope.watching.opening import Surroundings
 from ampscope.watching.options import Options
 from ampscope.watching.readout import WIDTH, DeviceReadout, StepValues
-from tests.helpers import events_of, linear_flops, tiny_model
+from tests.helpers import (
+    events_of,
+    held_at_first_call,
+    linear_flops,
+    second_while_first_held,
+    tiny_model,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -333,26 +339,11 @@ def test_a_close_while_the_monitors_thread_reports_keeps_each_step_once_in_order
     for i in range(count):
         mon.step(1.0 / (i + 1))
     inside, go = threading.Event(), threading.Event()
-    report = mon._steps.report
-
-    def held_at_first(values, flops) -> None:
-        if not inside.is_set():
-            inside.set()
-            go.wait(30)
-        report(values, flops)
-
-    mon._steps.report = held_at_first  # type: ignore[method-assign]
+    mon._steps.report = held_at_first_call(mon._steps.report, inside, go)  # type: ignore[method-assign]
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        ticking = threading.Thread(target=mon._tick)  # what the monitor's thread runs
-        ticking.start()
-        assert inside.wait(30)
-        closing = threading.Thread(target=mon.close)
-        closing.start()
-        closing.join(2)  # time for a close that does not wait to report the rest beside it
-        go.set()
-        ticking.join(30)
-        closing.join(30)
+        # the monitor's thread held inside its first step; a close beside it
+        second_while_first_held(mon._tick, mon.close, inside, go, grace_s=2.0)
     assert [str(w.message) for w in said if issubclass(w.category, WatchWarning)] == []
     lines = [json.loads(line) for line in (mon.run_dir / records.EVENTS_FILE).open()]
     assert [e["step"] for e in lines if e["type"] == "step"] == list(range(count))

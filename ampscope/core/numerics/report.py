@@ -253,14 +253,20 @@ def _beyond_every_format(summary: NumericsSummary) -> bool:
     first = summary.first_nonfinite
     if first is None:
         return False
-    if first.source == INPUTS:
-        return True
-    dtype = first.dtype
-    if dtype is None:  # an older record: the format of the module's tensor that held it
-        side = "activation" if first.pass_ == "forward" else "gradient"
-        held = summary.modules.get(first.module)
-        dtype = held.side(side).dtype if held is not None else None
-    return dtype in ("float32", "float64")
+    return first.source == INPUTS or _first_dtype(summary) in ("float32", "float64")
+
+
+def _first_dtype(summary: NumericsSummary) -> str | None:
+    """The format the first inf/NaN was computed in; an older record that does not say: the
+    format of the module's tensor that held it."""
+    first = summary.first_nonfinite
+    if first is None:
+        return None
+    if first.dtype is not None:
+        return first.dtype
+    side = "activation" if first.pass_ == "forward" else "gradient"
+    held = summary.modules.get(first.module)
+    return held.side(side).dtype if held is not None else None
 
 
 def _computed_in(t: PassTotals) -> str:
@@ -382,11 +388,7 @@ def first_words(summary: NumericsSummary) -> str | None:
     first = summary.first_nonfinite
     if first is None:
         return None
-    dtype = first.dtype
-    if dtype is None:  # an older record: the format of the module's tensor that held it
-        side = "activation" if first.pass_ == "forward" else "gradient"
-        held = summary.modules.get(first.module)
-        dtype = held.side(side).dtype if held is not None else None
+    dtype = _first_dtype(summary)
     said = f"inf/NaN first appears in {visible(first.place(), 400)} at step {first.step}"
     if first.source == INPUTS:
         return said + ": no layer made them; the data or the code that builds the batch did."

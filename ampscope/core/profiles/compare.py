@@ -17,6 +17,7 @@ from typing import Any
 
 from ampscope.core import events as ev
 from ampscope.core import profiles, records
+from ampscope.core.comparison.table import setup_of
 from ampscope.core.profiles.rules import CLASSES
 from ampscope.core.units import fmt_ms
 
@@ -189,8 +190,6 @@ differ: a profile is of a step)."""
 
 def setup_differs(a: records.RunRecord, b: records.RunRecord) -> dict[str, list[str]]:
     """The setup fields in which two runs differ, each with both values, in order."""
-    from ampscope.core.comparison.table import setup_of
-
     sa, sb = setup_of(a), setup_of(b)
     return {f: [sa.get(f, "?"), sb.get(f, "?")] for f in PROFILE_SETUP if sa.get(f) != sb.get(f)}
 
